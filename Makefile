@@ -1,0 +1,94 @@
+# trun — a torchrun peer in C.  `make` builds into build/; `make check` installs what is missing and runs
+# every test; `make demo` runs a 2-worker gloo job; `make bench` compares with torch (never part of check).
+
+CC      ?= cc
+CLANG   ?= clang
+OPT     ?= -O2 -g
+B       := build
+PKGS    := libuv jansson yaml-0.1 libcurl
+CSTD    := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
+CFLAGS_ALL = $(CSTD) $(OPT) -Istore -Iagent -Ilauncher -Iconfig $(PKG_CFLAGS) $(CFLAGS)
+SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+export TRUN_CHROOT ?= /var/cache/trun/trixie
+
+# The store library: everything in store/ but the trun-store command's own files.
+STORE_TOOL := store/main.c store/serve.c store/bench.c store/tool.c
+STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
+
+.PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck
+all: pkgcheck $(B)/trun-store $(UNIT_BIN)
+
+pkgcheck:
+	@pkg-config --exists $(PKGS) check || { echo "make: missing libraries ($(PKGS) check); run 'make deps' (installs them from Debian)" >&2; exit 2; }
+
+$(B)/obj/%.o: %.c $(wildcard store/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(B)/asanobj/%.o: %.c $(wildcard store/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O1 -g $(SAN) -Istore $(PKG_CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+
+$(B)/libtrunstore.a: $(STORE_SRC:%.c=$(B)/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrunstore.a
+	$(CC) $(OPT) -o $@ $^ $(PKG_LIBS)
+
+$(B)/tests/%: tests/unit/%.c $(B)/libtrunstore.a tests/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrunstore.a $(PKG_LIBS) $(CHECK_LIBS)
+
+$(B)/asan/%: tests/unit/%.c $(STORE_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) -O1 -g $(SAN) -Istore -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
+	  $(STORE_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CHECK_LIBS)
+
+$(B)/fuzz/%: fuzz/%.c $(STORE_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -Istore $(PKG_CFLAGS) -o $@ $< $(STORE_SRC) $(PKG_LIBS)
+
+deps:
+	@scripts/deps.sh
+	@scripts/chroot.sh
+
+unit: all
+	@scripts/run-unit.sh $(UNIT_BIN)
+
+asan: pkgcheck $(ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1 scripts/run-unit.sh $(ASAN_BIN)
+
+FUZZ_BIN := $(patsubst fuzz/%.c,$(B)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
+fuzz-short: pkgcheck $(FUZZ_BIN)
+	@scripts/fuzz.sh 20 $(FUZZ_BIN)
+
+fuzz: pkgcheck $(FUZZ_BIN)
+	@scripts/fuzz.sh $${FUZZ_SECONDS:-600} $(FUZZ_BIN)
+
+integration: all
+	@tests/run-integration.sh
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory asan
+	@$(MAKE) --no-print-directory fuzz-short
+	@$(MAKE) --no-print-directory integration
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bench/run.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,25 @@
+/* Growable byte buffer. Functions return 0 or a negative errno. */
+#ifndef TRUN_STORE_BUF_H
+#define TRUN_STORE_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+} trun_buf;
+
+void trun_buf_free(trun_buf *b);
+int trun_buf_reserve(trun_buf *b, size_t extra);
+int trun_buf_append(trun_buf *b, const void *p, size_t n);
+int trun_buf_append_u8(trun_buf *b, uint8_t v);
+int trun_buf_append_u32(trun_buf *b, uint32_t v);
+int trun_buf_append_u64(trun_buf *b, uint64_t v);
+/* u64 length + bytes, the protocol's string encoding. */
+int trun_buf_append_str(trun_buf *b, const void *p, size_t n);
+/* Drops the first n bytes. */
+void trun_buf_consume(trun_buf *b, size_t n);
+
+#endif

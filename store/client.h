@@ -1,0 +1,73 @@
+/* Blocking TCPStore client for the agent: torch-compatible requests over one TCP connection.
+ * Every call returns 0 (or a documented non-negative result) or a negative errno:
+ * -ETIMEDOUT (deadline passed), -ECONNRESET / -EPIPE (server went away), -EPROTO (reply that makes no
+ * sense), -ENOTSUP (the generation lacks the operation), -ENOMEM, -EINVAL (bad argument).
+ * Keys are user keys: the client prepends opts.key_prefix ("/" by default, as torch's Python client does),
+ * so a key written here is the same key a torch process reads with store.get(key). */
+#ifndef TRUN_STORE_CLIENT_H
+#define TRUN_STORE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "codec.h"
+#include "proto.h"
+
+typedef struct trun_client trun_client;
+
+typedef struct {
+  const char *host;        /* name or address; IPv6 first, then IPv4, as torch */
+  int port;
+  trun_gen gen;            /* TRUN_GEN_V2 (default: VALIDATE + PING handshake) or a legacy one */
+  int timeout_ms;          /* default per-operation timeout (default 300000, torch's) */
+  int connect_timeout_ms;  /* how long connect keeps retrying (default: timeout_ms) */
+  int backoff_initial_ms;  /* first retry delay (default 100); x1.5 each retry, +-50% jitter, cap */
+  int backoff_max_ms;      /* retry delay cap (default 5000) */
+  const char *key_prefix;  /* default "/"; "" for raw wire keys */
+} trun_client_opts;
+
+void trun_client_opts_default(trun_client_opts *o);
+/* Connects (retrying refused/reset/unreachable with backoff until connect_timeout_ms) and, for V2,
+ * sends VALIDATE + PING and checks the echoed nonce. */
+int trun_client_connect(const trun_client_opts *o, trun_client **out);
+void trun_client_close(trun_client *c);
+/* The connection's socket fd (for poll by an event loop); -1 when closed. */
+int trun_client_fd(const trun_client *c);
+
+int trun_client_set(trun_client *c, trun_slice key, trun_slice val);
+/* torch's get: WAIT for the key (timeout_ms < 0: the default), then GET into *out (replaced). */
+int trun_client_get(trun_client *c, trun_slice key, trun_buf *out, int timeout_ms);
+int trun_client_add(trun_client *c, trun_slice key, int64_t delta, int64_t *result);
+/* *out = the server's reply (see torch's compare_set rules). */
+int trun_client_compare_set(trun_client *c, trun_slice key, trun_slice expected, trun_slice desired,
+                            trun_buf *out);
+/* Blocks until every key exists. On timeout sends CANCEL_WAIT (V2) or reconnects (legacy, which has no
+ * cancel) so the connection stays in step, and returns -ETIMEDOUT. */
+int trun_client_wait(trun_client *c, size_t n, const trun_slice *keys, int timeout_ms);
+/* 1 all exist, 0 not all. */
+int trun_client_check(trun_client *c, size_t n, const trun_slice *keys);
+/* 1 deleted, 0 absent. */
+int trun_client_delete(trun_client *c, trun_slice key);
+int trun_client_append(trun_client *c, trun_slice key, trun_slice val);
+/* WAIT for all keys then MULTI_GET; vals is an array of n buffers (each replaced). */
+int trun_client_multi_get(trun_client *c, size_t n, const trun_slice *keys, trun_buf *vals,
+                          int timeout_ms);
+int trun_client_multi_set(trun_client *c, size_t n, const trun_slice *keys, const trun_slice *vals);
+int trun_client_num_keys(trun_client *c, int64_t *out);
+int trun_client_ping(trun_client *c);
+/* LIST: calls fn for each key (prefix stripped; keys without the prefix skipped). */
+int trun_client_list(trun_client *c, void (*fn)(void *arg, trun_slice key), void *arg);
+int trun_client_queue_push(trun_client *c, trun_slice key, trun_slice val);
+/* Blocking pop like torch (WAIT then QUEUE_POP); -ETIMEDOUT when empty past timeout. */
+int trun_client_queue_pop(trun_client *c, trun_slice key, trun_buf *out, int timeout_ms);
+int trun_client_queue_len(trun_client *c, trun_slice key, int64_t *out);
+
+/* Convenience: a slice of a NUL-terminated string. */
+static inline trun_slice trun_str(const char *s) {
+  trun_slice r = {(const uint8_t *)s, 0};
+  while (s[r.n]) r.n++;
+  return r;
+}
+
+#endif

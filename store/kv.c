@@ -1,0 +1,503 @@
+#include "kv.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct qitem {
+  struct qitem *next;
+  size_t n;
+  uint8_t data[];
+} qitem;
+
+typedef struct slot slot;
+
+struct trun_wait_reg {
+  trun_waiter *w;
+  slot *s;
+  trun_wait_reg *s_prev, *s_next; /* in the slot's list */
+  trun_wait_reg *w_prev, *w_next; /* in the waiter's list */
+};
+
+struct slot {
+  slot *chain;
+  uint64_t hash;
+  uint8_t *key;
+  size_t klen;
+  int has_value;
+  uint8_t *val;
+  size_t vlen, vcap;
+  qitem *qhead, *qtail;
+  int64_t qlen;
+  trun_wait_reg *waiters;
+  trun_wait_reg *watchers;
+};
+
+struct trun_kv {
+  slot **buckets;
+  size_t nbuckets; /* power of two */
+  size_t nslots;
+  uint64_t nkeys;
+  size_t bytes;
+};
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  h ^= h >> 29; /* spread the high bits into the bucket index */
+  return h;
+}
+
+trun_kv *trun_kv_new(void) {
+  trun_kv *kv = calloc(1, sizeof(*kv));
+  if (kv == NULL) return NULL;
+  kv->nbuckets = 64;
+  kv->buckets = calloc(kv->nbuckets, sizeof(slot *));
+  if (kv->buckets == NULL) {
+    free(kv);
+    return NULL;
+  }
+  return kv;
+}
+
+static void reg_unlink(trun_wait_reg *r, trun_wait_reg **slot_head, trun_wait_reg **w_head) {
+  if (r->s_prev) r->s_prev->s_next = r->s_next;
+  else *slot_head = r->s_next;
+  if (r->s_next) r->s_next->s_prev = r->s_prev;
+  if (r->w_prev) r->w_prev->w_next = r->w_next;
+  else *w_head = r->w_next;
+  if (r->w_next) r->w_next->w_prev = r->w_prev;
+}
+
+static void slot_free(slot *s) {
+  qitem *q = s->qhead;
+  while (q) {
+    qitem *n = q->next;
+    free(q);
+    q = n;
+  }
+  free(s->key);
+  free(s->val);
+  free(s);
+}
+
+void trun_kv_free(trun_kv *kv) {
+  if (kv == NULL) return;
+  for (size_t i = 0; i < kv->nbuckets; i++) {
+    slot *s = kv->buckets[i];
+    while (s) {
+      slot *n = s->chain;
+      /* Registrations belong to live waiters: detach them so that a later cancel is harmless. */
+      while (s->waiters) {
+        trun_wait_reg *r = s->waiters;
+        reg_unlink(r, &s->waiters, &r->w->regs);
+        free(r);
+      }
+      while (s->watchers) {
+        trun_wait_reg *r = s->watchers;
+        reg_unlink(r, &s->watchers, &r->w->watches);
+        free(r);
+      }
+      slot_free(s);
+      s = n;
+    }
+  }
+  free(kv->buckets);
+  free(kv);
+}
+
+static slot **find_link(trun_kv *kv, trun_slice key, uint64_t h) {
+  slot **link = &kv->buckets[h & (kv->nbuckets - 1)];
+  while (*link) {
+    slot *s = *link;
+    if (s->hash == h && s->klen == key.n && (key.n == 0 || memcmp(s->key, key.p, key.n) == 0))
+      return link;
+    link = &s->chain;
+  }
+  return link;
+}
+
+static slot *find(trun_kv *kv, trun_slice key) {
+  return *find_link(kv, key, hash_bytes(key.p, key.n));
+}
+
+static void grow(trun_kv *kv) {
+  size_t nb = kv->nbuckets * 2;
+  slot **b = calloc(nb, sizeof(slot *));
+  if (b == NULL) return; /* keep the longer chains; still correct */
+  for (size_t i = 0; i < kv->nbuckets; i++) {
+    slot *s = kv->buckets[i];
+    while (s) {
+      slot *n = s->chain;
+      s->chain = b[s->hash & (nb - 1)];
+      b[s->hash & (nb - 1)] = s;
+      s = n;
+    }
+  }
+  free(kv->buckets);
+  kv->buckets = b;
+  kv->nbuckets = nb;
+}
+
+static slot *find_or_add(trun_kv *kv, trun_slice key) {
+  uint64_t h = hash_bytes(key.p, key.n);
+  slot **link = find_link(kv, key, h);
+  if (*link) return *link;
+  slot *s = calloc(1, sizeof(*s));
+  if (s == NULL) return NULL;
+  s->key = malloc(key.n ? key.n : 1);
+  if (s->key == NULL) {
+    free(s);
+    return NULL;
+  }
+  if (key.n) memcpy(s->key, key.p, key.n);
+  s->klen = key.n;
+  s->hash = h;
+  *link = s;
+  kv->nslots++;
+  if (kv->nslots > kv->nbuckets) grow(kv);
+  return s;
+}
+
+/* Frees the slot when it holds nothing. */
+static void maybe_drop(trun_kv *kv, slot *s) {
+  if (s->has_value || s->qlen || s->waiters || s->watchers) return;
+  slot **link = find_link(kv, (trun_slice){s->key, s->klen}, s->hash);
+  if (*link != s) return;
+  *link = s->chain;
+  kv->nslots--;
+  slot_free(s);
+}
+
+/* Wakes waiters of s: all of them, or only the first when one_only. */
+static void wake_slot(slot *s, int one_only) {
+  while (s->waiters) {
+    trun_wait_reg *r = s->waiters;
+    trun_waiter *w = r->w;
+    reg_unlink(r, &s->waiters, &w->regs);
+    free(r);
+    if (w->pending > 0 && --w->pending == 0 && w->wake) w->wake(w);
+    if (one_only) break;
+  }
+}
+
+static void notify_watchers(slot *s, uint8_t type, trun_slice old, trun_slice new_) {
+  for (trun_wait_reg *r = s->watchers; r; r = r->s_next)
+    if (r->w->notify) r->w->notify(r->w, type, (trun_slice){s->key, s->klen}, old, new_);
+}
+
+/* Replaces the value of s (creating it), notifies watchers, wakes waiters when wake is set. */
+static int put_value_w(trun_kv *kv, slot *s, trun_slice val, int wake) {
+  uint8_t *nv = NULL;
+  if (val.n > s->vcap || s->val == NULL) {
+    nv = malloc(val.n ? val.n : 1);
+    if (nv == NULL) return -ENOMEM;
+  }
+  int existed = s->has_value;
+  if (s->watchers) {
+    trun_slice old = {existed ? s->val : NULL, existed ? s->vlen : 0};
+    notify_watchers(s, existed ? TRUN_WATCH_KEY_UPDATED : TRUN_WATCH_KEY_CREATED, old, val);
+  }
+  if (nv) {
+    kv->bytes -= s->vcap;
+    free(s->val);
+    s->val = nv;
+    s->vcap = val.n ? val.n : 1;
+    kv->bytes += s->vcap;
+  }
+  if (val.n) memmove(s->val, val.p, val.n);
+  s->vlen = val.n;
+  if (!existed) {
+    s->has_value = 1;
+    kv->nkeys++;
+    kv->bytes += s->klen;
+  }
+  if (wake) wake_slot(s, 0);
+  return 0;
+}
+
+static int put_value(trun_kv *kv, slot *s, trun_slice val) { return put_value_w(kv, s, val, 1); }
+
+int trun_kv_get(trun_kv *kv, trun_slice key, trun_slice *out) {
+  slot *s = find(kv, key);
+  if (s == NULL || !s->has_value) return 0;
+  out->p = s->val;
+  out->n = s->vlen;
+  return 1;
+}
+
+int trun_kv_set(trun_kv *kv, trun_slice key, trun_slice val) {
+  slot *s = find_or_add(kv, key);
+  if (s == NULL) return -ENOMEM;
+  int rc = put_value(kv, s, val);
+  if (rc < 0) maybe_drop(kv, s);
+  return rc;
+}
+
+int trun_kv_append(trun_kv *kv, trun_slice key, trun_slice val) {
+  slot *s = find_or_add(kv, key);
+  if (s == NULL) return -ENOMEM;
+  if (!s->has_value) {
+    int rc = put_value(kv, s, val);
+    if (rc < 0) maybe_drop(kv, s);
+    return rc;
+  }
+  if (val.n > SIZE_MAX - s->vlen) return -EOVERFLOW;
+  size_t need = s->vlen + val.n;
+  if (need > s->vcap) {
+    size_t cap = s->vcap * 2 > need ? s->vcap * 2 : need;
+    uint8_t *nv = realloc(s->val, cap);
+    if (nv == NULL) return -ENOMEM;
+    kv->bytes += cap - s->vcap;
+    s->val = nv;
+    s->vcap = cap;
+  }
+  if (s->watchers) {
+    /* Watchers get the old and the new value; build the new one first. */
+    memcpy(s->val + s->vlen, val.p, val.n);
+    notify_watchers(s, TRUN_WATCH_KEY_UPDATED, (trun_slice){s->val, s->vlen},
+                    (trun_slice){s->val, need});
+  } else if (val.n) {
+    memcpy(s->val + s->vlen, val.p, val.n);
+  }
+  s->vlen = need;
+  wake_slot(s, 0);
+  return 0;
+}
+
+int trun_kv_compare_set(trun_kv *kv, trun_slice key, trun_slice expected, trun_slice desired,
+                        trun_slice *reply) {
+  slot *s = find(kv, key);
+  if (s == NULL || !s->has_value) {
+    if (expected.n != 0) {
+      *reply = expected; /* torch's documented reply: nothing stored */
+      return 0;
+    }
+    int rc = trun_kv_set(kv, key, desired);
+    if (rc < 0) return rc;
+    s = find(kv, key);
+  } else if (s->vlen == expected.n && memcmp(s->val, expected.p, expected.n) == 0) {
+    int rc = put_value(kv, s, desired);
+    if (rc < 0) return rc;
+  }
+  reply->p = s->val;
+  reply->n = s->vlen;
+  return 0;
+}
+
+/* std::stoll on the stored bytes: leading white space, sign, digits, trailing bytes ignored. */
+static int parse_ll(const uint8_t *p, size_t n, int64_t *out) {
+  size_t i = 0;
+  while (i < n && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r'))) i++;
+  int neg = 0;
+  if (i < n && (p[i] == '+' || p[i] == '-')) neg = p[i++] == '-';
+  if (i >= n || p[i] < '0' || p[i] > '9') return -EINVAL;
+  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+    unsigned d = (unsigned)(p[i] - '0');
+    if (v > (lim - d) / 10) return -ERANGE;
+    v = v * 10 + d;
+  }
+  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+  return 0;
+}
+
+static int add_w(trun_kv *kv, trun_slice key, int64_t delta, int64_t *result, int wake) {
+  int64_t v = 0;
+  slot *s = find(kv, key);
+  if (s && s->has_value) {
+    int rc = parse_ll(s->val, s->vlen, &v);
+    if (rc < 0) return rc;
+  }
+  if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) return -ERANGE;
+  v += delta;
+  char text[24];
+  int n = snprintf(text, sizeof(text), "%lld", (long long)v);
+  if (s == NULL && (s = find_or_add(kv, key)) == NULL) return -ENOMEM;
+  int rc = put_value_w(kv, s, (trun_slice){(const uint8_t *)text, (size_t)n}, wake);
+  if (rc < 0) {
+    maybe_drop(kv, s);
+    return rc;
+  }
+  *result = v;
+  return 0;
+}
+
+int trun_kv_add(trun_kv *kv, trun_slice key, int64_t delta, int64_t *result) {
+  return add_w(kv, key, delta, result, 1);
+}
+
+int trun_kv_delete(trun_kv *kv, trun_slice key) {
+  slot *s = find(kv, key);
+  if (s == NULL || !s->has_value) return 0;
+  if (s->watchers)
+    notify_watchers(s, TRUN_WATCH_KEY_DELETED, (trun_slice){s->val, s->vlen}, (trun_slice){NULL, 0});
+  kv->bytes -= s->vcap + s->klen;
+  free(s->val);
+  s->val = NULL;
+  s->vlen = s->vcap = 0;
+  s->has_value = 0;
+  kv->nkeys--;
+  maybe_drop(kv, s); /* waiters stay registered: DELETE_KEY wakes nobody */
+  return 1;
+}
+
+uint64_t trun_kv_num_keys(const trun_kv *kv) { return kv->nkeys; }
+size_t trun_kv_bytes(const trun_kv *kv) { return kv->bytes; }
+
+int trun_kv_foreach(trun_kv *kv, int (*fn)(void *arg, trun_slice key), void *arg) {
+  for (size_t i = 0; i < kv->nbuckets; i++)
+    for (slot *s = kv->buckets[i]; s; s = s->chain)
+      if (s->has_value) {
+        int rc = fn(arg, (trun_slice){s->key, s->klen});
+        if (rc) return rc;
+      }
+  return 0;
+}
+
+static int present(slot *s) { return s && (s->has_value || s->qlen > 0); }
+
+int trun_kv_check(trun_kv *kv, uint64_t count, const uint8_t *items) {
+  const uint8_t *pos = items;
+  for (uint64_t i = 0; i < count; i++)
+    if (!present(find(kv, trun_req_item(&pos)))) return 0;
+  return 1;
+}
+
+static int add_reg(slot *s, trun_waiter *w, int watch) {
+  trun_wait_reg *r = calloc(1, sizeof(*r));
+  if (r == NULL) return -ENOMEM;
+  r->w = w;
+  r->s = s;
+  trun_wait_reg **sh = watch ? &s->watchers : &s->waiters;
+  trun_wait_reg **wh = watch ? &w->watches : &w->regs;
+  r->s_next = *sh;
+  if (*sh) (*sh)->s_prev = r;
+  *sh = r;
+  r->w_next = *wh;
+  if (*wh) (*wh)->w_prev = r;
+  *wh = r;
+  return 0;
+}
+
+uint64_t trun_kv_cancel(trun_kv *kv, trun_waiter *w) {
+  uint64_t n = 0;
+  while (w->regs) {
+    trun_wait_reg *r = w->regs;
+    slot *s = r->s;
+    reg_unlink(r, &s->waiters, &w->regs);
+    free(r);
+    maybe_drop(kv, s);
+    n++;
+  }
+  w->pending = 0;
+  return n;
+}
+
+void trun_kv_cancel_watches(trun_kv *kv, trun_waiter *w) {
+  while (w->watches) {
+    trun_wait_reg *r = w->watches;
+    slot *s = r->s;
+    reg_unlink(r, &s->watchers, &w->watches);
+    free(r);
+    maybe_drop(kv, s);
+  }
+}
+
+int trun_kv_wait(trun_kv *kv, trun_waiter *w, uint64_t count, const uint8_t *items) {
+  trun_kv_cancel(kv, w);
+  const uint8_t *pos = items;
+  for (uint64_t i = 0; i < count; i++) {
+    trun_slice key = trun_req_item(&pos);
+    slot *s = find(kv, key);
+    if (present(s)) continue;
+    if (s == NULL && (s = find_or_add(kv, key)) == NULL) {
+      trun_kv_cancel(kv, w);
+      return -ENOMEM;
+    }
+    if (add_reg(s, w, 0) < 0) {
+      maybe_drop(kv, s);
+      trun_kv_cancel(kv, w);
+      return -ENOMEM;
+    }
+    w->pending++;
+  }
+  return w->pending == 0 ? 1 : 0;
+}
+
+int trun_kv_barrier(trun_kv *kv, trun_waiter *w, trun_slice key, int64_t world) {
+  int64_t count;
+  int rc = add_w(kv, key, 1, &count, 0); /* earlier arrivers are woken only at completion */
+  if (rc < 0) return rc;
+  slot *s = find(kv, key);
+  if (count >= world) {
+    wake_slot(s, 0);
+    return 1;
+  }
+  trun_kv_cancel(kv, w);
+  if (add_reg(s, w, 0) < 0) return -ENOMEM;
+  w->pending = 1;
+  return 0;
+}
+
+int trun_kv_watch(trun_kv *kv, trun_waiter *w, trun_slice key) {
+  slot *s = find_or_add(kv, key);
+  if (s == NULL) return -ENOMEM;
+  return add_reg(s, w, 1);
+}
+
+int trun_kv_queue_push(trun_kv *kv, trun_slice key, trun_slice val) {
+  slot *s = find_or_add(kv, key);
+  if (s == NULL) return -ENOMEM;
+  qitem *q = malloc(sizeof(*q) + val.n);
+  if (q == NULL) {
+    maybe_drop(kv, s);
+    return -ENOMEM;
+  }
+  q->next = NULL;
+  q->n = val.n;
+  if (val.n) memcpy(q->data, val.p, val.n);
+  if (s->qtail) s->qtail->next = q;
+  else s->qhead = q;
+  s->qtail = q;
+  s->qlen++;
+  kv->bytes += val.n;
+  wake_slot(s, 1);
+  return 0;
+}
+
+int64_t trun_kv_queue_pop(trun_kv *kv, trun_slice key, trun_slice *out) {
+  slot *s = find(kv, key);
+  if (s == NULL || s->qlen == 0) return 0;
+  int64_t len = s->qlen;
+  qitem *q = s->qhead;
+  s->qhead = q->next;
+  if (s->qhead == NULL) s->qtail = NULL;
+  s->qlen--;
+  kv->bytes -= q->n;
+  uint8_t *copy = malloc(q->n ? q->n : 1);
+  if (copy == NULL) {
+    q->next = s->qhead; /* put it back */
+    s->qhead = q;
+    if (s->qtail == NULL) s->qtail = q;
+    s->qlen++;
+    kv->bytes += q->n;
+    return -ENOMEM;
+  }
+  if (q->n) memcpy(copy, q->data, q->n);
+  out->p = copy;
+  out->n = q->n;
+  free(q);
+  maybe_drop(kv, s);
+  return len;
+}
+
+int64_t trun_kv_queue_len(trun_kv *kv, trun_slice key) {
+  slot *s = find(kv, key);
+  return s ? s->qlen : 0;
+}

@@ -1,0 +1,122 @@
+/* `trun-store serve`: a stand-alone TCPStore server.
+ * Exit codes: 0 stopped by SIGINT/SIGTERM, 1 could not listen, 2 bad command line. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "log.h"
+#include "server.h"
+#include "tool.h"
+
+typedef struct {
+  trun_server *srv;
+  uv_signal_t sigint, sigterm;
+} serve_state;
+
+static void on_stopped(void *arg) { (void)arg; }
+
+static void on_signal(uv_signal_t *h, int signum) {
+  serve_state *st = h->data;
+  trun_info("signal %d: closing the store on port %d", signum, trun_server_port(st->srv));
+  trun_server_close(st->srv, on_stopped, NULL);
+  uv_close((uv_handle_t *)&st->sigint, NULL);
+  uv_close((uv_handle_t *)&st->sigterm, NULL);
+}
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: trun-store serve [--host H] [--port P] [--ready-file F] [--legacy 1.13|2.1]\n"
+          "                        [--max-key-bytes N] [--max-value-bytes N] [--max-keys N]\n"
+          "  --host H          address to listen on (default: :: dual-stack, else 0.0.0.0)\n"
+          "  --port P          TCP port; 0 picks a free one (default 29500)\n"
+          "  --ready-file F    write the port to F once listening\n"
+          "  --legacy G        numbering of clients without the VALIDATE handshake (default 1.13)\n"
+          "  --max-key-bytes   longest key (default %u)\n"
+          "  --max-value-bytes longest value (default %u)\n"
+          "  --max-keys        keys in one CHECK/WAIT/MULTI request (default %u)\n"
+          "Prints 'trun-store: listening on HOST:PORT' on stdout once ready.\n",
+          TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS);
+}
+
+int trun_store_serve_main(int argc, char **argv) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.port = 29500;
+  const char *ready = NULL;
+  static const struct option opts[] = {{"host", required_argument, 0, 'h'},
+                                       {"port", required_argument, 0, 'p'},
+                                       {"ready-file", required_argument, 0, 'r'},
+                                       {"legacy", required_argument, 0, 'l'},
+                                       {"max-key-bytes", required_argument, 0, 'K'},
+                                       {"max-value-bytes", required_argument, 0, 'V'},
+                                       {"max-keys", required_argument, 0, 'N'},
+                                       {"help", no_argument, 0, 'H'},
+                                       {0, 0, 0, 0}};
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    long long v;
+    switch (ch) {
+      case 'h': o.host = optarg; break;
+      case 'p':
+        if (trun_tool_parse_ll(optarg, 0, 65535, &v) < 0) return trun_tool_bad_arg("--port", optarg);
+        o.port = (int)v;
+        break;
+      case 'r': ready = optarg; break;
+      case 'l':
+        if (strcmp(optarg, "1.13") == 0 || strcmp(optarg, "2.0") == 0) o.legacy = TRUN_GEN_LEGACY113;
+        else if (strcmp(optarg, "2.1") == 0) o.legacy = TRUN_GEN_LEGACY21;
+        else return trun_tool_bad_arg("--legacy (1.13 or 2.1)", optarg);
+        break;
+      case 'K':
+        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0) return trun_tool_bad_arg("--max-key-bytes", optarg);
+        o.limits.max_key = (uint64_t)v;
+        break;
+      case 'V':
+        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0) return trun_tool_bad_arg("--max-value-bytes", optarg);
+        o.limits.max_value = (uint64_t)v;
+        break;
+      case 'N':
+        if (trun_tool_parse_ll(optarg, 1, 1ll << 32, &v) < 0) return trun_tool_bad_arg("--max-keys", optarg);
+        o.limits.max_keys = (uint64_t)v;
+        break;
+      case 'H': serve_usage(stdout); return 0;
+      default: serve_usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "trun-store serve: unexpected argument '%s'; see trun-store serve --help\n", argv[optind]);
+    return 2;
+  }
+  uv_loop_t *loop = uv_default_loop();
+  serve_state st;
+  int rc = trun_server_start(loop, &o, &st.srv);
+  if (rc < 0) {
+    trun_error("cannot listen on %s:%d: %s; pick another --port or free it", o.host ? o.host : "::",
+               o.port, uv_strerror(rc));
+    uv_run(loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  int port = trun_server_port(st.srv);
+  uv_signal_init(loop, &st.sigint);
+  uv_signal_init(loop, &st.sigterm);
+  st.sigint.data = st.sigterm.data = &st;
+  uv_signal_start(&st.sigint, on_signal, SIGINT);
+  uv_signal_start(&st.sigterm, on_signal, SIGTERM);
+  printf("trun-store: listening on %s:%d\n", o.host ? o.host : "::", port);
+  fflush(stdout);
+  if (ready && trun_tool_write_file(ready, port) < 0) {
+    trun_error("cannot write --ready-file %s: %s", ready, strerror(errno));
+    trun_server_close(st.srv, on_stopped, NULL);
+    uv_close((uv_handle_t *)&st.sigint, NULL);
+    uv_close((uv_handle_t *)&st.sigterm, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
+  return 0;
+}

@@ -1,0 +1,540 @@
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define READ_CHUNK 65536
+
+typedef struct conn conn;
+
+struct trun_server {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  trun_server_opts opts;
+  trun_kv *kv;
+  conn *conns;
+  trun_server_stats stats;
+  int port;
+  int closing;
+  int handles_open;
+  void (*done)(void *arg);
+  void *done_arg;
+};
+
+struct conn {
+  uv_tcp_t tcp;
+  trun_server *srv;
+  conn *prev, *next;
+  trun_gen gen;
+  trun_buf in;    /* bytes not yet parsed */
+  size_t need;    /* do not parse again before in.len reaches this */
+  trun_buf out;   /* replies not yet handed to the kernel or libuv */
+  trun_buf wbuf;  /* bytes of the write in flight */
+  uv_write_t wreq;
+  int writing;
+  int reading;
+  int closing;
+  trun_waiter w;
+  char peer[64];
+};
+
+static void conn_close(conn *c, const char *why);
+static void conn_flush(conn *c);
+
+void trun_server_opts_default(trun_server_opts *o) {
+  memset(o, 0, sizeof(*o));
+  trun_limits_default(&o->limits);
+  o->legacy = TRUN_GEN_LEGACY113;
+  o->max_pending_out = 4u << 20;
+}
+
+int trun_server_port(const trun_server *s) { return s->port; }
+trun_kv *trun_server_kv(trun_server *s) { return s->kv; }
+void trun_server_get_stats(const trun_server *s, trun_server_stats *st) { *st = s->stats; }
+
+static int somaxconn(void) {
+  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+  int v = 0;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1) v = 0;
+    fclose(f);
+  }
+  return v > 0 ? v : 4096;
+}
+
+static void peer_name(conn *c) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  snprintf(c->peer, sizeof(c->peer), "?");
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return;
+  char host[48] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    uv_ip4_name(a, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+  } else if (ss.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    uv_ip6_name(a, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+    snprintf(c->peer, sizeof(c->peer), "[%s]:%d", host, port);
+  }
+}
+
+/* ---- replies ---------------------------------------------------------------------------------- */
+
+static void conn_wake(trun_waiter *w) {
+  conn *c = (conn *)((char *)w - offsetof(conn, w));
+  if (c->closing) return;
+  c->srv->stats.waiting--;
+  if (trun_buf_append_u8(&c->out, TRUN_WAIT_STOP_WAITING) < 0) {
+    conn_close(c, "out of memory queueing a reply");
+    return;
+  }
+  conn_flush(c);
+}
+
+static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old,
+                        trun_slice new_) {
+  conn *c = (conn *)((char *)w - offsetof(conn, w));
+  if (c->closing) return;
+  if (trun_buf_append_u8(&c->out, type) < 0 || trun_buf_append_str(&c->out, key.p, key.n) < 0 ||
+      trun_buf_append_str(&c->out, old.p, old.n) < 0 ||
+      trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
+    conn_close(c, "out of memory queueing a watch update");
+    return;
+  }
+  conn_flush(c);
+}
+
+typedef struct {
+  trun_buf *out;
+  uint64_t n;
+} list_acc;
+
+static int list_count(void *arg, trun_slice key) {
+  (void)key;
+  ((list_acc *)arg)->n++;
+  return 0;
+}
+
+static int list_put(void *arg, trun_slice key) {
+  return trun_buf_append_str(((list_acc *)arg)->out, key.p, key.n);
+}
+
+/* Executes one request. Returns 0, or a negative errno with *why set (the connection is closed). */
+static int handle(conn *c, const trun_req *r, const char **why) {
+  trun_kv *kv = c->srv->kv;
+  trun_buf *out = &c->out;
+  trun_slice v;
+  int64_t n;
+  int rc = 0;
+  c->srv->stats.ops++;
+  switch (r->op) {
+    case TRUN_OP_SET:
+      rc = trun_kv_set(kv, r->key, r->val);
+      break;
+    case TRUN_OP_APPEND:
+      rc = trun_kv_append(kv, r->key, r->val);
+      break;
+    case TRUN_OP_COMPARE_SET:
+      rc = trun_kv_compare_set(kv, r->key, r->val, r->val2, &v);
+      if (rc == 0) rc = trun_buf_append_str(out, v.p, v.n);
+      break;
+    case TRUN_OP_GET:
+      /* libuv server's rule: a missing key reads as empty (torch clients WAIT before GET). */
+      if (!trun_kv_get(kv, r->key, &v)) v.n = 0;
+      rc = trun_buf_append_str(out, v.p, v.n);
+      break;
+    case TRUN_OP_ADD:
+      rc = trun_kv_add(kv, r->key, r->num, &n);
+      if (rc == -EINVAL) {
+        *why = "ADD on a value that is not a decimal integer";
+        return rc;
+      }
+      if (rc == -ERANGE) {
+        *why = "ADD overflows int64";
+        return rc;
+      }
+      if (rc == 0) rc = trun_buf_append_u64(out, (uint64_t)n);
+      break;
+    case TRUN_OP_CHECK:
+      rc = trun_buf_append_u8(out, trun_kv_check(kv, r->count, r->items) ? TRUN_CHECK_READY
+                                                                         : TRUN_CHECK_NOT_READY);
+      break;
+    case TRUN_OP_WAIT: {
+      int was = c->w.pending > 0;
+      rc = trun_kv_wait(kv, &c->w, r->count, r->items);
+      if (was) c->srv->stats.waiting--;
+      if (rc == 1) rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
+      else if (rc == 0) c->srv->stats.waiting++;
+      break;
+    }
+    case TRUN_OP_BARRIER: {
+      int was = c->w.pending > 0;
+      rc = trun_kv_barrier(kv, &c->w, r->key, r->num);
+      if (was) c->srv->stats.waiting--;
+      if (rc == 1) rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
+      else if (rc == 0) c->srv->stats.waiting++;
+      else if (rc == -EINVAL || rc == -ERANGE) {
+        *why = "BARRIER on a key whose value is not a counter";
+        return rc;
+      }
+      break;
+    }
+    case TRUN_OP_CANCEL_WAIT:
+      if (trun_kv_cancel(kv, &c->w) > 0) c->srv->stats.waiting--;
+      rc = trun_buf_append_u8(out, TRUN_WAIT_CANCELED);
+      break;
+    case TRUN_OP_GETNUMKEYS:
+      rc = trun_buf_append_u64(out, trun_kv_num_keys(kv));
+      break;
+    case TRUN_OP_DELETE_KEY:
+      rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key));
+      break;
+    case TRUN_OP_MULTI_GET: {
+      const uint8_t *pos = r->items;
+      for (uint64_t i = 0; i < r->count && rc == 0; i++) {
+        trun_slice key = trun_req_item(&pos);
+        if (!trun_kv_get(kv, key, &v)) v.n = 0;
+        rc = trun_buf_append_str(out, v.p, v.n);
+      }
+      break;
+    }
+    case TRUN_OP_MULTI_SET: {
+      const uint8_t *pos = r->items;
+      for (uint64_t i = 0; i < r->count && rc == 0; i++) {
+        trun_slice key = trun_req_item(&pos);
+        trun_slice val = trun_req_item(&pos);
+        rc = trun_kv_set(kv, key, val);
+      }
+      break;
+    }
+    case TRUN_OP_PING:
+      rc = trun_buf_append_u32(out, r->u32);
+      break;
+    case TRUN_OP_QUEUE_PUSH:
+      rc = trun_kv_queue_push(kv, r->key, r->val);
+      break;
+    case TRUN_OP_QUEUE_POP:
+      n = trun_kv_queue_pop(kv, r->key, &v);
+      if (n < 0) {
+        rc = (int)n;
+        break;
+      }
+      rc = trun_buf_append_u64(out, (uint64_t)n);
+      if (n > 0) {
+        if (rc == 0) rc = trun_buf_append_str(out, v.p, v.n);
+        free((void *)v.p);
+      }
+      break;
+    case TRUN_OP_QUEUE_LEN:
+      rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key));
+      break;
+    case TRUN_OP_LIST: {
+      list_acc acc = {out, 0};
+      trun_kv_foreach(kv, list_count, &acc);
+      rc = trun_buf_append_u64(out, acc.n);
+      if (rc == 0) rc = trun_kv_foreach(kv, list_put, &acc);
+      break;
+    }
+    case TRUN_OP_WATCH_KEY:
+      rc = trun_kv_watch(kv, &c->w, r->key);
+      if (rc == 0) rc = trun_buf_append_u8(out, TRUN_WATCH_REGISTERED);
+      break;
+    default:
+      *why = "query type not served";
+      return -EBADMSG;
+  }
+  if (rc < 0) *why = "out of memory";
+  return rc < 0 ? rc : 0;
+}
+
+/* ---- connection I/O --------------------------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h) {
+  conn *c = (conn *)h;
+  trun_server *s = c->srv;
+  trun_buf_free(&c->in);
+  trun_buf_free(&c->out);
+  trun_buf_free(&c->wbuf);
+  free(c);
+  s->handles_open--;
+  if (s->closing && s->handles_open == 0) {
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    trun_kv_free(s->kv);
+    free(s);
+    if (done) done(arg);
+  }
+}
+
+static void conn_close(conn *c, const char *why) {
+  if (c->closing) return;
+  c->closing = 1;
+  trun_server *s = c->srv;
+  if (why) {
+    s->stats.rejected++;
+    trun_warn("closed connection from %s (%s): %s", c->peer, trun_proto_gen_name(c->gen), why);
+  }
+  if (trun_kv_cancel(s->kv, &c->w) > 0) s->stats.waiting--;
+  trun_kv_cancel_watches(s->kv, &c->w);
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->stats.connections--;
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+
+static void update_reading(conn *c) {
+  size_t pending = c->out.len + c->wbuf.len;
+  if (c->closing) return;
+  if (c->reading && pending > c->srv->opts.max_pending_out) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  } else if (!c->reading && pending <= c->srv->opts.max_pending_out / 2) {
+    c->reading = 1;
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc < 0) conn_close(c, uv_strerror(rc));
+  }
+}
+
+static void on_write(uv_write_t *req, int status) {
+  conn *c = req->data;
+  c->writing = 0;
+  c->wbuf.len = 0;
+  if (c->closing) return;
+  if (status < 0) {
+    conn_close(c, NULL); /* peer went away; nothing to report */
+    return;
+  }
+  conn_flush(c);
+}
+
+static void conn_flush(conn *c) {
+  if (c->closing || c->writing || c->out.len == 0) {
+    if (!c->closing) update_reading(c);
+    return;
+  }
+  uv_buf_t b = uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
+  int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  if (n == UV_EAGAIN) n = 0;
+  if (n < 0) {
+    conn_close(c, NULL);
+    return;
+  }
+  trun_buf_consume(&c->out, (size_t)n);
+  if (c->out.len > 0) {
+    trun_buf t = c->wbuf; /* hand the rest to libuv; keep the spare buffer for new replies */
+    c->wbuf = c->out;
+    c->out = t;
+    c->out.len = 0;
+    b = uv_buf_init((char *)c->wbuf.data, (unsigned)c->wbuf.len);
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+      conn_close(c, NULL);
+      return;
+    }
+    c->writing = 1;
+  }
+  update_reading(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+  (void)suggested;
+  conn *c = (conn *)h;
+  size_t want = READ_CHUNK;
+  if (c->need > c->in.len && c->need - c->in.len > want) want = c->need - c->in.len;
+  if (trun_buf_reserve(&c->in, want) < 0) {
+    *b = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+    return;
+  }
+  size_t room = c->in.cap - c->in.len;
+  *b = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(room > 0x7fffffff ? 0x7fffffff : room));
+}
+
+static void process(conn *c) {
+  trun_server *s = c->srv;
+  size_t off = 0;
+  if (c->gen == TRUN_GEN_UNKNOWN) {
+    size_t used;
+    c->gen = trun_gen_detect(c->in.data, c->in.len, s->opts.legacy, &used);
+    if (c->gen == TRUN_GEN_UNKNOWN) return;
+    off = used;
+    c->need = 0;
+  }
+  while (off < c->in.len && !c->closing) {
+    if (c->in.len < c->need) break;
+    trun_req r;
+    size_t need;
+    ssize_t n = trun_req_parse(c->gen, c->in.data + off, c->in.len - off, &s->opts.limits, &r, &need);
+    if (n < 0) {
+      char why[160];
+      snprintf(why, sizeof(why), "%s (byte 0x%02x)", r.err ? r.err : "malformed request",
+               c->in.data[off]);
+      conn_close(c, why);
+      return;
+    }
+    if (n == 0) {
+      c->need = need; /* relative to off, made absolute below */
+      break;
+    }
+    const char *why = NULL;
+    if (handle(c, &r, &why) < 0) {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
+      conn_close(c, msg);
+      return;
+    }
+    off += (size_t)n;
+    c->need = 0;
+  }
+  if (c->closing) return;
+  trun_buf_consume(&c->in, off);
+  /* c->need was measured from off, which is now the start of the buffer. */
+  conn_flush(c);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
+  (void)b;
+  conn *c = (conn *)st;
+  if (c->closing) return;
+  if (nread < 0) {
+    if (nread == UV_ENOBUFS) conn_close(c, "out of memory for the input buffer");
+    else conn_close(c, NULL); /* EOF or reset: the client left */
+    return;
+  }
+  c->in.len += (size_t)nread;
+  process(c);
+}
+
+static void on_connection(uv_stream_t *l, int status) {
+  trun_server *s = l->data;
+  if (status < 0) {
+    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
+    return;
+  }
+  conn *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    trun_error("out of memory accepting a connection on port %d", s->port);
+    return;
+  }
+  c->srv = s;
+  c->w.wake = conn_wake;
+  c->w.notify = conn_notify;
+  int rc = uv_tcp_init(s->loop, &c->tcp);
+  if (rc < 0) {
+    trun_error("uv_tcp_init: %s", uv_strerror(rc));
+    free(c);
+    return;
+  }
+  s->handles_open++;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->stats.connections++;
+  s->stats.accepted++;
+  if ((rc = uv_accept(l, (uv_stream_t *)&c->tcp)) < 0) {
+    conn_close(c, uv_strerror(rc));
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  peer_name(c);
+  c->reading = 1;
+  if ((rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0)
+    conn_close(c, uv_strerror(rc));
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------- */
+
+static int bind_host(trun_server *s, const char *host, int port) {
+  struct sockaddr_storage ss;
+  int rc;
+  if (host == NULL || host[0] == '\0') {
+    rc = uv_ip6_addr("::", port, (struct sockaddr_in6 *)&ss);
+    if (rc == 0) rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0) return 0;
+    uv_ip4_addr("0.0.0.0", port, (struct sockaddr_in *)&ss);
+    return uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+  }
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) == 0 ||
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) == 0)
+    return uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+  uv_getaddrinfo_t req;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+  char ps[16];
+  snprintf(ps, sizeof(ps), "%d", port);
+  rc = uv_getaddrinfo(s->loop, &req, NULL, host, ps, &hints);
+  if (rc < 0) return rc;
+  rc = UV_EADDRNOTAVAIL;
+  for (struct addrinfo *ai = req.addrinfo; ai; ai = ai->ai_next)
+    if ((rc = uv_tcp_bind(&s->listener, ai->ai_addr, 0)) == 0) break;
+  uv_freeaddrinfo(req.addrinfo);
+  return rc;
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  trun_server *s = h->data;
+  s->handles_open--;
+  if (s->handles_open == 0) {
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    trun_kv_free(s->kv);
+    free(s);
+    if (done) done(arg);
+  }
+}
+
+int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **out) {
+  trun_server *s = calloc(1, sizeof(*s));
+  if (s == NULL) return UV_ENOMEM;
+  s->loop = loop;
+  s->opts = *o;
+  if (s->opts.max_pending_out == 0) s->opts.max_pending_out = 4u << 20;
+  s->kv = trun_kv_new();
+  if (s->kv == NULL) {
+    free(s);
+    return UV_ENOMEM;
+  }
+  int rc = uv_tcp_init(loop, &s->listener);
+  if (rc < 0) {
+    trun_kv_free(s->kv);
+    free(s);
+    return rc;
+  }
+  s->listener.data = s;
+  s->handles_open = 1;
+  rc = bind_host(s, o->host, o->port);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(),
+                              on_connection);
+  if (rc < 0) {
+    s->closing = 1;
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    return rc;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+  s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+  *out = s;
+  return 0;
+}
+
+void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
+  if (s->closing) return;
+  s->closing = 1;
+  s->done = done;
+  s->done_arg = arg;
+  while (s->conns) conn_close(s->conns, NULL);
+  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}
