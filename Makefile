@@ -11,50 +11,57 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-CFLAGS_ALL = $(CSTD) $(OPT) -Istore -Iagent -Ilauncher -Iconfig $(PKG_CFLAGS) $(CFLAGS)
+INC     := -Istore -Iagent -Ilauncher -Iconfig
+CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 export TRUN_CHROOT ?= /var/cache/trun/trixie
 
 # The store library: everything in store/ but the trun-store command's own files.
-STORE_TOOL := store/main.c store/serve.c store/bench.c store/tool.c
+STORE_TOOL := store/main.c store/serve.c store/bench.c store/cli.c store/tool.c
 STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
+# Everything else but the programs' main files: the agent and the launcher.
+LIB_SRC    := $(STORE_SRC) $(wildcard agent/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+HEADERS    := $(wildcard store/*.h agent/*.h launcher/*.h config/*.h)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
 .PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck
-all: pkgcheck $(B)/trun-store $(UNIT_BIN)
+all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
 	@pkg-config --exists $(PKGS) check || { echo "make: missing libraries ($(PKGS) check); run 'make deps' (installs them from Debian)" >&2; exit 2; }
 
-$(B)/obj/%.o: %.c $(wildcard store/*.h)
+$(B)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(B)/asanobj/%.o: %.c $(wildcard store/*.h)
+$(B)/asanobj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) -O1 -g $(SAN) -Istore $(PKG_CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
-$(B)/libtrunstore.a: $(STORE_SRC:%.c=$(B)/obj/%.o)
+$(B)/libtrun.a: $(LIB_SRC:%.c=$(B)/obj/%.o)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrunstore.a
-	$(CC) $(OPT) -o $@ $^ $(PKG_LIBS)
+$(B)/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $^ $(PKG_LIBS) -lpthread -lm
 
-$(B)/tests/%: tests/unit/%.c $(B)/libtrunstore.a tests/unit/unit.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrunstore.a $(PKG_LIBS) $(CHECK_LIBS)
+$(B)/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $^ $(PKG_LIBS) -lpthread -lm
 
-$(B)/asan/%: tests/unit/%.c $(STORE_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
+$(B)/tests/%: tests/unit/%.c $(B)/libtrun.a tests/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) -O1 -g $(SAN) -Istore -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
-	  $(STORE_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CHECK_LIBS)
+	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrun.a $(PKG_LIBS) $(CHECK_LIBS) -lpthread -lm
 
-$(B)/fuzz/%: fuzz/%.c $(STORE_SRC)
+$(B)/asan/%: tests/unit/%.c $(LIB_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -Istore $(PKG_CFLAGS) -o $@ $< $(STORE_SRC) $(PKG_LIBS)
+	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
+	  $(LIB_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CHECK_LIBS) -lpthread -lm
+
+$(B)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined $(INC) $(PKG_CFLAGS) -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
 
 deps:
 	@scripts/deps.sh
@@ -86,6 +93,11 @@ check: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh
+
+demo:
+	@scripts/deps.sh
+	@$(MAKE) --no-print-directory pkgcheck $(B)/trun
+	@scripts/demo.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

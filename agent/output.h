@@ -1,0 +1,23 @@
+/* Worker output: each stream the console shows or a tee copies goes through a pipe that the agent reads
+ * on its loop, cut into whole lines (never mid-line, never interleaved), optionally prefixed, and written
+ * to the console and / or the stream's log file. */
+#ifndef TRUN_OUTPUT_H
+#define TRUN_OUTPUT_H
+
+#include <uv.h>
+
+typedef struct trun_stream trun_stream;
+
+/* Opens a pipe for one worker stream. The worker gets *child_fd (the write end; the caller closes it in
+ * the agent after the spawn). console_fd: 1 or 2, or -1 for none; file_fd: log file or -1 (dup'ed);
+ * prefix: text put before every console line (copied; "" for none). Returns 0 or a negative errno. */
+int trun_stream_open(uv_loop_t *loop, int console_fd, int file_fd, const char *prefix, trun_stream **out,
+                     int *child_fd);
+/* Called once the stream reaches EOF and has flushed (all writers, including the worker's children,
+ * closed it). */
+void trun_stream_on_eof(trun_stream *s, void (*cb)(void *arg), void *arg);
+int trun_stream_is_open(const trun_stream *s);
+/* Closes the pipe (pending partial line flushed) and frees the stream once libuv is done. */
+void trun_stream_close(trun_stream *s);
+
+#endif

@@ -1,0 +1,44 @@
+/* Rendezvous for the static and standalone backends: who hosts the store, group ranks, global ranks,
+ * the workers' MASTER_ADDR/PORT, per-round barriers, and the job-wide failure / success signal. */
+#ifndef TRUN_RDZV_H
+#define TRUN_RDZV_H
+
+#include "client.h"
+#include "config.h"
+#include "store_host.h"
+
+typedef struct {
+  const trun_config *cfg;
+  int nproc;
+  int group_rank, group_world_size;
+  int base_rank, world_size;           /* this node's first global rank; all workers */
+  int role_base_rank, role_world_size; /* one role: same as the global ones */
+  char master_addr[256];               /* the workers' store */
+  int master_port;
+  char host_addr[256];                 /* this node's address as published (--local-addr or FQDN) */
+  trun_store_host *host;               /* set when this agent serves the store */
+  trun_client *client;                 /* this agent's connection to the store (raw keys) */
+} trun_rdzv;
+
+/* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err. */
+int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
+/* Round `round`: waits until every agent has stopped its workers, clears the last attempt's worker keys
+ * (the host), and assigns ranks. 0 or -1 with a reason. */
+int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen);
+/* Tells every agent that round `round` failed on this node. */
+int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
+/* This node's workers all succeeded in `round`. */
+int trun_rdzv_announce_success(trun_rdzv *r, int round);
+/* Key whose value ends a round: "ok" (every node succeeded) or "fail:<group rank>". */
+void trun_rdzv_end_key(const trun_rdzv *r, int round, char *key, size_t len);
+/* Failure reports published by every node for `round` (JSON objects); the caller frees each string
+ * and the array. Waits at most timeout_ms for missing ones; *n = how many were read. */
+int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
+/* Exit barrier: every agent calls it once the job is over; the host waits (bounded) for the others
+ * so that it does not take the store away while they still read from it. */
+void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
+void trun_rdzv_close(trun_rdzv *r);
+/* Python's socket.getfqdn() for this host. */
+void trun_fqdn(char *out, size_t len);
+
+#endif

@@ -1,0 +1,76 @@
+#include "store_host.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#include "server.h"
+
+struct trun_store_host {
+  uv_loop_t loop;
+  uv_async_t stop;
+  trun_server *srv;
+  pthread_t thread;
+};
+
+static void on_stop(uv_async_t *a) {
+  trun_store_host *h = a->data;
+  trun_server_close(h->srv, NULL, NULL);
+  uv_close((uv_handle_t *)&h->stop, NULL);
+}
+
+static void *run(void *arg) {
+  trun_store_host *h = arg;
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+int trun_store_host_start(const char *host, int port, trun_store_host **out, int *port_out) {
+  trun_store_host *h = calloc(1, sizeof(*h));
+  if (h == NULL) return UV_ENOMEM;
+  int rc = uv_loop_init(&h->loop);
+  if (rc < 0) {
+    free(h);
+    return rc;
+  }
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.host = host;
+  o.port = port;
+  rc = trun_server_start(&h->loop, &o, &h->srv);
+  if (rc == 0) rc = uv_async_init(&h->loop, &h->stop, on_stop);
+  if (rc < 0) {
+    if (h->srv) trun_server_close(h->srv, NULL, NULL);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&h->loop);
+    free(h);
+    return rc;
+  }
+  h->stop.data = h;
+  *port_out = trun_server_port(h->srv);
+  /* The thread takes no process signals: the agent's loop handles them. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  rc = pthread_create(&h->thread, NULL, run, h);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    on_stop(&h->stop);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&h->loop);
+    free(h);
+    return -rc;
+  }
+  *out = h;
+  return 0;
+}
+
+void trun_store_host_stop(trun_store_host *h) {
+  if (h == NULL) return;
+  uv_async_send(&h->stop);
+  pthread_join(h->thread, NULL);
+  uv_loop_close(&h->loop);
+  free(h);
+}

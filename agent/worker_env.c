@@ -1,0 +1,184 @@
+#include "worker_env.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t strv_len(char *const *v) {
+  size_t n = 0;
+  while (v && v[n]) n++;
+  return n;
+}
+
+void trun_strv_free(char **v) {
+  for (size_t i = 0; v && v[i]; i++) free(v[i]);
+  free(v);
+}
+
+const char *trun_strv_getenv(char *const *v, const char *name) {
+  size_t n = strlen(name);
+  for (size_t i = 0; v && v[i]; i++)
+    if (strncmp(v[i], name, n) == 0 && v[i][n] == '=') return v[i] + n + 1;
+  return NULL;
+}
+
+int trun_strv_setenv(char ***v, const char *name, const char *value) {
+  char *entry;
+  if (asprintf(&entry, "%s=%s", name, value) < 0) return -ENOMEM;
+  size_t n = strlen(name), len = strv_len(*v);
+  for (size_t i = 0; i < len; i++)
+    if (strncmp((*v)[i], name, n) == 0 && (*v)[i][n] == '=') {
+      free((*v)[i]);
+      (*v)[i] = entry;
+      return 0;
+    }
+  char **nv = realloc(*v, (len + 2) * sizeof(char *));
+  if (nv == NULL) {
+    free(entry);
+    return -ENOMEM;
+  }
+  nv[len] = entry;
+  nv[len + 1] = NULL;
+  *v = nv;
+  return 0;
+}
+
+static char **strv_dup(char *const *src) {
+  size_t n = strv_len(src);
+  char **v = calloc(n + 1, sizeof(char *));
+  if (v == NULL) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if ((v[i] = strdup(src[i])) == NULL) {
+      trun_strv_free(v);
+      return NULL;
+    }
+  return v;
+}
+
+char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced) {
+  char **v = strv_dup(envp);
+  if (v == NULL) return NULL;
+  *omp_forced = 0;
+  int rc = 0;
+  if (trun_strv_getenv(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
+    rc = trun_strv_setenv(&v, "OMP_NUM_THREADS", "1");
+    *omp_forced = 1;
+  }
+  if (rc == 0) rc = trun_strv_setenv(&v, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_text);
+  if (rc < 0) {
+    trun_strv_free(v);
+    return NULL;
+  }
+  return v;
+}
+
+char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
+                        int restart_count, const char *error_file) {
+  char **v = strv_dup(base);
+  if (v == NULL) return NULL;
+  char num[16][32];
+  int i = 0;
+#define NUM(x) (snprintf(num[i], sizeof(num[i]), "%d", (int)(x)), num[i++])
+  const char *cvd = trun_strv_getenv(base, "CUDA_VISIBLE_DEVICES");
+  char cvd_one[256];
+  if (cfg->virtual_local_rank) {
+    /* One GPU per worker, seen as device 0: the local_rank-th entry of the parent's list. */
+    if (cvd) {
+      const char *p = cvd;
+      for (int k = 0; k < local_rank && p; k++) {
+        p = strchr(p, ',');
+        if (p) p++;
+      }
+      size_t n = p ? strcspn(p, ",") : 0;
+      if (n == 0 || n >= sizeof(cvd_one)) {
+        trun_strv_free(v);
+        errno = EINVAL;
+        return NULL;
+      }
+      memcpy(cvd_one, p, n);
+      cvd_one[n] = '\0';
+    } else {
+      snprintf(cvd_one, sizeof(cvd_one), "%d", local_rank);
+    }
+  }
+  const char *nccl_async = trun_strv_getenv(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  struct {
+    const char *name, *value;
+  } set[] = {
+      {"LOCAL_RANK", cfg->virtual_local_rank ? "0" : NUM(local_rank)},
+      {"RANK", NUM(r->base_rank + local_rank)},
+      {"GROUP_RANK", NUM(r->group_rank)},
+      {"ROLE_RANK", NUM(r->role_base_rank + local_rank)},
+      {"ROLE_NAME", cfg->role},
+      {"LOCAL_WORLD_SIZE", NUM(r->nproc)},
+      {"WORLD_SIZE", NUM(r->world_size)},
+      {"GROUP_WORLD_SIZE", NUM(r->group_world_size)},
+      {"ROLE_WORLD_SIZE", NUM(r->role_world_size)},
+      {"MASTER_ADDR", r->master_addr},
+      {"MASTER_PORT", NUM(r->master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", NUM(restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", NUM(cfg->max_restarts)},
+      {"TORCHELASTIC_RUN_ID", cfg->run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_async ? nccl_async : "1"},
+      {"TORCHELASTIC_ERROR_FILE", error_file},
+      {"CUDA_VISIBLE_DEVICES", cfg->virtual_local_rank ? cvd_one : NULL},
+  };
+#undef NUM
+  for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++)
+    if (set[k].value && trun_strv_setenv(&v, set[k].name, set[k].value) < 0) {
+      trun_strv_free(v);
+      return NULL;
+    }
+  return v;
+}
+
+/* Replaces every "${local_rank}" in arg. */
+static char *subst_local_rank(const char *arg, int local_rank) {
+  static const char macro[] = "${local_rank}";
+  char lr[16];
+  snprintf(lr, sizeof(lr), "%d", local_rank);
+  size_t count = 0;
+  for (const char *p = strstr(arg, macro); p; p = strstr(p + 1, macro)) count++;
+  size_t len = strlen(arg) + count * strlen(lr) + 1;
+  char *out = malloc(len), *o = out;
+  if (out == NULL) return NULL;
+  const char *p = arg;
+  for (const char *m = strstr(p, macro); m; m = strstr(p, macro)) {
+    memcpy(o, p, (size_t)(m - p));
+    o += m - p;
+    memcpy(o, lr, strlen(lr));
+    o += strlen(lr);
+    p = m + sizeof(macro) - 1;
+  }
+  strcpy(o, p);
+  return out;
+}
+
+char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank) {
+  size_t n = (size_t)cfg->nscript_args + 8;
+  char **v = calloc(n, sizeof(char *));
+  if (v == NULL) return NULL;
+  size_t i = 0;
+  const char *python = trun_strv_getenv(envp, "PYTHON_EXEC");
+  if (python == NULL || python[0] == '\0') python = "python3";
+  int ok = 1;
+  if (cfg->run_path) {
+    /* torchrun runs runpy.run_path in a child interpreter; so does this. */
+    ok = (v[i++] = strdup(python)) && (v[i++] = strdup("-u")) && (v[i++] = strdup("-c")) &&
+         (v[i++] = strdup("import runpy, sys; sys.argv = sys.argv[1:]; "
+                          "runpy.run_path(sys.argv[0], run_name='__main__')"));
+  } else if (!cfg->no_python) {
+    ok = (v[i++] = strdup(python)) && (v[i++] = strdup("-u"));
+    if (ok && cfg->module) ok = (v[i++] = strdup("-m")) != NULL;
+  }
+  if (ok) ok = (v[i++] = strdup(cfg->script)) != NULL;
+  for (int a = 0; ok && a < cfg->nscript_args; a++)
+    ok = (v[i++] = subst_local_rank(cfg->script_args[a], local_rank)) != NULL;
+  if (!ok) {
+    trun_strv_free(v);
+    return NULL;
+  }
+  return v;
+}

@@ -1,0 +1,24 @@
+/* Each worker's command line and environment: exactly torchrun's contract (spec torchrun-compat §2). */
+#ifndef TRUN_WORKER_ENV_H
+#define TRUN_WORKER_ENV_H
+
+#include "config.h"
+#include "rdzv.h"
+
+/* A NULL-terminated, malloc'ed string vector. */
+void trun_strv_free(char **v);
+/* Sets NAME=value in *v (replacing an earlier NAME). 0 or -ENOMEM. */
+int trun_strv_setenv(char ***v, const char *name, const char *value);
+const char *trun_strv_getenv(char *const *v, const char *name);
+
+/* The agent's own environment as the workers inherit it: a copy of envp with OMP_NUM_THREADS=1 when unset
+ * and nproc > 1 (*omp_forced set; torchrun prints a warning) and TORCHELASTIC_SIGNALS_TO_HANDLE. */
+char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced);
+
+/* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off. */
+char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
+                        int restart_count, const char *error_file);
+/* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced. */
+char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank);
+
+#endif

@@ -1,0 +1,83 @@
+/* torchrun's command line: the option table, argv + PET_* environment parsing, --help.
+ * Values stay strings with their source here; launcher/config.c turns them into a typed config. */
+#ifndef TRUN_CLI_H
+#define TRUN_CLI_H
+
+#include <stdio.h>
+
+typedef enum {
+  TRUN_OPT_NNODES,
+  TRUN_OPT_NPROC_PER_NODE,
+  TRUN_OPT_RDZV_BACKEND,
+  TRUN_OPT_RDZV_ENDPOINT,
+  TRUN_OPT_RDZV_ID,
+  TRUN_OPT_RDZV_CONF,
+  TRUN_OPT_STANDALONE,
+  TRUN_OPT_MAX_RESTARTS,
+  TRUN_OPT_MONITOR_INTERVAL,
+  TRUN_OPT_START_METHOD,
+  TRUN_OPT_EVENT_LOG_HANDLER,
+  TRUN_OPT_ROLE,
+  TRUN_OPT_MODULE,
+  TRUN_OPT_NO_PYTHON,
+  TRUN_OPT_RUN_PATH,
+  TRUN_OPT_LOG_DIR,
+  TRUN_OPT_REDIRECTS,
+  TRUN_OPT_TEE,
+  TRUN_OPT_LOCAL_RANKS_FILTER,
+  TRUN_OPT_DUPLICATE_STDOUT_FILTERS,
+  TRUN_OPT_DUPLICATE_STDERR_FILTERS,
+  TRUN_OPT_NODE_RANK,
+  TRUN_OPT_MASTER_ADDR,
+  TRUN_OPT_MASTER_PORT,
+  TRUN_OPT_LOCAL_ADDR,
+  TRUN_OPT_LOGS_SPECS,
+  TRUN_OPT_NUMA_BINDING,
+  TRUN_OPT_SIGNALS_TO_HANDLE,
+  TRUN_OPT_SHUTDOWN_TIMEOUT,
+  TRUN_OPT_VIRTUAL_LOCAL_RANK,
+  /* trun's own options */
+  TRUN_OPT_DRY_RUN,
+  TRUN_OPT_LOG_LINE_PREFIX,
+  TRUN_OPT__COUNT
+} trun_opt_id;
+
+typedef enum { TRUN_SRC_DEFAULT = 0, TRUN_SRC_FILE, TRUN_SRC_ENV, TRUN_SRC_CLI } trun_src;
+
+typedef struct {
+  const char *name;   /* canonical long spelling without dashes, e.g. "nproc-per-node" */
+  const char *alias;  /* the underscore spelling ("nproc_per_node") or NULL */
+  char short_name;    /* 'm', 'r', 't' or 0 */
+  int is_flag;        /* takes no value: present => "1" */
+  const char *def;    /* default value text, NULL = unset */
+  const char *env;    /* PET_* fallback or NULL */
+  const char *group;  /* --help section */
+  const char *metavar;
+  const char *help;
+} trun_opt_desc;
+
+typedef struct {
+  const char *val; /* NULL = unset; points into argv/environ/defaults (never freed) */
+  trun_src src;
+} trun_opt_val;
+
+typedef struct {
+  trun_opt_val v[TRUN_OPT__COUNT];
+  const char *script;  /* training_script (NULL when absent) */
+  char **script_args;  /* points into argv */
+  int nscript_args;
+  int help;            /* --help given */
+  int version;         /* --version given */
+} trun_cmdline;
+
+const trun_opt_desc *trun_cli_desc(trun_opt_id id);
+
+/* Parses argv (argv[0] is the program) with torchrun's rules: --opt value, --opt=value, unambiguous long
+ * prefixes, both spellings, -m/-r/-t, the first positional is the script and everything after it goes to the
+ * script. Options not given on the command line take PET_<NAME> from envp, then the default.
+ * Returns 0, or -1 with a one-line reason in err (the caller exits 2). */
+int trun_cli_parse(int argc, char **argv, char **envp, trun_cmdline *out, char *err, size_t errlen);
+void trun_cli_help(FILE *f);
+const char *trun_src_name(trun_src s);
+
+#endif

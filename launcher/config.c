@@ -1,0 +1,328 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static int fail(char *err, size_t errlen, const trun_cmdline *cl, trun_opt_id id, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const trun_opt_desc *d = trun_cli_desc(id);
+  if (cl->v[id].src == TRUN_SRC_ENV && d->env)
+    snprintf(err, errlen, "%s (from %s=%s)", msg, d->env, cl->v[id].val);
+  else
+    snprintf(err, errlen, "%s", msg);
+  return -1;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  while (*end && isspace((unsigned char)*end)) end++;
+  if (s[0] == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (s[0] == '\0' || *end != '\0' || errno == ERANGE || v < 0) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "N" or "MIN:MAX" with 0 < MIN <= MAX. */
+static int parse_nnodes(const char *s, int *min, int *max) {
+  const char *colon = strchr(s, ':');
+  if (colon == NULL) {
+    if (parse_int(s, 1, 1000000, min) < 0) return -1;
+    *max = *min;
+    return 0;
+  }
+  if (strchr(colon + 1, ':')) return -1;
+  char a[32];
+  size_t n = (size_t)(colon - s);
+  if (n == 0 || n >= sizeof(a)) return -1;
+  memcpy(a, s, n);
+  a[n] = '\0';
+  if (parse_int(a, 1, 1000000, min) < 0 || parse_int(colon + 1, 1, 1000000, max) < 0) return -1;
+  return *min <= *max ? 0 : -1;
+}
+
+/* host[:port] or [v6]:port; port -1 when absent. */
+static int parse_endpoint(const char *s, char *host, size_t hostlen, int *port) {
+  *port = -1;
+  const char *p = s, *hend;
+  if (*p == '[') {
+    hend = strchr(p, ']');
+    if (hend == NULL) return -1;
+    p++;
+    if ((size_t)(hend - p) >= hostlen) return -1;
+    memcpy(host, p, (size_t)(hend - p));
+    host[hend - p] = '\0';
+    p = hend + 1;
+    if (*p == '\0') return 0;
+    if (*p != ':') return -1;
+    return parse_int(p + 1, 0, 65535, port);
+  }
+  const char *colon = strrchr(s, ':');
+  if (colon && strchr(s, ':') != colon) colon = NULL; /* bare IPv6 address: no port */
+  size_t n = colon ? (size_t)(colon - s) : strlen(s);
+  if (n >= hostlen) return -1;
+  memcpy(host, s, n);
+  host[n] = '\0';
+  if (colon) return parse_int(colon + 1, 0, 65535, port);
+  return 0;
+}
+
+/* "0".."3" for all ranks, or "lr:v,lr:v" with one-digit local ranks (torchrun's regex). */
+static int parse_std(const char *s, int *all, signed char *per) {
+  for (int i = 0; i < 10; i++) per[i] = -1;
+  *all = 0;
+  if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') {
+    *all = s[0] - '0';
+    return 0;
+  }
+  const char *p = s;
+  while (*p) {
+    if (!isdigit((unsigned char)p[0]) || p[1] != ':' || p[2] < '0' || p[2] > '3') return -1;
+    per[p[0] - '0'] = (signed char)(p[2] - '0');
+    p += 3;
+    if (*p == ',') p++;
+    else if (*p) return -1;
+  }
+  return 0;
+}
+
+static int parse_ranks_filter(const char *s, trun_config *cfg) {
+  cfg->ranks_filter_set = 0;
+  if (s == NULL || s[0] == '\0') return 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v >= TRUN_MAX_LOCAL) return -1;
+    cfg->ranks_filter[v] = 1;
+    p = end;
+    if (*p == ',') p++;
+    else if (*p) return -1;
+  }
+  cfg->ranks_filter_set = 1;
+  return 0;
+}
+
+static int signal_number(const char *name) {
+  static const struct {
+    const char *name;
+    int sig;
+  } table[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+               {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGABRT", SIGABRT}, {"SIGALRM", SIGALRM},
+               {"SIGCONT", SIGCONT}, {"SIGWINCH", SIGWINCH}};
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    if (strcmp(name, table[i].name) == 0) return table[i].sig;
+  return -1;
+}
+
+static int parse_signals(const char *s, trun_config *cfg) {
+  cfg->nsignals = 0;
+  const char *p = s;
+  while (*p) {
+    while (*p == ' ') p++;
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    while (n > 0 && p[n - 1] == ' ') n--;
+    char name[16];
+    if (n == 0 || n >= sizeof(name) || cfg->nsignals == TRUN_MAX_SIGNALS) return -1;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    int sig = signal_number(name);
+    if (sig < 0) return -1;
+    cfg->signals[cfg->nsignals++] = sig;
+    p = e ? e + 1 : p + strlen(p);
+  }
+  return 0;
+}
+
+static void uuid4(char *out, size_t len) {
+  unsigned char b[16];
+  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+    for (size_t i = 0; i < sizeof(b); i++) b[i] = (unsigned char)(rand() ^ (int)i);
+  }
+  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+  snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+static const char *env_get(char **envp, const char *name) {
+  size_t n = strlen(name);
+  for (char **e = envp; e && *e; e++)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return NULL;
+}
+
+int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err,
+                             size_t errlen) {
+  memset(cfg, 0, sizeof(*cfg));
+  const trun_opt_val *v = cl->v;
+#define VAL(id) (v[id].val)
+  if (parse_nnodes(VAL(TRUN_OPT_NNODES), &cfg->min_nodes, &cfg->max_nodes) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_NNODES,
+                "--nnodes '%s' is not N or MIN:MAX with 0 < MIN <= MAX", VAL(TRUN_OPT_NNODES));
+  cfg->nproc_spec = VAL(TRUN_OPT_NPROC_PER_NODE);
+  const char *np = cfg->nproc_spec;
+  int tmp;
+  if (strcmp(np, "cpu") && strcmp(np, "gpu") && strcmp(np, "auto") &&
+      parse_int(np, 1, TRUN_MAX_LOCAL, &tmp) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_NPROC_PER_NODE,
+                "--nproc-per-node '%s' must be a number from 1 to %d, cpu, gpu or auto", np, TRUN_MAX_LOCAL);
+
+  const char *backend = VAL(TRUN_OPT_RDZV_BACKEND);
+  if (strcmp(backend, "static") == 0) cfg->backend = TRUN_RDZV_STATIC;
+  else if (strcmp(backend, "c10d") == 0) cfg->backend = TRUN_RDZV_C10D;
+  else
+    return fail(err, errlen, cl, TRUN_OPT_RDZV_BACKEND,
+                "--rdzv-backend '%s' is not supported by trun; use static or c10d", backend);
+  snprintf(cfg->run_id, sizeof(cfg->run_id), "%s", VAL(TRUN_OPT_RDZV_ID));
+  cfg->rdzv_conf = VAL(TRUN_OPT_RDZV_CONF);
+  cfg->standalone = VAL(TRUN_OPT_STANDALONE) != NULL && strcmp(VAL(TRUN_OPT_STANDALONE), "0") != 0;
+
+  if (parse_int(VAL(TRUN_OPT_MAX_RESTARTS), 0, 1000000, &cfg->max_restarts) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_MAX_RESTARTS, "--max-restarts '%s' must be an integer >= 0",
+                VAL(TRUN_OPT_MAX_RESTARTS));
+  if (parse_double(VAL(TRUN_OPT_MONITOR_INTERVAL), &cfg->monitor_interval) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_MONITOR_INTERVAL,
+                "--monitor-interval '%s' must be a number of seconds >= 0", VAL(TRUN_OPT_MONITOR_INTERVAL));
+  cfg->role = VAL(TRUN_OPT_ROLE);
+  cfg->module = VAL(TRUN_OPT_MODULE) && strcmp(VAL(TRUN_OPT_MODULE), "0") != 0;
+  cfg->no_python = VAL(TRUN_OPT_NO_PYTHON) && strcmp(VAL(TRUN_OPT_NO_PYTHON), "0") != 0;
+  cfg->run_path = VAL(TRUN_OPT_RUN_PATH) && strcmp(VAL(TRUN_OPT_RUN_PATH), "0") != 0;
+  if (cfg->module && cfg->no_python && !cfg->run_path)
+    return fail(err, errlen, cl, TRUN_OPT_NO_PYTHON,
+                "--no-python and -m/--module cannot be used together (a module needs python)");
+  cfg->log_dir = VAL(TRUN_OPT_LOG_DIR);
+  if (parse_std(VAL(TRUN_OPT_REDIRECTS), &cfg->redirect_all, cfg->redirect_lr) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_REDIRECTS,
+                "--redirects '%s' must be 0-3 or local_rank:value pairs like 0:3,1:0",
+                VAL(TRUN_OPT_REDIRECTS));
+  if (parse_std(VAL(TRUN_OPT_TEE), &cfg->tee_all, cfg->tee_lr) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_TEE,
+                "--tee '%s' must be 0-3 or local_rank:value pairs like 0:3,1:0", VAL(TRUN_OPT_TEE));
+  if (parse_ranks_filter(VAL(TRUN_OPT_LOCAL_RANKS_FILTER), cfg) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_LOCAL_RANKS_FILTER,
+                "--local-ranks-filter '%s' must be a comma list of local ranks",
+                VAL(TRUN_OPT_LOCAL_RANKS_FILTER));
+
+  if (parse_int(VAL(TRUN_OPT_NODE_RANK), 0, 1000000, &cfg->node_rank) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_NODE_RANK, "--node-rank '%s' must be an integer >= 0",
+                VAL(TRUN_OPT_NODE_RANK));
+  const char *ma = VAL(TRUN_OPT_MASTER_ADDR);
+  if (ma[0] == '[') {
+    size_t n = strlen(ma);
+    if (n < 3 || ma[n - 1] != ']' || n - 2 >= sizeof(cfg->master_addr))
+      return fail(err, errlen, cl, TRUN_OPT_MASTER_ADDR, "--master-addr '%s' is not a host", ma);
+    memcpy(cfg->master_addr, ma + 1, n - 2);
+    cfg->master_addr[n - 2] = '\0';
+  } else if (snprintf(cfg->master_addr, sizeof(cfg->master_addr), "%s", ma) >= (int)sizeof(cfg->master_addr)) {
+    return fail(err, errlen, cl, TRUN_OPT_MASTER_ADDR, "--master-addr is longer than 255 bytes");
+  }
+  if (parse_int(VAL(TRUN_OPT_MASTER_PORT), 0, 65535, &cfg->master_port) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_MASTER_PORT, "--master-port '%s' must be a port 0-65535",
+                VAL(TRUN_OPT_MASTER_PORT));
+  cfg->master_port_given = v[TRUN_OPT_MASTER_PORT].src != TRUN_SRC_DEFAULT;
+  cfg->local_addr = VAL(TRUN_OPT_LOCAL_ADDR);
+
+  cfg->signals_text = VAL(TRUN_OPT_SIGNALS_TO_HANDLE);
+  if (parse_signals(cfg->signals_text, cfg) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_SIGNALS_TO_HANDLE,
+                "--signals-to-handle '%s' must be a comma list of names like SIGTERM,SIGUSR1",
+                cfg->signals_text);
+  const char *st = VAL(TRUN_OPT_SHUTDOWN_TIMEOUT);
+  if (st == NULL) st = env_get(envp, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  cfg->shutdown_timeout = 30;
+  if (st && parse_double(st, &cfg->shutdown_timeout) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_SHUTDOWN_TIMEOUT,
+                "--shutdown-timeout '%s' must be a number of seconds >= 0", st);
+  cfg->virtual_local_rank =
+      VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK) && strcmp(VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK), "0") != 0;
+  cfg->dry_run = VAL(TRUN_OPT_DRY_RUN) && strcmp(VAL(TRUN_OPT_DRY_RUN), "0") != 0;
+  cfg->log_line_prefix = VAL(TRUN_OPT_LOG_LINE_PREFIX);
+
+  /* Rendezvous endpoint and the standalone / single-node switches (torchrun's rules). */
+  const char *ep = VAL(TRUN_OPT_RDZV_ENDPOINT);
+  cfg->endpoint_port = -1;
+  if (cfg->standalone) {
+    cfg->backend = TRUN_RDZV_C10D;
+    cfg->min_nodes = cfg->max_nodes = 1;
+    snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
+    cfg->endpoint_port = 0;
+    uuid4(cfg->run_id, sizeof(cfg->run_id));
+  } else if (ep && ep[0]) {
+    if (parse_endpoint(ep, cfg->endpoint_host, sizeof(cfg->endpoint_host), &cfg->endpoint_port) < 0 ||
+        cfg->endpoint_host[0] == '\0')
+      return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
+                  "--rdzv-endpoint '%s' is not host[:port] or [ipv6]:port", ep);
+    if (cfg->backend == TRUN_RDZV_C10D && cfg->endpoint_port < 0) cfg->endpoint_port = 29400;
+    if (cfg->backend == TRUN_RDZV_STATIC && cfg->endpoint_port < 0)
+      return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
+                  "--rdzv-endpoint '%s' needs a port with the static backend", ep);
+  } else if (cfg->backend == TRUN_RDZV_STATIC) {
+    if (cfg->max_nodes == 1 && !cfg->master_port_given) {
+      /* One node and no port asked for: a private store on a free port, like torchrun's newest. */
+      snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
+      cfg->endpoint_port = 0;
+      if (v[TRUN_OPT_RDZV_ID].src == TRUN_SRC_DEFAULT) uuid4(cfg->run_id, sizeof(cfg->run_id));
+    } else {
+      snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
+      cfg->endpoint_port = cfg->master_port;
+    }
+  } else {
+    snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
+    cfg->endpoint_port = 29400;
+  }
+  if (cfg->backend == TRUN_RDZV_STATIC) {
+    if (cfg->min_nodes != cfg->max_nodes)
+      return fail(err, errlen, cl, TRUN_OPT_NNODES,
+                  "--nnodes %s: a range needs --rdzv-backend c10d (static takes a fixed number)",
+                  VAL(TRUN_OPT_NNODES));
+    if (cfg->node_rank >= cfg->max_nodes)
+      return fail(err, errlen, cl, TRUN_OPT_NODE_RANK, "--node-rank %d must be below --nnodes %d",
+                  cfg->node_rank, cfg->max_nodes);
+  }
+  cfg->script = cl->script;
+  cfg->script_args = cl->script_args;
+  cfg->nscript_args = cl->nscript_args;
+  if (cfg->script == NULL) {
+    snprintf(err, errlen, "the following arguments are required: training_script");
+    return -1;
+  }
+#undef VAL
+  return 0;
+}
+
+int trun_config_redirects(const trun_config *cfg, int local_rank) {
+  int r = cfg->redirect_all;
+  if (local_rank < 10 && cfg->redirect_lr[local_rank] >= 0) r = cfg->redirect_lr[local_rank];
+  return r | trun_config_tee(cfg, local_rank); /* tee implies the file */
+}
+
+int trun_config_tee(const trun_config *cfg, int local_rank) {
+  int t = cfg->tee_all;
+  if (local_rank < 10 && cfg->tee_lr[local_rank] >= 0) t = cfg->tee_lr[local_rank];
+  return t;
+}
+
+int trun_config_console_shows(const trun_config *cfg, int local_rank) {
+  return !cfg->ranks_filter_set || (local_rank < TRUN_MAX_LOCAL && cfg->ranks_filter[local_rank]);
+}
