@@ -120,7 +120,7 @@ static int make_run_dir(agent *a) {
     int rc = mkdirs(base);
     if (rc < 0) return rc;
   }
-  if (snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_XXXXXXXX", base, a->cfg->run_id) >=
+  if (snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_XXXXXX", base, a->cfg->run_id) >=
       (int)sizeof(a->run_dir))
     return -ENAMETOOLONG;
   if (mkdtemp(a->run_dir) == NULL) return -errno;

@@ -4,7 +4,17 @@
 # Exit codes: 0 ready, 1 build failed.
 set -euo pipefail
 dir=${1:-${TRUN_CHROOT:-/var/cache/trun/trixie}}
+here=$(cd "$(dirname "$0")" && pwd)
+patch_torch() {
+  # Debian's torch 2.6 lacks libuv: make every TCPStore(...) honour USE_LIBUV=0 (see the script).
+  cp "$here/chroot-patch-torch.py" "$dir/tmp/chroot-patch-torch.py"
+  chroot "$dir" /usr/bin/python3 /tmp/chroot-patch-torch.py >"$dir.patch.log" 2>&1 \
+    || { echo "chroot: patching torch failed, see $dir.patch.log" >&2; return 1; }
+  find "$dir/usr/lib/python3/dist-packages/torch/distributed" -name '__pycache__' -prune -exec rm -rf {} +
+  touch "$dir/.trun-torch-patched"
+}
 if [ -x "$dir/usr/bin/python3" ] && [ -f "$dir/.trun-ready" ]; then
+  [ -f "$dir/.trun-torch-patched" ] || patch_torch || exit 1
   exit 0
 fi
 mirror=$( (grep -hE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true) \
@@ -19,5 +29,6 @@ if ! debootstrap --variant=minbase --include=python3-torch trixie "$dir" "$mirro
   exit 1
 fi
 rm -rf "$dir/var/cache/apt/archives/"*.deb
+patch_torch || exit 1
 touch "$dir/.trun-ready"
 echo "chroot: ready at $dir"

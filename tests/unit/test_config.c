@@ -1,0 +1,237 @@
+/* launcher/config.c: the typed configuration from torchrun's command line, and agent/worker_env.c:
+ * each worker's argv and environment. */
+#include <check.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+#include "rdzv.h"
+#include "worker_env.h"
+
+static int parse(trun_config *cfg, char *err, const char *const *args, char **envp) {
+  static char *argv[64]; /* cfg keeps pointers into it */
+  int argc = 0;
+  argv[argc++] = "trun";
+  for (; args[argc - 1]; argc++) argv[argc] = (char *)args[argc - 1];
+  argv[argc] = NULL;
+  static trun_cmdline cl; /* cfg keeps pointers into it */
+  if (trun_cli_parse(argc, argv, envp, &cl, err, 512) < 0) return -1;
+  return trun_config_from_cmdline(&cl, envp, cfg, err, 512);
+}
+
+#define PARSE_OK(cfg, ...)                                              \
+  do {                                                                  \
+    static const char *const a_[] = {__VA_ARGS__, NULL};                \
+    char e_[512] = "";                                                  \
+    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
+  } while (0)
+
+static void parse_err(const char *want, char **envp, const char *const *args) {
+  trun_config cfg;
+  char err[512] = "";
+  ck_assert_int_eq(parse(&cfg, err, args, envp), -1);
+  ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
+}
+
+START_TEST(defaults_single_node) {
+  trun_config c;
+  PARSE_OK(&c, "train.py");
+  ck_assert_int_eq(c.min_nodes, 1);
+  ck_assert_int_eq(c.max_nodes, 1);
+  ck_assert_str_eq(c.nproc_spec, "1");
+  ck_assert_int_eq(c.backend, TRUN_RDZV_STATIC);
+  /* One node and no port asked for: a private store on a free port with a fresh run id. */
+  ck_assert_int_eq(c.endpoint_port, 0);
+  ck_assert_int_eq((int)strlen(c.run_id), 36);
+  ck_assert_int_eq(c.max_restarts, 0);
+  ck_assert_double_eq_tol(c.shutdown_timeout, 30, 1e-9);
+  ck_assert_int_eq(c.nsignals, 4);
+  ck_assert_str_eq(c.role, "default");
+  ck_assert_str_eq(c.script, "train.py");
+}
+END_TEST
+
+START_TEST(static_multi_node) {
+  trun_config c;
+  PARSE_OK(&c, "--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port", "1234",
+           "--nproc_per_node=4", "t.py", "--lr", "0.1");
+  ck_assert_int_eq(c.max_nodes, 3);
+  ck_assert_int_eq(c.node_rank, 2);
+  ck_assert_str_eq(c.endpoint_host, "10.0.0.1");
+  ck_assert_int_eq(c.endpoint_port, 1234);
+  ck_assert_str_eq(c.run_id, "none");
+  ck_assert_int_eq(c.nscript_args, 2);
+  ck_assert_str_eq(c.script_args[0], "--lr");
+}
+END_TEST
+
+START_TEST(standalone_and_endpoints) {
+  trun_config c;
+  PARSE_OK(&c, "--standalone", "--nnodes", "4", "t.py");
+  ck_assert_int_eq(c.backend, TRUN_RDZV_C10D);
+  ck_assert_int_eq(c.max_nodes, 1);
+  ck_assert_str_eq(c.endpoint_host, "localhost");
+  ck_assert_int_eq(c.endpoint_port, 0);
+  PARSE_OK(&c, "--rdzv-backend", "c10d", "--rdzv-endpoint", "[::1]:29411", "--nnodes", "1:4", "t.py");
+  ck_assert_str_eq(c.endpoint_host, "::1");
+  ck_assert_int_eq(c.endpoint_port, 29411);
+  ck_assert_int_eq(c.min_nodes, 1);
+  ck_assert_int_eq(c.max_nodes, 4);
+  PARSE_OK(&c, "--rdzv-backend", "c10d", "--rdzv-endpoint", "head.example", "t.py");
+  ck_assert_int_eq(c.endpoint_port, 29400);
+  PARSE_OK(&c, "--master-addr", "[fe80::1]", "--master-port", "5000", "--nnodes", "2", "t.py");
+  ck_assert_str_eq(c.endpoint_host, "fe80::1");
+}
+END_TEST
+
+START_TEST(redirects_tee_filter) {
+  trun_config c;
+  PARSE_OK(&c, "--redirects", "0:3,1:1", "-t", "2", "--local-ranks-filter", "0,2", "t.py");
+  ck_assert_int_eq(trun_config_redirects(&c, 0), 3);
+  ck_assert_int_eq(trun_config_redirects(&c, 1), 1 | 2); /* tee 2 implies the stderr file */
+  ck_assert_int_eq(trun_config_redirects(&c, 5), 2);
+  ck_assert_int_eq(trun_config_tee(&c, 1), 2);
+  ck_assert_int_eq(trun_config_console_shows(&c, 0), 1);
+  ck_assert_int_eq(trun_config_console_shows(&c, 1), 0);
+  ck_assert_int_eq(trun_config_console_shows(&c, 2), 1);
+}
+END_TEST
+
+START_TEST(signals_and_timeouts) {
+  trun_config c;
+  PARSE_OK(&c, "--signals-to-handle", "SIGTERM, SIGUSR1", "--shutdown-timeout", "2.5", "t.py");
+  ck_assert_int_eq(c.nsignals, 2);
+  ck_assert_int_eq(c.signals[1], SIGUSR1);
+  ck_assert_double_eq_tol(c.shutdown_timeout, 2.5, 1e-9);
+  char *env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=7", NULL};
+  static const char *const a[] = {"t.py", NULL};
+  char err[512];
+  ck_assert_int_eq(parse(&c, err, a, env), 0);
+  ck_assert_double_eq_tol(c.shutdown_timeout, 7, 1e-9);
+}
+END_TEST
+
+START_TEST(bad_inputs) {
+  parse_err("--nnodes '0'", NULL, (const char *const[]){"--nnodes", "0", "t.py", NULL});
+  parse_err("--nnodes '3:2'", NULL, (const char *const[]){"--nnodes", "3:2", "t.py", NULL});
+  parse_err("--node-rank 2 must be below --nnodes 2", NULL,
+            (const char *const[]){"--nnodes", "2", "--node-rank", "2", "t.py", NULL});
+  parse_err("--nproc-per-node '0'", NULL, (const char *const[]){"--nproc-per-node", "0", "t.py", NULL});
+  parse_err("--redirects '7'", NULL, (const char *const[]){"--redirects", "7", "t.py", NULL});
+  parse_err("--rdzv-backend 'etcd'", NULL, (const char *const[]){"--rdzv-backend", "etcd", "t.py", NULL});
+  parse_err("--signals-to-handle", NULL, (const char *const[]){"--signals-to-handle", "SIGFOO", "t.py", NULL});
+  parse_err("cannot be used together", NULL, (const char *const[]){"-m", "--no-python", "t.py", NULL});
+  parse_err("training_script", NULL, (const char *const[]){"--nnodes", "1", NULL});
+  char *env[] = {"PET_MAX_RESTARTS=x", NULL};
+  parse_err("PET_MAX_RESTARTS=x", env, (const char *const[]){"t.py", NULL});
+}
+END_TEST
+
+/* ---- worker argv and environment ------------------------------------------------------------------ */
+
+static trun_rdzv fake_round(const trun_config *c) {
+  trun_rdzv r;
+  memset(&r, 0, sizeof(r));
+  r.cfg = c;
+  r.nproc = 2;
+  r.group_rank = 1;
+  r.group_world_size = 2;
+  r.base_rank = r.role_base_rank = 2;
+  r.world_size = r.role_world_size = 4;
+  strcpy(r.master_addr, "head");
+  r.master_port = 4321;
+  return r;
+}
+
+START_TEST(worker_environment) {
+  trun_config c;
+  PARSE_OK(&c, "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--max-restarts", "3",
+           "--master-port", "4321", "t.py");
+  char *base_in[] = {"PATH=/bin", "LOCAL_RANK=99", NULL};
+  int forced = 0;
+  char **base = trun_agent_env(base_in, &c, 2, &forced);
+  ck_assert_int_eq(forced, 1);
+  ck_assert_str_eq(trun_strv_getenv(base, "OMP_NUM_THREADS"), "1");
+  ck_assert_str_eq(trun_strv_getenv(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  trun_rdzv r = fake_round(&c);
+  char **env = trun_worker_envp(base, &c, &r, 1, 2, "/l/attempt_2/1/error.json");
+  static const char *const want[][2] = {
+      {"LOCAL_RANK", "1"},       {"RANK", "3"},
+      {"GROUP_RANK", "1"},       {"ROLE_RANK", "3"},
+      {"ROLE_NAME", "default"},  {"LOCAL_WORLD_SIZE", "2"},
+      {"WORLD_SIZE", "4"},       {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_WORLD_SIZE", "4"},  {"MASTER_ADDR", "head"},
+      {"MASTER_PORT", "4321"},   {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "none"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCHELASTIC_ERROR_FILE", "/l/attempt_2/1/error.json"}, {"PATH", "/bin"}};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    const char *v = trun_strv_getenv(env, want[i][0]);
+    ck_assert_msg(v && strcmp(v, want[i][1]) == 0, "%s=%s, want %s", want[i][0], v ? v : "(unset)", want[i][1]);
+  }
+  int count = 0;
+  for (char **p = env; *p; p++) count += strncmp(*p, "LOCAL_RANK=", 11) == 0;
+  ck_assert_int_eq(count, 1); /* replaced, not duplicated */
+  ck_assert_ptr_null(trun_strv_getenv(env, "CUDA_VISIBLE_DEVICES"));
+  trun_strv_free(env);
+  trun_strv_free(base);
+}
+END_TEST
+
+START_TEST(virtual_local_rank_gpus) {
+  trun_config c;
+  PARSE_OK(&c, "--virtual-local-rank", "--nproc-per-node", "2", "t.py");
+  char *base[] = {"CUDA_VISIBLE_DEVICES=3,5", NULL};
+  trun_rdzv r = fake_round(&c);
+  char **env = trun_worker_envp(base, &c, &r, 1, 0, "");
+  ck_assert_str_eq(trun_strv_getenv(env, "CUDA_VISIBLE_DEVICES"), "5");
+  ck_assert_str_eq(trun_strv_getenv(env, "LOCAL_RANK"), "0");
+  trun_strv_free(env);
+  char *few[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
+  ck_assert_ptr_null(trun_worker_envp(few, &c, &r, 1, 0, ""));
+}
+END_TEST
+
+START_TEST(worker_argv) {
+  trun_config c;
+  PARSE_OK(&c, "-m", "pkg.train", "--rank", "${local_rank}", "x${local_rank}y${local_rank}");
+  char *env[] = {"PYTHON_EXEC=/opt/py", NULL};
+  char **argv = trun_worker_argv(&c, env, 7);
+  const char *want[] = {"/opt/py", "-u", "-m", "pkg.train", "--rank", "7", "x7y7", NULL};
+  for (int i = 0; want[i]; i++) ck_assert_str_eq(argv[i], want[i]);
+  ck_assert_ptr_null(argv[7]);
+  trun_strv_free(argv);
+  PARSE_OK(&c, "--no-python", "/bin/echo", "a");
+  argv = trun_worker_argv(&c, NULL, 0);
+  ck_assert_str_eq(argv[0], "/bin/echo");
+  ck_assert_str_eq(argv[1], "a");
+  ck_assert_ptr_null(argv[2]);
+  trun_strv_free(argv);
+  PARSE_OK(&c, "t.py");
+  argv = trun_worker_argv(&c, NULL, 0);
+  ck_assert_str_eq(argv[0], "python3");
+  trun_strv_free(argv);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("config");
+  TCase *tc = tcase_create("config");
+  tcase_add_test(tc, defaults_single_node);
+  tcase_add_test(tc, static_multi_node);
+  tcase_add_test(tc, standalone_and_endpoints);
+  tcase_add_test(tc, redirects_tee_filter);
+  tcase_add_test(tc, signals_and_timeouts);
+  tcase_add_test(tc, bad_inputs);
+  tcase_add_test(tc, worker_environment);
+  tcase_add_test(tc, virtual_local_rank_gpus);
+  tcase_add_test(tc, worker_argv);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
