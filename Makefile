@@ -13,6 +13,7 @@ CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 INC     := -Istore -Iagent -Ilauncher -Iconfig
 CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
+Q       ?= @
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 export TRUN_CHROOT ?= /var/cache/trun/trixie
 
@@ -34,11 +35,13 @@ pkgcheck:
 
 $(B)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(B)/asanobj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+	@echo "  CC-SAN  $<"
+	$(Q)$(CC) $(CSTD) -O1 -g $(SAN) $(INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(B)/libtrun.a: $(LIB_SRC:%.c=$(B)/obj/%.o)
 	@rm -f $@

@@ -568,6 +568,13 @@ static void join_watcher(agent *a) {
   }
 }
 
+/* While the agent waits on the store: let the loop run signal handlers; stop waiting after a stop signal. */
+static int poll_signals(void *arg) {
+  agent *a = arg;
+  uv_run(a->loop, UV_RUN_NOWAIT);
+  return a->signal_seen != 0;
+}
+
 static int agent_main(agent *a) {
   char err[512];
   int omp_forced = 0;
@@ -589,6 +596,8 @@ static int agent_main(agent *a) {
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
     return 1;
   }
+  a->rdzv.poll = poll_signals;
+  a->rdzv.poll_arg = a;
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return 1;
@@ -622,8 +631,10 @@ static int agent_main(agent *a) {
       char k[512];
       trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
       trun_buf v = {0};
-      int grc = trun_client_get(a->rdzv.client, trun_str(k), &v, 24 * 3600 * 1000);
+      int grc = trun_rdzv_wait_key(&a->rdzv, k, 7 * 24 * 3600 * 1000);
+      if (grc == 0) grc = trun_client_get(a->rdzv.client, trun_str(k), &v, 10000);
       if (grc == 0 && v.len >= 5 && memcmp(v.data, "fail:", 5) == 0) a->result = OUT_REMOTE_FAILED;
+      if (grc == -EINTR) a->result = OUT_SIGNALED;
       trun_buf_free(&v);
     }
     if (a->result == OUT_SUCCESS) {

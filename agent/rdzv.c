@@ -67,8 +67,36 @@ static void key(const trun_rdzv *r, int round, const char *what, char *out, size
   snprintf(out, len, "/trun/%s/r%d/%s", r->cfg->run_id, round, what);
 }
 
+#define SLICE_MS 1000
+
+int trun_rdzv_wait_key(trun_rdzv *r, const char *k, int timeout_ms) {
+  trun_slice ks = trun_str(k);
+  for (int waited = 0;; waited += SLICE_MS) {
+    int slice = timeout_ms - waited < SLICE_MS ? timeout_ms - waited : SLICE_MS;
+    if (slice <= 0) return -ETIMEDOUT;
+    int rc = trun_client_wait(r->client, 1, &ks, slice);
+    if (rc != -ETIMEDOUT) return rc;
+    if (r->poll && r->poll(r->poll_arg)) return -EINTR;
+  }
+}
+
+/* trun_client_connect in slices, so that r->poll can interrupt a long wait for node rank 0. */
+static int connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms) {
+  for (int waited = 0;; waited += SLICE_MS) {
+    o->connect_timeout_ms = timeout_ms - waited < SLICE_MS ? timeout_ms - waited : SLICE_MS;
+    if (o->connect_timeout_ms <= 0) return -ETIMEDOUT;
+    int rc = trun_client_connect(o, &r->client);
+    if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) return rc;
+    if (r->poll && r->poll(r->poll_arg)) return -EINTR;
+  }
+}
+
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+  int (*poll)(void *) = r->poll;
+  void *poll_arg = r->poll_arg;
   memset(r, 0, sizeof(*r));
+  r->poll = poll;
+  r->poll_arg = poll_arg;
   r->cfg = cfg;
   r->nproc = nproc;
   int standalone = cfg->standalone || cfg->endpoint_port == 0;
@@ -101,8 +129,12 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   o.port = port;
   o.key_prefix = "";
   o.timeout_ms = join_timeout_ms(cfg);
-  o.connect_timeout_ms = o.timeout_ms;
-  int rc = trun_client_connect(&o, &r->client);
+  int rc = connect_polling(r, &o, o.timeout_ms);
+  if (rc == -EINTR) {
+    snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d", connect_host, port);
+    trun_rdzv_close(r);
+    return -1;
+  }
   if (rc < 0) {
     snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?",
              connect_host, port, strerror(-rc));
@@ -168,8 +200,7 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   }
   if (r->host) {
     key(r, round, "all_joined", k, sizeof(k));
-    trun_slice ks = trun_str(k);
-    rc = trun_client_wait(r->client, 1, &ks, timeout);
+    rc = trun_rdzv_wait_key(r, k, timeout);
     if (rc == -ETIMEDOUT) {
       snprintf(err, errlen, "round %d: only %lld of %d nodes joined within %d s; check the other nodes' "
                "--master-addr/--master-port and that they started", round, (long long)joined, world,
@@ -182,8 +213,7 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
     if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
   }
   key(r, round, "go", k, sizeof(k));
-  trun_slice go = trun_str(k);
-  rc = trun_client_wait(r->client, 1, &go, timeout);
+  rc = trun_rdzv_wait_key(r, k, timeout);
   if (rc == -ETIMEDOUT) {
     snprintf(err, errlen, "round %d: the other nodes did not all join within %d s", round, timeout / 1000);
     return -1;
@@ -229,6 +259,10 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   return 0;
 
 store_failed:
+  if (rc == -EINTR) {
+    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes", round);
+    return -1;
+  }
   snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,
            r->host ? "127.0.0.1" : r->cfg->endpoint_host, r->master_port, strerror(-rc));
   return -1;
@@ -294,8 +328,7 @@ void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms) {
   }
   if (r->host && r->group_world_size > 1) {
     key(r, round, "all_left", k, sizeof(k));
-    trun_slice ks = trun_str(k);
-    if (trun_client_wait(r->client, 1, &ks, timeout_ms) == -ETIMEDOUT)
+    if (trun_rdzv_wait_key(r, k, timeout_ms) == -ETIMEDOUT)
       trun_warn("exit barrier: not every node left within %d s; closing the store anyway", timeout_ms / 1000);
   }
 }

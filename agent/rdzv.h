@@ -18,9 +18,17 @@ typedef struct {
   char host_addr[256];                 /* this node's address as published (--local-addr or FQDN) */
   trun_store_host *host;               /* set when this agent serves the store */
   trun_client *client;                 /* this agent's connection to the store (raw keys) */
+  /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
+   * (the agent lets its loop handle signals there). May be NULL. */
+  int (*poll)(void *arg);
+  void *poll_arg;
 } trun_rdzv;
 
-/* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err. */
+/* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
+ * -EINTR or another negative errno. */
+int trun_rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
+/* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err.
+ * r->poll / r->poll_arg are kept: set them before. */
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
 /* Round `round`: waits until every agent has stopped its workers, clears the last attempt's worker keys
  * (the host), and assigns ranks. 0 or -1 with a reason. */

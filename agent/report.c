@@ -147,7 +147,8 @@ static int trun_parse_timestamp(const json_t *v, double *out) {
   return 0;
 }
 
-/* An optional string member: absent or null → *out stays NULL; a string → copied; anything else → -EBADMSG. */
+/* An optional string member: absent or null → *out stays NULL; a string → copied; anything else → -EBADMSG.
+ */
 static int trun_opt_string(const json_t *obj, const char *key, char **out) {
   const json_t *v = json_object_get(obj, key);
   if (!v || json_is_null(v)) return 0;
@@ -229,20 +230,25 @@ const char *trun_signal_name(int sig, char *buf, size_t len) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
   if (sig > 0) abbrev = sigabbrev_np(sig);
 #else
-  static const char *const names[] = {
-      NULL,   "HUP",  "INT",  "QUIT", "ILL",    "TRAP",   "ABRT", "BUS",  "FPE",    "KILL",  "USR1",
-      "SEGV", "USR2", "PIPE", "ALRM", "TERM",   "STKFLT", "CHLD", "CONT", "STOP",   "TSTP",  "TTIN",
-      "TTOU", "URG",  "XCPU", "XFSZ", "VTALRM", "PROF",   "WINCH", "IO",  "PWR",    "SYS"};
+  static const char *const names[] = {NULL,     "HUP",  "INT",    "QUIT", "ILL",   "TRAP", "ABRT", "BUS",
+                                      "FPE",    "KILL", "USR1",   "SEGV", "USR2",  "PIPE", "ALRM", "TERM",
+                                      "STKFLT", "CHLD", "CONT",   "STOP", "TSTP",  "TTIN", "TTOU", "URG",
+                                      "XCPU",   "XFSZ", "VTALRM", "PROF", "WINCH", "IO",   "PWR",  "SYS"};
   if (sig > 0 && (size_t)sig < sizeof(names) / sizeof(names[0])) abbrev = names[sig];
 #endif
 #ifdef SIGIO
   if (sig == SIGIO) abbrev = "IO"; /* Python's signal.Signals(29).name; glibc says POLL */
 #endif
-  if (abbrev) snprintf(buf, len, "SIG%s", abbrev);
-  else if (sig == SIGRTMIN) snprintf(buf, len, "SIGRTMIN");
-  else if (sig == SIGRTMAX) snprintf(buf, len, "SIGRTMAX");
-  else if (sig > SIGRTMIN && sig < SIGRTMAX) snprintf(buf, len, "SIGRTMIN+%d", sig - SIGRTMIN);
-  else snprintf(buf, len, "SIG%d", sig);
+  if (abbrev)
+    snprintf(buf, len, "SIG%s", abbrev);
+  else if (sig == SIGRTMIN)
+    snprintf(buf, len, "SIGRTMIN");
+  else if (sig == SIGRTMAX)
+    snprintf(buf, len, "SIGRTMAX");
+  else if (sig > SIGRTMIN && sig < SIGRTMAX)
+    snprintf(buf, len, "SIGRTMIN+%d", sig - SIGRTMIN);
+  else
+    snprintf(buf, len, "SIG%d", sig);
   return buf;
 }
 
@@ -291,7 +297,8 @@ static char *trun_format_failure(size_t idx, const trun_failure *f, size_t *widt
   fprintf(m, "  time      : %s\n", when);
   fprintf(m, "  host      : %s\n", f->host ? f->host : TRUN_NOT_AVAILABLE);
   fprintf(m, "  rank      : %d (local_rank: %d)\n", f->global_rank, f->local_rank);
-  fprintf(m, "  exitcode  : %d (pid: %ld)%s\n", f->exit_code, (long)f->pid, f->torn_down ? TRUN_TORN_DOWN_LABEL : "");
+  fprintf(m, "  exitcode  : %d (pid: %ld)%s\n", f->exit_code, (long)f->pid,
+          f->torn_down ? TRUN_TORN_DOWN_LABEL : "");
   fprintf(m, "  error_file: %s\n", f->error_file ? f->error_file : TRUN_NOT_AVAILABLE);
   if (f->log_path) fprintf(m, "  log       : %s\n", f->log_path);
   fputs("  traceback : ", m);
@@ -357,7 +364,9 @@ void trun_report_print(FILE *out, const char *script, const trun_failure *fs, si
 
 /* ---- JSON for the store ----------------------------------------------------------------------- */
 
-static int trun_set(json_t *obj, const char *key, json_t *v) { return v ? json_object_set_new(obj, key, v) : -1; }
+static int trun_set(json_t *obj, const char *key, json_t *v) {
+  return v ? json_object_set_new(obj, key, v) : -1;
+}
 
 static json_t *trun_json_string_or_null(const char *s) { return s ? json_string(s) : json_null(); }
 
@@ -368,9 +377,9 @@ char *trun_failure_to_json(const trun_failure *f) {
   double ts = isfinite(f->timestamp) ? f->timestamp : 0.0; /* JSON has no NaN / infinity */
   int bad = trun_set(o, "global_rank", json_integer(f->global_rank)) |
             trun_set(o, "local_rank", json_integer(f->local_rank)) |
-            trun_set(o, "group_rank", json_integer(f->group_rank)) | trun_set(o, "pid", json_integer(f->pid)) |
-            trun_set(o, "exit_code", json_integer(f->exit_code)) | trun_set(o, "timestamp", json_real(ts)) |
-            trun_set(o, "host", trun_json_string_or_null(f->host)) |
+            trun_set(o, "group_rank", json_integer(f->group_rank)) |
+            trun_set(o, "pid", json_integer(f->pid)) | trun_set(o, "exit_code", json_integer(f->exit_code)) |
+            trun_set(o, "timestamp", json_real(ts)) | trun_set(o, "host", trun_json_string_or_null(f->host)) |
             trun_set(o, "error_file", trun_json_string_or_null(f->error_file)) |
             trun_set(o, "message", trun_json_string_or_null(f->message)) |
             trun_set(o, "traceback", trun_json_string_or_null(f->traceback)) |
@@ -405,7 +414,8 @@ int trun_failure_from_json(const char *json, size_t len, trun_failure *f) {
   if (trun_get_int(o, "global_rank", INT_MIN, INT_MAX, &g) < 0 ||
       trun_get_int(o, "local_rank", INT_MIN, INT_MAX, &l) < 0 ||
       trun_get_int(o, "group_rank", INT_MIN, INT_MAX, &gr) < 0 ||
-      trun_get_int(o, "pid", INT_MIN, INT_MAX, &pid) < 0 || trun_get_int(o, "exit_code", INT_MIN, INT_MAX, &ec) < 0)
+      trun_get_int(o, "pid", INT_MIN, INT_MAX, &pid) < 0 ||
+      trun_get_int(o, "exit_code", INT_MIN, INT_MAX, &ec) < 0)
     goto out;
   const json_t *ts = json_object_get(o, "timestamp"), *td = json_object_get(o, "torn_down");
   if (!json_is_number(ts)) goto out;
@@ -417,7 +427,8 @@ int trun_failure_from_json(const char *json, size_t len, trun_failure *f) {
   t.exit_code = (int)ec;
   t.timestamp = json_number_value(ts);
   t.torn_down = td ? (json_is_boolean(td) ? json_is_true(td) : json_integer_value(td) != 0) : 0;
-  if ((rc = trun_opt_string(o, "host", &t.host)) < 0 || (rc = trun_opt_string(o, "error_file", &t.error_file)) < 0 ||
+  if ((rc = trun_opt_string(o, "host", &t.host)) < 0 ||
+      (rc = trun_opt_string(o, "error_file", &t.error_file)) < 0 ||
       (rc = trun_opt_string(o, "message", &t.message)) < 0 ||
       (rc = trun_opt_string(o, "traceback", &t.traceback)) < 0 ||
       (rc = trun_opt_string(o, "log_path", &t.log_path)) < 0)
@@ -444,14 +455,16 @@ static json_t *trun_copy_child_errfile(const trun_failure *root) {
   free(buf);
   if (!doc) return NULL;
   json_t *m = json_object_get(doc, "message");
-  if (root->exit_code != 0 && json_is_object(m) && json_object_set_new(m, "errorCode", json_integer(root->exit_code))) {
+  if (root->exit_code != 0 && json_is_object(m) &&
+      json_object_set_new(m, "errorCode", json_integer(root->exit_code))) {
     json_decref(doc);
     return NULL;
   }
   return doc;
 }
 
-/* {"message": {"message": ..., "extraInfo": {["py_callstack": ...,] "timestamp": "<secs>"}, "errorCode": n}} */
+/* {"message": {"message": ..., "extraInfo": {["py_callstack": ...,] "timestamp": "<secs>"}, "errorCode": n}}
+ */
 static json_t *trun_synth_errfile(const trun_failure *root) {
   char text[128], ts[32];
   double t = isfinite(root->timestamp) ? floor(root->timestamp) : 0.0;
@@ -462,7 +475,8 @@ static json_t *trun_synth_errfile(const trun_failure *root) {
   bad = bad || trun_set(m, "message", json_string(trun_failure_text(root, 0, text, sizeof(text))));
   if (!bad && root->traceback) bad = trun_set(ei, "py_callstack", json_string(root->traceback));
   bad = bad || trun_set(ei, "timestamp", json_string(ts));
-  bad = bad || trun_set(m, "extraInfo", json_incref(ei)) || trun_set(m, "errorCode", json_integer(root->exit_code));
+  bad = bad || trun_set(m, "extraInfo", json_incref(ei)) ||
+        trun_set(m, "errorCode", json_integer(root->exit_code));
   bad = bad || trun_set(doc, "message", json_incref(m));
   json_decref(ei);
   json_decref(m);

@@ -1,7 +1,8 @@
 /* Blocking TCPStore client for the agent: torch-compatible requests over one TCP connection.
  * Every call returns 0 (or a documented non-negative result) or a negative errno:
  * -ETIMEDOUT (deadline passed), -ECONNRESET / -EPIPE (server went away), -EPROTO (reply that makes no
- * sense), -ENOTSUP (the generation lacks the operation), -ENOMEM, -EINVAL (bad argument).
+ * sense), -ENOTSUP (the generation lacks the operation), -ENOMEM, -EINVAL (bad argument), -ENOTCONN (an
+ * earlier failure that could leave the stream out of step closed the connection; connect again).
  * Keys are user keys: the client prepends opts.key_prefix ("/" by default, as torch's Python client does),
  * so a key written here is the same key a torch process reads with store.get(key). */
 #ifndef TRUN_STORE_CLIENT_H
@@ -34,6 +35,9 @@ int trun_client_connect(const trun_client_opts *o, trun_client **out);
 void trun_client_close(trun_client *c);
 /* The connection's socket fd (for poll by an event loop); -1 when closed. */
 int trun_client_fd(const trun_client *c);
+/* Frees c but keeps its connected (non-blocking) socket open and returns it, for an event loop that speaks
+ * the protocol itself after the handshake; -1 when c was not connected. */
+int trun_client_release_fd(trun_client *c);
 
 int trun_client_set(trun_client *c, trun_slice key, trun_slice val);
 /* torch's get: WAIT for the key (timeout_ms < 0: the default), then GET into *out (replaced). */
@@ -62,6 +66,11 @@ int trun_client_queue_push(trun_client *c, trun_slice key, trun_slice val);
 /* Blocking pop like torch (WAIT then QUEUE_POP); -ETIMEDOUT when empty past timeout. */
 int trun_client_queue_pop(trun_client *c, trun_slice key, trun_buf *out, int timeout_ms);
 int trun_client_queue_len(trun_client *c, trun_slice key, int64_t *out);
+
+/* Parses "HOST:PORT" or "[V6ADDR]:PORT" into host (NUL-terminated, at most cap bytes) and *port; 0 or -EINVAL. */
+int trun_client_parse_target(const char *s, char *host, size_t cap, int *port);
+/* Parses a generation name: "v2" (torch >= 2.2), "1.13" or "2.0" (legacy numbering), "2.1"; 0 or -EINVAL. */
+int trun_client_parse_gen(const char *s, trun_gen *out);
 
 /* Convenience: a slice of a NUL-terminated string. */
 static inline trun_slice trun_str(const char *s) {

@@ -432,6 +432,7 @@ int trun_kv_wait(trun_kv *kv, trun_waiter *w, uint64_t count, const uint8_t *ite
 
 int trun_kv_barrier(trun_kv *kv, trun_waiter *w, trun_slice key, int64_t world) {
   int64_t count;
+  trun_kv_cancel(kv, w); /* like WAIT: replaces w's earlier registrations, also when passing at once */
   int rc = add_w(kv, key, 1, &count, 0); /* earlier arrivers are woken only at completion */
   if (rc < 0) return rc;
   slot *s = find(kv, key);

@@ -11,6 +11,7 @@ static void usage(FILE *f) {
           "usage: trun-store <command> [options]\n"
           "  serve   run a TCPStore server (torch 1.13 ... 2.11 clients on one port)\n"
           "  bench   load generator: ops/s and latency of any TCPStore server, one JSON line\n"
+          "  cli     run store operations (set, get, add, wait, ...) against any TCPStore server\n"
           "Run 'trun-store <command> --help' for its options.\n");
 }
 
@@ -22,6 +23,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "serve") == 0) return trun_store_serve_main(argc - 1, argv + 1);
   if (strcmp(argv[1], "bench") == 0) return trun_store_bench_main(argc - 1, argv + 1);
+  if (strcmp(argv[1], "cli") == 0) return trun_store_cli_main(argc - 1, argv + 1);
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     usage(stdout);
     return 0;

@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,11 +327,10 @@ static void conn_flush(conn *c) {
   }
   uv_buf_t b = uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
   int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-  if (n == UV_EAGAIN) n = 0;
-  if (n < 0) {
-    conn_close(c, NULL);
-    return;
-  }
+  /* On an error other than EAGAIN, uv_write below fails too and on_write closes the connection a loop turn
+   * later: closing here would cancel registrations inside the key space's wake/notify loops that called
+   * conn_wake / conn_notify (use after free). */
+  if (n < 0) n = 0;
   trun_buf_consume(&c->out, (size_t)n);
   if (c->out.len > 0) {
     trun_buf t = c->wbuf; /* hand the rest to libuv; keep the spare buffer for new replies */
@@ -495,6 +495,10 @@ static void on_listener_closed(uv_handle_t *h) {
 }
 
 int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **out) {
+  /* libuv writes with write(2), not send(MSG_NOSIGNAL): a reply to a peer that is gone would raise
+   * SIGPIPE and kill the process. Ignore it unless the program chose a disposition itself. */
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   trun_server *s = calloc(1, sizeof(*s));
   if (s == NULL) return UV_ENOMEM;
   s->loop = loop;

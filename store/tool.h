@@ -11,5 +11,6 @@ int trun_tool_write_file(const char *path, long long n);
 
 int trun_store_serve_main(int argc, char **argv);
 int trun_store_bench_main(int argc, char **argv);
+int trun_store_cli_main(int argc, char **argv);
 
 #endif

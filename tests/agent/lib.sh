@@ -1,0 +1,49 @@
+# Shared helpers for the agent integration tests (tests/integration/4x-agent-*.sh); sourced, not run.
+# Sets: repo, build, trun, host_py, chroot_dir, tmp (a private dir under /tmp, removed on exit).
+# Everything started through start_bg / trun_run runs in its own process group and is killed on exit.
+repo=${TRUN_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+build=${TRUN_BUILD:-$repo/build}
+trun=$build/trun
+host_py=${TRUN_HOST_PY:-/usr/bin/python3}
+chroot_dir=${TRUN_CHROOT:-/var/cache/trun/trixie}
+# /tmp (not $TMPDIR): the chroot bind-mounts the host's /tmp, so chroot workers see the same paths.
+tmp=$(mktemp -d /tmp/trun-agent-test.XXXXXX)
+_bg_pgids=()
+
+_agent_cleanup() {
+  local g
+  for g in "${_bg_pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+  for g in "${_bg_pgids[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+  [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap _agent_cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+skip() {
+  echo "$*" >&2
+  exit 77
+}
+
+need_trun() { [ -x "$trun" ] || fail "$trun is missing; run 'make' first"; }
+need_host_torch() {
+  "$host_py" -c 'import torch.distributed' 2>/dev/null || skip "no torch for $host_py (Debian's python3-torch)"
+}
+have_chroot() { [ -f "$chroot_dir/.trun-ready" ]; }
+
+# Runs a command in its own process group (setsid), in the foreground, with a generous safety limit
+# (TRUN_CASE_TIMEOUT, default 240 s); returns its exit status. The group is killed afterwards, and on exit.
+run_pg() {
+  setsid timeout --kill-after=10 "${TRUN_CASE_TIMEOUT:-240}" "$@" &
+  local pid=$!
+  _bg_pgids+=("$pid")
+  local rc=0
+  wait "$pid" || rc=$?
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  return $rc
+}
+
+# trun with the host's torch python for the workers (trun, like torchrun, uses $PYTHON_EXEC).
+trun_run() { PYTHON_EXEC=$host_py run_pg "$trun" "$@"; }

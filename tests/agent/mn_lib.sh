@@ -1,0 +1,87 @@
+# Shared shell helpers for the multi-node / signal agent tests (tests/integration/50..54). Source it.
+# Every process a test starts carries TRUN_TEST_MARKER=$MARKER in its environment, so cleanup can find
+# (and the kill test can count) all of them, whatever process group or session they moved to.
+TRUN_REPO=${TRUN_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+TRUN_BUILD=${TRUN_BUILD:-$TRUN_REPO/build}
+TRUN_HOST_PY=${TRUN_HOST_PY:-/usr/bin/python3}
+TRUN=$TRUN_BUILD/trun
+MARKER=${MARKER:-trun-test-$$-$(cat /proc/sys/kernel/random/uuid)}
+export TRUN_TEST_MARKER=$MARKER
+export PYTHON_EXEC=$TRUN_HOST_PY
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "$*" >&2; exit 77; }
+note() { echo "--- $*"; }
+
+# PIDs of every live process (not zombies) whose environment holds our marker, except this shell's.
+marked_pids() {
+  local f pid st
+  for f in /proc/[0-9]*/environ; do
+    pid=${f#/proc/}; pid=${pid%/environ}
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF "TRUN_TEST_MARKER=$MARKER"; then
+      st=$(awk '{sub(/.*\) /, ""); print $1}' /proc/$pid/stat 2>/dev/null) || continue
+      [ "$st" = "Z" ] || [ -z "$st" ] && continue
+      echo "$pid"
+    fi
+  done
+}
+
+# Same, with state and command line, for logs.
+show_marked() {
+  local p
+  for p in $(marked_pids); do
+    echo "  pid $p ppid $(awk '{sub(/.*\) /, ""); print $2}' /proc/$p/stat 2>/dev/null) $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"
+  done
+}
+
+# SIGKILL every marked process (a few passes: new ones may appear while we kill).
+kill_marked() {
+  local i p
+  for i in 1 2 3 4 5; do
+    local ps; ps=$(marked_pids)
+    [ -z "$ps" ] && return 0
+    for p in $ps; do kill -KILL "$p" 2>/dev/null; done
+    sleep 0.2
+  done
+}
+
+# A TCP port nobody listens on (bound and released; good enough on loopback for a test).
+free_port() {
+  "$TRUN_HOST_PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Seconds since the epoch, with fractions.
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
+
+# wait_pid_exit PID LIMIT_S: waits for a child of this shell to end; its exit code in $WAIT_RC;
+# returns 1 (and leaves it running) if it outlived the safety limit.
+wait_pid_exit() {
+  local pid=$1 limit=$2 t0; t0=$(now)
+  while kill -0 "$pid" 2>/dev/null; do
+    if awk -v a="$t0" -v b="$(now)" -v l="$limit" 'BEGIN{exit !(b-a>l)}'; then return 1; fi
+    # reaped? (kill -0 succeeds on our own zombie children until wait)
+    if [ "$(awk '{sub(/.*\) /, ""); print $1}' /proc/$pid/stat 2>/dev/null)" = "Z" ]; then break; fi
+    sleep 0.1
+  done
+  wait "$pid"; WAIT_RC=$?
+  return 0
+}
+
+# wait_for CONDITION_CMD LIMIT_S: polls a shell condition until true; returns 1 past the safety limit.
+wait_for() {
+  local cond=$1 limit=$2 t0; t0=$(now)
+  until eval "$cond"; do
+    if awk -v a="$t0" -v b="$(now)" -v l="$limit" 'BEGIN{exit !(b-a>l)}'; then return 1; fi
+    sleep 0.1
+  done
+  return 0
+}
+
+# Check the torch 1.13 host interpreter once.
+need_torch() {
+  "$TRUN_HOST_PY" -c 'import torch.distributed as d; assert d.is_available() and d.is_gloo_available()' 2>/dev/null ||
+    skip "torch with gloo is not importable by $TRUN_HOST_PY"
+}
+[ -x "$TRUN" ] || { echo "FAIL: $TRUN is not built (run make)" >&2; exit 1; }

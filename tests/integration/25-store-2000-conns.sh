@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# 2000 connections waiting on one key in one trun-store (tests/store/many_conns.py, plain sockets, no torch):
+# half torch >= 2.2 style (VALIDATE + PING handshake, WAIT = 0x06), half torch 1.13 style (no handshake,
+# WAIT = 0x05). The server's RSS is printed with 0 and with 2000 connections; one SET of "/release" must send
+# the single byte 0x00 to every one of them; after they all close the server must still answer.
+set -u
+TRUN_REPO=${TRUN_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+TRUN_BUILD=${TRUN_BUILD:-$TRUN_REPO/build}
+TRUN_HOST_PY=${TRUN_HOST_PY:-/usr/bin/python3}
+STORE=$TRUN_BUILD/trun-store
+N=${TRUN_STORE_CONNS:-2000}
+
+[ -x "$STORE" ] || { echo "no $STORE: run make first" >&2; exit 1; }
+# The server and the client each need N+ descriptors: raise the soft limit (inherited by both).
+need=$((N + 200))
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $need ]; then
+  ulimit -n $need 2>/dev/null || { echo "cannot raise RLIMIT_NOFILE to $need (hard limit $(ulimit -Hn))" >&2; exit 77; }
+fi
+echo "# RLIMIT_NOFILE soft $(ulimit -n) hard $(ulimit -Hn); somaxconn $(cat /proc/sys/net/core/somaxconn)"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/trun-25.XXXXXX")
+store_pid=
+cleanup() {
+  if [ -n "$store_pid" ]; then
+    kill -TERM -- "-$store_pid" 2>/dev/null
+    sleep 0.3
+    kill -KILL -- "-$store_pid" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+setsid "$STORE" serve --host 127.0.0.1 --port 0 --ready-file "$work/port" >"$work/store.log" 2>&1 </dev/null &
+store_pid=$!
+for ((i = 0; i < 300; i++)); do
+  [ -s "$work/port" ] && break
+  kill -0 $store_pid 2>/dev/null || { cat "$work/store.log"; echo "trun-store died" >&2; exit 1; }
+  sleep 0.1
+done
+PORT=$(cat "$work/port")
+echo "# trun-store pid $store_pid port $PORT"
+
+cd "$TRUN_REPO/tests/store" || exit 1
+timeout --kill-after=5 300 "$TRUN_HOST_PY" many_conns.py 127.0.0.1 "$PORT" "$store_pid" "$N"
+rc=$?
+echo "== trun-store log"
+sed 's/^/   /' "$work/store.log"
+if ! kill -0 $store_pid 2>/dev/null; then
+  echo "FAIL: trun-store is gone"
+  exit 1
+fi
+# A clean stop on SIGTERM (exit 0, documented in store/serve.c) after the load.
+kill -TERM $store_pid
+wait $store_pid
+src=$?
+store_pid=
+[ $src -eq 0 ] || { echo "FAIL: trun-store exit $src on SIGTERM"; exit 1; }
+[ $rc -eq 77 ] && { echo "many_conns.py could not get enough file descriptors" >&2; exit 77; }
+[ $rc -eq 0 ] || { echo "FAIL: many_conns.py exit $rc"; exit 1; }
+echo "passed"
