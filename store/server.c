@@ -24,6 +24,7 @@ struct trun_server {
   int handles_open;
   void (*done)(void *arg);
   void *done_arg;
+  uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
 };
 
 struct conn {
@@ -349,9 +350,15 @@ static void conn_flush(conn *c) {
   update_reading(c);
 }
 
+/* Reads land in the server's shared buffer while a connection has no partial request; only the bytes of
+ * an unfinished request are copied into the connection's own buffer. Idle connections hold no buffer. */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   (void)suggested;
   conn *c = (conn *)h;
+  if (c->in.len == 0) {
+    *b = uv_buf_init((char *)c->srv->rbuf, sizeof(c->srv->rbuf));
+    return;
+  }
   size_t want = READ_CHUNK;
   if (c->need > c->in.len && c->need - c->in.len > want) want = c->need - c->in.len;
   if (trun_buf_reserve(&c->in, want) < 0) {
@@ -362,30 +369,31 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   *b = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(room > 0x7fffffff ? 0x7fffffff : room));
 }
 
-static void process(conn *c) {
+/* Parses and executes every whole request in data[0..len); returns the bytes taken. c->need is left
+ * relative to data + the return value. */
+static size_t process(conn *c, const uint8_t *data, size_t len) {
   trun_server *s = c->srv;
   size_t off = 0;
   if (c->gen == TRUN_GEN_UNKNOWN) {
     size_t used;
-    c->gen = trun_gen_detect(c->in.data, c->in.len, s->opts.legacy, &used);
-    if (c->gen == TRUN_GEN_UNKNOWN) return;
+    c->gen = trun_gen_detect(data, len, s->opts.legacy, &used);
+    if (c->gen == TRUN_GEN_UNKNOWN) return 0;
     off = used;
     c->need = 0;
   }
-  while (off < c->in.len && !c->closing) {
-    if (c->in.len < c->need) break;
+  while (off < len && !c->closing) {
+    if (len - off < c->need) break;
     trun_req r;
     size_t need;
-    ssize_t n = trun_req_parse(c->gen, c->in.data + off, c->in.len - off, &s->opts.limits, &r, &need);
+    ssize_t n = trun_req_parse(c->gen, data + off, len - off, &s->opts.limits, &r, &need);
     if (n < 0) {
       char why[160];
-      snprintf(why, sizeof(why), "%s (byte 0x%02x)", r.err ? r.err : "malformed request",
-               c->in.data[off]);
+      snprintf(why, sizeof(why), "%s (byte 0x%02x)", r.err ? r.err : "malformed request", data[off]);
       conn_close(c, why);
-      return;
+      return off;
     }
     if (n == 0) {
-      c->need = need; /* relative to off, made absolute below */
+      c->need = need;
       break;
     }
     const char *why = NULL;
@@ -393,19 +401,15 @@ static void process(conn *c) {
       char msg[200];
       snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
       conn_close(c, msg);
-      return;
+      return off;
     }
     off += (size_t)n;
     c->need = 0;
   }
-  if (c->closing) return;
-  trun_buf_consume(&c->in, off);
-  /* c->need was measured from off, which is now the start of the buffer. */
-  conn_flush(c);
+  return off;
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
-  (void)b;
   conn *c = (conn *)st;
   if (c->closing) return;
   if (nread < 0) {
@@ -413,8 +417,22 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
     else conn_close(c, NULL); /* EOF or reset: the client left */
     return;
   }
-  c->in.len += (size_t)nread;
-  process(c);
+  if (nread == 0) return;
+  if ((uint8_t *)b->base == c->srv->rbuf) {
+    size_t used = process(c, c->srv->rbuf, (size_t)nread);
+    if (!c->closing && used < (size_t)nread &&
+        trun_buf_append(&c->in, c->srv->rbuf + used, (size_t)nread - used) < 0) {
+      conn_close(c, "out of memory for the input buffer");
+      return;
+    }
+  } else {
+    c->in.len += (size_t)nread;
+    size_t used = process(c, c->in.data, c->in.len);
+    if (c->closing) return;
+    trun_buf_consume(&c->in, used);
+    if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
+  }
+  if (!c->closing) conn_flush(c);
 }
 
 static void on_connection(uv_stream_t *l, int status) {

@@ -1,0 +1,323 @@
+"""trun's CPU benchmarks, side by side with torch 1.13 (host) and torch 2.6 (chroot).
+
+Contenders run interleaved (A B C A B C ...) so that drift on the machine hits them alike; each table cell
+is the median of the repetitions and every comparison is a ratio measured in this one run.
+Writes bench/results/<date>-cpu.json and prints the tables. Run through `make bench`.
+
+Usage: bench.py [--reps N] [--quick] [--only store|conns|launch]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(REPO, "build")
+HOST_PY = os.environ.get("TRUN_HOST_PY", "/usr/bin/python3")
+CHROOT_RUN = [os.path.join(REPO, "scripts", "chroot-run.sh")]
+CHROOT = os.environ.get("TRUN_CHROOT", "/var/cache/trun/trixie")
+HAVE_CHROOT = os.path.exists(os.path.join(CHROOT, ".trun-ready"))
+TORCHRUN113 = [HOST_PY, os.path.join(REPO, "tests", "tools", "torchrun113.py")]
+
+SERVER_PY = r"""
+import datetime, sys, time, torch.distributed as dist
+kw = {} if sys.argv[1] == "1.13" else {"use_libuv": False}
+s = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=3600), wait_for_workers=False, **kw)
+print(s.port, flush=True)
+time.sleep(1e9)
+"""
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Server:
+    """A TCPStore server process: trun-store, or torch's own (1.13 host / 2.6 chroot)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        if kind == "trun":
+            fd, ready = tempfile.mkstemp(prefix="trun-bench-port.")
+            os.close(fd)
+            os.unlink(ready)
+            self.proc = subprocess.Popen([os.path.join(BUILD, "trun-store"), "serve", "--port", "0",
+                                          "--ready-file", ready], stdout=subprocess.DEVNULL,
+                                         start_new_session=True)
+            for _ in range(500):
+                if os.path.exists(ready):
+                    break
+                time.sleep(0.01)
+            self.port = int(open(ready).read())
+            os.unlink(ready)
+            self.pid = self.proc.pid
+        else:
+            cmd = [HOST_PY, "-c", SERVER_PY, "1.13"] if kind == "torch-1.13" else \
+                CHROOT_RUN + ["python3", "-c", SERVER_PY, "2.6"]
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.port = int(self.proc.stdout.readline())
+            self.pid = self.find_pid()
+        self.gen = "1.13" if kind == "torch-1.13" else "v2"
+
+    def find_pid(self):
+        """The python process that serves (the chroot wrapper execs down to it)."""
+        return self.proc.pid
+
+    def rss_kb(self):
+        try:
+            for line in open(f"/proc/{self.pid}/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return -1
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def store_bench(reps, quick):
+    kinds = ["trun", "torch-1.13"] + (["torch-2.6"] if HAVE_CHROOT else [])
+    clients = [1, 64, 1024]
+    requests = {1: 20000, 64: 100000, 1024: 200000}
+    if quick:
+        requests = {k: v // 10 for k, v in requests.items()}
+    rows = {}
+    for c in clients:
+        for rep in range(reps):
+            for kind in kinds:
+                srv = Server(kind)
+                try:
+                    gens = [srv.gen]
+                    out = subprocess.run([os.path.join(BUILD, "trun-store"), "bench", "--target",
+                                          f"127.0.0.1:{srv.port}", "--gen", gens[0], "--clients", str(c),
+                                          "--requests", str(requests[c])],
+                                         capture_output=True, text=True, timeout=600)
+                finally:
+                    srv.stop()
+                if out.returncode != 0:
+                    log(f"store bench {kind} clients={c}: failed: {out.stderr.strip()[-300:]}")
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.setdefault((kind, c), []).append(r)
+                log(f"store {kind:10s} clients={c:5d} rep={rep}: {r['ops_per_sec']:.0f} ops/s p99 {r['p99_us']:.0f} us")
+    table = []
+    for c in clients:
+        for kind in kinds:
+            rs = rows.get((kind, c), [])
+            if not rs:
+                continue
+            table.append({"server": kind, "clients": c,
+                          "ops_per_sec": statistics.median(r["ops_per_sec"] for r in rs),
+                          "p50_us": statistics.median(r["p50_us"] for r in rs),
+                          "p99_us": statistics.median(r["p99_us"] for r in rs),
+                          "p999_us": statistics.median(r["p999_us"] for r in rs),
+                          "reps": len(rs)})
+    return table
+
+
+def conns_bench(count):
+    """Memory of a server holding `count` idle connections, each with a pending WAIT."""
+    res = []
+    for kind in ["trun", "torch-1.13"]:
+        srv = Server(kind)
+        try:
+            base = srv.rss_kb()
+            out = subprocess.run([HOST_PY, os.path.join(REPO, "bench", "hold_conns.py"), str(srv.port),
+                                  str(count), srv.gen, str(srv.pid)], capture_output=True, text=True,
+                                 timeout=600)
+            if out.returncode != 0:
+                log(f"conns {kind}: failed: {out.stderr.strip()[-400:]}")
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r.update({"server": kind, "rss_before_kb": base})
+            res.append(r)
+            log(f"conns {kind}: {count} connections with a pending WAIT: RSS {r['rss_held_kb'] / 1024:.1f} MiB "
+                f"(before {base / 1024:.1f} MiB), all released: {r['released']}")
+        finally:
+            srv.stop()
+    return res
+
+
+def peak_rss_kb(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def run_launcher(cmd, env):
+    """Wall time launch-to-exit and the launcher process's own peak RSS (sampled until it exits)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = -1
+    while p.poll() is None:
+        v = peak_rss_kb(p.pid)
+        peak = max(peak, v)
+        time.sleep(0.002)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read()
+    return p.returncode, wall, peak, err
+
+
+def launchers(nproc, extra):
+    trun = [os.path.join(BUILD, "trun")]
+    common = ["--standalone", "--nproc-per-node", str(nproc)] + extra
+    out = {"trun": trun + common, "torchrun-1.13": TORCHRUN113 + common}
+    if HAVE_CHROOT:
+        # The chroot wrapper execs down to python, so the sampled process is torchrun itself.
+        out["torchrun-2.6"] = CHROOT_RUN + ["--keep-env", "python3", "-m", "torch.distributed.run"] + common
+    return out
+
+
+def launch_bench(reps):
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
+    table = []
+    for nproc in (2, 8):
+        samples = {}
+        for rep in range(reps):
+            for name, cmd in launchers(nproc, ["--no-python", "/bin/true"]).items():
+                rc, wall, peak, err = run_launcher(cmd, env)
+                if rc != 0:
+                    log(f"launch {name} nproc={nproc}: exit {rc}: {err.strip()[-300:]}")
+                    continue
+                samples.setdefault(name, []).append((wall, peak))
+                log(f"launch {name:14s} nproc={nproc} rep={rep}: {wall * 1000:.1f} ms, peak RSS {peak / 1024:.1f} MiB")
+        for name, s in samples.items():
+            table.append({"launcher": name, "nproc": nproc, "workers": "/bin/true (no-op)",
+                          "wall_ms": statistics.median(w for w, _ in s) * 1000,
+                          "peak_rss_mib": statistics.median(p for _, p in s) / 1024, "reps": len(s)})
+    return table
+
+
+RESTART_WORKER = r"""
+import os, sys, time
+d = sys.argv[1]
+n = os.environ["TORCHELASTIC_RESTART_COUNT"]
+lr = os.environ["LOCAL_RANK"]
+if n == "0":
+    if lr == "0":
+        open(os.path.join(d, "crash"), "w").write(repr(time.time()))
+        os._exit(1)
+    time.sleep(60)
+else:
+    if lr == "0":
+        open(os.path.join(d, "start"), "w").write(repr(time.time()))
+"""
+
+
+def restart_bench(reps):
+    """Worker crash (its last instant) to the replacement's first Python statement."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=HOST_PY)
+    table = []
+    samples = {}
+    for rep in range(reps):
+        for name in ["trun", "torchrun-1.13"]:
+            with tempfile.TemporaryDirectory(prefix="trun-bench-restart.") as d:
+                script = os.path.join(d, "w.py")
+                open(script, "w").write(RESTART_WORKER)
+                base = [os.path.join(BUILD, "trun")] if name == "trun" else TORCHRUN113
+                # torchrun 1.13's default monitor interval is 5 s; give both the newest default, 0.1 s.
+                cmd = base + ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                              "--monitor-interval", "0.1", "--no-python", HOST_PY, script, d]
+                rc, wall, _, err = run_launcher(cmd, env)
+                try:
+                    lat = float(open(os.path.join(d, "start")).read()) - float(open(os.path.join(d, "crash")).read())
+                except OSError:
+                    log(f"restart {name}: no measurement (exit {rc}): {err.strip()[-300:]}")
+                    continue
+                samples.setdefault(name, []).append(lat)
+                log(f"restart {name:14s} rep={rep}: crash to replacement {lat * 1000:.1f} ms")
+    for name, s in samples.items():
+        table.append({"launcher": name, "crash_to_restart_ms": statistics.median(s) * 1000, "reps": len(s),
+                      "note": "2 workers; the other worker sleeps, so the teardown sends it SIGTERM"})
+    return table
+
+
+def ratio(a, b):
+    return round(a / b, 2) if a and b else None
+
+
+def summarize(res):
+    lines = []
+    st = res.get("store", [])
+    if st:
+        lines.append("TCPStore server, trun-store bench load (mix set=40,get=40,add=20), median of reps:")
+        lines.append(f"{'server':12s} {'clients':>7s} {'ops/s':>10s} {'p50 us':>9s} {'p99 us':>9s} {'p99.9 us':>10s}")
+        for r in st:
+            lines.append(f"{r['server']:12s} {r['clients']:7d} {r['ops_per_sec']:10.0f} {r['p50_us']:9.0f} "
+                         f"{r['p99_us']:9.0f} {r['p999_us']:10.0f}")
+        by = {(r["server"], r["clients"]): r for r in st}
+        for other in ("torch-1.13", "torch-2.6"):
+            for c in (1, 64, 1024):
+                t, o = by.get(("trun", c)), by.get((other, c))
+                if t and o:
+                    lines.append(f"ratio trun/{other} clients={c}: ops/s x{ratio(t['ops_per_sec'], o['ops_per_sec'])}, "
+                                 f"p99 x{ratio(t['p99_us'], o['p99_us'])}, p99.9 x{ratio(t['p999_us'], o['p999_us'])}")
+    for r in res.get("conns", []):
+        lines.append(f"{r['server']}: {r['connections']} connections with a pending WAIT: RSS {r['rss_held_kb'] / 1024:.1f} MiB")
+    la = res.get("launch", [])
+    if la:
+        lines.append("Launch to exit, --standalone, no-op workers (--no-python /bin/true), median:")
+        by = {(r["launcher"], r["nproc"]): r for r in la}
+        for r in la:
+            lines.append(f"{r['launcher']:14s} nproc={r['nproc']}: {r['wall_ms']:8.1f} ms  launcher peak RSS {r['peak_rss_mib']:7.1f} MiB")
+        for other in ("torchrun-1.13", "torchrun-2.6"):
+            for n in (2, 8):
+                t, o = by.get(("trun", n)), by.get((other, n))
+                if t and o:
+                    lines.append(f"ratio {other}/trun nproc={n}: time x{ratio(o['wall_ms'], t['wall_ms'])}, "
+                                 f"memory x{ratio(o['peak_rss_mib'], t['peak_rss_mib'])}")
+    rs = res.get("restart", [])
+    if rs:
+        by = {r["launcher"]: r for r in rs}
+        for r in rs:
+            lines.append(f"restart {r['launcher']}: worker crash to replacement {r['crash_to_restart_ms']:.1f} ms")
+        if "trun" in by and "torchrun-1.13" in by:
+            lines.append(f"ratio torchrun-1.13/trun restart: x{ratio(by['torchrun-1.13']['crash_to_restart_ms'], by['trun']['crash_to_restart_ms'])}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["store", "conns", "launch", "restart"])
+    ap.add_argument("--conns", type=int, default=10000)
+    args = ap.parse_args()
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
+           "command": "make bench"}
+    if args.only in (None, "store"):
+        res["store"] = store_bench(args.reps, args.quick)
+    if args.only in (None, "conns"):
+        res["conns"] = conns_bench(args.conns if not args.quick else 1000)
+    if args.only in (None, "launch"):
+        res["launch"] = launch_bench(args.reps)
+    if args.only in (None, "restart"):
+        res["restart"] = restart_bench(args.reps)
+    res["summary"] = summarize(res)
+    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
+    path = os.path.join(REPO, "bench", "results", f"{datetime.date.today().isoformat()}-cpu.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(res["summary"])
+    print(f"results: {os.path.relpath(path, REPO)}")
+
+
+if __name__ == "__main__":
+    main()

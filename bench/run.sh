@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# `make bench`: every CPU benchmark side by side with torch; prints the tables and ratios and writes
+# bench/results/<date>-cpu.json. Never part of `make check`. Extra arguments go to bench/bench.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec "${TRUN_HOST_PY:-/usr/bin/python3}" bench/bench.py "$@"
