@@ -667,7 +667,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   a.env = envp;
   char err[256];
   if (trun_nproc_resolve(cfg->nproc_spec, &a.nproc, err, sizeof(err)) < 0) {
-    trun_error("%s", err);
+    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
   trun_fqdn(a.host, sizeof(a.host));
@@ -709,7 +709,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   char err[256];
   int nproc;
   if (trun_nproc_resolve(cfg->nproc_spec, &nproc, err, sizeof(err)) < 0) {
-    trun_error("%s", err);
+    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
   trun_rdzv r;

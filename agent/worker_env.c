@@ -77,9 +77,19 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
                         int restart_count, const char *error_file) {
   char **v = strv_dup(base);
   if (v == NULL) return NULL;
-  char num[16][32];
-  int i = 0;
-#define NUM(x) (snprintf(num[i], sizeof(num[i]), "%d", (int)(x)), num[i++])
+  char lr_s[16], rank_s[16], grank_s[16], rrank_s[16], lws_s[16], ws_s[16], gws_s[16], rws_s[16];
+  char port_s[16], restart_s[16], maxr_s[16];
+  snprintf(lr_s, sizeof(lr_s), "%d", local_rank);
+  snprintf(rank_s, sizeof(rank_s), "%d", r->base_rank + local_rank);
+  snprintf(grank_s, sizeof(grank_s), "%d", r->group_rank);
+  snprintf(rrank_s, sizeof(rrank_s), "%d", r->role_base_rank + local_rank);
+  snprintf(lws_s, sizeof(lws_s), "%d", r->nproc);
+  snprintf(ws_s, sizeof(ws_s), "%d", r->world_size);
+  snprintf(gws_s, sizeof(gws_s), "%d", r->group_world_size);
+  snprintf(rws_s, sizeof(rws_s), "%d", r->role_world_size);
+  snprintf(port_s, sizeof(port_s), "%d", r->master_port);
+  snprintf(restart_s, sizeof(restart_s), "%d", restart_count);
+  snprintf(maxr_s, sizeof(maxr_s), "%d", cfg->max_restarts);
   const char *cvd = trun_strv_getenv(base, "CUDA_VISIBLE_DEVICES");
   char cvd_one[256];
   if (cfg->virtual_local_rank) {
@@ -106,26 +116,25 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
   struct {
     const char *name, *value;
   } set[] = {
-      {"LOCAL_RANK", cfg->virtual_local_rank ? "0" : NUM(local_rank)},
-      {"RANK", NUM(r->base_rank + local_rank)},
-      {"GROUP_RANK", NUM(r->group_rank)},
-      {"ROLE_RANK", NUM(r->role_base_rank + local_rank)},
+      {"LOCAL_RANK", cfg->virtual_local_rank ? "0" : lr_s},
+      {"RANK", rank_s},
+      {"GROUP_RANK", grank_s},
+      {"ROLE_RANK", rrank_s},
       {"ROLE_NAME", cfg->role},
-      {"LOCAL_WORLD_SIZE", NUM(r->nproc)},
-      {"WORLD_SIZE", NUM(r->world_size)},
-      {"GROUP_WORLD_SIZE", NUM(r->group_world_size)},
-      {"ROLE_WORLD_SIZE", NUM(r->role_world_size)},
+      {"LOCAL_WORLD_SIZE", lws_s},
+      {"WORLD_SIZE", ws_s},
+      {"GROUP_WORLD_SIZE", gws_s},
+      {"ROLE_WORLD_SIZE", rws_s},
       {"MASTER_ADDR", r->master_addr},
-      {"MASTER_PORT", NUM(r->master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", NUM(restart_count)},
-      {"TORCHELASTIC_MAX_RESTARTS", NUM(cfg->max_restarts)},
+      {"MASTER_PORT", port_s},
+      {"TORCHELASTIC_RESTART_COUNT", restart_s},
+      {"TORCHELASTIC_MAX_RESTARTS", maxr_s},
       {"TORCHELASTIC_RUN_ID", cfg->run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_async ? nccl_async : "1"},
       {"TORCHELASTIC_ERROR_FILE", error_file},
       {"CUDA_VISIBLE_DEVICES", cfg->virtual_local_rank ? cvd_one : NULL},
   };
-#undef NUM
   for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++)
     if (set[k].value && trun_strv_setenv(&v, set[k].name, set[k].value) < 0) {
       trun_strv_free(v);

@@ -23,12 +23,12 @@
 #define NCONN 3
 #define MAXREQ 65536
 
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       fprintf(stderr, "fuzz_store: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                    \
-    }                                                                             \
+      abort();                                                                      \
+    }                                                                               \
   } while (0)
 
 typedef struct {
@@ -126,8 +126,10 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
       rc = trun_kv_compare_set(kv, r->key, r->val, r->val2, &v);
       if (rc == 0) {
         touch(v);
-        if (!existed && r->val.n > 0) CHECK(trun_kv_get(kv, r->key, &v) == 0);
-        else CHECK(trun_kv_get(kv, r->key, &v) == 1);
+        if (!existed && r->val.n > 0)
+          CHECK(trun_kv_get(kv, r->key, &v) == 0);
+        else
+          CHECK(trun_kv_get(kv, r->key, &v) == 1);
       }
       break;
     }
@@ -144,9 +146,7 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
         CHECK(v.n == (size_t)len && memcmp(v.p, text, v.n) == 0);
       }
       break;
-    case TRUN_OP_CHECK:
-      CHECK(trun_kv_check(kv, r->count, r->items) >= 0);
-      break;
+    case TRUN_OP_CHECK: CHECK(trun_kv_check(kv, r->count, r->items) >= 0); break;
     case TRUN_OP_WAIT: {
       int was = c->w.pending > 0;
       CHECK(was == c->waiting);
@@ -205,8 +205,7 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
       }
       break;
     }
-    case TRUN_OP_PING:
-      break;
+    case TRUN_OP_PING: break;
     case TRUN_OP_QUEUE_PUSH: {
       int64_t before = trun_kv_queue_len(kv, r->key);
       rc = trun_kv_queue_push(kv, r->key, r->val);
@@ -225,19 +224,14 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
         CHECK(trun_kv_queue_len(kv, r->key) == n - 1);
       }
       break;
-    case TRUN_OP_QUEUE_LEN:
-      CHECK(trun_kv_queue_len(kv, r->key) >= 0);
-      break;
+    case TRUN_OP_QUEUE_LEN: CHECK(trun_kv_queue_len(kv, r->key) >= 0); break;
     case TRUN_OP_LIST: {
       uint64_t cnt = 0;
       trun_kv_foreach(kv, count_key, &cnt);
       break;
     }
-    case TRUN_OP_WATCH_KEY:
-      rc = trun_kv_watch(kv, &c->w, r->key);
-      break;
-    default:
-      return -1; /* "query type not served" */
+    case TRUN_OP_WATCH_KEY: rc = trun_kv_watch(kv, &c->w, r->key); break;
+    default: return -1; /* "query type not served" */
   }
   return rc < 0 ? -1 : 0;
 }
@@ -256,8 +250,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t mode = data[0], lb = data[1], cb = data[2];
   const uint8_t *s = data + 3;
   size_t len = size - 3;
-  trun_limits lim = {.max_key = 4u << (lb & 7), .max_value = 4u << ((lb >> 3) & 7),
-                     .max_keys = 1u + 2u * (lb >> 6)};
+  trun_limits lim = {
+      .max_key = 4u << (lb & 7), .max_value = 4u << ((lb >> 3) & 7), .max_keys = 1u + 2u * (lb >> 6)};
 
   /* The generation, as the server learns it from the whole stream. */
   trun_gen gen;

@@ -30,7 +30,7 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                          "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>."},
     [TRUN_OPT_NPROC_PER_NODE] = {"nproc-per-node", "nproc_per_node", 0, 0, "1", "PET_NPROC_PER_NODE",
                                  TRUN_G_SIZE, "NPROC_PER_NODE",
-                                 "Number of workers per node; an integer or one of cpu, gpu, xpu, auto."},
+                                 "Number of workers per node; an integer or one of cpu, gpu, auto."},
     [TRUN_OPT_RDZV_BACKEND] = {"rdzv-backend", "rdzv_backend", 0, 0, "static", "PET_RDZV_BACKEND",
                                TRUN_G_RDZV, "RDZV_BACKEND", "Rendezvous backend (static or c10d)."},
     [TRUN_OPT_RDZV_ENDPOINT] = {"rdzv-endpoint", "rdzv_endpoint", 0, 0, "", "PET_RDZV_ENDPOINT", TRUN_G_RDZV,

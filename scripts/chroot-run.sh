@@ -19,6 +19,7 @@ exec unshare --mount --propagation private -- /bin/sh -ec '
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
   mount --bind /tmp "$root/tmp"
+  mount --bind /etc/hosts "$root/etc/hosts"
   mkdir -p "$root/trun"
   mount --bind "$repo" "$root/trun"
   clear=-i; [ "$keep" = 1 ] && clear=

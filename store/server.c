@@ -15,6 +15,8 @@ typedef struct conn conn;
 struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
+  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
+  int ndoomed;
   trun_server_opts opts;
   trun_kv *kv;
   conn *conns;
@@ -40,12 +42,33 @@ struct conn {
   int writing;
   int reading;
   int closing;
+  const char *doomed; /* close reason set inside a key-space callback */
   trun_waiter w;
   char peer[64];
 };
 
 static void conn_close(conn *c, const char *why);
 static void conn_flush(conn *c);
+
+static void on_reap(uv_idle_t *h) {
+  trun_server *s = h->data;
+  for (conn *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->doomed) conn_close(c, c->doomed);
+  }
+  s->ndoomed = 0;
+  uv_idle_stop(h);
+}
+
+/* From inside a wake or watch callback the key space is mid-iteration: closing now would free the
+ * registrations it walks. Mark the connection and close it on the next loop turn. */
+static void conn_doom(conn *c, const char *why) {
+  if (c->doomed || c->closing) return;
+  c->doomed = why;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  c->reading = 0;
+  if (c->srv->ndoomed++ == 0) uv_idle_start(&c->srv->reaper, on_reap);
+}
 
 void trun_server_opts_default(trun_server_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -95,7 +118,7 @@ static void conn_wake(trun_waiter *w) {
   if (c->closing) return;
   c->srv->stats.waiting--;
   if (trun_buf_append_u8(&c->out, TRUN_WAIT_STOP_WAITING) < 0) {
-    conn_close(c, "out of memory queueing a reply");
+    conn_doom(c, "out of memory queueing a reply");
     return;
   }
   conn_flush(c);
@@ -108,7 +131,7 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
   if (trun_buf_append_u8(&c->out, type) < 0 || trun_buf_append_str(&c->out, key.p, key.n) < 0 ||
       trun_buf_append_str(&c->out, old.p, old.n) < 0 ||
       trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
-    conn_close(c, "out of memory queueing a watch update");
+    conn_doom(c, "out of memory queueing a watch update");
     return;
   }
   conn_flush(c);
@@ -500,6 +523,7 @@ static int bind_host(trun_server *s, const char *host, int port) {
   return rc;
 }
 
+/* The listener's and the reaper's close callback: the last handle closed frees the server. */
 static void on_listener_closed(uv_handle_t *h) {
   trun_server *s = h->data;
   s->handles_open--;
@@ -534,13 +558,16 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
     return rc;
   }
   s->listener.data = s;
-  s->handles_open = 1;
+  uv_idle_init(loop, &s->reaper);
+  s->reaper.data = s;
+  s->handles_open = 2;
   rc = bind_host(s, o->host, o->port);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(),
                               on_connection);
   if (rc < 0) {
     s->closing = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -559,4 +586,5 @@ void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
   s->done_arg = arg;
   while (s->conns) conn_close(s->conns, NULL);
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
 }

@@ -9,6 +9,9 @@ chroot_dir=${TRUN_CHROOT:-/var/cache/trun/trixie}
 # /tmp (not $TMPDIR): the chroot bind-mounts the host's /tmp, so chroot workers see the same paths.
 tmp=$(mktemp -d /tmp/trun-agent-test.XXXXXX)
 _bg_pgids=()
+# trun and torchrun put their default log dirs (torchelastic_XXXX) under $TMPDIR: keep them in $tmp.
+export TMPDIR=$tmp/tmpdir
+mkdir -p "$TMPDIR"
 
 _agent_cleanup() {
   local g

@@ -14,26 +14,13 @@ skip() { echo "$*" >&2; exit 77; }
 note() { echo "--- $*"; }
 
 # PIDs of every live process (not zombies) whose environment holds our marker, except this shell's.
-marked_pids() {
-  local f pid st
-  for f in /proc/[0-9]*/environ; do
-    pid=${f#/proc/}; pid=${pid%/environ}
-    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
-    if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF "TRUN_TEST_MARKER=$MARKER"; then
-      st=$(awk '{sub(/.*\) /, ""); print $1}' /proc/$pid/stat 2>/dev/null) || continue
-      [ "$st" = "Z" ] || [ -z "$st" ] && continue
-      echo "$pid"
-    fi
-  done
-}
+marked_pids() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" pids "$MARKER" $$; }
 
-# Same, with state and command line, for logs.
-show_marked() {
-  local p
-  for p in $(marked_pids); do
-    echo "  pid $p ppid $(awk '{sub(/.*\) /, ""); print $2}' /proc/$p/stat 2>/dev/null) $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)"
-  done
-}
+# Same, with state, ppid, pgid, sid and command line, for logs.
+show_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" show "$MARKER" $$; }
+
+# How many live marked processes have WORD in their argv.
+count_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" count "$MARKER" "$1" $$; }
 
 # SIGKILL every marked process (a few passes: new ones may appear while we kill).
 kill_marked() {
@@ -85,3 +72,47 @@ need_torch() {
     skip "torch with gloo is not importable by $TRUN_HOST_PY"
 }
 [ -x "$TRUN" ] || { echo "FAIL: $TRUN is not built (run make)" >&2; exit 1; }
+
+# wait_agents LIMIT_S IDLE_S WORD PID...: waits for every agent PID (children of this shell) to exit and
+# stores each exit code in AGENT_RC[pid]. Safety limits, not timing assertions: returns 1 if an agent still
+# runs after LIMIT_S, or IDLE_S after the last worker (a marked process whose argv holds WORD) is gone
+# (the agent has nothing left to supervise: it hangs). Prints how long each agent took.
+declare -A AGENT_RC
+wait_agents() {
+  local limit=$1 idle=$2 word=$3; shift 3
+  local t0 left p idle_since="" st
+  t0=$(now)
+  while :; do
+    left=0
+    for p in "$@"; do
+      [ -n "${AGENT_RC[$p]:-}" ] && continue
+      st=$(awk '{sub(/.*\) /, ""); print $1}' /proc/$p/stat 2>/dev/null)
+      if [ -z "$st" ] || [ "$st" = Z ]; then
+        wait "$p"; AGENT_RC[$p]=$?
+        echo "agent pid $p exited ${AGENT_RC[$p]} after $(elapsed "$t0") s"
+      else
+        left=$((left + 1))
+      fi
+    done
+    [ $left -eq 0 ] && return 0
+    if [ "$(count_marked "$word")" = 0 ]; then
+      [ -z "$idle_since" ] && idle_since=$(now)
+      if awk -v a="$idle_since" -v b="$(now)" -v l="$idle" 'BEGIN{exit !(b-a>l)}'; then
+        echo "HANG: $left agent(s) still run $(elapsed "$idle_since") s after their last worker exited:"
+        show_marked
+        return 1
+      fi
+    else
+      idle_since=""
+    fi
+    if awk -v a="$t0" -v b="$(now)" -v l="$limit" 'BEGIN{exit !(b-a>l)}'; then
+      echo "TIMEOUT: $left agent(s) still run after $limit s:"; show_marked; return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# Prints an agent's captured output (for the log).
+dump_agent() { # name out-file err-file
+  echo "=== $1 stdout:"; cat "$2" 2>/dev/null; echo "=== $1 stderr:"; cat "$3" 2>/dev/null; echo "=== end of $1"
+}

@@ -35,7 +35,7 @@ STORE=$TRUN_BUILD/trun-store
 OPS113=("$TRUN_HOST_PY" "$TRUN_REPO/tests/store/ops.py")
 OPS26=("$TRUN_REPO/scripts/chroot-run.sh" python3 /trun/tests/store/ops.py)
 RAW=("$TRUN_HOST_PY" "$TRUN_REPO/tests/store/raw_ops.py")
-SAFETY=180 # seconds; a generous bound for each step, never a measured time
+SAFETY=150 # seconds; a generous bound for each step, never a measured time
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/trun-10.XXXXXX")
 pgids=()

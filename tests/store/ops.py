@@ -37,7 +37,7 @@ TD = datetime.timedelta
 V2 = hasattr(dist.TCPStore, "check")
 VERSION = torch.__version__
 NS = ""  # key prefix of wake/adds/caswake: a fresh name space per run
-SAFETY = 120  # seconds: upper bound for anything that is expected to succeed
+SAFETY = 60  # seconds: upper bound for anything that is expected to succeed
 
 
 def client(host, port, timeout=SAFETY):
@@ -79,9 +79,12 @@ def cmd_serve():
         time.sleep(3600)
 
 
+OPS_TIMEOUT = 20  # store timeout of the differential run: bounds a get() of a key a faulty server lost
+
+
 def cmd_ops(host, port):
-    s = client(host, port)
-    other = client(host, port)
+    s = client(host, port, OPS_TIMEOUT)
+    other = client(host, port, OPS_TIMEOUT)
     big4 = bytes((i * 7 + (i >> 12)) & 0xFF for i in range(4 << 20))
     big9 = big4 + big4 + big4[: 1 << 20]  # 9 MiB: above torch's libuv limit (8 MiB), fine for classic
     binv = bytes(range(256)) * 3
@@ -127,7 +130,7 @@ def cmd_ops(host, port):
     run_op("num_keys_after_delete", lambda: s.num_keys())
     run_op("set_after_delete", lambda: s.set("k", "again"))
     run_op("get_after_delete", lambda: s.get("k"))
-    run_op("set_timeout", lambda: s.set_timeout(TD(seconds=SAFETY)))
+    run_op("set_timeout", lambda: s.set_timeout(TD(seconds=OPS_TIMEOUT)))
     run_op("set_empty_value", lambda: s.set("e", b""))
     run_op("get_empty_value", lambda: s.get("e"))
     run_op("set_empty_key", lambda: s.set("", "ev"))
@@ -173,7 +176,7 @@ def cmd_ops(host, port):
         run_op("set_timeout_short", lambda: s.set_timeout(TD(seconds=1)))
         run_op("get_timeout", lambda: s.get("missing2"))
         run_op("multi_get_timeout", lambda: s.multi_get(["cnt", "missing3"]))
-        run_op("set_timeout_back", lambda: s.set_timeout(TD(seconds=SAFETY)))
+        run_op("set_timeout_back", lambda: s.set_timeout(TD(seconds=OPS_TIMEOUT)))
         run_op("usable_after_get_timeout", lambda: s.get("u1"))
         run_op("other_sets_missing2", lambda: other.set("missing2", "m2v"))
         run_op("get_missing2", lambda: s.get("missing2"))
@@ -184,7 +187,7 @@ def cmd_ops(host, port):
     else:
         # 1.13: no CANCEL_WAIT. A wait time-out leaves the server's registration in place; the server's later
         # STOP_WAITING byte is read as the reply of a later request (spec §4, capture B). Use a third connection.
-        t = client(host, port)
+        t = client(host, port, OPS_TIMEOUT)
         run_op("wait_timeout", lambda: t.wait(["late"], TD(seconds=1)))
         run_op("other_sets_late", lambda: (other.set("late", "v"), other.get("late"))[1])
         run_op("set_timeout_short", lambda: t.set_timeout(TD(seconds=2)))
@@ -196,7 +199,7 @@ def cmd_ops(host, port):
     run_op("set_text", lambda: s.set("txt", "abc"))
     run_op("add_non_integer", lambda: s.add("txt", 1))
     run_op("closed_conn_after_add_non_integer", lambda: s.num_keys())
-    fresh = client(host, port)
+    fresh = client(host, port, OPS_TIMEOUT)
     run_op("server_alive_after_close", lambda: fresh.get("txt"))
     run_op("num_keys_final", lambda: fresh.num_keys())
     print("OP end", flush=True)

@@ -36,18 +36,19 @@ typedef struct {
 } code_op;
 
 static const code_op v2_codes[] = {
-    {1, TRUN_OP_SET},         {2, TRUN_OP_COMPARE_SET}, {3, TRUN_OP_GET},        {4, TRUN_OP_ADD},
-    {5, TRUN_OP_CHECK},       {6, TRUN_OP_WAIT},        {7, TRUN_OP_GETNUMKEYS}, {8, TRUN_OP_DELETE_KEY},
-    {9, TRUN_OP_APPEND},      {10, TRUN_OP_MULTI_GET},  {11, TRUN_OP_MULTI_SET}, {12, TRUN_OP_CANCEL_WAIT},
-    {13, TRUN_OP_PING},       {14, TRUN_OP_QUEUE_PUSH}, {15, TRUN_OP_QUEUE_POP}, {16, TRUN_OP_QUEUE_LEN},
-    {17, TRUN_OP_LIST},       {18, TRUN_OP_BARRIER}};
-static const code_op l113_codes[] = {{0, TRUN_OP_SET},        {1, TRUN_OP_COMPARE_SET}, {2, TRUN_OP_GET},
-                                     {3, TRUN_OP_ADD},        {4, TRUN_OP_CHECK},       {5, TRUN_OP_WAIT},
-                                     {6, TRUN_OP_GETNUMKEYS}, {7, TRUN_OP_WATCH_KEY},   {8, TRUN_OP_DELETE_KEY}};
+    {1, TRUN_OP_SET},    {2, TRUN_OP_COMPARE_SET}, {3, TRUN_OP_GET},        {4, TRUN_OP_ADD},
+    {5, TRUN_OP_CHECK},  {6, TRUN_OP_WAIT},        {7, TRUN_OP_GETNUMKEYS}, {8, TRUN_OP_DELETE_KEY},
+    {9, TRUN_OP_APPEND}, {10, TRUN_OP_MULTI_GET},  {11, TRUN_OP_MULTI_SET}, {12, TRUN_OP_CANCEL_WAIT},
+    {13, TRUN_OP_PING},  {14, TRUN_OP_QUEUE_PUSH}, {15, TRUN_OP_QUEUE_POP}, {16, TRUN_OP_QUEUE_LEN},
+    {17, TRUN_OP_LIST},  {18, TRUN_OP_BARRIER}};
+static const code_op l113_codes[] = {
+    {0, TRUN_OP_SET},        {1, TRUN_OP_COMPARE_SET}, {2, TRUN_OP_GET},
+    {3, TRUN_OP_ADD},        {4, TRUN_OP_CHECK},       {5, TRUN_OP_WAIT},
+    {6, TRUN_OP_GETNUMKEYS}, {7, TRUN_OP_WATCH_KEY},   {8, TRUN_OP_DELETE_KEY}};
 static const code_op l21_codes[] = {
-    {0, TRUN_OP_SET},        {1, TRUN_OP_COMPARE_SET}, {2, TRUN_OP_GET},        {3, TRUN_OP_ADD},
-    {4, TRUN_OP_CHECK},      {5, TRUN_OP_WAIT},        {6, TRUN_OP_GETNUMKEYS}, {7, TRUN_OP_DELETE_KEY},
-    {8, TRUN_OP_APPEND},     {9, TRUN_OP_MULTI_GET},   {10, TRUN_OP_MULTI_SET}, {11, TRUN_OP_CANCEL_WAIT}};
+    {0, TRUN_OP_SET},    {1, TRUN_OP_COMPARE_SET}, {2, TRUN_OP_GET},        {3, TRUN_OP_ADD},
+    {4, TRUN_OP_CHECK},  {5, TRUN_OP_WAIT},        {6, TRUN_OP_GETNUMKEYS}, {7, TRUN_OP_DELETE_KEY},
+    {8, TRUN_OP_APPEND}, {9, TRUN_OP_MULTI_GET},   {10, TRUN_OP_MULTI_SET}, {11, TRUN_OP_CANCEL_WAIT}};
 
 typedef struct {
   trun_gen gen;
@@ -86,9 +87,7 @@ static void build(enc *e, uint8_t code, trun_op op) {
     case TRUN_OP_DELETE_KEY:
     case TRUN_OP_QUEUE_POP:
     case TRUN_OP_QUEUE_LEN:
-    case TRUN_OP_WATCH_KEY:
-      e_cstr(e, key);
-      break;
+    case TRUN_OP_WATCH_KEY: e_cstr(e, key); break;
     case TRUN_OP_ADD:
       e_cstr(e, key);
       e_u64(e, (uint64_t)-42);
@@ -112,15 +111,11 @@ static void build(enc *e, uint8_t code, trun_op op) {
       e_cstr(e, "bb");
       e_cstr(e, "");
       break;
-    case TRUN_OP_PING:
-      e_u32(e, 0xdeadbeefu);
-      break;
+    case TRUN_OP_PING: e_u32(e, 0xdeadbeefu); break;
     case TRUN_OP_GETNUMKEYS:
     case TRUN_OP_CANCEL_WAIT:
-    case TRUN_OP_LIST:
-      break;
-    default:
-      ck_abort_msg("no encoding for %s", trun_proto_op_name(op));
+    case TRUN_OP_LIST: break;
+    default: ck_abort_msg("no encoding for %s", trun_proto_op_name(op));
   }
 }
 
@@ -151,9 +146,7 @@ static void verify(const trun_req *r, trun_op op) {
     case TRUN_OP_DELETE_KEY:
     case TRUN_OP_QUEUE_POP:
     case TRUN_OP_QUEUE_LEN:
-    case TRUN_OP_WATCH_KEY:
-      slice_is_str(r->key, key);
-      break;
+    case TRUN_OP_WATCH_KEY: slice_is_str(r->key, key); break;
     case TRUN_OP_ADD:
       slice_is_str(r->key, key);
       ck_assert_int_eq(r->num, -42);
@@ -179,11 +172,8 @@ static void verify(const trun_req *r, trun_op op) {
       slice_is_str(trun_req_item(&pos), "bb");
       slice_is_str(trun_req_item(&pos), "");
       break;
-    case TRUN_OP_PING:
-      ck_assert_uint_eq(r->u32, 0xdeadbeefu);
-      break;
-    default:
-      break;
+    case TRUN_OP_PING: ck_assert_uint_eq(r->u32, 0xdeadbeefu); break;
+    default: break;
   }
 }
 
@@ -624,52 +614,32 @@ static const char *const cap_211[] = {
     "06010000000000000006000000000000002f6e65766572",
     NULL};
 static const trun_op cap_211_ops[] = {
-    TRUN_OP_PING,      TRUN_OP_ADD,        TRUN_OP_SET,       TRUN_OP_WAIT,        TRUN_OP_GET,
-    TRUN_OP_ADD,       TRUN_OP_ADD,        TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET,
-    TRUN_OP_COMPARE_SET, TRUN_OP_CHECK,    TRUN_OP_WAIT,      TRUN_OP_GETNUMKEYS,  TRUN_OP_DELETE_KEY,
-    TRUN_OP_DELETE_KEY, TRUN_OP_APPEND,    TRUN_OP_APPEND,    TRUN_OP_WAIT,        TRUN_OP_GET,
-    TRUN_OP_MULTI_SET, TRUN_OP_WAIT,       TRUN_OP_MULTI_GET, TRUN_OP_QUEUE_PUSH,  TRUN_OP_QUEUE_LEN,
-    TRUN_OP_WAIT,      TRUN_OP_QUEUE_POP,  TRUN_OP_LIST,      TRUN_OP_SET,         TRUN_OP_ADD,
-    TRUN_OP_SET,       TRUN_OP_WAIT,       TRUN_OP_WAIT};
+    TRUN_OP_PING,        TRUN_OP_ADD,       TRUN_OP_SET,         TRUN_OP_WAIT,        TRUN_OP_GET,
+    TRUN_OP_ADD,         TRUN_OP_ADD,       TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET,
+    TRUN_OP_COMPARE_SET, TRUN_OP_CHECK,     TRUN_OP_WAIT,        TRUN_OP_GETNUMKEYS,  TRUN_OP_DELETE_KEY,
+    TRUN_OP_DELETE_KEY,  TRUN_OP_APPEND,    TRUN_OP_APPEND,      TRUN_OP_WAIT,        TRUN_OP_GET,
+    TRUN_OP_MULTI_SET,   TRUN_OP_WAIT,      TRUN_OP_MULTI_GET,   TRUN_OP_QUEUE_PUSH,  TRUN_OP_QUEUE_LEN,
+    TRUN_OP_WAIT,        TRUN_OP_QUEUE_POP, TRUN_OP_LIST,        TRUN_OP_SET,         TRUN_OP_ADD,
+    TRUN_OP_SET,         TRUN_OP_WAIT,      TRUN_OP_WAIT};
 
 /* torch 1.13.1 client (captures/tcpstore-captures.txt, sections A then B, conn1 C->S). */
 static const char *const cap_113[] = {
-    "0004000000000000002f666f6f0300000000000000626172",
-    "06",
-    "08",
-    "04000000000000002f666f6f",
-    "0804000000000000002f666f6f",
-    "00",
-    "06000000000000002f656d7074790000000000000000",
-    "05010000000000000006000000000000002f656d707479",
-    "0206000000000000002f656d707479",
-    "00",
-    "04000000000000002f62696e020000000000000000ff",
-    "0304000000000000002f62696e0100000000000000",
-    "06",
+    "0004000000000000002f666f6f0300000000000000626172", "06", "08", "04000000000000002f666f6f",
+    "0804000000000000002f666f6f", "00", "06000000000000002f656d7074790000000000000000",
+    "05010000000000000006000000000000002f656d707479", "0206000000000000002f656d707479", "00",
+    "04000000000000002f62696e020000000000000000ff", "0304000000000000002f62696e0100000000000000", "06",
     "05020000000000000002000000000000002f6102000000000000002f62",
     /* B */
-    "05020000000000000002000000000000002f6102000000000000002f62",
-    "00",
-    "02000000000000002f61010000000000000031",
-    "0002000000000000002f62010000000000000032",
-    "05",
-    "010000000000000002000000000000002f610202000000000000002f61",
-    "05010000000000000002000000000000002f62",
-    "02",
-    "02000000000000002f62",
-    "05010000000000000002000000000000002f61",
-    "02",
-    "02000000000000002f61",
-    "05010000000000000003000000000000002f7a7a",
-    "06",
-    NULL};
+    "05020000000000000002000000000000002f6102000000000000002f62", "00",
+    "02000000000000002f61010000000000000031", "0002000000000000002f62010000000000000032", "05",
+    "010000000000000002000000000000002f610202000000000000002f61", "05010000000000000002000000000000002f62",
+    "02", "02000000000000002f62", "05010000000000000002000000000000002f61", "02", "02000000000000002f61",
+    "05010000000000000003000000000000002f7a7a", "06", NULL};
 static const trun_op cap_113_ops[] = {
-    TRUN_OP_SET,  TRUN_OP_GETNUMKEYS, TRUN_OP_DELETE_KEY, TRUN_OP_DELETE_KEY, TRUN_OP_SET,
-    TRUN_OP_WAIT, TRUN_OP_GET,        TRUN_OP_SET,        TRUN_OP_ADD,        TRUN_OP_GETNUMKEYS,
-    TRUN_OP_WAIT, TRUN_OP_WAIT,       TRUN_OP_SET,        TRUN_OP_SET,        TRUN_OP_WAIT,
-    TRUN_OP_GET,  TRUN_OP_WAIT,       TRUN_OP_GET,        TRUN_OP_WAIT,       TRUN_OP_GET,
-    TRUN_OP_WAIT, TRUN_OP_GETNUMKEYS};
+    TRUN_OP_SET,  TRUN_OP_GETNUMKEYS, TRUN_OP_DELETE_KEY, TRUN_OP_DELETE_KEY, TRUN_OP_SET,  TRUN_OP_WAIT,
+    TRUN_OP_GET,  TRUN_OP_SET,        TRUN_OP_ADD,        TRUN_OP_GETNUMKEYS, TRUN_OP_WAIT, TRUN_OP_WAIT,
+    TRUN_OP_SET,  TRUN_OP_SET,        TRUN_OP_WAIT,       TRUN_OP_GET,        TRUN_OP_WAIT, TRUN_OP_GET,
+    TRUN_OP_WAIT, TRUN_OP_GET,        TRUN_OP_WAIT,       TRUN_OP_GETNUMKEYS};
 
 /* torch 2.6.0 client against the classic server (captures/tcpstore-captures.txt, section C). */
 static const char *const cap_26[] = {
@@ -697,10 +667,10 @@ static const char *const cap_26[] = {
     "07",
     NULL};
 static const trun_op cap_26_ops[] = {
-    TRUN_OP_PING,        TRUN_OP_SET,       TRUN_OP_WAIT,       TRUN_OP_GET,         TRUN_OP_ADD,
-    TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET, TRUN_OP_CHECK,    TRUN_OP_GETNUMKEYS,  TRUN_OP_DELETE_KEY,
-    TRUN_OP_APPEND,      TRUN_OP_WAIT,      TRUN_OP_CANCEL_WAIT, TRUN_OP_MULTI_SET,  TRUN_OP_WAIT,
-    TRUN_OP_CANCEL_WAIT, TRUN_OP_SET,       TRUN_OP_WAIT,       TRUN_OP_GET,         TRUN_OP_WAIT,
+    TRUN_OP_PING,        TRUN_OP_SET,         TRUN_OP_WAIT,        TRUN_OP_GET,        TRUN_OP_ADD,
+    TRUN_OP_COMPARE_SET, TRUN_OP_COMPARE_SET, TRUN_OP_CHECK,       TRUN_OP_GETNUMKEYS, TRUN_OP_DELETE_KEY,
+    TRUN_OP_APPEND,      TRUN_OP_WAIT,        TRUN_OP_CANCEL_WAIT, TRUN_OP_MULTI_SET,  TRUN_OP_WAIT,
+    TRUN_OP_CANCEL_WAIT, TRUN_OP_SET,         TRUN_OP_WAIT,        TRUN_OP_GET,        TRUN_OP_WAIT,
     TRUN_OP_CANCEL_WAIT, TRUN_OP_GETNUMKEYS};
 
 static uint8_t stream[4096];

@@ -31,8 +31,8 @@ typedef struct unit_server {
   pthread_cond_t cv;
   trun_server *srv;
   int port;
-  int stop;                                    /* set by unit_server_stop */
-  void (*call_fn)(trun_server *s, void *arg);  /* a call waiting to run on the loop thread */
+  int stop;                                   /* set by unit_server_stop */
+  void (*call_fn)(trun_server *s, void *arg); /* a call waiting to run on the loop thread */
   void *call_arg;
   int call_done;
 } unit_server;
@@ -65,8 +65,10 @@ static inline void *unit_server_thread_(void *arg) {
 static inline int unit_server_start(unit_server *us, const trun_server_opts *opts) {
   memset(us, 0, sizeof(*us));
   trun_server_opts o;
-  if (opts) o = *opts;
-  else trun_server_opts_default(&o);
+  if (opts)
+    o = *opts;
+  else
+    trun_server_opts_default(&o);
   o.host = "127.0.0.1";
   o.port = 0;
   int rc = uv_loop_init(&us->loop);
@@ -195,11 +197,16 @@ static inline long unit_unhex(const char *hex, uint8_t *out, size_t cap) {
   int hi = -1;
   for (const char *p = hex; *p; p++) {
     int v;
-    if (*p >= '0' && *p <= '9') v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
-    else if (*p >= 'A' && *p <= 'F') v = *p - 'A' + 10;
-    else if (*p == ' ' || *p == '\n' || *p == '\t') continue;
-    else return -1;
+    if (*p >= '0' && *p <= '9')
+      v = *p - '0';
+    else if (*p >= 'a' && *p <= 'f')
+      v = *p - 'a' + 10;
+    else if (*p >= 'A' && *p <= 'F')
+      v = *p - 'A' + 10;
+    else if (*p == ' ' || *p == '\n' || *p == '\t')
+      continue;
+    else
+      return -1;
     if (hi < 0) {
       hi = v;
       continue;
@@ -217,8 +224,10 @@ static inline const char *unit_hex(const void *p, size_t n) {
   const uint8_t *b = p;
   size_t i = 0;
   for (; i < n && 2 * i + 4 < sizeof(s); i++) snprintf(s + 2 * i, 3, "%02x", b[i]);
-  if (i < n) strcpy(s + 2 * i, "..");
-  else s[2 * i] = '\0';
+  if (i < n)
+    strcpy(s + 2 * i, "..");
+  else
+    s[2 * i] = '\0';
   return s;
 }
 
