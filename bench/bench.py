@@ -176,7 +176,8 @@ def run_launcher(cmd, env):
 
 def launchers(nproc, extra):
     trun = [os.path.join(BUILD, "trun")]
-    common = ["--standalone", "--nproc-per-node", str(nproc)] + extra
+    # torchrun 1.13 polls its workers every 5 s by default; give every launcher the newest default, 0.1 s.
+    common = ["--standalone", "--nproc_per_node", str(nproc), "--monitor_interval", "0.1"] + extra
     out = {"trun": trun + common, "torchrun-1.13": TORCHRUN113 + common}
     if HAVE_CHROOT:
         # The chroot wrapper execs down to python, so the sampled process is torchrun itself.
@@ -190,7 +191,7 @@ def launch_bench(reps):
     for nproc in (2, 8):
         samples = {}
         for rep in range(reps):
-            for name, cmd in launchers(nproc, ["--no-python", "/bin/true"]).items():
+            for name, cmd in launchers(nproc, ["--no_python", "/bin/true"]).items():
                 rc, wall, peak, err = run_launcher(cmd, env)
                 if rc != 0:
                     log(f"launch {name} nproc={nproc}: exit {rc}: {err.strip()[-300:]}")
@@ -232,8 +233,8 @@ def restart_bench(reps):
                 open(script, "w").write(RESTART_WORKER)
                 base = [os.path.join(BUILD, "trun")] if name == "trun" else TORCHRUN113
                 # torchrun 1.13's default monitor interval is 5 s; give both the newest default, 0.1 s.
-                cmd = base + ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-                              "--monitor-interval", "0.1", "--no-python", HOST_PY, script, d]
+                cmd = base + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                              "--monitor_interval", "0.1", "--no_python", HOST_PY, script, d]
                 rc, wall, _, err = run_launcher(cmd, env)
                 try:
                     lat = float(open(os.path.join(d, "start")).read()) - float(open(os.path.join(d, "crash")).read())

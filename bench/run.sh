@@ -3,4 +3,5 @@
 # bench/results/<date>-cpu.json. Never part of `make check`. Extra arguments go to bench/bench.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec "${TRUN_HOST_PY:-/usr/bin/python3}" bench/bench.py "$@"
+"${TRUN_HOST_PY:-/usr/bin/python3}" bench/bench.py "$@"
+"${TRUN_HOST_PY:-/usr/bin/python3}" bench/readme.py

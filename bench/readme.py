@@ -1,0 +1,88 @@
+"""Writes the README's results section from the newest bench/results/*-cpu.json.
+
+Usage: readme.py [RESULTS.json]  — replaces the text between <!-- results:cpu:begin --> and
+<!-- results:cpu:end --> in README.md.
+"""
+import glob
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN, END = "<!-- results:cpu:begin -->", "<!-- results:cpu:end -->"
+
+
+def newest():
+    files = sorted(glob.glob(os.path.join(REPO, "bench", "results", "*-cpu.json")))
+    if not files:
+        sys.exit("readme.py: no bench/results/*-cpu.json; run make bench")
+    return files[-1]
+
+
+def ratio(a, b):
+    return f"{a / b:.1f}x" if a and b else "n/a"
+
+
+def render(res, path):
+    out = [f"Measured by `make bench` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
+           f"file `{os.path.relpath(path, REPO)}`. Contenders ran interleaved; each cell is a median.", ""]
+    la = res.get("launch", [])
+    if la:
+        by = {(r["launcher"], r["nproc"]): r for r in la}
+        out += ["**Launch to exit** (`--standalone`, no-op workers `--no-python /bin/true`) and the launcher's own "
+                "peak RSS:", "",
+                "| launcher | workers | time | peak RSS | trun is faster | trun uses less memory |",
+                "|---|---|---|---|---|---|"]
+        for r in la:
+            t = by.get(("trun", r["nproc"]))
+            fast = ratio(r["wall_ms"], t["wall_ms"]) if t and r["launcher"] != "trun" else ""
+            mem = ratio(r["peak_rss_mib"], t["peak_rss_mib"]) if t and r["launcher"] != "trun" else ""
+            out.append(f"| {r['launcher']} | {r['nproc']} | {r['wall_ms']:.1f} ms | {r['peak_rss_mib']:.1f} MiB "
+                       f"| {fast} | {mem} |")
+        out.append("")
+    rs = res.get("restart", [])
+    if rs:
+        by = {r["launcher"]: r for r in rs}
+        out += ["**Restart**: a worker's crash to its replacement's first Python statement (2 workers, "
+                "`--max-restarts 1`, interpreter start included):", "",
+                "| launcher | crash to replacement | trun is faster |", "|---|---|---|"]
+        for r in rs:
+            f = ratio(r["crash_to_restart_ms"], by["trun"]["crash_to_restart_ms"]) if "trun" in by and r["launcher"] != "trun" else ""
+            out.append(f"| {r['launcher']} | {r['crash_to_restart_ms']:.1f} ms | {f} |")
+        out.append("")
+    st = res.get("store", [])
+    if st:
+        by = {(r["server"], r["clients"]): r for r in st}
+        out += ["**TCPStore server** under `trun-store bench` (closed loop, one request in flight per client, "
+                "mix set=40,get=40,add=20, 32-byte values; the load generator shares the 2 CPUs):", "",
+                "| server | clients | ops/s | p50 | p99 | p99.9 | trun ops/s ratio | trun p99 ratio |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in st:
+            t = by.get(("trun", r["clients"]))
+            a = ratio(t["ops_per_sec"], r["ops_per_sec"]) if t and r["server"] != "trun" else ""
+            b = ratio(t["p99_us"], r["p99_us"]) if t and r["server"] != "trun" else ""
+            out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p50_us']:.0f} us | "
+                       f"{r['p99_us']:.0f} us | {r['p999_us']:.0f} us | {a} | {b} |")
+        out.append("")
+    for r in res.get("conns", []):
+        out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
+                   f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
+    out.append("")
+    return "\n".join(out)
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else newest()
+    res = json.load(open(path))
+    readme = os.path.join(REPO, "README.md")
+    text = open(readme).read()
+    if BEGIN not in text or END not in text:
+        sys.exit("readme.py: README.md lacks the results markers")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    open(readme, "w").write(head + BEGIN + "\n" + render(res, path) + END + tail)
+    print(f"README.md: results from {os.path.relpath(path, REPO)}")
+
+
+if __name__ == "__main__":
+    main()
