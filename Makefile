@@ -27,7 +27,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
-.PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck
+.PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
@@ -101,6 +101,13 @@ demo:
 	@scripts/deps.sh
 	@$(MAKE) --no-print-directory pkgcheck $(B)/trun
 	@scripts/demo.sh
+
+# Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
+STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lpthread -ldl -lrt -lm
+portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
+	@mkdir -p $(B)/portable
+	$(CC) $(OPT) -o $(B)/portable/trun $(B)/obj/launcher/main.o $(B)/libtrun.a $(STATIC_LIBS)
+	$(CC) $(OPT) -o $(B)/portable/trun-store $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a $(STATIC_LIBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
