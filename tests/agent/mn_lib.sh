@@ -75,12 +75,13 @@ need_torch() {
 
 # wait_agents LIMIT_S IDLE_S WORD PID...: waits for every agent PID (children of this shell) to exit and
 # stores each exit code in AGENT_RC[pid]. Safety limits, not timing assertions: returns 1 if an agent still
-# runs after LIMIT_S, or IDLE_S after the last worker (a marked process whose argv holds WORD) is gone
-# (the agent has nothing left to supervise: it hangs). Prints how long each agent took.
+# runs after LIMIT_S, or if an agent has had no worker (a child whose argv holds WORD) for IDLE_S seconds
+# while still running (it neither restarts nor exits: it hangs). Prints how long each agent took.
 declare -A AGENT_RC
 wait_agents() {
   local limit=$1 idle=$2 word=$3; shift 3
-  local t0 left p idle_since="" st
+  local t0 left p st
+  local -A idle_since=()
   t0=$(now)
   while :; do
     left=0
@@ -90,21 +91,21 @@ wait_agents() {
       if [ -z "$st" ] || [ "$st" = Z ]; then
         wait "$p"; AGENT_RC[$p]=$?
         echo "agent pid $p exited ${AGENT_RC[$p]} after $(elapsed "$t0") s"
-      else
-        left=$((left + 1))
+        continue
       fi
-    done
-    [ $left -eq 0 ] && return 0
-    if [ "$(count_marked "$word")" = 0 ]; then
-      [ -z "$idle_since" ] && idle_since=$(now)
-      if awk -v a="$idle_since" -v b="$(now)" -v l="$idle" 'BEGIN{exit !(b-a>l)}'; then
-        echo "HANG: $left agent(s) still run $(elapsed "$idle_since") s after their last worker exited:"
+      left=$((left + 1))
+      if ps -o args= --ppid "$p" 2>/dev/null | grep -qF -- "$word"; then
+        idle_since[$p]=""
+      elif [ -z "${idle_since[$p]:-}" ]; then
+        idle_since[$p]=$(now)
+      elif awk -v a="${idle_since[$p]}" -v b="$(now)" -v l="$idle" 'BEGIN{exit !(b-a>l)}'; then
+        echo "HANG: agent pid $p still runs $(elapsed "${idle_since[$p]}") s after its last worker exited" \
+          "($(elapsed "$t0") s after the wait began); the job's processes:"
         show_marked
         return 1
       fi
-    else
-      idle_since=""
-    fi
+    done
+    [ $left -eq 0 ] && return 0
     if awk -v a="$t0" -v b="$(now)" -v l="$limit" 'BEGIN{exit !(b-a>l)}'; then
       echo "TIMEOUT: $left agent(s) still run after $limit s:"; show_marked; return 1
     fi

@@ -30,7 +30,7 @@ run_pair() { # dir max_restarts
     pids[$n]=$!
   done
   local ok=0
-  wait_agents 400 60 "python3 -u" "${pids[0]}" "${pids[1]}" || ok=1
+  wait_agents 250 60 "python3 -u" "${pids[0]}" "${pids[1]}" || ok=1
   for n in 0 1; do dump_agent "$(basename "$d") agent $n" "$d/agent$n.out" "$d/agent$n.err"; done
   echo "records: $(cd "$d/out" && ls | tr '\n' ' ')"
   return $ok

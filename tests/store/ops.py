@@ -40,8 +40,12 @@ NS = ""  # key prefix of wake/adds/caswake: a fresh name space per run
 SAFETY = 60  # seconds: upper bound for anything that is expected to succeed
 
 
+# TRUN_OPS_USE_LIBUV=1 (torch >= 2.4 built with libuv, e.g. 2.11 on the GPU box): torch's libuv server.
+LIBUV = os.environ.get("TRUN_OPS_USE_LIBUV") == "1"
+
+
 def client(host, port, timeout=SAFETY):
-    kw = {"use_libuv": False} if V2 else {}
+    kw = {"use_libuv": LIBUV} if V2 else {}
     return dist.TCPStore(host, int(port), None, False, timeout=TD(seconds=timeout),
                          wait_for_workers=False, **kw)
 
@@ -71,7 +75,7 @@ def run_op(name, fn):
 
 # ---------------------------------------------------------------------------------------------------------
 def cmd_serve():
-    kw = {"use_libuv": False} if V2 else {}
+    kw = {"use_libuv": LIBUV} if V2 else {}
     # world_size=1 and wait_for_workers=False: the server's own client adds no init/ key.
     srv = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=TD(seconds=SAFETY), wait_for_workers=False, **kw)
     print("PORT %d" % srv.port, flush=True)

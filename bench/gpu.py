@@ -1,0 +1,212 @@
+"""Everything that needs the GPU box (torch 2.11, NCCL, GPUs), in one run sized for one device call.
+
+Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary. Steps:
+  1. torch 2.11 interop: tests/store/ops.py against torch 2.11's libuv server and against trun-store (diff),
+     waiters woken across clients, 40 concurrent adders.
+  2. TCPStore: trun-store vs torch 2.11's libuv server under trun-store bench, 1/64/1024 clients, interleaved.
+  3. Launch overhead: trun vs torchrun 2.11, --standalone, 2 no-op workers (/bin/true), interleaved.
+  4. Worker environment: trun vs torchrun 2.11 (tests/agent/envdiff.py).
+  5. NCCL all-reduce busbw through trun and through torchrun, one process per GPU (examples/allreduce_nccl.py).
+"""
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
+BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
+PY = sys.executable
+REPS = int(os.environ.get("GPU_BENCH_REPS", "3"))
+res = {"steps": {}}
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def start_server(kind):
+    if kind == "trun":
+        p = subprocess.Popen([os.path.join(BIN, "trun-store"), "serve", "--port", "0"], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        port = int(p.stdout.readline().strip().rsplit(":", 1)[1])
+    else:
+        env = dict(os.environ, TRUN_OPS_USE_LIBUV="1")
+        p = subprocess.Popen([PY, os.path.join(REPO, "tests", "store", "ops.py"), "serve"], stdout=subprocess.PIPE,
+                             text=True, env=env, start_new_session=True)
+        port = int(p.stdout.readline().split()[1])
+    return p, port
+
+
+def stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def interop():
+    env = dict(os.environ, TRUN_OPS_USE_LIBUV="1")
+    outs = {}
+    for kind in ("torch-2.11-libuv", "trun"):
+        p, port = start_server(kind)
+        try:
+            r = sh([PY, os.path.join(REPO, "tests", "store", "ops.py"), "ops", "127.0.0.1", str(port)], env=env,
+                   timeout=300)
+            outs[kind] = r.stdout
+            open(os.path.join(OUT, f"ops-{kind}.txt"), "w").write(r.stdout + r.stderr)
+            extra = {}
+            for name, args in (("wake", ["wake"]), ("adds", ["adds", "40", "50"])):
+                e = sh([PY, os.path.join(REPO, "tests", "store", "ops.py")] + args[:1] + ["127.0.0.1", str(port)]
+                       + args[1:], env=env, timeout=300)
+                extra[name] = e.returncode
+            res["steps"].setdefault("interop", {})[kind] = {"ops_rc": r.returncode, **extra}
+        finally:
+            stop(p)
+    same = outs.get("torch-2.11-libuv") == outs.get("trun")
+    res["steps"]["interop"]["ops_identical"] = same
+    if not same:
+        import difflib
+        d = "".join(difflib.unified_diff(outs["torch-2.11-libuv"].splitlines(True), outs["trun"].splitlines(True),
+                                         "torch-2.11-libuv", "trun"))
+        open(os.path.join(OUT, "ops-diff.txt"), "w").write(d)
+    log(f"interop: torch 2.11 ops identical on both servers: {same}; {res['steps']['interop']}")
+
+
+def store_bench():
+    rows = {}
+    req = {1: 20000, 64: 100000, 1024: 200000}
+    for c in (1, 64, 1024):
+        for rep in range(REPS):
+            for kind in ("trun", "torch-2.11-libuv"):
+                p, port = start_server(kind)
+                try:
+                    r = sh([os.path.join(BIN, "trun-store"), "bench", "--target", f"127.0.0.1:{port}", "--clients",
+                            str(c), "--requests", str(req[c])], timeout=300)
+                finally:
+                    stop(p)
+                if r.returncode == 0:
+                    rows.setdefault((kind, c), []).append(json.loads(r.stdout.strip().splitlines()[-1]))
+                else:
+                    log(f"store bench {kind} c={c}: {r.stderr[-300:]}")
+    table = []
+    for (kind, c), rs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        table.append({"server": kind, "clients": c, "ops_per_sec": statistics.median(x["ops_per_sec"] for x in rs),
+                      "p50_us": statistics.median(x["p50_us"] for x in rs),
+                      "p99_us": statistics.median(x["p99_us"] for x in rs),
+                      "p999_us": statistics.median(x["p999_us"] for x in rs), "reps": len(rs)})
+        log(f"store {kind:18s} clients={c:5d}: {table[-1]['ops_per_sec']:.0f} ops/s p99 {table[-1]['p99_us']:.0f} us")
+    res["steps"]["store"] = table
+
+
+def peak_rss_kb(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def run_launcher(cmd, env):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = -1
+    while p.poll() is None:
+        peak = max(peak, peak_rss_kb(p.pid))
+        time.sleep(0.002)
+    return p.returncode, time.perf_counter() - t0, peak, p.stderr.read()
+
+
+def launch():
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
+    common = ["--standalone", "--nproc_per_node", "2", "--monitor_interval", "0.1", "--no_python", "/bin/true"]
+    cmds = {"trun": [os.path.join(BIN, "trun")] + common, "torchrun-2.11": [PY, "-m", "torch.distributed.run"] + common}
+    samples = {}
+    for rep in range(max(REPS, 5)):
+        for name, cmd in cmds.items():
+            rc, wall, peak, err = run_launcher(cmd, env)
+            if rc != 0:
+                log(f"launch {name}: exit {rc}: {err[-300:]}")
+                continue
+            samples.setdefault(name, []).append((wall, peak))
+    table = []
+    for name, s in samples.items():
+        table.append({"launcher": name, "nproc": 2, "wall_ms": statistics.median(w for w, _ in s) * 1000,
+                      "peak_rss_mib": statistics.median(p for _, p in s) / 1024, "reps": len(s)})
+        log(f"launch {name:14s}: {table[-1]['wall_ms']:.1f} ms, peak RSS {table[-1]['peak_rss_mib']:.1f} MiB")
+    res["steps"]["launch"] = table
+
+
+def envcmp():
+    tmp = tempfile.mkdtemp(prefix="trun-gpu-env.")
+    env = dict(os.environ, PYTHON_EXEC=PY, TMPDIR=tmp)
+    dump = os.path.join(REPO, "tests", "agent", "dumpenv.py")
+    for name, base in (("t", [PY, "-m", "torch.distributed.run"]), ("r", [os.path.join(BIN, "trun")])):
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        r = sh(base + ["--standalone", "--nproc_per_node", "2", "--local-addr", "localhost", dump, d], env=env,
+               timeout=300)
+        if r.returncode != 0:
+            log(f"env {name}: exit {r.returncode}: {r.stderr[-500:]}")
+    r = sh([PY, os.path.join(REPO, "tests", "agent", "envdiff.py"), "torch-2.11", os.path.join(tmp, "t"),
+            os.path.join(tmp, "r"), "2"], timeout=60)
+    open(os.path.join(OUT, "envdiff.txt"), "w").write(r.stdout + r.stderr)
+    res["steps"]["env"] = {"identical": r.returncode == 0, "report": r.stdout.strip().splitlines()[-12:]}
+    log(f"env vs torchrun 2.11: identical={r.returncode == 0}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def nccl():
+    try:
+        import torch
+        n = torch.cuda.device_count()
+    except Exception as e:  # noqa: BLE001
+        log(f"nccl: no torch/cuda: {e}")
+        return
+    if n < 1:
+        log("nccl: no GPU")
+        return
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    out = {}
+    for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
+        r = sh(base + ["--standalone", "--nproc_per_node", str(n), script, "--sizes", "1M,64M,1G"], env=env,
+               timeout=300)
+        open(os.path.join(OUT, f"nccl-{name}.log"), "w").write(r.stdout + r.stderr)
+        out[name] = {"rc": r.returncode, "lines": [ln for ln in r.stdout.splitlines() if ln.startswith("AR ")]}
+        log(f"nccl {name}: rc={r.returncode} " + " | ".join(out[name]["lines"]))
+    res["steps"]["nccl"] = {"gpus": n, **out}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    import torch
+    res["torch"] = torch.__version__
+    res["gpus"] = torch.cuda.device_count()
+    res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
+    log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
+    for step in (interop, envcmp, launch, nccl, store_bench):
+        t0 = time.time()
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001
+            log(f"{step.__name__}: failed: {e!r}")
+            res["steps"].setdefault("errors", []).append(f"{step.__name__}: {e!r}")
+        log(f"[{step.__name__} took {time.time() - t0:.0f} s]")
+        json.dump(res, open(os.path.join(OUT, "gpu-results.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
