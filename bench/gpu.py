@@ -197,7 +197,12 @@ def main():
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    for step in (interop, envcmp, launch, nccl, store_bench):
+    steps = (interop, envcmp, launch, nccl, store_bench)
+    only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
+    if only:
+        steps = [s for s in steps if s.__name__ in only.split(",")]
+    prev = os.path.join(OUT, "gpu-results.json")
+    for step in steps:
         t0 = time.time()
         try:
             step()

@@ -71,16 +71,58 @@ def render(res, path):
     return "\n".join(out)
 
 
+def render_gpu(path):
+    g = json.load(open(path))
+    st = g["steps"]
+    out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
+           f"file `{os.path.relpath(path, REPO)}`:", ""]
+    la = {r["launcher"]: r for r in st.get("launch", [])}
+    if "trun" in la and "torchrun-2.11" in la:
+        t, o = la["trun"], la["torchrun-2.11"]
+        out.append(f"- Launch to exit, 2 no-op workers: trun {t['wall_ms']:.1f} ms / {t['peak_rss_mib']:.1f} MiB, "
+                   f"torchrun 2.11 {o['wall_ms']:.0f} ms / {o['peak_rss_mib']:.0f} MiB: "
+                   f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} less memory.")
+    if "env" in st:
+        out.append(f"- Worker environment identical to torchrun 2.11's: {st['env']['identical']}.")
+    if "nccl" in st:
+        for name in ("trun", "torchrun-2.11"):
+            n = st["nccl"].get(name)
+            if n:
+                out.append(f"- NCCL all-reduce through {name}: " + "; ".join(n["lines"]))
+    if "interop" in st:
+        i = st["interop"]
+        note = "" if i.get("ops_identical") else (
+            " (see the -ops-diff.txt beside it: torch's libuv server closes on values over 8 MiB, trun-store takes "
+            "up to 64 MiB like the classic server)")
+        out.append(f"- torch 2.11 Python client, every op against torch's libuv server and trun-store: identical = "
+                   f"{i.get('ops_identical')}{note}. Waiters and 40 concurrent adders passed on both.")
+    rows = st.get("store", [])
+    if rows:
+        by = {(r["server"], r["clients"]): r for r in rows}
+        out += ["", "| server | clients | ops/s | p99 | p99.9 | trun ops/s ratio | trun p99 ratio |",
+                "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            t = by.get(("trun", r["clients"]))
+            a = ratio(t["ops_per_sec"], r["ops_per_sec"]) if t and r["server"] != "trun" else ""
+            b = ratio(t["p99_us"], r["p99_us"]) if t and r["server"] != "trun" else ""
+            out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
+                       f"{r['p999_us']:.0f} us | {a} | {b} |")
+    out.append("")
+    return "\n".join(out)
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else newest()
     res = json.load(open(path))
+    gpus = sorted(f for f in glob.glob(os.path.join(REPO, "bench", "results", "*.json")) if not f.endswith("-cpu.json"))
     readme = os.path.join(REPO, "README.md")
     text = open(readme).read()
     if BEGIN not in text or END not in text:
         sys.exit("readme.py: README.md lacks the results markers")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    open(readme, "w").write(head + BEGIN + "\n" + render(res, path) + END + tail)
+    body = render(res, path) + ("\n" + render_gpu(gpus[-1]) if gpus else "")
+    open(readme, "w").write(head + BEGIN + "\n" + body + END + tail)
     print(f"README.md: results from {os.path.relpath(path, REPO)}")
 
 

@@ -13,6 +13,8 @@
 #     un-waited children (sh -c 'sleep 0.2 &': zombie sh, orphaned sleep; and `true`) and exits 0; while the
 #     agent still runs (worker 1 alive) no zombie may remain in the namespace (polled, time printed, limit
 #     10 s); then SIGTERM to the agent: worker 1 records it, the agent (and unshare) exit 1.
+#  6. Multi-node (static, 2 agents on 127.0.0.1, 1 worker each): SIGTERM to node 1's agent: its worker records
+#     SIGTERM and the agent exits 1 (safety limit 60 s with --shutdown-timeout 5). Node 0 is not checked.
 # Time-outs are safety limits only; measured times are printed.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
@@ -155,5 +157,37 @@ else
   bad "pidns: unshare --pid --fork --mount-proc does not work here (root is required)"
 fi
 
+# ---- 6. SIGTERM to one agent of a 2-node static job ----
+D=$tmp/multinode
+mkdir -p "$D/out"
+port=$(free_port)
+note "scenario multinode: 2 agents x 1 worker (term), port $port, SIGTERM to node 1's agent"
+mpids=()
+for n in 0 1; do
+  SIG_OUT=$D/out/n$n TRUN_LOG_LEVEL=debug "$TRUN" --nnodes 2 --node-rank $n --master-addr 127.0.0.1 \
+    --master-port "$port" --nproc-per-node 1 --shutdown-timeout 5 --log-dir "$D/logs$n" \
+    "$TRUN_REPO/tests/agent/sig_worker.py" term >"$D/agent$n.out" 2>"$D/agent$n.err" &
+  mpids[$n]=$!
+  mkdir -p "$D/out/n$n"
+done
+if wait_for '[ -f "$D/out/n0/ready.0" ] && [ -f "$D/out/n1/ready.0" ]' 60; then
+  t0=$(now)
+  kill -TERM "${mpids[1]}"
+  if wait_pid_exit "${mpids[1]}" 60; then
+    echo "multinode: node 1's agent exited $WAIT_RC $(elapsed "$t0") s after SIGTERM"
+    [ "$WAIT_RC" = 1 ] || bad "multinode: node 1's agent exit code $WAIT_RC, want 1"
+  else
+    echo "multinode: node 1's agent still runs 60 s after SIGTERM; its threads:"
+    gdb -p "${mpids[1]}" -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^#[0-9]+ .* (in|at) ' | head -20
+    bad "multinode: node 1's agent did not exit within 60 s of SIGTERM (shutdown timeout 5 s)"
+  fi
+  [ -f "$D/out/n1/term.0" ] || bad "multinode: node 1's worker did not record SIGTERM"
+else
+  bad "multinode: the workers did not start"
+fi
+for n in 0 1; do dump_agent "multinode agent $n" "$D/agent$n.out" "$D/agent$n.err"; done
+kill_marked
+for p in "${mpids[@]}"; do wait "$p" 2>/dev/null; done
+
 [ $failures = 0 ] || fail "$failures check(s) failed"
-echo "PASS: SIGTERM forwarding, SIGKILL after the shutdown timeout, second SIGTERM, SIGUSR1 forwarding, PID 1 reaping"
+echo "PASS: SIGTERM forwarding, SIGKILL after the shutdown timeout, second SIGTERM, SIGUSR1 forwarding, PID 1 reaping, multi-node SIGTERM"

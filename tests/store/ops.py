@@ -147,8 +147,10 @@ def cmd_ops(host, port):
     run_op("set_4mib", lambda: s.set("large", big4))
     run_op("get_4mib", lambda: s.get("large"))
     run_op("get_4mib_other_conn_equal", lambda: other.get("large") == big4)
-    run_op("set_9mib", lambda: s.set("large9", big9))
-    run_op("get_9mib_equal", lambda: s.get("large9") == big9)
+    if not LIBUV:
+        # torch's libuv server closes on values over 8 MiB (trun-store and the classic server take them).
+        run_op("set_9mib", lambda: s.set("large9", big9))
+        run_op("get_9mib_equal", lambda: s.get("large9") == big9)
     run_op("add_on_other_conn", lambda: other.add("cnt", 100))
     run_op("get_cnt_after_other", lambda: s.get("cnt"))
     if V2:
