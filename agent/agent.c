@@ -71,7 +71,9 @@ struct agent {
   int watcher_on;
   trun_client *watch_client;
   char end_value[64];
-  int end_seen;
+  int end_seen;      /* the watcher delivered end_value (set by the watcher thread) */
+  int end_round;     /* the round whose end the watcher delivered */
+  int in_round;      /* workers of this round may still run: remote ends act only then */
 };
 
 static double now_s(void) {
@@ -192,7 +194,6 @@ static void maybe_finish(agent *a) {
     if (!uv_is_active((uv_handle_t *)&a->drain_timer)) uv_timer_start(&a->drain_timer, on_drain_timeout, 2000, 0);
     return;
   }
-  if (a->watcher_on && !a->end_seen) return;
   uv_timer_stop(&a->kill_timer);
   uv_timer_stop(&a->drain_timer);
   uv_stop(a->loop);
@@ -282,7 +283,6 @@ static void on_signal(uv_signal_t *h, int sig) {
   trun_warn("%s: forwarding it to the workers; SIGKILL in %.0f s (send it again to kill now)", name,
             a->cfg->shutdown_timeout);
   begin_stop(a, sig, 1);
-  a->end_seen = 1; /* do not wait for the other nodes */
 }
 
 /* ---- multi-node end of round ---------------------------------------------------------------------- */
@@ -290,7 +290,8 @@ static void on_signal(uv_signal_t *h, int sig) {
 static void *watch_end(void *arg) {
   agent *a = arg;
   char k[512];
-  trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
+  int round = a->round;
+  trun_rdzv_end_key(&a->rdzv, round, k, sizeof(k));
   trun_buf v = {0};
   for (;;) {
     int rc = trun_client_get(a->watch_client, trun_str(k), &v, 3600 * 1000);
@@ -302,13 +303,16 @@ static void *watch_end(void *arg) {
     break;
   }
   trun_buf_free(&v);
+  a->end_round = round;
+  a->end_seen = 1;
   uv_async_send(&a->remote);
   return NULL;
 }
 
 static void on_remote(uv_async_t *h) {
   agent *a = h->data;
-  a->end_seen = 1;
+  /* A late wake-up from an earlier round's watcher, or the round is over (agent_main reads end_value). */
+  if (!a->in_round || !a->end_seen || a->end_round != a->round) return;
   if (strncmp(a->end_value, "fail:", 5) == 0 && !a->phase_stopping) {
     trun_warn("node %s failed: stopping this node's workers to restart together", a->end_value + 5);
     a->result = OUT_REMOTE_FAILED;
@@ -439,8 +443,10 @@ static void run_round(agent *a) {
   }
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
             a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
+  a->in_round = 1;
   maybe_finish(a); /* a worker may have failed to start */
   uv_run(a->loop, UV_RUN_DEFAULT);
+  a->in_round = 0;
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */
@@ -473,11 +479,11 @@ static void report_failures(agent *a, int final) {
   trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size, sizeof(*fs));
   if (fs == NULL) return;
   size_t n = collect_failures(a, fs);
-  int root = trun_failure_root(fs, n);
-  if (a->rdzv.group_world_size > 1 && a->result == OUT_FAILED && root >= 0) {
-    char *json = trun_failure_to_json(&fs[root]);
-    trun_rdzv_announce_failure(&a->rdzv, a->round, json);
-    free(json);
+  int root;
+  if (final && a->result == OUT_REMOTE_FAILED && a->rdzv.group_rank != 0) {
+    fprintf(stderr, "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
+            a->rdzv.group_rank, strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed" : "the store was lost");
+    final = 0;
   }
   if (final && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
     /* Job-wide: add the other nodes' root causes. */
@@ -549,13 +555,54 @@ static void close_streams(agent *a) {
   a->open_streams = 0;
 }
 
+/* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
+ * round for every node: "fail:<group rank>" in the round's end key. */
+static void announce_failure(agent *a) {
+  trun_failure *fs = calloc((size_t)a->nproc + 1, sizeof(*fs));
+  if (fs == NULL) return;
+  size_t n = collect_failures(a, fs);
+  int root = trun_failure_root(fs, n);
+  char *json = NULL;
+  if (root >= 0 && !fs[root].torn_down) {
+    json = trun_failure_to_json(&fs[root]);
+  } else {
+    trun_failure f;
+    char name[32], msg[256];
+    memset(&f, 0, sizeof(f));
+    f.global_rank = a->rdzv.base_rank;
+    f.local_rank = -1;
+    f.group_rank = a->rdzv.group_rank;
+    f.pid = getpid();
+    f.exit_code = a->signal_seen ? -a->signal_seen : 1;
+    f.timestamp = now_s();
+    f.host = a->host;
+    snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s", a->rdzv.group_rank,
+             a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
+    f.message = msg;
+    json = trun_failure_to_json(&f);
+  }
+  if (trun_rdzv_announce_failure(&a->rdzv, a->round, json) < 0)
+    trun_warn("could not tell the other nodes that this node failed (rendezvous store unreachable)");
+  free(json);
+  for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);
+  free(fs);
+}
+
+/* Joins the end-of-round watcher. The end key is set by now (by this node or another), so the thread
+ * returns; if the store is unreachable it returns with an error. A bounded join guards the rest. */
 static void join_watcher(agent *a) {
   if (!a->watcher_on) return;
-  if (!a->end_seen) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
-  pthread_join(a->watcher, NULL);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 15;
+  if (pthread_timedjoin_np(a->watcher, NULL, &ts) != 0) {
+    trun_warn("the end-of-round watcher did not finish; cutting its store connection");
+    shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+    pthread_join(a->watcher, NULL);
+  }
   a->watcher_on = 0;
   if (!a->end_seen || strncmp(a->end_value, "lost:", 5) == 0) {
-    /* The connection was cut to stop the thread: reconnect for the next round. */
+    /* The watch connection is gone: open a new one for the next round. */
     trun_client_close(a->watch_client);
     a->watch_client = NULL;
     trun_client_opts o;
@@ -566,6 +613,22 @@ static void join_watcher(agent *a) {
     o.connect_timeout_ms = 60000;
     if (trun_client_connect(&o, &a->watch_client) < 0) a->watch_client = NULL;
   }
+}
+
+/* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
+static void end_round_multinode(agent *a) {
+  if (a->result == OUT_SUCCESS) {
+    /* This node is done; the round is done when every node is, or when one failed. */
+    char k[512];
+    trun_rdzv_announce_success(&a->rdzv, a->round);
+    trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
+    int rc = trun_rdzv_wait_key(&a->rdzv, k, 7 * 24 * 3600 * 1000);
+    if (rc == -EINTR) a->result = OUT_SIGNALED;
+    else if (rc < 0) a->result = OUT_REMOTE_FAILED, snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
+  }
+  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
+  join_watcher(a);
+  if (a->result == OUT_SUCCESS && strncmp(a->end_value, "ok", 2) != 0) a->result = OUT_REMOTE_FAILED;
 }
 
 /* While the agent waits on the store: let the loop run signal handlers; stop waiting after a stop signal. */
@@ -622,21 +685,9 @@ static int agent_main(agent *a) {
       break;
     }
     run_round(a);
-    join_watcher(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-    if (a->result == OUT_SUCCESS && a->rdzv.group_world_size > 1) {
-      /* This node is done; the job is done when every node is. */
-      trun_rdzv_announce_success(&a->rdzv, a->round);
-      char k[512];
-      trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
-      trun_buf v = {0};
-      int grc = trun_rdzv_wait_key(&a->rdzv, k, 7 * 24 * 3600 * 1000);
-      if (grc == 0) grc = trun_client_get(a->rdzv.client, trun_str(k), &v, 10000);
-      if (grc == 0 && v.len >= 5 && memcmp(v.data, "fail:", 5) == 0) a->result = OUT_REMOTE_FAILED;
-      if (grc == -EINTR) a->result = OUT_SIGNALED;
-      trun_buf_free(&v);
-    }
+    if (a->rdzv.group_world_size > 1) end_round_multinode(a);
     if (a->result == OUT_SUCCESS) {
       code = 0;
       break;

@@ -129,6 +129,7 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   o.port = port;
   o.key_prefix = "";
   o.timeout_ms = join_timeout_ms(cfg);
+  o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
   int rc = connect_polling(r, &o, o.timeout_ms);
   if (rc == -EINTR) {
     snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d", connect_host, port);

@@ -283,10 +283,10 @@ static int client_open(trun_client *c) {
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
     }
   }
-  trun_error(
-      "cannot connect to TCPStore %s within %d ms (%d attempts): %s; check that the store is running "
-      "there, reachable, and speaks the chosen generation (%s)",
-      c->where, timeout, attempts, c->last_err, trun_proto_gen_name(c->o.gen));
+  trun_log_at(c->o.quiet_connect ? TRUN_LOG_DEBUG : TRUN_LOG_ERROR, __FILE__, __LINE__,
+              "cannot connect to TCPStore %s within %d ms (%d attempts): %s; check that the store is running "
+              "there, reachable, and speaks the chosen generation (%s)",
+              c->where, timeout, attempts, c->last_err, trun_proto_gen_name(c->o.gen));
   return -ETIMEDOUT;
 }
 

@@ -26,6 +26,7 @@ typedef struct {
   int backoff_initial_ms;  /* first retry delay (default 100); x1.5 each retry, +-50% jitter, cap */
   int backoff_max_ms;      /* retry delay cap (default 5000) */
   const char *key_prefix;  /* default "/"; "" for raw wire keys */
+  int quiet_connect;       /* 1: a connect time-out is returned without logging (the caller reports it) */
 } trun_client_opts;
 
 void trun_client_opts_default(trun_client_opts *o);
