@@ -27,6 +27,8 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
+# Keep the sanitizer objects between runs (make would delete them as intermediate files).
+.SECONDARY:
 .PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 

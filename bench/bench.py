@@ -226,15 +226,23 @@ def restart_bench(reps):
     env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=HOST_PY)
     table = []
     samples = {}
+    names = ["trun", "torchrun-1.13"] + (["torchrun-2.6"] if HAVE_CHROOT else [])
     for rep in range(reps):
-        for name in ["trun", "torchrun-1.13"]:
-            with tempfile.TemporaryDirectory(prefix="trun-bench-restart.") as d:
+        for name in names:
+            with tempfile.TemporaryDirectory(prefix="trun-bench-restart.", dir="/tmp") as d:
                 script = os.path.join(d, "w.py")
                 open(script, "w").write(RESTART_WORKER)
-                base = [os.path.join(BUILD, "trun")] if name == "trun" else TORCHRUN113
-                # torchrun 1.13's default monitor interval is 5 s; give both the newest default, 0.1 s.
+                py = HOST_PY
+                if name == "trun":
+                    base = [os.path.join(BUILD, "trun")]
+                elif name == "torchrun-1.13":
+                    base = TORCHRUN113
+                else:  # inside the chroot, which shares /tmp with the host
+                    base = CHROOT_RUN + ["--keep-env", "python3", "-m", "torch.distributed.run"]
+                    py = "python3"
+                # torchrun 1.13's default monitor interval is 5 s; give every launcher the newest default, 0.1 s.
                 cmd = base + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
-                              "--monitor_interval", "0.1", "--no_python", HOST_PY, script, d]
+                              "--monitor_interval", "0.1", "--no_python", py, script, d]
                 rc, wall, _, err = run_launcher(cmd, env)
                 try:
                     lat = float(open(os.path.join(d, "start")).read()) - float(open(os.path.join(d, "crash")).read())
@@ -288,8 +296,10 @@ def summarize(res):
         by = {r["launcher"]: r for r in rs}
         for r in rs:
             lines.append(f"restart {r['launcher']}: worker crash to replacement {r['crash_to_restart_ms']:.1f} ms")
-        if "trun" in by and "torchrun-1.13" in by:
-            lines.append(f"ratio torchrun-1.13/trun restart: x{ratio(by['torchrun-1.13']['crash_to_restart_ms'], by['trun']['crash_to_restart_ms'])}")
+        for other in ("torchrun-1.13", "torchrun-2.6"):
+            if "trun" in by and other in by:
+                lines.append(f"ratio {other}/trun restart: "
+                             f"x{ratio(by[other]['crash_to_restart_ms'], by['trun']['crash_to_restart_ms'])}")
     return "\n".join(lines)
 
 

@@ -91,8 +91,9 @@ def store_bench():
             for kind in ("trun", "torch-2.11-libuv"):
                 p, port = start_server(kind)
                 try:
+                    # 8 load-generator loops on the box's 32 cores: the servers, not the generator, set the pace.
                     r = sh([os.path.join(BIN, "trun-store"), "bench", "--target", f"127.0.0.1:{port}", "--clients",
-                            str(c), "--requests", str(req[c])], timeout=300)
+                            str(c), "--requests", str(req[c]), "--threads", str(min(8, c))], timeout=300)
                 finally:
                     stop(p)
                 if r.returncode == 0:
@@ -201,7 +202,6 @@ def main():
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]
-    prev = os.path.join(OUT, "gpu-results.json")
     for step in steps:
         t0 = time.time()
         try:

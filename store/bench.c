@@ -3,6 +3,7 @@
  * Connections are opened (and, for v2, validated) by the blocking client before timing starts.
  * Exit codes: 0 ok, 1 connection failure or request errors, 2 bad command line. */
 #include <errno.h>
+#include <pthread.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
@@ -56,6 +57,7 @@ struct bench {
   size_t value_bytes;
   unsigned keys;
   int timeout_ms;
+  int threads;       /* event loops, each on its own thread with its share of the clients */
   /* run state */
   uv_loop_t *loop;
   uv_timer_t timer;
@@ -84,7 +86,7 @@ static void bench_usage(FILE *f) {
       f,
       "usage: trun-store bench --target HOST:PORT [--clients N] [--requests M] [--duration-s S]\n"
       "                        [--mix set=40,get=40,add=20] [--gen v2|1.13|2.1] [--value-bytes B]\n"
-      "                        [--keys K] [--timeout-ms T]\n"
+      "                        [--keys K] [--timeout-ms T] [--threads N]\n"
       "  --target HOST:PORT  the TCPStore server ([ADDR]:PORT for IPv6)\n"
       "  --clients N         connections, each with one request in flight (default 16)\n"
       "  --requests M        total requests over all connections (default 100000; with --duration-s only:\n"
@@ -95,6 +97,8 @@ static void bench_usage(FILE *f) {
       "  --value-bytes B     size of SET values (default 32)\n"
       "  --keys K            key set size, all SET before timing so GET never misses (default 1000)\n"
       "  --timeout-ms T      connect timeout and longest wait for one reply (default 30000)\n"
+      "  --threads N         event loops on N threads sharing the clients (default 1), so that the load\n"
+      "                      generator is not what limits a server on a machine with cores to spare\n"
       "set is followed by a CHECK of zero keys in the same write, so its latency covers the server's work;\n"
       "add uses counter keys of its own. Prints one JSON line: target, gen, clients, requests, seconds,\n"
       "ops_per_sec, mean_us, p50_us, p90_us, p99_us, p999_us, max_us, errors, ...\n");
@@ -136,6 +140,7 @@ static int bench_parse_args(bench *b, int argc, char **argv) {
                                        {"value-bytes", required_argument, 0, 'v'},
                                        {"keys", required_argument, 0, 'k'},
                                        {"timeout-ms", required_argument, 0, 'T'},
+                                       {"threads", required_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   int ch, have_requests = 0;
@@ -183,6 +188,10 @@ static int bench_parse_args(bench *b, int argc, char **argv) {
       case 'T':
         if (trun_tool_parse_ll(optarg, 1, 86400000, &v) < 0) return trun_tool_bad_arg("--timeout-ms", optarg);
         b->timeout_ms = (int)v;
+        break;
+      case 'j':
+        if (trun_tool_parse_ll(optarg, 1, 256, &v) < 0) return trun_tool_bad_arg("--threads (1..256)", optarg);
+        b->threads = (int)v;
         break;
       case 'h': bench_usage(stdout); return -1;
       default: bench_usage(stderr); return 2;
@@ -564,7 +573,9 @@ static int bench_report(bench *b) {
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
-static int bench_run(bench *b) {
+/* One event loop's share: connect its clients, run them, close them. Fills b's counters and latencies;
+ * returns 0, or 1 when connecting failed (reported). */
+static int bench_run_loop(bench *b) {
   uv_loop_t loop;
   int rc = uv_loop_init(&loop);
   if (rc < 0) {
@@ -572,15 +583,13 @@ static int bench_run(bench *b) {
     return 1;
   }
   b->loop = &loop;
-  int status = 1;
-  if ((rc = bench_populate(b)) < 0) {
-    fprintf(stderr, "trun-store bench: writing the %u keys to %s (%s) failed: %s; check --target and --gen\n",
-            b->keys, b->target, trun_proto_gen_name(b->gen), strerror(-rc));
-  } else if ((rc = bench_connect_all(b)) < 0) {
+  int status = 0;
+  if ((rc = bench_connect_all(b)) < 0) {
     fprintf(stderr,
             "trun-store bench: opening %d connections to %s (%s) failed: %s; check --target, --gen "
             "and the open-file limit\n",
             b->clients, b->target, trun_proto_gen_name(b->gen), strerror(-rc));
+    status = 1;
   } else {
     uv_timer_init(&loop, &b->timer);
     b->timer.data = b;
@@ -589,14 +598,89 @@ static int bench_run(bench *b) {
     for (int i = 0; i < b->clients; i++) bench_issue(&b->conns[i]);
     bench_maybe_finish(b);
     uv_run(&loop, UV_RUN_DEFAULT);
-    status = bench_report(b) < 0 || b->errors > 0 || b->done == 0 ? 1 : 0;
-    if (b->errors > 0)
-      fprintf(stderr, "trun-store bench: %llu request(s) failed against %s; first: %s\n",
-              (unsigned long long)b->errors, b->target, b->first_err);
   }
   for (int i = 0; i < b->clients; i++) bench_close_conn(&b->conns[i]);
   uv_run(&loop, UV_RUN_DEFAULT);
   if ((rc = uv_loop_close(&loop)) < 0) trun_warn("uv_loop_close: %s", uv_strerror(rc));
+  b->loop = NULL;
+  return status;
+}
+
+static void *bench_thread(void *arg) {
+  bench *b = arg;
+  return (void *)(intptr_t)bench_run_loop(b);
+}
+
+/* Splits the clients and requests over b->threads loops, runs them together and merges their results
+ * into b (latencies, counters, the earliest start and the latest end). */
+static int bench_run_threads(bench *b) {
+  int t = b->threads > b->clients ? b->clients : b->threads;
+  bench *part = calloc((size_t)t, sizeof(bench));
+  pthread_t *tid = calloc((size_t)t, sizeof(pthread_t));
+  if (part == NULL || tid == NULL) {
+    free(part), free(tid);
+    fprintf(stderr, "trun-store bench: out of memory for %d threads\n", t);
+    return 1;
+  }
+  int status = 0, started = 0, off = 0;
+  for (int i = 0; i < t; i++) {
+    part[i] = *b;
+    part[i].clients = b->clients / t + (i < b->clients % t);
+    part[i].requests = b->requests ? b->requests / (uint64_t)t + ((uint64_t)i < b->requests % (uint64_t)t) : 0;
+    part[i].conns = b->conns + off;
+    part[i].lat = NULL;
+    part[i].nlat = part[i].caplat = 0;
+    off += part[i].clients;
+  }
+  for (; started < t; started++)
+    if (pthread_create(&tid[started], NULL, bench_thread, &part[started]) != 0) {
+      fprintf(stderr, "trun-store bench: cannot start thread %d\n", started);
+      status = 1;
+      break;
+    }
+  b->t_start = UINT64_MAX;
+  for (int i = 0; i < started; i++) {
+    void *ret;
+    pthread_join(tid[i], &ret);
+    if (ret != NULL) status = 1;
+    bench *p = &part[i];
+    b->done += p->done;
+    b->issued += p->issued;
+    b->errors += p->errors;
+    if (p->errors && b->first_err[0] == '\0') memcpy(b->first_err, p->first_err, sizeof(b->first_err));
+    if (p->t_start && p->t_start < b->t_start) b->t_start = p->t_start;
+    if (p->t_end > b->t_end) b->t_end = p->t_end;
+    if (p->nlat) {
+      uint64_t *nl = realloc(b->lat, (b->nlat + p->nlat) * sizeof(uint64_t));
+      if (nl == NULL) {
+        status = 1;
+      } else {
+        memcpy(nl + b->nlat, p->lat, p->nlat * sizeof(uint64_t));
+        b->lat = nl;
+        b->nlat += p->nlat;
+      }
+    }
+    free(p->lat);
+  }
+  if (b->t_start == UINT64_MAX) b->t_start = 0;
+  free(part);
+  free(tid);
+  return status;
+}
+
+static int bench_run(bench *b) {
+  int rc = bench_populate(b);
+  if (rc < 0) {
+    fprintf(stderr, "trun-store bench: writing the %u keys to %s (%s) failed: %s; check --target and --gen\n",
+            b->keys, b->target, trun_proto_gen_name(b->gen), strerror(-rc));
+    return 1;
+  }
+  int status = b->threads > 1 ? bench_run_threads(b) : bench_run_loop(b);
+  if (status != 0) return status;
+  status = bench_report(b) < 0 || b->errors > 0 || b->done == 0 ? 1 : 0;
+  if (b->errors > 0)
+    fprintf(stderr, "trun-store bench: %llu request(s) failed against %s; first: %s\n",
+            (unsigned long long)b->errors, b->target, b->first_err);
   return status;
 }
 
