@@ -132,21 +132,25 @@ def run_launcher(cmd, env):
 
 def launch():
     env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
-    common = ["--standalone", "--nproc_per_node", "2", "--monitor_interval", "0.1", "--no_python", "/bin/true"]
-    cmds = {"trun": [os.path.join(BIN, "trun")] + common, "torchrun-2.11": [PY, "-m", "torch.distributed.run"] + common}
-    samples = {}
-    for rep in range(max(REPS, 5)):
-        for name, cmd in cmds.items():
-            rc, wall, peak, err = run_launcher(cmd, env)
-            if rc != 0:
-                log(f"launch {name}: exit {rc}: {err[-300:]}")
-                continue
-            samples.setdefault(name, []).append((wall, peak))
     table = []
-    for name, s in samples.items():
-        table.append({"launcher": name, "nproc": 2, "wall_ms": statistics.median(w for w, _ in s) * 1000,
-                      "peak_rss_mib": statistics.median(p for _, p in s) / 1024, "reps": len(s)})
-        log(f"launch {name:14s}: {table[-1]['wall_ms']:.1f} ms, peak RSS {table[-1]['peak_rss_mib']:.1f} MiB")
+    for nproc in (2, 8):
+        common = ["--standalone", "--nproc_per_node", str(nproc), "--monitor_interval", "0.1", "--no_python",
+                  "/bin/true"]
+        cmds = {"trun": [os.path.join(BIN, "trun")] + common,
+                "torchrun-2.11": [PY, "-m", "torch.distributed.run"] + common}
+        samples = {}
+        for rep in range(max(REPS, 5)):
+            for name, cmd in cmds.items():
+                rc, wall, peak, err = run_launcher(cmd, env)
+                if rc != 0:
+                    log(f"launch {name}: exit {rc}: {err[-300:]}")
+                    continue
+                samples.setdefault(name, []).append((wall, peak))
+        for name, s in samples.items():
+            table.append({"launcher": name, "nproc": nproc, "wall_ms": statistics.median(w for w, _ in s) * 1000,
+                          "peak_rss_mib": statistics.median(p for _, p in s) / 1024, "reps": len(s)})
+            log(f"launch {name:14s} nproc={nproc}: {table[-1]['wall_ms']:.1f} ms, "
+                f"peak RSS {table[-1]['peak_rss_mib']:.1f} MiB")
     res["steps"]["launch"] = table
 
 

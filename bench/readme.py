@@ -76,12 +76,14 @@ def render_gpu(path):
     st = g["steps"]
     out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
            f"file `{os.path.relpath(path, REPO)}`:", ""]
-    la = {r["launcher"]: r for r in st.get("launch", [])}
-    if "trun" in la and "torchrun-2.11" in la:
-        t, o = la["trun"], la["torchrun-2.11"]
-        out.append(f"- Launch to exit, 2 no-op workers: trun {t['wall_ms']:.1f} ms / {t['peak_rss_mib']:.1f} MiB, "
-                   f"torchrun 2.11 {o['wall_ms']:.0f} ms / {o['peak_rss_mib']:.0f} MiB: "
-                   f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} less memory.")
+    la = {(r["launcher"], r.get("nproc", 2)): r for r in st.get("launch", [])}
+    for n in (2, 8):
+        t, o = la.get(("trun", n)), la.get(("torchrun-2.11", n))
+        if t and o:
+            out.append(f"- Launch to exit, {n} no-op workers: trun {t['wall_ms']:.1f} ms / {t['peak_rss_mib']:.1f} MiB, "
+                       f"torchrun 2.11 {o['wall_ms']:.0f} ms / {o['peak_rss_mib']:.0f} MiB: "
+                       f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} "
+                       f"less memory.")
     if "env" in st:
         out.append(f"- Worker environment identical to torchrun 2.11's: {st['env']['identical']}.")
     if "nccl" in st:
