@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from bench import run_launcher  # same sampling as make bench
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
 BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
@@ -108,26 +110,6 @@ def store_bench():
                       "p999_us": statistics.median(x["p999_us"] for x in rs), "reps": len(rs)})
         log(f"store {kind:18s} clients={c:5d}: {table[-1]['ops_per_sec']:.0f} ops/s p99 {table[-1]['p99_us']:.0f} us")
     res["steps"]["store"] = table
-
-
-def peak_rss_kb(pid):
-    try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
-
-
-def run_launcher(cmd, env):
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = -1
-    while p.poll() is None:
-        peak = max(peak, peak_rss_kb(p.pid))
-        time.sleep(0.002)
-    return p.returncode, time.perf_counter() - t0, peak, p.stderr.read()
 
 
 def launch():

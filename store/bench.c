@@ -72,15 +72,6 @@ struct bench {
   char first_err[256];
 };
 
-static uint64_t bench_rng(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
 static void bench_usage(FILE *f) {
   fprintf(
       f,
@@ -228,7 +219,7 @@ static int bench_put_key(trun_buf *out, const char *fmt, unsigned i) {
 
 static bench_op bench_pick(bench_conn *c) {
   bench *b = c->b;
-  unsigned r = (unsigned)(bench_rng(&c->rng) % b->weight_sum);
+  unsigned r = (unsigned)(trun_rng_next(&c->rng) % b->weight_sum);
   for (int i = 0; i < B__N; i++) {
     if (r < b->weights[i]) return (bench_op)i;
     r -= b->weights[i];
@@ -240,7 +231,7 @@ static bench_op bench_pick(bench_conn *c) {
 static int bench_encode(bench_conn *c) {
   bench *b = c->b;
   trun_buf *o = &c->out;
-  unsigned key = (unsigned)(bench_rng(&c->rng) % b->keys);
+  unsigned key = (unsigned)(trun_rng_next(&c->rng) % b->keys);
   int rc;
   o->len = 0;
   switch (c->op) {

@@ -22,4 +22,14 @@ int trun_buf_append_str(trun_buf *b, const void *p, size_t n);
 /* Drops the first n bytes. */
 void trun_buf_consume(trun_buf *b, size_t n);
 
+/* xorshift64*: a caller-owned PRNG state (never 0) for jitter and load mixes; not for secrets. */
+static inline uint64_t trun_rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
 #endif

@@ -66,15 +66,6 @@ static int remaining_ms(int64_t deadline) {
   return r > INT_MAX ? INT_MAX : (int)r;
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
 static uint64_t rng_seed(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -90,7 +81,7 @@ static uint64_t rng_seed(void) {
  * ExponentialBackoffWithJitter). */
 static int backoff_next(int64_t *cur, int max_ms, uint64_t *rng) {
   int64_t half = *cur / 2;
-  int64_t delay = *cur - half + (half > 0 ? (int64_t)(rng_next(rng) % (uint64_t)(2 * half + 1)) : 0);
+  int64_t delay = *cur - half + (half > 0 ? (int64_t)(trun_rng_next(rng) % (uint64_t)(2 * half + 1)) : 0);
   if (delay > max_ms) delay = max_ms;
   *cur = *cur * 3 / 2;
   if (*cur > max_ms) *cur = max_ms;
@@ -201,7 +192,7 @@ static int connect_addr(const struct addrinfo *ai, int64_t deadline, int *out) {
 /* VALIDATE + PING in one write, then the 4 echoed nonce bytes. */
 static int handshake(trun_client *c, int fd, int64_t deadline) {
   uint8_t msg[10] = {0x00};
-  uint32_t nonce = (uint32_t)rng_next(&c->rng);
+  uint32_t nonce = (uint32_t)trun_rng_next(&c->rng);
   trun_put_u32(msg + 1, TRUN_VALIDATE_MAGIC);
   msg[5] = (uint8_t)trun_proto_code(TRUN_GEN_V2, TRUN_OP_PING);
   trun_put_u32(msg + 6, nonce);
@@ -601,7 +592,7 @@ int trun_client_ping(trun_client *c) {
   trun_slice none = {(const uint8_t *)"", 0};
   int rc = check_op(c, TRUN_OP_PING);
   if (rc < 0) return rc;
-  uint32_t nonce = (uint32_t)rng_next(&c->rng);
+  uint32_t nonce = (uint32_t)trun_rng_next(&c->rng);
   if ((rc = req_begin(c, TRUN_OP_PING)) < 0 || (rc = trun_buf_append_u32(&c->req, nonce)) < 0) return rc;
   uint8_t b[4];
   if ((rc = req_send(c, TRUN_OP_PING, none)) < 0 || (rc = read_bytes(c, b, 4, TRUN_OP_PING, none)) < 0)
