@@ -119,8 +119,17 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
     connect_host = "127.0.0.1";
     trun_debug("serving the store on port %d", port);
   }
-  if (standalone) snprintf(r->master_addr, sizeof(r->master_addr), "%s", r->host_addr);
-  else snprintf(r->master_addr, sizeof(r->master_addr), "%s", cfg->endpoint_host);
+  if (standalone) {
+    /* All workers are local: publish this host's name like torchrun, unless it does not resolve here
+     * (containers without an /etc/hosts entry), where torchrun's workers would retry forever. */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int ok = getaddrinfo(r->host_addr, NULL, &hints, &res) == 0;
+    if (res) freeaddrinfo(res);
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", ok ? r->host_addr : "127.0.0.1");
+    if (!ok) trun_debug("host name %s does not resolve: workers get MASTER_ADDR=127.0.0.1", r->host_addr);
+  } else {
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", cfg->endpoint_host);
+  }
   r->master_port = port;
 
   trun_client_opts o;
