@@ -5,7 +5,7 @@ set -euo pipefail
 
 need=()
 for p in build-essential pkg-config libuv1-dev libyaml-dev libcurl4-openssl-dev check \
-         libjansson-dev python3-torch debootstrap clang iproute2 procps psmisc; do
+         libjansson-dev python3-torch debootstrap clang libclang-rt-dev iproute2 procps psmisc; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
