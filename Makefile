@@ -105,7 +105,7 @@ demo:
 	@scripts/demo.sh
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
-STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lpthread -ldl -lrt -lm
+STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
 portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
 	@mkdir -p $(B)/portable
 	$(CC) $(OPT) -o $(B)/portable/trun $(B)/obj/launcher/main.o $(B)/libtrun.a $(STATIC_LIBS)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "discover.h"
 
 static int count_visible_gpus(void) {
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
@@ -27,7 +28,7 @@ static int count_visible_gpus(void) {
   return n;
 }
 
-/* CPUs this process may run on (affinity), like Python's os.cpu_count() fallback. */
+/* `cpu` keeps torchrun's meaning, os.cpu_count(): every online CPU, whatever the affinity or quota. */
 static int cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
@@ -49,7 +50,7 @@ int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
                             "CUDA_VISIBLE_DEVICES is empty); give a number or use auto");
       return -1;
     }
-    *nproc = cpu_count();
+    *nproc = trun_discover_cpus(); /* `auto` without GPUs: what the cgroup quota and affinity allow */
     return 0;
   }
   *nproc = atoi(spec);

@@ -1,0 +1,67 @@
+/* What the node has: GPUs (NVML by dlopen, never a CUDA context in the agent), RDMA / EFA devices (sysfs),
+ * the instance's identity (IMDSv2, DMI fallback) and the CPUs this process may use (cgroup quota).
+ * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
+ * TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md. */
+#ifndef TRUN_DISCOVER_H
+#define TRUN_DISCOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TRUN_MAX_GPUS 64
+#define TRUN_MAX_RDMA 64
+
+typedef struct {
+  int index;             /* NVML index on the host */
+  int visible_index;     /* index as the workers see it (after CUDA_VISIBLE_DEVICES), -1 when hidden */
+  char uuid[96];         /* GPU-... (or MIG-... for a MIG device) */
+  char name[96];
+  char pci_bus_id[32];   /* 00000000:53:00.0 as NVML prints it */
+  int numa_node;         /* -1 unknown */
+  char cpu_affinity[256]; /* cpulist, e.g. 0-47,96-143 */
+  uint64_t memory_bytes;
+} trun_gpu;
+
+typedef struct {
+  char name[64];         /* rdmap16s27, mlx5_0, ... */
+  char driver[32];       /* efa, mlx5_core, ... */
+  int is_efa;
+  char pci_bus_id[32];   /* 0000:10:1b.0 */
+  int numa_node;
+  int usable;            /* a /dev/infiniband/uverbsN of this device exists in this container */
+  int nearest_gpu;       /* visible index of the GPU it pairs with by PCI distance, -1 none */
+} trun_rdma;
+
+typedef struct {
+  char instance_type[64]; /* p5.48xlarge, or "" when unknown */
+  char instance_id[64];
+  char availability_zone[64];
+  char placement_group[128];
+  const char *source;     /* "imds", "dmi", "none" */
+} trun_instance;
+
+typedef struct {
+  int ngpu;                                  /* visible GPUs */
+  trun_gpu gpus[TRUN_MAX_GPUS];              /* visible ones, in the order the workers see them */
+  char links[TRUN_MAX_GPUS][TRUN_MAX_GPUS][8]; /* "X", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS" */
+  const char *gpu_source;                    /* "nvml", "none" */
+  int nrdma;
+  trun_rdma rdma[TRUN_MAX_RDMA];
+  trun_instance instance;
+  int cpus_usable;                           /* from the cgroup CPU quota and affinity */
+} trun_node;
+
+/* Fills node->gpus / links from NVML (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), honouring
+ * CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from envp. 0 (ngpu may be 0: no driver), or -1 with a
+ * reason in err for a broken installation or a CUDA_VISIBLE_DEVICES entry that names no GPU. */
+int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen);
+/* Fills node->rdma from TRUN_SYSFS_ROOT (default /sys)/class/infiniband and /dev/infiniband. */
+int trun_discover_rdma(trun_node *node);
+/* Fills node->instance: IMDSv2 (TRUN_IMDS_ENDPOINT, default http://169.254.169.254) within ~1 s total,
+ * then DMI (TRUN_DMI_ROOT, default /sys/class/dmi/id) product_name. no_imds skips the network. */
+int trun_discover_instance(trun_node *node, int no_imds);
+/* CPUs this process may use: affinity, capped by the cgroup v2 (cpu.max) or v1 (cfs quota/period) quota
+ * under TRUN_CGROUP_ROOT (default /sys/fs/cgroup), rounded up, at least 1. */
+int trun_discover_cpus(void);
+
+#endif

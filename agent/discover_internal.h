@@ -1,0 +1,18 @@
+/* Parsers behind agent/discover.h, exposed for the unit tests. */
+#ifndef TRUN_DISCOVER_INTERNAL_H
+#define TRUN_DISCOVER_INTERNAL_H
+
+#include <stddef.h>
+
+/* cgroup v2 cpu.max text ("max 100000", "200000 100000") → CPUs rounded up; 0 = no limit, -1 = malformed. */
+int trun_cpu_max_parse(const char *text);
+/* cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us → CPUs rounded up; 0 = no limit, -1 = malformed. */
+int trun_cfs_quota_parse(const char *quota, const char *period);
+/* The smallest quota from self_cgroup up to the root of the hierarchy at root; 0 = none. */
+int trun_cgroup_cpu_limit(const char *root, const char *self_cgroup);
+/* 1 when s looks like an EC2 instance type (family.size). */
+int trun_instance_type_plausible(const char *s);
+/* DMI product_name / sys_vendor → instance type in out; 1 when it is one, else 0. */
+int trun_dmi_instance_type(const char *product_name, const char *sys_vendor, char *out, size_t outlen);
+
+#endif
