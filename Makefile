@@ -106,10 +106,23 @@ demo:
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
 STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
-portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
+portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
+	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun $(B)/obj/launcher/main.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun-store $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a $(STATIC_LIBS)
+
+# trun-topo: the node's GPUs, EFA devices and links as trun sees them; and the fake NVML library the
+# discovery tests load through TRUN_NVML_LIBRARY.
+all: $(B)/trun-topo $(B)/libnvidia-ml-fake.so
+asan: $(B)/libnvidia-ml-fake.so
+
+$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+
+$(B)/libnvidia-ml-fake.so: tests/fakes/nvml_shim.c agent/nvml.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(OPT) -shared -fPIC -Iagent $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

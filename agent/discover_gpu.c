@@ -1,0 +1,493 @@
+/* GPUs through NVML, loaded with dlopen (TRUN_NVML_LIBRARY, default libnvidia-ml.so.1, the name NCCL
+ * loads). NVML only: no CUDA call here, so the agent never holds a CUDA context. Every symbol is looked up
+ * with dlsym; the ones trun cannot do without are nvmlInit_v2, nvmlDeviceGetCount_v2 and
+ * nvmlDeviceGetHandleByIndex_v2, the rest only leave a field unknown when missing.
+ *
+ * Visibility (shared/spec/gpu-efa-nccl.md §5), applied to the devices NVML lists, in this order:
+ * - NVIDIA_VISIBLE_DEVICES (container runtime): unset, "", "void" or "all" → no filter (inside a
+ *   container the runtime has already limited what NVML sees); "none" → no GPUs; a list of UUIDs keeps the
+ *   listed devices that NVML shows (in NVML order); a list of indices is applied only when every index
+ *   names a device NVML shows, otherwise it is taken as already applied by the runtime.
+ * - CUDA_VISIBLE_DEVICES (from envp): unset → all; "" → none; otherwise a comma list of indices (into the
+ *   list left by the step above), GPU-<uuid> (a prefix is enough when it names exactly one GPU) or
+ *   MIG-<uuid>. The workers see the entries renumbered 0..k-1 in list order. Like CUDA, the first entry
+ *   that names no GPU (bad number, out of range, unknown or ambiguous UUID, repeated device) hides itself
+ *   and everything after it: node keeps the GPUs before it and the call returns -1 with the entry in err.
+ * CUDA_DEVICE_ORDER is not looked at: indices are NVML's (PCI bus order), which is what CUDA uses with
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID and, for identical GPUs, with its default too.
+ *
+ * Links between visible GPUs: "NV<n>" with n = NVLinks from one to the other, counted as NCCL does: for
+ * each active link of a GPU the remote PCI id; a remote that is another GPU counts for that pair, any other
+ * remote (an NVSwitch, or an empty id when the switch is hidden in a VM) is a switch link, and two GPUs with
+ * switch links reach each other over min(switch links of each). Otherwise the PCIe level from
+ * nvmlDeviceGetTopologyCommonAncestor: SINGLE PIX, MULTIPLE PXB, HOSTBRIDGE PHB, NODE NODE, SYSTEM SYS,
+ * as nvidia-smi topo -m prints them; "N/A" when NVML cannot say. */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "discover.h"
+#include "nvml.h"
+
+/* Internal helpers from discover_rdma.c. */
+int trun_pci_parse(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);
+int trun_pci_numa_of_bus_id(const char *bus_id);
+
+typedef struct {
+  void *dl;
+  trun_nvmlInit_v2_fn init;
+  trun_nvmlShutdown_fn shutdown;
+  trun_nvmlErrorString_fn error_string;
+  trun_nvmlDeviceGetCount_v2_fn get_count;
+  trun_nvmlDeviceGetHandleByIndex_v2_fn by_index;
+  trun_nvmlDeviceGetHandleByUUID_fn by_uuid;
+  trun_nvmlDeviceGetDeviceHandleFromMigDeviceHandle_fn mig_parent;
+  trun_nvmlDeviceGetUUID_fn uuid;
+  trun_nvmlDeviceGetName_fn name;
+  trun_nvmlDeviceGetPciInfo_fn pci;
+  trun_nvmlDeviceGetMemoryInfo_fn memory;
+  trun_nvmlDeviceGetCpuAffinity_fn cpu_affinity;
+  trun_nvmlDeviceGetNumaNodeId_fn numa_id;
+  trun_nvmlDeviceGetTopologyCommonAncestor_fn ancestor;
+  trun_nvmlDeviceGetNvLinkState_fn nvlink_state;
+  trun_nvmlDeviceGetNvLinkRemotePciInfo_fn nvlink_remote_pci;
+  trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn nvlink_remote_type;
+} trun_nvml;
+
+/* One device NVML lists (before visibility), with what discovery found about it. */
+typedef struct {
+  trun_nvmlDevice_t dev;
+  trun_gpu g;
+  unsigned dom, bus, slot, fn; /* parsed pci_bus_id; has_pci says whether it parsed */
+  int has_pci;
+} trun_nvml_dev;
+
+/* Copies src into dst (size n), truncating. */
+static void copy_str(char *dst, size_t n, const char *src) {
+  size_t len = strnlen(src, n - 1);
+  memcpy(dst, src, len);
+  dst[len] = '\0';
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static const char *nvml_err(const trun_nvml *n, trun_nvmlReturn_t rc) {
+  const char *s = n->error_string ? n->error_string(rc) : NULL;
+  return s ? s : "NVML error";
+}
+
+static void *sym(void *dl, const char *name) { return dlsym(dl, name); }
+
+/* Opens the library and resolves the symbols. 1 loaded, 0 no library, -1 unusable (err says why). */
+static int nvml_open(trun_nvml *n, char *err, size_t errlen) {
+  memset(n, 0, sizeof(*n));
+  const char *lib = getenv("TRUN_NVML_LIBRARY");
+  if (!lib || !*lib) lib = "libnvidia-ml.so.1";
+  n->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!n->dl) return 0;
+  n->init = (trun_nvmlInit_v2_fn)sym(n->dl, "nvmlInit_v2");
+  n->shutdown = (trun_nvmlShutdown_fn)sym(n->dl, "nvmlShutdown");
+  n->error_string = (trun_nvmlErrorString_fn)sym(n->dl, "nvmlErrorString");
+  n->get_count = (trun_nvmlDeviceGetCount_v2_fn)sym(n->dl, "nvmlDeviceGetCount_v2");
+  n->by_index = (trun_nvmlDeviceGetHandleByIndex_v2_fn)sym(n->dl, "nvmlDeviceGetHandleByIndex_v2");
+  n->by_uuid = (trun_nvmlDeviceGetHandleByUUID_fn)sym(n->dl, "nvmlDeviceGetHandleByUUID");
+  n->mig_parent = (trun_nvmlDeviceGetDeviceHandleFromMigDeviceHandle_fn)sym(
+      n->dl, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+  n->uuid = (trun_nvmlDeviceGetUUID_fn)sym(n->dl, "nvmlDeviceGetUUID");
+  n->name = (trun_nvmlDeviceGetName_fn)sym(n->dl, "nvmlDeviceGetName");
+  n->pci = (trun_nvmlDeviceGetPciInfo_fn)sym(n->dl, "nvmlDeviceGetPciInfo_v3");
+  if (!n->pci) n->pci = (trun_nvmlDeviceGetPciInfo_fn)sym(n->dl, "nvmlDeviceGetPciInfo_v2");
+  n->memory = (trun_nvmlDeviceGetMemoryInfo_fn)sym(n->dl, "nvmlDeviceGetMemoryInfo");
+  n->cpu_affinity = (trun_nvmlDeviceGetCpuAffinity_fn)sym(n->dl, "nvmlDeviceGetCpuAffinity");
+  n->numa_id = (trun_nvmlDeviceGetNumaNodeId_fn)sym(n->dl, "nvmlDeviceGetNumaNodeId");
+  n->ancestor =
+      (trun_nvmlDeviceGetTopologyCommonAncestor_fn)sym(n->dl, "nvmlDeviceGetTopologyCommonAncestor");
+  n->nvlink_state = (trun_nvmlDeviceGetNvLinkState_fn)sym(n->dl, "nvmlDeviceGetNvLinkState");
+  n->nvlink_remote_pci =
+      (trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  n->nvlink_remote_type =
+      (trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  if (!n->init || !n->get_count || !n->by_index) {
+    seterr(
+        err, errlen,
+        "NVML library %s lacks nvmlInit_v2 / nvmlDeviceGetCount_v2 / nvmlDeviceGetHandleByIndex_v2 "
+        "(driver too old or a broken install); install a matching NVIDIA driver or unset TRUN_NVML_LIBRARY",
+        lib);
+    dlclose(n->dl);
+    n->dl = NULL;
+    return -1;
+  }
+  return 1;
+}
+
+static void nvml_close(trun_nvml *n) {
+  if (!n->dl) return;
+  if (n->shutdown) n->shutdown();
+  dlclose(n->dl);
+  n->dl = NULL;
+}
+
+/* Bitmask (nlongs unsigned longs, CPU i = bit i) → "0-23,48-71"; truncated safely when out is short. */
+static void mask_to_cpulist(const unsigned long *mask, unsigned nlongs, char *out, size_t outlen) {
+  const unsigned bits = 8 * (unsigned)sizeof(unsigned long);
+  const unsigned ncpu = nlongs * bits;
+  size_t len = 0;
+  out[0] = '\0';
+  for (unsigned i = 0; i < ncpu;) {
+    if (!(mask[i / bits] >> (i % bits) & 1UL)) {
+      i++;
+      continue;
+    }
+    unsigned j = i;
+    while (j + 1 < ncpu && (mask[(j + 1) / bits] >> ((j + 1) % bits) & 1UL)) j++;
+    char piece[32];
+    int k = j == i ? snprintf(piece, sizeof(piece), "%s%u", len ? "," : "", i)
+                   : snprintf(piece, sizeof(piece), "%s%u-%u", len ? "," : "", i, j);
+    if (k < 0 || len + (size_t)k >= outlen) break;
+    memcpy(out + len, piece, (size_t)k + 1);
+    len += (size_t)k;
+    i = j + 1;
+  }
+}
+
+static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d) {
+  trun_gpu *g = &d->g;
+  memset(g, 0, sizeof(*g));
+  g->index = (int)idx;
+  g->visible_index = -1;
+  g->numa_node = -1;
+  if (n->uuid && n->uuid(d->dev, g->uuid, sizeof(g->uuid)) != TRUN_NVML_SUCCESS) g->uuid[0] = '\0';
+  g->uuid[sizeof(g->uuid) - 1] = '\0';
+  if (n->name && n->name(d->dev, g->name, sizeof(g->name)) != TRUN_NVML_SUCCESS) g->name[0] = '\0';
+  g->name[sizeof(g->name) - 1] = '\0';
+  trun_nvml_pci pci;
+  memset(&pci, 0, sizeof(pci));
+  if (n->pci && n->pci(d->dev, &pci.info) == TRUN_NVML_SUCCESS) {
+    pci.info.busId[sizeof(pci.info.busId) - 1] = '\0';
+    snprintf(g->pci_bus_id, sizeof(g->pci_bus_id), "%s", pci.info.busId);
+    d->has_pci = trun_pci_parse(g->pci_bus_id, &d->dom, &d->bus, &d->slot, &d->fn) == 0;
+  }
+  trun_nvmlMemory_t mem;
+  if (n->memory && n->memory(d->dev, &mem) == TRUN_NVML_SUCCESS) g->memory_bytes = mem.total;
+  unsigned long mask[64];
+  memset(mask, 0, sizeof(mask));
+  if (n->cpu_affinity && n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
+    mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
+  /* NUMA: the PCI function's numa_node in sysfs (what nvidia-smi's "NUMA Affinity" shows); NVML's own
+   * NUMA id only exists where the GPU memory is a NUMA node (Grace), so it is the fallback. */
+  if (d->has_pci) g->numa_node = trun_pci_numa_of_bus_id(g->pci_bus_id);
+  unsigned numa;
+  if (g->numa_node < 0 && n->numa_id && n->numa_id(d->dev, &numa) == TRUN_NVML_SUCCESS)
+    g->numa_node = (int)numa;
+}
+
+static int same_pci(const trun_nvml_dev *d, unsigned dom, unsigned bus, unsigned slot, unsigned fn) {
+  return d->has_pci && d->dom == dom && d->bus == bus && d->slot == slot && d->fn == fn;
+}
+
+/* NVLink counts: direct[i][j] links from all[i] to all[j], sw[i] links from all[i] to anything else. */
+static void count_nvlinks(const trun_nvml *n, const trun_nvml_dev *all, int count,
+                          int (*direct)[TRUN_MAX_GPUS], int *sw, const int *want) {
+  if (!n->nvlink_state) return;
+  for (int i = 0; i < count; i++) {
+    if (!want[i]) continue;
+    for (unsigned link = 0; link < TRUN_NVML_NVLINK_MAX_LINKS; link++) {
+      int active = 0;
+      trun_nvmlReturn_t rc = n->nvlink_state(all[i].dev, link, &active);
+      if (rc == TRUN_NVML_ERROR_INVALID_ARGUMENT || rc == TRUN_NVML_ERROR_NOT_SUPPORTED) break;
+      if (rc != TRUN_NVML_SUCCESS || !active) continue;
+      int type = -1;
+      if (n->nvlink_remote_type && n->nvlink_remote_type(all[i].dev, link, &type) != TRUN_NVML_SUCCESS)
+        type = -1;
+      trun_nvml_pci pci;
+      memset(&pci, 0, sizeof(pci));
+      unsigned dom, bus, slot, fn;
+      int peer = -1;
+      if (type != TRUN_NVML_NVLINK_DEVICE_TYPE_SWITCH && n->nvlink_remote_pci &&
+          n->nvlink_remote_pci(all[i].dev, link, &pci.info) == TRUN_NVML_SUCCESS) {
+        pci.info.busId[sizeof(pci.info.busId) - 1] = '\0';
+        if (trun_pci_parse(pci.info.busId, &dom, &bus, &slot, &fn) == 0)
+          for (int j = 0; j < count; j++)
+            if (j != i && same_pci(&all[j], dom, bus, slot, fn)) peer = j;
+      }
+      if (peer >= 0)
+        direct[i][peer]++;
+      else
+        sw[i]++;
+    }
+  }
+}
+
+static const char *level_label(int level) {
+  switch (level) {
+    case TRUN_NVML_TOPOLOGY_INTERNAL: return "X";
+    case TRUN_NVML_TOPOLOGY_SINGLE: return "PIX";
+    case TRUN_NVML_TOPOLOGY_MULTIPLE: return "PXB";
+    case TRUN_NVML_TOPOLOGY_HOSTBRIDGE: return "PHB";
+    case TRUN_NVML_TOPOLOGY_NODE: return "NODE";
+    case TRUN_NVML_TOPOLOGY_SYSTEM: return "SYS";
+    default: return "N/A";
+  }
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Copies the next comma-separated entry of *p (whitespace trimmed) into out; 0 when the list is done. */
+static int next_entry(const char **p, char *out, size_t outlen) {
+  const char *s = *p;
+  if (!s) return 0;
+  const char *end = strchr(s, ',');
+  const char *stop = end ? end : s + strlen(s);
+  while (s < stop && is_space(*s)) s++;
+  const char *e = stop;
+  while (e > s && is_space(e[-1])) e--;
+  size_t len = (size_t)(e - s);
+  if (len >= outlen) len = outlen - 1;
+  memcpy(out, s, len);
+  out[len] = '\0';
+  *p = end ? end + 1 : NULL;
+  return 1;
+}
+
+/* Non-negative decimal index, or -1. */
+static long parse_index(const char *s) {
+  if (!*s) return -1;
+  long v = 0;
+  for (const char *c = s; *c; c++) {
+    if (!isdigit((unsigned char)*c) || v > 100000) return -1;
+    v = v * 10 + (*c - '0');
+  }
+  return v;
+}
+
+static const char *env_get(char *const *envp, const char *name) {
+  size_t n = strlen(name);
+  for (char *const *e = envp; e && *e; e++)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return NULL;
+}
+
+/* NVIDIA_VISIBLE_DEVICES → keep[] over all[0..count). */
+static void apply_nvidia_visible(const char *v, const trun_nvml_dev *all, int count, int *keep) {
+  for (int i = 0; i < count; i++) keep[i] = 1;
+  if (!v || !*v || strcmp(v, "void") == 0 || strcmp(v, "all") == 0) return;
+  if (strcmp(v, "none") == 0) {
+    for (int i = 0; i < count; i++) keep[i] = 0;
+    return;
+  }
+  int sel[TRUN_MAX_GPUS] = {0};
+  int all_indices_exist = 1, any_index = 0;
+  const char *p = v;
+  char ent[128];
+  while (next_entry(&p, ent, sizeof(ent))) {
+    long idx = parse_index(ent);
+    if (idx >= 0) {
+      any_index = 1;
+      if (idx < count)
+        sel[idx] = 1;
+      else
+        all_indices_exist = 0;
+      continue;
+    }
+    for (int i = 0; i < count; i++)
+      if (*ent && strcmp(all[i].g.uuid, ent) == 0) sel[i] = 1;
+  }
+  if (any_index && !all_indices_exist) {
+    /* Host indices in a container that already shows only those GPUs: keep what NVML lists, except that
+     * UUID entries still select. */
+    int any_uuid = 0;
+    for (int i = 0; i < count; i++) any_uuid |= sel[i];
+    if (!any_uuid) return;
+  }
+  for (int i = 0; i < count; i++) keep[i] = sel[i];
+}
+
+/* Matches a GPU-<uuid> prefix among cand; the index into all, -1 none, -2 ambiguous. */
+static int match_uuid_prefix(const char *ent, const trun_nvml_dev *all, const int *cand, int ncand) {
+  int found = -1;
+  size_t n = strlen(ent);
+  for (int k = 0; k < ncand; k++) {
+    const char *u = all[cand[k]].g.uuid;
+    if (strncmp(u, ent, n) == 0) {
+      if (strcmp(u, ent) == 0) return cand[k];
+      if (found >= 0) return -2;
+      found = cand[k];
+    }
+  }
+  return found;
+}
+
+/* Looks up a MIG-<uuid>: fills out from its parent GPU (uuid = the MIG uuid); 0, or -1 when unknown. */
+static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev *all, int count,
+                       const int *cand, int ncand, trun_gpu *out) {
+  if (!n->by_uuid) return -1;
+  trun_nvmlDevice_t mig = NULL, parent = NULL;
+  if (n->by_uuid(ent, &mig) != TRUN_NVML_SUCCESS) return -1;
+  if (n->mig_parent && n->mig_parent(mig, &parent) == TRUN_NVML_SUCCESS) {
+    for (int k = 0; k < ncand; k++)
+      if (all[cand[k]].dev == parent) {
+        *out = all[cand[k]].g;
+        copy_str(out->uuid, sizeof(out->uuid), ent);
+        return 0;
+      }
+    (void)count;
+    return -1; /* its parent is hidden by NVIDIA_VISIBLE_DEVICES */
+  }
+  memset(out, 0, sizeof(*out));
+  out->index = -1;
+  out->numa_node = -1;
+  copy_str(out->uuid, sizeof(out->uuid), ent);
+  snprintf(out->name, sizeof(out->name), "MIG device");
+  return 0;
+}
+
+int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  node->ngpu = 0;
+  node->gpu_source = "none";
+  memset(node->links, 0, sizeof(node->links));
+  trun_nvml n;
+  int rc = nvml_open(&n, err, errlen);
+  if (rc <= 0) return rc;
+  trun_nvmlReturn_t nr = n.init();
+  if (nr == TRUN_NVML_ERROR_DRIVER_NOT_LOADED || nr == TRUN_NVML_ERROR_LIBRARY_NOT_FOUND) {
+    dlclose(n.dl); /* a driver library without a loaded driver: a GPU-less host */
+    return 0;
+  }
+  if (nr != TRUN_NVML_SUCCESS) {
+    seterr(err, errlen,
+           "nvmlInit_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi) or unset TRUN_NVML_LIBRARY",
+           n.error_string ? nvml_err(&n, nr) : "NVML error", nr);
+    dlclose(n.dl);
+    return -1;
+  }
+  unsigned count = 0;
+  nr = n.get_count(&count);
+  if (nr != TRUN_NVML_SUCCESS) {
+    seterr(err, errlen, "nvmlDeviceGetCount_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi)",
+           nvml_err(&n, nr), nr);
+    nvml_close(&n);
+    return -1;
+  }
+  if (count > TRUN_MAX_GPUS) count = TRUN_MAX_GPUS;
+  trun_nvml_dev *all = calloc(TRUN_MAX_GPUS, sizeof(*all));
+  if (!all) {
+    seterr(err, errlen, "out of memory listing GPUs");
+    nvml_close(&n);
+    return -1;
+  }
+  int ndev = 0;
+  for (unsigned i = 0; i < count; i++) {
+    nr = n.by_index(i, &all[ndev].dev);
+    if (nr != TRUN_NVML_SUCCESS) {
+      seterr(err, errlen, "nvmlDeviceGetHandleByIndex_v2(%u) failed: %s (%d); check the GPU with nvidia-smi",
+             i, nvml_err(&n, nr), nr);
+      free(all);
+      nvml_close(&n);
+      return -1;
+    }
+    fill_device(&n, i, &all[ndev]);
+    ndev++;
+  }
+  node->gpu_source = "nvml";
+
+  /* Candidates in CUDA order after NVIDIA_VISIBLE_DEVICES. */
+  int keep[TRUN_MAX_GPUS];
+  apply_nvidia_visible(env_get(envp, "NVIDIA_VISIBLE_DEVICES"), all, ndev, keep);
+  int cand[TRUN_MAX_GPUS], ncand = 0;
+  for (int i = 0; i < ndev; i++)
+    if (keep[i]) cand[ncand++] = i;
+
+  int src[TRUN_MAX_GPUS]; /* index into all for each visible GPU (-1: a MIG device without parent info) */
+  int ret = 0;
+  const char *cvd = env_get(envp, "CUDA_VISIBLE_DEVICES");
+  if (!cvd) {
+    for (int k = 0; k < ncand; k++) {
+      node->gpus[node->ngpu] = all[cand[k]].g;
+      src[node->ngpu++] = cand[k];
+    }
+  } else {
+    const char *p = cvd;
+    char ent[128];
+    while (*cvd && next_entry(&p, ent, sizeof(ent)) && node->ngpu < TRUN_MAX_GPUS) {
+      int pick = -1;
+      trun_gpu mig;
+      int is_mig = 0;
+      long idx = parse_index(ent);
+      if (idx >= 0) {
+        pick = idx < ncand ? cand[idx] : -1;
+      } else if (strncmp(ent, "GPU-", 4) == 0 && ent[4]) {
+        pick = match_uuid_prefix(ent, all, cand, ncand);
+      } else if (strncmp(ent, "MIG-", 4) == 0 && ent[4]) {
+        is_mig = resolve_mig(&n, ent, all, ndev, cand, ncand, &mig) == 0;
+      }
+      for (int v = 0; pick >= 0 && v < node->ngpu; v++)
+        if (src[v] == pick) pick = -3; /* the same GPU twice */
+      for (int v = 0; is_mig && v < node->ngpu; v++)
+        if (strcmp(node->gpus[v].uuid, mig.uuid) == 0) is_mig = 0;
+      if (pick < 0 && !is_mig) {
+        seterr(
+            err, errlen,
+            "CUDA_VISIBLE_DEVICES entry '%s' (in '%s') names no %sGPU%s: like CUDA, it and the entries after "
+            "it are hidden; fix CUDA_VISIBLE_DEVICES (%d GPU%s here, see trun-topo)",
+            ent, cvd, pick == -3 ? "new " : "", pick == -2 ? " uniquely" : "", ncand, ncand == 1 ? "" : "s");
+        ret = -1;
+        break;
+      }
+      if (is_mig) {
+        int parent = -1;
+        for (int k = 0; k < ndev; k++)
+          if (mig.index >= 0 && all[k].g.index == mig.index) parent = k;
+        node->gpus[node->ngpu] = mig;
+        src[node->ngpu++] = parent;
+      } else {
+        node->gpus[node->ngpu] = all[pick].g;
+        src[node->ngpu++] = pick;
+      }
+    }
+  }
+  for (int v = 0; v < node->ngpu; v++) node->gpus[v].visible_index = v;
+
+  /* Links between visible GPUs. */
+  int want[TRUN_MAX_GPUS] = {0};
+  for (int v = 0; v < node->ngpu; v++)
+    if (src[v] >= 0) want[src[v]] = 1;
+  int(*direct)[TRUN_MAX_GPUS] = calloc(TRUN_MAX_GPUS, sizeof(*direct));
+  int sw[TRUN_MAX_GPUS] = {0};
+  if (direct) count_nvlinks(&n, all, ndev, direct, sw, want);
+  for (int a = 0; a < node->ngpu; a++)
+    for (int b = 0; b < node->ngpu; b++) {
+      char *l = node->links[a][b];
+      int i = src[a], j = src[b];
+      if (a == b || (i >= 0 && i == j)) {
+        snprintf(l, sizeof(node->links[a][b]), "X");
+        continue;
+      }
+      if (i < 0 || j < 0) {
+        snprintf(l, sizeof(node->links[a][b]), "N/A");
+        continue;
+      }
+      int nv = direct ? direct[i][j] + (sw[i] && sw[j] ? (sw[i] < sw[j] ? sw[i] : sw[j]) : 0) : 0;
+      if (nv > 0) {
+        snprintf(l, sizeof(node->links[a][b]), "NV%d", nv > 999 ? 999 : nv);
+        continue;
+      }
+      int level = -1;
+      if (!n.ancestor || n.ancestor(all[i].dev, all[j].dev, &level) != TRUN_NVML_SUCCESS) level = -1;
+      snprintf(l, sizeof(node->links[a][b]), "%s", level_label(level));
+    }
+  free(direct);
+  free(all);
+  nvml_close(&n);
+  return ret;
+}

@@ -1,0 +1,88 @@
+/* The few NVML types and entry points trun uses, declared here (never from NVIDIA's nvml.h, so the build
+ * needs no NVIDIA headers). Values and layouts: shared/spec/gpu-efa-nccl.md §5 (from go-nvml's nvml.h).
+ * trun resolves the versioned exports with dlsym at run time; tests/fakes/nvml_shim.c implements the same
+ * prototypes for the tests. */
+#ifndef TRUN_NVML_H
+#define TRUN_NVML_H
+
+typedef int trun_nvmlReturn_t;
+typedef struct trun_nvmlDevice_st *trun_nvmlDevice_t; /* opaque */
+
+enum {
+  TRUN_NVML_SUCCESS = 0,
+  TRUN_NVML_ERROR_UNINITIALIZED = 1,
+  TRUN_NVML_ERROR_INVALID_ARGUMENT = 2,
+  TRUN_NVML_ERROR_NOT_SUPPORTED = 3,
+  TRUN_NVML_ERROR_NOT_FOUND = 6,
+  TRUN_NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  TRUN_NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  TRUN_NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+  TRUN_NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  TRUN_NVML_ERROR_GPU_IS_LOST = 15,
+  TRUN_NVML_ERROR_UNKNOWN = 999,
+};
+
+/* nvmlGpuTopologyLevel_t */
+enum {
+  TRUN_NVML_TOPOLOGY_INTERNAL = 0,
+  TRUN_NVML_TOPOLOGY_SINGLE = 10,
+  TRUN_NVML_TOPOLOGY_MULTIPLE = 20,
+  TRUN_NVML_TOPOLOGY_HOSTBRIDGE = 30,
+  TRUN_NVML_TOPOLOGY_NODE = 40,
+  TRUN_NVML_TOPOLOGY_SYSTEM = 50,
+};
+
+/* nvmlIntNvLinkDeviceType_t */
+enum { TRUN_NVML_NVLINK_DEVICE_TYPE_GPU = 0, TRUN_NVML_NVLINK_DEVICE_TYPE_SWITCH = 2 };
+
+#define TRUN_NVML_NVLINK_MAX_LINKS 36 /* 12 (CUDA <= 11.7), 18 (11.8-13.2), 36 (13.3) */
+
+/* nvmlPciInfo_t (v2/v3 layout, 68 bytes). Callers pass a larger buffer (trun_nvml_pci) in case a future
+ * driver writes more. */
+typedef struct {
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32]; /* "%08X:%02X:%02X.0" */
+} trun_nvmlPciInfo_t;
+
+typedef union {
+  trun_nvmlPciInfo_t info;
+  char pad[256];
+} trun_nvml_pci;
+
+/* nvmlMemory_t (v1) */
+typedef struct {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} trun_nvmlMemory_t;
+
+/* Prototypes, by exported symbol name (used as function pointer types). */
+typedef trun_nvmlReturn_t (*trun_nvmlInit_v2_fn)(void);
+typedef trun_nvmlReturn_t (*trun_nvmlShutdown_fn)(void);
+typedef const char *(*trun_nvmlErrorString_fn)(trun_nvmlReturn_t);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetCount_v2_fn)(unsigned int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetHandleByIndex_v2_fn)(unsigned int, trun_nvmlDevice_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetHandleByUUID_fn)(const char *, trun_nvmlDevice_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetDeviceHandleFromMigDeviceHandle_fn)(trun_nvmlDevice_t,
+                                                                                  trun_nvmlDevice_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetUUID_fn)(trun_nvmlDevice_t, char *, unsigned int);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetName_fn)(trun_nvmlDevice_t, char *, unsigned int);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetPciInfo_fn)(trun_nvmlDevice_t, trun_nvmlPciInfo_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetMemoryInfo_fn)(trun_nvmlDevice_t, trun_nvmlMemory_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetCpuAffinity_fn)(trun_nvmlDevice_t, unsigned int,
+                                                              unsigned long *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNumaNodeId_fn)(trun_nvmlDevice_t, unsigned int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetTopologyCommonAncestor_fn)(trun_nvmlDevice_t, trun_nvmlDevice_t,
+                                                                         int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkState_fn)(trun_nvmlDevice_t, unsigned int, int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)(trun_nvmlDevice_t, unsigned int,
+                                                                      trun_nvmlPciInfo_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)(trun_nvmlDevice_t, unsigned int,
+                                                                         int *);
+
+#endif

@@ -1,0 +1,250 @@
+/* A fake libnvidia-ml.so for the tests (built as build/libnvidia-ml-fake.so, loaded through
+ * TRUN_NVML_LIBRARY). nvmlInit_v2 reads the JSON file named by TRUN_FAKE_NVML_TOPO:
+ *   {"init_rc": 0,                       optional: what nvmlInit_v2 returns (9 = driver not loaded)
+ *    "gpus": [{"uuid": "GPU-...", "name": "NVIDIA A100-SXM4-40GB", "pci": "00000000:10:1C.0",
+ *              "memory": 42949672960, "cpu_affinity": "0-23,48-71",
+ *              "numa_id": 0,              optional: nvmlDeviceGetNumaNodeId (else NOT_SUPPORTED)
+ *              "nvswitch_links": 12,      links to an NVSwitch hidden in the VM (remote busId "")
+ *              "nvlinks": ["00000000:10:1D.0", ...],  links to other GPUs, one entry per link
+ *              "mig": ["MIG-..."]}],      MIG devices of this GPU
+ *    "topology": [["X", "PHB", ...], ...]}  PCIe level per pair: X PIX PXB PHB NODE SYS
+ * Links are numbered nvswitch_links first, then nvlinks; up to 18 links exist (then INVALID_ARGUMENT).
+ * It implements exactly the entry points agent/discover_gpu.c looks up. A test fake, so plain globals. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvml.h"
+
+#define FAKE_MAX 64
+#define FAKE_LINKS 18
+
+struct trun_nvmlDevice_st {
+  int is_mig;
+  int gpu; /* index of the GPU (the parent for a MIG device) */
+  char uuid[96];
+  char name[96];
+  char pci[32];
+  unsigned long long memory;
+  char cpus[256];
+  int numa_id; /* -1 none */
+  int nlinks;
+  char link_remote[FAKE_LINKS][32];
+};
+
+static struct trun_nvmlDevice_st fake_gpu[FAKE_MAX], fake_mig[FAKE_MAX];
+static int fake_ngpu, fake_nmig, fake_init;
+static int fake_level[FAKE_MAX][FAKE_MAX];
+
+static void cp(char *dst, size_t n, const char *src) { snprintf(dst, n, "%s", src ? src : ""); }
+
+static int level_of(const char *s) {
+  static const struct {
+    const char *l;
+    int v;
+  } t[] = {{"X", TRUN_NVML_TOPOLOGY_INTERNAL},   {"PIX", TRUN_NVML_TOPOLOGY_SINGLE},
+           {"PXB", TRUN_NVML_TOPOLOGY_MULTIPLE}, {"PHB", TRUN_NVML_TOPOLOGY_HOSTBRIDGE},
+           {"NODE", TRUN_NVML_TOPOLOGY_NODE},    {"SYS", TRUN_NVML_TOPOLOGY_SYSTEM}};
+  for (size_t i = 0; s && i < sizeof(t) / sizeof(t[0]); i++)
+    if (strcmp(s, t[i].l) == 0) return t[i].v;
+  return -1;
+}
+
+trun_nvmlReturn_t nvmlInit_v2(void) {
+  const char *path = getenv("TRUN_FAKE_NVML_TOPO");
+  if (!path) return TRUN_NVML_ERROR_LIBRARY_NOT_FOUND;
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root) {
+    fprintf(stderr, "nvml_shim: %s:%d: %s\n", path, je.line, je.text);
+    return TRUN_NVML_ERROR_UNKNOWN;
+  }
+  int rc = (int)json_integer_value(json_object_get(root, "init_rc"));
+  fake_ngpu = fake_nmig = 0;
+  json_t *gpus = json_object_get(root, "gpus");
+  size_t i;
+  json_t *g;
+  json_array_foreach(gpus, i, g) {
+    if (fake_ngpu >= FAKE_MAX) break;
+    struct trun_nvmlDevice_st *d = &fake_gpu[fake_ngpu];
+    memset(d, 0, sizeof(*d));
+    d->gpu = fake_ngpu;
+    cp(d->uuid, sizeof(d->uuid), json_string_value(json_object_get(g, "uuid")));
+    cp(d->name, sizeof(d->name), json_string_value(json_object_get(g, "name")));
+    cp(d->pci, sizeof(d->pci), json_string_value(json_object_get(g, "pci")));
+    cp(d->cpus, sizeof(d->cpus), json_string_value(json_object_get(g, "cpu_affinity")));
+    d->memory = (unsigned long long)json_integer_value(json_object_get(g, "memory"));
+    json_t *numa = json_object_get(g, "numa_id");
+    d->numa_id = json_is_integer(numa) ? (int)json_integer_value(numa) : -1;
+    int nsw = (int)json_integer_value(json_object_get(g, "nvswitch_links"));
+    for (int k = 0; k < nsw && d->nlinks < FAKE_LINKS; k++) d->link_remote[d->nlinks++][0] = '\0';
+    size_t k;
+    json_t *l;
+    json_array_foreach(json_object_get(g, "nvlinks"), k, l) {
+      if (d->nlinks < FAKE_LINKS) cp(d->link_remote[d->nlinks++], 32, json_string_value(l));
+    }
+    json_array_foreach(json_object_get(g, "mig"), k, l) {
+      if (fake_nmig >= FAKE_MAX) break;
+      struct trun_nvmlDevice_st *m = &fake_mig[fake_nmig++];
+      *m = *d;
+      m->is_mig = 1;
+      m->nlinks = 0;
+      cp(m->uuid, sizeof(m->uuid), json_string_value(l));
+    }
+    fake_ngpu++;
+  }
+  json_t *topo = json_object_get(root, "topology");
+  for (int a = 0; a < fake_ngpu; a++)
+    for (int b = 0; b < fake_ngpu; b++)
+      fake_level[a][b] =
+          level_of(json_string_value(json_array_get(json_array_get(topo, (size_t)a), (size_t)b)));
+  json_decref(root);
+  if (rc == 0) fake_init = 1;
+  return rc;
+}
+
+trun_nvmlReturn_t nvmlShutdown(void) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  fake_init = 0;
+  return TRUN_NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(trun_nvmlReturn_t rc) {
+  switch (rc) {
+    case TRUN_NVML_SUCCESS: return "Success";
+    case TRUN_NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case TRUN_NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case TRUN_NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case TRUN_NVML_ERROR_NOT_FOUND: return "Not Found";
+    case TRUN_NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+  }
+}
+
+#define CHECK_DEV(d)                                      \
+  do {                                                    \
+    if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED; \
+    if (!(d)) return TRUN_NVML_ERROR_INVALID_ARGUMENT;    \
+  } while (0)
+
+trun_nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  *n = (unsigned)fake_ngpu;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, trun_nvmlDevice_t *d) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  if (i >= (unsigned)fake_ngpu) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  *d = &fake_gpu[i];
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, trun_nvmlDevice_t *d) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  for (int i = 0; i < fake_ngpu; i++)
+    if (strcmp(fake_gpu[i].uuid, uuid) == 0) return *d = &fake_gpu[i], TRUN_NVML_SUCCESS;
+  for (int i = 0; i < fake_nmig; i++)
+    if (strcmp(fake_mig[i].uuid, uuid) == 0) return *d = &fake_mig[i], TRUN_NVML_SUCCESS;
+  return TRUN_NVML_ERROR_NOT_FOUND;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(trun_nvmlDevice_t mig,
+                                                               trun_nvmlDevice_t *parent) {
+  CHECK_DEV(mig);
+  if (!mig->is_mig) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  *parent = &fake_gpu[mig->gpu];
+  return TRUN_NVML_SUCCESS;
+}
+
+static trun_nvmlReturn_t copy_out(char *buf, unsigned len, const char *s) {
+  if (strlen(s) + 1 > len) return TRUN_NVML_ERROR_INSUFFICIENT_SIZE;
+  memcpy(buf, s, strlen(s) + 1);
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetUUID(trun_nvmlDevice_t d, char *buf, unsigned int len) {
+  CHECK_DEV(d);
+  return copy_out(buf, len, d->uuid);
+}
+
+trun_nvmlReturn_t nvmlDeviceGetName(trun_nvmlDevice_t d, char *buf, unsigned int len) {
+  CHECK_DEV(d);
+  return copy_out(buf, len, d->name);
+}
+
+static void fill_pci(const char *busid, trun_nvmlPciInfo_t *p) {
+  memset(p, 0, sizeof(*p));
+  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+  if (*busid && sscanf(busid, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4) {
+    p->domain = dom;
+    p->bus = bus;
+    p->device = dev;
+  }
+  snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus, dev, fn);
+  cp(p->busId, sizeof(p->busId), busid);
+}
+
+trun_nvmlReturn_t nvmlDeviceGetPciInfo_v3(trun_nvmlDevice_t d, trun_nvmlPciInfo_t *p) {
+  CHECK_DEV(d);
+  fill_pci(d->pci, p);
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetMemoryInfo(trun_nvmlDevice_t d, trun_nvmlMemory_t *m) {
+  CHECK_DEV(d);
+  m->total = d->memory;
+  m->free = d->memory;
+  m->used = 0;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetCpuAffinity(trun_nvmlDevice_t d, unsigned int nlongs, unsigned long *set) {
+  CHECK_DEV(d);
+  const unsigned bits = 8 * (unsigned)sizeof(unsigned long);
+  memset(set, 0, nlongs * sizeof(unsigned long));
+  const char *p = d->cpus;
+  while (*p) {
+    char *end;
+    unsigned long a = strtoul(p, &end, 10), b = a;
+    if (end == p) return TRUN_NVML_ERROR_UNKNOWN;
+    if (*end == '-') b = strtoul(end + 1, &end, 10);
+    for (unsigned long c = a; c <= b && c < (unsigned long)nlongs * bits; c++)
+      set[c / bits] |= 1UL << (c % bits);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetNumaNodeId(trun_nvmlDevice_t d, unsigned int *node) {
+  CHECK_DEV(d);
+  if (d->numa_id < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  *node = (unsigned)d->numa_id;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(trun_nvmlDevice_t a, trun_nvmlDevice_t b, int *level) {
+  CHECK_DEV(a);
+  CHECK_DEV(b);
+  int l = fake_level[a->gpu][b->gpu];
+  if (l < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  *level = l;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetNvLinkState(trun_nvmlDevice_t d, unsigned int link, int *active) {
+  CHECK_DEV(d);
+  if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  *active = (int)link < d->nlinks;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(trun_nvmlDevice_t d, unsigned int link,
+                                                      trun_nvmlPciInfo_t *p) {
+  CHECK_DEV(d);
+  if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  if ((int)link >= d->nlinks) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  fill_pci(d->link_remote[link], p);
+  return TRUN_NVML_SUCCESS;
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# build/trun-topo against the node fixtures (tests/fixtures/nodes/<name>/, written by gen.py there): for each
+# fixture, trun-topo --json --no-imds with TRUN_SYSFS_ROOT / TRUN_DEV_ROOT / TRUN_DMI_ROOT pointing into it,
+# the fake NVML (build/libnvidia-ml-fake.so reading its nvml.json; no nvml.json = no NVIDIA library) and
+# the variables of its env file must print exactly its expected.json, exit 0 and say nothing on stderr; the
+# table form must run too. Then: a CUDA_VISIBLE_DEVICES entry naming no GPU (stderr names it, exit 0, the
+# GPUs before it are kept), --help (exit 0), a bad option (exit 2, one stderr line).
+# Exit: 0 pass, 77 skip, anything else fail.
+set -euo pipefail
+repo=${TRUN_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${TRUN_BUILD:-$repo/build}
+topo=$build/trun-topo
+shim=$build/libnvidia-ml-fake.so
+fx=$repo/tests/fixtures/nodes
+tmp=$(mktemp -d /tmp/trun-topo-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ -x "$topo" ] || fail "$topo is missing; run 'make' first"
+[ -f "$shim" ] || fail "$shim is missing; run 'make' first"
+
+# run FIXTURE ARGS...: trun-topo with the fixture's environment (stdout/stderr to $tmp/o, $tmp/e).
+run() {
+  local d=$fx/$1 lib=/nonexistent/libnvidia-ml.so.1
+  shift
+  [ -f "$d/nvml.json" ] && lib=$shim
+  local -a vars=()
+  [ -s "$d/env" ] && mapfile -t vars <"$d/env"
+  env -u CUDA_VISIBLE_DEVICES -u NVIDIA_VISIBLE_DEVICES -u TRUN_IMDS_ENDPOINT \
+    TRUN_SYSFS_ROOT="$d/sys" TRUN_DEV_ROOT="$d/dev" TRUN_DMI_ROOT="$d/dmi" TRUN_NVML_LIBRARY="$lib" \
+    TRUN_FAKE_NVML_TOPO="$d/nvml.json" AWS_EC2_METADATA_DISABLED=true "${vars[@]}" "$topo" "$@" \
+    >"$tmp/o" 2>"$tmp/e"
+}
+
+n=0
+for d in "$fx"/*/; do
+  name=$(basename "$d")
+  [ -f "$d/expected.json" ] || fail "$name: no expected.json"
+  rc=0
+  run "$name" --json --no-imds || rc=$?
+  [ $rc -eq 0 ] || fail "$name: exit $rc: $(cat "$tmp/e")"
+  [ ! -s "$tmp/e" ] || fail "$name: unexpected stderr: $(cat "$tmp/e")"
+  diff -u "$d/expected.json" "$tmp/o" || fail "$name: trun-topo --json differs from $d/expected.json"
+  rc=0
+  run "$name" --no-imds || rc=$?
+  [ $rc -eq 0 ] || fail "$name: table form: exit $rc: $(cat "$tmp/e")"
+  grep -q "^Legend:" "$tmp/o" || fail "$name: table form has no legend: $(cat "$tmp/o")"
+  echo "ok $name"
+  n=$((n + 1))
+done
+[ $n -ge 6 ] || fail "only $n fixtures"
+
+# An entry that names no GPU: like CUDA, it and the rest are hidden; stderr names it; exit 0.
+d=$fx/p4d.24xlarge
+env -u NVIDIA_VISIBLE_DEVICES TRUN_SYSFS_ROOT="$d/sys" TRUN_DEV_ROOT="$d/dev" TRUN_DMI_ROOT="$d/dmi" \
+  TRUN_NVML_LIBRARY="$shim" TRUN_FAKE_NVML_TOPO="$d/nvml.json" CUDA_VISIBLE_DEVICES=3,9,1 \
+  "$topo" --json --no-imds >"$tmp/o" 2>"$tmp/e" || fail "bad CUDA_VISIBLE_DEVICES: exit $?"
+grep -q "'9'" "$tmp/e" || fail "bad CUDA_VISIBLE_DEVICES: stderr does not name '9': $(cat "$tmp/e")"
+python3 - "$tmp/o" <<'PY' || fail "bad CUDA_VISIBLE_DEVICES: wrong GPUs: $(cat "$tmp/o")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [g["nvml_index"] for g in d["gpus"]] == [3] and d["nproc_auto"] == 1, d
+PY
+
+"$topo" --help >"$tmp/o" 2>"$tmp/e" || fail "--help: exit $?"
+grep -q -- "--json" "$tmp/o" || fail "--help does not list --json"
+rc=0
+"$topo" --bogus >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc -eq 2 ] || fail "--bogus: exit $rc, want 2"
+[ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -q -- "--bogus" "$tmp/e" || fail "--bogus: stderr: $(cat "$tmp/e")"
+echo "PASS: $n fixtures"

@@ -1,0 +1,197 @@
+/* build/trun-topo: what trun sees on this node. Without options a table like `nvidia-smi topo -m` (the GPUs
+ * the workers see after CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, renumbered as they see them, then
+ * one NIC row and column per RDMA device with its PCIe distance to each GPU); --json the same for tools.
+ * Options: --json, --no-imds (no instance-metadata request), -h/--help. Exit 0, or 2 for a bad option.
+ * A discovery problem (a CUDA_VISIBLE_DEVICES entry that names no GPU, a broken NVML) is reported on stderr
+ * and what was found is still printed. Test hooks: see agent/discover.h. */
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "discover.h"
+
+extern char **environ;
+
+/* From agent/discover_rdma.c. */
+int trun_pci_sysfs_path(const char *bus_id, char *out, size_t outlen);
+int trun_rdma_sysfs_path(const char *name, char *out, size_t outlen);
+const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b, int numa_b);
+
+
+static const char *usage =
+    "usage: trun-topo [--json] [--no-imds]\n"
+    "  Shows the GPUs the workers would see (NVML), the RDMA/EFA devices (sysfs) and how they connect,\n"
+    "  like `nvidia-smi topo -m` with NIC columns.\n"
+    "  --json      machine-readable: instance_type, gpus, efa, links, nproc_auto, env\n"
+    "  --no-imds   do not ask the EC2 instance metadata service for the instance type\n";
+
+typedef struct {
+  char gpu_path[TRUN_MAX_GPUS][PATH_MAX];
+  char nic_path[TRUN_MAX_RDMA][PATH_MAX];
+} topo_paths;
+
+static const char *nic_gpu(const trun_node *n, const topo_paths *p, int r, int g) {
+  if (!p->nic_path[r][0] || !p->gpu_path[g][0]) return "N/A";
+  return trun_pci_distance(p->nic_path[r], n->rdma[r].numa_node, p->gpu_path[g], n->gpus[g].numa_node);
+}
+
+static const char *nic_nic(const trun_node *n, const topo_paths *p, int a, int b) {
+  if (a == b) return "X";
+  if (!p->nic_path[a][0] || !p->nic_path[b][0]) return "N/A";
+  return trun_pci_distance(p->nic_path[a], n->rdma[a].numa_node, p->nic_path[b], n->rdma[b].numa_node);
+}
+
+static void print_numa(int numa) {
+  if (numa >= 0)
+    printf("%d", numa);
+  else
+    printf("N/A");
+}
+
+static void print_table(const trun_node *n, const topo_paths *p) {
+  printf("\t");
+  for (int g = 0; g < n->ngpu; g++) printf("GPU%d\t", g);
+  for (int r = 0; r < n->nrdma; r++) printf("NIC%d\t", r);
+  printf("CPU Affinity\tNUMA Affinity\n");
+  for (int g = 0; g < n->ngpu; g++) {
+    printf("GPU%d\t", g);
+    for (int h = 0; h < n->ngpu; h++) printf("%s\t", g == h ? " X " : n->links[g][h]);
+    for (int r = 0; r < n->nrdma; r++) printf("%s\t", nic_gpu(n, p, r, g));
+    printf("%s\t", n->gpus[g].cpu_affinity[0] ? n->gpus[g].cpu_affinity : "N/A");
+    print_numa(n->gpus[g].numa_node);
+    printf("\n");
+  }
+  for (int r = 0; r < n->nrdma; r++) {
+    printf("NIC%d\t", r);
+    for (int g = 0; g < n->ngpu; g++) printf("%s\t", nic_gpu(n, p, r, g));
+    for (int s = 0; s < n->nrdma; s++) printf("%s\t", r == s ? " X " : nic_nic(n, p, r, s));
+    printf("\t");
+    print_numa(n->rdma[r].numa_node);
+    printf("\n");
+  }
+  printf(
+      "\nLegend:\n\n"
+      "  X    = Self\n"
+      "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., "
+      "QPI/UPI)\n"
+      "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a "
+      "NUMA node\n"
+      "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+      "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+      "  PIX  = Connection traversing at most a single PCIe bridge\n"
+      "  NV#  = Connection traversing a bonded set of # NVLinks\n");
+  if (n->nrdma) {
+    printf("\nNIC Legend:\n\n");
+    for (int r = 0; r < n->nrdma; r++) {
+      const trun_rdma *d = &n->rdma[r];
+      printf("  NIC%d: %s (%s, %s, %s)\n", r, d->name, d->driver[0] ? d->driver : "no driver",
+             d->pci_bus_id[0] ? d->pci_bus_id : "no PCI address",
+             d->usable ? "usable" : "no uverbs node here");
+    }
+  }
+  printf("\nGPUs: %d (%s), GPU index = as the workers see it", n->ngpu, n->gpu_source);
+  if (n->ngpu) {
+    printf("; NVML index:");
+    for (int g = 0; g < n->ngpu; g++) printf(" %d", n->gpus[g].index);
+  }
+  printf("\nInstance type: %s\n", n->instance.instance_type[0] ? n->instance.instance_type : "unknown");
+}
+
+static json_t *to_json(const trun_node *n, const topo_paths *p) {
+  json_t *root = json_object();
+  json_object_set_new(root, "instance_type", json_string(n->instance.instance_type));
+  json_object_set_new(root, "gpu_source", json_string(n->gpu_source));
+  json_t *gpus = json_array();
+  for (int g = 0; g < n->ngpu; g++) {
+    const trun_gpu *d = &n->gpus[g];
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(d->visible_index));
+    json_object_set_new(o, "nvml_index", json_integer(d->index));
+    json_object_set_new(o, "uuid", json_string(d->uuid));
+    json_object_set_new(o, "name", json_string(d->name));
+    json_object_set_new(o, "pci_bus_id", json_string(d->pci_bus_id));
+    json_object_set_new(o, "numa_node", json_integer(d->numa_node));
+    json_object_set_new(o, "cpu_affinity", json_string(d->cpu_affinity));
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t)d->memory_bytes));
+    json_array_append_new(gpus, o);
+  }
+  json_object_set_new(root, "gpus", gpus);
+  json_t *efa = json_array(), *other = json_array();
+  for (int r = 0; r < n->nrdma; r++) {
+    const trun_rdma *d = &n->rdma[r];
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(d->name));
+    json_object_set_new(o, "driver", json_string(d->driver));
+    json_object_set_new(o, "pci_bus_id", json_string(d->pci_bus_id));
+    json_object_set_new(o, "numa_node", json_integer(d->numa_node));
+    json_object_set_new(o, "usable", json_boolean(d->usable));
+    json_object_set_new(o, "nearest_gpu", json_integer(d->nearest_gpu));
+    json_t *dist = json_array();
+    for (int g = 0; g < n->ngpu; g++) json_array_append_new(dist, json_string(nic_gpu(n, p, r, g)));
+    json_object_set_new(o, "gpu_distance", dist);
+    json_array_append_new(d->is_efa ? efa : other, o);
+  }
+  json_object_set_new(root, "efa", efa);
+  json_object_set_new(root, "other_rdma", other);
+  json_t *links = json_array();
+  for (int g = 0; g < n->ngpu; g++) {
+    json_t *row = json_array();
+    for (int h = 0; h < n->ngpu; h++) json_array_append_new(row, json_string(n->links[g][h]));
+    json_array_append_new(links, row);
+  }
+  json_object_set_new(root, "links", links);
+  json_object_set_new(root, "nproc_auto", json_integer(n->ngpu));
+  json_object_set_new(root, "env", json_object());
+  return root;
+}
+
+int main(int argc, char **argv) {
+  int as_json = 0, no_imds = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(argv[i], "--no-imds") == 0) {
+      no_imds = 1;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "trun-topo: unknown option '%s'; see trun-topo --help\n", argv[i]);
+      return 2;
+    }
+  }
+  trun_node *n = calloc(1, sizeof(*n));
+  topo_paths *p = calloc(1, sizeof(*p));
+  if (!n || !p) {
+    fprintf(stderr, "trun-topo: out of memory\n");
+    return 1;
+  }
+  n->instance.source = "none";
+  char err[512];
+  if (trun_discover_gpus(n, environ, err, sizeof(err)) < 0) fprintf(stderr, "trun-topo: GPUs: %s\n", err);
+  int rc = trun_discover_rdma(n);
+  if (rc < 0)
+    fprintf(stderr, "trun-topo: RDMA devices: cannot read class/infiniband under TRUN_SYSFS_ROOT (%s)\n",
+            strerror(-rc));
+  trun_discover_instance(n, no_imds);
+  for (int g = 0; g < n->ngpu; g++)
+    if (trun_pci_sysfs_path(n->gpus[g].pci_bus_id, p->gpu_path[g], sizeof(p->gpu_path[g])) < 0)
+      p->gpu_path[g][0] = '\0';
+  for (int r = 0; r < n->nrdma; r++)
+    if (trun_rdma_sysfs_path(n->rdma[r].name, p->nic_path[r], sizeof(p->nic_path[r])) < 0)
+      p->nic_path[r][0] = '\0';
+  if (as_json) {
+    json_t *j = to_json(n, p);
+    char *s = json_dumps(j, JSON_INDENT(2));
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+  } else {
+    print_table(n, p);
+  }
+  free(p);
+  free(n);
+  return 0;
+}
