@@ -33,9 +33,9 @@ typedef struct {
   int local_rank;
   pid_t pid;
   int running;
-  int status;      /* exit code, or -signal */
+  int status; /* exit code, or -signal */
   double exit_time;
-  int torn_down;   /* stopped by the agent, not failed by itself */
+  int torn_down; /* stopped by the agent, not failed by itself */
   trun_stream *out, *err;
   char error_file[PATH_MAX];
   char log_out[PATH_MAX], log_err[PATH_MAX];
@@ -44,21 +44,21 @@ typedef struct {
 struct agent {
   const trun_config *cfg;
   uv_loop_t *loop;
-  char **env;        /* the agent's environment as workers inherit it */
+  char **env; /* the agent's environment as workers inherit it */
   int nproc;
   worker *w;
-  int running;       /* workers not yet reaped */
+  int running; /* workers not yet reaped */
   int open_streams;
   int phase_stopping;
   outcome result;
-  int first_failed;  /* local rank of the first failure, -1 */
-  int signal_seen;   /* the terminating signal the agent got, 0 */
+  int first_failed; /* local rank of the first failure, -1 */
+  int signal_seen;  /* the terminating signal the agent got, 0 */
   int restart_count;
   int round;
   trun_rdzv rdzv;
   trun_watchdog guard;
   char run_dir[PATH_MAX];
-  int files_off;     /* --log-dir /dev/null */
+  int files_off; /* --log-dir /dev/null */
   char host[256];
   uv_signal_t sigchld;
   uv_signal_t sigs[TRUN_MAX_SIGNALS];
@@ -71,9 +71,9 @@ struct agent {
   int watcher_on;
   trun_client *watch_client;
   char end_value[64];
-  int end_seen;      /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round;     /* the round whose end the watcher delivered */
-  int in_round;      /* workers of this round may still run: remote ends act only then */
+  int end_seen;  /* the watcher delivered end_value (set by the watcher thread) */
+  int end_round; /* the round whose end the watcher delivered */
+  int in_round;  /* workers of this round may still run: remote ends act only then */
 };
 
 static double now_s(void) {
@@ -144,12 +144,14 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
     const char *val = NULL;
     char num[16];
     size_t skip = 0;
-    if (strncmp(t, "${role_name}", 12) == 0) val = a->cfg->role, skip = 12;
+    if (strncmp(t, "${role_name}", 12) == 0)
+      val = a->cfg->role, skip = 12;
     else if (strncmp(t, "${local_rank}", 13) == 0)
       snprintf(num, sizeof(num), "%d", local_rank), val = num, skip = 13;
     else if (strncmp(t, "${rank}", 7) == 0)
       snprintf(num, sizeof(num), "%d", a->rdzv.base_rank + local_rank), val = num, skip = 7;
-    else if (strncmp(t, "${hostname}", 11) == 0) val = a->host, skip = 11;
+    else if (strncmp(t, "${hostname}", 11) == 0)
+      val = a->host, skip = 11;
     if (val) {
       int n = snprintf(out + o, len - o, "%s", val);
       o += n > 0 && (size_t)n < len - o ? (size_t)n : 0;
@@ -191,7 +193,8 @@ static void on_drain_timeout(uv_timer_t *t) {
 static void maybe_finish(agent *a) {
   if (a->running > 0) return;
   if (a->open_streams > 0) {
-    if (!uv_is_active((uv_handle_t *)&a->drain_timer)) uv_timer_start(&a->drain_timer, on_drain_timeout, 2000, 0);
+    if (!uv_is_active((uv_handle_t *)&a->drain_timer))
+      uv_timer_start(&a->drain_timer, on_drain_timeout, 2000, 0);
     return;
   }
   uv_timer_stop(&a->kill_timer);
@@ -262,7 +265,9 @@ static void on_sigchld(uv_signal_t *h, int signum) {
   }
 }
 
-static int is_stop_signal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
+static int is_stop_signal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
 
 static void on_signal(uv_signal_t *h, int sig) {
   agent *a = h->data;
@@ -297,8 +302,10 @@ static void *watch_end(void *arg) {
     int rc = trun_client_get(a->watch_client, trun_str(k), &v, 3600 * 1000);
     if (rc == -ETIMEDOUT) continue;
     size_t n = rc == 0 ? (v.len < sizeof(a->end_value) - 1 ? v.len : sizeof(a->end_value) - 1) : 0;
-    if (rc == 0) memcpy(a->end_value, v.data, n);
-    else snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
+    if (rc == 0)
+      memcpy(a->end_value, v.data, n);
+    else
+      snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
     if (rc == 0) a->end_value[n] = '\0';
     break;
   }
@@ -362,8 +369,10 @@ static int setup_stream(agent *a, worker *w, int which, const char *path, int *c
   }
   trun_stream_on_eof(s, on_stream_eof, a);
   a->open_streams++;
-  if (which == 1) w->out = s;
-  else w->err = s;
+  if (which == 1)
+    w->out = s;
+  else
+    w->err = s;
   return 0;
 }
 
@@ -378,7 +387,8 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
     if (rc == 0) rc = pathf(w->log_out, sizeof(w->log_out), "%s/stdout.log", dir);
     if (rc == 0) rc = pathf(w->log_err, sizeof(w->log_err), "%s/stderr.log", dir);
     if (rc < 0) {
-      trun_error("cannot create %s/%d: %s; pass a shorter or writable --log-dir", attempt_dir, lr, strerror(-rc));
+      trun_error("cannot create %s/%d: %s; pass a shorter or writable --log-dir", attempt_dir, lr,
+                 strerror(-rc));
       return -1;
     }
     unlink(w->error_file);
@@ -386,8 +396,9 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
   char **envp = trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, w->error_file);
   char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
   if (argv == NULL) {
-    trun_error("cannot build local rank %d's environment (%s)", lr,
-               a->cfg->virtual_local_rank ? "CUDA_VISIBLE_DEVICES has fewer entries than workers" : "out of memory");
+    trun_error(
+        "cannot build local rank %d's environment (%s)", lr,
+        a->cfg->virtual_local_rank ? "CUDA_VISIBLE_DEVICES has fewer entries than workers" : "out of memory");
     trun_strv_free(envp);
     return -1;
   }
@@ -399,8 +410,7 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
     if (src < 0 && w->pid <= 0) {
       trun_error("cannot start local rank %d (%s): %s failed: %s", lr, argv[0], what, strerror(-src));
     } else {
-      if (src < 0)
-        trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
+      if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
       w->running = 1;
       a->running++;
       trun_watchdog_add(&a->guard, w->pid);
@@ -423,7 +433,8 @@ static void run_round(agent *a) {
   a->end_seen = 0;
   a->end_value[0] = '\0';
   memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
-  if (!a->files_off && pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
+  if (!a->files_off &&
+      pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
     a->files_off = 1;
   if (a->watch_client) {
     a->watcher_on = pthread_create(&a->watcher, NULL, watch_end, a) == 0;
@@ -442,7 +453,7 @@ static void run_round(agent *a) {
     }
   }
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
-            a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
+             a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   a->in_round = 1;
   maybe_finish(a); /* a worker may have failed to start */
   uv_run(a->loop, UV_RUN_DEFAULT);
@@ -469,7 +480,8 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     if (w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2)) f->log_path = strdup(w->log_err);
     if (w->error_file[0]) {
       int rc = trun_errfile_read(w->error_file, f);
-      if (rc == -EBADMSG) trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
+      if (rc == -EBADMSG)
+        trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
     }
   }
   return n;
@@ -481,8 +493,10 @@ static void report_failures(agent *a, int final) {
   size_t n = collect_failures(a, fs);
   int root;
   if (final && a->result == OUT_REMOTE_FAILED && a->rdzv.group_rank != 0) {
-    fprintf(stderr, "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
-            a->rdzv.group_rank, strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed" : "the store was lost");
+    fprintf(stderr,
+            "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
+            a->rdzv.group_rank,
+            strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed" : "the store was lost");
     final = 0;
   }
   if (final && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
@@ -493,9 +507,11 @@ static void report_failures(agent *a, int final) {
       for (int i = 0; i < nr; i++) {
         trun_failure f;
         memset(&f, 0, sizeof(f));
-        if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 && f.group_rank != a->rdzv.group_rank)
+        if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
+            f.group_rank != a->rdzv.group_rank)
           fs[n++] = f;
-        else trun_failure_free(&f);
+        else
+          trun_failure_free(&f);
         free(remote[i]);
       }
       free(remote);
@@ -623,8 +639,10 @@ static void end_round_multinode(agent *a) {
     trun_rdzv_announce_success(&a->rdzv, a->round);
     trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
     int rc = trun_rdzv_wait_key(&a->rdzv, k, 7 * 24 * 3600 * 1000);
-    if (rc == -EINTR) a->result = OUT_SIGNALED;
-    else if (rc < 0) a->result = OUT_REMOTE_FAILED, snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
+    if (rc == -EINTR)
+      a->result = OUT_SIGNALED;
+    else if (rc < 0)
+      a->result = OUT_REMOTE_FAILED, snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
   }
   if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
   join_watcher(a);
@@ -732,8 +750,9 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
     trun_warn("prctl(PR_SET_CHILD_SUBREAPER): %s; orphaned grandchildren go to init", strerror(errno));
   if (trun_watchdog_start(&a.guard) < 0)
-    trun_warn("cannot start the guard process: workers are still killed with the agent (PDEATHSIG), "
-              "their own children may not be");
+    trun_warn(
+        "cannot start the guard process: workers are still killed with the agent (PDEATHSIG), "
+        "their own children may not be");
   uv_timer_init(a.loop, &a.kill_timer);
   uv_timer_init(a.loop, &a.drain_timer);
   a.kill_timer.data = a.drain_timer.data = &a;
@@ -772,8 +791,10 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   r.group_world_size = standalone ? 1 : cfg->max_nodes;
   r.base_rank = r.role_base_rank = r.group_rank * nproc;
   r.world_size = r.role_world_size = r.group_world_size * nproc;
-  if (cfg->local_addr) snprintf(r.host_addr, sizeof(r.host_addr), "%s", cfg->local_addr);
-  else trun_fqdn(r.host_addr, sizeof(r.host_addr));
+  if (cfg->local_addr)
+    snprintf(r.host_addr, sizeof(r.host_addr), "%s", cfg->local_addr);
+  else
+    trun_fqdn(r.host_addr, sizeof(r.host_addr));
   snprintf(r.master_addr, sizeof(r.master_addr), "%s", standalone ? r.host_addr : cfg->endpoint_host);
   r.master_port = cfg->endpoint_port;
   int omp_forced;
@@ -781,25 +802,40 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   fprintf(out, "trun --dry-run: nothing is started\n");
   fprintf(out, "nodes: %d (this node: group rank %d)  rendezvous: %s at %s:%s  run id: %s\n",
           r.group_world_size, r.group_rank, cfg->backend == TRUN_RDZV_STATIC ? "static" : "c10d",
-          cfg->endpoint_host, r.master_port == 0 ? "<free port>" : (snprintf(err, sizeof(err), "%d", r.master_port), err),
+          cfg->endpoint_host,
+          r.master_port == 0 ? "<free port>" : (snprintf(err, sizeof(err), "%d", r.master_port), err),
           cfg->run_id);
   fprintf(out, "workers on this node: %d (global ranks %d-%d of %d%s)\n", nproc, r.base_rank,
           r.base_rank + nproc - 1, r.world_size,
           r.group_world_size > 1 ? ", assuming every node runs the same count" : "");
   fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
           cfg->signals_text);
-  static const char *const shown[] = {"LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
-                                      "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
-                                      "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-                                      "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-                                      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-                                      "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                                      "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"};
+  static const char *const shown[] = {"LOCAL_RANK",
+                                      "RANK",
+                                      "GROUP_RANK",
+                                      "ROLE_RANK",
+                                      "ROLE_NAME",
+                                      "LOCAL_WORLD_SIZE",
+                                      "WORLD_SIZE",
+                                      "GROUP_WORLD_SIZE",
+                                      "ROLE_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT",
+                                      "TORCHELASTIC_RESTART_COUNT",
+                                      "TORCHELASTIC_MAX_RESTARTS",
+                                      "TORCHELASTIC_RUN_ID",
+                                      "TORCHELASTIC_USE_AGENT_STORE",
+                                      "TORCHELASTIC_ERROR_FILE",
+                                      "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                      "OMP_NUM_THREADS",
+                                      "CUDA_VISIBLE_DEVICES"};
   int code = 0;
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];
     snprintf(ef, sizeof(ef), "<log dir>/attempt_0/%d/error.json", lr);
-    char **env = trun_worker_envp(base, cfg, &r, lr, 0, cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") == 0 ? "" : ef);
+    char **env = trun_worker_envp(base, cfg, &r, lr, 0,
+                                  cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") == 0 ? "" : ef);
     char **argv = env ? trun_worker_argv(cfg, env, lr) : NULL;
     if (argv == NULL) {
       trun_error("cannot build local rank %d's environment", lr);
@@ -812,7 +848,9 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     fprintf(out, "\n");
     for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
       const char *v = trun_strv_getenv(env, shown[i]);
-      if (v) fprintf(out, "  %s=%s\n", shown[i], strcmp(shown[i], "MASTER_PORT") == 0 && r.master_port == 0 ? "<free port>" : v);
+      if (v)
+        fprintf(out, "  %s=%s\n", shown[i],
+                strcmp(shown[i], "MASTER_PORT") == 0 && r.master_port == 0 ? "<free port>" : v);
     }
     trun_strv_free(argv);
     trun_strv_free(env);

@@ -12,24 +12,24 @@
 #define TRUN_MAX_RDMA 64
 
 typedef struct {
-  int index;             /* NVML index on the host */
-  int visible_index;     /* index as the workers see it (after CUDA_VISIBLE_DEVICES), -1 when hidden */
-  char uuid[96];         /* GPU-... (or MIG-... for a MIG device) */
+  int index;         /* NVML index on the host */
+  int visible_index; /* index as the workers see it (after CUDA_VISIBLE_DEVICES), -1 when hidden */
+  char uuid[96];     /* GPU-... (or MIG-... for a MIG device) */
   char name[96];
-  char pci_bus_id[32];   /* 00000000:53:00.0 as NVML prints it */
-  int numa_node;         /* -1 unknown */
+  char pci_bus_id[32];    /* 00000000:53:00.0 as NVML prints it */
+  int numa_node;          /* -1 unknown */
   char cpu_affinity[256]; /* cpulist, e.g. 0-47,96-143 */
   uint64_t memory_bytes;
 } trun_gpu;
 
 typedef struct {
-  char name[64];         /* rdmap16s27, mlx5_0, ... */
-  char driver[32];       /* efa, mlx5_core, ... */
+  char name[64];   /* rdmap16s27, mlx5_0, ... */
+  char driver[32]; /* efa, mlx5_core, ... */
   int is_efa;
-  char pci_bus_id[32];   /* 0000:10:1b.0 */
+  char pci_bus_id[32]; /* 0000:10:1b.0 */
   int numa_node;
-  int usable;            /* a /dev/infiniband/uverbsN of this device exists in this container */
-  int nearest_gpu;       /* visible index of the GPU it pairs with by PCI distance, -1 none */
+  int usable;      /* a /dev/infiniband/uverbsN of this device exists in this container */
+  int nearest_gpu; /* visible index of the GPU it pairs with by PCI distance, -1 none */
 } trun_rdma;
 
 typedef struct {
@@ -37,18 +37,18 @@ typedef struct {
   char instance_id[64];
   char availability_zone[64];
   char placement_group[128];
-  const char *source;     /* "imds", "dmi", "none" */
+  const char *source; /* "imds", "dmi", "none" */
 } trun_instance;
 
 typedef struct {
-  int ngpu;                                  /* visible GPUs */
-  trun_gpu gpus[TRUN_MAX_GPUS];              /* visible ones, in the order the workers see them */
+  int ngpu;                                    /* visible GPUs */
+  trun_gpu gpus[TRUN_MAX_GPUS];                /* visible ones, in the order the workers see them */
   char links[TRUN_MAX_GPUS][TRUN_MAX_GPUS][8]; /* "X", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS" */
-  const char *gpu_source;                    /* "nvml", "none" */
+  const char *gpu_source;                      /* "nvml", "none" */
   int nrdma;
   trun_rdma rdma[TRUN_MAX_RDMA];
   trun_instance instance;
-  int cpus_usable;                           /* from the cgroup CPU quota and affinity */
+  int cpus_usable; /* from the cgroup CPU quota and affinity */
 } trun_node;
 
 /* Fills node->gpus / links from NVML (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), honouring

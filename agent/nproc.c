@@ -46,8 +46,9 @@ int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
       return 0;
     }
     if (strcmp(spec, "gpu") == 0) {
-      snprintf(err, errlen, "--nproc-per-node gpu: no GPU is visible here (no /dev/nvidiaN, or "
-                            "CUDA_VISIBLE_DEVICES is empty); give a number or use auto");
+      snprintf(err, errlen,
+               "--nproc-per-node gpu: no GPU is visible here (no /dev/nvidiaN, or "
+               "CUDA_VISIBLE_DEVICES is empty); give a number or use auto");
       return -1;
     }
     *nproc = trun_discover_cpus(); /* `auto` without GPUs: what the cgroup quota and affinity allow */

@@ -1,7 +1,7 @@
 #include "rdzv.h"
 
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +102,10 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   int standalone = cfg->standalone || cfg->endpoint_port == 0;
   r->group_rank = standalone ? 0 : cfg->node_rank;
   r->group_world_size = standalone ? 1 : cfg->max_nodes;
-  if (cfg->local_addr) snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
-  else trun_fqdn(r->host_addr, sizeof(r->host_addr));
+  if (cfg->local_addr)
+    snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
+  else
+    trun_fqdn(r->host_addr, sizeof(r->host_addr));
 
   int port = cfg->endpoint_port;
   const char *connect_host = cfg->endpoint_host;
@@ -146,7 +148,8 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
     return -1;
   }
   if (rc < 0) {
-    snprintf(err, errlen, "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?",
+    snprintf(err, errlen,
+             "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?",
              connect_host, port, strerror(-rc));
     trun_rdzv_close(r);
     return -1;
@@ -212,9 +215,10 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
     key(r, round, "all_joined", k, sizeof(k));
     rc = trun_rdzv_wait_key(r, k, timeout);
     if (rc == -ETIMEDOUT) {
-      snprintf(err, errlen, "round %d: only %lld of %d nodes joined within %d s; check the other nodes' "
-               "--master-addr/--master-port and that they started", round, (long long)joined, world,
-               timeout / 1000);
+      snprintf(err, errlen,
+               "round %d: only %lld of %d nodes joined within %d s; check the other nodes' "
+               "--master-addr/--master-port and that they started",
+               round, (long long)joined, world, timeout / 1000);
       return -1;
     }
     if (rc < 0) goto store_failed;
@@ -318,8 +322,10 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
     snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
     trun_buf v = {0};
     int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : timeout_ms);
-    if (rc == 0 && trun_buf_append_u8(&v, 0) == 0) res[(*n)++] = (char *)v.data;
-    else trun_buf_free(&v);
+    if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
+      res[(*n)++] = (char *)v.data;
+    else
+      trun_buf_free(&v);
     if (rc < 0 && rc != -ETIMEDOUT) break;
   }
   *out = res;

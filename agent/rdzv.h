@@ -15,9 +15,9 @@ typedef struct {
   int role_base_rank, role_world_size; /* one role: same as the global ones */
   char master_addr[256];               /* the workers' store */
   int master_port;
-  char host_addr[256];                 /* this node's address as published (--local-addr or FQDN) */
-  trun_store_host *host;               /* set when this agent serves the store */
-  trun_client *client;                 /* this agent's connection to the store (raw keys) */
+  char host_addr[256];   /* this node's address as published (--local-addr or FQDN) */
+  trun_store_host *host; /* set when this agent serves the store */
+  trun_client *client;   /* this agent's connection to the store (raw keys) */
   /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
    * (the agent lets its loop handle signals there). May be NULL. */
   int (*poll)(void *arg);

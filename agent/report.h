@@ -9,16 +9,16 @@
 typedef struct {
   int global_rank;
   int local_rank;
-  int group_rank;     /* node rank */
+  int group_rank; /* node rank */
   pid_t pid;
-  int exit_code;      /* >= 0: exit status; < 0: -signal number (torchrun's convention) */
-  double timestamp;   /* unix seconds: from the error file when present, else when the agent saw the exit */
-  char *host;         /* where the worker ran */
-  char *error_file;   /* path, or NULL when the worker wrote none */
-  char *message;      /* error file message ("ExcType: text"), or NULL */
-  char *traceback;    /* extraInfo.py_callstack, or NULL */
-  char *log_path;     /* stderr log file when redirected, or NULL */
-  int torn_down;      /* 1: killed by the agent's teardown after another worker failed */
+  int exit_code;    /* >= 0: exit status; < 0: -signal number (torchrun's convention) */
+  double timestamp; /* unix seconds: from the error file when present, else when the agent saw the exit */
+  char *host;       /* where the worker ran */
+  char *error_file; /* path, or NULL when the worker wrote none */
+  char *message;    /* error file message ("ExcType: text"), or NULL */
+  char *traceback;  /* extraInfo.py_callstack, or NULL */
+  char *log_path;   /* stderr log file when redirected, or NULL */
+  int torn_down;    /* 1: killed by the agent's teardown after another worker failed */
 } trun_failure;
 
 void trun_failure_free(trun_failure *f);

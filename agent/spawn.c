@@ -49,8 +49,10 @@ static int resolve(const char *file, char *const *envp, char *path, size_t len) 
     const char *end = strchr(dirs, ':');
     size_t n = end ? (size_t)(end - dirs) : strlen(dirs);
     if (n + 1 + strlen(file) + 1 <= len) {
-      if (n) memcpy(path, dirs, n);
-      else path[n++] = '.';
+      if (n)
+        memcpy(path, dirs, n);
+      else
+        path[n++] = '.';
       path[n] = '/';
       strcpy(path + n + 1, file);
       if (access(path, X_OK) == 0) return 0;

@@ -6,10 +6,10 @@
 #include <sys/types.h>
 
 typedef struct {
-  char *const *argv;  /* argv[0] is looked up in PATH when it has no '/' */
+  char *const *argv; /* argv[0] is looked up in PATH when it has no '/' */
   char *const *envp;
-  int stdout_fd;      /* becomes the child's fd 1; -1 = inherit */
-  int stderr_fd;      /* becomes the child's fd 2; -1 = inherit */
+  int stdout_fd;        /* becomes the child's fd 1; -1 = inherit */
+  int stderr_fd;        /* becomes the child's fd 2; -1 = inherit */
   const int *close_fds; /* fds the child must not keep (besides O_CLOEXEC ones); may be NULL */
   size_t nclose_fds;
 } trun_spawn_req;

@@ -35,8 +35,8 @@ static void kill_sessions(const pid_t *set, size_t n) {
     char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
     int pid = atoi(e->d_name), ppid, pgrp, session;
     char state;
-    if (p && sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 &&
-        in_set(set, n, session) && pid != getpid())
+    if (p && sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 && in_set(set, n, session) &&
+        pid != getpid())
       kill(pid, SIGKILL);
   }
   closedir(d);

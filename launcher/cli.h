@@ -45,13 +45,13 @@ typedef enum {
 typedef enum { TRUN_SRC_DEFAULT = 0, TRUN_SRC_FILE, TRUN_SRC_ENV, TRUN_SRC_CLI } trun_src;
 
 typedef struct {
-  const char *name;   /* canonical long spelling without dashes, e.g. "nproc-per-node" */
-  const char *alias;  /* the underscore spelling ("nproc_per_node") or NULL */
-  char short_name;    /* 'm', 'r', 't' or 0 */
-  int is_flag;        /* takes no value: present => "1" */
-  const char *def;    /* default value text, NULL = unset */
-  const char *env;    /* PET_* fallback or NULL */
-  const char *group;  /* --help section */
+  const char *name;  /* canonical long spelling without dashes, e.g. "nproc-per-node" */
+  const char *alias; /* the underscore spelling ("nproc_per_node") or NULL */
+  char short_name;   /* 'm', 'r', 't' or 0 */
+  int is_flag;       /* takes no value: present => "1" */
+  const char *def;   /* default value text, NULL = unset */
+  const char *env;   /* PET_* fallback or NULL */
+  const char *group; /* --help section */
   const char *metavar;
   const char *help;
 } trun_opt_desc;
@@ -63,11 +63,11 @@ typedef struct {
 
 typedef struct {
   trun_opt_val v[TRUN_OPT__COUNT];
-  const char *script;  /* training_script (NULL when absent) */
-  char **script_args;  /* points into argv */
+  const char *script; /* training_script (NULL when absent) */
+  char **script_args; /* points into argv */
   int nscript_args;
-  int help;            /* --help given */
-  int version;         /* --version given */
+  int help;    /* --help given */
+  int version; /* --version given */
 } trun_cmdline;
 
 const trun_opt_desc *trun_cli_desc(trun_opt_id id);

@@ -99,8 +99,10 @@ static int parse_std(const char *s, int *all, signed char *per) {
     if (!isdigit((unsigned char)p[0]) || p[1] != ':' || p[2] < '0' || p[2] > '3') return -1;
     per[p[0] - '0'] = (signed char)(p[2] - '0');
     p += 3;
-    if (*p == ',') p++;
-    else if (*p) return -1;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      return -1;
   }
   return 0;
 }
@@ -115,8 +117,10 @@ static int parse_ranks_filter(const char *s, trun_config *cfg) {
     if (end == p || v < 0 || v >= TRUN_MAX_LOCAL) return -1;
     cfg->ranks_filter[v] = 1;
     p = end;
-    if (*p == ',') p++;
-    else if (*p) return -1;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      return -1;
   }
   cfg->ranks_filter_set = 1;
   return 0;
@@ -126,8 +130,8 @@ static int signal_number(const char *name) {
   static const struct {
     const char *name;
     int sig;
-  } table[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-               {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGABRT", SIGABRT}, {"SIGALRM", SIGALRM},
+  } table[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},    {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+               {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},  {"SIGABRT", SIGABRT}, {"SIGALRM", SIGALRM},
                {"SIGCONT", SIGCONT}, {"SIGWINCH", SIGWINCH}};
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
     if (strcmp(name, table[i].name) == 0) return table[i].sig;
@@ -161,8 +165,8 @@ static void uuid4(char *out, size_t len) {
   }
   b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
   b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-  snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+           b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 static const char *env_get(char **envp, const char *name) {
@@ -178,8 +182,8 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   const trun_opt_val *v = cl->v;
 #define VAL(id) (v[id].val)
   if (parse_nnodes(VAL(TRUN_OPT_NNODES), &cfg->min_nodes, &cfg->max_nodes) < 0)
-    return fail(err, errlen, cl, TRUN_OPT_NNODES,
-                "--nnodes '%s' is not N or MIN:MAX with 0 < MIN <= MAX", VAL(TRUN_OPT_NNODES));
+    return fail(err, errlen, cl, TRUN_OPT_NNODES, "--nnodes '%s' is not N or MIN:MAX with 0 < MIN <= MAX",
+                VAL(TRUN_OPT_NNODES));
   cfg->nproc_spec = VAL(TRUN_OPT_NPROC_PER_NODE);
   const char *np = cfg->nproc_spec;
   int tmp;
@@ -189,8 +193,10 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
                 "--nproc-per-node '%s' must be a number from 1 to %d, cpu, gpu or auto", np, TRUN_MAX_LOCAL);
 
   const char *backend = VAL(TRUN_OPT_RDZV_BACKEND);
-  if (strcmp(backend, "static") == 0) cfg->backend = TRUN_RDZV_STATIC;
-  else if (strcmp(backend, "c10d") == 0) cfg->backend = TRUN_RDZV_C10D;
+  if (strcmp(backend, "static") == 0)
+    cfg->backend = TRUN_RDZV_STATIC;
+  else if (strcmp(backend, "c10d") == 0)
+    cfg->backend = TRUN_RDZV_C10D;
   else
     return fail(err, errlen, cl, TRUN_OPT_RDZV_BACKEND,
                 "--rdzv-backend '%s' is not supported by trun; use static or c10d", backend);
@@ -234,7 +240,8 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
       return fail(err, errlen, cl, TRUN_OPT_MASTER_ADDR, "--master-addr '%s' is not a host", ma);
     memcpy(cfg->master_addr, ma + 1, n - 2);
     cfg->master_addr[n - 2] = '\0';
-  } else if (snprintf(cfg->master_addr, sizeof(cfg->master_addr), "%s", ma) >= (int)sizeof(cfg->master_addr)) {
+  } else if (snprintf(cfg->master_addr, sizeof(cfg->master_addr), "%s", ma) >=
+             (int)sizeof(cfg->master_addr)) {
     return fail(err, errlen, cl, TRUN_OPT_MASTER_ADDR, "--master-addr is longer than 255 bytes");
   }
   if (parse_int(VAL(TRUN_OPT_MASTER_PORT), 0, 65535, &cfg->master_port) < 0)

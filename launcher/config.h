@@ -13,10 +13,10 @@ typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D } trun_rdzv_backend;
 
 typedef struct {
   int min_nodes, max_nodes;
-  const char *nproc_spec;   /* "4", "cpu", "auto", "gpu" */
+  const char *nproc_spec; /* "4", "cpu", "auto", "gpu" */
   trun_rdzv_backend backend;
-  char endpoint_host[256];  /* rendezvous store host */
-  int endpoint_port;        /* -1 when absent */
+  char endpoint_host[256]; /* rendezvous store host */
+  int endpoint_port;       /* -1 when absent */
   char run_id[128];
   const char *rdzv_conf;
   int standalone;
@@ -24,11 +24,11 @@ typedef struct {
   double monitor_interval;
   const char *role;
   int module, no_python, run_path;
-  const char *log_dir;      /* NULL: a fresh /tmp/torchelastic_XXXXXX */
-  int redirect_all, tee_all;                      /* 0..3 for every local rank */
-  signed char redirect_lr[10], tee_lr[10];        /* per local rank 0..9 (torchrun's regex), -1 = unset */
+  const char *log_dir;                     /* NULL: a fresh /tmp/torchelastic_XXXXXX */
+  int redirect_all, tee_all;               /* 0..3 for every local rank */
+  signed char redirect_lr[10], tee_lr[10]; /* per local rank 0..9 (torchrun's regex), -1 = unset */
   int ranks_filter_set;
-  unsigned char ranks_filter[TRUN_MAX_LOCAL];     /* 1 = shown on the console */
+  unsigned char ranks_filter[TRUN_MAX_LOCAL]; /* 1 = shown on the console */
   int node_rank;
   char master_addr[256];
   int master_port;
@@ -37,7 +37,7 @@ typedef struct {
   int signals[TRUN_MAX_SIGNALS];
   int nsignals;
   const char *signals_text;
-  double shutdown_timeout;  /* seconds between the forwarded signal and SIGKILL */
+  double shutdown_timeout; /* seconds between the forwarded signal and SIGKILL */
   int virtual_local_rank;
   int dry_run;
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
@@ -48,8 +48,7 @@ typedef struct {
 
 /* Checks and converts every value. Returns 0, or -1 with a one-line reason (naming the option and, for an
  * environment value, the variable) in err; the caller exits 2. */
-int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err,
-                             size_t errlen);
+int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err, size_t errlen);
 /* Streams (bit 1 stdout, bit 2 stderr) redirected to files / tee'd for a local rank. */
 int trun_config_redirects(const trun_config *cfg, int local_rank);
 int trun_config_tee(const trun_config *cfg, int local_rank);

@@ -3,9 +3,9 @@
  * Connections are opened (and, for v2, validated) by the blocking client before timing starts.
  * Exit codes: 0 ok, 1 connection failure or request errors, 2 bad command line. */
 #include <errno.h>
-#include <pthread.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +57,7 @@ struct bench {
   size_t value_bytes;
   unsigned keys;
   int timeout_ms;
-  int threads;       /* event loops, each on its own thread with its share of the clients */
+  int threads; /* event loops, each on its own thread with its share of the clients */
   /* run state */
   uv_loop_t *loop;
   uv_timer_t timer;
@@ -181,7 +181,8 @@ static int bench_parse_args(bench *b, int argc, char **argv) {
         b->timeout_ms = (int)v;
         break;
       case 'j':
-        if (trun_tool_parse_ll(optarg, 1, 256, &v) < 0) return trun_tool_bad_arg("--threads (1..256)", optarg);
+        if (trun_tool_parse_ll(optarg, 1, 256, &v) < 0)
+          return trun_tool_bad_arg("--threads (1..256)", optarg);
         b->threads = (int)v;
         break;
       case 'h': bench_usage(stdout); return -1;
@@ -617,7 +618,8 @@ static int bench_run_threads(bench *b) {
   for (int i = 0; i < t; i++) {
     part[i] = *b;
     part[i].clients = b->clients / t + (i < b->clients % t);
-    part[i].requests = b->requests ? b->requests / (uint64_t)t + ((uint64_t)i < b->requests % (uint64_t)t) : 0;
+    part[i].requests =
+        b->requests ? b->requests / (uint64_t)t + ((uint64_t)i < b->requests % (uint64_t)t) : 0;
     part[i].conns = b->conns + off;
     part[i].lat = NULL;
     part[i].nlat = part[i].caplat = 0;

@@ -18,15 +18,15 @@
 typedef struct trun_client trun_client;
 
 typedef struct {
-  const char *host;        /* name or address; IPv6 first, then IPv4, as torch */
+  const char *host; /* name or address; IPv6 first, then IPv4, as torch */
   int port;
-  trun_gen gen;            /* TRUN_GEN_V2 (default: VALIDATE + PING handshake) or a legacy one */
-  int timeout_ms;          /* default per-operation timeout (default 300000, torch's) */
-  int connect_timeout_ms;  /* how long connect keeps retrying (default: timeout_ms) */
-  int backoff_initial_ms;  /* first retry delay (default 100); x1.5 each retry, +-50% jitter, cap */
-  int backoff_max_ms;      /* retry delay cap (default 5000) */
-  const char *key_prefix;  /* default "/"; "" for raw wire keys */
-  int quiet_connect;       /* 1: a connect time-out is returned without logging (the caller reports it) */
+  trun_gen gen;           /* TRUN_GEN_V2 (default: VALIDATE + PING handshake) or a legacy one */
+  int timeout_ms;         /* default per-operation timeout (default 300000, torch's) */
+  int connect_timeout_ms; /* how long connect keeps retrying (default: timeout_ms) */
+  int backoff_initial_ms; /* first retry delay (default 100); x1.5 each retry, +-50% jitter, cap */
+  int backoff_max_ms;     /* retry delay cap (default 5000) */
+  const char *key_prefix; /* default "/"; "" for raw wire keys */
+  int quiet_connect;      /* 1: a connect time-out is returned without logging (the caller reports it) */
 } trun_client_opts;
 
 void trun_client_opts_default(trun_client_opts *o);
@@ -56,8 +56,7 @@ int trun_client_check(trun_client *c, size_t n, const trun_slice *keys);
 int trun_client_delete(trun_client *c, trun_slice key);
 int trun_client_append(trun_client *c, trun_slice key, trun_slice val);
 /* WAIT for all keys then MULTI_GET; vals is an array of n buffers (each replaced). */
-int trun_client_multi_get(trun_client *c, size_t n, const trun_slice *keys, trun_buf *vals,
-                          int timeout_ms);
+int trun_client_multi_get(trun_client *c, size_t n, const trun_slice *keys, trun_buf *vals, int timeout_ms);
 int trun_client_multi_set(trun_client *c, size_t n, const trun_slice *keys, const trun_slice *vals);
 int trun_client_num_keys(trun_client *c, int64_t *out);
 int trun_client_ping(trun_client *c);
@@ -68,7 +67,8 @@ int trun_client_queue_push(trun_client *c, trun_slice key, trun_slice val);
 int trun_client_queue_pop(trun_client *c, trun_slice key, trun_buf *out, int timeout_ms);
 int trun_client_queue_len(trun_client *c, trun_slice key, int64_t *out);
 
-/* Parses "HOST:PORT" or "[V6ADDR]:PORT" into host (NUL-terminated, at most cap bytes) and *port; 0 or -EINVAL. */
+/* Parses "HOST:PORT" or "[V6ADDR]:PORT" into host (NUL-terminated, at most cap bytes) and *port; 0 or
+ * -EINVAL. */
 int trun_client_parse_target(const char *s, char *host, size_t cap, int *port);
 /* Parses a generation name: "v2" (torch >= 2.2), "1.13" or "2.0" (legacy numbering), "2.1"; 0 or -EINVAL. */
 int trun_client_parse_gen(const char *s, trun_gen *out);

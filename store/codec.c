@@ -107,10 +107,8 @@ static int parse_fields(cursor *c, trun_req *r) {
   int rc;
   uint64_t u;
   switch (r->op) {
-    case TRUN_OP_VALIDATE:
-      return cur_u32(c, &r->u32);
-    case TRUN_OP_PING:
-      return cur_u32(c, &r->u32);
+    case TRUN_OP_VALIDATE: return cur_u32(c, &r->u32);
+    case TRUN_OP_PING: return cur_u32(c, &r->u32);
     case TRUN_OP_SET:
     case TRUN_OP_APPEND:
     case TRUN_OP_QUEUE_PUSH:
@@ -124,8 +122,7 @@ static int parse_fields(cursor *c, trun_req *r) {
     case TRUN_OP_DELETE_KEY:
     case TRUN_OP_QUEUE_POP:
     case TRUN_OP_QUEUE_LEN:
-    case TRUN_OP_WATCH_KEY:
-      return cur_key(c, &r->key);
+    case TRUN_OP_WATCH_KEY: return cur_key(c, &r->key);
     case TRUN_OP_ADD:
     case TRUN_OP_BARRIER:
       if ((rc = cur_key(c, &r->key)) != CUR_OK) return rc;
@@ -134,22 +131,17 @@ static int parse_fields(cursor *c, trun_req *r) {
       return CUR_OK;
     case TRUN_OP_CHECK:
     case TRUN_OP_WAIT:
-    case TRUN_OP_MULTI_GET:
-      return cur_list(c, 0);
-    case TRUN_OP_MULTI_SET:
-      return cur_list(c, 1);
+    case TRUN_OP_MULTI_GET: return cur_list(c, 0);
+    case TRUN_OP_MULTI_SET: return cur_list(c, 1);
     case TRUN_OP_GETNUMKEYS:
     case TRUN_OP_CANCEL_WAIT:
-    case TRUN_OP_LIST:
-      return CUR_OK;
-    default:
-      r->err = "unknown query type";
-      return -EBADMSG;
+    case TRUN_OP_LIST: return CUR_OK;
+    default: r->err = "unknown query type"; return -EBADMSG;
   }
 }
 
-ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim,
-                       trun_req *req, size_t *need) {
+ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim, trun_req *req,
+                       size_t *need) {
   memset(req, 0, sizeof(*req));
   *need = 1;
   if (len == 0) return 0;

@@ -50,8 +50,8 @@ trun_gen trun_gen_detect(const uint8_t *buf, size_t len, trun_gen legacy, size_t
 /* Parses one request of generation gen from buf[0..len). Returns the bytes it takes (> 0), 0 when more bytes
  * are needed (*need = a lower bound of the request's total size), or a negative errno with req->err set:
  * -EBADMSG for an unknown code or a malformed field, -EMSGSIZE for a field over a limit. */
-ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim,
-                       trun_req *req, size_t *need);
+ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim, trun_req *req,
+                       size_t *need);
 
 /* Returns the list item at *pos and advances *pos past it. Only for items of a parsed request. */
 trun_slice trun_req_item(const uint8_t **pos);

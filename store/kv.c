@@ -66,11 +66,15 @@ trun_kv *trun_kv_new(void) {
 }
 
 static void reg_unlink(trun_wait_reg *r, trun_wait_reg **slot_head, trun_wait_reg **w_head) {
-  if (r->s_prev) r->s_prev->s_next = r->s_next;
-  else *slot_head = r->s_next;
+  if (r->s_prev)
+    r->s_prev->s_next = r->s_next;
+  else
+    *slot_head = r->s_next;
   if (r->s_next) r->s_next->s_prev = r->s_prev;
-  if (r->w_prev) r->w_prev->w_next = r->w_next;
-  else *w_head = r->w_next;
+  if (r->w_prev)
+    r->w_prev->w_next = r->w_next;
+  else
+    *w_head = r->w_next;
   if (r->w_next) r->w_next->w_prev = r->w_prev;
 }
 
@@ -115,16 +119,13 @@ static slot **find_link(trun_kv *kv, trun_slice key, uint64_t h) {
   slot **link = &kv->buckets[h & (kv->nbuckets - 1)];
   while (*link) {
     slot *s = *link;
-    if (s->hash == h && s->klen == key.n && (key.n == 0 || memcmp(s->key, key.p, key.n) == 0))
-      return link;
+    if (s->hash == h && s->klen == key.n && (key.n == 0 || memcmp(s->key, key.p, key.n) == 0)) return link;
     link = &s->chain;
   }
   return link;
 }
 
-static slot *find(trun_kv *kv, trun_slice key) {
-  return *find_link(kv, key, hash_bytes(key.p, key.n));
-}
+static slot *find(trun_kv *kv, trun_slice key) { return *find_link(kv, key, hash_bytes(key.p, key.n)); }
 
 static void grow(trun_kv *kv) {
   size_t nb = kv->nbuckets * 2;
@@ -260,8 +261,7 @@ int trun_kv_append(trun_kv *kv, trun_slice key, trun_slice val) {
   if (s->watchers) {
     /* Watchers get the old and the new value; build the new one first. */
     memcpy(s->val + s->vlen, val.p, val.n);
-    notify_watchers(s, TRUN_WATCH_KEY_UPDATED, (trun_slice){s->val, s->vlen},
-                    (trun_slice){s->val, need});
+    notify_watchers(s, TRUN_WATCH_KEY_UPDATED, (trun_slice){s->val, s->vlen}, (trun_slice){s->val, need});
   } else if (val.n) {
     memcpy(s->val + s->vlen, val.p, val.n);
   }
@@ -463,8 +463,10 @@ int trun_kv_queue_push(trun_kv *kv, trun_slice key, trun_slice val) {
   q->next = NULL;
   q->n = val.n;
   if (val.n) memcpy(q->data, val.p, val.n);
-  if (s->qtail) s->qtail->next = q;
-  else s->qhead = q;
+  if (s->qtail)
+    s->qtail->next = q;
+  else
+    s->qhead = q;
   s->qtail = q;
   s->qlen++;
   kv->bytes += val.n;

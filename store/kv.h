@@ -15,8 +15,8 @@ typedef struct trun_waiter trun_waiter;
 /* One connection's wait state. The owner embeds it, sets the callbacks and calls trun_kv_cancel before
  * freeing it. */
 struct trun_waiter {
-  uint64_t pending;      /* registered keys not yet written */
-  trun_wait_reg *regs;   /* this waiter's registrations */
+  uint64_t pending;       /* registered keys not yet written */
+  trun_wait_reg *regs;    /* this waiter's registrations */
   trun_wait_reg *watches; /* WATCH_KEY registrations (persist until cancel_watches) */
   void (*wake)(trun_waiter *w);
   void (*notify)(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old, trun_slice new_);

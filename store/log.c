@@ -16,9 +16,12 @@ int trun_log_level(void) {
   if (log_level < 0) {
     const char *e = getenv("TRUN_LOG_LEVEL");
     log_level = TRUN_LOG_INFO;
-    if (e && strcmp(e, "error") == 0) log_level = TRUN_LOG_ERROR;
-    else if (e && strcmp(e, "warn") == 0) log_level = TRUN_LOG_WARN;
-    else if (e && strcmp(e, "debug") == 0) log_level = TRUN_LOG_DEBUG;
+    if (e && strcmp(e, "error") == 0)
+      log_level = TRUN_LOG_ERROR;
+    else if (e && strcmp(e, "warn") == 0)
+      log_level = TRUN_LOG_WARN;
+    else if (e && strcmp(e, "debug") == 0)
+      log_level = TRUN_LOG_DEBUG;
   }
   return log_level;
 }

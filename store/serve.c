@@ -67,16 +67,21 @@ int trun_store_serve_main(int argc, char **argv) {
         break;
       case 'r': ready = optarg; break;
       case 'l':
-        if (strcmp(optarg, "1.13") == 0 || strcmp(optarg, "2.0") == 0) o.legacy = TRUN_GEN_LEGACY113;
-        else if (strcmp(optarg, "2.1") == 0) o.legacy = TRUN_GEN_LEGACY21;
-        else return trun_tool_bad_arg("--legacy (1.13 or 2.1)", optarg);
+        if (strcmp(optarg, "1.13") == 0 || strcmp(optarg, "2.0") == 0)
+          o.legacy = TRUN_GEN_LEGACY113;
+        else if (strcmp(optarg, "2.1") == 0)
+          o.legacy = TRUN_GEN_LEGACY21;
+        else
+          return trun_tool_bad_arg("--legacy (1.13 or 2.1)", optarg);
         break;
       case 'K':
-        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0) return trun_tool_bad_arg("--max-key-bytes", optarg);
+        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-key-bytes", optarg);
         o.limits.max_key = (uint64_t)v;
         break;
       case 'V':
-        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0) return trun_tool_bad_arg("--max-value-bytes", optarg);
+        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-value-bytes", optarg);
         o.limits.max_value = (uint64_t)v;
         break;
       case 'N':
@@ -88,15 +93,16 @@ int trun_store_serve_main(int argc, char **argv) {
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "trun-store serve: unexpected argument '%s'; see trun-store serve --help\n", argv[optind]);
+    fprintf(stderr, "trun-store serve: unexpected argument '%s'; see trun-store serve --help\n",
+            argv[optind]);
     return 2;
   }
   uv_loop_t *loop = uv_default_loop();
   serve_state st;
   int rc = trun_server_start(loop, &o, &st.srv);
   if (rc < 0) {
-    trun_error("cannot listen on %s:%d: %s; pick another --port or free it", o.host ? o.host : "::",
-               o.port, uv_strerror(rc));
+    trun_error("cannot listen on %s:%d: %s; pick another --port or free it", o.host ? o.host : "::", o.port,
+               uv_strerror(rc));
     uv_run(loop, UV_RUN_DEFAULT);
     return 1;
   }

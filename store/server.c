@@ -34,10 +34,10 @@ struct conn {
   trun_server *srv;
   conn *prev, *next;
   trun_gen gen;
-  trun_buf in;    /* bytes not yet parsed */
-  size_t need;    /* do not parse again before in.len reaches this */
-  trun_buf out;   /* replies not yet handed to the kernel or libuv */
-  trun_buf wbuf;  /* bytes of the write in flight */
+  trun_buf in;   /* bytes not yet parsed */
+  size_t need;   /* do not parse again before in.len reaches this */
+  trun_buf out;  /* replies not yet handed to the kernel or libuv */
+  trun_buf wbuf; /* bytes of the write in flight */
   uv_write_t wreq;
   int writing;
   int reading;
@@ -124,13 +124,11 @@ static void conn_wake(trun_waiter *w) {
   conn_flush(c);
 }
 
-static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old,
-                        trun_slice new_) {
+static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old, trun_slice new_) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
   if (c->closing) return;
   if (trun_buf_append_u8(&c->out, type) < 0 || trun_buf_append_str(&c->out, key.p, key.n) < 0 ||
-      trun_buf_append_str(&c->out, old.p, old.n) < 0 ||
-      trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
+      trun_buf_append_str(&c->out, old.p, old.n) < 0 || trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
     conn_doom(c, "out of memory queueing a watch update");
     return;
   }
@@ -161,12 +159,8 @@ static int handle(conn *c, const trun_req *r, const char **why) {
   int rc = 0;
   c->srv->stats.ops++;
   switch (r->op) {
-    case TRUN_OP_SET:
-      rc = trun_kv_set(kv, r->key, r->val);
-      break;
-    case TRUN_OP_APPEND:
-      rc = trun_kv_append(kv, r->key, r->val);
-      break;
+    case TRUN_OP_SET: rc = trun_kv_set(kv, r->key, r->val); break;
+    case TRUN_OP_APPEND: rc = trun_kv_append(kv, r->key, r->val); break;
     case TRUN_OP_COMPARE_SET:
       rc = trun_kv_compare_set(kv, r->key, r->val, r->val2, &v);
       if (rc == 0) rc = trun_buf_append_str(out, v.p, v.n);
@@ -189,23 +183,27 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       if (rc == 0) rc = trun_buf_append_u64(out, (uint64_t)n);
       break;
     case TRUN_OP_CHECK:
-      rc = trun_buf_append_u8(out, trun_kv_check(kv, r->count, r->items) ? TRUN_CHECK_READY
-                                                                         : TRUN_CHECK_NOT_READY);
+      rc = trun_buf_append_u8(
+          out, trun_kv_check(kv, r->count, r->items) ? TRUN_CHECK_READY : TRUN_CHECK_NOT_READY);
       break;
     case TRUN_OP_WAIT: {
       int was = c->w.pending > 0;
       rc = trun_kv_wait(kv, &c->w, r->count, r->items);
       if (was) c->srv->stats.waiting--;
-      if (rc == 1) rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
-      else if (rc == 0) c->srv->stats.waiting++;
+      if (rc == 1)
+        rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
+      else if (rc == 0)
+        c->srv->stats.waiting++;
       break;
     }
     case TRUN_OP_BARRIER: {
       int was = c->w.pending > 0;
       rc = trun_kv_barrier(kv, &c->w, r->key, r->num);
       if (was) c->srv->stats.waiting--;
-      if (rc == 1) rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
-      else if (rc == 0) c->srv->stats.waiting++;
+      if (rc == 1)
+        rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
+      else if (rc == 0)
+        c->srv->stats.waiting++;
       else if (rc == -EINVAL || rc == -ERANGE) {
         *why = "BARRIER on a key whose value is not a counter";
         return rc;
@@ -216,12 +214,8 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       if (trun_kv_cancel(kv, &c->w) > 0) c->srv->stats.waiting--;
       rc = trun_buf_append_u8(out, TRUN_WAIT_CANCELED);
       break;
-    case TRUN_OP_GETNUMKEYS:
-      rc = trun_buf_append_u64(out, trun_kv_num_keys(kv));
-      break;
-    case TRUN_OP_DELETE_KEY:
-      rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key));
-      break;
+    case TRUN_OP_GETNUMKEYS: rc = trun_buf_append_u64(out, trun_kv_num_keys(kv)); break;
+    case TRUN_OP_DELETE_KEY: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key)); break;
     case TRUN_OP_MULTI_GET: {
       const uint8_t *pos = r->items;
       for (uint64_t i = 0; i < r->count && rc == 0; i++) {
@@ -240,12 +234,8 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       }
       break;
     }
-    case TRUN_OP_PING:
-      rc = trun_buf_append_u32(out, r->u32);
-      break;
-    case TRUN_OP_QUEUE_PUSH:
-      rc = trun_kv_queue_push(kv, r->key, r->val);
-      break;
+    case TRUN_OP_PING: rc = trun_buf_append_u32(out, r->u32); break;
+    case TRUN_OP_QUEUE_PUSH: rc = trun_kv_queue_push(kv, r->key, r->val); break;
     case TRUN_OP_QUEUE_POP:
       n = trun_kv_queue_pop(kv, r->key, &v);
       if (n < 0) {
@@ -258,9 +248,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
         free((void *)v.p);
       }
       break;
-    case TRUN_OP_QUEUE_LEN:
-      rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key));
-      break;
+    case TRUN_OP_QUEUE_LEN: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key)); break;
     case TRUN_OP_LIST: {
       list_acc acc = {out, 0};
       trun_kv_foreach(kv, list_count, &acc);
@@ -272,9 +260,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       rc = trun_kv_watch(kv, &c->w, r->key);
       if (rc == 0) rc = trun_buf_append_u8(out, TRUN_WATCH_REGISTERED);
       break;
-    default:
-      *why = "query type not served";
-      return -EBADMSG;
+    default: *why = "query type not served"; return -EBADMSG;
   }
   if (rc < 0) *why = "out of memory";
   return rc < 0 ? rc : 0;
@@ -309,8 +295,10 @@ static void conn_close(conn *c, const char *why) {
   }
   if (trun_kv_cancel(s->kv, &c->w) > 0) s->stats.waiting--;
   trun_kv_cancel_watches(s->kv, &c->w);
-  if (c->prev) c->prev->next = c->next;
-  else s->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->stats.connections--;
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
@@ -349,7 +337,8 @@ static void conn_flush(conn *c) {
     if (!c->closing) update_reading(c);
     return;
   }
-  uv_buf_t b = uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
+  uv_buf_t b =
+      uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
   int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
   /* On an error other than EAGAIN, uv_write below fails too and on_write closes the connection a loop turn
    * later: closing here would cancel registrations inside the key space's wake/notify loops that called
@@ -436,8 +425,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   conn *c = (conn *)st;
   if (c->closing) return;
   if (nread < 0) {
-    if (nread == UV_ENOBUFS) conn_close(c, "out of memory for the input buffer");
-    else conn_close(c, NULL); /* EOF or reset: the client left */
+    if (nread == UV_ENOBUFS)
+      conn_close(c, "out of memory for the input buffer");
+    else
+      conn_close(c, NULL); /* EOF or reset: the client left */
     return;
   }
   if (nread == 0) return;
@@ -491,8 +482,7 @@ static void on_connection(uv_stream_t *l, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   peer_name(c);
   c->reading = 1;
-  if ((rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0)
-    conn_close(c, uv_strerror(rc));
+  if ((rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0) conn_close(c, uv_strerror(rc));
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
@@ -562,8 +552,8 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   s->reaper.data = s;
   s->handles_open = 2;
   rc = bind_host(s, o->host, o->port);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(),
-                              on_connection);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
   if (rc < 0) {
     s->closing = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);

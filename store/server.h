@@ -12,20 +12,20 @@
 typedef struct trun_server trun_server;
 
 typedef struct {
-  const char *host;   /* NULL or "": "::" dual-stack, else 0.0.0.0 */
-  int port;           /* 0: a free port, see trun_server_port */
+  const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
+  int port;         /* 0: a free port, see trun_server_port */
   trun_limits limits;
-  trun_gen legacy;    /* generation of connections that do not start with VALIDATE */
-  int backlog;        /* 0: net.core.somaxconn */
+  trun_gen legacy;        /* generation of connections that do not start with VALIDATE */
+  int backlog;            /* 0: net.core.somaxconn */
   size_t max_pending_out; /* stop reading a connection whose unsent replies exceed this */
 } trun_server_opts;
 
 typedef struct {
-  uint64_t connections;   /* open now */
-  uint64_t accepted;      /* since start */
-  uint64_t rejected;      /* closed for bad input */
-  uint64_t ops;           /* requests handled */
-  uint64_t waiting;       /* connections with a pending WAIT */
+  uint64_t connections; /* open now */
+  uint64_t accepted;    /* since start */
+  uint64_t rejected;    /* closed for bad input */
+  uint64_t ops;         /* requests handled */
+  uint64_t waiting;     /* connections with a pending WAIT */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);

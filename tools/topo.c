@@ -19,7 +19,6 @@ int trun_pci_sysfs_path(const char *bus_id, char *out, size_t outlen);
 int trun_rdma_sysfs_path(const char *name, char *out, size_t outlen);
 const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b, int numa_b);
 
-
 static const char *usage =
     "usage: trun-topo [--json] [--no-imds]\n"
     "  Shows the GPUs the workers would see (NVML), the RDMA/EFA devices (sysfs) and how they connect,\n"

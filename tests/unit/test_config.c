@@ -21,10 +21,10 @@ static int parse(trun_config *cfg, char *err, const char *const *args, char **en
   return trun_config_from_cmdline(&cl, envp, cfg, err, 512);
 }
 
-#define PARSE_OK(cfg, ...)                                              \
-  do {                                                                  \
-    static const char *const a_[] = {__VA_ARGS__, NULL};                \
-    char e_[512] = "";                                                  \
+#define PARSE_OK(cfg, ...)                                                \
+  do {                                                                    \
+    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
+    char e_[512] = "";                                                    \
     ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
   } while (0)
 
@@ -121,7 +121,8 @@ START_TEST(bad_inputs) {
   parse_err("--nproc-per-node '0'", NULL, (const char *const[]){"--nproc-per-node", "0", "t.py", NULL});
   parse_err("--redirects '7'", NULL, (const char *const[]){"--redirects", "7", "t.py", NULL});
   parse_err("--rdzv-backend 'etcd'", NULL, (const char *const[]){"--rdzv-backend", "etcd", "t.py", NULL});
-  parse_err("--signals-to-handle", NULL, (const char *const[]){"--signals-to-handle", "SIGFOO", "t.py", NULL});
+  parse_err("--signals-to-handle", NULL,
+            (const char *const[]){"--signals-to-handle", "SIGFOO", "t.py", NULL});
   parse_err("cannot be used together", NULL, (const char *const[]){"-m", "--no-python", "t.py", NULL});
   parse_err("training_script", NULL, (const char *const[]){"--nnodes", "1", NULL});
   char *env[] = {"PET_MAX_RESTARTS=x", NULL};
@@ -157,19 +158,28 @@ START_TEST(worker_environment) {
   ck_assert_str_eq(trun_strv_getenv(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   trun_rdzv r = fake_round(&c);
   char **env = trun_worker_envp(base, &c, &r, 1, 2, "/l/attempt_2/1/error.json");
-  static const char *const want[][2] = {
-      {"LOCAL_RANK", "1"},       {"RANK", "3"},
-      {"GROUP_RANK", "1"},       {"ROLE_RANK", "3"},
-      {"ROLE_NAME", "default"},  {"LOCAL_WORLD_SIZE", "2"},
-      {"WORLD_SIZE", "4"},       {"GROUP_WORLD_SIZE", "2"},
-      {"ROLE_WORLD_SIZE", "4"},  {"MASTER_ADDR", "head"},
-      {"MASTER_PORT", "4321"},   {"TORCHELASTIC_RESTART_COUNT", "2"},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "none"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-      {"TORCHELASTIC_ERROR_FILE", "/l/attempt_2/1/error.json"}, {"PATH", "/bin"}};
+  static const char *const want[][2] = {{"LOCAL_RANK", "1"},
+                                        {"RANK", "3"},
+                                        {"GROUP_RANK", "1"},
+                                        {"ROLE_RANK", "3"},
+                                        {"ROLE_NAME", "default"},
+                                        {"LOCAL_WORLD_SIZE", "2"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"GROUP_WORLD_SIZE", "2"},
+                                        {"ROLE_WORLD_SIZE", "4"},
+                                        {"MASTER_ADDR", "head"},
+                                        {"MASTER_PORT", "4321"},
+                                        {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                        {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                        {"TORCHELASTIC_RUN_ID", "none"},
+                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+                                        {"TORCHELASTIC_ERROR_FILE", "/l/attempt_2/1/error.json"},
+                                        {"PATH", "/bin"}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     const char *v = trun_strv_getenv(env, want[i][0]);
-    ck_assert_msg(v && strcmp(v, want[i][1]) == 0, "%s=%s, want %s", want[i][0], v ? v : "(unset)", want[i][1]);
+    ck_assert_msg(v && strcmp(v, want[i][1]) == 0, "%s=%s, want %s", want[i][0], v ? v : "(unset)",
+                  want[i][1]);
   }
   int count = 0;
   for (char **p = env; *p; p++) count += strncmp(*p, "LOCAL_RANK=", 11) == 0;

@@ -22,7 +22,6 @@
 #include "discover.h"
 #include "discover_internal.h"
 
-
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
 static char *fixture(const char *rel) {
