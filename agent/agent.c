@@ -105,7 +105,7 @@ static int mkdirs(const char *path) {
   return 0;
 }
 
-/* torchrun's layout: <log-dir or /tmp/torchelastic_XXXXXX>/<run_id>_XXXXXXXX/attempt_N/<local_rank>/ */
+/* torchrun's layout: <log-dir or /tmp/torchelastic_XXXXXX>/<run_id>_XXXXXX/attempt_N/<local_rank>/ */
 static int make_run_dir(agent *a) {
   const char *base = a->cfg->log_dir;
   char tmpbase[PATH_MAX];
