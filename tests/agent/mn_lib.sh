@@ -117,3 +117,24 @@ wait_agents() {
 dump_agent() { # name out-file err-file
   echo "=== $1 stdout:"; cat "$2" 2>/dev/null; echo "=== $1 stderr:"; cat "$3" 2>/dev/null; echo "=== end of $1"
 }
+
+# Starts agents 2, 1, 0 (in that order, so that late store hosts are exercised) with the caller's
+# start_agent, waits for them, and checks exit codes and the rank placement (3 nodes x 2 workers, master
+# address $1). Fails the test on any difference.
+run_three_agents_shuffled() { # master-addr
+  local ok=1 ranks_ok n
+  start_agent 2
+  sleep 1 # only makes the shuffled start order likely; nothing depends on it
+  start_agent 1
+  sleep 1
+  start_agent 0
+  wait_agents 400 60 "python3 -u" "${pids[@]}" || ok=0
+  for n in 0 1 2; do dump_agent "agent $n" "$tmp/agent$n.out" "$tmp/agent$n.err"; done
+  "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_check_ranks.py" "$tmp" 3 2 "$1"
+  ranks_ok=$?
+  [ $ok = 1 ] || fail "the agents did not all exit (see above; workers all gone => the agent hangs)"
+  for n in 0 1 2; do
+    [ "${AGENT_RC[${pids[$n]}]}" = 0 ] || fail "agent $n exited ${AGENT_RC[${pids[$n]}]}, want 0"
+  done
+  [ $ranks_ok = 0 ] || fail "rank checks failed"
+}
