@@ -24,7 +24,15 @@
 #include "watchdog.h"
 #include "worker_env.h"
 
-typedef enum { OUT_NONE = 0, OUT_SUCCESS, OUT_FAILED, OUT_SIGNALED, OUT_REMOTE_FAILED } outcome;
+/* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
+typedef enum {
+  OUT_NONE = 0,
+  OUT_SUCCESS,
+  OUT_FAILED,
+  OUT_SIGNALED,
+  OUT_REMOTE_FAILED,
+  OUT_MEMBERSHIP
+} outcome;
 
 typedef struct agent agent;
 
@@ -65,6 +73,7 @@ struct agent {
   int nsigs;
   uv_timer_t kill_timer;
   uv_timer_t drain_timer;
+  uv_timer_t member_timer; /* c10d: heartbeats and the wait list while the workers run */
   /* Multi-node: a thread waits for the round's end key on its own connection. */
   uv_async_t remote;
   pthread_t watcher;
@@ -332,6 +341,22 @@ static void on_remote(uv_async_t *h) {
   maybe_finish(a);
 }
 
+/* ---- c10d membership ------------------------------------------------------------------------------ */
+
+/* torchrun's monitor step for a healthy group: keep the heartbeat fresh; nodes in the wait list mean a new
+ * world, so the workers stop and every agent joins the next round (not counted as a restart). */
+static void on_member_tick(uv_timer_t *t) {
+  agent *a = t->data;
+  if (a->phase_stopping || a->running == 0) return;
+  int waiting = trun_rdzv_c10d_tick(&a->rdzv);
+  if (waiting > 0 && !a->phase_stopping && a->result == OUT_NONE) {
+    trun_info("%d node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
+              waiting);
+    a->result = OUT_MEMBERSHIP;
+    begin_stop(a, SIGTERM, 1);
+  }
+}
+
 /* ---- workers ------------------------------------------------------------------------------------- */
 
 static int open_log(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }
@@ -455,8 +480,13 @@ static void run_round(agent *a) {
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   a->in_round = 1;
+  if (a->rdzv.dynamic) {
+    uint64_t every = (uint64_t)(a->cfg->monitor_interval * 1000);
+    uv_timer_start(&a->member_timer, on_member_tick, every < 100 ? 100 : every, every < 100 ? 100 : every);
+  }
   maybe_finish(a); /* a worker may have failed to start */
   uv_run(a->loop, UV_RUN_DEFAULT);
+  uv_timer_stop(&a->member_timer);
   a->in_round = 0;
 }
 
@@ -499,7 +529,7 @@ static void report_failures(agent *a, int final) {
             strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed" : "the store was lost");
     final = 0;
   }
-  if (final && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
+  if (final && !a->rdzv.dynamic && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
     /* Job-wide: add the other nodes' root causes. */
     char **remote = NULL;
     int nr = 0;
@@ -557,6 +587,7 @@ static void teardown(agent *a) {
   for (int i = 0; i < a->nsigs; i++) close_handle((uv_handle_t *)&a->sigs[i]);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
+  close_handle((uv_handle_t *)&a->member_timer);
   close_handle((uv_handle_t *)&a->remote);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
@@ -683,7 +714,7 @@ static int agent_main(agent *a) {
     trun_error("%s", err);
     return 1;
   }
-  if (a->rdzv.group_world_size > 1) {
+  if (!a->rdzv.dynamic && a->rdzv.group_world_size > 1) {
     trun_client_opts o;
     trun_client_opts_default(&o);
     o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
@@ -705,7 +736,8 @@ static int agent_main(agent *a) {
     run_round(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-    if (a->rdzv.group_world_size > 1) end_round_multinode(a);
+    if (!a->rdzv.dynamic && a->rdzv.group_world_size > 1) end_round_multinode(a);
+    if (a->result == OUT_MEMBERSHIP) continue; /* same attempt number, like torchrun */
     if (a->result == OUT_SUCCESS) {
       code = 0;
       break;
@@ -725,7 +757,15 @@ static int agent_main(agent *a) {
     a->restart_count++;
     trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
   }
-  if (a->rdzv.client) trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000);
+  if (a->rdzv.dynamic) {
+    /* torchrun: the exit barrier after success (1.13: also after the last failure), then shutdown()
+     * closes the rendezvous unless the agent was stopped by a signal. */
+    if (a->rdzv.client && (code == 0 || (a->rdzv.gen113 && a->result != OUT_SIGNALED)))
+      trun_rdzv_c10d_exit_barrier(&a->rdzv, 300000);
+    if (a->rdzv.client && a->result != OUT_SIGNALED) trun_rdzv_c10d_shutdown(&a->rdzv);
+  } else if (a->rdzv.client) {
+    trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000);
+  }
   return code;
 }
 
@@ -735,6 +775,10 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   a.cfg = cfg;
   a.env = envp;
   char err[256];
+  if (trun_rdzv_conf_check(cfg, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
+    return 2;
+  }
   if (trun_nproc_resolve(cfg->nproc_spec, &a.nproc, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
@@ -755,7 +799,8 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
         "their own children may not be");
   uv_timer_init(a.loop, &a.kill_timer);
   uv_timer_init(a.loop, &a.drain_timer);
-  a.kill_timer.data = a.drain_timer.data = &a;
+  uv_timer_init(a.loop, &a.member_timer);
+  a.kill_timer.data = a.drain_timer.data = a.member_timer.data = &a;
   uv_async_init(a.loop, &a.remote, on_remote);
   a.remote.data = &a;
   if (setup_signals(&a) < 0) {

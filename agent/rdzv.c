@@ -81,7 +81,7 @@ int trun_rdzv_wait_key(trun_rdzv *r, const char *k, int timeout_ms) {
 }
 
 /* trun_client_connect in slices, so that r->poll can interrupt a long wait for node rank 0. */
-static int connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms) {
+int trun_rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms) {
   for (int waited = 0;; waited += SLICE_MS) {
     o->connect_timeout_ms = timeout_ms - waited < SLICE_MS ? timeout_ms - waited : SLICE_MS;
     if (o->connect_timeout_ms <= 0) return -ETIMEDOUT;
@@ -92,6 +92,8 @@ static int connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms) {
 }
 
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+  if (cfg->backend == TRUN_RDZV_C10D && !cfg->standalone && cfg->endpoint_port != 0)
+    return trun_rdzv_c10d_init(r, cfg, nproc, err, errlen);
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
   memset(r, 0, sizeof(*r));
@@ -141,7 +143,7 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   o.key_prefix = "";
   o.timeout_ms = join_timeout_ms(cfg);
   o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
-  int rc = connect_polling(r, &o, o.timeout_ms);
+  int rc = trun_rdzv_connect_polling(r, &o, o.timeout_ms);
   if (rc == -EINTR) {
     snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d", connect_host, port);
     trun_rdzv_close(r);
@@ -198,6 +200,7 @@ static int wipe_worker_keys(trun_rdzv *r) {
 }
 
 int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
+  if (r->dynamic) return trun_rdzv_c10d_round(r, err, errlen);
   char k[512], v[32];
   int world = r->group_world_size, rc;
   int timeout = join_timeout_ms(r->cfg);
@@ -350,6 +353,10 @@ void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms) {
 }
 
 void trun_rdzv_close(trun_rdzv *r) {
+  if (r->dynamic) {
+    trun_rdzv_c10d_close(r);
+    return;
+  }
   if (r->client) trun_client_close(r->client);
   r->client = NULL;
   if (r->host) trun_store_host_stop(r->host);

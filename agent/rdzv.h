@@ -22,11 +22,24 @@ typedef struct {
    * (the agent lets its loop handle signals there). May be NULL. */
   int (*poll)(void *arg);
   void *poll_arg;
+  /* c10d dynamic rendezvous (rdzv_c10d.c): torchelastic's state machine, torch's agent key protocol. */
+  int dynamic;
+  struct trun_dyn *dyn;
+  int gen113;                   /* the peers speak torch 1.13's agent protocol (`fqdn` node keys) */
+  int workers_host_store;       /* TORCHELASTIC_USE_AGENT_STORE=False: worker rank 0 serves (1.13) */
+  trun_store_host *worker_host; /* the workers' store this agent serves as group rank 0 (torch >= 2.5) */
+  int worker_port;
+  long long dyn_round;     /* the c10d round of the last completed rendezvous */
+  char round_prefix[400];  /* "/torch.rendezvous.<run_id>.<round>/" */
+  char cached_master[256]; /* the workers' store of an earlier round (torch caches it) */
+  int cached_port;
 } trun_rdzv;
 
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
  * -EINTR or another negative errno. */
 int trun_rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
+/* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. */
+int trun_rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
 /* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err.
  * r->poll / r->poll_arg are kept: set them before. */
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
@@ -46,6 +59,23 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
  * so that it does not take the store away while they still read from it. */
 void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
 void trun_rdzv_close(trun_rdzv *r);
+/* ---- c10d dynamic rendezvous (rdzv_c10d.c) ---- */
+/* Checks --rdzv-conf for the c10d backend: 0, or -1 with the reason (the caller exits 2). */
+int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
+int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
+/* next_rendezvous + torch's rank assignment and workers' store address. 0 or -1 with a reason. */
+int trun_rdzv_c10d_round(trun_rdzv *r, char *err, size_t errlen);
+/* While the workers run: heartbeat when due. Returns the number of nodes waiting to join (>= 0) or a
+ * negative errno. */
+int trun_rdzv_c10d_tick(trun_rdzv *r);
+/* torch's exit barrier for this round (errors only logged). */
+void trun_rdzv_c10d_exit_barrier(trun_rdzv *r, int timeout_ms);
+/* torch's shutdown(): closes the rendezvous for good. */
+void trun_rdzv_c10d_shutdown(trun_rdzv *r);
+void trun_rdzv_c10d_close(trun_rdzv *r);
+/* Seconds from --rdzv-conf key (def when absent). */
+double trun_rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
+
 /* Python's socket.getfqdn() for this host. */
 void trun_fqdn(char *out, size_t len);
 
