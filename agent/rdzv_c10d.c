@@ -566,11 +566,12 @@ int trun_rdzv_c10d_round(trun_rdzv *r, char *err, size_t errlen) {
   snprintf(r->round_prefix, sizeof(r->round_prefix), "/torch.rendezvous.%s.%lld/", r->cfg->run_id,
            (long long)round);
   int timeout = (int)trun_rdzv_conf_seconds(r->cfg, "join_timeout", 600) * 1000;
-  rc = r->gen113 ? ranks_113(r, timeout) : ranks_v2(r, timeout);
-  const char *what = "assigning ranks";
+  /* torch >= 2.5 settles the workers' store inside next_rendezvous, before the ranks; 1.13 after them. */
+  const char *what = r->gen113 ? "assigning ranks" : "sharing the workers' store address";
+  rc = r->gen113 ? ranks_113(r, timeout) : master_v2(r, timeout);
   if (rc == 0) {
-    what = "publishing the workers' store";
-    rc = r->gen113 ? master_113(r, timeout) : master_v2(r, timeout);
+    what = r->gen113 ? "sharing the workers' store address" : "assigning ranks";
+    rc = r->gen113 ? master_113(r, timeout) : ranks_v2(r, timeout);
   }
   if (rc < 0) {
     snprintf(err, errlen, "c10d round %lld (node rank %d of %d): %s failed: %s", (long long)round, rank,
