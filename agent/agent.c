@@ -429,7 +429,8 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
   }
   int out_fd = -1, err_fd = -1, rc = -1;
   if (setup_stream(a, w, 1, w->log_out, &out_fd) == 0 && setup_stream(a, w, 2, w->log_err, &err_fd) == 0) {
-    trun_spawn_req req = {.argv = argv, .envp = envp, .stdout_fd = out_fd, .stderr_fd = err_fd};
+    trun_spawn_req req = {
+        .argv = argv, .envp = envp, .stdout_fd = out_fd, .stderr_fd = err_fd, .cpus = trun_worker_cpus(envp)};
     const char *what = "";
     int src = trun_spawn(&req, &w->pid, &what);
     if (src < 0 && w->pid <= 0) {

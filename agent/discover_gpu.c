@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpulist.h"
 #include "discover.h"
 #include "nvml.h"
 
@@ -137,29 +138,6 @@ static void nvml_close(trun_nvml *n) {
   n->dl = NULL;
 }
 
-/* Bitmask (nlongs unsigned longs, CPU i = bit i) → "0-23,48-71"; truncated safely when out is short. */
-static void mask_to_cpulist(const unsigned long *mask, unsigned nlongs, char *out, size_t outlen) {
-  const unsigned bits = 8 * (unsigned)sizeof(unsigned long);
-  const unsigned ncpu = nlongs * bits;
-  size_t len = 0;
-  out[0] = '\0';
-  for (unsigned i = 0; i < ncpu;) {
-    if (!(mask[i / bits] >> (i % bits) & 1UL)) {
-      i++;
-      continue;
-    }
-    unsigned j = i;
-    while (j + 1 < ncpu && (mask[(j + 1) / bits] >> ((j + 1) % bits) & 1UL)) j++;
-    char piece[32];
-    int k = j == i ? snprintf(piece, sizeof(piece), "%s%u", len ? "," : "", i)
-                   : snprintf(piece, sizeof(piece), "%s%u-%u", len ? "," : "", i, j);
-    if (k < 0 || len + (size_t)k >= outlen) break;
-    memcpy(out + len, piece, (size_t)k + 1);
-    len += (size_t)k;
-    i = j + 1;
-  }
-}
-
 static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d) {
   trun_gpu *g = &d->g;
   memset(g, 0, sizeof(*g));
@@ -182,7 +160,7 @@ static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d) {
   unsigned long mask[64];
   memset(mask, 0, sizeof(mask));
   if (n->cpu_affinity && n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
-    mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
+    trun_mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
   /* NUMA: the PCI function's numa_node in sysfs (what nvidia-smi's "NUMA Affinity" shows); NVML's own
    * NUMA id only exists where the GPU memory is a NUMA node (Grace), so it is the fallback. */
   if (d->has_pci) g->numa_node = trun_pci_numa_of_bus_id(g->pci_bus_id);

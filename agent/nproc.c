@@ -1,5 +1,7 @@
-/* --nproc-per-node resolution. GPU counting here reads the device nodes the NVIDIA driver creates for the
- * GPUs this container may use; hardware discovery (NVML) refines it. */
+/* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML (agent/discover.h,
+ * honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES), and, where no NVML library loads, the
+ * /dev/nvidiaN nodes the driver creates for this container (TRUN_DEV_ROOT, default /dev) narrowed by
+ * CUDA_VISIBLE_DEVICES. `auto` without GPUs = the CPUs the cgroup quota and affinity allow. */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -9,8 +11,11 @@
 
 #include "agent.h"
 #include "discover.h"
+#include "log.h"
 
-static int count_visible_gpus(void) {
+extern char **environ;
+
+static int count_dev_nodes(void) {
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
   if (cvd) {
     if (cvd[0] == '\0' || strcmp(cvd, "-1") == 0 || strcmp(cvd, "none") == 0) return 0;
@@ -18,7 +23,8 @@ static int count_visible_gpus(void) {
     for (const char *p = cvd; *p; p++) n += *p == ',';
     return n;
   }
-  DIR *d = opendir("/dev");
+  const char *root = getenv("TRUN_DEV_ROOT");
+  DIR *d = opendir(root && *root ? root : "/dev");
   if (d == NULL) return 0;
   int n = 0;
   struct dirent *e;
@@ -26,6 +32,20 @@ static int count_visible_gpus(void) {
     if (strncmp(e->d_name, "nvidia", 6) == 0 && isdigit((unsigned char)e->d_name[6])) n++;
   closedir(d);
   return n;
+}
+
+static int count_visible_gpus(void) {
+  trun_node *node = calloc(1, sizeof(*node));
+  if (node == NULL) return count_dev_nodes();
+  char err[512] = "";
+  int rc = trun_discover_gpus(node, environ, err, sizeof(err));
+  int n = node->ngpu;
+  const char *source = node->gpu_source;
+  free(node);
+  if (rc < 0) /* like CUDA: the GPUs before the entry that names none */
+    trun_warn("counting GPUs for --nproc-per-node: %s; using the %d GPU(s) before it", err, n);
+  if (source && strcmp(source, "nvml") == 0) return n;
+  return count_dev_nodes();
 }
 
 /* `cpu` keeps torchrun's meaning, os.cpu_count(): every online CPU, whatever the affinity or quota. */
@@ -47,7 +67,7 @@ int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
     }
     if (strcmp(spec, "gpu") == 0) {
       snprintf(err, errlen,
-               "--nproc-per-node gpu: no GPU is visible here (no /dev/nvidiaN, or "
+               "--nproc-per-node gpu: no GPU is visible here (NVML lists none, no /dev/nvidiaN, or "
                "CUDA_VISIBLE_DEVICES is empty); give a number or use auto");
       return -1;
     }

@@ -2,11 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
+
+#include "cpulist.h"
 
 /* Child side failure: send the step and errno to the parent, then exit 127 (the shell's convention). */
 static void child_fail(int fd, uint8_t step, int err) {
@@ -17,7 +20,16 @@ static void child_fail(int fd, uint8_t step, int err) {
   _exit(127);
 }
 
-enum { STEP_SETSID = 1, STEP_PDEATHSIG, STEP_STDIN, STEP_STDOUT, STEP_STDERR, STEP_SIGNALS, STEP_EXEC };
+enum {
+  STEP_SETSID = 1,
+  STEP_PDEATHSIG,
+  STEP_STDIN,
+  STEP_STDOUT,
+  STEP_STDERR,
+  STEP_SIGNALS,
+  STEP_AFFINITY,
+  STEP_EXEC
+};
 
 static const char *step_name(int step) {
   switch (step) {
@@ -27,6 +39,7 @@ static const char *step_name(int step) {
     case STEP_STDOUT: return "dup2 stdout";
     case STEP_STDERR: return "dup2 stderr";
     case STEP_SIGNALS: return "reset signals";
+    case STEP_AFFINITY: return "sched_setaffinity (--numa-binding)";
     case STEP_EXEC: return "exec";
     default: return "?";
   }
@@ -63,7 +76,8 @@ static int resolve(const char *file, char *const *envp, char *path, size_t len) 
   return err;
 }
 
-static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, int errfd) {
+static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, int errfd,
+                      const unsigned long *cpus) {
   if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STEP_PDEATHSIG, errno);
   if (getppid() != agent) _exit(1); /* the agent died before the request took effect */
@@ -88,6 +102,9 @@ static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, 
   sigset_t none;
   sigemptyset(&none);
   if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, STEP_SIGNALS, errno);
+  if (cpus &&
+      sched_setaffinity(0, TRUN_CPU_LONGS * sizeof(unsigned long), (const cpu_set_t *)(const void *)cpus) < 0)
+    child_fail(errfd, STEP_AFFINITY, errno);
   execve(path, req->argv, req->envp);
   child_fail(errfd, STEP_EXEC, errno);
 }
@@ -98,6 +115,12 @@ int trun_spawn(const trun_spawn_req *req, pid_t *pid, const char **what) {
   if (rc < 0) {
     *what = "find the program in PATH";
     return rc;
+  }
+  unsigned long mask[TRUN_CPU_LONGS];
+  if (req->cpus && (trun_cpulist_to_mask(req->cpus, mask, TRUN_CPU_LONGS) < 0 ||
+                    trun_mask_count(mask, TRUN_CPU_LONGS) == 0)) {
+    *what = "parse the CPU list for --numa-binding";
+    return -EINVAL;
   }
   int p[2];
   if (pipe2(p, O_CLOEXEC) < 0) {
@@ -115,7 +138,7 @@ int trun_spawn(const trun_spawn_req *req, pid_t *pid, const char **what) {
   }
   if (child == 0) {
     close(p[0]);
-    child_run(req, path, agent, p[1]);
+    child_run(req, path, agent, p[1], req->cpus ? mask : NULL);
   }
   close(p[1]);
   unsigned char msg[5];

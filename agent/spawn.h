@@ -12,13 +12,15 @@ typedef struct {
   int stderr_fd;        /* becomes the child's fd 2; -1 = inherit */
   const int *close_fds; /* fds the child must not keep (besides O_CLOEXEC ones); may be NULL */
   size_t nclose_fds;
+  const char *cpus; /* cpulist the child is pinned to (sched_setaffinity before exec); NULL = inherit */
 } trun_spawn_req;
 
 /* Forks a child that: starts its own session (so it leads its process group, like torchrun 2.x's
  * start_new_session), asks the kernel for SIGKILL when the agent dies (PR_SET_PDEATHSIG, and exits at once
  * if the agent is already gone), reads stdin from /dev/null, resets signal dispositions and the signal
- * mask, then execs. Exec failure is reported back through a close-on-exec pipe.
- * Returns 0 with *pid set, or a negative errno; *what names the failing step ("fork", "exec", ...). */
+ * mask, pins itself to req->cpus when given, then execs. Exec failure is reported back through a
+ * close-on-exec pipe. Returns 0 with *pid set, or a negative errno; *what names the failing step ("fork",
+ * "exec", ...). */
 int trun_spawn(const trun_spawn_req *req, pid_t *pid, const char **what);
 
 #endif

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+#include "nccl_env.h"
+
 static size_t strv_len(char *const *v) {
   size_t n = 0;
   while (v && v[n]) n++;
@@ -44,6 +47,17 @@ int trun_strv_setenv(char ***v, const char *name, const char *value) {
   return 0;
 }
 
+void trun_strv_unsetenv(char **v, const char *name) {
+  size_t n = strlen(name), j = 0;
+  for (size_t i = 0; v && v[i]; i++) {
+    if (strncmp(v[i], name, n) == 0 && v[i][n] == '=')
+      free(v[i]);
+    else
+      v[j++] = v[i];
+  }
+  if (v) v[j] = NULL;
+}
+
 static char **strv_dup(char *const *src) {
   size_t n = strv_len(src);
   char **v = calloc(n + 1, sizeof(char *));
@@ -56,6 +70,38 @@ static char **strv_dup(char *const *src) {
   return v;
 }
 
+/* The decided NCCL / libfabric variables and the --numa-binding plan, added to *v. 0 or -ENOMEM. */
+static int node_env(char ***v, const trun_config *cfg, int nproc) {
+  trun_node *node = malloc(sizeof(*node));
+  trun_env_plan *plan = malloc(sizeof(*plan));
+  char *numa = NULL;
+  int rc = -ENOMEM;
+  if (node == NULL || plan == NULL) goto out;
+  char err[512];
+  if (trun_discover_node(node, *v, TRUN_IDENTITY_IF_EFA, cfg->no_imds, err, sizeof(err)) < 0)
+    trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
+  trun_nccl_env_decide(node, *v, plan);
+  trun_strv_unsetenv(*v, "TRUN_NUMA_PLAN");
+  if ((rc = trun_nccl_env_apply(plan, v)) < 0 || !cfg->numa_binding) goto out;
+  size_t cap = (size_t)nproc * 1024 + 1, len = 0;
+  if ((numa = malloc(cap)) == NULL) goto out;
+  numa[0] = '\0';
+  for (int lr = 0; lr < nproc; lr++) {
+    char cpus[1024];
+    trun_numa_cpus_for(node, lr, cpus, sizeof(cpus));
+    if (cpus[0] == '\0')
+      trun_warn("--numa-binding: local rank %d is not pinned (%s)", lr,
+                lr >= node->ngpu ? "no GPU for it" : "its GPU's NUMA CPUs are unknown or not allowed here");
+    len += (size_t)snprintf(numa + len, cap - len, "%s%s", lr ? ";" : "", cpus);
+  }
+  rc = trun_strv_setenv(v, "TRUN_NUMA_PLAN", numa);
+out:
+  free(numa);
+  free(plan);
+  free(node);
+  return rc;
+}
+
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced) {
   char **v = strv_dup(envp);
   if (v == NULL) return NULL;
@@ -66,6 +112,7 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_f
     *omp_forced = 1;
   }
   if (rc == 0) rc = trun_strv_setenv(&v, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_text);
+  if (rc == 0) rc = node_env(&v, cfg, nproc);
   if (rc < 0) {
     trun_strv_free(v);
     return NULL;
@@ -140,8 +187,27 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
       trun_strv_free(v);
       return NULL;
     }
+  /* --numa-binding: this rank's entry of the plan, or no pinning at all. */
+  const char *plan = trun_strv_getenv(base, "TRUN_NUMA_PLAN");
+  char cpus[1024] = "";
+  for (int k = 0; plan && k < local_rank; k++) {
+    plan = strchr(plan, ';');
+    if (plan) plan++;
+  }
+  if (plan) {
+    size_t n = strcspn(plan, ";");
+    if (n < sizeof(cpus)) memcpy(cpus, plan, n), cpus[n] = '\0';
+  }
+  trun_strv_unsetenv(v, "TRUN_NUMA_PLAN");
+  trun_strv_unsetenv(v, "TRUN_CPU_AFFINITY");
+  if (cpus[0] && trun_strv_setenv(&v, "TRUN_CPU_AFFINITY", cpus) < 0) {
+    trun_strv_free(v);
+    return NULL;
+  }
   return v;
 }
+
+const char *trun_worker_cpus(char *const *envp) { return trun_strv_getenv(envp, "TRUN_CPU_AFFINITY"); }
 
 /* Replaces every "${local_rank}" in arg. */
 static char *subst_local_rank(const char *arg, int local_rank) {

@@ -10,14 +10,22 @@ void trun_strv_free(char **v);
 /* Sets NAME=value in *v (replacing an earlier NAME). 0 or -ENOMEM. */
 int trun_strv_setenv(char ***v, const char *name, const char *value);
 const char *trun_strv_getenv(char *const *v, const char *name);
+/* Removes every NAME=... from v. */
+void trun_strv_unsetenv(char **v, const char *name);
 
 /* The agent's own environment as the workers inherit it: a copy of envp with OMP_NUM_THREADS=1 when unset
- * and nproc > 1 (*omp_forced set; torchrun prints a warning) and TORCHELASTIC_SIGNALS_TO_HANDLE. */
+ * and nproc > 1 (*omp_forced set; torchrun prints a warning) and TORCHELASTIC_SIGNALS_TO_HANDLE; plus the
+ * NCCL / libfabric variables trun decides for this node (agent/nccl_env.h; discovery here, IMDS only when
+ * usable EFA devices exist; a variable already in envp is never changed), and with --numa-binding the
+ * per-local-rank CPU lists in TRUN_NUMA_PLAN ("list0;list1;..."), which trun_worker_envp consumes. */
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced);
 
-/* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off. */
+/* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off.
+ * TRUN_CPU_AFFINITY = the CPUs the worker is pinned to (its TRUN_NUMA_PLAN entry), removed when none. */
 char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
                         int restart_count, const char *error_file);
+/* The cpulist a worker with environment envp is to be pinned to (TRUN_CPU_AFFINITY), or NULL. */
+const char *trun_worker_cpus(char *const *envp);
 /* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced. */
 char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank);
 

@@ -111,10 +111,9 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                              "fully qualified host name."},
     [TRUN_OPT_LOGS_SPECS] = {"logs-specs", "logs_specs", 0, 0, NULL, NULL, TRUN_G_COMPAT, "LOGS_SPECS",
                              "torchrun.logs_specs group entrypoint name (a LogsSpecs plugin)."},
-    [TRUN_OPT_NUMA_BINDING] = {"numa-binding", "numa_binding", 0, 0, NULL, NULL, TRUN_G_COMPAT,
-                               "{node,socket,exclusive,core-complex}",
-                               "Bind each worker's CPU and memory to the NUMA resources near its GPU "
-                               "(GPU index = local rank)."},
+    [TRUN_OPT_NUMA_BINDING] = {"numa-binding", "numa_binding", 0, 0, NULL, NULL, TRUN_G_COMPAT, "{node}",
+                               "Pin each worker to the CPUs of its GPU's NUMA node (GPU index = local rank). "
+                               "torchrun's socket, exclusive and core-complex are not implemented."},
     [TRUN_OPT_SIGNALS_TO_HANDLE] = {"signals-to-handle", "signals_to_handle", 0, 0,
                                     "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "PET_SIGNALS_TO_HANDLE", TRUN_G_COMPAT,
                                     "SIGNALS_TO_HANDLE",
@@ -137,6 +136,13 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
          TRUN_G_TRUN, "TEMPLATE",
          "The prefix of tee'd console lines, with ${role_name} ${local_rank} ${rank} "
          "${hostname}. Unset: \"[${role_name}${local_rank}]:\"."},
+    [TRUN_OPT_EXPLAIN] =
+        {"explain", NULL, 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
+         "Print what was found on this node (GPUs, links, EFA, instance type) and each NCCL / "
+         "libfabric variable the workers get: value, source (user, trun, left to plugin) and "
+         "reason; start nothing. The training script may be left out."},
+    [TRUN_OPT_NO_IMDS] = {"no-imds", "no_imds", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
+                          "Do not ask the EC2 instance metadata service for the instance type (DMI only)."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};
@@ -475,7 +481,7 @@ int trun_cli_parse(int argc, char **argv, char **envp, trun_cmdline *out, char *
   trun_argp p = {.argc = argc, .argv = argv, .out = out, .err = err, .errlen = errlen};
   if (trun_parse_argv(&p) < 0) return -1;
   if (trun_apply_env(out, envp, err, errlen) < 0) return -1;
-  if (!out->script && !out->help && !out->version) {
+  if (!out->script && !out->help && !out->version && !out->v[TRUN_OPT_EXPLAIN].val) {
     trun_errf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

@@ -39,6 +39,8 @@ typedef enum {
   /* trun's own options */
   TRUN_OPT_DRY_RUN,
   TRUN_OPT_LOG_LINE_PREFIX,
+  TRUN_OPT_EXPLAIN,
+  TRUN_OPT_NO_IMDS,
   TRUN_OPT__COUNT
 } trun_opt_id;
 

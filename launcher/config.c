@@ -265,6 +265,13 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
       VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK) && strcmp(VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK), "0") != 0;
   cfg->dry_run = VAL(TRUN_OPT_DRY_RUN) && strcmp(VAL(TRUN_OPT_DRY_RUN), "0") != 0;
   cfg->log_line_prefix = VAL(TRUN_OPT_LOG_LINE_PREFIX);
+  cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
+  cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
+  cfg->numa_binding = VAL(TRUN_OPT_NUMA_BINDING);
+  if (cfg->numa_binding && strcmp(cfg->numa_binding, "node") != 0)
+    return fail(err, errlen, cl, TRUN_OPT_NUMA_BINDING,
+                "--numa-binding '%s': trun implements only 'node' (each worker on its GPU's NUMA node CPUs)",
+                cfg->numa_binding);
 
   /* Rendezvous endpoint and the standalone / single-node switches (torchrun's rules). */
   const char *ep = VAL(TRUN_OPT_RDZV_ENDPOINT);
@@ -310,7 +317,7 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   cfg->script = cl->script;
   cfg->script_args = cl->script_args;
   cfg->nscript_args = cl->nscript_args;
-  if (cfg->script == NULL) {
+  if (cfg->script == NULL && !cfg->explain) {
     snprintf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

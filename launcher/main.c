@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "config.h"
 #include "log.h"
+#include "nccl_env.h"
 
 #ifndef TRUN_VERSION
 #define TRUN_VERSION "0.1.0"
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
+  if (cfg.explain) return trun_explain(&cfg, environ, stdout);
   if (cfg.dry_run) return trun_agent_dry_run(&cfg, environ, stdout);
   return trun_agent_run(&cfg, environ);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "discover.h"
+#include "nccl_env.h"
 
 extern char **environ;
 
@@ -23,7 +24,9 @@ static const char *usage =
     "usage: trun-topo [--json] [--no-imds]\n"
     "  Shows the GPUs the workers would see (NVML), the RDMA/EFA devices (sysfs) and how they connect,\n"
     "  like `nvidia-smi topo -m` with NIC columns.\n"
-    "  --json      machine-readable: instance_type, gpus, efa, links, nproc_auto, env\n"
+    "  --json      machine-readable: instance_type, gpus, efa, links, nproc_auto (visible GPUs, or the\n"
+    "              CPUs the cgroup allows when there are none), env (variable -> value (null = not set),\n"
+    "              source user|trun|plugin, reason; what trun gives the workers)\n"
     "  --no-imds   do not ask the EC2 instance metadata service for the instance type\n";
 
 typedef struct {
@@ -141,8 +144,20 @@ static json_t *to_json(const trun_node *n, const topo_paths *p) {
     json_array_append_new(links, row);
   }
   json_object_set_new(root, "links", links);
-  json_object_set_new(root, "nproc_auto", json_integer(n->ngpu));
-  json_object_set_new(root, "env", json_object());
+  json_object_set_new(root, "nproc_auto", json_integer(trun_nproc_auto(n)));
+  trun_env_plan *plan = malloc(sizeof(*plan));
+  json_t *env = json_object();
+  if (plan) {
+    trun_nccl_env_decide(n, environ, plan);
+    for (int i = 0; i < plan->n; i++) {
+      const trun_env_decision *d = &plan->d[i];
+      json_object_set_new(env, d->name,
+                          json_pack("{s:o, s:s, s:s}", "value", d->set ? json_string(d->value) : json_null(),
+                                    "source", trun_env_source_name(d->source), "reason", d->reason));
+    }
+    free(plan);
+  }
+  json_object_set_new(root, "env", env);
   return root;
 }
 

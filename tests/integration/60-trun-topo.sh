@@ -2,7 +2,8 @@
 # build/trun-topo against the node fixtures (tests/fixtures/nodes/<name>/, written by gen.py there): for each
 # fixture, trun-topo --json --no-imds with TRUN_SYSFS_ROOT / TRUN_DEV_ROOT / TRUN_DMI_ROOT pointing into it,
 # the fake NVML (build/libnvidia-ml-fake.so reading its nvml.json; no nvml.json = no NVIDIA library) and
-# the variables of its env file must print exactly its expected.json, exit 0 and say nothing on stderr; the
+# the variables of its env file (and TRUN_CGROUP_ROOT=<fixture>/cgroup where it has one), in an otherwise
+# empty environment, must print exactly its expected.json (GPUs, EFA, links, nproc_auto, env decisions), exit 0 and say nothing on stderr; the
 # table form must run too. Then: a CUDA_VISIBLE_DEVICES entry naming no GPU (stderr names it, exit 0, the
 # GPUs before it are kept), --help (exit 0), a bad option (exit 2, one stderr line).
 # Exit: 0 pass, 77 skip, anything else fail.
@@ -25,7 +26,9 @@ run() {
   [ -f "$d/nvml.json" ] && lib=$shim
   local -a vars=()
   [ -s "$d/env" ] && mapfile -t vars <"$d/env"
-  env -u CUDA_VISIBLE_DEVICES -u NVIDIA_VISIBLE_DEVICES -u TRUN_IMDS_ENDPOINT \
+  [ -d "$d/cgroup" ] && vars+=("TRUN_CGROUP_ROOT=$d/cgroup")
+  # A clean environment: the user's NCCL_* / FI_* variables would show up in "env".
+  env -i PATH="$PATH" \
     TRUN_SYSFS_ROOT="$d/sys" TRUN_DEV_ROOT="$d/dev" TRUN_DMI_ROOT="$d/dmi" TRUN_NVML_LIBRARY="$lib" \
     TRUN_FAKE_NVML_TOPO="$d/nvml.json" AWS_EC2_METADATA_DISABLED=true "${vars[@]}" "$topo" "$@" \
     >"$tmp/o" 2>"$tmp/e"
@@ -47,7 +50,7 @@ for d in "$fx"/*/; do
   echo "ok $name"
   n=$((n + 1))
 done
-[ $n -ge 6 ] || fail "only $n fixtures"
+[ $n -ge 8 ] || fail "only $n fixtures"
 
 # An entry that names no GPU: like CUDA, it and the rest are hidden; stderr names it; exit 0.
 d=$fx/p4d.24xlarge

@@ -109,6 +109,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_DRY_RUN, "dry-run", "dry_run", 0, 1, NULL, "TRUN_DRY_RUN", "trun"},
     {TRUN_OPT_LOG_LINE_PREFIX, "log-line-prefix", "log_line_prefix", 0, 0, NULL,
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "trun"},
+    {TRUN_OPT_EXPLAIN, "explain", NULL, 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_NO_IMDS, "no-imds", "no_imds", 0, 1, NULL, NULL, "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -290,7 +292,7 @@ START_TEST(test_ambiguous_prefixes) {
       "--master-port, --master_port");
   assert_fail(ARGV("--n=1", "s.py"), NOENV,
               "ambiguous option: --n could match --nnodes, --nproc-per-node, --nproc_per_node, --no-python, "
-              "--no_python, --node-rank, --node_rank, --numa-binding, --numa_binding");
+              "--no_python, --node-rank, --node_rank, --numa-binding, --numa_binding, --no-imds, --no_imds");
   assert_fail(ARGV("--v", "s.py"), NOENV,
               "ambiguous option: --v could match --virtual-local-rank, --virtual_local_rank, --version");
   assert_fail(
@@ -534,6 +536,9 @@ START_TEST(test_help_text) {
       "\n  -r, --redirects REDIRECTS\n",
       "\n  -m, --module          ",
       "\n  --log-line-prefix, --log_line_prefix TEMPLATE\n",
+      "\n  --explain             Print what was found on this node",
+      "\n  --no-imds, --no_imds  Do not ask the EC2 instance metadata service",
+      "\n  --numa-binding, --numa_binding {node}\n",
       "(default: 1:1; env: PET_NNODES)",
       "[-r REDIRECTS] [-t TEE]",
       "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",

@@ -125,6 +125,14 @@ START_TEST(bad_inputs) {
             (const char *const[]){"--signals-to-handle", "SIGFOO", "t.py", NULL});
   parse_err("cannot be used together", NULL, (const char *const[]){"-m", "--no-python", "t.py", NULL});
   parse_err("training_script", NULL, (const char *const[]){"--nnodes", "1", NULL});
+  parse_err("--numa-binding 'socket': trun implements only 'node'", NULL,
+            (const char *const[]){"--numa-binding", "socket", "t.py", NULL});
+  trun_config x;
+  PARSE_OK(&x, "--explain", "--no-imds", "--numa-binding", "node"); /* --explain needs no script */
+  ck_assert_int_eq(x.explain, 1);
+  ck_assert_int_eq(x.no_imds, 1);
+  ck_assert_str_eq(x.numa_binding, "node");
+  ck_assert_ptr_null(x.script);
   char *env[] = {"PET_MAX_RESTARTS=x", NULL};
   parse_err("PET_MAX_RESTARTS=x", env, (const char *const[]){"t.py", NULL});
 }
