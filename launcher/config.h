@@ -41,6 +41,7 @@ typedef struct {
   int virtual_local_rank;
   int dry_run;
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
+  int print_config;            /* --print-config: the script may be missing */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -109,6 +109,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_DRY_RUN, "dry-run", "dry_run", 0, 1, NULL, "TRUN_DRY_RUN", "trun"},
     {TRUN_OPT_LOG_LINE_PREFIX, "log-line-prefix", "log_line_prefix", 0, 0, NULL,
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "trun"},
+    {TRUN_OPT_CONFIG, "config", NULL, 0, 0, NULL, "TRUN_CONFIG", "trun"},
+    {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -140,6 +142,7 @@ END_TEST
 
 START_TEST(test_src_names) {
   ck_assert_str_eq(trun_src_name(TRUN_SRC_DEFAULT), "default");
+  ck_assert_str_eq(trun_src_name(TRUN_SRC_DETECTED), "detected");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_FILE), "file");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_ENV), "env");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_CLI), "cli");
