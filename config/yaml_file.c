@@ -148,7 +148,13 @@ static int trun_yaml_check_node(trun_yparse *p) {
     default: return 0;
   }
   if (anchor) return TRUN_YERR(p, "anchors (&%s) are not supported; write the value out in full", anchor);
-  if (tag) return TRUN_YERR(p, "tags (%s) are not supported; remove the tag", (const char *)tag);
+  if (tag) {
+    static const char core[] = "tag:yaml.org,2002:"; /* "!!str" as written */
+    const char *t = (const char *)tag;
+    int is_core = strncmp(t, core, sizeof(core) - 1) == 0;
+    return TRUN_YERR(p, "tags (%s%s) are not supported; remove the tag", is_core ? "!!" : "",
+                     is_core ? t + sizeof(core) - 1 : t);
+  }
   return 0;
 }
 
@@ -324,7 +330,7 @@ static int trun_yaml_pair(trun_yparse *p, int *first_line, const char **first_sp
     doc->script_line = vline;
     doc->script_col = vcol;
   } else if (id == TRUN_KEY_ARGS) {
-    doc->args_line = vline;
+    doc->args_line = line; /* the key's: a block list starts on the next line */
   } else if (id < TRUN_OPT__COUNT) {
     doc->set[id] = 1;
     doc->line[id] = vline;

@@ -46,7 +46,9 @@ static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, tr
     return 2;
   }
   if (trun_config_from_cmdline(cl, environ, cfg, err, sizeof(err)) < 0) {
-    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
+    size_t n = path ? strlen(path) : 0; /* a value from the file: "file:line:column: message" as it is */
+    int in_file = path && strncmp(err, path, n) == 0 && err[n] == ':';
+    fprintf(stderr, "trun: error: %s%s\n", err, in_file ? "" : " (run 'trun --help' for the options)");
     return 2;
   }
   return 0;

@@ -303,7 +303,7 @@ static int trun_detect_pytorchjob_v1(trun_pctx *c, trun_platform *p) {
 static int trun_detect_indexed(trun_pctx *c, trun_platform *p, const char *which) {
   if (!ENV("KUBERNETES_SERVICE_HOST") || !ENV("JOB_COMPLETION_INDEX"))
     return trun_missing(c, which, "KUBERNETES_SERVICE_HOST or JOB_COMPLETION_INDEX");
-  p->name = ENV("JOBSET_NAME") || !strcmp(which, "jobset") ? "jobset" : "indexed-job";
+  p->name = which;
   long index;
   if (trun_need_int(c, "JOB_COMPLETION_INDEX", 0, 100000000, &index) < 0) return -1;
   if (trun_pset(p, TRUN_OPT_NODE_RANK, "JOB_COMPLETION_INDEX", "%ld", index) < 0)
@@ -355,7 +355,12 @@ static int trun_detect_indexed(trun_pctx *c, trun_platform *p, const char *which
   return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
 }
 
-static int trun_detect_jobset(trun_pctx *c, trun_platform *p) { return trun_detect_indexed(c, p, "jobset"); }
+/* A JobSet's pods are an Indexed Job's, with the JobSet's name in JOBSET_NAME (from its label, through the
+ * downward API as the JobSet examples and trun's manifests set it). */
+static int trun_detect_jobset(trun_pctx *c, trun_platform *p) {
+  if (!ENV("JOBSET_NAME") && !c->forced) return 0;
+  return trun_detect_indexed(c, p, "jobset");
+}
 static int trun_detect_indexed_job(trun_pctx *c, trun_platform *p) {
   return trun_detect_indexed(c, p, "indexed-job");
 }
