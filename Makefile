@@ -21,7 +21,7 @@ export TRUN_CHROOT ?= /var/cache/trun/trixie
 STORE_TOOL := store/main.c store/serve.c store/bench.c store/cli.c store/tool.c
 STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
 # Everything else but the programs' main files: the agent and the launcher.
-LIB_SRC    := $(STORE_SRC) $(wildcard agent/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+LIB_SRC    := $(STORE_SRC) $(wildcard agent/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c)) $(wildcard config/*.c)
 HEADERS    := $(wildcard store/*.h agent/*.h launcher/*.h config/*.h)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)

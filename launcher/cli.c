@@ -143,6 +143,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
          "reason; start nothing. The training script may be left out."},
     [TRUN_OPT_NO_IMDS] = {"no-imds", "no_imds", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
                           "Do not ask the EC2 instance metadata service for the instance type (DMI only)."},
+    [TRUN_OPT_CONFIG] = {"config", NULL, 0, 0, NULL, "TRUN_CONFIG", TRUN_G_TRUN, "FILE",
+                         "YAML file with settings (keys are the option names; script and args too). "
+                         "Precedence: command line > environment > file > detected platform > default."},
+    [TRUN_OPT_PRINT_CONFIG] = {"print-config", "print_config", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
+                               "Print the effective value and source of every setting, then exit."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};
@@ -155,6 +160,7 @@ const trun_opt_desc *trun_cli_desc(trun_opt_id id) {
 const char *trun_src_name(trun_src s) {
   switch (s) {
     case TRUN_SRC_DEFAULT: return "default";
+    case TRUN_SRC_DETECTED: return "detected";
     case TRUN_SRC_FILE: return "file";
     case TRUN_SRC_ENV: return "env";
     case TRUN_SRC_CLI: return "cli";
@@ -203,7 +209,7 @@ static const char *trun_spelling(int id, int k) {
 }
 
 /* Edit distance between a[0..alen) and b, or a large number for words too long to compare. */
-static size_t trun_edit_distance(const char *a, size_t alen, const char *b) {
+size_t trun_edit_distance(const char *a, size_t alen, const char *b) {
   enum { MAXW = 64 };
   size_t blen = strlen(b);
   if (alen >= MAXW || blen >= MAXW) return (size_t)-1;
@@ -405,6 +411,7 @@ static int trun_is_negative_number(const char *arg) {
 
 static void trun_take_script(trun_argp *p, int at) {
   p->out->script = p->argv[at];
+  p->out->script_src = TRUN_SRC_CLI;
   p->out->script_args = p->argv + at + 1;
   p->out->nscript_args = p->argc - at - 1;
 }
@@ -481,7 +488,8 @@ int trun_cli_parse(int argc, char **argv, char **envp, trun_cmdline *out, char *
   trun_argp p = {.argc = argc, .argv = argv, .out = out, .err = err, .errlen = errlen};
   if (trun_parse_argv(&p) < 0) return -1;
   if (trun_apply_env(out, envp, err, errlen) < 0) return -1;
-  if (!out->script && !out->help && !out->version && !out->v[TRUN_OPT_EXPLAIN].val) {
+  if (!out->script && !out->help && !out->version && !out->v[TRUN_OPT_EXPLAIN].val &&
+      !out->v[TRUN_OPT_CONFIG].val && !out->v[TRUN_OPT_PRINT_CONFIG].val) {
     trun_errf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

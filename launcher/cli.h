@@ -41,10 +41,13 @@ typedef enum {
   TRUN_OPT_LOG_LINE_PREFIX,
   TRUN_OPT_EXPLAIN,
   TRUN_OPT_NO_IMDS,
+  TRUN_OPT_CONFIG,       /* --config FILE: settings from a YAML file (config/yaml_file.h) */
+  TRUN_OPT_PRINT_CONFIG, /* --print-config: print every setting with its source, then exit */
   TRUN_OPT__COUNT
 } trun_opt_id;
 
-typedef enum { TRUN_SRC_DEFAULT = 0, TRUN_SRC_FILE, TRUN_SRC_ENV, TRUN_SRC_CLI } trun_src;
+/* Sources in increasing precedence: detected (launcher/platform.h) fills defaults, a config file beats it. */
+typedef enum { TRUN_SRC_DEFAULT = 0, TRUN_SRC_DETECTED, TRUN_SRC_FILE, TRUN_SRC_ENV, TRUN_SRC_CLI } trun_src;
 
 typedef struct {
   const char *name;  /* canonical long spelling without dashes, e.g. "nproc-per-node" */
@@ -59,8 +62,10 @@ typedef struct {
 } trun_opt_desc;
 
 typedef struct {
-  const char *val; /* NULL = unset; points into argv/environ/defaults (never freed) */
+  const char *val; /* NULL = unset; points into argv/environ/defaults, or a config file / platform held by
+                     the caller for as long as the command line */
   trun_src src;
+  int line, col; /* TRUN_SRC_FILE: 1-based position of the value in the config file */
 } trun_opt_val;
 
 typedef struct {
@@ -70,6 +75,12 @@ typedef struct {
   int nscript_args;
   int help;    /* --help given */
   int version; /* --version given */
+  /* Set by trun_yaml_apply / trun_platform_apply (NULL otherwise): */
+  const char *config_path; /* the config file the TRUN_SRC_FILE values came from */
+  const char *platform;    /* the platform the TRUN_SRC_DETECTED values came from, e.g. "slurm" */
+  trun_src script_src;     /* TRUN_SRC_CLI, or TRUN_SRC_FILE when script (and args) came from the file */
+  int script_line, script_col;
+  int args_line; /* TRUN_SRC_FILE: the line of args: (0 when the file has none) */
 } trun_cmdline;
 
 const trun_opt_desc *trun_cli_desc(trun_opt_id id);
@@ -78,8 +89,11 @@ const trun_opt_desc *trun_cli_desc(trun_opt_id id);
  * prefixes, both spellings, -m/-r/-t, the first positional is the script and everything after it goes to the
  * script. Options not given on the command line take PET_<NAME> from envp, then the default.
  * Returns 0, or -1 with a one-line reason in err (the caller exits 2). */
+/* The training script is optional when --config is given (the file may name it). */
 int trun_cli_parse(int argc, char **argv, char **envp, trun_cmdline *out, char *err, size_t errlen);
 void trun_cli_help(FILE *f);
+/* Levenshtein distance between a[0..alen) and b; (size_t)-1 for words longer than 63 bytes. */
+size_t trun_edit_distance(const char *a, size_t alen, const char *b);
 const char *trun_src_name(trun_src s);
 
 #endif

@@ -16,8 +16,15 @@ static int fail(char *err, size_t errlen, const trun_cmdline *cl, trun_opt_id id
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   const trun_opt_desc *d = trun_cli_desc(id);
-  if (cl->v[id].src == TRUN_SRC_ENV && d->env)
-    snprintf(err, errlen, "%s (from %s=%s)", msg, d->env, cl->v[id].val);
+  const trun_opt_val *v = &cl->v[id];
+  if (v->src == TRUN_SRC_ENV && d->env)
+    snprintf(err, errlen, "%s (from %s=%s)", msg, d->env, v->val);
+  else if (v->src == TRUN_SRC_FILE && cl->config_path) /* file:line:column: the key's name, not --name */
+    snprintf(err, errlen, "%s:%d:%d: %s", cl->config_path, v->line, v->col,
+             msg + 2 * (strncmp(msg, "--", 2) == 0));
+  else if (v->src == TRUN_SRC_DETECTED && cl->platform)
+    snprintf(err, errlen, "%s (detected from the %s environment; set TRUN_PLATFORM=none to skip detection)",
+             msg, cl->platform);
   else
     snprintf(err, errlen, "%s", msg);
   return -1;
@@ -317,7 +324,8 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   cfg->script = cl->script;
   cfg->script_args = cl->script_args;
   cfg->nscript_args = cl->nscript_args;
-  if (cfg->script == NULL && !cfg->explain) {
+  cfg->print_config = VAL(TRUN_OPT_PRINT_CONFIG) != NULL;
+  if (cfg->script == NULL && !cfg->explain && !cfg->print_config) {
     snprintf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

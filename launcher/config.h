@@ -44,6 +44,7 @@ typedef struct {
   int no_imds;                 /* --no-imds: no instance-metadata request */
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
+  int print_config;            /* --print-config: the script may be missing */
   const char *script;
   char **script_args;
   int nscript_args;

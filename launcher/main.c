@@ -1,19 +1,59 @@
-/* trun: a torchrun peer. `trun [torchrun options] script [script args]`.
- * Exit codes: 0 success, 1 a worker failed / stopped by a signal / rendezvous failed, 2 bad command line. */
+/* trun: a torchrun peer. `trun [torchrun options] script [script args]`, `trun --config job.yaml [...]`.
+ * Settings: command line > environment (PET_*) > config file > detected platform > defaults.
+ * Exit codes: 0 success, 1 a worker failed / stopped by a signal / rendezvous failed, 2 bad command line,
+ * config file or environment. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "cli.h"
 #include "config.h"
 #include "log.h"
 #include "nccl_env.h"
+#include "platform.h"
+#include "print.h"
+#include "rdzv.h"
+#include "yaml_file.h"
 
 #ifndef TRUN_VERSION
 #define TRUN_VERSION "0.1.0"
 #endif
 
 extern char **environ;
+
+/* Platform detection, then the config file, then the typed config. Returns 0, or 2 after printing why. */
+static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, trun_config *cfg) {
+  char err[1024], host[256] = "";
+  if (gethostname(host, sizeof(host)) != 0) host[0] = '\0';
+  host[sizeof(host) - 1] = '\0';
+  trun_platform_host h = {.hostname = host, .fqdn_fn = trun_fqdn, .mpi_hostfile = "/etc/mpi/hostfile"};
+  if (trun_platform_detect(environ, &h, plat, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    return 2;
+  }
+  trun_platform_apply(plat, cl);
+  const char *path = cl->v[TRUN_OPT_CONFIG].val;
+  if (path) {
+    if (trun_yaml_load(path, doc, err, sizeof(err)) < 0) {
+      fprintf(stderr, "trun: error: %s\n", err);
+      return 2;
+    }
+    trun_yaml_apply(doc, cl);
+  }
+  if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val) {
+    fprintf(stderr, "trun: error: no training script: give it on the command line%s%s\n",
+            path ? " or as 'script:' in " : "", path ? path : "");
+    return 2;
+  }
+  if (trun_config_from_cmdline(cl, environ, cfg, err, sizeof(err)) < 0) {
+    size_t n = path ? strlen(path) : 0; /* a value from the file: "file:line:column: message" as it is */
+    int in_file = path && strncmp(err, path, n) == 0 && err[n] == ':';
+    fprintf(stderr, "trun: error: %s%s\n", err, in_file ? "" : " (run 'trun --help' for the options)");
+    return 2;
+  }
+  return 0;
+}
 
 int main(int argc, char **argv) {
   trun_log_set_prog("trun");
@@ -31,12 +71,23 @@ int main(int argc, char **argv) {
     printf("trun %s (torchrun-compatible command line and worker environment)\n", TRUN_VERSION);
     return 0;
   }
+  trun_platform plat;
+  trun_yaml_doc doc;
   trun_config cfg;
-  if (trun_config_from_cmdline(&cl, environ, &cfg, err, sizeof(err)) < 0) {
-    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
-    return 2;
+  memset(&plat, 0, sizeof(plat));
+  memset(&doc, 0, sizeof(doc));
+  int code = resolve(&cl, &plat, &doc, &cfg);
+  if (code == 0 && cfg.print_config) {
+    trun_print_config(stdout, &cl, &plat, 0);
+  } else if (code == 0 && cfg.explain) {
+    code = trun_explain(&cfg, environ, stdout);
+  } else if (code == 0 && cfg.dry_run) {
+    trun_print_config(stdout, &cl, &plat, 1);
+    code = trun_agent_dry_run(&cfg, environ, stdout);
+  } else if (code == 0) {
+    code = trun_agent_run(&cfg, environ);
   }
-  if (cfg.explain) return trun_explain(&cfg, environ, stdout);
-  if (cfg.dry_run) return trun_agent_dry_run(&cfg, environ, stdout);
-  return trun_agent_run(&cfg, environ);
+  trun_yaml_free(&doc);
+  trun_platform_free(&plat);
+  return code;
 }

@@ -111,6 +111,8 @@ static const expect_desc expected[] = {
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "trun"},
     {TRUN_OPT_EXPLAIN, "explain", NULL, 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_NO_IMDS, "no-imds", "no_imds", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_CONFIG, "config", NULL, 0, 0, NULL, "TRUN_CONFIG", "trun"},
+    {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -142,6 +144,7 @@ END_TEST
 
 START_TEST(test_src_names) {
   ck_assert_str_eq(trun_src_name(TRUN_SRC_DEFAULT), "default");
+  ck_assert_str_eq(trun_src_name(TRUN_SRC_DETECTED), "detected");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_FILE), "file");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_ENV), "env");
   ck_assert_str_eq(trun_src_name(TRUN_SRC_CLI), "cli");

@@ -1,0 +1,149 @@
+/* --print-config (config/print.h). */
+#include "print.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "yaml_file.h"
+
+#define TRUN_PRINT_COMMENT_COL 44
+
+/* A string that YAML reads back unchanged as a plain scalar, and that trun reads as this text: no indicator
+ * at the start, no ": " or " #", no surrounding blanks, not a null or boolean word. */
+static int trun_yaml_plain_ok(const char *s) {
+  static const char *const words[] = {"~", "null", "true", "false", "yes", "no", "on", "off", "y", "n"};
+  if (!*s || strchr("-?:,[]{}#&*!|>'\"%@`", s[0]) || s[0] == ' ' || s[strlen(s) - 1] == ' ') return 0;
+  if ((s[0] == '-' || s[0] == '?' || s[0] == ':') && s[1] && s[1] != ' ') return 0;
+  if (strstr(s, ": ") || strstr(s, " #") || s[strlen(s) - 1] == ':') return 0;
+  if (strpbrk(s, ",[]{}")) return 0; /* safe in block context, but not inside the flow list of args */
+  for (const char *c = s; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) return 0;
+  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+    if (!strcasecmp(s, words[i])) return 0;
+  return 1;
+}
+
+void trun_yaml_write_scalar(FILE *f, const char *s) {
+  if (trun_yaml_plain_ok(s)) {
+    fputs(s, f);
+    return;
+  }
+  int ctl = 0;
+  for (const char *c = s; *c; c++) ctl |= (unsigned char)*c < 0x20 || *c == 0x7f;
+  if (!ctl) { /* single quotes: only ' needs doubling */
+    fputc('\'', f);
+    for (const char *c = s; *c; c++) {
+      if (*c == '\'') fputc('\'', f);
+      fputc(*c, f);
+    }
+    fputc('\'', f);
+    return;
+  }
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      fprintf(f, "\\%c", *c);
+    else if (*c == '\n')
+      fputs("\\n", f);
+    else if (*c == '\t')
+      fputs("\\t", f);
+    else if (*c < 0x20 || *c == 0x7f)
+      fprintf(f, "\\x%02x", *c);
+    else
+      fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+void trun_config_source(const trun_cmdline *cl, const trun_platform *p, trun_opt_id id, char *buf,
+                        size_t len) {
+  const trun_opt_val *v = &cl->v[id];
+  const trun_opt_desc *d = trun_cli_desc(id);
+  switch (v->src) {
+    case TRUN_SRC_CLI: snprintf(buf, len, "cli"); return;
+    case TRUN_SRC_ENV: snprintf(buf, len, "env %s", d->env ? d->env : "?"); return;
+    case TRUN_SRC_FILE:
+      snprintf(buf, len, "file:%s:%d", cl->config_path ? cl->config_path : "?", v->line);
+      return;
+    case TRUN_SRC_DETECTED:
+      if (p && p->why[id])
+        snprintf(buf, len, "detected:%s (%s)", cl->platform ? cl->platform : "?", p->why[id]);
+      else
+        snprintf(buf, len, "detected:%s", cl->platform ? cl->platform : "?");
+      return;
+    case TRUN_SRC_DEFAULT: break;
+  }
+  snprintf(buf, len, "default");
+}
+
+/* "key: value" then the source as a comment, aligned. The value is YAML: a scalar, null, a flag's true /
+ * false, or (args) a flow list. */
+static void trun_print_line(FILE *f, const char *key, const char *val, int is_flag, char **list, int nlist,
+                            const char *src) {
+  char *line = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&line, &len);
+  if (!m) m = f; /* no memory: unaligned, straight out */
+  fprintf(m, "%s: ", key);
+  if (list) {
+    fputc('[', m);
+    for (int i = 0; i < nlist; i++) {
+      if (i) fputs(", ", m);
+      trun_yaml_write_scalar(m, list[i]);
+    }
+    fputc(']', m);
+  } else if (is_flag) {
+    fputs(val ? "true" : "false", m);
+  } else if (!val) {
+    fputs("null", m);
+  } else {
+    trun_yaml_write_scalar(m, val);
+  }
+  int pad = 0;
+  if (m != f) {
+    fclose(m);
+    fputs(line, f);
+    pad = len < TRUN_PRINT_COMMENT_COL ? TRUN_PRINT_COMMENT_COL - (int)len : 0;
+    free(line);
+  }
+  fprintf(f, "%*s  # %s\n", pad, "", src);
+}
+
+void trun_print_config(FILE *f, const trun_cmdline *cl, const trun_platform *p, int only_changed) {
+  char src[512];
+  if (!only_changed)
+    fprintf(
+        f,
+        "# trun --print-config: the effective settings; after each, where it came from (precedence: cli > "
+        "env > file > detected > default)\n");
+  if (cl->config_path) fprintf(f, "# config file: %s\n", cl->config_path);
+  if (cl->platform)
+    fprintf(f, "# platform: %s\n", cl->platform);
+  else if (!only_changed)
+    fprintf(f, "# platform: none detected\n");
+  if (p && p->name && p->note[0]) fprintf(f, "# platform note: %s\n", p->note);
+  for (int id = 0; id < TRUN_OPT__COUNT; id++) {
+    const char *key = trun_yaml_key((trun_opt_id)id);
+    if (!key || (only_changed && cl->v[id].src == TRUN_SRC_DEFAULT)) continue;
+    trun_config_source(cl, p, (trun_opt_id)id, src, sizeof(src));
+    trun_print_line(f, key, cl->v[id].val, trun_cli_desc((trun_opt_id)id)->is_flag, NULL, 0, src);
+  }
+  if (only_changed && !cl->script) return;
+  static char *const none[] = {NULL};
+  char **args = cl->script_args ? cl->script_args : (char **)none;
+  if (cl->script_src == TRUN_SRC_FILE) {
+    snprintf(src, sizeof(src), "file:%s:%d", cl->config_path ? cl->config_path : "?", cl->script_line);
+    trun_print_line(f, "script", cl->script, 0, NULL, 0, src);
+    if (cl->args_line)
+      snprintf(src, sizeof(src), "file:%s:%d", cl->config_path ? cl->config_path : "?", cl->args_line);
+    else
+      snprintf(src, sizeof(src), "default");
+    trun_print_line(f, "args", NULL, 0, args, cl->nscript_args, src);
+    return;
+  }
+  snprintf(src, sizeof(src), "%s", cl->script ? "cli" : "default");
+  trun_print_line(f, "script", cl->script, 0, NULL, 0, src);
+  trun_print_line(f, "args", NULL, 0, args, cl->nscript_args, src);
+}
