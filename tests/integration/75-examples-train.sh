@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The training examples (examples/train_ddp.py, examples/train_fsdp.py: a tiny GPT on synthetic data) run 20
+# steps on CPU (gloo) through build/trun with 2 workers, and the loss goes down:
+#   torch 1.13 (host): DDP trains. FSDP: Debian's torch 1.13 cannot import torch.distributed.fsdp on Python
+#     3.11, so the script must say so and exit 77 (trun then exits 1 and names exit code 77 as the root
+#     cause); if the host's torch can import FSDP, it must train instead.
+#   torch 2.6 (trixie chroot, trun --no-python scripts/chroot-run.sh --keep-env python3 ...): DDP and FSDP train.
+# Each run is checked by tests/tools/check_train.py: all 20 steps printed by both ranks with the same loss,
+# equal parameter checksums, last-5 mean < first-5 mean - 0.5, the --out JSON files agree with stdout. The
+# curves must also agree across runs (1.13 DDP = 2.6 DDP = 2.6 FSDP, step by step within 0.01): same seed,
+# same maths. When build/trun takes --config, examples/train_ddp.yaml is run as well.
+# Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../agent/lib.sh"
+need_trun
+need_host_torch
+check() { "$host_py" "$repo/tests/tools/check_train.py" "$@"; }
+steps=20
+model=(--steps $steps --batch 8 --seq 32 --d-model 64 --layers 2)
+
+# run NAME WANT_RC trun-args...: runs trun from the repository root, keeps stdout/stderr in $tmp/NAME.*.
+run() {
+  local name=$1 want=$2
+  shift 2
+  echo "== $name: trun $*"
+  set +e
+  (cd "$repo" && trun_run "$@") >"$tmp/$name.stdout" 2>"$tmp/$name.stderr"
+  local rc=$?
+  set -e
+  sed 's/^/    /' "$tmp/$name.stdout" "$tmp/$name.stderr" | tail -n 12
+  [ $rc -eq "$want" ] || fail "$name: trun exited $rc, want $want (output in $tmp/$name.std*; KEEP_TMP=1 keeps it)"
+}
+
+# torch 1.13, DDP
+run ddp113 0 --nproc-per-node 2 examples/train_ddp.py "${model[@]}" --out "$tmp/ddp113.{rank}.json"
+check "$tmp/ddp113.stdout" $steps 2 --json "$tmp/ddp113.{rank}.json" || fail "ddp113"
+grep -q "step time: .*(ddp, gloo, world 2, torch 1.13" "$tmp/ddp113.stdout" || fail "ddp113: no step time line"
+
+# torch 1.13, FSDP: trains if this torch can import FSDP, else the documented skip (exit 77 in every worker).
+if "$host_py" -c 'import torch.distributed.fsdp' 2>/dev/null; then
+  run fsdp113 0 --nproc-per-node 2 examples/train_fsdp.py "${model[@]}" --out "$tmp/fsdp113.{rank}.json"
+  check "$tmp/fsdp113.stdout" $steps 2 --json "$tmp/fsdp113.{rank}.json" || fail "fsdp113"
+else
+  run fsdp113 1 --nproc-per-node 2 examples/train_fsdp.py "${model[@]}"
+  grep -q "train_fsdp.py: skipped: FSDP cannot be used with torch 1.13" "$tmp/fsdp113.stderr" ||
+    fail "fsdp113: no 'skipped: FSDP cannot be used' message on stderr"
+  grep -Eq "exitcode +: 77 " "$tmp/fsdp113.stderr" || fail "fsdp113: trun's report does not show exit code 77"
+  if grep -q "^step " "$tmp/fsdp113.stdout"; then fail "fsdp113: printed steps although FSDP was skipped"; fi
+  echo "ok: fsdp113 skipped as documented (torch 1.13 cannot import torch.distributed.fsdp here)"
+fi
+
+# The YAML config, once trun reads one (another branch adds --config).
+if "$trun" --help 2>&1 | grep -q -- '--config'; then
+  run yaml113 0 --config examples/train_ddp.yaml
+  check "$tmp/yaml113.stdout" $steps 2 || fail "yaml113"
+  # The YAML's arguments are the ones used above: the same curve.
+  grep '^step ' "$tmp/yaml113.stdout" | sort -u >"$tmp/yaml.steps"
+  grep '^step ' "$tmp/ddp113.stdout" | sort -u >"$tmp/ddp.steps"
+  cmp -s "$tmp/yaml.steps" "$tmp/ddp.steps" || fail "yaml113: the loss curve differs from the command-line run"
+else
+  echo "note: build/trun has no --config yet: examples/train_ddp.yaml was not run" >&2
+fi
+
+if ! have_chroot; then
+  echo "note: no torch 2.6 chroot at $chroot_dir: the 2.6 DDP and FSDP cases were not run" >&2
+  echo "PASS (torch 1.13 only)"
+  exit 0
+fi
+
+# torch 2.6 in the chroot: paths as the chroot sees them (/trun is the repository, /tmp is shared).
+chroot_py=(--no-python scripts/chroot-run.sh --keep-env python3)
+run ddp26 0 --nproc-per-node 2 "${chroot_py[@]}" /trun/examples/train_ddp.py "${model[@]}" --out "$tmp/ddp26.{rank}.json"
+check "$tmp/ddp26.stdout" $steps 2 --json "$tmp/ddp26.{rank}.json" --same-as "$tmp/ddp113.0.json" || fail "ddp26"
+grep -q "step time: .*(ddp, gloo, world 2, torch 2.6" "$tmp/ddp26.stdout" || fail "ddp26: no step time line"
+
+run fsdp26 0 --nproc-per-node 2 "${chroot_py[@]}" /trun/examples/train_fsdp.py "${model[@]}" --out "$tmp/fsdp26.{rank}.json"
+check "$tmp/fsdp26.stdout" $steps 2 --json "$tmp/fsdp26.{rank}.json" --same-as "$tmp/ddp26.0.json" || fail "fsdp26"
+grep -Eq "FSDP rank [01]: 2 ranks, gloo on cpu, ([0-9]+) parameters" "$tmp/fsdp26.stdout" || fail "fsdp26: no FSDP line"
+# Sharded for real: each rank holds about half of the parameters.
+"$host_py" - "$tmp/fsdp26.0.json" "$tmp/fsdp26.1.json" <<'EOF' || fail "fsdp26: parameters not sharded"
+import json, sys
+for p in sys.argv[1:]:
+    d = json.load(open(p))
+    frac = d["params_local"] / d["params_total"]
+    print(f"{p}: rank {d['rank']} holds {d['params_local']} of {d['params_total']} parameters ({frac:.2f})")
+    assert 0.4 < frac < 0.6, frac
+EOF
+echo PASS
