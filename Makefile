@@ -71,6 +71,7 @@ $(B)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HEADERS)
 deps:
 	@scripts/deps.sh
 	@scripts/chroot.sh
+	@scripts/deps-k8s.sh
 
 unit: all
 	@scripts/run-unit.sh $(UNIT_BIN)
