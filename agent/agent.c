@@ -333,6 +333,10 @@ static void on_remote(uv_async_t *h) {
     trun_warn("node %s failed: stopping this node's workers to restart together", a->end_value + 5);
     a->result = OUT_REMOTE_FAILED;
     begin_stop(a, SIGTERM, 1);
+  } else if (strncmp(a->end_value, "member:", 7) == 0 && !a->phase_stopping) {
+    trun_info("the job's membership changes (%s): restarting the workers into a new world", a->end_value + 7);
+    a->result = OUT_MEMBERSHIP;
+    begin_stop(a, SIGTERM, 1);
   } else if (strncmp(a->end_value, "lost:", 5) == 0 && !a->phase_stopping) {
     trun_error("lost the rendezvous store (%s): stopping the workers", strerror(atoi(a->end_value + 5)));
     a->result = OUT_REMOTE_FAILED;
@@ -348,6 +352,11 @@ static void on_remote(uv_async_t *h) {
 static void on_member_tick(uv_timer_t *t) {
   agent *a = t->data;
   if (a->phase_stopping || a->running == 0) return;
+  if (a->rdzv.fast) {
+    /* trun's backend: a lost node ends the round in the store; the end watcher stops the workers. */
+    trun_rdzv_fast_tick(&a->rdzv);
+    return;
+  }
   int waiting = trun_rdzv_c10d_tick(&a->rdzv);
   if (waiting > 0 && !a->phase_stopping && a->result == OUT_NONE) {
     trun_info("%d node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
@@ -481,8 +490,9 @@ static void run_round(agent *a) {
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   a->in_round = 1;
-  if (a->rdzv.dynamic) {
+  if (a->rdzv.dynamic || a->rdzv.fast) {
     uint64_t every = (uint64_t)(a->cfg->monitor_interval * 1000);
+    if (a->rdzv.fast) every = (uint64_t)(trun_rdzv_conf_seconds(a->cfg, "keep_alive_interval", 5) * 1000);
     uv_timer_start(&a->member_timer, on_member_tick, every < 100 ? 100 : every, every < 100 ? 100 : every);
   }
   maybe_finish(a); /* a worker may have failed to start */
@@ -678,6 +688,8 @@ static void end_round_multinode(agent *a) {
   }
   if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
   join_watcher(a);
+  if (strncmp(a->end_value, "member:", 7) == 0 && a->result != OUT_SIGNALED && a->result != OUT_FAILED)
+    a->result = OUT_MEMBERSHIP;
   if (a->result == OUT_SUCCESS && strncmp(a->end_value, "ok", 2) != 0) a->result = OUT_REMOTE_FAILED;
 }
 
@@ -715,7 +727,7 @@ static int agent_main(agent *a) {
     trun_error("%s", err);
     return 1;
   }
-  if (!a->rdzv.dynamic && a->rdzv.group_world_size > 1) {
+  if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) {
     trun_client_opts o;
     trun_client_opts_default(&o);
     o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
@@ -734,10 +746,11 @@ static int agent_main(agent *a) {
       code = 1;
       break;
     }
+    if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
     run_round(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-    if (!a->rdzv.dynamic && a->rdzv.group_world_size > 1) end_round_multinode(a);
+    if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) end_round_multinode(a);
     if (a->result == OUT_MEMBERSHIP) continue; /* same attempt number, like torchrun */
     if (a->result == OUT_SUCCESS) {
       code = 0;
@@ -766,6 +779,7 @@ static int agent_main(agent *a) {
     if (a->rdzv.client && a->result != OUT_SIGNALED) trun_rdzv_c10d_shutdown(&a->rdzv);
   } else if (a->rdzv.client) {
     trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000);
+    if (a->rdzv.fast && code == 0) trun_rdzv_fast_shutdown(&a->rdzv);
   }
   return code;
 }

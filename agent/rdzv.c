@@ -94,6 +94,8 @@ int trun_rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms)
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
   if (cfg->backend == TRUN_RDZV_C10D && !cfg->standalone && cfg->endpoint_port != 0)
     return trun_rdzv_c10d_init(r, cfg, nproc, err, errlen);
+  if (cfg->backend == TRUN_RDZV_FAST && !cfg->standalone && cfg->endpoint_port != 0)
+    return trun_rdzv_fast_init(r, cfg, nproc, err, errlen);
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
   memset(r, 0, sizeof(*r));
@@ -159,9 +161,6 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   return 0;
 }
 
-/* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. */
-static int wipe_worker_keys(trun_rdzv *r);
-
 typedef struct {
   char **keys;
   size_t n, cap;
@@ -184,7 +183,7 @@ static void collect_key(void *arg, trun_slice k) {
   l->keys[l->n++] = s;
 }
 
-static int wipe_worker_keys(trun_rdzv *r) {
+int trun_rdzv_wipe_worker_keys(trun_rdzv *r) {
   keylist l = {0};
   int rc = trun_client_list(r->client, collect_key, &l);
   for (size_t i = 0; i < l.n; i++) {
@@ -201,6 +200,8 @@ static int wipe_worker_keys(trun_rdzv *r) {
 
 int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   if (r->dynamic) return trun_rdzv_c10d_round(r, err, errlen);
+  if (r->fast) return trun_rdzv_fast_round(r, err, errlen);
+  r->round_no = round;
   char k[512], v[32];
   int world = r->group_world_size, rc;
   int timeout = join_timeout_ms(r->cfg);
@@ -225,7 +226,7 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
       return -1;
     }
     if (rc < 0) goto store_failed;
-    if ((rc = wipe_worker_keys(r)) < 0) goto store_failed;
+    if ((rc = trun_rdzv_wipe_worker_keys(r)) < 0) goto store_failed;
     key(r, round, "go", k, sizeof(k));
     if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
   }
@@ -353,7 +354,7 @@ void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms) {
 }
 
 void trun_rdzv_close(trun_rdzv *r) {
-  if (r->dynamic) {
+  if (r->dynamic || r->fast) {
     trun_rdzv_c10d_close(r);
     return;
   }

@@ -33,11 +33,17 @@ typedef struct {
   char round_prefix[400];  /* "/torch.rendezvous.<run_id>.<round>/" */
   char cached_master[256]; /* the workers' store of an earlier round (torch caches it) */
   int cached_port;
+  /* --rdzv-backend trun (rdzv_fast.c): trun's elastic rendezvous; then the static protocol's round keys. */
+  int fast;
+  struct trun_fast *fst;
+  int round_no; /* the round number the rendezvous settled on (fast: decided by the store) */
 } trun_rdzv;
 
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
  * -EINTR or another negative errno. */
 int trun_rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
+/* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
+int trun_rdzv_wipe_worker_keys(trun_rdzv *r);
 /* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. */
 int trun_rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
 /* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err.
@@ -73,6 +79,13 @@ void trun_rdzv_c10d_exit_barrier(trun_rdzv *r, int timeout_ms);
 /* torch's shutdown(): closes the rendezvous for good. */
 void trun_rdzv_c10d_shutdown(trun_rdzv *r);
 void trun_rdzv_c10d_close(trun_rdzv *r);
+/* --rdzv-backend trun: the same store host rules, trun's fast rendezvous (rdzv_fast.h). */
+int trun_rdzv_fast_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
+int trun_rdzv_fast_round(trun_rdzv *r, char *err, size_t errlen);
+/* While the workers run: heartbeat, watch the next node. 1 the next node is gone (round ended), 0, <0. */
+int trun_rdzv_fast_tick(trun_rdzv *r);
+/* The job is over: later joiners give up. */
+void trun_rdzv_fast_shutdown(trun_rdzv *r);
 /* Seconds from --rdzv-conf key (def when absent). */
 double trun_rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
 

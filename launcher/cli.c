@@ -32,7 +32,9 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                  TRUN_G_SIZE, "NPROC_PER_NODE",
                                  "Number of workers per node; an integer or one of cpu, gpu, auto."},
     [TRUN_OPT_RDZV_BACKEND] = {"rdzv-backend", "rdzv_backend", 0, 0, "static", "PET_RDZV_BACKEND",
-                               TRUN_G_RDZV, "RDZV_BACKEND", "Rendezvous backend (static or c10d)."},
+                               TRUN_G_RDZV, "RDZV_BACKEND",
+                               "Rendezvous backend: static, c10d (torchrun's, elastic), or trun (trun's fast "
+                               "elastic rendezvous for all-trun fleets)."},
     [TRUN_OPT_RDZV_ENDPOINT] = {"rdzv-endpoint", "rdzv_endpoint", 0, 0, "", "PET_RDZV_ENDPOINT", TRUN_G_RDZV,
                                 "RDZV_ENDPOINT",
                                 "Rendezvous backend endpoint; usually in form <host>:<port>."},

@@ -204,9 +204,13 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
     cfg->backend = TRUN_RDZV_STATIC;
   else if (strcmp(backend, "c10d") == 0)
     cfg->backend = TRUN_RDZV_C10D;
+  else if (strcmp(backend, "trun") == 0)
+    cfg->backend = TRUN_RDZV_FAST;
   else
     return fail(err, errlen, cl, TRUN_OPT_RDZV_BACKEND,
-                "--rdzv-backend '%s' is not supported by trun; use static or c10d", backend);
+                "--rdzv-backend '%s' is not supported by trun; use static, c10d or trun (trun's fast elastic "
+                "rendezvous)",
+                backend);
   snprintf(cfg->run_id, sizeof(cfg->run_id), "%s", VAL(TRUN_OPT_RDZV_ID));
   cfg->rdzv_conf = VAL(TRUN_OPT_RDZV_CONF);
   cfg->standalone = VAL(TRUN_OPT_STANDALONE) != NULL && strcmp(VAL(TRUN_OPT_STANDALONE), "0") != 0;
@@ -237,6 +241,7 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
                 "--local-ranks-filter '%s' must be a comma list of local ranks",
                 VAL(TRUN_OPT_LOCAL_RANKS_FILTER));
 
+  cfg->node_rank_given = v[TRUN_OPT_NODE_RANK].src != TRUN_SRC_DEFAULT;
   if (parse_int(VAL(TRUN_OPT_NODE_RANK), 0, 1000000, &cfg->node_rank) < 0)
     return fail(err, errlen, cl, TRUN_OPT_NODE_RANK, "--node-rank '%s' must be an integer >= 0",
                 VAL(TRUN_OPT_NODE_RANK));
@@ -294,7 +299,7 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
         cfg->endpoint_host[0] == '\0')
       return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
                   "--rdzv-endpoint '%s' is not host[:port] or [ipv6]:port", ep);
-    if (cfg->backend == TRUN_RDZV_C10D && cfg->endpoint_port < 0) cfg->endpoint_port = 29400;
+    if (cfg->backend != TRUN_RDZV_STATIC && cfg->endpoint_port < 0) cfg->endpoint_port = 29400;
     if (cfg->backend == TRUN_RDZV_STATIC && cfg->endpoint_port < 0)
       return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
                   "--rdzv-endpoint '%s' needs a port with the static backend", ep);

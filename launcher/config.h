@@ -9,7 +9,8 @@
 #define TRUN_MAX_LOCAL 1024
 #define TRUN_MAX_SIGNALS 16
 
-typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D } trun_rdzv_backend;
+/* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv_fast.h), --rdzv-backend trun. */
+typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_FAST } trun_rdzv_backend;
 
 typedef struct {
   int min_nodes, max_nodes;
@@ -30,6 +31,7 @@ typedef struct {
   int ranks_filter_set;
   unsigned char ranks_filter[TRUN_MAX_LOCAL]; /* 1 = shown on the console */
   int node_rank;
+  int node_rank_given; /* --node-rank / PET_NODE_RANK set (a hint for --rdzv-backend trun) */
   char master_addr[256];
   int master_port;
   int master_port_given;

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "rdzv.h"
 #include "rdzv_dyn.h"
+#include "rdzv_fast.h"
 
 /* ---- --rdzv-conf ---------------------------------------------------------------------------------- */
 
@@ -185,7 +186,10 @@ static void layout_hint(const trun_config *cfg, trun_rdzv_layout *lay) {
   }
 }
 
-int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+/* Serves the store when this host is the endpoint (is_host, or torch's guess) and connects to it with gen's
+ * wire generation. 0 or -1 with a reason. */
+static int elastic_connect(trun_rdzv *r, const trun_config *cfg, int nproc, trun_gen gen, char *err,
+                           size_t errlen) {
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
   memset(r, 0, sizeof(*r));
@@ -193,7 +197,6 @@ int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *e
   r->poll_arg = poll_arg;
   r->cfg = cfg;
   r->nproc = nproc;
-  r->dynamic = 1;
   if (cfg->local_addr)
     snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
   else
@@ -218,27 +221,21 @@ int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *e
       trun_debug("port %d is taken (%s): joining the store there as a client", port, uv_strerror(rc));
     } else {
       connect_host = "127.0.0.1";
-      trun_debug("serving the c10d rendezvous store on port %d", bound);
+      trun_debug("serving the rendezvous store on port %d", bound);
     }
   }
   r->master_port = port;
   snprintf(r->master_addr, sizeof(r->master_addr), "%s", cfg->endpoint_host);
 
-  int read_timeout = (int)trun_rdzv_conf_seconds(cfg, "read_timeout", 60);
   trun_client_opts o;
   trun_client_opts_default(&o);
   o.host = connect_host;
   o.port = port;
   o.key_prefix = "";
-  o.timeout_ms = read_timeout * 1000;
+  o.timeout_ms = (int)trun_rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000;
   o.quiet_connect = 1;
-  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
-  char ver[32];
-  if (cfg->rdzv_conf && conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
-      (strcmp(ver, "1.13") == 0 || strcmp(ver, "2.0") == 0 || strcmp(ver, "2.1") == 0))
-    trun_client_parse_gen(ver, &o.gen);
-  int join_s = (int)trun_rdzv_conf_seconds(cfg, "join_timeout", 600);
-  int rc = trun_rdzv_connect_polling(r, &o, join_s * 1000);
+  o.gen = gen;
+  int rc = trun_rdzv_connect_polling(r, &o, (int)trun_rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000);
   if (rc < 0) {
     snprintf(err, errlen,
              rc == -EINTR ? "interrupted while reaching the rendezvous store at %s:%d"
@@ -248,7 +245,21 @@ int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *e
     trun_rdzv_c10d_close(r);
     return -1;
   }
+  return 0;
+}
 
+int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
+  trun_gen gen = TRUN_GEN_V2;
+  char ver[32];
+  if (cfg->rdzv_conf && conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
+      (strcmp(ver, "1.13") == 0 || strcmp(ver, "2.0") == 0 || strcmp(ver, "2.1") == 0))
+    trun_client_parse_gen(ver, &gen);
+  if (elastic_connect(r, cfg, nproc, gen, err, errlen) < 0) return -1;
+  r->dynamic = 1;
+  int read_timeout = (int)trun_rdzv_conf_seconds(cfg, "read_timeout", 60);
+  int join_s = (int)trun_rdzv_conf_seconds(cfg, "join_timeout", 600);
+  int port = cfg->endpoint_port, rc;
   trun_dyn_settings s = {
       .min_nodes = cfg->min_nodes,
       .max_nodes = cfg->max_nodes,
@@ -646,6 +657,8 @@ void trun_rdzv_c10d_shutdown(trun_rdzv *r) {
 }
 
 void trun_rdzv_c10d_close(trun_rdzv *r) {
+  free(r->fst);
+  r->fst = NULL;
   if (r->dyn) {
     trun_dyn_free(r->dyn);
     free(r->dyn);
@@ -657,4 +670,61 @@ void trun_rdzv_c10d_close(trun_rdzv *r) {
   r->client = NULL;
   if (r->host) trun_store_host_stop(r->host);
   r->host = NULL;
+}
+
+/* ---- --rdzv-backend trun ------------------------------------------------------------------------------ */
+
+static int fast_wipe(void *arg) { return trun_rdzv_wipe_worker_keys(arg); }
+
+int trun_rdzv_fast_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+  if (elastic_connect(r, cfg, nproc, TRUN_GEN_V2, err, errlen) < 0) return -1;
+  r->fast = 1;
+  r->fst = calloc(1, sizeof(*r->fst));
+  if (r->fst == NULL) {
+    snprintf(err, errlen, "out of memory");
+    trun_rdzv_c10d_close(r);
+    return -1;
+  }
+  trun_fast_settings s = {
+      .min_nodes = cfg->min_nodes,
+      .max_nodes = cfg->max_nodes,
+      .join_timeout_ms = (int)(trun_rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000),
+      .last_call_ms = (int)(trun_rdzv_conf_seconds(cfg, "last_call_timeout", 30) * 1000),
+      .keep_alive_ms = (int)(trun_rdzv_conf_seconds(cfg, "keep_alive_interval", 5) * 1000),
+      .keep_alive_max_attempt = (int)trun_rdzv_conf_seconds(cfg, "keep_alive_max_attempt", 3),
+  };
+  /* --node-rank is a hint here (torchrun's c10d ignores it): honoured when given explicitly. */
+  int hint = cfg->node_rank_given ? cfg->node_rank : -1;
+  trun_fast_init(r->fst, r->client, cfg->run_id, r->host_addr, getpid(), nproc, hint, &s);
+  r->fst->poll = r->poll;
+  r->fst->poll_arg = r->poll_arg;
+  r->fst->on_commit = fast_wipe;
+  r->fst->on_commit_arg = r;
+  return 0;
+}
+
+int trun_rdzv_fast_round(trun_rdzv *r, char *err, size_t errlen) {
+  int rc = trun_fast_join(r->fst);
+  if (rc < 0) {
+    snprintf(err, errlen, "trun rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
+             r->fst->err);
+    return -1;
+  }
+  r->group_rank = r->fst->group_rank;
+  r->group_world_size = r->fst->group_world;
+  r->base_rank = r->role_base_rank = r->fst->base_rank;
+  r->world_size = r->role_world_size = r->fst->world_size;
+  r->round_no = (int)r->fst->round;
+  /* The workers use the agents' store (the rendezvous endpoint), like the static backend. */
+  snprintf(r->master_addr, sizeof(r->master_addr), "%s", r->cfg->endpoint_host);
+  r->master_port = r->cfg->endpoint_port;
+  trun_debug("trun round %d: node rank %d of %d, ranks %d-%d of %d", r->round_no, r->group_rank,
+             r->group_world_size, r->base_rank, r->base_rank + r->nproc - 1, r->world_size);
+  return 0;
+}
+
+int trun_rdzv_fast_tick(trun_rdzv *r) { return trun_fast_tick(r->fst); }
+
+void trun_rdzv_fast_shutdown(trun_rdzv *r) {
+  if (r->fst && r->client && trun_fast_close(r->fst) < 0) trun_warn("could not close the trun rendezvous");
 }
