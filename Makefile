@@ -121,6 +121,11 @@ asan: $(B)/libnvidia-ml-fake.so
 $(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/libtrun.a
 	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
 
+# trun-rdzv-bench: many rendezvous agents in one process (tests and make bench).
+all: $(B)/trun-rdzv-bench
+$(B)/trun-rdzv-bench: $(B)/obj/tools/rdzv_bench.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(B)/obj/tools/rdzv_bench.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+
 $(B)/libnvidia-ml-fake.so: tests/fakes/nvml_shim.c agent/nvml.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(OPT) -shared -fPIC -Iagent $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)

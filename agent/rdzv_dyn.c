@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "log.h"
 
 static const char *const action_names[] = {
@@ -461,7 +462,9 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
 int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
   if (d->st.round == 0) {
     /* torch: uniform(0, 0.3) s before round 0, so that agents started together do not collide. */
-    struct timespec ts = {0, (long)(rand() % 300) * 1000 * 1000};
+    uint64_t seed = (uint64_t)trun_dyn_utc_us() ^ ((uint64_t)d->me.pid << 20) ^ (uint64_t)(uintptr_t)d;
+    if (seed == 0) seed = 1;
+    struct timespec ts = {0, (long)(trun_rng_next(&seed) % 300) * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   double deadline = trun_dyn_mono() + (double)d->s.join_timeout_us / 1e6;

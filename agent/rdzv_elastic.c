@@ -279,7 +279,6 @@ int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *e
     trun_rdzv_c10d_close(r);
     return -1;
   }
-  srand((unsigned)getpid() ^ (unsigned)trun_dyn_utc_us());
   rc = trun_dyn_init(r->dyn, r->client, cfg->run_id, r->host_addr, getpid(), 0, &s, &hint);
   r->dyn->poll = r->poll;
   r->dyn->poll_arg = r->poll_arg;

@@ -74,13 +74,6 @@ static int op_cas(trun_fast *f, const char *k, const char *expect, const char *w
   return rc;
 }
 
-static int op_check(trun_fast *f, const char *k) {
-  trun_slice s = trun_str(k);
-  f->ops++;
-  f->bytes_out += strlen(k);
-  return trun_client_check(f->c, 1, &s);
-}
-
 static int op_get(trun_fast *f, const char *k, char *out, size_t len) {
   trun_buf b = {0};
   f->ops++;
@@ -304,27 +297,42 @@ int trun_fast_join(trun_fast *f) {
     if ((rc = op_cas(f, k, cur, next, out, sizeof(out))) < 0) goto store;
   }
   for (;;) {
-    key(f, k, sizeof(k), -1, "closed");
-    if ((rc = op_check(f, k)) < 0) goto store;
-    if (rc == 1) {
+    /* One compare_set creates the round counter or reads it; "closed" ends the rendezvous for good. */
+    key(f, k, sizeof(k), -1, "round");
+    if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) goto store;
+    if (strcmp(out, "closed") == 0) {
       snprintf(f->err, sizeof(f->err), "the rendezvous is closed (the job ended); use a new --rdzv-id");
       return -ECANCELED;
     }
-    key(f, k, sizeof(k), -1, "round");
-    if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) goto store;
     int64_t R = atoll(out), i = 0;
     key(f, k, sizeof(k), R, "seq");
     if ((rc = op_add(f, k, 1, &i)) < 0) goto store;
-    key(f, k, sizeof(k), R, "commit");
-    if (i > f->s.max_nodes || (rc = op_check(f, k)) == 1) {
+    if (i > f->s.max_nodes) {
       if ((rc = late(f, R, deadline)) < 0) goto fail;
       continue;
     }
-    if (rc < 0) goto store;
+    /* A node that comes after the commit learns it below (its index is beyond the committed count). */
     key(f, k, sizeof(k), R, "node/%lld", (long long)i);
     snprintf(v, sizeof(v), "%d %d %lld %s", f->nproc, f->hint, (long long)f->pid, f->addr);
     if ((rc = op_set(f, k, v)) < 0) goto store;
     if (i == f->s.max_nodes && (rc = commit(f, R, (int)i)) < 0) goto fail;
+    if (f->s.min_nodes == f->s.max_nodes) {
+      /* A fixed size commits only when the last node joins: wait for the assignment itself. */
+      key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
+      double left = deadline - mono();
+      rc = left > 0 ? op_wait(f, k, (int)(left * 1000)) : -ETIMEDOUT;
+      if (rc == -ETIMEDOUT) {
+        int64_t n = 0;
+        key(f, v, sizeof(v), R, "seq");
+        op_add(f, v, 0, &n);
+        snprintf(f->err, sizeof(f->err),
+                 "round %lld: %lld of %d node(s) joined within the join timeout of %d s", (long long)R,
+                 (long long)n, f->s.max_nodes, f->s.join_timeout_ms / 1000);
+        return rc;
+      }
+      if (rc < 0) goto fail;
+      goto assigned;
+    }
 
     /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. */
     double last_call = i >= f->s.min_nodes ? mono() : -1;
@@ -355,7 +363,7 @@ int trun_fast_join(trun_fast *f) {
         if ((rc = op_add(f, v, 0, &n)) < 0) goto store;
         if (n > f->s.max_nodes) n = f->s.max_nodes;
         if ((rc = commit(f, R, (int)n)) < 0) goto fail;
-        continue;
+        break; /* the commit key exists now (ours or the winner's) */
       }
       if (last_call < 0) {
         int64_t n = 0;
@@ -372,6 +380,7 @@ int trun_fast_join(trun_fast *f) {
     }
     key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
     if ((rc = op_wait(f, k, f->s.join_timeout_ms)) < 0) goto fail;
+  assigned:
     if ((rc = op_get(f, k, v, sizeof(v))) < 0) goto store;
     if (sscanf(v, "%d %d %d %d", &f->group_rank, &f->group_world, &f->base_rank, &f->world_size) != 4) {
       snprintf(f->err, sizeof(f->err), "round %lld: assignment '%.60s' is not trun's", (long long)R, v);
@@ -428,6 +437,6 @@ int trun_fast_end(trun_fast *f, const char *why) {
 
 int trun_fast_close(trun_fast *f) {
   char k[320];
-  key(f, k, sizeof(k), -1, "closed");
-  return op_set(f, k, "1");
+  key(f, k, sizeof(k), -1, "round");
+  return op_set(f, k, "closed");
 }

@@ -6,7 +6,8 @@
  * last call once MIN nodes joined, join timeout, late nodes restart the round (spares beyond MAX wait),
  * nodes that stop heartbeating are dropped, closed when the job ends.
  *
- * Keys (under "/trun/<run_id>/"): round (current round number), closed, and per round R "r<R>/": seq (ADD:
+ * Keys (under "/trun/<run_id>/"): round (current round number, "closed" once the job is over), and per
+ * round R "r<R>/": seq (ADD:
  * join index), node/<i> ("nproc hint pid addr"), commit (number of participants), coord (ADD: coordinator
  * election), assign/<i> ("group_rank group_world base_rank world_size"), waiting (ADD), hb/<g> (ADD
  * heartbeat counters), end (how the round ended: "ok", "fail:<g>", "member:<why>"). */

@@ -22,6 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build")
 HOST_PY = os.environ.get("TRUN_HOST_PY", "/usr/bin/python3")
 CHROOT_RUN = [os.path.join(REPO, "scripts", "chroot-run.sh")]
+CHROOT_READY = os.path.join(os.environ.get("TRUN_CHROOT", "/var/cache/trun/trixie"), ".trun-ready")
 CHROOT = os.environ.get("TRUN_CHROOT", "/var/cache/trun/trixie")
 HAVE_CHROOT = os.path.exists(os.path.join(CHROOT, ".trun-ready"))
 TORCHRUN113 = [HOST_PY, os.path.join(REPO, "tests", "tools", "torchrun113.py")]
@@ -257,6 +258,67 @@ def restart_bench(reps):
     return table
 
 
+def rdzv_run(mode, n, run_id):
+    """One rendezvous of n agents on a fresh trun-store; bytes = the server's read+written syscall bytes."""
+    srv = Server("trun")
+    try:
+        io0 = proc_io(srv.pid)
+        if mode.startswith("trun-"):
+            cmd = [os.path.join(BUILD, "trun-rdzv-bench"), "--target", f"127.0.0.1:{srv.port}", "--agents", str(n),
+                   "--mode", mode[5:], "--run-id", run_id]
+        elif mode == "torchrun-1.13":
+            cmd = [HOST_PY, os.path.join(REPO, "bench", "rdzv_torch.py"), "127.0.0.1", str(srv.port), str(n), run_id]
+        else:
+            cmd = CHROOT_RUN + ["python3", "/trun/bench/rdzv_torch.py", "127.0.0.1", str(srv.port), str(n), run_id]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, preexec_fn=raise_nofile)
+        if out.returncode != 0:
+            log(f"rdzv {mode} agents={n}: failed: {out.stderr.strip()[-300:]}")
+            return None
+        line = out.stdout.strip().splitlines()[-1]
+        kv = dict(f.split("=", 1) for f in line.split()[1:])
+        io1 = proc_io(srv.pid)
+        return {"mode": mode, "agents": n, "seconds": float(kv["seconds"]), "total_seconds": float(kv["total_seconds"]),
+                "store_bytes": io1 - io0}
+    finally:
+        srv.stop()
+
+
+def proc_io(pid):
+    d = {}
+    for line in open(f"/proc/{pid}/io"):
+        k, v = line.split(":")
+        d[k] = int(v)
+    return d["rchar"] + d["wchar"]
+
+
+def raise_nofile():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+RDZV_SIZES = {"trun-fast": (8, 64, 256, 1000, 10000), "trun-c10d": (8, 64, 256, 1000),
+              "torchrun-1.13": (8, 64, 256), "torchrun-2.6": (8, 64, 256)}
+
+
+def rdzv_bench(reps):
+    """Wall time from the last agent's join to the last rank assigned, and the store's traffic, vs agents."""
+    table = []
+    for n in (8, 64, 256, 1000, 10000):
+        for mode, sizes in RDZV_SIZES.items():
+            if n not in sizes or (mode == "torchrun-2.6" and not os.path.exists(CHROOT_READY)):
+                continue
+            runs = [r for r in (rdzv_run(mode, n, f"b{n}-{i}") for i in range(reps if n <= 1000 else 1)) if r]
+            if not runs:
+                continue
+            best = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+            best["reps"] = len(runs)
+            table.append(best)
+            print(f"rdzv mode={mode} agents={n} seconds={best['seconds']:.3f} store_bytes={best['store_bytes']}",
+                  flush=True)
+    return table
+
+
 def ratio(a, b):
     return round(a / b, 2) if a and b else None
 
@@ -279,6 +341,20 @@ def summarize(res):
                                  f"p99 x{ratio(t['p99_us'], o['p99_us'])}, p99.9 x{ratio(t['p999_us'], o['p999_us'])}")
     for r in res.get("conns", []):
         lines.append(f"{r['server']}: {r['connections']} connections with a pending WAIT: RSS {r['rss_held_kb'] / 1024:.1f} MiB")
+    rz = res.get("rdzv", [])
+    if rz:
+        lines.append("Rendezvous, last join to every rank assigned (median), and bytes through the store:")
+        by = {(r["mode"], r["agents"]): r for r in rz}
+        for r in rz:
+            lines.append(f"rdzv mode={r['mode']} agents={r['agents']} seconds={r['seconds']:.3f} "
+                         f"store_bytes={r['store_bytes']}")
+        for n in (8, 64, 256):
+            for other in ("torchrun-1.13", "torchrun-2.6"):
+                for mine in ("trun-c10d", "trun-fast"):
+                    t, o = by.get((mine, n)), by.get((other, n))
+                    if t and o:
+                        lines.append(f"ratio {other}/{mine} agents={n}: time x{ratio(o['seconds'], t['seconds'])}, "
+                                     f"bytes x{ratio(o['store_bytes'], t['store_bytes'])}")
     la = res.get("launch", [])
     if la:
         lines.append("Launch to exit, --standalone, no-op workers (--no-python /bin/true), median:")
@@ -307,7 +383,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["store", "conns", "launch", "restart"])
+    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "rdzv"])
     ap.add_argument("--conns", type=int, default=10000)
     args = ap.parse_args()
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -321,9 +397,16 @@ def main():
         res["launch"] = launch_bench(args.reps)
     if args.only in (None, "restart"):
         res["restart"] = restart_bench(args.reps)
-    res["summary"] = summarize(res)
+    if args.only in (None, "rdzv"):
+        res["rdzv"] = rdzv_bench(args.reps)
     os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
     path = os.path.join(REPO, "bench", "results", f"{datetime.date.today().isoformat()}-cpu.json")
+    if args.only and os.path.exists(path):
+        # One part re-measured: keep the day's other parts.
+        old = json.load(open(path))
+        old.update({k: v for k, v in res.items() if k in (args.only, "date", "machine")})
+        res = old
+    res["summary"] = summarize(res)
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
     print(res["summary"])
