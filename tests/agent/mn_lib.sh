@@ -138,3 +138,26 @@ run_three_agents_shuffled() { # master-addr
   done
   [ $ranks_ok = 0 ] || fail "rank checks failed"
 }
+
+# make_netns_hosts PREFIX N BRIDGE_NS HOST_NS...: N namespaces PREFIX.1..N/24 on eth0, each joined by a veth
+# pair to a bridge living in BRIDGE_NS (nothing touches the root namespace's interfaces). Skips (77) where
+# namespaces, bridges or veth pairs cannot be made. The caller deletes the namespaces.
+make_netns_hosts() {
+  local prefix=$1 n=$2 br=$3 i h; shift 3
+  local err; err=$(mktemp)
+  ip netns add "$br" 2>"$err" || { rm -f "$err"; skip "cannot create a network namespace"; }
+  rm -f "$err"
+  ip -n "$br" link set lo up || fail "lo up in $br"
+  ip -n "$br" link add br0 type bridge || skip "cannot create a bridge in a network namespace"
+  ip -n "$br" link set br0 up || fail "br0 up"
+  for ((i = 0; i < n; i++)); do
+    h=$1; shift
+    ip netns add "$h" || fail "netns add $h"
+    ip -n "$h" link set lo up || fail "lo up in $h"
+    ip -n "$h" link add eth0 type veth peer name vb$i netns "$br" || skip "cannot create veth pairs between namespaces"
+    ip -n "$h" addr add "$prefix.$((i + 1))/24" dev eth0 || fail "addr on $h"
+    ip -n "$h" link set eth0 up || fail "eth0 up in $h"
+    ip -n "$br" link set vb$i master br0 || fail "vb$i to br0"
+    ip -n "$br" link set vb$i up || fail "vb$i up"
+  done
+}
