@@ -272,7 +272,9 @@ def rdzv_run(mode, n, run_id):
             cmd = CHROOT_RUN + ["python3", "/trun/bench/rdzv_torch.py", "127.0.0.1", str(srv.port), str(n), run_id]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, preexec_fn=raise_nofile)
         if out.returncode != 0:
-            log(f"rdzv {mode} agents={n}: failed: {out.stderr.strip()[-300:]}")
+            why = out.stderr.strip()[-300:] or f"exit {out.returncode}"
+            log(f"rdzv {mode} agents={n}: failed: {why}")
+            RDZV_FAILED.append(f"{mode}, {n} agents: {why}")
             return None
         line = out.stdout.strip().splitlines()[-1]
         kv = dict(f.split("=", 1) for f in line.split()[1:])
@@ -297,8 +299,9 @@ def raise_nofile():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+RDZV_FAILED = []
 RDZV_SIZES = {"trun-fast": (8, 64, 256, 1000, 10000), "trun-c10d": (8, 64, 256, 1000),
-              "torchrun-1.13": (8, 64, 256), "torchrun-2.6": (8, 64, 256)}
+              "torchrun-1.13": (8, 64), "torchrun-2.6": (8, 64, 256)}
 
 
 def rdzv_bench(reps):
@@ -399,12 +402,13 @@ def main():
         res["restart"] = restart_bench(args.reps)
     if args.only in (None, "rdzv"):
         res["rdzv"] = rdzv_bench(args.reps)
+        res["rdzv_failed"] = RDZV_FAILED
     os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
     path = os.path.join(REPO, "bench", "results", f"{datetime.date.today().isoformat()}-cpu.json")
     if args.only and os.path.exists(path):
         # One part re-measured: keep the day's other parts.
         old = json.load(open(path))
-        old.update({k: v for k, v in res.items() if k in (args.only, "date", "machine")})
+        old.update({k: v for k, v in res.items() if k.startswith(args.only) or k in ("date", "machine")})
         res = old
     res["summary"] = summarize(res)
     with open(path, "w") as f:

@@ -64,6 +64,35 @@ def render(res, path):
             out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p50_us']:.0f} us | "
                        f"{r['p99_us']:.0f} us | {r['p999_us']:.0f} us | {a} | {b} |")
         out.append("")
+    rz = res.get("rdzv", [])
+    if rz:
+        by = {(r["mode"], r["agents"]): r for r in rz}
+        modes = [m for m in ("trun-fast", "trun-c10d", "torchrun-1.13", "torchrun-2.6") if any(k[0] == m for k in by)]
+        sizes = sorted({r["agents"] for r in rz})
+        out += ["**Rendezvous**: agents as threads of one process (`build/trun-rdzv-bench`; torchrun's own "
+                "`DynamicRendezvousHandler` in `bench/rdzv_torch.py`), all against one `trun-store`; time from the "
+                "last agent's join to the last rank assigned, and the bytes the store read and wrote (its "
+                "`/proc/<pid>/io`). A blank cell: not run at that size (or did not finish within join_timeout, "
+                "see below).", "",
+                "| agents | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+        for n in sizes:
+            cells = []
+            for m in modes:
+                r = by.get((m, n))
+                cells.append(f"{r['seconds']:.3f} s, {r['store_bytes'] / 1e6:.2f} MB" if r else "")
+            out.append(f"| {n} | " + " | ".join(cells) + " |")
+        out.append("")
+        for n in sizes:
+            for other in ("torchrun-1.13", "torchrun-2.6"):
+                o = by.get((other, n))
+                for mine in ("trun-c10d", "trun-fast"):
+                    t = by.get((mine, n))
+                    if o and t:
+                        out.append(f"- {n} agents, {mine} vs {other}: {ratio(o['seconds'], t['seconds'])} faster, "
+                                   f"{ratio(o['store_bytes'], t['store_bytes'])} fewer store bytes.")
+        for f in res.get("rdzv_failed", []):
+            out.append(f"- {f}")
+        out.append("")
     for r in res.get("conns", []):
         out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
                    f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
