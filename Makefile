@@ -81,7 +81,7 @@ asan: pkgcheck $(ASAN_BIN)
 
 FUZZ_BIN := $(patsubst fuzz/%.c,$(B)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 fuzz-short: pkgcheck $(FUZZ_BIN)
-	@scripts/fuzz.sh 20 $(FUZZ_BIN)
+	@scripts/fuzz.sh 15 $(FUZZ_BIN)
 
 fuzz: pkgcheck $(FUZZ_BIN)
 	@scripts/fuzz.sh $${FUZZ_SECONDS:-600} $(FUZZ_BIN)
