@@ -79,7 +79,7 @@ mkdir -p "$tmp/loop"
 LOOP_OUT=$tmp/loop "$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29553 \
   "$TRUN_REPO/tests/agent/loop_worker.py" >"$tmp/3.out" 2>"$tmp/3.err" &
 launcher=$!
-wait_for 'n=$(ls "$tmp/loop" | grep -c "^ready\."); [ "$n" = 6 ]' 120 || {
+wait_for 'n=$(ls "$tmp/loop" | grep -c "^ready\.0\."); [ "$n" = 6 ]' 120 || {
   dump_agent "trun --hostfile (3)" "$tmp/3.out" "$tmp/3.err"; show_marked; fail "the 6 ranks did not start training"; }
 echo "job processes before SIGINT:"; show_marked
 n_agents=$(count_marked "--node-rank=")
