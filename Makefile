@@ -29,7 +29,7 @@ ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
 # Keep the sanitizer objects between runs (make would delete them as intermediate files).
 .SECONDARY:
-.PHONY: all deps check unit asan integration fuzz fuzz-short bench demo format clean pkgcheck portable
+.PHONY: all deps check unit asan integration fuzz fuzz-short chaos bench demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
@@ -81,13 +81,19 @@ asan: pkgcheck $(ASAN_BIN)
 
 FUZZ_BIN := $(patsubst fuzz/%.c,$(B)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 fuzz-short: pkgcheck $(FUZZ_BIN)
-	@scripts/fuzz.sh 20 $(FUZZ_BIN)
+	@scripts/fuzz.sh 15 $(FUZZ_BIN)
 
 fuzz: pkgcheck $(FUZZ_BIN)
 	@scripts/fuzz.sh $${FUZZ_SECONDS:-600} $(FUZZ_BIN)
 
 integration: all
 	@tests/run-integration.sh
+
+# The chaos suite's long run (not part of check, which runs its 4-round short version, test 57):
+# CHAOS_ROUNDS rounds of random kinds, 2 workers per node; CHAOS_SEED repeats a run.
+chaos: all
+	@CHAOS_ROUNDS=$${CHAOS_ROUNDS:-16} CHAOS_NPROC=$${CHAOS_NPROC:-2} TRUN_TEST_TIMEOUT=3600 TRUN_TESTS=57-chaos \
+	  tests/run-integration.sh
 
 check: deps
 	@$(MAKE) --no-print-directory all

@@ -60,6 +60,7 @@ struct agent {
   int phase_stopping;
   outcome result;
   int first_failed; /* local rank of the first failure, -1 */
+  int watch_lost;   /* the failure-watch connection was lost: reconnect before the next round */
   int signal_seen;  /* the terminating signal the agent got, 0 */
   int restart_count;
   int round;
@@ -660,17 +661,25 @@ static void join_watcher(agent *a) {
   }
   a->watcher_on = 0;
   if (!a->end_seen || strncmp(a->end_value, "lost:", 5) == 0) {
-    /* The watch connection is gone: open a new one for the next round. */
+    /* The watch connection is gone: the next round, if any, opens a new one (reconnect_watch). */
     trun_client_close(a->watch_client);
     a->watch_client = NULL;
-    trun_client_opts o;
-    trun_client_opts_default(&o);
-    o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
-    o.port = a->rdzv.master_port;
-    o.key_prefix = "";
-    o.connect_timeout_ms = 60000;
-    if (trun_client_connect(&o, &a->watch_client) < 0) a->watch_client = NULL;
+    a->watch_lost = 1;
   }
+}
+
+/* Before a round after the watch connection was lost: open a new one (not when no round follows, so that
+ * an agent whose store host died exits at once instead of waiting for the store to come back). */
+static void reconnect_watch(agent *a) {
+  if (!a->watch_lost) return;
+  a->watch_lost = 0;
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
+  o.port = a->rdzv.master_port;
+  o.key_prefix = "";
+  o.connect_timeout_ms = 60000;
+  if (trun_client_connect(&o, &a->watch_client) < 0) a->watch_client = NULL;
 }
 
 /* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
@@ -747,6 +756,7 @@ static int agent_main(agent *a) {
       break;
     }
     if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
+    reconnect_watch(a);
     run_round(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */

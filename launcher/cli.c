@@ -150,6 +150,13 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                          "Precedence: command line > environment > file > detected platform > default."},
     [TRUN_OPT_PRINT_CONFIG] = {"print-config", "print_config", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
                                "Print the effective value and source of every setting, then exit."},
+    [TRUN_OPT_HOSTFILE] = {"hostfile", NULL, 0, 0, NULL, NULL, TRUN_G_TRUN, "HOSTFILE",
+                           "Start one agent per host of this file (lines 'host [slots=N]', '#' comments) "
+                           "through --rsh, with this command line plus --nnodes, --node-rank and "
+                           "--master-addr (the first host); output lines get a '[host] ' prefix."},
+    [TRUN_OPT_RSH] = {"rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, TRUN_G_TRUN, "CMD",
+                      "Remote shell command of --hostfile, split on blanks, run as CMD HOST TRUN ARGS... "
+                      "(arguments quoted for the remote shell)."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

@@ -43,6 +43,8 @@ typedef enum {
   TRUN_OPT_NO_IMDS,
   TRUN_OPT_CONFIG,       /* --config FILE: settings from a YAML file (config/yaml_file.h) */
   TRUN_OPT_PRINT_CONFIG, /* --print-config: print every setting with its source, then exit */
+  TRUN_OPT_HOSTFILE,     /* --hostfile FILE: one agent per host over --rsh (launcher/hostfile.h) */
+  TRUN_OPT_RSH,          /* --rsh CMD: the remote shell command of --hostfile */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

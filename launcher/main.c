@@ -9,6 +9,7 @@
 #include "agent.h"
 #include "cli.h"
 #include "config.h"
+#include "hostfile.h"
 #include "log.h"
 #include "nccl_env.h"
 #include "platform.h"
@@ -41,7 +42,7 @@ static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, tr
     }
     trun_yaml_apply(doc, cl);
   }
-  if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val) {
+  if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val && !cl->v[TRUN_OPT_EXPLAIN].val) {
     fprintf(stderr, "trun: error: no training script: give it on the command line%s%s\n",
             path ? " or as 'script:' in " : "", path ? path : "");
     return 2;
@@ -81,6 +82,8 @@ int main(int argc, char **argv) {
     trun_print_config(stdout, &cl, &plat, 0);
   } else if (code == 0 && cfg.explain) {
     code = trun_explain(&cfg, environ, stdout);
+  } else if (code == 0 && cl.v[TRUN_OPT_HOSTFILE].val && *cl.v[TRUN_OPT_HOSTFILE].val) {
+    code = trun_hostfile_launch(&cl, &cfg, environ, stdout);
   } else if (code == 0 && cfg.dry_run) {
     trun_print_config(stdout, &cl, &plat, 1);
     code = trun_agent_dry_run(&cfg, environ, stdout);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets: scripts/fuzz.sh SECONDS BIN...
 # Each BIN runs for SECONDS on a scratch corpus under build/fuzz-corpus/<name> seeded from fuzz/corpus/<name>
-# (the repository's seeds are never modified). Crash inputs are kept in build/fuzz-artifacts/<name>/.
+# and from the directories listed in fuzz/corpus/<name>.from (the repository's seeds are never modified).
+# Crash inputs are kept in build/fuzz-artifacts/<name>/.
 # Prints one line per target: "fuzz: NAME EXECS execs in SECONDS s, N crashes"; exits 1 if any crashed.
 set -u
 if [ $# -lt 2 ]; then
@@ -24,6 +25,12 @@ for bin in "$@"; do
   log=$build/fuzz-logs/$name.log
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   if [ -d "$seeds" ]; then cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true; fi
+  # fuzz/corpus/<name>.from: more seed directories (one per line, relative to the repository), e.g. fixtures.
+  if [ -f "$seeds.from" ]; then
+    while read -r dir; do
+      [ -n "$dir" ] && { cp -n "$repo/$dir"/* "$corpus"/ 2>/dev/null || true; }
+    done <"$seeds.from"
+  fi
   before=$(find "$artifacts" -type f | wc -l)
   start=$(date +%s)
   "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

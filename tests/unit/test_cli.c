@@ -113,6 +113,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_NO_IMDS, "no-imds", "no_imds", 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_CONFIG, "config", NULL, 0, 0, NULL, "TRUN_CONFIG", "trun"},
     {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_HOSTFILE, "hostfile", NULL, 0, 0, NULL, NULL, "trun"},
+    {TRUN_OPT_RSH, "rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -280,7 +282,7 @@ START_TEST(test_unique_prefixes) {
   ck_assert_int_eq(parse(ARGV("--duplicate-stdo", "x", "--duplicate_stde=y", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_DUPLICATE_STDOUT_FILTERS, "x");
   assert_cli(TRUN_OPT_DUPLICATE_STDERR_FILTERS, "y");
-  ck_assert_int_eq(parse(ARGV("--h"), NOENV), 0);
+  ck_assert_int_eq(parse(ARGV("--he"), NOENV), 0); /* "--h": --help or --hostfile */
   ck_assert_int_eq(cl.help, 1);
   ck_assert_int_eq(parse(ARGV("--vers"), NOENV), 0);
   ck_assert_int_eq(cl.version, 1);

@@ -1,0 +1,614 @@
+/* `trun --hostfile FILE [--rsh CMD]` (launcher/hostfile.h): the hostfile parser, the per-host command line
+ * and the launcher loop (one rsh child per host, line-whole prefixed output, signal forwarding). */
+#include "hostfile.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "log.h"
+#include "output.h"
+#include "report.h"
+#include "spawn.h"
+
+#define TRUN_HOSTFILE_MAX_BYTES (1 << 20)
+/* Static backend: once a host's agent has failed, the job is over; agents still running this long
+ * afterwards (e.g. waiting for a host whose rsh never started an agent) are stopped. */
+#define TRUN_HOSTFILE_GRACE_MS 60000
+/* After every child is reaped: how long output still held open by a leftover process is read. */
+#define TRUN_HOSTFILE_DRAIN_MS 2000
+
+static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hf_errf(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- the hostfile ----------------------------------------------------------------------------------- */
+
+void trun_hostfile_free(trun_hostfile *hf) {
+  for (size_t i = 0; i < hf->n; i++) free(hf->h[i].host);
+  free(hf->h);
+  hf->h = NULL;
+  hf->n = 0;
+}
+
+/* A host name, user@host, IPv4 or IPv6 literal: letters, digits and . _ - : @ % [ ]; not starting with '-'
+ * (ssh would take it for an option). */
+static int host_ok(const char *s, size_t n) {
+  if (n == 0 || n > 255 || s[0] == '-') return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!isalnum(c) && !strchr("._-:@%[]", c)) return 0;
+  }
+  return 1;
+}
+
+static int parse_slots(const char *s, size_t n, int *slots) {
+  if (n == 0 || n > 6) return -1;
+  int v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isdigit((unsigned char)s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < 1 || v > TRUN_MAX_LOCAL) return -1;
+  *slots = v;
+  return 0;
+}
+
+/* One line without its comment: "host [slots=N]". Returns 0 (host set, or left NULL for a blank line)
+ * or -1 with err set. */
+static int parse_line(const char *path, int lineno, const char *s, size_t n, trun_host *h, char *err,
+                      size_t errlen) {
+  const char *tok[3];
+  size_t len[3];
+  int nt = 0;
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && isspace((unsigned char)s[i])) i++;
+    if (i == n) break;
+    size_t start = i;
+    while (i < n && !isspace((unsigned char)s[i])) i++;
+    if (nt == 2) {
+      hf_errf(err, errlen, "%s:%d: unexpected '%.*s': a line is 'host' or 'host slots=N'", path, lineno,
+              (int)(i - start), s + start);
+      return -1;
+    }
+    tok[nt] = s + start;
+    len[nt++] = i - start;
+  }
+  h->host = NULL;
+  h->slots = 0;
+  h->line = lineno;
+  if (nt == 0) return 0;
+  if (!host_ok(tok[0], len[0])) {
+    hf_errf(err, errlen,
+            "%s:%d: '%.*s' is not a host name (letters, digits, '.', '-', '_', ':', '@', '[', ']'; at most "
+            "255 characters; not starting with '-')",
+            path, lineno, (int)(len[0] > 80 ? 80 : len[0]), tok[0]);
+    return -1;
+  }
+  if (nt == 2) {
+    if (len[1] < 6 || strncmp(tok[1], "slots=", 6) != 0) {
+      hf_errf(err, errlen, "%s:%d: unexpected '%.*s' after the host: a line is 'host' or 'host slots=N'",
+              path, lineno, (int)(len[1] > 80 ? 80 : len[1]), tok[1]);
+      return -1;
+    }
+    if (parse_slots(tok[1] + 6, len[1] - 6, &h->slots) < 0) {
+      hf_errf(err, errlen, "%s:%d: slots must be an integer from 1 to %d, got '%.*s'", path, lineno,
+              TRUN_MAX_LOCAL, (int)(len[1] - 6 > 40 ? 40 : len[1] - 6), tok[1] + 6);
+      return -1;
+    }
+  }
+  h->host = strndup(tok[0], len[0]);
+  if (!h->host) {
+    hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+    return -1;
+  }
+  return 0;
+}
+
+int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hostfile *out, char *err,
+                        size_t errlen) {
+  memset(out, 0, sizeof(*out));
+  if (memchr(text, '\0', len)) {
+    hf_errf(err, errlen, "%s: contains a NUL byte: not a hostfile", path);
+    return -1;
+  }
+  size_t cap = 0;
+  int lineno = 0;
+  for (size_t pos = 0; pos < len;) {
+    const char *nl = memchr(text + pos, '\n', len - pos);
+    size_t end = nl ? (size_t)(nl - text) : len;
+    lineno++;
+    const char *hash = memchr(text + pos, '#', end - pos);
+    size_t n = (hash ? (size_t)(hash - text) : end) - pos;
+    trun_host h;
+    if (parse_line(path, lineno, text + pos, n, &h, err, errlen) < 0) goto fail;
+    pos = end + 1;
+    if (!h.host) continue;
+    for (size_t i = 0; i < out->n; i++)
+      if (strcmp(out->h[i].host, h.host) == 0) {
+        hf_errf(err, errlen,
+                "%s:%d: host '%s' is already on line %d (one line per host; slots=N sets its workers)", path,
+                lineno, h.host, out->h[i].line);
+        free(h.host);
+        goto fail;
+      }
+    if (out->n == TRUN_HOSTFILE_MAX_HOSTS) {
+      hf_errf(err, errlen, "%s:%d: more than %d hosts", path, lineno, TRUN_HOSTFILE_MAX_HOSTS);
+      free(h.host);
+      goto fail;
+    }
+    if (out->n == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      trun_host *nh = realloc(out->h, ncap * sizeof(*nh));
+      if (!nh) {
+        hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+        free(h.host);
+        goto fail;
+      }
+      out->h = nh;
+      cap = ncap;
+    }
+    out->h[out->n++] = h;
+  }
+  if (out->n == 0) {
+    hf_errf(err, errlen, "%s: no hosts (one 'host [slots=N]' per line)", path);
+    return -1;
+  }
+  return 0;
+fail:
+  trun_hostfile_free(out);
+  return -1;
+}
+
+int trun_hostfile_load(const char *path, trun_hostfile *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof(*out));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    hf_errf(err, errlen, "--hostfile %s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > TRUN_HOSTFILE_MAX_BYTES) {
+    hf_errf(err, errlen, "--hostfile %s: not a regular file of at most %d bytes", path,
+            TRUN_HOSTFILE_MAX_BYTES);
+    close(fd);
+    return -1;
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (!buf) {
+    hf_errf(err, errlen, "--hostfile %s: out of memory", path);
+    return -1;
+  }
+  int rc = trun_hostfile_parse(path, buf, got, out, err, errlen);
+  free(buf);
+  return rc;
+}
+
+/* ---- the command of one host ------------------------------------------------------------------------ */
+
+char *trun_shell_quote(const char *s) {
+  size_t n = 2;
+  for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
+  char *q = malloc(n + 1), *o = q;
+  if (!q) return NULL;
+  *o++ = '\'';
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'') {
+      memcpy(o, "'\\''", 4);
+      o += 4;
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o++ = '\'';
+  *o = '\0';
+  return q;
+}
+
+void trun_argv_free(char **argv) {
+  if (!argv) return;
+  for (char **a = argv; *a; a++) free(*a);
+  free(argv);
+}
+
+typedef struct {
+  char **v;
+  size_t n, cap;
+  int oom;
+} argv_b;
+
+static void push_raw(argv_b *b, char *s) {
+  if (!s) b->oom = 1;
+  if (b->oom) {
+    free(s);
+    return;
+  }
+  if (b->n + 2 > b->cap) {
+    size_t ncap = b->cap ? b->cap * 2 : 32;
+    char **nv = realloc(b->v, ncap * sizeof(*nv));
+    if (!nv) {
+      free(s);
+      b->oom = 1;
+      return;
+    }
+    b->v = nv;
+    b->cap = ncap;
+  }
+  b->v[b->n++] = s;
+  b->v[b->n] = NULL;
+}
+
+/* Pushes "--name" or "--name=value", quoted for the remote shell. */
+static void push_opt(argv_b *b, const char *name, const char *val) {
+  size_t n = strlen(name) + (val ? strlen(val) + 1 : 0) + 3;
+  char *s = malloc(n);
+  if (!s) {
+    b->oom = 1;
+    return;
+  }
+  snprintf(s, n, "--%s%s%s", name, val ? "=" : "", val ? val : "");
+  push_raw(b, trun_shell_quote(s));
+  free(s);
+}
+
+/* --master-addr when the user set it (command line, environment, config file), else the first host
+ * without its "user@". */
+static const char *hf_master(const trun_cmdline *cl, const trun_hostfile *hf) {
+  const trun_opt_val *ma = &cl->v[TRUN_OPT_MASTER_ADDR];
+  if (ma->src >= TRUN_SRC_FILE && ma->val) return ma->val;
+  const char *at = strrchr(hf->h[0].host, '@');
+  return at ? at + 1 : hf->h[0].host;
+}
+
+int trun_hostfile_argv(const trun_cmdline *cl, const trun_config *cfg, const trun_hostfile *hf, size_t i,
+                       const char *rsh, const char *trun_path, char ***out, char *err, size_t errlen) {
+  argv_b b = {0};
+  *out = NULL;
+  /* The rsh command: split on blanks, no quoting (it is not given to a shell). */
+  for (const char *p = rsh; *p;) {
+    while (*p && isspace((unsigned char)*p)) p++;
+    if (!*p) break;
+    const char *start = p;
+    while (*p && !isspace((unsigned char)*p)) p++;
+    push_raw(&b, strndup(start, (size_t)(p - start)));
+  }
+  if (b.n == 0 && !b.oom) {
+    hf_errf(err, errlen, "--rsh is empty: give the remote shell command, e.g. --rsh '%s'", TRUN_RSH_DEFAULT);
+    trun_argv_free(b.v);
+    return -1;
+  }
+  push_raw(&b, strdup(hf->h[i].host));
+  push_raw(&b, trun_shell_quote(trun_path));
+  int is_static = cfg->backend == TRUN_RDZV_STATIC;
+  for (int id = 0; id < TRUN_OPT__COUNT; id++) {
+    const trun_opt_val *v = &cl->v[id];
+    if (v->src != TRUN_SRC_CLI || !v->val) continue;
+    if (id == TRUN_OPT_HOSTFILE || id == TRUN_OPT_RSH || id == TRUN_OPT_DRY_RUN) continue;
+    if (is_static && (id == TRUN_OPT_NNODES || id == TRUN_OPT_NODE_RANK || id == TRUN_OPT_MASTER_ADDR ||
+                      id == TRUN_OPT_MASTER_PORT))
+      continue;
+    const trun_opt_desc *d = trun_cli_desc((trun_opt_id)id);
+    push_opt(&b, d->name, d->is_flag ? NULL : v->val);
+  }
+  /* A hostfile named by the config file must not start more agents on the hosts: an empty one wins. */
+  if (cl->v[TRUN_OPT_HOSTFILE].src != TRUN_SRC_CLI) push_opt(&b, "hostfile", "");
+  char num[32];
+  if (hf->h[i].slots > 0 && cl->v[TRUN_OPT_NPROC_PER_NODE].src <= TRUN_SRC_DETECTED) {
+    snprintf(num, sizeof(num), "%d", hf->h[i].slots);
+    push_opt(&b, "nproc-per-node", num);
+  }
+  const char *master = hf_master(cl, hf);
+  if (is_static) {
+    snprintf(num, sizeof(num), "%zu", hf->n);
+    push_opt(&b, "nnodes", num);
+    snprintf(num, sizeof(num), "%zu", i);
+    push_opt(&b, "node-rank", num);
+    push_opt(&b, "master-addr", master);
+    snprintf(num, sizeof(num), "%d", cfg->master_port);
+    push_opt(&b, "master-port", num);
+  } else {
+    if (cl->v[TRUN_OPT_NNODES].src != TRUN_SRC_CLI) {
+      snprintf(num, sizeof(num), "%zu", hf->n);
+      push_opt(&b, "nnodes", num);
+    }
+    const char *ep = cl->v[TRUN_OPT_RDZV_ENDPOINT].val;
+    if (!ep || !*ep) {
+      char epbuf[300];
+      int v6 = strchr(master, ':') && master[0] != '[';
+      snprintf(epbuf, sizeof(epbuf), "%s%s%s:%d", v6 ? "[" : "", master, v6 ? "]" : "", cfg->master_port);
+      push_opt(&b, "rdzv-endpoint", epbuf);
+    }
+  }
+  if (cl->script && cl->script_src == TRUN_SRC_CLI) {
+    if (cl->script[0] == '-') push_raw(&b, trun_shell_quote("--"));
+    push_raw(&b, trun_shell_quote(cl->script));
+    for (int k = 0; k < cl->nscript_args; k++) push_raw(&b, trun_shell_quote(cl->script_args[k]));
+  }
+  if (b.oom) {
+    hf_errf(err, errlen, "out of memory building the command of host %s", hf->h[i].host);
+    trun_argv_free(b.v);
+    return -1;
+  }
+  *out = b.v;
+  return 0;
+}
+
+/* ---- the launcher ----------------------------------------------------------------------------------- */
+
+typedef struct launcher launcher;
+
+typedef struct {
+  launcher *l;
+  const trun_host *h;
+  size_t rank;
+  pid_t pid;
+  int running;
+  int code; /* exit code, or 128 + signal */
+  trun_stream *out, *err;
+} hf_node;
+
+struct launcher {
+  uv_loop_t loop;
+  hf_node *nodes;
+  size_t n;
+  size_t running;
+  int open_streams;
+  int code;         /* the job's: first non-zero, else 0 */
+  size_t first_bad; /* node of the first non-zero exit */
+  int is_static;
+  int signal_seen;
+  uv_signal_t sigchld;
+  uv_signal_t sigs[4];
+  uv_timer_t drain, grace;
+};
+
+static const int hf_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void hf_maybe_finish(launcher *l);
+
+static void hf_on_stream_eof(void *arg) {
+  launcher *l = arg;
+  l->open_streams--;
+  hf_maybe_finish(l);
+}
+
+static void hf_on_drain(uv_timer_t *t) {
+  launcher *l = t->data;
+  for (size_t i = 0; i < l->n; i++) {
+    hf_node *nd = &l->nodes[i];
+    if (nd->out && trun_stream_is_open(nd->out))
+      trun_stream_close(nd->out), nd->out = NULL, l->open_streams--;
+    if (nd->err && trun_stream_is_open(nd->err))
+      trun_stream_close(nd->err), nd->err = NULL, l->open_streams--;
+  }
+  hf_maybe_finish(l);
+}
+
+static void hf_maybe_finish(launcher *l) {
+  if (l->running > 0) return;
+  if (l->open_streams > 0) {
+    if (!uv_is_active((uv_handle_t *)&l->drain))
+      uv_timer_start(&l->drain, hf_on_drain, TRUN_HOSTFILE_DRAIN_MS, 0);
+    return;
+  }
+  uv_stop(&l->loop);
+}
+
+static void hf_kill_all(launcher *l, int sig) {
+  for (size_t i = 0; i < l->n; i++)
+    if (l->nodes[i].running) kill(l->nodes[i].pid, sig);
+}
+
+static void hf_on_grace(uv_timer_t *t) {
+  launcher *l = t->data;
+  trun_warn(
+      "the agent of host %s (node rank %zu) exited %d %d s ago and %zu host(s) still run: sending them "
+      "SIGTERM",
+      l->nodes[l->first_bad].h->host, l->first_bad, l->code, TRUN_HOSTFILE_GRACE_MS / 1000, l->running);
+  hf_kill_all(l, SIGTERM);
+}
+
+static void hf_node_exited(launcher *l, hf_node *nd, int status) {
+  nd->running = 0;
+  l->running--;
+  nd->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (nd->code != 0) {
+    char name[32];
+    if (WIFSIGNALED(status))
+      trun_warn("host %s (node rank %zu): the remote command was killed by %s", nd->h->host, nd->rank,
+                trun_signal_name(WTERMSIG(status), name, sizeof(name)));
+    else
+      trun_warn("host %s (node rank %zu): the agent exited %d%s", nd->h->host, nd->rank, nd->code,
+                nd->code == 255 ? " (255: ssh could not run it there? check the host and --rsh)" : "");
+    if (l->code == 0) {
+      l->code = nd->code;
+      l->first_bad = (size_t)(nd - l->nodes);
+      if (l->is_static && l->running > 0 && !l->signal_seen)
+        uv_timer_start(&l->grace, hf_on_grace, TRUN_HOSTFILE_GRACE_MS, 0);
+    }
+  }
+  hf_maybe_finish(l);
+}
+
+static void hf_on_sigchld(uv_signal_t *h, int signum) {
+  (void)signum;
+  launcher *l = h->data;
+  int status;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+    for (size_t i = 0; i < l->n; i++)
+      if (l->nodes[i].pid == pid && l->nodes[i].running) {
+        hf_node_exited(l, &l->nodes[i], status);
+        break;
+      }
+}
+
+static void hf_on_signal(uv_signal_t *h, int sig) {
+  launcher *l = h->data;
+  char name[32];
+  trun_warn("%s: forwarding it to the %zu running host command(s)%s",
+            trun_signal_name(sig, name, sizeof(name)), l->running, l->signal_seen ? " again" : "");
+  l->signal_seen = sig;
+  uv_timer_stop(&l->grace);
+  hf_kill_all(l, sig);
+}
+
+static void hf_close_cb(uv_handle_t *h) { (void)h; }
+
+/* Starts node i; 0, or -1 after printing why. *bad_input: the failure is the --rsh command's. */
+static int hf_start(launcher *l, size_t i, char **argv, char **envp, int *bad_input) {
+  hf_node *nd = &l->nodes[i];
+  char prefix[300];
+  int ofd = -1, efd = -1;
+  snprintf(prefix, sizeof(prefix), "[%s] ", nd->h->host);
+  int rc = trun_stream_open(&l->loop, 1, -1, prefix, &nd->out, &ofd);
+  if (rc == 0) {
+    trun_stream_on_eof(nd->out, hf_on_stream_eof, l);
+    l->open_streams++;
+    rc = trun_stream_open(&l->loop, 2, -1, prefix, &nd->err, &efd);
+  }
+  if (rc == 0) {
+    trun_stream_on_eof(nd->err, hf_on_stream_eof, l);
+    l->open_streams++;
+  }
+  if (rc < 0) {
+    if (ofd >= 0) close(ofd);
+    trun_error("host %s: cannot open the output pipes: %s", nd->h->host, strerror(-rc));
+    return -1;
+  }
+  trun_spawn_req req = {.argv = argv, .envp = envp, .stdout_fd = ofd, .stderr_fd = efd};
+  const char *what = "";
+  rc = trun_spawn(&req, &nd->pid, &what);
+  close(ofd);
+  close(efd);
+  if (rc < 0 || nd->pid <= 0) {
+    *bad_input = strcmp(what, "find the program in PATH") == 0 || strcmp(what, "exec") == 0;
+    trun_error("host %s (node rank %zu): cannot start '%s' (--rsh): %s: %s; check --rsh and PATH",
+               nd->h->host, i, argv[0], what, strerror(-rc));
+    if (nd->pid > 0) {
+      nd->running = 1; /* exited 127: the SIGCHLD handler reaps it */
+      l->running++;
+    }
+    return -1;
+  }
+  nd->running = 1;
+  l->running++;
+  return 0;
+}
+
+static void hf_print_cmd(FILE *out, const trun_host *h, size_t i, char **argv) {
+  fprintf(out, "node rank %zu (%s, line %d):", i, h->host, h->line);
+  for (char **a = argv; *a; a++) fprintf(out, " %s", *a);
+  fputc('\n', out);
+}
+
+int trun_hostfile_launch(const trun_cmdline *cl, const trun_config *cfg, char **envp, FILE *out) {
+  char err[1024];
+  const char *path = cl->v[TRUN_OPT_HOSTFILE].val;
+  const char *rsh = cl->v[TRUN_OPT_RSH].val ? cl->v[TRUN_OPT_RSH].val : TRUN_RSH_DEFAULT;
+  trun_hostfile hf;
+  if (trun_hostfile_load(path, &hf, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    return 2;
+  }
+  char self[PATH_MAX];
+  ssize_t sn = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (sn <= 0) {
+    fprintf(stderr, "trun: error: cannot find trun's own path (/proc/self/exe): %s\n", strerror(errno));
+    trun_hostfile_free(&hf);
+    return 1;
+  }
+  self[sn] = '\0';
+  char ***argvs = calloc(hf.n, sizeof(*argvs));
+  int code = argvs ? 0 : 1;
+  for (size_t i = 0; code == 0 && i < hf.n; i++)
+    if (trun_hostfile_argv(cl, cfg, &hf, i, rsh, self, &argvs[i], err, sizeof(err)) < 0) {
+      fprintf(stderr, "trun: error: %s\n", err);
+      code = 2;
+    }
+  if (code == 0 && cfg->dry_run) {
+    fprintf(out, "hostfile %s: %zu host(s), master %s; each started as:\n", path, hf.n, hf_master(cl, &hf));
+    for (size_t i = 0; i < hf.n; i++) hf_print_cmd(out, &hf.h[i], i, argvs[i]);
+  } else if (code == 0) {
+    launcher l;
+    memset(&l, 0, sizeof(l));
+    l.n = hf.n;
+    l.is_static = cfg->backend == TRUN_RDZV_STATIC;
+    l.nodes = calloc(hf.n, sizeof(*l.nodes));
+    if (!l.nodes || uv_loop_init(&l.loop) < 0) {
+      trun_error("out of memory starting %zu hosts", hf.n);
+      free(l.nodes);
+      code = 1;
+    } else {
+      for (size_t i = 0; i < hf.n; i++) l.nodes[i] = (hf_node){.l = &l, .h = &hf.h[i], .rank = i};
+      uv_signal_init(&l.loop, &l.sigchld);
+      l.sigchld.data = &l;
+      uv_signal_start(&l.sigchld, hf_on_sigchld, SIGCHLD);
+      for (int s = 0; s < 4; s++) {
+        uv_signal_init(&l.loop, &l.sigs[s]);
+        l.sigs[s].data = &l;
+        uv_signal_start(&l.sigs[s], hf_on_signal, hf_signals[s]);
+      }
+      uv_timer_init(&l.loop, &l.drain);
+      uv_timer_init(&l.loop, &l.grace);
+      l.drain.data = l.grace.data = &l;
+      signal(SIGPIPE, SIG_IGN);
+      trun_info("starting %zu agent(s) from %s with '%s' (master %s)", hf.n, path, rsh, hf_master(cl, &hf));
+      int start_failed = 0, bad_input = 0;
+      for (size_t i = 0; i < hf.n && !start_failed; i++)
+        if (hf_start(&l, i, argvs[i], envp, &bad_input) < 0) start_failed = 1;
+      if (start_failed) hf_kill_all(&l, SIGTERM);
+      hf_maybe_finish(&l);
+      if (l.running > 0 || l.open_streams > 0) uv_run(&l.loop, UV_RUN_DEFAULT);
+      code = start_failed ? (bad_input ? 2 : 1) : l.code;
+      char name[32];
+      if (!start_failed && code != 0 && l.signal_seen)
+        trun_error(
+            "the job was stopped by %s (forwarded to every host); the first host to end was %s (node "
+            "rank %zu, exit %d)",
+            trun_signal_name(l.signal_seen, name, sizeof(name)), l.nodes[l.first_bad].h->host, l.first_bad,
+            code);
+      else if (!start_failed && code != 0)
+        trun_error("the job failed: the first host to fail was %s (node rank %zu, exit %d)",
+                   l.nodes[l.first_bad].h->host, l.first_bad, code);
+      for (size_t i = 0; i < hf.n; i++) {
+        if (l.nodes[i].out) trun_stream_close(l.nodes[i].out);
+        if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);
+      }
+      uv_close((uv_handle_t *)&l.sigchld, hf_close_cb);
+      for (int s = 0; s < 4; s++) uv_close((uv_handle_t *)&l.sigs[s], hf_close_cb);
+      uv_close((uv_handle_t *)&l.drain, hf_close_cb);
+      uv_close((uv_handle_t *)&l.grace, hf_close_cb);
+      uv_run(&l.loop, UV_RUN_DEFAULT);
+      uv_loop_close(&l.loop);
+      free(l.nodes);
+    }
+  }
+  for (size_t i = 0; argvs && i < hf.n; i++) trun_argv_free(argvs[i]);
+  free(argvs);
+  trun_hostfile_free(&hf);
+  return code;
+}
