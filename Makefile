@@ -118,8 +118,8 @@ portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/
 all: $(B)/trun-topo $(B)/libnvidia-ml-fake.so
 asan: $(B)/libnvidia-ml-fake.so
 
-$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/libtrun.a
-	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
 
 $(B)/libnvidia-ml-fake.so: tests/fakes/nvml_shim.c agent/nvml.h
 	@mkdir -p $(dir $@)
