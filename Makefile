@@ -106,7 +106,7 @@ demo:
 	@scripts/demo.sh
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
-STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
+STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
 portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
 	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(STATIC_LIBS)
