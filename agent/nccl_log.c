@@ -151,14 +151,14 @@ static void transport_name(trun_nccl_log *l, const char *kind, const char *rest,
   char a[64];
   if (strcmp(kind, "NET") == 0 && regexec(&l->re_net, rest, 8, m, 0) == 0) {
     sub(rest, &m[1], a, sizeof(a));
-    snprintf(out, len, "NET/%s%s", a, m[5].rm_so >= 0 ? "/GDRDMA" : "");
+    snprintf(out, len, "NET/%.40s%s", a, m[5].rm_so >= 0 ? "/GDRDMA" : "");
   } else if (strcmp(kind, "P2P") == 0 && regexec(&l->re_p2p, rest, 8, m, 0) == 0) {
     sub(rest, &m[1], a, sizeof(a));
     if (strncmp(a, "indirect/", 9) == 0) a[8] = '\0';
-    snprintf(out, len, "P2P/%s%s%s", a, m[2].rm_so >= 0 ? "/read" : "", m[3].rm_so >= 0 ? "/CE" : "");
+    snprintf(out, len, "P2P/%.40s%s%s", a, m[2].rm_so >= 0 ? "/read" : "", m[3].rm_so >= 0 ? "/CE" : "");
   } else {
     /* SHM/<send>/<recv> (or an unknown P2P / NET form): kept as NCCL wrote it, trailing blanks cut. */
-    snprintf(out, len, "%s/%s", kind, rest);
+    snprintf(out, len, "%.8s/%.48s", kind, rest);
     size_t n = strlen(out);
     while (n && (out[n - 1] == ' ' || out[n - 1] == '\r' || out[n - 1] == '\n')) out[--n] = '\0';
   }
