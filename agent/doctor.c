@@ -349,6 +349,8 @@ int trun_doctor_round(trun_rdzv *r, char **envp, int round) {
   char err[512], base[600];
   if (trun_discover_node(node, envp, TRUN_IDENTITY_IF_EFA, r->cfg->no_imds, err, sizeof(err)) < 0)
     trun_debug("doctor: GPU discovery: %s", err);
+  /* No usable EFA means no instance lookup above; the EFA check still needs the type: DMI, no network. */
+  if (node->ngpu > 0 && node->instance.instance_type[0] == '\0') trun_discover_instance(node, 1);
   trun_host_id *self = malloc(sizeof(*self));
   if (self == NULL) {
     free(node);

@@ -9,6 +9,8 @@
 #     (TRUN_BOOT_ID): no report; the debug line says 2 agents were checked.
 #  4. The same two namespaces, both agents seeing both GPUs: ERROR [gpu-clash] names the UUIDs and both ranks.
 #  5. --on-split-pods=fail with 1.'s layout: both agents exit 1 and no worker starts.
+#  6. One agent on the pod-p4d-4of8 fixture (4 of a p4d's 8 GPUs, 1 of its 4 EFA devices usable, the type from
+#     DMI): the EFA warning (4 GPUs need 2); with all 4 EFA visible to the pod none.
 # Parts 3-4 skip (the test exits 77 after 1, 2 and 5 passed) when network namespaces cannot be made here.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
@@ -98,16 +100,38 @@ rc=$?
 [ $rc = 2 ] && grep -q "must be warn or fail" "$tmp/bad.out" || fail "5: --on-split-pods maybe: exit $rc: $(cat "$tmp/bad.out")"
 echo "ok 5"
 
+echo "== 6. EFA devices per GPU on a p4d pod"
+p4d=$TRUN_REPO/tests/fixtures/nodes/pod-p4d-4of8
+p4d_env=(TRUN_SYSFS_ROOT="$p4d/sys" TRUN_DEV_ROOT="$p4d/dev" TRUN_DMI_ROOT="$p4d/dmi" TRUN_NVML_LIBRARY="$shim"
+  TRUN_FAKE_NVML_TOPO="$p4d/nvml.json" AWS_EC2_METADATA_DISABLED=true $(cat "$p4d/env"))
+rc=0
+env "${p4d_env[@]}" "$TRUN" --no-imds --nproc-per-node 1 --no-python /usr/bin/touch "$tmp/ran.efa" \
+  >"$tmp/efa.out" 2>"$tmp/efa.err" || rc=$?
+cat "$tmp/efa.err"
+[ $rc = 0 ] && [ -e "$tmp/ran.efa" ] || fail "6: exit $rc or the worker did not run"
+grep -qF "WARNING [efa] group rank 0 (host $(hostname), p4d.24xlarge): 1 usable EFA device(s) for 4 GPU(s); a p4d.24xlarge has 4 EFA for 8 GPUs, so 4 GPU(s) need 2." "$tmp/efa.err" ||
+  fail "6: no EFA warning"
+grep -qF "vpc.amazonaws.com/efa: 2" "$tmp/efa.err" || fail "6: the EFA warning does not say what to request"
+# The same pod with every EFA device's uverbs node: no warning.
+mkdir -p "$tmp/dev4/infiniband"
+for i in 0 1 2 3; do touch "$tmp/dev4/infiniband/uverbs$i"; done
+rc=0
+env "${p4d_env[@]}" TRUN_DEV_ROOT="$tmp/dev4" "$TRUN" --no-imds --nproc-per-node 1 --no-python /usr/bin/touch \
+  "$tmp/ran.efa4" >"$tmp/efa4.out" 2>"$tmp/efa4.err" || rc=$?
+[ $rc = 0 ] || fail "6: 4 EFA: exit $rc"
+! grep -q "trun doctor" "$tmp/efa4.err" || fail "6: a report with 4 EFA for 4 GPUs: $(cat "$tmp/efa4.err")"
+echo "ok 6"
+
 # ---- separate network namespaces ----
-command -v ip >/dev/null || skip "parts 1, 2, 5 passed; no ip(8): cannot test separate namespaces"
-ip netns add "$br" 2>"$tmp/ns.err" || skip "parts 1, 2, 5 passed; cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
+command -v ip >/dev/null || skip "parts 1, 2, 5, 6 passed; no ip(8): cannot test separate namespaces"
+ip netns add "$br" 2>"$tmp/ns.err" || skip "parts 1, 2, 5, 6 passed; cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
 ip -n "$br" link set lo up && ip -n "$br" link add br0 type bridge && ip -n "$br" link set br0 up ||
-  skip "parts 1, 2, 5 passed; cannot create a bridge in a network namespace"
+  skip "parts 1, 2, 5, 6 passed; cannot create a bridge in a network namespace"
 for i in 0 1; do
   h=${hosts[$i]}
   ip netns add "$h" || fail "netns add $h"
   ip -n "$h" link set lo up
-  ip -n "$h" link add eth0 type veth peer name vb$i netns "$br" || skip "parts 1, 2, 5 passed; cannot create veth pairs"
+  ip -n "$h" link add eth0 type veth peer name vb$i netns "$br" || skip "parts 1, 2, 5, 6 passed; cannot create veth pairs"
   ip -n "$h" addr add 10.251.0.$((i + 1))/24 dev eth0
   ip -n "$h" link set eth0 up
   ip -n "$br" link set vb$i master br0
