@@ -1,14 +1,16 @@
 """A worker for the --nccl-report tests: writes what NCCL would have logged, without NCCL.
 
-  fake_nccl_log.py CAPTURE PID_FOR_RANK0,PID_FOR_RANK1,... OUTDIR
+  fake_nccl_log.py CAPTURE PID_FOR_RANK0,PID_FOR_RANK1,... OUTDIR [WATCH_FILE TEXT]
 
 Copies the lines of CAPTURE (a saved NCCL INFO log) whose "host:pid:" prefix has the pid given for this
 worker's RANK into $NCCL_DEBUG_FILE (%h -> host name, %p -> pid, as NCCL expands them), and records the NCCL_*
-variables it got in OUTDIR/env.<RANK>.
+variables it got in OUTDIR/env.<RANK>. With WATCH_FILE TEXT it then stays alive until WATCH_FILE (the agent's
+captured stderr) contains TEXT (at most 120 s), so that a report made while the workers run can be seen.
 """
 import os
 import socket
 import sys
+import time
 
 
 def main():
@@ -27,6 +29,16 @@ def main():
             parts = line.split(":", 2)
             if len(parts) == 3 and parts[1] == want:
                 dst.write(line)
+    if len(sys.argv) > 5:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if sys.argv[5] in open(sys.argv[4]).read():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        sys.exit("fake_nccl_log: '%s' never appeared in %s" % (sys.argv[5], sys.argv[4]))
 
 
 if __name__ == "__main__":

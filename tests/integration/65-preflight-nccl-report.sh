@@ -14,6 +14,8 @@
 #     the workers get NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,P2P,NET and a per-rank NCCL_DEBUG_FILE under
 #     attempt_0/<local rank>/; the report shows P2P/CUMEM 48 connections, verdict healthy. A user's
 #     NCCL_DEBUG=WARN is kept (and warned about).
+#     With TRUN_NCCL_REPORT_AFTER=1 and workers that live until it is printed: the report comes while the
+#     workers run, and not again at the end (nothing changed).
 #  5. --nccl-report with two agents (the two-pods capture): each reports NET/Socket; trun-topo --nccl-log
 #     over both agents' files gives the split verdict.
 set -u
@@ -126,6 +128,14 @@ env "${gpu[@]}" NCCL_DEBUG=WARN "$TRUN" --nccl-report --nproc-per-node 1 --log-d
   "$TRUN_REPO/tests/agent/fake_nccl_log.py" "$one" 1089 "$tmp" >"$tmp/o" 2>"$tmp/e" || rc=$?
 [ $rc = 0 ] && grep -qx "NCCL_DEBUG=WARN" "$tmp/env.0" || fail "4: the user's NCCL_DEBUG=WARN was not kept"
 grep -q "NCCL_DEBUG=WARN (yours) logs no transports" "$tmp/e" || fail "4: no warning about NCCL_DEBUG=WARN"
+rc=0
+env "${gpu[@]}" TRUN_NCCL_REPORT_AFTER=1 "$TRUN" --nccl-report --nproc-per-node 2 --log-dir "$tmp/logs4c" \
+  "$TRUN_REPO/tests/agent/fake_nccl_log.py" "$one" 1089,1090 "$tmp" "$tmp/e4c" "after the workers' start" \
+  >"$tmp/o" 2>"$tmp/e4c" || rc=$?
+cat "$tmp/e4c"
+[ $rc = 0 ] || fail "4: early report: exit $rc (the workers wait for the report made while they run)"
+[ "$(grep -c "^==== trun: NCCL transport report" "$tmp/e4c")" = 1 ] || fail "4: want exactly one report"
+grep -q "^trun: --nccl-report after the workers' start" "$tmp/e4c" || fail "4: the report did not come early"
 echo "ok 4"
 
 echo "== 5. --nccl-report, two agents on one host (the two-pods capture)"
