@@ -157,7 +157,8 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
         {"nccl-report", "nccl_report", 0, 1, NULL, "TRUN_NCCL_REPORT", TRUN_G_TRUN, NULL,
          "Log NCCL's transport choices per rank (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,P2P,"
          "NET, NCCL_DEBUG_FILE=<log dir>/attempt_N/<local rank>/nccl.%h.%p.log; user "
-         "values kept) and print, when the workers end, each communicator's transports "
+         "values kept) and print, 30 s after the workers start and at their end, each "
+         "communicator's transports "
          "(P2P, SHM, NET/Libfabric, NET/Socket) and a verdict."},
     [TRUN_OPT_PREFLIGHT] =
         {"preflight", NULL, 0, 1, NULL, "TRUN_PREFLIGHT", TRUN_G_TRUN, NULL,
