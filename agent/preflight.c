@@ -110,7 +110,7 @@ trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, 
       cause = "; below what this fabric should reach";
   }
   (void)l;
-  snprintf(msg, len, "peak busbw %.1f GB/s at %.0f B; expected for %s (%s): pass >= %.1f, warn >= %.1f%s",
+  snprintf(msg, len, "peak busbw %.1f GB/s at %.0f B; expected for %s (%s): pass >= %.4g, warn >= %.4g%s",
            peak, at, e->fabric, e->why, e->pass_gbps, e->warn_gbps, cause);
   return v;
 }
