@@ -112,20 +112,30 @@ demo:
 	@scripts/demo.sh
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
-STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
-portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/libtrun.a
+STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
+portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
-	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/libtrun.a $(STATIC_LIBS)
+	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(STATIC_LIBS)
+	$(CC) $(OPT) -o $(B)/portable/trun-preflight $(B)/obj/tools/preflight.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun $(B)/obj/launcher/main.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun-store $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a $(STATIC_LIBS)
 
 # trun-topo: the node's GPUs, EFA devices and links as trun sees them; and the fake NVML library the
 # discovery tests load through TRUN_NVML_LIBRARY.
-all: $(B)/trun-topo $(B)/libnvidia-ml-fake.so
+all: $(B)/trun-topo $(B)/trun-preflight $(B)/libnvidia-ml-fake.so $(B)/libcuda-nccl-fake.so
 asan: $(B)/libnvidia-ml-fake.so
 
-$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/libtrun.a
-	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+
+# trun-preflight: the NCCL all-reduce check (libcudart / libnccl by dlopen at run time; nothing to link).
+$(B)/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(B)/obj/tools/preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+
+# The fake CUDA runtime + NCCL the preflight tests load through TRUN_CUDART_LIBRARY / TRUN_NCCL_LIBRARY.
+$(B)/libcuda-nccl-fake.so: tests/fakes/cuda_nccl_shim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(OPT) -shared -fPIC -o $@ $<
 
 # trun-rdzv-bench: many rendezvous agents in one process (tests and make bench).
 all: $(B)/trun-rdzv-bench

@@ -16,8 +16,11 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "doctor.h"
 #include "log.h"
+#include "nccl_report.h"
 #include "output.h"
+#include "preflight.h"
 #include "rdzv.h"
 #include "report.h"
 #include "spawn.h"
@@ -429,6 +432,8 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
     unlink(w->error_file);
   }
   char **envp = trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, w->error_file);
+  if (envp && a->cfg->nccl_report && !a->files_off && trun_nccl_report_env(&envp, dir) < 0)
+    trun_strv_free(envp), envp = NULL;
   char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
   if (argv == NULL) {
     trun_error(
@@ -497,7 +502,9 @@ static void run_round(agent *a) {
     uv_timer_start(&a->member_timer, on_member_tick, every < 100 ? 100 : every, every < 100 ? 100 : every);
   }
   maybe_finish(a); /* a worker may have failed to start */
+  trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
   uv_run(a->loop, UV_RUN_DEFAULT);
+  trun_nccl_report_finish(rep);
   uv_timer_stop(&a->member_timer);
   a->in_round = 0;
 }
@@ -757,6 +764,13 @@ static int agent_main(agent *a) {
     }
     if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
     reconnect_watch(a);
+    /* Split pods / GPU clash (agent/doctor.h); --preflight on the first round (agent/preflight.h). */
+    if (trun_doctor_round(&a->rdzv, a->env, a->round) ||
+        (a->cfg->preflight && a->round == 0 &&
+         trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count))) {
+      code = 1;
+      break;
+    }
     run_round(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */

@@ -7,6 +7,11 @@ Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary.
   3. Launch overhead: trun vs torchrun 2.11, --standalone, 2 no-op workers (/bin/true), interleaved.
   4. Worker environment: trun vs torchrun 2.11 (tests/agent/envdiff.py).
   5. NCCL all-reduce busbw through trun and through torchrun, one process per GPU (examples/allreduce_nccl.py).
+  6. preflight: trun-preflight (libcudart / libnccl from torch's nvidia packages, by dlopen) on every GPU via
+     `trun-topo preflight`, 8 B..1 GiB, vs torch 2.11's all-reduce at the same sizes (examples/allreduce_nccl.py
+     under trun); then the one-pod vs two-pods experiment through trun --nccl-report (two agents, one GPU each,
+     different NCCL_HOSTID): the doctor's split warning, each run's NCCL transport report, trun-topo
+     --nccl-log over both pods' logs, and trun --preflight in the two-pods layout.
 """
 import json
 import os
@@ -177,6 +182,116 @@ def nccl():
     res["steps"]["nccl"] = {"gpus": n, **out}
 
 
+def torch_nccl_libs():
+    """libcudart.so.* and libnccl.so.2 from torch's nvidia pip packages (the box has no system CUDA)."""
+    import glob
+    import torch
+    roots = {os.path.dirname(os.path.dirname(torch.__file__)), os.path.join(sys.prefix, "lib")}
+    found = {}
+    for root in roots:
+        for pat, key in (("**/libcudart.so*", "TRUN_CUDART_LIBRARY"), ("**/libnccl.so.2", "TRUN_NCCL_LIBRARY")):
+            for f in sorted(glob.glob(os.path.join(root, pat), recursive=True)):
+                found.setdefault(key, f)
+    return found
+
+
+def ar_lines(text):
+    """{bytes: busbw} from examples/allreduce_nccl.py's 'AR n=.. bytes=.. time_us=.. busbw=.. GB/s' lines."""
+    out = {}
+    for ln in text.splitlines():
+        if ln.startswith("AR ") and "bytes=" in ln:
+            kv = dict(x.split("=", 1) for x in ln.split() if "=" in x)
+            out[int(kv["bytes"])] = float(kv["busbw"])
+    return out
+
+
+def preflight():
+    import torch
+    n = torch.cuda.device_count()
+    libs = torch_nccl_libs()
+    log(f"preflight: {n} GPU(s); libraries {libs}")
+    out = {"gpus": n, "libs": libs}
+    res["steps"]["preflight"] = out
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **libs)
+    topo, trun = os.path.join(BIN, "trun-topo"), os.path.join(BIN, "trun")
+    # 1. trun-preflight on every GPU, 8 B..1 GiB (x2), 5 warm-up + 20 timed iterations.
+    pj = os.path.join(OUT, "preflight.json")
+    r = sh([topo, "preflight", "--json", pj], env=env, timeout=400)
+    open(os.path.join(OUT, "preflight.txt"), "w").write(r.stdout + r.stderr)
+    out["preflight_rc"] = r.returncode
+    log(r.stdout[-3000:] or r.stderr[-2000:])
+    pre = json.load(open(pj)) if os.path.exists(pj) else {}
+    out["preflight"] = pre
+    if n < 2:
+        return
+    # 2. torch 2.11's all-reduce at the same sizes (same NCCL library), through trun.
+    sizes = [x["bytes"] for x in pre.get("results", [])] or [8 << i for i in range(28)]
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", ",".join(str(int(b)) for b in sizes)],
+           env=env, timeout=400)
+    open(os.path.join(OUT, "preflight-torch.txt"), "w").write(r.stdout + r.stderr)
+    tor = ar_lines(r.stdout)
+    cmp = []
+    for x in pre.get("results", []):
+        b = int(x["bytes"])
+        if b in tor and tor[b] > 0:
+            cmp.append({"bytes": b, "preflight_busbw": x["busbw"], "torch_busbw": tor[b],
+                        "ratio": x["busbw"] / tor[b]})
+    big = [c for c in cmp if c["bytes"] >= 64 << 20]
+    out["vs_torch"] = cmp
+    out["within_5pct_at_64MiB_up"] = bool(big) and all(abs(c["ratio"] - 1) <= 0.05 for c in big)
+    for c in cmp:
+        if c["bytes"] >= 1 << 20:
+            log(f"preflight vs torch {c['bytes']:>11d} B: {c['preflight_busbw']:8.1f} vs {c['torch_busbw']:8.1f} GB/s "
+                f"({(c['ratio'] - 1) * 100:+.1f} %)")
+    log(f"preflight within 5 % of torch at >= 64 MiB: {out['within_5pct_at_64MiB_up']}")
+    # 3. One pod (one agent, 2 GPUs) vs two pods (two agents, one GPU each, different NCCL_HOSTID), --nccl-report.
+    runs = {}
+    d1 = os.path.join(OUT, "onepod")
+    r = sh([trun, "--standalone", "--nproc-per-node", "2", "--nccl-report", "--log-dir", d1, script,
+            "--sizes", "1M,64M,1G"], env=env, timeout=300)
+    open(os.path.join(OUT, "onepod.txt"), "w").write(r.stdout + r.stderr)
+    runs["one_pod"] = {"rc": r.returncode, "ar": [ln for ln in r.stdout.splitlines() if ln.startswith("AR ")],
+                       "report": [ln for ln in r.stderr.splitlines() if "connection(s)" in ln or "verdict:" in ln]}
+    port = "29561"
+    procs = []
+    for rk in (0, 1):
+        e = dict(env, CUDA_VISIBLE_DEVICES=str(rk), NCCL_HOSTID=f"pod-{rk}")
+        procs.append(subprocess.Popen(
+            [trun, "--nnodes", "2", "--node-rank", str(rk), "--master-addr", "127.0.0.1", "--master-port", port,
+             "--nproc-per-node", "1", "--nccl-report", "--log-dir", os.path.join(OUT, f"twopods-{rk}"), script,
+             "--sizes", "1M,64M,1G"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for rk, (o, e) in enumerate(outs):
+        open(os.path.join(OUT, f"twopods-{rk}.txt"), "w").write(o + e)
+    runs["two_pods"] = {"rc": [p.returncode for p in procs],
+                        "ar": [ln for ln in outs[0][0].splitlines() if ln.startswith("AR ")],
+                        "doctor_split_warning": "WARNING [split]" in outs[0][1],
+                        "report": [ln for ln in outs[0][1].splitlines() if "connection(s)" in ln or "verdict:" in ln]}
+    import glob
+    files = sorted(glob.glob(os.path.join(OUT, "twopods-*", "*", "attempt_0", "*", "nccl.*.log")))
+    r = sh([topo, "--nccl-log"] + files + ["--json"], timeout=60) if files else None
+    runs["two_pods"]["nccl_log_both"] = json.loads(r.stdout) if r is not None and r.returncode == 0 else None
+    # 4. trun --preflight in the two-pods layout (2 nodes over TCP sockets): the table and verdict before workers.
+    procs = []
+    for rk in (0, 1):
+        e = dict(env, CUDA_VISIBLE_DEVICES=str(rk), NCCL_HOSTID=f"pod-{rk}",
+                 TRUN_PREFLIGHT_ARGS="--max-bytes 268435456")
+        procs.append(subprocess.Popen(
+            [trun, "--nnodes", "2", "--node-rank", str(rk), "--master-addr", "127.0.0.1", "--master-port", "29562",
+             "--nproc-per-node", "1", "--preflight", "--no-python", "/bin/true"], env=e, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    open(os.path.join(OUT, "twopods-preflight.txt"), "w").write(outs[0][0] + outs[0][1])
+    runs["two_pods_preflight"] = {"rc": [p.returncode for p in procs],
+                                  "verdict": [ln for ln in outs[0][0].splitlines() if ln.startswith("# ")]}
+    out["experiment"] = runs
+    log(f"one pod: {runs['one_pod']}")
+    log(f"two pods: {runs['two_pods']['ar']} split warning {runs['two_pods']['doctor_split_warning']} "
+        f"report {runs['two_pods']['report']}")
+    log(f"two pods preflight: {runs['two_pods_preflight']}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     import torch
@@ -184,7 +299,7 @@ def main():
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: every benchmark and interop check that needs the GPU box (torch 2.11, NCCL), in one call of
-# under 9 minutes. Build first here with `make portable` (libuv and jansson linked in: the GPU box has
+# under 9 minutes (GPU_STEPS=preflight runs only the preflight / NCCL-report step, ~3 min). Build first here with `make portable` (libuv and jansson linked in: the GPU box has
 # neither), then on the box: `bash bench/gpu.sh` with build/portable carried. Results: $OUT/gpu-results.json.
 set -u
 cd "$(dirname "$0")/.."

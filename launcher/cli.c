@@ -157,6 +157,23 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
     [TRUN_OPT_RSH] = {"rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, TRUN_G_TRUN, "CMD",
                       "Remote shell command of --hostfile, split on blanks, run as CMD HOST TRUN ARGS... "
                       "(arguments quoted for the remote shell)."},
+    [TRUN_OPT_ON_SPLIT_PODS] =
+        {"on-split-pods", "on_split_pods", 0, 0, "warn", "TRUN_ON_SPLIT_PODS", TRUN_G_TRUN, "{warn,fail}",
+         "When several agents run on one physical host (split pods: NCCL then uses the "
+         "network instead of NVLink) or two agents see the same GPU: warn, or fail "
+         "(exit 1 before the workers start). Node rank 0 prints the report."},
+    [TRUN_OPT_NCCL_REPORT] =
+        {"nccl-report", "nccl_report", 0, 1, NULL, "TRUN_NCCL_REPORT", TRUN_G_TRUN, NULL,
+         "Log NCCL's transport choices per rank (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,P2P,"
+         "NET, NCCL_DEBUG_FILE=<log dir>/attempt_N/<local rank>/nccl.%h.%p.log; user "
+         "values kept) and print, 30 s after the workers start and at their end, each "
+         "communicator's transports "
+         "(P2P, SHM, NET/Libfabric, NET/Socket) and a verdict."},
+    [TRUN_OPT_PREFLIGHT] =
+        {"preflight", NULL, 0, 1, NULL, "TRUN_PREFLIGHT", TRUN_G_TRUN, NULL,
+         "Before the workers: one trun-preflight per local GPU joins one NCCL communicator "
+         "over all ranks, runs all-reduce 8 B..1 GiB and prints busbw with a pass / warn / "
+         "fail verdict; fail stops the job (exit 1). Skipped on a host without GPUs."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

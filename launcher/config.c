@@ -280,6 +280,12 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
   cfg->numa_binding = VAL(TRUN_OPT_NUMA_BINDING);
+  const char *osp = VAL(TRUN_OPT_ON_SPLIT_PODS);
+  if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)
+    return fail(err, errlen, cl, TRUN_OPT_ON_SPLIT_PODS, "--on-split-pods '%s' must be warn or fail", osp);
+  cfg->on_split_pods_fail = osp && strcmp(osp, "fail") == 0;
+  cfg->nccl_report = VAL(TRUN_OPT_NCCL_REPORT) && strcmp(VAL(TRUN_OPT_NCCL_REPORT), "0") != 0;
+  cfg->preflight = VAL(TRUN_OPT_PREFLIGHT) && strcmp(VAL(TRUN_OPT_PREFLIGHT), "0") != 0;
   if (cfg->numa_binding && strcmp(cfg->numa_binding, "node") != 0)
     return fail(err, errlen, cl, TRUN_OPT_NUMA_BINDING,
                 "--numa-binding '%s': trun implements only 'node' (each worker on its GPU's NUMA node CPUs)",

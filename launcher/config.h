@@ -47,6 +47,9 @@ typedef struct {
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
   int print_config;            /* --print-config: the script may be missing */
+  int on_split_pods_fail;      /* --on-split-pods fail */
+  int nccl_report;             /* --nccl-report */
+  int preflight;               /* --preflight */
   const char *script;
   char **script_args;
   int nscript_args;

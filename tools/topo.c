@@ -12,6 +12,7 @@
 
 #include "discover.h"
 #include "nccl_env.h"
+#include "nccl_log.h"
 
 extern char **environ;
 
@@ -22,12 +23,21 @@ const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b
 
 static const char *usage =
     "usage: trun-topo [--json] [--no-imds]\n"
+    "       trun-topo --nccl-log FILE... [--efa] [--json]\n"
+    "       trun-topo preflight [trun-preflight options]\n"
     "  Shows the GPUs the workers would see (NVML), the RDMA/EFA devices (sysfs) and how they connect,\n"
     "  like `nvidia-smi topo -m` with NIC columns.\n"
     "  --json      machine-readable: instance_type, gpus, efa, links, nproc_auto (visible GPUs, or the\n"
     "              CPUs the cgroup allows when there are none), env (variable -> value (null = not set),\n"
     "              source user|trun|plugin, reason; what trun gives the workers)\n"
-    "  --no-imds   do not ask the EC2 instance metadata service for the instance type\n";
+    "  --no-imds   do not ask the EC2 instance metadata service for the instance type\n"
+    "  --nccl-log FILE...  read NCCL INFO logs (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET): per\n"
+    "              communicator its ranks, nodes, local ranks, the transport of each channel connection\n"
+    "              (P2P/CUMEM, P2P/IPC, SHM, NET/Libfabric[/GDRDMA], NET/IB, NET/Socket) and a verdict;\n"
+    "              --json: {communicators:[{nranks,nnodes,local_ranks,transports,verdicts,...}]};\n"
+    "              --efa: EFA devices existed where the log was written (else: the log's NET/OFI lines)\n"
+    "  preflight   run build/trun-preflight for this node's GPUs (NCCL all-reduce 8 B..1 GiB, busbw\n"
+    "              verdict); see trun-preflight --help\n";
 
 typedef struct {
   char gpu_path[TRUN_MAX_GPUS][PATH_MAX];
@@ -161,10 +171,48 @@ static json_t *to_json(const trun_node *n, const topo_paths *p) {
   return root;
 }
 
+/* --nccl-log FILE...: exit 0, or 2 when a file cannot be read. */
+static int nccl_log_main(char **files, int nfiles, int as_json, int efa) {
+  trun_nccl_log *l = trun_nccl_log_new();
+  if (l == NULL) {
+    fprintf(stderr, "trun-topo: out of memory\n");
+    return 1;
+  }
+  trun_nccl_log_set_efa(l, efa);
+  for (int i = 0; i < nfiles; i++) {
+    int rc = trun_nccl_log_feed_file(l, files[i]);
+    if (rc < 0) {
+      fprintf(stderr, "trun-topo: --nccl-log: cannot read %s: %s\n", files[i], strerror(-rc));
+      trun_nccl_log_free(l);
+      return 2;
+    }
+  }
+  if (as_json) {
+    json_t *j = trun_nccl_log_json(l);
+    char *s = json_dumps(j, JSON_INDENT(2));
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+  } else {
+    trun_nccl_log_print(l, stdout);
+  }
+  trun_nccl_log_free(l);
+  return 0;
+}
+
+int trun_topo_preflight(int argc, char **argv); /* tools/topo_preflight.c */
+
 int main(int argc, char **argv) {
-  int as_json = 0, no_imds = 0;
+  int as_json = 0, no_imds = 0, efa = 0, nfiles = 0, nccl_log = 0;
+  char **files = calloc((size_t)argc, sizeof(char *));
+  if (argc > 1 && strcmp(argv[1], "preflight") == 0) return trun_topo_preflight(argc - 1, argv + 1);
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
+    if (strcmp(argv[i], "--nccl-log") == 0) {
+      nccl_log = 1;
+      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) files[nfiles++] = argv[++i];
+    } else if (strcmp(argv[i], "--efa") == 0) {
+      efa = 1;
+    } else if (strcmp(argv[i], "--json") == 0) {
       as_json = 1;
     } else if (strcmp(argv[i], "--no-imds") == 0) {
       no_imds = 1;
@@ -176,6 +224,16 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (nccl_log) {
+    if (nfiles == 0) {
+      fprintf(stderr, "trun-topo: --nccl-log needs at least one log file; see trun-topo --help\n");
+      return 2;
+    }
+    int rc = nccl_log_main(files, nfiles, as_json, efa);
+    free(files);
+    return rc;
+  }
+  free(files);
   trun_node *n = calloc(1, sizeof(*n));
   topo_paths *p = calloc(1, sizeof(*p));
   if (!n || !p) {

@@ -115,6 +115,9 @@ static const expect_desc expected[] = {
     {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_HOSTFILE, "hostfile", NULL, 0, 0, NULL, NULL, "trun"},
     {TRUN_OPT_RSH, "rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, "trun"},
+    {TRUN_OPT_ON_SPLIT_PODS, "on-split-pods", "on_split_pods", 0, 0, "warn", "TRUN_ON_SPLIT_PODS", "trun"},
+    {TRUN_OPT_NCCL_REPORT, "nccl-report", "nccl_report", 0, 1, NULL, "TRUN_NCCL_REPORT", "trun"},
+    {TRUN_OPT_PREFLIGHT, "preflight", NULL, 0, 1, NULL, "TRUN_PREFLIGHT", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -297,7 +300,8 @@ START_TEST(test_ambiguous_prefixes) {
       "--master-port, --master_port");
   assert_fail(ARGV("--n=1", "s.py"), NOENV,
               "ambiguous option: --n could match --nnodes, --nproc-per-node, --nproc_per_node, --no-python, "
-              "--no_python, --node-rank, --node_rank, --numa-binding, --numa_binding, --no-imds, --no_imds");
+              "--no_python, --node-rank, --node_rank, --numa-binding, --numa_binding, --no-imds, --no_imds, "
+              "--nccl-report, --nccl_report");
   assert_fail(ARGV("--v", "s.py"), NOENV,
               "ambiguous option: --v could match --virtual-local-rank, --virtual_local_rank, --version");
   assert_fail(

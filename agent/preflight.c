@@ -1,0 +1,250 @@
+/* NCCL preflight: expected bandwidth, verdict, and the agent's --preflight step (agent/preflight.h). */
+#include "preflight.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "discover.h"
+#include "instance_types.h"
+#include "log.h"
+#include "spawn.h"
+#include "worker_env.h"
+
+/* ---- expected bandwidth ------------------------------------------------------------------------------- */
+
+/* Thresholds, busbw GB/s. References (spec §8, our capture): 2x H200 NVLink 327.5 (NVLS off); 8x A100 ~230,
+ * 8x H100 ~370 ring / ~480 NVLS; PCIe Gen4 x16 ~20-25 per direction; 2x p4de over EFA busbw ~78 at 2 GiB
+ * (400 Gbit/s = 50 GB/s of NIC), 2x p5 ~440 (3200 Gbit/s = 400 GB/s); TCP sockets between our two H200: 2.9.
+ */
+#define PF_NVLINK_PASS 100.0
+#define PF_NVLINK_WARN 40.0
+#define PF_PCIE_PASS 8.0
+#define PF_PCIE_WARN 3.0
+#define PF_SOCKET_PASS 1.0
+#define PF_SOCKET_WARN 0.25
+#define PF_EFA_PASS_SHARE 0.6 /* of the instance's network bandwidth in GB/s */
+#define PF_EFA_WARN_SHARE 0.25
+#define PF_EFA_GBPS_PER_DEVICE 100 /* when the instance type is unknown */
+
+void trun_pf_expect_for(const trun_pf_layout *l, trun_pf_expect *e) {
+  memset(e, 0, sizeof(*e));
+  if (l->world <= 1) {
+    e->fabric = "none";
+    snprintf(e->why, sizeof(e->why), "one rank: no communication to measure");
+  } else if (l->nodes > 1 && l->efa > 0) {
+    const trun_instance_info *t = trun_instance_lookup(l->instance_type);
+    int gbit = t ? t->net_gbps : l->efa * PF_EFA_GBPS_PER_DEVICE;
+    double gbyte = gbit / 8.0;
+    e->fabric = "efa";
+    e->pass_gbps = PF_EFA_PASS_SHARE * gbyte;
+    e->warn_gbps = PF_EFA_WARN_SHARE * gbyte;
+    snprintf(e->why, sizeof(e->why), "%d nodes over EFA (%d device(s), %d Gbit/s%s)", l->nodes, l->efa, gbit,
+             t ? " for this instance type" : " assumed: 100 per device");
+  } else if (l->nodes > 1) {
+    e->fabric = "socket";
+    e->pass_gbps = PF_SOCKET_PASS;
+    e->warn_gbps = PF_SOCKET_WARN;
+    snprintf(e->why, sizeof(e->why), "%d nodes, no EFA here: NCCL's TCP sockets (a few GB/s at best)",
+             l->nodes);
+  } else if (l->nvlink) {
+    e->fabric = "nvlink";
+    e->pass_gbps = PF_NVLINK_PASS;
+    e->warn_gbps = PF_NVLINK_WARN;
+    snprintf(e->why, sizeof(e->why), "%d GPUs on one node over NVLink (2x H200: 327.5 GB/s measured)",
+             l->local);
+  } else {
+    e->fabric = "pcie";
+    e->pass_gbps = PF_PCIE_PASS;
+    e->warn_gbps = PF_PCIE_WARN;
+    snprintf(e->why, sizeof(e->why), "%d GPUs on one node over PCIe", l->local);
+  }
+}
+
+double trun_pf_busbw(double bytes, double seconds, int nranks) {
+  if (seconds <= 0 || nranks <= 0) return 0;
+  return bytes / seconds / 1e9 * 2.0 * (nranks - 1) / nranks;
+}
+
+const char *trun_pf_verdict_name(trun_pf_verdict v) {
+  switch (v) {
+    case TRUN_PF_PASS: return "PASS";
+    case TRUN_PF_WARN: return "WARN";
+    case TRUN_PF_FAIL: return "FAIL";
+    case TRUN_PF_SKIP: return "SKIP";
+  }
+  return "?";
+}
+
+trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, const double *bytes,
+                              const double *busbw, int n, char *msg, size_t len) {
+  if (strcmp(e->fabric, "none") == 0 || n <= 0) {
+    snprintf(msg, len, "%s", n <= 0 ? "nothing measured" : e->why);
+    return TRUN_PF_SKIP;
+  }
+  double peak = 0, at = 0;
+  for (int i = 0; i < n; i++)
+    if (busbw[i] > peak) peak = busbw[i], at = bytes[i];
+  trun_pf_verdict v = peak >= e->pass_gbps   ? TRUN_PF_PASS
+                      : peak >= e->warn_gbps ? TRUN_PF_WARN
+                                             : TRUN_PF_FAIL;
+  const char *cause = "";
+  if (v != TRUN_PF_PASS) {
+    if (strcmp(e->fabric, "efa") == 0 && peak < 5.0)
+      cause =
+          "; likely cause: EFA fallback - busbw is at TCP-socket level although EFA devices exist (the "
+          "aws-ofi-nccl plugin was not used? run with --nccl-report)";
+    else if (strcmp(e->fabric, "nvlink") == 0 && peak < 30.0)
+      cause =
+          "; likely cause: P2P off - busbw is at PCIe / host-memory level on NVLink GPUs (NCCL_P2P_DISABLE, "
+          "NCCL_P2P_LEVEL, or GPUs split across pods)";
+    else if (strcmp(e->fabric, "efa") == 0)
+      cause = "; likely cause: fewer EFA devices in use than the instance has, or GPUDirect RDMA off";
+    else
+      cause = "; below what this fabric should reach";
+  }
+  (void)l;
+  snprintf(msg, len, "peak busbw %.1f GB/s at %.0f B; expected for %s (%s): pass >= %.4g, warn >= %.4g%s",
+           peak, at, e->fabric, e->why, e->pass_gbps, e->warn_gbps, cause);
+  return v;
+}
+
+/* ---- the agent's step --------------------------------------------------------------------------------- */
+
+static void preflight_path(char *out, size_t len) {
+  const char *p = getenv("TRUN_PREFLIGHT");
+  if (p && *p) {
+    snprintf(out, len, "%s", p);
+    return;
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    snprintf(out, len, "trun-preflight");
+    return;
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  if (snprintf(out, len, "%.*s/trun-preflight", (int)(len > 32 ? len - 32 : 0), self) >= (int)len)
+    out[0] = '\0';
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
+                         int restart_count) {
+  trun_node *node = calloc(1, sizeof(*node));
+  char err[512];
+  if (node == NULL) return 0;
+  if (trun_discover_gpus(node, env, err, sizeof(err)) < 0) trun_warn("--preflight: GPU discovery: %s", err);
+  int ngpu = node->ngpu;
+  free(node);
+  if (ngpu == 0) {
+    fprintf(stderr, "trun: --preflight: skipped on node rank %d: no GPU visible here\n", r->group_rank);
+    return 0;
+  }
+  char path[PATH_MAX], key[512];
+  preflight_path(path, sizeof(path));
+  if (access(path, X_OK) != 0) {
+    trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT", path,
+               strerror(errno));
+    return 1;
+  }
+  snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id,
+           r->dynamic ? r->dyn_round : (long long)round, restart_count);
+  const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
+  double timeout = to && *to ? atof(to) : 600;
+  pid_t *pids = calloc((size_t)nproc, sizeof(pid_t));
+  int *status = calloc((size_t)nproc, sizeof(int));
+  if (pids == NULL || status == NULL) {
+    free(pids);
+    free(status);
+    return 0;
+  }
+  int started = 0, stop = 0;
+  /* Extra trun-preflight options (thresholds, sizes) from TRUN_PREFLIGHT_ARGS, split on blanks. */
+  const char *extra = getenv("TRUN_PREFLIGHT_ARGS");
+  char *extra_copy = extra ? strdup(extra) : NULL;
+  char *argv[64] = {path};
+  int argc = 1;
+  for (char *save = NULL, *t = extra_copy ? strtok_r(extra_copy, " \t", &save) : NULL; t && argc < 63;
+       t = strtok_r(NULL, " \t", &save))
+    argv[argc++] = t;
+  argv[argc] = NULL;
+  fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
+  for (int lr = 0; lr < nproc; lr++) {
+    char **e = trun_worker_envp(env, cfg, r, lr, restart_count, "");
+    if (e == NULL || trun_strv_setenv(&e, "TRUN_PREFLIGHT_KEY", key) < 0) {
+      trun_strv_free(e);
+      trun_error("--preflight: out of memory building local rank %d's environment", lr);
+      stop = 1;
+      break;
+    }
+    trun_spawn_req req = {.argv = argv, .envp = e, .stdout_fd = -1, .stderr_fd = -1};
+    const char *what = "";
+    int rc = trun_spawn(&req, &pids[lr], &what);
+    trun_strv_free(e);
+    if (rc < 0) {
+      trun_error("--preflight: cannot start %s for local rank %d: %s failed: %s", path, lr, what,
+                 strerror(-rc));
+      if (pids[lr] > 0) waitpid(pids[lr], NULL, 0);
+      pids[lr] = 0;
+      stop = 1;
+      break;
+    }
+    started++;
+  }
+  double t0 = mono_s();
+  int left = started;
+  for (int lr = 0; lr < nproc; lr++) status[lr] = -1;
+  while (left > 0) {
+    for (int lr = 0; lr < nproc; lr++) {
+      if (pids[lr] <= 0 || status[lr] != -1) continue;
+      int st;
+      pid_t w = waitpid(pids[lr], &st, WNOHANG);
+      if (w == pids[lr] || (w < 0 && errno == ECHILD)) {
+        status[lr] =
+            w == pids[lr] ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : TRUN_PF_EXIT_ERROR;
+        left--;
+      }
+    }
+    if (left > 0 && mono_s() - t0 > timeout) {
+      trun_error(
+          "--preflight: still running after %.0f s: init timeout (a node without --preflight, or NCCL "
+          "cannot connect); killing it. Set TRUN_PREFLIGHT_TIMEOUT to wait longer",
+          timeout);
+      for (int lr = 0; lr < nproc; lr++)
+        if (pids[lr] > 0 && status[lr] == -1) kill(-pids[lr], SIGKILL), kill(pids[lr], SIGKILL);
+      for (int lr = 0; lr < nproc; lr++)
+        if (pids[lr] > 0 && status[lr] == -1) waitpid(pids[lr], NULL, 0), status[lr] = 124;
+      left = 0;
+      stop = 1;
+    }
+    if (left > 0) usleep(50 * 1000);
+  }
+  for (int lr = 0; lr < nproc; lr++) {
+    if (pids[lr] <= 0 || status[lr] == TRUN_PF_EXIT_OK || status[lr] == TRUN_PF_EXIT_SKIP) continue;
+    if (status[lr] == 124) continue;
+    stop = 1;
+    trun_error("--preflight: local rank %d (rank %d) %s (exit %d); see its lines above", lr,
+               r->base_rank + lr, status[lr] == TRUN_PF_EXIT_FAIL ? "measured a FAIL verdict" : "failed",
+               status[lr]);
+  }
+  if (stop)
+    fprintf(stderr, "trun: --preflight failed on node rank %d: not starting the workers\n", r->group_rank);
+  free(extra_copy);
+  free(pids);
+  free(status);
+  return stop;
+}
