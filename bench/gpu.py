@@ -12,6 +12,11 @@ Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary.
      under trun); then the one-pod vs two-pods experiment through trun --nccl-report (two agents, one GPU each,
      different NCCL_HOSTID): the doctor's split warning, each run's NCCL transport report, trun-topo
      --nccl-log over both pods' logs, and trun --preflight in the two-pods layout.
+  7. c10d: a mixed fleet with torchrun 2.11: one torchrun agent and one trun agent (one GPU each) join one c10d
+     rendezvous, each kind serving the store in turn, and run an NCCL all-reduce; then two trun agents with the
+     trun backend.
+  8. ddp: examples/train_ddp.py on 2 GPUs under trun and under torchrun 2.11, interleaved: loss curves and
+     step times.
 """
 import json
 import os
@@ -292,6 +297,78 @@ def preflight():
     log(f"two pods preflight: {runs['two_pods_preflight']}")
 
 
+def c10d():
+    import socket
+    env0 = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    out = {}
+
+    def port():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        return p
+
+    for case, host in (("torchrun-hosts", "torchrun"), ("trun-hosts", "trun"), ("trun-backend", None)):
+        p = port()
+        procs = []
+        kinds = ("trun", "trun") if host is None else (("torchrun", "trun") if host == "torchrun" else ("trun", "torchrun"))
+        for i, kind in enumerate(kinds):
+            env = dict(env0, CUDA_VISIBLE_DEVICES=str(i))
+            be = "trun" if host is None else "c10d"
+            conf = f"is_host={'1' if i == 0 else '0'}"
+            base = [os.path.join(BIN, "trun")] if kind == "trun" else [PY, "-m", "torch.distributed.run"]
+            cmd = base + ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", be, "--rdzv-endpoint",
+                          f"127.0.0.1:{p}", "--rdzv-id", case, "--rdzv-conf", conf, script, "--sizes", "1M,64M"]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+            time.sleep(1.0 if i == 0 else 0)
+        logs = []
+        rcs = []
+        for pr in procs:
+            try:
+                o, _ = pr.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                o, _ = pr.communicate()
+            logs.append(o)
+            rcs.append(pr.returncode)
+        open(os.path.join(OUT, f"c10d-{case}.log"), "w").write("\n=====\n".join(logs))
+        ar = [ln for o in logs for ln in o.splitlines() if ln.startswith("AR ")]
+        out[case] = {"agents": list(kinds), "rcs": rcs, "ar": ar}
+        log(f"c10d {case}: agents {kinds} rc {rcs} {' | '.join(ar)}")
+    res["steps"]["c10d"] = out
+
+
+def ddp():
+    import re
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+    script = os.path.join(REPO, "examples", "train_ddp.py")
+    args = ["--steps", "200", "--d-model", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "16"]
+    rows = {"trun": [], "torchrun-2.11": []}
+    curves = {}
+    for rep in range(2):
+        for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
+            lossf = os.path.join(OUT, f"ddp-{name}-{rep}.json")
+            r = sh(base + ["--standalone", "--nproc-per-node", "2", script] + args + ["--out", lossf], env=env,
+                   timeout=300)
+            open(os.path.join(OUT, f"ddp-{name}-{rep}.log"), "w").write(r.stdout + r.stderr)
+            m = re.search(r"step time: mean ([0-9.]+) ms, median ([0-9.]+) ms", r.stdout)
+            if r.returncode == 0 and m:
+                rows[name].append({"mean_ms": float(m.group(1)), "median_ms": float(m.group(2))})
+            try:  # rank 0's losses (the mean over ranks), from --out: console lines of two ranks may interleave
+                curves.setdefault(name, json.load(open(lossf))["losses"])
+            except (OSError, ValueError, KeyError):
+                pass
+            log(f"ddp {name} rep {rep}: rc={r.returncode} {m.group(0) if m else 'no step time'}")
+    t, o = curves.get("trun", []), curves.get("torchrun-2.11", [])
+    diff = max((abs(a - b) for a, b in zip(t, o)), default=None) if t and o and len(t) == len(o) else None
+    med = {k: statistics.median(r["median_ms"] for r in v) if v else None for k, v in rows.items()}
+    res["steps"]["ddp"] = {"args": args, "runs": rows, "median_step_ms": med, "max_loss_diff": diff,
+                           "loss_first": t[:1], "loss_last": t[-1:]}
+    log(f"ddp: median step ms {med}, max loss diff trun vs torchrun {diff}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     import torch
@@ -299,7 +376,7 @@ def main():
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]
