@@ -45,6 +45,11 @@ typedef struct {
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
   int print_config;            /* --print-config: the script may be missing */
+  const char *events;          /* --events FILE or fd:N, NULL: off */
+  int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
+  double stall_timeout;        /* --stall-timeout seconds, 0: off */
+  int stall_signal;            /* --stall-signal, 0: none */
+  int store_allow_peers;       /* --store-allow-peers */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -113,6 +113,12 @@ static const expect_desc expected[] = {
     {TRUN_OPT_NO_IMDS, "no-imds", "no_imds", 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_CONFIG, "config", NULL, 0, 0, NULL, "TRUN_CONFIG", "trun"},
     {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_EVENTS, "events", NULL, 0, 0, NULL, "TRUN_EVENTS", "trun"},
+    {TRUN_OPT_METRICS_PORT, "metrics-port", "metrics_port", 0, 0, NULL, "TRUN_METRICS_PORT", "trun"},
+    {TRUN_OPT_STALL_TIMEOUT, "stall-timeout", "stall_timeout", 0, 0, NULL, "TRUN_STALL_TIMEOUT", "trun"},
+    {TRUN_OPT_STALL_SIGNAL, "stall-signal", "stall_signal", 0, 0, NULL, "TRUN_STALL_SIGNAL", "trun"},
+    {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
+     "TRUN_STORE_ALLOW_PEERS", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
