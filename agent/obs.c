@@ -244,8 +244,10 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
 
 void trun_obs_close(trun_obs *o, int code) {
   if (o == NULL) return;
-  trun_events_emit(o->ev, "job_end", json_pack("{s:i,s:i}", "code", code, "restarts", (int)o->restarts));
   size_t dropped = trun_events_dropped(o->ev);
+  json_t *f = json_pack("{s:i,s:i}", "code", code, "restarts", (int)o->restarts);
+  if (dropped) json_object_set_new(f, "events_dropped", json_integer((json_int_t)dropped));
+  trun_events_emit(o->ev, "job_end", f);
   if (dropped) trun_warn("%zu events were dropped: the event stream's reader did not keep up", dropped);
   trun_events_close(o->ev);
   trun_metrics_close(o->metrics);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "report.h"
@@ -17,8 +18,8 @@ typedef struct {
   int running;
   trun_stream *out, *err;
   char log_out[PATH_MAX], log_err[PATH_MAX];
-  uint64_t bytes;         /* output seen at the last change */
-  unsigned long long cpu; /* CPU ticks seen at the last change */
+  uint64_t bytes;         /* output seen at the last sign of life */
+  unsigned long long cpu; /* CPU ticks at the last sign of life */
   double last_active;     /* monotonic seconds */
 } watched;
 
@@ -35,6 +36,7 @@ struct trun_stall {
   int pending_rank;
   double pending_idle;
   int closed;
+  long hz; /* clock ticks per second of /proc's CPU times */
 };
 
 static double mono_s(void) {
@@ -94,13 +96,17 @@ static void on_tick(uv_timer_t *t) {
     uint64_t bytes =
         trun_stream_bytes(w->out) + trun_stream_bytes(w->err) + file_size(w->log_out) + file_size(w->log_err);
     unsigned long long cpu = trun_pgrp_cpu_ticks(NULL, w->pid);
-    if (bytes != w->bytes || cpu != w->cpu) {
+    double idle = now - w->last_active;
+    /* CPU time counts when it is more than background noise (an idle torch process with its helper
+     * threads uses about 1% of a CPU): TRUN_STALL_CPU_FRACTION of the time since the last sign of life.
+     * A sum that went down (a process of the group ended unreaped) restarts the count. */
+    double cpu_s = cpu >= w->cpu ? (double)(cpu - w->cpu) / (double)s->hz : 1e9;
+    if (bytes != w->bytes || (idle > 0 && cpu_s >= TRUN_STALL_CPU_FRACTION * idle)) {
       w->bytes = bytes;
       w->cpu = cpu;
       w->last_active = now;
       continue;
     }
-    double idle = now - w->last_active;
     if (idle < s->timeout) continue;
     s->fired = 1;
     s->pending_rank = i;
@@ -127,6 +133,7 @@ trun_stall *trun_stall_new(uv_loop_t *loop, double timeout_s, int signal, trun_s
   trun_stall *s = calloc(1, sizeof(*s));
   if (s == NULL) return NULL;
   s->loop = loop;
+  s->hz = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
   s->timeout = timeout_s;
   s->signal = signal;
   s->cb = cb;
@@ -162,6 +169,8 @@ void trun_stall_watch(trun_stall *s, int local_rank, pid_t pid, trun_stream *out
   snprintf(w->log_out, sizeof(w->log_out), "%s", log_out ? log_out : "");
   snprintf(w->log_err, sizeof(w->log_err), "%s", log_err ? log_err : "");
   w->last_active = mono_s();
+  w->cpu = trun_pgrp_cpu_ticks(NULL, pid);
+  w->bytes = 0;
 }
 
 void trun_stall_exited(trun_stall *s, int local_rank) {

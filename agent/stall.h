@@ -1,6 +1,7 @@
 /* Hang detection (--stall-timeout, off by default): a worker is live while it writes output (through the
  * agent's pipes or into its log files) or its process group uses CPU time (/proc/<pid>/stat utime, stime,
- * cutime, cstime of every process whose process group is the worker's). GPU utilisation is not a source
+ * cutime, cstime of every process whose process group is the worker's) above TRUN_STALL_CPU_FRACTION of
+ * one CPU since its last sign of life. GPU utilisation is not a source
  * (see README "Hang detection"). A worker without either for the timeout is stalled (at most one per
  * round): --stall-signal goes to its process group, and the round is stopped TRUN_STALL_GRACE_MS later. */
 #ifndef TRUN_STALL_H
@@ -13,6 +14,8 @@
 #include "output.h"
 
 #define TRUN_STALL_GRACE_MS 5000
+/* CPU time below this fraction of one CPU is background noise, not a sign of life. */
+#define TRUN_STALL_CPU_FRACTION 0.05
 
 typedef struct trun_stall trun_stall;
 /* local_rank stalled for idle_s seconds. Called with stop = 0 when found (signal: what is sent to it

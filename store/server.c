@@ -264,8 +264,13 @@ static void peer_name(conn *c) {
     snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
   } else if (ss.ss_family == AF_INET6) {
     struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-    uv_ip6_name(a, host, sizeof(host));
     port = ntohs(a->sin6_port);
+    if (c->addr.family == AF_INET) { /* an IPv4 peer of the dual-stack listener: shown as IPv4 */
+      inet_ntop(AF_INET, c->addr.a, host, sizeof(host));
+      snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+      return;
+    }
+    uv_ip6_name(a, host, sizeof(host));
     snprintf(c->peer, sizeof(c->peer), "[%s]:%d", host, port);
   }
 }
