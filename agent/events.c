@@ -148,8 +148,8 @@ void trun_events_emit(trun_events *e, const char *event, json_t *fields) {
   if (e->queue.len + n + 1 > QUEUE_MAX) {
     if (e->dropped++ == 0)
       trun_warn(
-          "the reader of the event stream %s does not keep up: dropping events (the count is in the "
-          "last one)",
+          "the reader of the event stream %s does not keep up: dropping events (job_end "
+          "counts them)",
           e->spec);
   } else if (trun_buf_append(&e->queue, line, n) < 0 || trun_buf_append_u8(&e->queue, '\n') < 0) {
     e->dropped++;
