@@ -27,7 +27,8 @@ typedef struct conn conn;
 struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
-  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
+  uv_idle_t reaper;     /* closes doomed connections outside the key space's callbacks */
+  uv_async_t acl_async; /* the access rules changed (from any thread): re-check open connections */
   int ndoomed;
   trun_server_opts opts;
   trun_kv *kv;
@@ -215,6 +216,7 @@ int trun_server_allow(trun_server *s, const char *cidr) {
   s->acl[s->nacl++] = e;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
+  uv_async_send(&s->acl_async);
   return 0;
 }
 
@@ -223,6 +225,7 @@ void trun_server_allow_enforce(trun_server *s, int on) {
   s->acl_on = on;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
+  uv_async_send(&s->acl_async);
 }
 
 static int addr_allowed(trun_server *s, const acl_entry *addr) {
@@ -640,6 +643,20 @@ static void refuse(conn *c, const char *why) {
   conn_close(c, NULL);
 }
 
+/* On the server's loop after the rules changed: connections they no longer admit are closed now, not at
+ * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
+static void on_acl_changed(uv_async_t *a) {
+  trun_server *s = a->data;
+  unsigned gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
+  for (conn *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing || c->doomed || c->acl_gen == gen) continue;
+    c->acl_gen = gen;
+    if (!addr_allowed(s, &c->addr))
+      refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
+  }
+}
+
 static void on_connection(uv_stream_t *l, int status) {
   trun_server *s = l->data;
   if (status < 0) {
@@ -720,7 +737,7 @@ static int bind_host(trun_server *s, const char *host, int port) {
   return rc;
 }
 
-/* The listener's and the reaper's close callback: the last handle closed frees the server. */
+/* The listener's, the reaper's and acl_async's close callback: the last handle closed frees the server. */
 static void on_listener_closed(uv_handle_t *h) {
   trun_server *s = h->data;
   s->handles_open--;
@@ -756,7 +773,9 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   s->listener.data = s;
   uv_idle_init(loop, &s->reaper);
   s->reaper.data = s;
-  s->handles_open = 2;
+  uv_async_init(loop, &s->acl_async, on_acl_changed);
+  s->acl_async.data = s;
+  s->handles_open = 3;
   rc = bind_host(s, o->host, o->port);
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
@@ -764,6 +783,7 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
     s->closing = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
+    uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -783,4 +803,5 @@ void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
   while (s->conns) conn_close(s->conns, NULL);
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);
   uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
+  uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
 }

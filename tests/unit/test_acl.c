@@ -163,6 +163,27 @@ START_TEST(test_enforced_later) {
 }
 END_TEST
 
+/* A connection parked in WAIT (it sends nothing more) is closed as soon as the rules exclude it. */
+START_TEST(test_enforced_closes_idle) {
+  start_opts(0, 0);
+  int fd = conn();
+  ck_assert_int_eq(ping(fd, 1), 1);
+  /* WAIT (0x06) for one key that never appears: u64 count, then the key. */
+  uint8_t wait_req[1 + 8 + 8 + 1] = {0x06, 1};
+  wait_req[9] = 1;
+  wait_req[17] = 'w';
+  ck_assert_int_eq(unit_send(fd, wait_req, sizeof(wait_req)), 0);
+  while (stats().waiting != 1) usleep(1000);
+  ck_assert_int_eq(trun_server_allow(us.srv, "192.0.2.1"), 0);
+  trun_server_allow_enforce(us.srv, 1);
+  ck_assert(unit_eof(fd));
+  ck_assert_int_eq(stats().refused, 1);
+  ck_assert_int_eq(stats().waiting, 0);
+  close(fd);
+  stop();
+}
+END_TEST
+
 START_TEST(test_per_peer_limit) {
   start_opts(2, 0);
   int a = conn(), b = conn();
@@ -221,6 +242,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_rules_match);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
+  tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
   tcase_add_test(tc, test_conn_memory_limit);
   suite_add_tcase(s, tc);
