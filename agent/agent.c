@@ -19,11 +19,14 @@
 #include "doctor.h"
 #include "log.h"
 #include "nccl_report.h"
+#include "obs.h"
 #include "output.h"
 #include "preflight.h"
 #include "rdzv.h"
 #include "report.h"
 #include "spawn.h"
+#include "stall.h"
+#include "store_acl.h"
 #include "watchdog.h"
 #include "worker_env.h"
 
@@ -50,6 +53,7 @@ typedef struct {
   trun_stream *out, *err;
   char error_file[PATH_MAX];
   char log_out[PATH_MAX], log_err[PATH_MAX];
+  double stalled_s; /* --stall-timeout found it stalled for this long (0: not) */
 } worker;
 
 struct agent {
@@ -84,9 +88,11 @@ struct agent {
   int watcher_on;
   trun_client *watch_client;
   char end_value[64];
-  int end_seen;  /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round; /* the round whose end the watcher delivered */
-  int in_round;  /* workers of this round may still run: remote ends act only then */
+  int end_seen;      /* the watcher delivered end_value (set by the watcher thread) */
+  int end_round;     /* the round whose end the watcher delivered */
+  int in_round;      /* workers of this round may still run: remote ends act only then */
+  trun_obs *obs;     /* events and metrics (agent/obs.h) */
+  trun_stall *stall; /* --stall-timeout (agent/stall.h), NULL when off */
 };
 
 static double now_s(void) {
@@ -248,6 +254,9 @@ static void worker_exited(agent *a, worker *w, int status) {
   a->running--;
   w->exit_time = now_s();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  trun_obs_worker_exit(a->obs, w->pid, a->rdzv.base_rank + w->local_rank, w->local_rank, w->status,
+                       w->torn_down);
+  trun_stall_exited(a->stall, w->local_rank);
   if (w->status < 0)
     trun_debug("rank %d (local %d, pid %d) killed by %s", a->rdzv.base_rank + w->local_rank, w->local_rank,
                (int)w->pid, trun_signal_name(-w->status, sname, sizeof(sname)));
@@ -366,6 +375,7 @@ static void on_member_tick(uv_timer_t *t) {
     trun_info("%d node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
               waiting);
     a->result = OUT_MEMBERSHIP;
+    trun_obs_membership(a->obs, waiting);
     begin_stop(a, SIGTERM, 1);
   }
 }
@@ -455,6 +465,8 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
       w->running = 1;
       a->running++;
       trun_watchdog_add(&a->guard, w->pid);
+      trun_obs_worker_start(a->obs, w->pid, a->rdzv.base_rank + lr, lr, a->restart_count);
+      trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
       rc = 0;
     }
   }
@@ -463,6 +475,26 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
   trun_strv_free(argv);
   trun_strv_free(envp);
   return rc;
+}
+
+/* --stall-timeout: a worker showed no sign of life (and got --stall-signal and its grace): tear the round
+ * down like a failure of that worker, so that it counts as a restart and the report names it. */
+static void on_stall(void *arg, int local_rank, double idle_s, int sig, int stop) {
+  agent *a = arg;
+  worker *w = &a->w[local_rank];
+  if (!stop) {
+    /* Found: recorded now, so that the report names the stall even if the signal ends the worker. */
+    w->stalled_s = idle_s;
+    trun_obs_stall(a->obs, w->pid, a->rdzv.base_rank + local_rank, local_rank, idle_s, sig);
+    return;
+  }
+  if (a->phase_stopping || !w->running) return;
+  trun_error("rank %d (local %d, pid %d) stalled for %.0f s (no output, no CPU time): restarting the workers",
+             a->rdzv.base_rank + local_rank, local_rank, (int)w->pid, idle_s);
+  a->result = OUT_FAILED;
+  a->first_failed = local_rank;
+  begin_stop(a, SIGTERM, 1);
+  w->torn_down = 0; /* the root cause, not a bystander */
 }
 
 /* One attempt: start every local worker and supervise them until the round ends. */
@@ -481,6 +513,7 @@ static void run_round(agent *a) {
     a->watcher_on = pthread_create(&a->watcher, NULL, watch_end, a) == 0;
     if (!a->watcher_on) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
   }
+  trun_stall_begin(a->stall, a->nproc);
   for (int i = 0; i < a->nproc; i++) {
     a->w[i].a = a;
     a->w[i].local_rank = i;
@@ -506,6 +539,7 @@ static void run_round(agent *a) {
   uv_run(a->loop, UV_RUN_DEFAULT);
   trun_nccl_report_finish(rep);
   uv_timer_stop(&a->member_timer);
+  trun_stall_end(a->stall);
   a->in_round = 0;
 }
 
@@ -531,6 +565,14 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
       int rc = trun_errfile_read(w->error_file, f);
       if (rc == -EBADMSG)
         trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
+    }
+    if (w->stalled_s > 0) {
+      char *msg = NULL;
+      if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,
+                   f->message ? "; then: " : "", f->message ? f->message : "") >= 0) {
+        free(f->message);
+        f->message = msg;
+      }
     }
   }
   return n;
@@ -566,6 +608,7 @@ static void report_failures(agent *a, int final) {
       free(remote);
     }
   }
+  trun_obs_failure(a->obs, fs, n, final);
   if (final && n > 0) {
     trun_report_print(stderr, a->cfg->script, fs, n);
     const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
@@ -739,10 +782,12 @@ static int agent_main(agent *a) {
   }
   a->rdzv.poll = poll_signals;
   a->rdzv.poll_arg = a;
+  trun_obs_discovery(a->obs, a->nproc, a->env);
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return 1;
   }
+  trun_obs_set_rdzv(a->obs, &a->rdzv);
   if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) {
     trun_client_opts o;
     trun_client_opts_default(&o);
@@ -757,13 +802,19 @@ static int agent_main(agent *a) {
   int remaining = a->cfg->max_restarts;
   int code = 1;
   for (a->round = 0;; a->round++) {
-    if (trun_rdzv_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
+    trun_obs_rdzv_start(a->obs, a->round);
+    if (trun_store_acl_publish(&a->rdzv, a->round) < 0)
+      trun_debug("could not publish this node's address for --store-allow-peers");
+    if (trun_rdzv_round(&a->rdzv, a->round, err, sizeof(err)) < 0 ||
+        (a->cfg->store_allow_peers && trun_store_acl_apply(&a->rdzv, a->round, err, sizeof(err)) < 0)) {
+      trun_obs_rdzv_end(a->obs, a->round, err);
       trun_error("%s", err);
       code = 1;
       break;
     }
     if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
     reconnect_watch(a);
+    trun_obs_rdzv_end(a->obs, a->round, NULL);
     /* Split pods / GPU clash (agent/doctor.h); --preflight on the first round (agent/preflight.h). */
     if (trun_doctor_round(&a->rdzv, a->env, a->round) ||
         (a->cfg->preflight && a->round == 0 &&
@@ -794,6 +845,7 @@ static int agent_main(agent *a) {
     remaining--;
     a->restart_count++;
     trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
+    trun_obs_restart(a->obs, a->restart_count, remaining);
   }
   if (a->rdzv.dynamic) {
     /* torchrun: the exit barrier after success (1.13: also after the last failure), then shutdown()
@@ -846,10 +898,17 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
     trun_error("cannot install signal handlers");
     return 1;
   }
+  if (trun_obs_open(cfg, a.loop, a.host, &a.obs, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    return 2;
+  }
+  a.stall = trun_stall_new(a.loop, cfg->stall_timeout, cfg->stall_signal, on_stall, &a);
   char **orig_env = a.env;
   int code = agent_main(&a);
   join_watcher(&a);
   if (a.watch_client) trun_client_close(a.watch_client);
+  trun_obs_close(a.obs, code);
+  trun_stall_close(a.stall);
   trun_rdzv_close(&a.rdzv);
   teardown(&a);
   trun_watchdog_stop(&a.guard);

@@ -20,6 +20,7 @@ struct trun_stream {
   int open;
   void (*eof_cb)(void *arg);
   void *eof_arg;
+  uint64_t bytes; /* read from the pipe so far (the stall detector's output activity) */
   char rbuf[16384];
 };
 
@@ -93,6 +94,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
   }
   const uint8_t *p = (const uint8_t *)b->base;
   size_t len = (size_t)n;
+  s->bytes += len;
   while (len > 0) {
     const uint8_t *nl = memchr(p, '\n', len);
     size_t take = nl ? (size_t)(nl - p) + 1 : len;
@@ -149,6 +151,7 @@ void trun_stream_on_eof(trun_stream *s, void (*cb)(void *arg), void *arg) {
 }
 
 int trun_stream_is_open(const trun_stream *s) { return s->open; }
+uint64_t trun_stream_bytes(const trun_stream *s) { return s ? s->bytes : 0; }
 
 void trun_stream_close(trun_stream *s) {
   if (s->open) {

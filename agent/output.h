@@ -4,6 +4,7 @@
 #ifndef TRUN_OUTPUT_H
 #define TRUN_OUTPUT_H
 
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct trun_stream trun_stream;
@@ -17,6 +18,8 @@ int trun_stream_open(uv_loop_t *loop, int console_fd, int file_fd, const char *p
  * closed it). */
 void trun_stream_on_eof(trun_stream *s, void (*cb)(void *arg), void *arg);
 int trun_stream_is_open(const trun_stream *s);
+/* Bytes the worker wrote into the stream so far (0 for NULL). */
+uint64_t trun_stream_bytes(const trun_stream *s);
 /* Closes the pipe (pending partial line flushed) and frees the stream once libuv is done. */
 void trun_stream_close(trun_stream *s);
 

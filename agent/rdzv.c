@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "log.h"
+#include "store_acl.h"
 
 /* Seconds from --rdzv-conf key=value,... (0 when absent or not a positive integer). */
 static int conf_seconds(const char *conf, const char *key) {
@@ -114,7 +115,8 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   int port = cfg->endpoint_port;
   const char *connect_host = cfg->endpoint_host;
   if (r->group_rank == 0) {
-    int rc = trun_store_host_start(NULL, port, &r->host, &port);
+    int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
+                                  port, &r->host, &port);
     if (rc < 0) {
       snprintf(err, errlen,
                "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "

@@ -28,6 +28,13 @@ static void *run(void *arg) {
 }
 
 int trun_store_host_start(const char *host, int port, trun_store_host **out, int *port_out) {
+  trun_store_host_opts o = {.host = host, .port = port};
+  return trun_store_host_start_opts(&o, out, port_out);
+}
+
+trun_server *trun_store_host_server(trun_store_host *h) { return h->srv; }
+
+int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host **out, int *port_out) {
   trun_store_host *h = calloc(1, sizeof(*h));
   if (h == NULL) return UV_ENOMEM;
   int rc = uv_loop_init(&h->loop);
@@ -37,8 +44,10 @@ int trun_store_host_start(const char *host, int port, trun_store_host **out, int
   }
   trun_server_opts o;
   trun_server_opts_default(&o);
-  o.host = host;
-  o.port = port;
+  o.host = ho->host;
+  o.port = ho->port;
+  o.max_conns_per_peer = ho->max_conns_per_peer;
+  o.max_conn_memory = ho->max_conn_memory;
   rc = trun_server_start(&h->loop, &o, &h->srv);
   if (rc == 0) rc = uv_async_init(&h->loop, &h->stop, on_stop);
   if (rc < 0) {

@@ -17,6 +17,8 @@ Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary.
      trun backend.
   8. ddp: examples/train_ddp.py on 2 GPUs under trun and under torchrun 2.11, interleaved: loss curves and
      step times.
+  9. stall: hang detection: a hung NCCL all-reduce (bench/stall_nccl.py) under trun --stall-timeout 15: which rank is
+     flagged, after how long, whether attempt 1 succeeds; the event stream and /proc CPU of the waiting ranks.
 """
 import json
 import os
@@ -367,6 +369,38 @@ def ddp():
     res["steps"]["ddp"] = {"args": args, "runs": rows, "median_step_ms": med, "max_loss_diff": diff,
                            "loss_first": t[:1], "loss_last": t[-1:]}
     log(f"ddp: median step ms {med}, max loss diff trun vs torchrun {diff}")
+def stall():
+    try:
+        import torch
+        n = torch.cuda.device_count()
+    except Exception as e:  # noqa: BLE001
+        log(f"stall: no torch/cuda: {e}")
+        return
+    if n < 2:
+        log("stall: needs 2 GPUs")
+        return
+    n = min(n, 4)
+    tmp = tempfile.mkdtemp(prefix="trun-gpu-stall.")
+    ev = os.path.join(OUT, "stall-events.jsonl")
+    if os.path.exists(ev):
+        os.unlink(ev)
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", TMPDIR=tmp)
+    t0 = time.time()
+    r = sh([os.path.join(BIN, "trun"), "--standalone", "--nproc_per_node", str(n), "--max-restarts", "1",
+            "--stall-timeout", "15", "--events", ev, "--metrics-port", "0",
+            os.path.join(REPO, "bench", "stall_nccl.py"), tmp], env=env, timeout=300)
+    open(os.path.join(OUT, "stall.log"), "w").write(r.stdout + r.stderr)
+    evs = [json.loads(ln) for ln in open(ev)] if os.path.exists(ev) else []
+    stalls = [e for e in evs if e["event"] == "stall"]
+    cpu = {}
+    for f in os.listdir(tmp):
+        if f.startswith("cpu."):
+            cpu[f] = open(os.path.join(tmp, f)).read().split()
+    res["steps"]["stall"] = {"gpus": n, "rc": r.returncode, "wall_s": time.time() - t0, "stalls": stalls,
+                             "restarts": [e for e in evs if e["event"] == "restart"],
+                             "waiting_ranks_cpu_s_wall_s": cpu}
+    log(f"stall: rc={r.returncode}, flagged {[(e['rank'], round(e['idle_s'], 1)) for e in stalls]}, cpu {cpu}")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -376,7 +410,7 @@ def main():
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

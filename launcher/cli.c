@@ -174,6 +174,25 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
          "Before the workers: one trun-preflight per local GPU joins one NCCL communicator "
          "over all ranks, runs all-reduce 8 B..1 GiB and prints busbw with a pass / warn / "
          "fail verdict; fail stops the job (exit 1). Skipped on a host without GPUs."},
+    [TRUN_OPT_EVENTS] = {"events", NULL, 0, 0, NULL, "TRUN_EVENTS", TRUN_G_TRUN, "FILE|fd:N",
+                         "Write a JSON-lines event stream (discovery, rendezvous rounds, worker start/exit, "
+                         "restarts, stalls, failures, job end) to FILE (appended) or descriptor N."},
+    [TRUN_OPT_METRICS_PORT] = {"metrics-port", "metrics_port", 0, 0, NULL, "TRUN_METRICS_PORT", TRUN_G_TRUN,
+                               "PORT",
+                               "Serve Prometheus metrics at http://<host>:PORT/metrics (0: a free port, "
+                               "printed on stderr)."},
+    [TRUN_OPT_STALL_TIMEOUT] =
+        {"stall-timeout", "stall_timeout", 0, 0, NULL, "TRUN_STALL_TIMEOUT", TRUN_G_TRUN, "SECONDS",
+         "Restart the workers (like a failure) when a worker shows no output and no CPU "
+         "time for SECONDS. Unset or 0: off."},
+    [TRUN_OPT_STALL_SIGNAL] = {"stall-signal", "stall_signal", 0, 0, NULL, "TRUN_STALL_SIGNAL", TRUN_G_TRUN,
+                               "SIGNAL",
+                               "Send SIGNAL (e.g. SIGUSR1 for a faulthandler stack dump) to a stalled worker "
+                               "and wait 5 s before the restart."},
+    [TRUN_OPT_STORE_ALLOW_PEERS] = {"store-allow-peers", "store_allow_peers", 0, 1, NULL,
+                                    "TRUN_STORE_ALLOW_PEERS", TRUN_G_TRUN, NULL,
+                                    "Static rendezvous: once every node joined, node rank 0's store admits "
+                                    "only the joined nodes' addresses and its own."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

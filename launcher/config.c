@@ -273,6 +273,22 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   if (st && parse_double(st, &cfg->shutdown_timeout) < 0)
     return fail(err, errlen, cl, TRUN_OPT_SHUTDOWN_TIMEOUT,
                 "--shutdown-timeout '%s' must be a number of seconds >= 0", st);
+  /* Observability and hardening (issue 8). */
+  cfg->events = VAL(TRUN_OPT_EVENTS);
+  if (cfg->events && cfg->events[0] == '\0')
+    return fail(err, errlen, cl, TRUN_OPT_EVENTS, "--events needs a file name or fd:N");
+  cfg->metrics_port = -1;
+  if (VAL(TRUN_OPT_METRICS_PORT) && parse_int(VAL(TRUN_OPT_METRICS_PORT), 0, 65535, &cfg->metrics_port) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_METRICS_PORT,
+                "--metrics-port '%s' must be a port 0-65535 (0: any free)", VAL(TRUN_OPT_METRICS_PORT));
+  if (VAL(TRUN_OPT_STALL_TIMEOUT) && parse_double(VAL(TRUN_OPT_STALL_TIMEOUT), &cfg->stall_timeout) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_STALL_TIMEOUT,
+                "--stall-timeout '%s' must be a number of seconds >= 0", VAL(TRUN_OPT_STALL_TIMEOUT));
+  if (VAL(TRUN_OPT_STALL_SIGNAL) && (cfg->stall_signal = signal_number(VAL(TRUN_OPT_STALL_SIGNAL))) <= 0)
+    return fail(err, errlen, cl, TRUN_OPT_STALL_SIGNAL,
+                "--stall-signal '%s' must be a signal name like SIGUSR1", VAL(TRUN_OPT_STALL_SIGNAL));
+  cfg->store_allow_peers =
+      VAL(TRUN_OPT_STORE_ALLOW_PEERS) && strcmp(VAL(TRUN_OPT_STORE_ALLOW_PEERS), "0") != 0;
   cfg->virtual_local_rank =
       VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK) && strcmp(VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK), "0") != 0;
   cfg->dry_run = VAL(TRUN_OPT_DRY_RUN) && strcmp(VAL(TRUN_OPT_DRY_RUN), "0") != 0;

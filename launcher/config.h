@@ -50,6 +50,11 @@ typedef struct {
   int on_split_pods_fail;      /* --on-split-pods fail */
   int nccl_report;             /* --nccl-report */
   int preflight;               /* --preflight */
+  const char *events;          /* --events FILE or fd:N, NULL: off */
+  int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
+  double stall_timeout;        /* --stall-timeout seconds, 0: off */
+  int stall_signal;            /* --stall-signal, 0: none */
+  int store_allow_peers;       /* --store-allow-peers */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -1,6 +1,8 @@
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,12 +12,23 @@
 
 #define READ_CHUNK 65536
 
+/* Counters are read by other threads (trun_server_get_stats): relaxed atomics. */
+#define STAT_ADD(s, f, d) __atomic_add_fetch(&(s)->stats.f, (uint64_t)(int64_t)(d), __ATOMIC_RELAXED)
+
+/* One allow-list entry: an address and a prefix length (IPv4 in a[0..4), IPv6 in a[0..16)). */
+typedef struct {
+  int family;
+  uint8_t a[16];
+  int prefix;
+} acl_entry;
+
 typedef struct conn conn;
 
 struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
-  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
+  uv_idle_t reaper;     /* closes doomed connections outside the key space's callbacks */
+  uv_async_t acl_async; /* the access rules changed (from any thread): re-check open connections */
   int ndoomed;
   trun_server_opts opts;
   trun_kv *kv;
@@ -26,6 +39,13 @@ struct trun_server {
   int handles_open;
   void (*done)(void *arg);
   void *done_arg;
+  /* Access control: changed from any thread under acl_mu; acl_gen tells open connections to re-check. */
+  pthread_mutex_t acl_mu;
+  acl_entry *acl;
+  size_t nacl, capacl;
+  int acl_on;
+  unsigned acl_gen;
+  uint64_t refused_logged;
   uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
 };
 
@@ -45,10 +65,20 @@ struct conn {
   const char *doomed; /* close reason set inside a key-space callback */
   trun_waiter w;
   char peer[64];
+  acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
+  unsigned acl_gen;
 };
 
 static void conn_close(conn *c, const char *why);
 static void conn_flush(conn *c);
+static void refuse(conn *c, const char *why);
+
+static void server_free(trun_server *s) {
+  trun_kv_free(s->kv);
+  pthread_mutex_destroy(&s->acl_mu);
+  free(s->acl);
+  free(s);
+}
 
 static void on_reap(uv_idle_t *h) {
   trun_server *s = h->data;
@@ -79,7 +109,138 @@ void trun_server_opts_default(trun_server_opts *o) {
 
 int trun_server_port(const trun_server *s) { return s->port; }
 trun_kv *trun_server_kv(trun_server *s) { return s->kv; }
-void trun_server_get_stats(const trun_server *s, trun_server_stats *st) { *st = s->stats; }
+void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
+  st->connections = __atomic_load_n(&s->stats.connections, __ATOMIC_RELAXED);
+  st->accepted = __atomic_load_n(&s->stats.accepted, __ATOMIC_RELAXED);
+  st->rejected = __atomic_load_n(&s->stats.rejected, __ATOMIC_RELAXED);
+  st->ops = __atomic_load_n(&s->stats.ops, __ATOMIC_RELAXED);
+  st->waiting = __atomic_load_n(&s->stats.waiting, __ATOMIC_RELAXED);
+  st->refused = __atomic_load_n(&s->stats.refused, __ATOMIC_RELAXED);
+}
+
+/* ---- access control ---------------------------------------------------------------------------- */
+
+/* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
+static int sockaddr_entry(const struct sockaddr *sa, acl_entry *e) {
+  memset(e, 0, sizeof(*e));
+  if (sa->sa_family == AF_INET) {
+    e->family = AF_INET;
+    memcpy(e->a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return 0;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(b, mapped, 12) == 0) {
+      e->family = AF_INET;
+      memcpy(e->a, b + 12, 4);
+    } else {
+      e->family = AF_INET6;
+      memcpy(e->a, b, 16);
+    }
+    return 0;
+  }
+  return -1;
+}
+
+static int entry_matches(const acl_entry *rule, const acl_entry *addr) {
+  if (rule->family != addr->family) return 0;
+  int bits = rule->prefix;
+  int bytes = bits / 8;
+  if (memcmp(rule->a, addr->a, (size_t)bytes) != 0) return 0;
+  if (bits % 8 == 0) return 1;
+  uint8_t mask = (uint8_t)(0xff << (8 - bits % 8));
+  return (rule->a[bytes] & mask) == (addr->a[bytes] & mask);
+}
+
+int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix) {
+  char host[INET6_ADDRSTRLEN + 8];
+  const char *slash = strchr(text, '/');
+  size_t hl = slash ? (size_t)(slash - text) : strlen(text);
+  if (hl == 0 || hl >= sizeof(host)) return -EINVAL;
+  memcpy(host, text, hl);
+  host[hl] = '\0';
+  if (host[0] == '[' && host[hl - 1] == ']') {
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = '\0';
+  }
+  memset(addr, 0, 16);
+  int max;
+  if (inet_pton(AF_INET, host, addr) == 1)
+    *family = AF_INET, max = 32;
+  else if (inet_pton(AF_INET6, host, addr) == 1)
+    *family = AF_INET6, max = 128;
+  else
+    return -EINVAL;
+  *prefix = max;
+  if (slash) {
+    char *end;
+    long p = strtol(slash + 1, &end, 10);
+    if (slash[1] == '\0' || *end != '\0' || p < 0 || p > max) return -EINVAL;
+    *prefix = (int)p;
+  }
+  if (*family == AF_INET6) {
+    /* An IPv4-mapped rule is an IPv4 rule (peers are compared in that form). */
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(addr, mapped, 12) == 0 && *prefix >= 96) {
+      memmove(addr, addr + 12, 4);
+      memset(addr + 4, 0, 12);
+      *family = AF_INET;
+      *prefix -= 96;
+    }
+  }
+  return 0;
+}
+
+int trun_server_allow(trun_server *s, const char *cidr) {
+  acl_entry e;
+  memset(&e, 0, sizeof(e));
+  int rc = trun_server_parse_cidr(cidr, &e.family, e.a, &e.prefix);
+  if (rc < 0) return rc;
+  pthread_mutex_lock(&s->acl_mu);
+  for (size_t i = 0; i < s->nacl; i++)
+    if (s->acl[i].family == e.family && s->acl[i].prefix == e.prefix && memcmp(s->acl[i].a, e.a, 16) == 0) {
+      pthread_mutex_unlock(&s->acl_mu);
+      return 0;
+    }
+  if (s->nacl == s->capacl) {
+    size_t cap = s->capacl ? s->capacl * 2 : 16;
+    acl_entry *n = realloc(s->acl, cap * sizeof(*n));
+    if (n == NULL) {
+      pthread_mutex_unlock(&s->acl_mu);
+      return -ENOMEM;
+    }
+    s->acl = n;
+    s->capacl = cap;
+  }
+  s->acl[s->nacl++] = e;
+  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&s->acl_mu);
+  uv_async_send(&s->acl_async);
+  return 0;
+}
+
+void trun_server_allow_enforce(trun_server *s, int on) {
+  pthread_mutex_lock(&s->acl_mu);
+  s->acl_on = on;
+  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&s->acl_mu);
+  uv_async_send(&s->acl_async);
+}
+
+static int addr_allowed(trun_server *s, const acl_entry *addr) {
+  pthread_mutex_lock(&s->acl_mu);
+  int ok = !s->acl_on;
+  for (size_t i = 0; !ok && i < s->nacl; i++) ok = entry_matches(&s->acl[i], addr);
+  pthread_mutex_unlock(&s->acl_mu);
+  return ok;
+}
+
+int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa) {
+  acl_entry e;
+  if (sockaddr_entry(sa, &e) < 0) return 0;
+  return addr_allowed(s, &e);
+}
 
 static int somaxconn(void) {
   FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
@@ -96,6 +257,7 @@ static void peer_name(conn *c) {
   int len = sizeof(ss);
   snprintf(c->peer, sizeof(c->peer), "?");
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return;
+  sockaddr_entry((struct sockaddr *)&ss, &c->addr);
   char host[48] = "?";
   int port = 0;
   if (ss.ss_family == AF_INET) {
@@ -105,8 +267,13 @@ static void peer_name(conn *c) {
     snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
   } else if (ss.ss_family == AF_INET6) {
     struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-    uv_ip6_name(a, host, sizeof(host));
     port = ntohs(a->sin6_port);
+    if (c->addr.family == AF_INET) { /* an IPv4 peer of the dual-stack listener: shown as IPv4 */
+      inet_ntop(AF_INET, c->addr.a, host, sizeof(host));
+      snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+      return;
+    }
+    uv_ip6_name(a, host, sizeof(host));
     snprintf(c->peer, sizeof(c->peer), "[%s]:%d", host, port);
   }
 }
@@ -116,7 +283,7 @@ static void peer_name(conn *c) {
 static void conn_wake(trun_waiter *w) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
   if (c->closing) return;
-  c->srv->stats.waiting--;
+  STAT_ADD(c->srv, waiting, -1);
   if (trun_buf_append_u8(&c->out, TRUN_WAIT_STOP_WAITING) < 0) {
     conn_doom(c, "out of memory queueing a reply");
     return;
@@ -157,7 +324,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
   trun_slice v;
   int64_t n;
   int rc = 0;
-  c->srv->stats.ops++;
+  STAT_ADD(c->srv, ops, 1);
   switch (r->op) {
     case TRUN_OP_SET: rc = trun_kv_set(kv, r->key, r->val); break;
     case TRUN_OP_APPEND: rc = trun_kv_append(kv, r->key, r->val); break;
@@ -189,21 +356,21 @@ static int handle(conn *c, const trun_req *r, const char **why) {
     case TRUN_OP_WAIT: {
       int was = c->w.pending > 0;
       rc = trun_kv_wait(kv, &c->w, r->count, r->items);
-      if (was) c->srv->stats.waiting--;
+      if (was) STAT_ADD(c->srv, waiting, -1);
       if (rc == 1)
         rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
       else if (rc == 0)
-        c->srv->stats.waiting++;
+        STAT_ADD(c->srv, waiting, 1);
       break;
     }
     case TRUN_OP_BARRIER: {
       int was = c->w.pending > 0;
       rc = trun_kv_barrier(kv, &c->w, r->key, r->num);
-      if (was) c->srv->stats.waiting--;
+      if (was) STAT_ADD(c->srv, waiting, -1);
       if (rc == 1)
         rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
       else if (rc == 0)
-        c->srv->stats.waiting++;
+        STAT_ADD(c->srv, waiting, 1);
       else if (rc == -EINVAL || rc == -ERANGE) {
         *why = "BARRIER on a key whose value is not a counter";
         return rc;
@@ -211,7 +378,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     }
     case TRUN_OP_CANCEL_WAIT:
-      if (trun_kv_cancel(kv, &c->w) > 0) c->srv->stats.waiting--;
+      if (trun_kv_cancel(kv, &c->w) > 0) STAT_ADD(c->srv, waiting, -1);
       rc = trun_buf_append_u8(out, TRUN_WAIT_CANCELED);
       break;
     case TRUN_OP_GETNUMKEYS: rc = trun_buf_append_u64(out, trun_kv_num_keys(kv)); break;
@@ -279,8 +446,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (s->closing && s->handles_open == 0) {
     void (*done)(void *) = s->done;
     void *arg = s->done_arg;
-    trun_kv_free(s->kv);
-    free(s);
+    server_free(s);
     if (done) done(arg);
   }
 }
@@ -290,17 +456,17 @@ static void conn_close(conn *c, const char *why) {
   c->closing = 1;
   trun_server *s = c->srv;
   if (why) {
-    s->stats.rejected++;
+    STAT_ADD(s, rejected, 1);
     trun_warn("closed connection from %s (%s): %s", c->peer, trun_proto_gen_name(c->gen), why);
   }
-  if (trun_kv_cancel(s->kv, &c->w) > 0) s->stats.waiting--;
+  if (trun_kv_cancel(s->kv, &c->w) > 0) STAT_ADD(s, waiting, -1);
   trun_kv_cancel_watches(s->kv, &c->w);
   if (c->prev)
     c->prev->next = c->next;
   else
     s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
-  s->stats.connections--;
+  STAT_ADD(s, connections, -1);
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
@@ -406,6 +572,14 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     }
     if (n == 0) {
       c->need = need;
+      if (s->opts.max_conn_memory > 0 && need > s->opts.max_conn_memory) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "a request of at least %zu bytes is over the connection memory limit of %zu", need,
+                 s->opts.max_conn_memory);
+        conn_close(c, why);
+        return off;
+      }
       break;
     }
     const char *why = NULL;
@@ -424,6 +598,15 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   conn *c = (conn *)st;
   if (c->closing) return;
+  unsigned gen = __atomic_load_n(&c->srv->acl_gen, __ATOMIC_ACQUIRE);
+  if (gen != c->acl_gen) {
+    /* The rules changed since this connection was admitted (the job's hosts became known). */
+    c->acl_gen = gen;
+    if (!addr_allowed(c->srv, &c->addr)) {
+      refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
+      return;
+    }
+  }
   if (nread < 0) {
     if (nread == UV_ENOBUFS)
       conn_close(c, "out of memory for the input buffer");
@@ -447,6 +630,31 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
     if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
   }
   if (!c->closing) conn_flush(c);
+}
+
+/* Closes a connection the access rules do not admit: counted, and logged for the first few only (a
+ * scanner must not flood the log). */
+static void refuse(conn *c, const char *why) {
+  trun_server *s = c->srv;
+  STAT_ADD(s, refused, 1);
+  if (s->refused_logged++ < 10)
+    trun_warn("store on port %d refused a connection from %s: %s%s", s->port, c->peer, why,
+              s->refused_logged == 10 ? " (further refusals are not logged)" : "");
+  conn_close(c, NULL);
+}
+
+/* On the server's loop after the rules changed: connections they no longer admit are closed now, not at
+ * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
+static void on_acl_changed(uv_async_t *a) {
+  trun_server *s = a->data;
+  unsigned gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
+  for (conn *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing || c->doomed || c->acl_gen == gen) continue;
+    c->acl_gen = gen;
+    if (!addr_allowed(s, &c->addr))
+      refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
+  }
 }
 
 static void on_connection(uv_stream_t *l, int status) {
@@ -473,14 +681,30 @@ static void on_connection(uv_stream_t *l, int status) {
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
-  s->stats.connections++;
-  s->stats.accepted++;
+  STAT_ADD(s, connections, 1);
+  STAT_ADD(s, accepted, 1);
   if ((rc = uv_accept(l, (uv_stream_t *)&c->tcp)) < 0) {
     conn_close(c, uv_strerror(rc));
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
   peer_name(c);
+  c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
+  if (!addr_allowed(s, &c->addr)) {
+    refuse(c,
+           "not an allowed peer (the store admits only the job's hosts: --store-allow-peers or a "
+           "single-node job)");
+    return;
+  }
+  if (s->opts.max_conns_per_peer > 0) {
+    int same = 0;
+    for (conn *o = s->conns; o; o = o->next)
+      same += o->addr.family == c->addr.family && memcmp(o->addr.a, c->addr.a, 16) == 0;
+    if (same > s->opts.max_conns_per_peer) {
+      refuse(c, "too many connections from this address (the per-peer connection limit)");
+      return;
+    }
+  }
   c->reading = 1;
   if ((rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0) conn_close(c, uv_strerror(rc));
 }
@@ -513,15 +737,14 @@ static int bind_host(trun_server *s, const char *host, int port) {
   return rc;
 }
 
-/* The listener's and the reaper's close callback: the last handle closed frees the server. */
+/* The listener's, the reaper's and acl_async's close callback: the last handle closed frees the server. */
 static void on_listener_closed(uv_handle_t *h) {
   trun_server *s = h->data;
   s->handles_open--;
   if (s->handles_open == 0) {
     void (*done)(void *) = s->done;
     void *arg = s->done_arg;
-    trun_kv_free(s->kv);
-    free(s);
+    server_free(s);
     if (done) done(arg);
   }
 }
@@ -535,22 +758,24 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   if (s == NULL) return UV_ENOMEM;
   s->loop = loop;
   s->opts = *o;
+  pthread_mutex_init(&s->acl_mu, NULL);
   if (s->opts.max_pending_out == 0) s->opts.max_pending_out = 4u << 20;
   s->kv = trun_kv_new();
   if (s->kv == NULL) {
-    free(s);
+    server_free(s);
     return UV_ENOMEM;
   }
   int rc = uv_tcp_init(loop, &s->listener);
   if (rc < 0) {
-    trun_kv_free(s->kv);
-    free(s);
+    server_free(s);
     return rc;
   }
   s->listener.data = s;
   uv_idle_init(loop, &s->reaper);
   s->reaper.data = s;
-  s->handles_open = 2;
+  uv_async_init(loop, &s->acl_async, on_acl_changed);
+  s->acl_async.data = s;
+  s->handles_open = 3;
   rc = bind_host(s, o->host, o->port);
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
@@ -558,6 +783,7 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
     s->closing = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
+    uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -577,4 +803,5 @@ void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
   while (s->conns) conn_close(s->conns, NULL);
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);
   uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
+  uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
 }

@@ -18,6 +18,8 @@ typedef struct {
   trun_gen legacy;        /* generation of connections that do not start with VALIDATE */
   int backlog;            /* 0: net.core.somaxconn */
   size_t max_pending_out; /* stop reading a connection whose unsent replies exceed this */
+  int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
+  size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
 } trun_server_opts;
 
 typedef struct {
@@ -26,6 +28,7 @@ typedef struct {
   uint64_t rejected;    /* closed for bad input */
   uint64_t ops;         /* requests handled */
   uint64_t waiting;     /* connections with a pending WAIT */
+  uint64_t refused;     /* closed by the access rules (allow-list, per-peer limit) */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);
@@ -34,7 +37,19 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
 int trun_server_port(const trun_server *s);
 /* The key space, for an agent that hosts the store and reads or writes it in-process. */
 trun_kv *trun_server_kv(trun_server *s);
+/* Safe from any thread. */
 void trun_server_get_stats(const trun_server *s, trun_server_stats *st);
+
+/* Access control, callable from any thread while the server runs. Off by default: every peer is served.
+ * trun_server_allow adds "ADDR" or "ADDR/PREFIX" (IPv4 or IPv6; an IPv4-mapped IPv6 peer matches IPv4
+ * rules): 0, -EINVAL for text that is not one, -ENOMEM. trun_server_allow_enforce(s, 1) admits only peers
+ * that match a rule: new connections are refused at accept, open ones are closed at their next read. */
+int trun_server_allow(trun_server *s, const char *cidr);
+void trun_server_allow_enforce(trun_server *s, int on);
+/* Whether a peer at sa would be admitted now. */
+int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa);
+/* Parses "ADDR[/PREFIX]" ([v6] brackets allowed): 0 or -EINVAL. */
+int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix);
 /* Closes the listener and every connection; the server is freed once libuv has released the handles
  * (run the loop). done may be NULL. */
 void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg);

@@ -1,0 +1,128 @@
+#include "store_acl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "log.h"
+
+/* 1 when every address host resolves to is 127.0.0.1 (then a loopback listener serves every worker). */
+static int resolves_to_127001(const char *host) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) return 0;
+  int all = 1;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+    if (ai->ai_family != AF_INET ||
+        ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+      all = 0;
+  freeaddrinfo(res);
+  return all;
+}
+
+int trun_store_acl_allow_local(trun_server *s) {
+  int rc = trun_server_allow(s, "127.0.0.0/8");
+  if (rc == 0) rc = trun_server_allow(s, "::1");
+  struct ifaddrs *ifs = NULL;
+  if (rc == 0 && getifaddrs(&ifs) < 0) rc = -errno;
+  for (struct ifaddrs *i = ifs; rc == 0 && i; i = i->ifa_next) {
+    if (i->ifa_addr == NULL) continue;
+    char text[INET6_ADDRSTRLEN];
+    if (i->ifa_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, text, sizeof(text));
+    else if (i->ifa_addr->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, text, sizeof(text));
+    else
+      continue;
+    rc = trun_server_allow(s, text);
+  }
+  if (ifs) freeifaddrs(ifs);
+  return rc;
+}
+
+int trun_store_acl_start(int local_job, const char *workers_addr, int port, trun_store_host **out,
+                         int *port_out) {
+  trun_store_host_opts o = {.host = NULL,
+                            .port = port,
+                            .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
+                            .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY};
+  int loopback = local_job && resolves_to_127001(workers_addr);
+  if (loopback) o.host = "127.0.0.1";
+  int rc = trun_store_host_start_opts(&o, out, port_out);
+  if (rc < 0) return rc;
+  if (local_job && !loopback) {
+    /* The workers reach the store by a name that is not 127.0.0.1: listen everywhere, admit only this host.
+     */
+    trun_server *s = trun_store_host_server(*out);
+    int arc = trun_store_acl_allow_local(s);
+    if (arc == 0)
+      trun_server_allow_enforce(s, 1);
+    else
+      trun_warn("cannot list this host's addresses (%s): the single-node store admits every peer",
+                strerror(-arc));
+  }
+  trun_debug("store on port %d listens on %s%s", *port_out, loopback ? "127.0.0.1" : "every address",
+             local_job && !loopback ? " and admits only this host" : "");
+  return 0;
+}
+
+static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
+  snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
+}
+
+int trun_store_acl_publish(trun_rdzv *r, int round) {
+  if (r->dynamic || r->client == NULL) return 0;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  char text[INET6_ADDRSTRLEN] = "";
+  if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, text, sizeof(text));
+  else if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, text, sizeof(text));
+  else
+    return -EAFNOSUPPORT;
+  char k[512];
+  addr_key(r, round, r->group_rank, k, sizeof(k));
+  return trun_client_set(r->client, trun_str(k), trun_str(text));
+}
+
+int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen) {
+  if (r->dynamic || r->host == NULL || r->group_world_size <= 1) return 0;
+  trun_server *s = trun_store_host_server(r->host);
+  int rc = trun_store_acl_allow_local(s);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
+    return -1;
+  }
+  for (int g = 0; g < r->group_world_size; g++) {
+    char k[512];
+    addr_key(r, round, g, k, sizeof(k));
+    trun_buf v = {0};
+    rc = trun_client_get(r->client, trun_str(k), &v, 30000);
+    if (rc < 0) {
+      snprintf(err, errlen,
+               "--store-allow-peers: node rank %d did not publish its address for round %d (%s); run every "
+               "node with the same trun version",
+               g, round, strerror(-rc));
+      trun_buf_free(&v);
+      return -1;
+    }
+    char text[INET6_ADDRSTRLEN + 1];
+    size_t n = v.len < sizeof(text) - 1 ? v.len : sizeof(text) - 1;
+    memcpy(text, v.data, n);
+    text[n] = '\0';
+    trun_buf_free(&v);
+    if ((rc = trun_server_allow(s, text)) < 0) {
+      snprintf(err, errlen, "--store-allow-peers: node rank %d published '%s', not an address", g, text);
+      return -1;
+    }
+    trun_debug("store admits node rank %d at %s", g, text);
+  }
+  trun_server_allow_enforce(s, 1);
+  return 0;
+}

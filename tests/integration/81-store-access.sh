@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Store access control.
+#  1. Single node (--standalone): the agent's store listens on 127.0.0.1 only (ss), and serves its workers.
+#  2. Three network namespaces on a bridge (10.251.0.1-3): a 2-node static job (nodes in h0 and h1,
+#     --store-allow-peers, gloo all-reduce across both through node 0's store). While it runs, a raw
+#     TCPStore probe (VALIDATE + PING) from h2, which is not in the job, is refused (the store closes the
+#     connection, logs the refusal, counts it in trun_store_refused_total), while the same probe from h1
+#     (a participant) and from h0 is answered. The job then ends with exit 0 on both nodes.
+# Skips (77) only when network namespaces cannot be created here.
+set -u
+. "$(dirname "$0")/../agent/mn_lib.sh"
+need_torch
+command -v ip >/dev/null || skip "no ip(8) command: cannot create network namespaces"
+command -v ss >/dev/null || skip "no ss(8)"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-81.XXXXXX")
+pids=()
+br=trunbr81-$$
+hosts=(trunh81a-$$ trunh81b-$$ trunh81c-$$)
+cleanup() {
+  kill_marked
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  for ns in "${hosts[@]}" "$br"; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# ---- 1. single node: loopback only ----
+mkdir -p "$tmp/one"
+"$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/one" >"$tmp/one.out" 2>"$tmp/one.err" &
+one=$!
+pids+=("$one")
+wait_for "[ -f '$tmp/one/ok.0' ] && [ -f '$tmp/one/ok.1' ]" 120 || { cat "$tmp/one.err"; fail "standalone job did not all-reduce"; }
+port=$(sed -n 's/.*store [^:]*:\([0-9]*\)$/\1/p' "$tmp/one.out" | head -n1)
+[ -n "$port" ] || fail "no store port in the workers' output: $(cat "$tmp/one.out")"
+listen=$(ss -Hltn "sport = :$port" | awk '{print $4}')
+note "standalone store port $port listens on: $listen"
+[ "$listen" = "127.0.0.1:$port" ] || fail "the single-node store listens on '$listen', want only 127.0.0.1:$port"
+touch "$tmp/one/go"
+wait "$one" || fail "standalone job failed: $(cat "$tmp/one.err")"
+
+# ---- 2. three namespaces ----
+ip netns add "$br" 2>"$tmp/ns.err" || skip "cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
+ip -n "$br" link set lo up || fail "lo up in $br"
+ip -n "$br" link add br0 type bridge || skip "cannot create a bridge in a network namespace"
+ip -n "$br" link set br0 up || fail "br0 up"
+for i in 0 1 2; do
+  h=${hosts[$i]}
+  ip netns add "$h" || fail "netns add $h"
+  ip -n "$h" link set lo up || fail "lo up in $h"
+  ip -n "$h" link add eth0 type veth peer name vc$i netns "$br" || skip "cannot create veth pairs between namespaces"
+  ip -n "$h" addr add 10.251.0.$((i + 1))/24 dev eth0 || fail "addr on $h"
+  ip -n "$h" link set eth0 up || fail "eth0 up in $h"
+  ip -n "$br" link set vc$i master br0 || fail "vc$i to br0"
+  ip -n "$br" link set vc$i up || fail "vc$i up"
+done
+port=29581
+mkdir -p "$tmp/out"
+for i in 0 1; do
+  extra=()
+  [ $i -eq 0 ] && extra=(--metrics-port 0)
+  GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$i]}" "$TRUN" --nnodes 2 --node-rank $i --master-addr 10.251.0.1 \
+    --master-port $port --nproc-per-node 1 --store-allow-peers "${extra[@]}" \
+    "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out" >"$tmp/agent$i.out" 2>"$tmp/agent$i.err" &
+  pids[$i]=$!
+done
+wait_for "[ -f '$tmp/out/ok.0' ] && [ -f '$tmp/out/ok.1' ]" 120 ||
+  { cat "$tmp/agent0.err" "$tmp/agent1.err"; fail "the 2-node job did not all-reduce with --store-allow-peers"; }
+note "job runs; probing the store at 10.251.0.1:$port"
+probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/store_probe.py" 10.251.0.1 $port; }
+out=$(probe 2); rc=$?
+note "from h2 (not in the job): $out"
+[ $rc -eq 3 ] || fail "a non-participant's probe was not refused (exit $rc: $out)"
+out=$(probe 1) || fail "a participant's probe (h1) was not answered: $out"
+out=$(probe 0) || fail "node 0's own host probe was not answered: $out"
+grep -q 'refused a connection from 10.251.0.3' "$tmp/agent0.err" || fail "node 0 did not log the refusal: $(cat "$tmp/agent0.err")"
+mport=$(sed -n 's/.*serving Prometheus metrics on port \([0-9]*\).*/\1/p' "$tmp/agent0.err" | head -n1)
+m=$(ip netns exec "${hosts[0]}" curl -sf "http://127.0.0.1:$mport/metrics") || fail "no metrics from node 0"
+grep -qx 'trun_store_refused_total 1' <<<"$m" || fail "trun_store_refused_total is not 1: $(grep refused <<<"$m")"
+touch "$tmp/out/go"
+for i in 0 1; do
+  wait_pid_exit "${pids[$i]}" 120 || fail "agent $i did not finish"
+  [ "$WAIT_RC" -eq 0 ] || { cat "$tmp/agent$i.err"; fail "agent $i exited $WAIT_RC"; }
+done
+echo "PASS: loopback-only single-node store; --store-allow-peers refused 10.251.0.3 and served the job's hosts"

@@ -1,0 +1,255 @@
+/* The store server's access rules (store/server.h): the allow-list (addresses and prefixes, IPv4-mapped
+ * peers, enforcement turned on while connections are open), the per-peer connection limit and the
+ * per-connection memory limit; spoken to with raw bytes over loopback like test_server.c. */
+#include <errno.h>
+#include <signal.h>
+
+#include "unit.h"
+
+static unit_server us;
+static int port;
+
+static void stop(void) { unit_server_stop(&us); }
+
+static void start_opts(int per_peer, size_t mem) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.max_conns_per_peer = per_peer;
+  o.max_conn_memory = mem;
+  port = unit_server_start(&us, &o);
+  ck_assert_int_gt(port, 0);
+}
+
+/* A connection that starts with VALIDATE (torch >= 2.3's generation); -1 when connect fails. */
+static int conn(void) {
+  int fd = unit_connect(port);
+  if (fd < 0) return -1;
+  static const uint8_t validate[5] = {0x00, 0xce, 0xf7, 0x85, 0x3c};
+  unit_send(fd, validate, sizeof(validate)); /* a refused connection may already be gone */
+  return fd;
+}
+
+/* PING: 0x0d, nonce; the reply is the nonce. 1 when answered, 0 when the connection ended. */
+static int ping(int fd, uint32_t nonce) {
+  uint8_t req[5] = {0x0d, (uint8_t)nonce, (uint8_t)(nonce >> 8), (uint8_t)(nonce >> 16),
+                    (uint8_t)(nonce >> 24)};
+  if (unit_send(fd, req, sizeof(req)) < 0) return 0;
+  uint8_t got[4];
+  if (unit_recv(fd, got, 4) < 0) return 0;
+  return memcmp(got, req + 1, 4) == 0;
+}
+
+static trun_server_stats stats(void) {
+  trun_server_stats st;
+  unit_server_stats(&us, &st);
+  return st;
+}
+
+static void sin4(struct sockaddr_storage *ss, const char *a) {
+  memset(ss, 0, sizeof(*ss));
+  struct sockaddr_in *s = (struct sockaddr_in *)ss;
+  s->sin_family = AF_INET;
+  ck_assert_int_eq(inet_pton(AF_INET, a, &s->sin_addr), 1);
+}
+static void sin6(struct sockaddr_storage *ss, const char *a) {
+  memset(ss, 0, sizeof(*ss));
+  struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+  s->sin6_family = AF_INET6;
+  ck_assert_int_eq(inet_pton(AF_INET6, a, &s->sin6_addr), 1);
+}
+
+START_TEST(test_parse_cidr) {
+  int fam, prefix;
+  uint8_t a[16];
+  ck_assert_int_eq(trun_server_parse_cidr("10.1.2.3", &fam, a, &prefix), 0);
+  ck_assert_int_eq(fam, AF_INET);
+  ck_assert_int_eq(prefix, 32);
+  ck_assert_int_eq(a[0], 10);
+  ck_assert_int_eq(a[3], 3);
+  ck_assert_int_eq(trun_server_parse_cidr("10.0.0.0/8", &fam, a, &prefix), 0);
+  ck_assert_int_eq(prefix, 8);
+  ck_assert_int_eq(trun_server_parse_cidr("[fe80::1]/10", &fam, a, &prefix), 0);
+  ck_assert_int_eq(fam, AF_INET6);
+  ck_assert_int_eq(prefix, 10);
+  /* An IPv4-mapped rule becomes the IPv4 rule. */
+  ck_assert_int_eq(trun_server_parse_cidr("::ffff:192.168.1.0/120", &fam, a, &prefix), 0);
+  ck_assert_int_eq(fam, AF_INET);
+  ck_assert_int_eq(prefix, 24);
+  ck_assert_int_eq(a[0], 192);
+  static const char *const bad[] = {"",           "/8",           "10.0.0.0/33",  "::1/129", "10.0.0.0/",
+                                    "10.0.0.0/x", "host.example", "10.0.0.0/8/8", "1.2.3"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_msg(trun_server_parse_cidr(bad[i], &fam, a, &prefix) == -EINVAL, "'%s' accepted", bad[i]);
+}
+END_TEST
+
+START_TEST(test_rules_match) {
+  start_opts(0, 0);
+  trun_server *s = us.srv;
+  struct sockaddr_storage ss;
+  sin4(&ss, "203.0.113.9");
+  ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 1); /* off: everyone */
+  trun_server_allow_enforce(s, 1);
+  ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 0); /* on, no rules: nobody */
+  ck_assert_int_eq(trun_server_allow(s, "10.250.0.0/24"), 0);
+  ck_assert_int_eq(trun_server_allow(s, "192.168.7.5"), 0);
+  ck_assert_int_eq(trun_server_allow(s, "2001:db8::/32"), 0);
+  ck_assert_int_eq(trun_server_allow(s, "10.250.0.0/24"), 0); /* twice: one rule */
+  ck_assert_int_eq(trun_server_allow(s, "not-an-address"), -EINVAL);
+  static const struct {
+    const char *a;
+    int v6, ok;
+  } cases[] = {{"10.250.0.1", 0, 1},        {"10.250.0.255", 0, 1},
+               {"10.250.1.1", 0, 0},        {"192.168.7.5", 0, 1},
+               {"192.168.7.6", 0, 0},       {"::ffff:10.250.0.7", 1, 1},
+               {"::ffff:10.251.0.7", 1, 0}, {"2001:db8:1::5", 1, 1},
+               {"2001:db9::5", 1, 0},       {"::1", 1, 0},
+               {"127.0.0.1", 0, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    if (cases[i].v6)
+      sin6(&ss, cases[i].a);
+    else
+      sin4(&ss, cases[i].a);
+    ck_assert_msg(trun_server_peer_allowed(s, (struct sockaddr *)&ss) == cases[i].ok, "%s: want %d",
+                  cases[i].a, cases[i].ok);
+  }
+  /* A non-byte-aligned prefix. */
+  ck_assert_int_eq(trun_server_allow(s, "172.16.0.0/12"), 0);
+  sin4(&ss, "172.31.255.1");
+  ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 1);
+  sin4(&ss, "172.32.0.1");
+  ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 0);
+  stop();
+}
+END_TEST
+
+/* Loopback refused while only other addresses are allowed; admitted once 127.0.0.1 is. */
+START_TEST(test_refused_at_accept) {
+  start_opts(0, 0);
+  ck_assert_int_eq(trun_server_allow(us.srv, "10.0.0.0/8"), 0);
+  trun_server_allow_enforce(us.srv, 1);
+  int fd = conn();
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ping(fd, 7), 0);
+  close(fd);
+  while (stats().refused != 1) usleep(1000);
+  ck_assert_int_eq(trun_server_allow(us.srv, "127.0.0.1"), 0);
+  fd = conn();
+  ck_assert_int_eq(ping(fd, 8), 1);
+  close(fd);
+  ck_assert_int_eq(stats().refused, 1);
+  stop();
+}
+END_TEST
+
+/* A connection admitted while the rules were off is closed at its next request once they exclude it;
+ * one they include keeps working. */
+START_TEST(test_enforced_later) {
+  start_opts(0, 0);
+  int fd = conn();
+  ck_assert_int_eq(ping(fd, 1), 1);
+  ck_assert_int_eq(trun_server_allow(us.srv, "192.0.2.0/24"), 0);
+  trun_server_allow_enforce(us.srv, 1);
+  ck_assert_int_eq(ping(fd, 2), 0);
+  close(fd);
+  trun_server_allow_enforce(us.srv, 0);
+  fd = conn();
+  ck_assert_int_eq(ping(fd, 3), 1);
+  ck_assert_int_eq(trun_server_allow(us.srv, "127.0.0.0/8"), 0);
+  trun_server_allow_enforce(us.srv, 1);
+  ck_assert_int_eq(ping(fd, 4), 1);
+  close(fd);
+  stop();
+}
+END_TEST
+
+/* A connection parked in WAIT (it sends nothing more) is closed as soon as the rules exclude it. */
+START_TEST(test_enforced_closes_idle) {
+  start_opts(0, 0);
+  int fd = conn();
+  ck_assert_int_eq(ping(fd, 1), 1);
+  /* WAIT (0x06) for one key that never appears: u64 count, then the key. */
+  uint8_t wait_req[1 + 8 + 8 + 1] = {0x06, 1};
+  wait_req[9] = 1;
+  wait_req[17] = 'w';
+  ck_assert_int_eq(unit_send(fd, wait_req, sizeof(wait_req)), 0);
+  while (stats().waiting != 1) usleep(1000);
+  ck_assert_int_eq(trun_server_allow(us.srv, "192.0.2.1"), 0);
+  trun_server_allow_enforce(us.srv, 1);
+  ck_assert(unit_eof(fd));
+  ck_assert_int_eq(stats().refused, 1);
+  ck_assert_int_eq(stats().waiting, 0);
+  close(fd);
+  stop();
+}
+END_TEST
+
+START_TEST(test_per_peer_limit) {
+  start_opts(2, 0);
+  int a = conn(), b = conn();
+  ck_assert_int_eq(ping(a, 1), 1);
+  ck_assert_int_eq(ping(b, 2), 1);
+  int c = conn();
+  ck_assert_int_eq(ping(c, 3), 0); /* the third from 127.0.0.1 */
+  close(c);
+  ck_assert_int_eq(ping(a, 4), 1); /* the others are untouched */
+  close(b);
+  while (stats().connections != 1) usleep(1000);
+  c = conn();
+  ck_assert_int_eq(ping(c, 5), 1); /* room again */
+  close(a);
+  close(c);
+  ck_assert_int_eq(stats().refused, 1);
+  stop();
+}
+END_TEST
+
+/* SET: 0x01, key (u64 len + bytes), value (u64 len + bytes). */
+static int set_value(int fd, size_t vlen) {
+  size_t n = 1 + 8 + 1 + 8 + vlen;
+  uint8_t *m = calloc(1, n);
+  ck_assert_ptr_nonnull(m);
+  m[0] = 0x01;
+  m[1] = 1;
+  m[9] = 'k';
+  for (int i = 0; i < 8; i++) m[10 + i] = (uint8_t)(vlen >> (8 * i));
+  int rc = unit_send(fd, m, n);
+  free(m);
+  return rc;
+}
+
+START_TEST(test_conn_memory_limit) {
+  start_opts(0, 4096);
+  int fd = conn();
+  ck_assert_int_eq(set_value(fd, 1000), 0);
+  ck_assert_int_eq(ping(fd, 1), 1); /* the small SET was served (SET has no reply) */
+  /* The request announces 1 MiB: over the limit as soon as its length is read. */
+  set_value(fd, 1 << 20);
+  ck_assert(unit_eof(fd));
+  close(fd);
+  ck_assert_int_eq(stats().rejected, 1);
+  fd = conn();
+  ck_assert_int_eq(ping(fd, 2), 1); /* the server itself is fine */
+  close(fd);
+  stop();
+}
+END_TEST
+
+static Suite *acl_suite(void) {
+  Suite *s = suite_create("acl");
+  TCase *tc = tcase_create("rules");
+  tcase_add_test(tc, test_parse_cidr);
+  tcase_add_test(tc, test_rules_match);
+  tcase_add_test(tc, test_refused_at_accept);
+  tcase_add_test(tc, test_enforced_later);
+  tcase_add_test(tc, test_enforced_closes_idle);
+  tcase_add_test(tc, test_per_peer_limit);
+  tcase_add_test(tc, test_conn_memory_limit);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  return unit_run(acl_suite());
+}

@@ -1,0 +1,298 @@
+/* Observability pieces: the event stream's lines (fields, UTC timestamps, fd:N, a reader that does not
+ * keep up never blocks the writer, a broken stream reported once), the Prometheus endpoint over real HTTP
+ * on a libuv loop (200 / 404 / 405 / 431 / 400), and the stall detector's CPU-time reading of /proc. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include "events.h"
+#include "metrics.h"
+#include "stall.h"
+#include "unit.h"
+
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  static char buf[65536];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+START_TEST(test_iso8601) {
+  char ts[64];
+  trun_iso8601_utc(0.0, ts, sizeof(ts));
+  ck_assert_str_eq(ts, "1970-01-01T00:00:00.000000Z");
+  trun_iso8601_utc(1795385841.123456, ts, sizeof(ts));
+  ck_assert_str_eq(ts, "2026-11-22T22:17:21.123456Z");
+  trun_iso8601_utc(1.9999996, ts, sizeof(ts)); /* rounds into the next second */
+  ck_assert_str_eq(ts, "1970-01-01T00:00:02.000000Z");
+}
+END_TEST
+
+START_TEST(test_events_file) {
+  char path[] = "/tmp/trun-events-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  trun_events *e = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_events_open(path, "node-a", &e, err, sizeof(err)), 0);
+  trun_events_emit(e, "discovery", json_pack("{s:i,s:i}", "nproc", 4, "gpus", 0));
+  trun_events_set_group_rank(e, 3);
+  trun_events_emit(e, "worker_exit", json_pack("{s:i,s:s}", "pid", 42, "signal", "SIGKILL"));
+  trun_events_emit(e, "job_end", NULL);
+  trun_events_close(e);
+  char *text = read_all(path);
+  unlink(path);
+  const char *names[] = {"discovery", "worker_exit", "job_end"};
+  char *line = text;
+  for (int i = 0; i < 3; i++) {
+    char *nl = strchr(line, '\n');
+    ck_assert_ptr_nonnull(nl);
+    *nl = '\0';
+    json_error_t je;
+    json_t *o = json_loads(line, 0, &je);
+    ck_assert_msg(o != NULL, "line %d not JSON: %s", i, line);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "event")), names[i]);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "host")), "node-a");
+    const char *ts = json_string_value(json_object_get(o, "ts"));
+    ck_assert_ptr_nonnull(ts);
+    ck_assert_int_eq(strlen(ts), 27);
+    ck_assert_int_eq(ts[10], 'T');
+    ck_assert_int_eq(ts[19], '.');
+    ck_assert_int_eq(ts[26], 'Z');
+    ck_assert_int_eq(json_object_get(o, "group_rank") != NULL, i > 0);
+    if (i == 0) ck_assert_int_eq(json_integer_value(json_object_get(o, "nproc")), 4);
+    if (i == 1) {
+      ck_assert_int_eq(json_integer_value(json_object_get(o, "group_rank")), 3);
+      ck_assert_str_eq(json_string_value(json_object_get(o, "signal")), "SIGKILL");
+    }
+    json_decref(o);
+    line = nl + 1;
+  }
+  ck_assert_str_eq(line, "");
+}
+END_TEST
+
+START_TEST(test_events_bad_spec) {
+  trun_events *e = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_events_open("/nonexistent-dir/x/events.jsonl", "h", &e, err, sizeof(err)), -1);
+  ck_assert_ptr_nonnull(strstr(err, "/nonexistent-dir/x/events.jsonl"));
+  ck_assert_int_eq(trun_events_open("fd:", "h", &e, err, sizeof(err)), -1);
+  ck_assert_int_eq(trun_events_open("fd:1x", "h", &e, err, sizeof(err)), -1);
+  ck_assert_int_eq(trun_events_open("fd:987", "h", &e, err, sizeof(err)), -1);
+  ck_assert_ptr_nonnull(strstr(err, "not open"));
+}
+END_TEST
+
+/* A pipe nobody reads: emitting never blocks; past the in-memory bound events are dropped and counted. */
+START_TEST(test_events_slow_reader) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  char spec[32];
+  snprintf(spec, sizeof(spec), "fd:%d", p[1]);
+  trun_events *e = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_events_open(spec, "h", &e, err, sizeof(err)), 0);
+  /* Our own description got O_NONBLOCK; the caller's descriptor is left blocking. */
+  ck_assert_int_eq(fcntl(p[1], F_GETFL) & O_NONBLOCK, 0);
+  char big[4096];
+  memset(big, 'x', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  for (int i = 0; i < 3000; i++) trun_events_emit(e, "filler", json_pack("{s:s}", "pad", big));
+  ck_assert_uint_gt(trun_events_dropped(e), 0);
+  /* The reader catches up: what was queued arrives whole, line by line. */
+  int fl = fcntl(p[0], F_GETFL);
+  fcntl(p[0], F_SETFL, fl | O_NONBLOCK);
+  char buf[65536];
+  size_t lines = 0;
+  for (int round = 0; round < 2000; round++) {
+    trun_events_emit(e, "tick", NULL);
+    ssize_t n;
+    while ((n = read(p[0], buf, sizeof(buf))) > 0)
+      for (ssize_t i = 0; i < n; i++) lines += buf[i] == '\n';
+  }
+  ck_assert_uint_gt(lines, 1000);
+  trun_events_close(e);
+  close(p[0]);
+  close(p[1]);
+}
+END_TEST
+
+/* The reader went away: one warning, nothing more written, no SIGPIPE death (the agent ignores it). */
+START_TEST(test_events_broken) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  char spec[32];
+  snprintf(spec, sizeof(spec), "fd:%d", p[1]);
+  trun_events *e = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_events_open(spec, "h", &e, err, sizeof(err)), 0);
+  close(p[0]);
+  for (int i = 0; i < 10; i++) trun_events_emit(e, "x", NULL);
+  trun_events_close(e);
+  close(p[1]);
+}
+END_TEST
+
+/* ---- metrics over HTTP ---- */
+
+typedef struct {
+  int port;
+  char req[16384];
+  size_t reqlen;
+  char reply[65536];
+  uv_async_t *done;
+} http_case;
+
+static void *client(void *arg) {
+  http_case *c = arg;
+  int fd = unit_connect(c->port);
+  size_t got = 0;
+  if (fd >= 0) {
+    unit_send(fd, c->req, c->reqlen);
+    ssize_t k;
+    while (got < sizeof(c->reply) - 1 && (k = recv(fd, c->reply + got, sizeof(c->reply) - 1 - got, 0)) > 0)
+      got += (size_t)k;
+    close(fd);
+  }
+  c->reply[got] = '\0';
+  uv_async_send(c->done);
+  return NULL;
+}
+
+static void render(void *arg, trun_buf *out) {
+  (void)arg;
+  trun_metrics_header(out, "trun_up", "gauge", "Up.");
+  trun_metrics_sample(out, "trun_up", NULL, 1);
+  trun_metrics_sample(out, "trun_workers", "state=\"running\"", 3);
+}
+
+static void on_done(uv_async_t *a) { uv_stop(a->loop); }
+
+/* One request against a fresh endpoint; the reply text. */
+static const char *http(const char *req, size_t len) {
+  static http_case c;
+  memset(&c, 0, sizeof(c));
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  uv_async_t done;
+  uv_async_init(&loop, &done, on_done);
+  trun_metrics *m = NULL;
+  ck_assert_int_eq(trun_metrics_start(&loop, "127.0.0.1", 0, render, NULL, &m, &c.port), 0);
+  ck_assert_int_gt(c.port, 0);
+  memcpy(c.req, req, len);
+  c.reqlen = len;
+  c.done = &done;
+  pthread_t t;
+  pthread_create(&t, NULL, client, &c);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  trun_metrics_close(m);
+  uv_close((uv_handle_t *)&done, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(uv_loop_close(&loop), 0); /* every handle released */
+  return c.reply;
+}
+#define HTTP(s) http(s, strlen(s))
+
+START_TEST(test_metrics_http) {
+  const char *r = HTTP("GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
+  ck_assert_ptr_nonnull(strstr(r, "Content-Type: text/plain; version=0.0.4"));
+  const char *body = strstr(r, "\r\n\r\n");
+  ck_assert_ptr_nonnull(body);
+  body += 4;
+  ck_assert_str_eq(
+      body, "# HELP trun_up Up.\n# TYPE trun_up gauge\ntrun_up 1\ntrun_workers{state=\"running\"} 3\n");
+  char cl[64];
+  snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", strlen(body));
+  ck_assert_ptr_nonnull(strstr(r, cl));
+  /* HTTP/1.0 with bare LFs and a query string. */
+  r = HTTP("GET /metrics?x=1 HTTP/1.0\n\n");
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK", 15) == 0, "%s", r);
+  r = HTTP("GET / HTTP/1.1\r\n\r\n");
+  ck_assert_msg(strncmp(r, "HTTP/1.1 404", 12) == 0, "%s", r);
+  r = HTTP("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  ck_assert_msg(strncmp(r, "HTTP/1.1 405", 12) == 0, "%s", r);
+  r = HTTP("hello\r\n\r\n");
+  ck_assert_msg(strncmp(r, "HTTP/1.1 400", 12) == 0, "%s", r);
+  /* A head that never ends within the limit. */
+  static char big[TRUN_METRICS_MAX_REQUEST + 100];
+  memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
+  memset(big + 26, 'a', sizeof(big) - 26);
+  r = http(big, sizeof(big));
+  ck_assert_msg(strncmp(r, "HTTP/1.1 431", 12) == 0, "%s", r);
+}
+END_TEST
+
+/* ---- stall: CPU time of a process group from a fake /proc ---- */
+
+static void fake_stat(const char *root, int pid, const char *comm, int pgrp, int ut, int st, int cut,
+                      int cst) {
+  char dir[512], path[600];
+  snprintf(dir, sizeof(dir), "%s/%d", root, pid);
+  mkdir(dir, 0755);
+  snprintf(path, sizeof(path), "%s/stat", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%d (%s) S 1 %d %d 0 -1 4194304 100 0 0 0 %d %d %d %d 20 0 1 0 100 1000 10\n", pid, comm, pgrp,
+          pgrp, ut, st, cut, cst);
+  fclose(f);
+}
+
+START_TEST(test_pgrp_cpu) {
+  char root[] = "/tmp/trun-proc-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  fake_stat(root, 100, "python3", 100, 5, 2, 0, 0);
+  fake_stat(root, 101, "pt_main thread) (x", 100, 10, 1, 3, 4); /* a name with ") (" and spaces */
+  fake_stat(root, 200, "other", 200, 1000, 1000, 0, 0);
+  char self[600];
+  snprintf(self, sizeof(self), "%s/self", root); /* not a pid: skipped */
+  mkdir(self, 0755);
+  ck_assert_uint_eq(trun_pgrp_cpu_ticks(root, 100), 5 + 2 + 10 + 1 + 3 + 4);
+  ck_assert_uint_eq(trun_pgrp_cpu_ticks(root, 200), 2000);
+  ck_assert_uint_eq(trun_pgrp_cpu_ticks(root, 300), 0);
+  /* The real /proc: this process's group has used some CPU time by now, or at least reads as a number. */
+  volatile unsigned long x = 0;
+  for (unsigned long i = 0; i < 300000000ul; i++) x += i;
+  ck_assert_uint_gt(trun_pgrp_cpu_ticks(NULL, getpgrp()), 0);
+  static const char *const dirs[] = {"100", "101", "200", "self"};
+  for (size_t i = 0; i < 4; i++) {
+    char p[700];
+    snprintf(p, sizeof(p), "%s/%s/stat", root, dirs[i]);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/%s", root, dirs[i]);
+    rmdir(p);
+  }
+  rmdir(root);
+}
+END_TEST
+
+static Suite *obs_suite(void) {
+  Suite *s = suite_create("obs");
+  TCase *tc = tcase_create("events");
+  tcase_add_test(tc, test_iso8601);
+  tcase_add_test(tc, test_events_file);
+  tcase_add_test(tc, test_events_bad_spec);
+  tcase_add_test(tc, test_events_slow_reader);
+  tcase_add_test(tc, test_events_broken);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("metrics");
+  tcase_add_test(tc, test_metrics_http);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("stall");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_pgrp_cpu);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  return unit_run(obs_suite());
+}
