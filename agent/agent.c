@@ -18,6 +18,7 @@
 
 #include "doctor.h"
 #include "log.h"
+#include "nccl_env.h"
 #include "nccl_report.h"
 #include "obs.h"
 #include "output.h"
@@ -72,6 +73,7 @@ struct agent {
   int restart_count;
   int round;
   trun_rdzv rdzv;
+  trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
   trun_watchdog guard;
   char run_dir[PATH_MAX];
   int files_off; /* --log-dir /dev/null */
@@ -762,7 +764,11 @@ static int poll_signals(void *arg) {
 static int agent_main(agent *a) {
   char err[512];
   int omp_forced = 0;
-  a->env = trun_agent_env(a->env, a->cfg, a->nproc, &omp_forced);
+  if ((a->node = calloc(1, sizeof(*a->node))) != NULL &&
+      trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds, err,
+                         sizeof(err)) < 0)
+    trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
+  a->env = trun_agent_env(a->env, a->cfg, a->nproc, a->node, &omp_forced);
   if (a->env == NULL) {
     trun_error("out of memory copying the environment");
     return 1;
@@ -782,7 +788,7 @@ static int agent_main(agent *a) {
   }
   a->rdzv.poll = poll_signals;
   a->rdzv.poll_arg = a;
-  trun_obs_discovery(a->obs, a->nproc, a->env);
+  trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return 1;
@@ -816,7 +822,7 @@ static int agent_main(agent *a) {
     reconnect_watch(a);
     trun_obs_rdzv_end(a->obs, a->round, NULL);
     /* Split pods / GPU clash (agent/doctor.h); --preflight on the first round (agent/preflight.h). */
-    if (trun_doctor_round(&a->rdzv, a->env, a->round) ||
+    if (trun_doctor_round(&a->rdzv, a->env, a->round, a->node) ||
         (a->cfg->preflight && a->round == 0 &&
          trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count))) {
       code = 1;
@@ -914,6 +920,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   trun_watchdog_stop(&a.guard);
   if (a.env != orig_env) trun_strv_free(a.env);
   free(a.w);
+  free(a.node);
   free(a.loop);
   return code;
 }
@@ -941,7 +948,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   snprintf(r.master_addr, sizeof(r.master_addr), "%s", standalone ? r.host_addr : cfg->endpoint_host);
   r.master_port = cfg->endpoint_port;
   int omp_forced;
-  char **base = trun_agent_env(envp, cfg, nproc, &omp_forced);
+  char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
   fprintf(out, "trun --dry-run: nothing is started\n");
   fprintf(out, "nodes: %d (this node: group rank %d)  rendezvous: %s at %s:%s  run id: %s\n",
           r.group_world_size, r.group_rank, cfg->backend == TRUN_RDZV_STATIC ? "static" : "c10d",

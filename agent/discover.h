@@ -55,6 +55,10 @@ typedef struct {
  * CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from envp. 0 (ngpu may be 0: no driver), or -1 with a
  * reason in err for a broken installation or a CUDA_VISIBLE_DEVICES entry that names no GPU. */
 int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen);
+/* The same with flags: TRUN_GPU_NO_AFFINITY skips the CPU affinity (NVML takes ~15 ms per GPU for it; the
+ * agent needs it only for --numa-binding). NVML runs in a short-lived child process either way. */
+#define TRUN_GPU_NO_AFFINITY 1u
+int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen);
 /* Fills node->rdma from TRUN_SYSFS_ROOT (default /sys)/class/infiniband and /dev/infiniband. */
 int trun_discover_rdma(trun_node *node);
 /* Fills node->instance: IMDSv2 (TRUN_IMDS_ENDPOINT, default http://169.254.169.254) within ~1 s total,

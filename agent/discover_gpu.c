@@ -29,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cpulist.h"
 #include "discover.h"
@@ -138,7 +141,7 @@ static void nvml_close(trun_nvml *n) {
   n->dl = NULL;
 }
 
-static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d) {
+static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d, int affinity) {
   trun_gpu *g = &d->g;
   memset(g, 0, sizeof(*g));
   g->index = (int)idx;
@@ -159,7 +162,7 @@ static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d) {
   if (n->memory && n->memory(d->dev, &mem) == TRUN_NVML_SUCCESS) g->memory_bytes = mem.total;
   unsigned long mask[64];
   memset(mask, 0, sizeof(mask));
-  if (n->cpu_affinity && n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
+  if (affinity && n->cpu_affinity && n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
     trun_mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
   /* NUMA: the PCI function's numa_node in sysfs (what nvidia-smi's "NUMA Affinity" shows); NVML's own
    * NUMA id only exists where the GPU memory is a NUMA node (Grace), so it is the fallback. */
@@ -329,7 +332,7 @@ static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev 
   return 0;
 }
 
-int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen) {
+static int discover_here(trun_node *node, char *const *envp, int affinity, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   node->ngpu = 0;
   node->gpu_source = "none";
@@ -374,7 +377,7 @@ int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t err
       nvml_close(&n);
       return -1;
     }
-    fill_device(&n, i, &all[ndev]);
+    fill_device(&n, i, &all[ndev], affinity);
     ndev++;
   }
   node->gpu_source = "nvml";
@@ -468,4 +471,44 @@ int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t err
   free(all);
   nvml_close(&n);
   return ret;
+}
+
+/* NVML runs in a short-lived child: the agent never maps the driver library (its memory stays small) and
+ * holds no driver state. The child writes the result into a shared anonymous mapping; the static strings
+ * node->gpu_source points to are at the same addresses in both (fork, no exec). */
+typedef struct {
+  trun_node node;
+  int rc;
+  char err[512];
+} shared_result;
+
+int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
+  int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
+  shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) return discover_here(node, envp, affinity, err, errlen);
+  memcpy(&sh->node, node, sizeof(*node));
+  sh->rc = -1;
+  snprintf(sh->err, sizeof(sh->err), "GPU discovery child ended without a result");
+  pid_t pid = fork();
+  if (pid == 0) {
+    sh->rc = discover_here(&sh->node, envp, affinity, sh->err, sizeof(sh->err));
+    _exit(0);
+  }
+  int rc;
+  if (pid < 0) {
+    rc = discover_here(node, envp, affinity, err, errlen);
+  } else {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    memcpy(node, &sh->node, sizeof(*node));
+    rc = sh->rc;
+    if (err && errlen) snprintf(err, errlen, "%s", sh->err);
+  }
+  munmap(sh, sizeof(*sh));
+  return rc;
+}
+
+int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen) {
+  return trun_discover_gpus_flags(node, envp, 0, err, errlen);
 }

@@ -343,11 +343,14 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
   return stop;
 }
 
-int trun_doctor_round(trun_rdzv *r, char **envp, int round) {
+int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *given) {
   trun_node *node = calloc(1, sizeof(*node));
   if (node == NULL) return 0;
   char err[512], base[600];
-  if (trun_discover_node(node, envp, TRUN_IDENTITY_IF_EFA, r->cfg->no_imds, err, sizeof(err)) < 0)
+  if (given)
+    *node = *given;
+  else if (trun_discover_node(node, envp, TRUN_IDENTITY_IF_EFA | TRUN_DISCOVER_NO_AFFINITY, r->cfg->no_imds,
+                              err, sizeof(err)) < 0)
     trun_debug("doctor: GPU discovery: %s", err);
   /* No usable EFA means no instance lookup above; the EFA check still needs the type: DMI, no network. */
   if (node->ngpu > 0 && node->instance.instance_type[0] == '\0') trun_discover_instance(node, 1);

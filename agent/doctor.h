@@ -65,6 +65,6 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
                          int fail_on_findings);
 /* The agent's hook after each rendezvous round: discovers this node (envp's CUDA_VISIBLE_DEVICES), builds the
  * key base for the backend (static: /trun/<run_id>/r<round>; c10d: <round prefix>trun) and exchanges. */
-int trun_doctor_round(trun_rdzv *r, char **envp, int round);
+int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *node);
 
 #endif

@@ -123,14 +123,16 @@ void trun_obs_set_rdzv(trun_obs *o, const trun_rdzv *r) {
   trun_events_set_group_rank(o->ev, r ? r->group_rank : -1);
 }
 
-void trun_obs_discovery(trun_obs *o, int nproc, char **envp) {
+void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *given) {
   if (o == NULL || o->ev == NULL) return;
-  trun_node *node = calloc(1, sizeof(*node));
+  trun_node *node = given ? NULL : calloc(1, sizeof(*node));
   char err[256] = "";
-  int ngpu = 0;
-  if (node && trun_discover_gpus(node, envp, err, sizeof(err)) == 0) ngpu = node->ngpu;
+  int ngpu = given ? given->ngpu : 0;
+  if (node && trun_discover_gpus_flags(node, envp, TRUN_GPU_NO_AFFINITY, err, sizeof(err)) == 0)
+    ngpu = node->ngpu;
   json_t *f = json_pack("{s:i,s:i,s:i}", "nproc", nproc, "gpus", ngpu, "cpus", trun_discover_cpus());
-  if (node && node->gpu_source) json_object_set_new(f, "gpu_source", json_string(node->gpu_source));
+  const trun_node *src = given ? given : node;
+  if (src && src->gpu_source) json_object_set_new(f, "gpu_source", json_string(src->gpu_source));
   trun_events_emit(o->ev, "discovery", f);
   free(node);
 }

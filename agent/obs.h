@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "discover.h"
 #include "rdzv.h"
 #include "report.h"
 
@@ -19,7 +20,7 @@ int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, tru
                   size_t errlen);
 /* The rendezvous state: group rank for events, the hosted stores for trun_store_* metrics. */
 void trun_obs_set_rdzv(trun_obs *o, const trun_rdzv *r);
-void trun_obs_discovery(trun_obs *o, int nproc, char **envp);
+void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *node);
 void trun_obs_rdzv_start(trun_obs *o, int round);
 /* error: NULL on success. */
 void trun_obs_rdzv_end(trun_obs *o, int round, const char *error);

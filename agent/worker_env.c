@@ -71,14 +71,15 @@ static char **strv_dup(char *const *src) {
 }
 
 /* The decided NCCL / libfabric variables and the --numa-binding plan, added to *v. 0 or -ENOMEM. */
-static int node_env(char ***v, const trun_config *cfg, int nproc) {
-  trun_node *node = malloc(sizeof(*node));
+static int node_env(char ***v, const trun_config *cfg, int nproc, const trun_node *given) {
+  trun_node *own = given ? NULL : malloc(sizeof(*own));
+  const trun_node *node = given ? given : own;
   trun_env_plan *plan = malloc(sizeof(*plan));
   char *numa = NULL;
   int rc = -ENOMEM;
   if (node == NULL || plan == NULL) goto out;
   char err[512];
-  if (trun_discover_node(node, *v, TRUN_IDENTITY_IF_EFA, cfg->no_imds, err, sizeof(err)) < 0)
+  if (own && trun_discover_node(own, *v, trun_agent_discover_flags(cfg), cfg->no_imds, err, sizeof(err)) < 0)
     trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
   trun_nccl_env_decide(node, *v, plan);
   trun_strv_unsetenv(*v, "TRUN_NUMA_PLAN");
@@ -98,11 +99,16 @@ static int node_env(char ***v, const trun_config *cfg, int nproc) {
 out:
   free(numa);
   free(plan);
-  free(node);
+  free(own);
   return rc;
 }
 
-char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced) {
+int trun_agent_discover_flags(const trun_config *cfg) {
+  return TRUN_IDENTITY_IF_EFA | (cfg->numa_binding ? 0 : TRUN_DISCOVER_NO_AFFINITY);
+}
+
+char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node,
+                      int *omp_forced) {
   char **v = strv_dup(envp);
   if (v == NULL) return NULL;
   *omp_forced = 0;
@@ -112,7 +118,7 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_f
     *omp_forced = 1;
   }
   if (rc == 0) rc = trun_strv_setenv(&v, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_text);
-  if (rc == 0) rc = node_env(&v, cfg, nproc);
+  if (rc == 0) rc = node_env(&v, cfg, nproc, node);
   if (rc < 0) {
     trun_strv_free(v);
     return NULL;

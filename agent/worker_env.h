@@ -3,6 +3,7 @@
 #define TRUN_WORKER_ENV_H
 
 #include "config.h"
+#include "discover.h"
 #include "rdzv.h"
 
 /* A NULL-terminated, malloc'ed string vector. */
@@ -18,7 +19,10 @@ void trun_strv_unsetenv(char **v, const char *name);
  * NCCL / libfabric variables trun decides for this node (agent/nccl_env.h; discovery here, IMDS only when
  * usable EFA devices exist; a variable already in envp is never changed), and with --numa-binding the
  * per-local-rank CPU lists in TRUN_NUMA_PLAN ("list0;list1;..."), which trun_worker_envp consumes. */
-char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, int *omp_forced);
+char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node, int *omp_forced);
+/* trun_discover_node's identity/flags for the agent: instance identity only with usable EFA, per-GPU CPU
+ * affinity only for --numa-binding. node NULL above: trun_agent_env discovers with these itself. */
+int trun_agent_discover_flags(const trun_config *cfg);
 
 /* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off.
  * TRUN_CPU_AFFINITY = the CPUs the worker is pinned to (its TRUN_NUMA_PLAN entry), removed when none. */

@@ -160,7 +160,7 @@ START_TEST(worker_environment) {
            "--master-port", "4321", "t.py");
   char *base_in[] = {"PATH=/bin", "LOCAL_RANK=99", NULL};
   int forced = 0;
-  char **base = trun_agent_env(base_in, &c, 2, &forced);
+  char **base = trun_agent_env(base_in, &c, 2, NULL, &forced);
   ck_assert_int_eq(forced, 1);
   ck_assert_str_eq(trun_strv_getenv(base, "OMP_NUM_THREADS"), "1");
   ck_assert_str_eq(trun_strv_getenv(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");

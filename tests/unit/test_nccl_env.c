@@ -362,7 +362,7 @@ START_TEST(user_value_survives_every_rule) {
         ck_assert_int_eq(d->set, 1);
         ck_assert_str_eq(d->value, want);
         int omp;
-        char **base = trun_agent_env(with_env(extra), &cfg, 2, &omp);
+        char **base = trun_agent_env(with_env(extra), &cfg, 2, NULL, &omp);
         ck_assert_ptr_nonnull(base);
         ck_assert_str_eq(trun_strv_getenv(base, names[k]), want);
         /* the other decisions are still applied */
@@ -401,7 +401,7 @@ START_TEST(agent_env_and_numa_plan) {
   cfg.role = "default";
   int omp;
   char *user[] = {"TRUN_CPU_AFFINITY=0", "TRUN_NUMA_PLAN=9;9", NULL};
-  char **base = trun_agent_env(with_env(user), &cfg, 8, &omp);
+  char **base = trun_agent_env(with_env(user), &cfg, 8, NULL, &omp);
   ck_assert_ptr_nonnull(base);
   ck_assert_str_eq(trun_strv_getenv(base, "FI_PROVIDER"), "efa");
   ck_assert_str_eq(trun_strv_getenv(base, "FI_EFA_USE_DEVICE_RDMA"), "1");
@@ -438,7 +438,7 @@ START_TEST(agent_env_and_numa_plan) {
   trun_strv_free(base);
   /* Without --numa-binding a user's TRUN_CPU_AFFINITY pins nothing. */
   cfg.numa_binding = NULL;
-  base = trun_agent_env(with_env(user), &cfg, 2, &omp);
+  base = trun_agent_env(with_env(user), &cfg, 2, NULL, &omp);
   char **env = trun_worker_envp(base, &cfg, &r, 0, 0, "");
   ck_assert_ptr_null(trun_worker_cpus(env));
   trun_strv_free(env);
