@@ -114,7 +114,15 @@ def render_gpu(path):
                        f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} "
                        f"less memory.")
     if "env" in st:
-        out.append(f"- Worker environment identical to torchrun 2.11's: {st['env']['identical']}.")
+        diffs = [ln.split("DIFFERENCE ", 1)[1] for ln in st["env"].get("report", []) if "DIFFERENCE" in ln]
+        only_trun = sorted({d.split("only trun sets ", 1)[1] for d in diffs if "only trun sets NCCL_" in d})
+        if st["env"]["identical"]:
+            out.append("- Worker environment identical to torchrun 2.11's: True.")
+        elif only_trun and all("only trun sets NCCL_" in d for d in diffs):
+            out.append("- Worker environment: torchrun 2.11's, variable for variable, plus the NCCL variables trun "
+                       "decides for this node (`--explain`): " + ", ".join(f"`{v}`" for v in only_trun) + ".")
+        else:
+            out.append("- Worker environment differences from torchrun 2.11: " + "; ".join(diffs) + ".")
     if "nccl" in st:
         for name in ("trun", "torchrun-2.11"):
             n = st["nccl"].get(name)
@@ -127,6 +135,45 @@ def render_gpu(path):
             "up to 64 MiB like the classic server)")
         out.append(f"- torch 2.11 Python client, every op against torch's libuv server and trun-store: identical = "
                    f"{i.get('ops_identical')}{note}. Waiters and 40 concurrent adders passed on both.")
+    pf = st.get("preflight", {})
+    if pf.get("preflight"):
+        p = pf["preflight"]
+        peak = max(p["results"], key=lambda r: r["busbw"])
+        out.append(f"- Preflight (`trun-topo preflight`, NCCL {p['nccl_version']} by dlopen, 8 B..1 GiB): "
+                   f"{p['verdict']} on {p['fabric']}, peak busbw {peak['busbw']:.1f} GB/s at {peak['bytes']} B; within "
+                   f"5 % of torch's all-reduce at every size >= 64 MiB: {pf.get('within_5pct_at_64MiB_up')}.")
+        ex = pf.get("experiment", {})
+        one, two = ex.get("one_pod", {}), ex.get("two_pods", {})
+        if one and two:
+            out.append(f"- One pod vs two pods through `trun --nccl-report` (2 GPUs): "
+                       f"{'; '.join(a for a in one.get('ar', []) if 'bytes=1073741824' in a)} vs "
+                       f"{'; '.join(a for a in two.get('ar', []) if 'bytes=1073741824' in a)}; doctor's split warning "
+                       f"in the two-pods run: {two.get('doctor_split_warning')}; transports "
+                       f"{' / '.join(r.strip() for r in one.get('report', [])[:1])} vs "
+                       f"{' / '.join(r.strip() for r in two.get('report', [])[:1])}.")
+    cd = st.get("c10d")
+    if cd:
+        parts = []
+        for case, r in cd.items():
+            bw = [a.split("busbw=")[1] for a in r["ar"] if "bytes=67108864" in a]
+            parts.append(f"{case} ({' + '.join(r['agents'])}): exit codes {r['rcs']}, 64 MiB all-reduce "
+                         f"{bw[0] if bw else 'n/a'}")
+        out.append("- c10d rendezvous with torchrun 2.11 agents, one GPU each, NCCL all-reduce: " + "; ".join(parts) + ".")
+    dd = st.get("ddp")
+    if dd:
+        m = dd["median_step_ms"]
+        per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
+        out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, 2 GPUs): median step "
+                   f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
+                   f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
+                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}.")
+    sl = st.get("stall")
+    if sl and sl.get("stalls"):
+        x = sl["stalls"][0]
+        out.append(f"- Hang detection (`--stall-timeout 15`, a rank hung before an NCCL all-reduce): rank {x['rank']} "
+                   f"flagged after {x['idle_s']:.1f} s, restarted, job exit {sl['rc']}. The ranks left waiting in "
+                   f"NCCL used 1 CPU-s per s (NCCL spins), so a collective hang of every rank is not caught by the "
+                   f"CPU signal.")
     rows = st.get("store", [])
     if rows:
         by = {(r["server"], r["clients"]): r for r in rows}
@@ -145,14 +192,15 @@ def render_gpu(path):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else newest()
     res = json.load(open(path))
-    gpus = sorted(f for f in glob.glob(os.path.join(REPO, "bench", "results", "*.json")) if not f.endswith("-cpu.json"))
+    gpus = sorted((f for f in glob.glob(os.path.join(REPO, "bench", "results", "*.json")) if not f.endswith("-cpu.json")),
+                  key=lambda f: f[:-5])
     readme = os.path.join(REPO, "README.md")
     text = open(readme).read()
     if BEGIN not in text or END not in text:
         sys.exit("readme.py: README.md lacks the results markers")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    body = render(res, path) + ("\n" + render_gpu(gpus[-1]) if gpus else "")
+    body = render(res, path) + "".join("\n" + render_gpu(g) for g in gpus)
     open(readme, "w").write(head + BEGIN + "\n" + body + END + tail)
     print(f"README.md: results from {os.path.relpath(path, REPO)}")
 
