@@ -164,7 +164,10 @@ static int coordinate(trun_fast *f, int64_t R, int n) {
   trun_buf *got = calloc((size_t)n, sizeof(*got));
   member *m = calloc((size_t)n, sizeof(*m));
   int rc = names && vals_s && keys && vals && got && m ? 0 : -ENOMEM;
-  char k[320];
+  char k[320], cur[32];
+  /* Round 0's joiners did not read the round counter: it starts here, before any round can end. */
+  key(f, k, sizeof(k), -1, "round");
+  if (rc == 0 && R == 0) rc = op_cas(f, k, "", "0", cur, sizeof(cur));
   for (int i = 0; rc == 0 && i < n; i++) {
     key(f, k, sizeof(k), R, "node/%d", i + 1);
     if ((names[i] = strdup(k)) == NULL) rc = -ENOMEM;
@@ -296,15 +299,22 @@ int trun_fast_join(trun_fast *f) {
     key(f, k, sizeof(k), -1, "round");
     if ((rc = op_cas(f, k, cur, next, out, sizeof(out))) < 0) goto store;
   }
+  /* A node's first join goes straight for round 0 (one operation less at job start): a node that comes
+   * later finds round 0 committed, takes the late path, and learns the current round (or "closed") there. */
+  int guess = f->round < 0;
   for (;;) {
-    /* One compare_set creates the round counter or reads it; "closed" ends the rendezvous for good. */
-    key(f, k, sizeof(k), -1, "round");
-    if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) goto store;
-    if (strcmp(out, "closed") == 0) {
-      snprintf(f->err, sizeof(f->err), "the rendezvous is closed (the job ended); use a new --rdzv-id");
-      return -ECANCELED;
+    int64_t R = 0, i = 0;
+    if (!guess) {
+      /* One compare_set creates the round counter or reads it; "closed" ends the rendezvous for good. */
+      key(f, k, sizeof(k), -1, "round");
+      if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) goto store;
+      if (strcmp(out, "closed") == 0) {
+        snprintf(f->err, sizeof(f->err), "the rendezvous is closed (the job ended); use a new --rdzv-id");
+        return -ECANCELED;
+      }
+      R = atoll(out);
     }
-    int64_t R = atoll(out), i = 0;
+    guess = 0;
     key(f, k, sizeof(k), R, "seq");
     if ((rc = op_add(f, k, 1, &i)) < 0) goto store;
     if (i > f->s.max_nodes) {

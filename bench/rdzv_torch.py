@@ -1,6 +1,6 @@
 """torchrun's own c10d rendezvous, N agents as threads of one process (torch 1.13 or 2.x), for make bench.
 
-usage: rdzv_torch.py HOST PORT N RUN_ID
+usage: rdzv_torch.py HOST PORT N RUN_ID [JOIN_TIMEOUT_S (600)]
 Each thread builds torchelastic's DynamicRendezvousHandler on its own TCPStore client (is_host=false: the
 store is served by trun-store, so every contender talks to the same server) and calls next_rendezvous().
 Checks every agent got a distinct rank 0..N-1 of N, then prints
@@ -17,6 +17,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
 host, port, n, run_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+join_timeout = sys.argv[5] if len(sys.argv) > 5 else "600"
 results = [None] * n
 start = threading.Barrier(n)
 
@@ -30,7 +31,7 @@ def agent(i):
             min_nodes=n,
             max_nodes=n,
             is_host="false",
-            join_timeout="600",
+            join_timeout=join_timeout,
             read_timeout="600",
         )
         backend, store = create_backend(params)
