@@ -302,7 +302,7 @@ def raise_nofile():
 
 
 RDZV_FAILED = []
-RDZV_SIZES = {"trun-fast": (8, 64, 256, 1000, 10000), "trun-c10d": (8, 64, 256, 1000),
+RDZV_SIZES = {"trun-fast": (8, 64, 256, 1000, 10000), "trun-c10d": (8, 64, 256),
               "torchrun-1.13": (8, 64, 256), "torchrun-2.6": (8, 64, 256)}
 # torchrun at 256 agents ran past its default 600 s join timeout here (both versions): it gets 120 s and one run.
 RDZV_TORCH_LIMIT = {256: 120}
