@@ -373,13 +373,36 @@ static void on_member_tick(uv_timer_t *t) {
     return;
   }
   int waiting = trun_rdzv_c10d_tick(&a->rdzv);
-  if (waiting > 0 && !a->phase_stopping && a->result == OUT_NONE) {
-    trun_info("%d node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
-              waiting);
+  if (waiting <= 0 || a->phase_stopping || a->result != OUT_NONE) return;
+  int fresh = trun_rdzv_c10d_new_waiting(&a->rdzv, 0);
+  if (fresh > 0) {
+    trun_info("%d new node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
+              fresh);
     a->result = OUT_MEMBERSHIP;
-    trun_obs_membership(a->obs, waiting);
-    begin_stop(a, SIGTERM, 1);
+    trun_obs_membership(a->obs, fresh);
+  } else {
+    /* Only peers of this round wait: one of them restarted after a failure (see membership_or_failure). */
+    trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers",
+              waiting);
+    a->result = OUT_REMOTE_FAILED;
   }
+  begin_stop(a, SIGTERM, 1);
+}
+
+/* A c10d round ended by a worker failure: if new nodes wait to join, another agent saw them first and
+ * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
+ * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
+ * trun checks the wait list first, so joining never costs a restart. Only nodes that were not in this
+ * round count: a peer of this round in the wait list restarted after a failure, which every node counts,
+ * so that all agents keep one restart count (torch <= 2.5 workers prefix their store keys with it). */
+static void membership_or_failure(agent *a) {
+  int fresh = trun_rdzv_c10d_new_waiting(&a->rdzv, 1);
+  if (fresh <= 0) return;
+  trun_info("a worker failed while %d new node(s) wait to join the c10d rendezvous: taking it as the "
+            "membership change (not counted as a restart)",
+            fresh);
+  a->result = OUT_MEMBERSHIP;
+  trun_obs_membership(a->obs, fresh);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */
@@ -589,7 +612,8 @@ static void report_failures(agent *a, int final) {
     fprintf(stderr,
             "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
             a->rdzv.group_rank,
-            strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed" : "the store was lost");
+            a->rdzv.dynamic || strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed"
+                                                                       : "the store was lost");
     final = 0;
   }
   if (final && !a->rdzv.dynamic && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
@@ -749,8 +773,9 @@ static void end_round_multinode(agent *a) {
   }
   if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
   join_watcher(a);
-  if (strncmp(a->end_value, "member:", 7) == 0 && a->result != OUT_SIGNALED && a->result != OUT_FAILED)
-    a->result = OUT_MEMBERSHIP;
+  /* The end key holds the first announcement: "member:" before our "fail:" means the membership change
+   * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
+  if (strncmp(a->end_value, "member:", 7) == 0 && a->result != OUT_SIGNALED) a->result = OUT_MEMBERSHIP;
   if (a->result == OUT_SUCCESS && strncmp(a->end_value, "ok", 2) != 0) a->result = OUT_REMOTE_FAILED;
 }
 
@@ -832,6 +857,7 @@ static int agent_main(agent *a) {
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
     if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) end_round_multinode(a);
+    if (a->result == OUT_FAILED && a->rdzv.dynamic) membership_or_failure(a);
     if (a->result == OUT_MEMBERSHIP) continue; /* same attempt number, like torchrun */
     if (a->result == OUT_SUCCESS) {
       code = 0;

@@ -74,6 +74,10 @@ int trun_rdzv_c10d_round(trun_rdzv *r, char *err, size_t errlen);
 /* While the workers run: heartbeat when due. Returns the number of nodes waiting to join (>= 0) or a
  * negative errno. */
 int trun_rdzv_c10d_tick(trun_rdzv *r);
+/* Nodes in the wait list that were not participants of this node's round (new members), from the state
+ * of the last tick, or read now (fresh != 0). A participant of the round in the wait list is a peer that
+ * restarted after a failure. >= 0 or a negative errno. */
+int trun_rdzv_c10d_new_waiting(trun_rdzv *r, int fresh);
 /* torch's exit barrier for this round (errors only logged). */
 void trun_rdzv_c10d_exit_barrier(trun_rdzv *r, int timeout_ms);
 /* torch's shutdown(): closes the rendezvous for good. */

@@ -314,7 +314,27 @@ int trun_dyn_init(trun_dyn *d, trun_client *c, const char *run_id, const char *a
   return rc;
 }
 
+static void roster_free(trun_dyn *d) {
+  for (size_t i = 0; i < d->n_roster; i++) free(d->roster[i].addr);
+  free(d->roster);
+  d->roster = NULL;
+  d->n_roster = 0;
+}
+
+/* Keeps the participants of the round just joined. 0 or -ENOMEM. */
+static int roster_save(trun_dyn *d) {
+  roster_free(d);
+  if (d->st.n_participants == 0) return 0;
+  if ((d->roster = calloc(d->st.n_participants, sizeof(*d->roster))) == NULL) return -ENOMEM;
+  for (size_t i = 0; i < d->st.n_participants; i++, d->n_roster++) {
+    d->roster[i] = d->st.participants[i].node;
+    if ((d->roster[i].addr = strdup(d->st.participants[i].node.addr)) == NULL) return -ENOMEM;
+  }
+  return 0;
+}
+
 void trun_dyn_free(trun_dyn *d) {
+  roster_free(d);
   trun_rdzv_state_free(&d->st);
   free(d->token);
   free(d->me.addr);
@@ -476,7 +496,7 @@ int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
   *rank = (int)d->st.participants[i].v;
   *world = (int)d->st.n_participants;
   *round = d->st.round;
-  return 0;
+  return roster_save(d);
 }
 
 int trun_dyn_keep_alive(trun_dyn *d) {
@@ -484,9 +504,19 @@ int trun_dyn_keep_alive(trun_dyn *d) {
   return run_op(d, trun_dyn_keep_alive_action, &deadline, 0);
 }
 
-int trun_dyn_num_waiting(trun_dyn *d) {
+int trun_dyn_num_waiting(trun_dyn *d, int fresh) {
+  if (fresh && !d->dirty) d->last_sync = -1;
   int rc = trun_dyn_sync(d);
   return rc < 0 ? rc : (int)d->st.n_wait;
+}
+
+int trun_dyn_num_new_waiting(trun_dyn *d, int fresh) {
+  int rc = trun_dyn_num_waiting(d, fresh);
+  if (rc <= 0) return rc;
+  int fresh_nodes = 0;
+  for (size_t i = 0; i < d->st.n_wait; i++)
+    if (trun_dyn_find_node(d->roster, d->n_roster, &d->st.wait_list[i]) < 0) fresh_nodes++;
+  return fresh_nodes;
 }
 
 int trun_dyn_close(trun_dyn *d) {

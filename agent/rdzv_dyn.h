@@ -90,6 +90,8 @@ typedef struct trun_dyn {
   double last_sync;       /* monotonic seconds, -1 never */
   int (*poll)(void *arg); /* called while sleeping between syncs; non-zero aborts with -EINTR */
   void *poll_arg;
+  trun_rdzv_node *roster; /* the participants of the round trun_dyn_next joined (addr owned) */
+  size_t n_roster;
   uint64_t bytes_out, bytes_in, ops; /* store traffic of this node's rendezvous */
   char err[768];                     /* the last failure's reason */
 } trun_dyn;
@@ -107,8 +109,12 @@ void trun_dyn_write_layout(const trun_dyn *d, trun_rdzv_layout *out);
 int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round);
 /* Heartbeat if due (keep-alive op, heartbeat_timeout). 0 or negative errno. */
 int trun_dyn_keep_alive(trun_dyn *d);
-/* Nodes in the wait list (sync, cached for 1 s like torch). >= 0 or negative errno. */
-int trun_dyn_num_waiting(trun_dyn *d);
+/* Nodes in the wait list (sync, cached for 1 s like torch; fresh != 0: read the store now). >= 0 or
+ * negative errno. */
+int trun_dyn_num_waiting(trun_dyn *d, int fresh);
+/* Of those, the nodes that were not participants of this node's round: new members. A participant of the
+ * round in the wait list is a peer that restarted after a failure. >= 0 or negative errno. */
+int trun_dyn_num_new_waiting(trun_dyn *d, int fresh);
 /* shutdown(): marks the rendezvous closed (close op, close_timeout). 0 or negative errno. */
 int trun_dyn_close(trun_dyn *d);
 /* Syncs with the store once (get or compare_set). 1 set won, 0 lost or plain read, negative errno. */

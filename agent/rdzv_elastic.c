@@ -626,8 +626,10 @@ int trun_rdzv_c10d_tick(trun_rdzv *r) {
     trun_warn("c10d heartbeat failed: %s", r->dyn->err);
     return rc;
   }
-  return trun_dyn_num_waiting(r->dyn);
+  return trun_dyn_num_waiting(r->dyn, 0);
 }
+
+int trun_rdzv_c10d_new_waiting(trun_rdzv *r, int fresh) { return trun_dyn_num_new_waiting(r->dyn, fresh); }
 
 void trun_rdzv_c10d_exit_barrier(trun_rdzv *r, int timeout_ms) {
   char k[512], last[512];
