@@ -398,9 +398,10 @@ static void on_member_tick(uv_timer_t *t) {
 static void membership_or_failure(agent *a) {
   int fresh = trun_rdzv_c10d_new_waiting(&a->rdzv, 1);
   if (fresh <= 0) return;
-  trun_info("a worker failed while %d new node(s) wait to join the c10d rendezvous: taking it as the "
-            "membership change (not counted as a restart)",
-            fresh);
+  trun_info(
+      "a worker failed while %d new node(s) wait to join the c10d rendezvous: taking it as the "
+      "membership change (not counted as a restart)",
+      fresh);
   a->result = OUT_MEMBERSHIP;
   trun_obs_membership(a->obs, fresh);
 }
@@ -613,7 +614,7 @@ static void report_failures(agent *a, int final) {
             "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
             a->rdzv.group_rank,
             a->rdzv.dynamic || strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed"
-                                                                       : "the store was lost");
+                                                                      : "the store was lost");
     final = 0;
   }
   if (final && !a->rdzv.dynamic && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
