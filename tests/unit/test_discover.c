@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "discover.h"
 
 /* Internal, from agent/discover_rdma.c. */
@@ -343,6 +344,14 @@ START_TEST(cudart_fallback) {
   ck_assert_int_eq(node.rdma[0].is_efa, 0);
   ck_assert_int_eq(node.rdma[0].usable, 1);
   ck_assert_int_eq(node.rdma[0].nearest_gpu, 1);
+  /* --nproc-per-node gpu counts what the runtime lists (this process's environment), not /dev/nvidiaN. */
+  int nproc = 0;
+  setenv("CUDA_VISIBLE_DEVICES", "2,3,9", 1); /* the runtime stops at 9 */
+  ck_assert_int_eq(trun_nproc_resolve("gpu", &nproc, err, sizeof(err)), 0);
+  ck_assert_int_eq(nproc, 2);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  ck_assert_int_eq(trun_nproc_resolve("gpu", &nproc, err, sizeof(err)), 0);
+  ck_assert_int_eq(nproc, 4);
   /* NVML, where it loads, wins over the runtime. */
   use_fixture("h200x2", 1);
   set_build_lib("TRUN_CUDART_LIBRARY", "libcuda-nccl-fake.so");
