@@ -116,7 +116,7 @@ static void print_table(const trun_node *n, const topo_paths *p) {
         "  DR   = Disabled by the driver's registry key\n"
         "  NS   = Not supported\n"
         "  U    = Unknown\n"
-        "  N/A  = Not known (no NVML P2P status)\n");
+        "  N/A  = Not known\n");
   if (n->nrdma) {
     printf("\nNIC Legend:\n\n");
     for (int r = 0; r < n->nrdma; r++) {
