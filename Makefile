@@ -123,7 +123,7 @@ portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/
 # trun-topo: the node's GPUs, EFA devices and links as trun sees them; and the fake NVML library the
 # discovery tests load through TRUN_NVML_LIBRARY.
 all: $(B)/trun-topo $(B)/trun-preflight $(B)/libnvidia-ml-fake.so $(B)/libcuda-nccl-fake.so
-asan: $(B)/libnvidia-ml-fake.so
+asan: $(B)/libnvidia-ml-fake.so $(B)/libcuda-nccl-fake.so
 
 $(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
 	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
@@ -132,10 +132,11 @@ $(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtr
 $(B)/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	$(CC) $(OPT) -o $@ $(B)/obj/tools/preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
 
-# The fake CUDA runtime + NCCL the preflight tests load through TRUN_CUDART_LIBRARY / TRUN_NCCL_LIBRARY.
+# The fake CUDA runtime + NCCL the preflight and discovery tests load through TRUN_CUDART_LIBRARY /
+# TRUN_NCCL_LIBRARY.
 $(B)/libcuda-nccl-fake.so: tests/fakes/cuda_nccl_shim.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(OPT) -shared -fPIC -o $@ $<
+	$(CC) $(CSTD) $(OPT) -shared -fPIC $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
 
 # trun-rdzv-bench: many rendezvous agents in one process (tests and make bench).
 all: $(B)/trun-rdzv-bench

@@ -1,7 +1,8 @@
-/* What the node has: GPUs (NVML by dlopen, never a CUDA context in the agent), RDMA / EFA devices (sysfs),
+/* What the node has: GPUs (NVML by dlopen; the CUDA runtime by dlopen as the fallback, in a short-lived
+ * child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs),
  * the instance's identity (IMDSv2, DMI fallback) and the CPUs this process may use (cgroup quota).
- * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
- * TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md. */
+ * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT,
+ * TRUN_IMDS_ENDPOINT, TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
 
@@ -12,12 +13,12 @@
 #define TRUN_MAX_RDMA 64
 
 typedef struct {
-  int index;         /* NVML index on the host */
+  int index;         /* NVML index on the host; -1 when found through the CUDA runtime */
   int visible_index; /* index as the workers see it (after CUDA_VISIBLE_DEVICES), -1 when hidden */
   char uuid[96];     /* GPU-... (or MIG-... for a MIG device) */
   char name[96];
-  char pci_bus_id[32];    /* 00000000:53:00.0 as NVML prints it */
-  int numa_node;          /* -1 unknown */
+  char pci_bus_id[32];    /* 00000000:53:00.0 as NVML prints it (CUDA runtime ids are written alike) */
+  int numa_node;          /* -1 unknown; sysfs -1 (VMs) is derived from cpu_affinity, see discover_gpu.c */
   char cpu_affinity[256]; /* cpulist, e.g. 0-47,96-143 */
   uint64_t memory_bytes;
 } trun_gpu;
@@ -44,19 +45,24 @@ typedef struct {
   int ngpu;                                    /* visible GPUs */
   trun_gpu gpus[TRUN_MAX_GPUS];                /* visible ones, in the order the workers see them */
   char links[TRUN_MAX_GPUS][TRUN_MAX_GPUS][8]; /* "X", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS" */
-  const char *gpu_source;                      /* "nvml", "none" */
+  char p2p[TRUN_MAX_GPUS][TRUN_MAX_GPUS][4];   /* P2P read status: "X", "OK", "CNS", "GNS", "TNS", "DR",
+                                                  "NS", "U" (nvidia-smi topo -p2p r words), "N/A" */
+  const char *gpu_source;                      /* "nvml", "cudart", "none" */
   int nrdma;
   trun_rdma rdma[TRUN_MAX_RDMA];
   trun_instance instance;
   int cpus_usable; /* from the cgroup CPU quota and affinity */
 } trun_node;
 
-/* Fills node->gpus / links from NVML (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), honouring
- * CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from envp. 0 (ngpu may be 0: no driver), or -1 with a
- * reason in err for a broken installation or a CUDA_VISIBLE_DEVICES entry that names no GPU. */
+/* Fills node->gpus / links / p2p from NVML (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), honouring
+ * CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from envp; where no NVML library loads, from the CUDA
+ * runtime (TRUN_CUDART_LIBRARY or libcudart.so*, in the child; it applies CUDA_VISIBLE_DEVICES itself). 0
+ * (ngpu may be 0: no driver), or -1 with a reason in err for a broken installation or a CUDA_VISIBLE_DEVICES
+ * entry that names no GPU. */
 int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t errlen);
 /* The same with flags: TRUN_GPU_NO_AFFINITY skips the CPU affinity (NVML takes ~15 ms per GPU for it; the
- * agent needs it only for --numa-binding). NVML runs in a short-lived child process either way. */
+ * agent needs it only for --numa-binding) unless the NUMA node must be derived from it. NVML runs in a
+ * short-lived child process either way. */
 #define TRUN_GPU_NO_AFFINITY 1u
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen);
 /* Fills node->rdma from TRUN_SYSFS_ROOT (default /sys)/class/infiniband and /dev/infiniband. */
@@ -67,5 +73,8 @@ int trun_discover_instance(trun_node *node, int no_imds);
 /* CPUs this process may use: affinity, capped by the cgroup v2 (cpu.max) or v1 (cfs quota/period) quota
  * under TRUN_CGROUP_ROOT (default /sys/fs/cgroup), rounded up, at least 1. */
 int trun_discover_cpus(void);
+/* The NUMA node of a CPU set: the only node under TRUN_SYSFS_ROOT (default /sys)/devices/system/node, else
+ * the node whose cpulist contains every CPU of cpulist; -1 when none (or cpulist is empty / malformed). */
+int trun_numa_of_cpulist(const char *cpulist);
 
 #endif

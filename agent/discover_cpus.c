@@ -8,6 +8,7 @@
  * the container's own cgroup as its root, so when root/path does not exist we use the root itself.
  * A quota applies to the whole subtree, so the limit is the smallest one from our cgroup up to the root.
  * Nothing here is cached: every call reads the files again. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cpulist.h"
 #include "discover.h"
 #include "discover_internal.h"
 
@@ -243,4 +245,47 @@ int trun_discover_cpus(void) {
       trun_cgroup_cpu_limit(root, read_small("/proc/self/cgroup", self, sizeof(self)) == 0 ? self : NULL);
   if (limit > 0 && limit < cpus) cpus = limit;
   return cpus < 1 ? 1 : cpus;
+}
+
+/* node<N> → N, or -1 for other names. */
+static int node_number(const char *name) {
+  if (strncmp(name, "node", 4) != 0 || name[4] < '0' || name[4] > '9') return -1;
+  char *end;
+  long v = strtol(name + 4, &end, 10);
+  return *end == '\0' && v <= INT_MAX ? (int)v : -1;
+}
+
+int trun_numa_of_cpulist(const char *cpulist) {
+  const char *sys = getenv("TRUN_SYSFS_ROOT");
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof(dir), "%s/devices/system/node", sys && *sys ? sys : "/sys");
+  unsigned long *want = calloc(2 * TRUN_CPU_LONGS, sizeof(unsigned long));
+  DIR *d = opendir(dir);
+  if (want == NULL || d == NULL) {
+    free(want);
+    if (d) closedir(d);
+    return -1;
+  }
+  unsigned long *have = want + TRUN_CPU_LONGS;
+  int have_want = cpulist && trun_cpulist_to_mask(cpulist, want, TRUN_CPU_LONGS) == 0 &&
+                  trun_mask_count(want, TRUN_CPU_LONGS) > 0;
+  int nodes = 0, only = -1, found = -1;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int n = node_number(e->d_name);
+    if (n < 0) continue;
+    nodes++;
+    only = n;
+    char path[PATH_MAX + 300], text[8192];
+    snprintf(path, sizeof(path), "%s/%s/cpulist", dir, e->d_name);
+    if (!have_want || found >= 0 || read_small(path, text, sizeof(text)) < 0 ||
+        trun_cpulist_to_mask(text, have, TRUN_CPU_LONGS) < 0)
+      continue;
+    int inside = 1;
+    for (unsigned i = 0; i < TRUN_CPU_LONGS && inside; i++) inside = (want[i] & ~have[i]) == 0;
+    if (inside) found = n;
+  }
+  closedir(d);
+  free(want);
+  return nodes == 1 ? only : found;
 }

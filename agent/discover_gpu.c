@@ -21,7 +21,17 @@
  * remote (an NVSwitch, or an empty id when the switch is hidden in a VM) is a switch link, and two GPUs with
  * switch links reach each other over min(switch links of each). Otherwise the PCIe level from
  * nvmlDeviceGetTopologyCommonAncestor: SINGLE PIX, MULTIPLE PXB, HOSTBRIDGE PHB, NODE NODE, SYSTEM SYS,
- * as nvidia-smi topo -m prints them; "N/A" when NVML cannot say. */
+ * as nvidia-smi topo -m prints them; "N/A" when NVML cannot say.
+ *
+ * P2P per pair: nvmlDeviceGetP2PStatus with the READ capability, in the words of nvidia-smi topo -p2p r:
+ * OK, CNS (chipset), GNS (GPU), TNS (topology), NS (not supported), U (unknown), and DR (disabled by the
+ * driver's registry key; trun's word); "N/A" when NVML cannot say.
+ *
+ * NUMA node: the PCI function's numa_node in sysfs (what nvidia-smi's "NUMA Affinity" shows), else NVML's
+ * own NUMA id (only where the GPU memory is a NUMA node, Grace), else (VMs, where sysfs says -1) the node
+ * whose cpulist holds the GPU's CPU affinity, or the only node (trun_numa_of_cpulist).
+ *
+ * No NVML library at all: the CUDA runtime in the same child (discover_cudart.c), never in the agent. */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -35,11 +45,8 @@
 
 #include "cpulist.h"
 #include "discover.h"
+#include "discover_internal.h"
 #include "nvml.h"
-
-/* Internal helpers from discover_rdma.c. */
-int trun_pci_parse(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);
-int trun_pci_numa_of_bus_id(const char *bus_id);
 
 typedef struct {
   void *dl;
@@ -57,6 +64,7 @@ typedef struct {
   trun_nvmlDeviceGetCpuAffinity_fn cpu_affinity;
   trun_nvmlDeviceGetNumaNodeId_fn numa_id;
   trun_nvmlDeviceGetTopologyCommonAncestor_fn ancestor;
+  trun_nvmlDeviceGetP2PStatus_fn p2p_status;
   trun_nvmlDeviceGetNvLinkState_fn nvlink_state;
   trun_nvmlDeviceGetNvLinkRemotePciInfo_fn nvlink_remote_pci;
   trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn nvlink_remote_type;
@@ -116,6 +124,7 @@ static int nvml_open(trun_nvml *n, char *err, size_t errlen) {
   n->numa_id = (trun_nvmlDeviceGetNumaNodeId_fn)sym(n->dl, "nvmlDeviceGetNumaNodeId");
   n->ancestor =
       (trun_nvmlDeviceGetTopologyCommonAncestor_fn)sym(n->dl, "nvmlDeviceGetTopologyCommonAncestor");
+  n->p2p_status = (trun_nvmlDeviceGetP2PStatus_fn)sym(n->dl, "nvmlDeviceGetP2PStatus");
   n->nvlink_state = (trun_nvmlDeviceGetNvLinkState_fn)sym(n->dl, "nvmlDeviceGetNvLinkState");
   n->nvlink_remote_pci =
       (trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
@@ -160,16 +169,32 @@ static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d, int 
   }
   trun_nvmlMemory_t mem;
   if (n->memory && n->memory(d->dev, &mem) == TRUN_NVML_SUCCESS) g->memory_bytes = mem.total;
-  unsigned long mask[64];
-  memset(mask, 0, sizeof(mask));
-  if (affinity && n->cpu_affinity && n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
-    trun_mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
-  /* NUMA: the PCI function's numa_node in sysfs (what nvidia-smi's "NUMA Affinity" shows); NVML's own
-   * NUMA id only exists where the GPU memory is a NUMA node (Grace), so it is the fallback. */
+  /* NUMA: sysfs, NVML's NUMA id, then the CPU affinity (see the top of this file). */
   if (d->has_pci) g->numa_node = trun_pci_numa_of_bus_id(g->pci_bus_id);
   unsigned numa;
   if (g->numa_node < 0 && n->numa_id && n->numa_id(d->dev, &numa) == TRUN_NVML_SUCCESS)
     g->numa_node = (int)numa;
+  unsigned long mask[64];
+  memset(mask, 0, sizeof(mask));
+  if ((affinity || g->numa_node < 0) && n->cpu_affinity &&
+      n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
+    trun_mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
+  if (g->numa_node < 0) g->numa_node = trun_numa_of_cpulist(g->cpu_affinity);
+}
+
+static const char *p2p_label(const trun_nvml *n, trun_nvmlDevice_t a, trun_nvmlDevice_t b) {
+  int status = -1;
+  if (!n->p2p_status || n->p2p_status(a, b, TRUN_NVML_P2P_CAPS_INDEX_READ, &status) != TRUN_NVML_SUCCESS)
+    return "N/A";
+  switch (status) {
+    case TRUN_NVML_P2P_STATUS_OK: return "OK";
+    case TRUN_NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED: return "CNS";
+    case TRUN_NVML_P2P_STATUS_GPU_NOT_SUPPORTED: return "GNS";
+    case TRUN_NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED: return "TNS";
+    case TRUN_NVML_P2P_STATUS_DISABLED_BY_REGKEY: return "DR";
+    case TRUN_NVML_P2P_STATUS_NOT_SUPPORTED: return "NS";
+    default: return "U";
+  }
 }
 
 static int same_pci(const trun_nvml_dev *d, unsigned dom, unsigned bus, unsigned slot, unsigned fn) {
@@ -332,13 +357,17 @@ static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev 
   return 0;
 }
 
-static int discover_here(trun_node *node, char *const *envp, int affinity, char *err, size_t errlen) {
+/* cudart: whether the CUDA runtime may be tried when no NVML library loads (only in the child). */
+static int discover_here(trun_node *node, char *const *envp, int affinity, int cudart, char *err,
+                         size_t errlen) {
   if (err && errlen) err[0] = '\0';
   node->ngpu = 0;
   node->gpu_source = "none";
   memset(node->links, 0, sizeof(node->links));
+  memset(node->p2p, 0, sizeof(node->p2p));
   trun_nvml n;
   int rc = nvml_open(&n, err, errlen);
+  if (rc == 0 && cudart) return trun_discover_cudart(node, envp, affinity, err, errlen);
   if (rc <= 0) return rc;
   trun_nvmlReturn_t nr = n.init();
   if (nr == TRUN_NVML_ERROR_DRIVER_NOT_LOADED || nr == TRUN_NVML_ERROR_LIBRARY_NOT_FOUND) {
@@ -452,12 +481,15 @@ static int discover_here(trun_node *node, char *const *envp, int affinity, char 
       int i = src[a], j = src[b];
       if (a == b || (i >= 0 && i == j)) {
         snprintf(l, sizeof(node->links[a][b]), "X");
+        snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "X");
         continue;
       }
       if (i < 0 || j < 0) {
         snprintf(l, sizeof(node->links[a][b]), "N/A");
+        snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "N/A");
         continue;
       }
+      snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "%s", p2p_label(&n, all[i].dev, all[j].dev));
       int nv = direct ? direct[i][j] + (sw[i] && sw[j] ? (sw[i] < sw[j] ? sw[i] : sw[j]) : 0) : 0;
       if (nv > 0) {
         snprintf(l, sizeof(node->links[a][b]), "NV%d", nv > 999 ? 999 : nv);
@@ -473,9 +505,10 @@ static int discover_here(trun_node *node, char *const *envp, int affinity, char 
   return ret;
 }
 
-/* NVML runs in a short-lived child: the agent never maps the driver library (its memory stays small) and
- * holds no driver state. The child writes the result into a shared anonymous mapping; the static strings
- * node->gpu_source points to are at the same addresses in both (fork, no exec). */
+/* NVML (or the CUDA runtime) runs in a short-lived child: the agent never maps the driver libraries (its
+ * memory stays small) and holds no driver state or CUDA context. Without a child (fork failed) NVML runs
+ * here and the CUDA runtime is not tried. The child writes the result into a shared anonymous mapping; the
+ * static strings node->gpu_source points to are at the same addresses in both (fork, no exec). */
 typedef struct {
   trun_node node;
   int rc;
@@ -485,18 +518,18 @@ typedef struct {
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
   int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
   shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) return discover_here(node, envp, affinity, err, errlen);
+  if (sh == MAP_FAILED) return discover_here(node, envp, affinity, 0, err, errlen);
   memcpy(&sh->node, node, sizeof(*node));
   sh->rc = -1;
   snprintf(sh->err, sizeof(sh->err), "GPU discovery child ended without a result");
   pid_t pid = fork();
   if (pid == 0) {
-    sh->rc = discover_here(&sh->node, envp, affinity, sh->err, sizeof(sh->err));
+    sh->rc = discover_here(&sh->node, envp, affinity, 1, sh->err, sizeof(sh->err));
     _exit(0);
   }
   int rc;
   if (pid < 0) {
-    rc = discover_here(node, envp, affinity, err, errlen);
+    rc = discover_here(node, envp, affinity, 0, err, errlen);
   } else {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {

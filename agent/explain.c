@@ -15,8 +15,12 @@ static void print_summary(const trun_node *n, FILE *out) {
   fprintf(out, "\n  GPUs: %d visible (%s)\n", n->ngpu, n->gpu_source ? n->gpu_source : "none");
   for (int g = 0; g < n->ngpu; g++) {
     const trun_gpu *d = &n->gpus[g];
-    fprintf(out, "    GPU%d: %s %s, PCI %s, NUMA %d, CPUs %s (NVML index %d)\n", g, d->name, d->uuid,
-            d->pci_bus_id, d->numa_node, d->cpu_affinity[0] ? d->cpu_affinity : "unknown", d->index);
+    fprintf(out, "    GPU%d: %s %s, PCI %s, NUMA %d, CPUs %s", g, d->name, d->uuid, d->pci_bus_id,
+            d->numa_node, d->cpu_affinity[0] ? d->cpu_affinity : "unknown");
+    if (d->index >= 0)
+      fprintf(out, " (NVML index %d)\n", d->index);
+    else
+      fprintf(out, " (CUDA runtime)\n");
   }
   if (n->ngpu >= 2) {
     fprintf(out, "  GPU links:");

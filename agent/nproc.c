@@ -1,7 +1,8 @@
 /* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML (agent/discover.h,
- * honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES), and, where no NVML library loads, the
- * /dev/nvidiaN nodes the driver creates for this container (TRUN_DEV_ROOT, default /dev) narrowed by
- * CUDA_VISIBLE_DEVICES. `auto` without GPUs = the CPUs the cgroup quota and affinity allow. */
+ * honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES) or the CUDA runtime where no NVML library
+ * loads, and, where neither lists a GPU, the /dev/nvidiaN nodes the driver creates for this container
+ * (TRUN_DEV_ROOT, default /dev) narrowed by CUDA_VISIBLE_DEVICES. `auto` without GPUs = the CPUs the cgroup
+ * quota and affinity allow. */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -44,7 +45,7 @@ static int count_visible_gpus(void) {
   free(node);
   if (rc < 0) /* like CUDA: the GPUs before the entry that names none */
     trun_warn("counting GPUs for --nproc-per-node: %s; using the %d GPU(s) before it", err, n);
-  if (source && strcmp(source, "nvml") == 0) return n;
+  if (source && strcmp(source, "none") != 0) return n; /* "nvml" or "cudart" */
   return count_dev_nodes();
 }
 

@@ -32,6 +32,18 @@ enum {
   TRUN_NVML_TOPOLOGY_SYSTEM = 50,
 };
 
+/* nvmlGpuP2PCapsIndex_t and nvmlGpuP2PStatus_t */
+enum { TRUN_NVML_P2P_CAPS_INDEX_READ = 0 };
+enum {
+  TRUN_NVML_P2P_STATUS_OK = 0,
+  TRUN_NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1,
+  TRUN_NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2,
+  TRUN_NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3,
+  TRUN_NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4,
+  TRUN_NVML_P2P_STATUS_NOT_SUPPORTED = 5,
+  TRUN_NVML_P2P_STATUS_UNKNOWN = 6,
+};
+
 /* nvmlIntNvLinkDeviceType_t */
 enum { TRUN_NVML_NVLINK_DEVICE_TYPE_GPU = 0, TRUN_NVML_NVLINK_DEVICE_TYPE_SWITCH = 2 };
 
@@ -79,6 +91,7 @@ typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetCpuAffinity_fn)(trun_nvmlDevice_t,
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNumaNodeId_fn)(trun_nvmlDevice_t, unsigned int *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetTopologyCommonAncestor_fn)(trun_nvmlDevice_t, trun_nvmlDevice_t,
                                                                          int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetP2PStatus_fn)(trun_nvmlDevice_t, trun_nvmlDevice_t, int, int *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkState_fn)(trun_nvmlDevice_t, unsigned int, int *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)(trun_nvmlDevice_t, unsigned int,
                                                                       trun_nvmlPciInfo_t *);

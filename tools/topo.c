@@ -25,9 +25,11 @@ static const char *usage =
     "usage: trun-topo [--json] [--no-imds]\n"
     "       trun-topo --nccl-log FILE... [--efa] [--json]\n"
     "       trun-topo preflight [trun-preflight options]\n"
-    "  Shows the GPUs the workers would see (NVML), the RDMA/EFA devices (sysfs) and how they connect,\n"
-    "  like `nvidia-smi topo -m` with NIC columns.\n"
-    "  --json      machine-readable: instance_type, gpus, efa, links, nproc_auto (visible GPUs, or the\n"
+    "  Shows the GPUs the workers would see (NVML; the CUDA runtime where NVML is missing), the RDMA/EFA\n"
+    "  devices (sysfs) and how they connect, like `nvidia-smi topo -m` with NIC columns, and the P2P read\n"
+    "  status of each GPU pair like `nvidia-smi topo -p2p r`.\n"
+    "  --json      machine-readable: instance_type, gpu_source (nvml|cudart|none), gpus, efa, other_rdma,\n"
+    "              links, p2p (OK NS CNS GNS TNS DR U N/A), nproc_auto (visible GPUs, or the\n"
     "              CPUs the cgroup allows when there are none), env (variable -> value (null = not set),\n"
     "              source user|trun|plugin, reason; what trun gives the workers)\n"
     "  --no-imds   do not ask the EC2 instance metadata service for the instance type\n"
@@ -83,6 +85,16 @@ static void print_table(const trun_node *n, const topo_paths *p) {
     print_numa(n->rdma[r].numa_node);
     printf("\n");
   }
+  if (n->ngpu) {
+    printf("\nP2P read");
+    for (int g = 0; g < n->ngpu; g++) printf("\tGPU%d", g);
+    printf("\n");
+    for (int g = 0; g < n->ngpu; g++) {
+      printf("GPU%d", g);
+      for (int h = 0; h < n->ngpu; h++) printf("\t%s", g == h ? " X " : n->p2p[g][h]);
+      printf("\n");
+    }
+  }
   printf(
       "\nLegend:\n\n"
       "  X    = Self\n"
@@ -94,6 +106,17 @@ static void print_table(const trun_node *n, const topo_paths *p) {
       "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
       "  PIX  = Connection traversing at most a single PCIe bridge\n"
       "  NV#  = Connection traversing a bonded set of # NVLinks\n");
+  if (n->ngpu)
+    printf(
+        "\nP2P Legend (nvidia-smi topo -p2p r):\n\n"
+        "  OK   = Status Ok\n"
+        "  CNS  = Chipset not supported\n"
+        "  GNS  = GPU not supported\n"
+        "  TNS  = Topology not supported\n"
+        "  DR   = Disabled by the driver's registry key\n"
+        "  NS   = Not supported\n"
+        "  U    = Unknown\n"
+        "  N/A  = Not known\n");
   if (n->nrdma) {
     printf("\nNIC Legend:\n\n");
     for (int r = 0; r < n->nrdma; r++) {
@@ -104,7 +127,9 @@ static void print_table(const trun_node *n, const topo_paths *p) {
     }
   }
   printf("\nGPUs: %d (%s), GPU index = as the workers see it", n->ngpu, n->gpu_source);
-  if (n->ngpu) {
+  if (n->ngpu && strcmp(n->gpu_source, "cudart") == 0) {
+    printf(" (the CUDA runtime: CUDA_VISIBLE_DEVICES applied by it; NVLinks not visible)");
+  } else if (n->ngpu) {
     printf("; NVML index:");
     for (int g = 0; g < n->ngpu; g++) printf(" %d", n->gpus[g].index);
   }
@@ -154,6 +179,13 @@ static json_t *to_json(const trun_node *n, const topo_paths *p) {
     json_array_append_new(links, row);
   }
   json_object_set_new(root, "links", links);
+  json_t *p2p = json_array();
+  for (int g = 0; g < n->ngpu; g++) {
+    json_t *row = json_array();
+    for (int h = 0; h < n->ngpu; h++) json_array_append_new(row, json_string(n->p2p[g][h]));
+    json_array_append_new(p2p, row);
+  }
+  json_object_set_new(root, "p2p", p2p);
   json_object_set_new(root, "nproc_auto", json_integer(trun_nproc_auto(n)));
   trun_env_plan *plan = malloc(sizeof(*plan));
   json_t *env = json_object();

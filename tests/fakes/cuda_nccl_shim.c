@@ -5,8 +5,19 @@
  * sizes. The unique id is 128 random bytes that ncclGetUniqueId also writes to $TRUN_FAKE_NCCL_DIR/id;
  * ncclCommInitRank fails (ncclInvalidArgument) unless the id it gets equals that file, and records
  * "rank <r> of <n>" lines in $TRUN_FAKE_NCCL_DIR/ranks. TRUN_FAKE_CUDA_DEVICES: cudaGetDeviceCount (default
- * 2). A test fake, so plain globals. */
+ * 2).
+ * GPU discovery (agent/discover_cudart.c, loaded through TRUN_CUDART_LIBRARY when NVML is absent): with
+ * TRUN_FAKE_CUDART_TOPO naming a JSON file
+ *   {"gpus": [{"uuid": "GPU-<32 hex digits with dashes>", "name": "...", "pci": "0000:10:00.0",
+ *              "memory": 24146608128}, ...],
+ *    "p2p": [["X", "OK", "NS"], ...]}   per host GPU pair: cudaDeviceCanAccessPeer is 1 for "OK"
+ * the devices are those GPUs after CUDA_VISIBLE_DEVICES (read from the environment, as the real runtime
+ * does: indices or GPU-<uuid> prefixes; the first entry naming no GPU ends the list); none left →
+ * cudaErrorNoDevice. It serves cudaGetDeviceCount, cudaGetDeviceProperties_v2 (the head of cudaDeviceProp:
+ * name[256], uuid[16], luid[8], luidDeviceNodeMask, totalGlobalMem), cudaDeviceGetPCIBusId and
+ * cudaDeviceCanAccessPeer. A test fake, so plain globals. */
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +40,127 @@ static void dir_file(const char *name, char *out, size_t len) {
   snprintf(out, len, "%s/%s", d && *d ? d : "/tmp", name);
 }
 
+#define TOPO_MAX 64
+static struct {
+  char uuid[96], name[256], pci[32];
+  unsigned long long memory;
+} topo_gpu[TOPO_MAX];
+static int topo_ngpu, topo_loaded, topo_visible[TOPO_MAX], topo_nvisible;
+static char topo_p2p[TOPO_MAX][TOPO_MAX][8];
+
+static void topo_copy(char *dst, size_t n, json_t *v) {
+  snprintf(dst, n, "%s", v ? json_string_value(v) : "");
+}
+
+/* CUDA_VISIBLE_DEVICES over the host GPUs → topo_visible. */
+static void topo_apply_visible(void) {
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  topo_nvisible = 0;
+  if (!cvd) {
+    for (int i = 0; i < topo_ngpu; i++) topo_visible[topo_nvisible++] = i;
+    return;
+  }
+  char buf[1024];
+  snprintf(buf, sizeof(buf), "%s", cvd);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && topo_nvisible < TOPO_MAX;
+       t = strtok_r(NULL, ",", &save)) {
+    int pick = -1;
+    if (strncmp(t, "GPU-", 4) == 0) {
+      for (int i = 0; i < topo_ngpu; i++)
+        if (strncmp(topo_gpu[i].uuid, t, strlen(t)) == 0) pick = pick < 0 ? i : -2;
+    } else {
+      char *end;
+      long v = strtol(t, &end, 10);
+      if (end != t && *end == '\0' && v >= 0 && v < topo_ngpu) pick = (int)v;
+    }
+    for (int k = 0; pick >= 0 && k < topo_nvisible; k++)
+      if (topo_visible[k] == pick) pick = -1;
+    if (pick < 0) break;
+    topo_visible[topo_nvisible++] = pick;
+  }
+}
+
+/* 1 when TRUN_FAKE_CUDART_TOPO is set (loaded once), else 0. */
+static int topo_mode(void) {
+  const char *path = getenv("TRUN_FAKE_CUDART_TOPO");
+  if (!path || !*path) return 0;
+  if (topo_loaded) return 1;
+  topo_loaded = 1;
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root) {
+    fprintf(stderr, "cuda_nccl_shim: %s:%d: %s\n", path, je.line, je.text);
+    return 1;
+  }
+  size_t i;
+  json_t *g;
+  json_array_foreach(json_object_get(root, "gpus"), i, g) {
+    if (topo_ngpu >= TOPO_MAX) break;
+    topo_copy(topo_gpu[topo_ngpu].uuid, sizeof(topo_gpu[0].uuid), json_object_get(g, "uuid"));
+    topo_copy(topo_gpu[topo_ngpu].name, sizeof(topo_gpu[0].name), json_object_get(g, "name"));
+    topo_copy(topo_gpu[topo_ngpu].pci, sizeof(topo_gpu[0].pci), json_object_get(g, "pci"));
+    topo_gpu[topo_ngpu].memory = (unsigned long long)json_integer_value(json_object_get(g, "memory"));
+    topo_ngpu++;
+  }
+  for (int a = 0; a < topo_ngpu; a++)
+    for (int b = 0; b < topo_ngpu; b++)
+      topo_copy(topo_p2p[a][b], sizeof(topo_p2p[a][b]),
+                json_array_get(json_array_get(json_object_get(root, "p2p"), (size_t)a), (size_t)b));
+  json_decref(root);
+  topo_apply_visible();
+  return 1;
+}
+
 int cudaGetDeviceCount(int *n);
 int cudaGetDeviceCount(int *n) {
+  if (topo_mode()) {
+    *n = topo_nvisible;
+    return topo_nvisible ? 0 : 100; /* cudaErrorNoDevice */
+  }
   const char *v = getenv("TRUN_FAKE_CUDA_DEVICES");
   *n = v && *v ? atoi(v) : 2;
+  return 0;
+}
+
+/* The head of cudaDeviceProp (CUDA >= 10). */
+typedef struct {
+  char name[256];
+  unsigned char uuid[16];
+  char luid[8];
+  unsigned int luid_device_node_mask;
+  size_t total_global_mem;
+} fake_props;
+
+int cudaGetDeviceProperties_v2(void *prop, int d);
+int cudaGetDeviceProperties_v2(void *prop, int d) {
+  if (!topo_mode() || d < 0 || d >= topo_nvisible) return 101;
+  const int h = topo_visible[d];
+  fake_props *p = prop;
+  memset(p, 0, sizeof(*p));
+  snprintf(p->name, sizeof(p->name), "%s", topo_gpu[h].name);
+  const char *u = topo_gpu[h].uuid + 4;
+  for (int k = 0; k < 16 && *u; u++) {
+    if (*u == '-') continue;
+    unsigned x;
+    if (sscanf(u, "%2x", &x) != 1) break;
+    p->uuid[k++] = (unsigned char)x;
+    u++;
+  }
+  p->total_global_mem = (size_t)topo_gpu[h].memory;
+  return 0;
+}
+
+int cudaDeviceGetPCIBusId(char *buf, int len, int d);
+int cudaDeviceGetPCIBusId(char *buf, int len, int d) {
+  if (!topo_mode() || d < 0 || d >= topo_nvisible) return 101;
+  snprintf(buf, (size_t)len, "%s", topo_gpu[topo_visible[d]].pci);
+  return 0;
+}
+
+int cudaDeviceCanAccessPeer(int *can, int d, int peer);
+int cudaDeviceCanAccessPeer(int *can, int d, int peer) {
+  if (!topo_mode() || d < 0 || d >= topo_nvisible || peer < 0 || peer >= topo_nvisible) return 101;
+  *can = strcmp(topo_p2p[topo_visible[d]][topo_visible[peer]], "OK") == 0;
   return 0;
 }
 int cudaSetDevice(int d);

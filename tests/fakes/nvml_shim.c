@@ -7,7 +7,9 @@
  *              "nvswitch_links": 12,      links to an NVSwitch hidden in the VM (remote busId "")
  *              "nvlinks": ["00000000:10:1D.0", ...],  links to other GPUs, one entry per link
  *              "mig": ["MIG-..."]}],      MIG devices of this GPU
- *    "topology": [["X", "PHB", ...], ...]}  PCIe level per pair: X PIX PXB PHB NODE SYS
+ *    "topology": [["X", "PHB", ...], ...],  PCIe level per pair: X PIX PXB PHB NODE SYS
+ *    "p2p": [["X", "OK", "NS", ...], ...]}  optional: P2P read status per pair (nvidia-smi topo -p2p r
+ *                                           words OK CNS GNS TNS DR NS U); absent: NOT_SUPPORTED
  * Links are numbered nvswitch_links first, then nvlinks; up to 18 links exist (then INVALID_ARGUMENT).
  * It implements exactly the entry points agent/discover_gpu.c looks up. A test fake, so plain globals. */
 #include <jansson.h>
@@ -36,6 +38,7 @@ struct trun_nvmlDevice_st {
 static struct trun_nvmlDevice_st fake_gpu[FAKE_MAX], fake_mig[FAKE_MAX];
 static int fake_ngpu, fake_nmig, fake_init;
 static int fake_level[FAKE_MAX][FAKE_MAX];
+static int fake_p2p[FAKE_MAX][FAKE_MAX]; /* nvmlGpuP2PStatus_t, -1 = no matrix */
 
 static void cp(char *dst, size_t n, const char *src) { snprintf(dst, n, "%s", src ? src : ""); }
 
@@ -48,6 +51,13 @@ static int level_of(const char *s) {
            {"NODE", TRUN_NVML_TOPOLOGY_NODE},    {"SYS", TRUN_NVML_TOPOLOGY_SYSTEM}};
   for (size_t i = 0; s && i < sizeof(t) / sizeof(t[0]); i++)
     if (strcmp(s, t[i].l) == 0) return t[i].v;
+  return -1;
+}
+
+static int p2p_of(const char *s) {
+  static const char *const words[] = {"OK", "CNS", "GNS", "TNS", "DR", "NS", "U"}; /* status 0..6 */
+  for (int i = 0; s && i < 7; i++)
+    if (strcmp(s, words[i]) == 0) return i;
   return -1;
 }
 
@@ -99,6 +109,10 @@ trun_nvmlReturn_t nvmlInit_v2(void) {
     for (int b = 0; b < fake_ngpu; b++)
       fake_level[a][b] =
           level_of(json_string_value(json_array_get(json_array_get(topo, (size_t)a), (size_t)b)));
+  json_t *p2p = json_object_get(root, "p2p");
+  for (int a = 0; a < fake_ngpu; a++)
+    for (int b = 0; b < fake_ngpu; b++)
+      fake_p2p[a][b] = p2p_of(json_string_value(json_array_get(json_array_get(p2p, (size_t)a), (size_t)b)));
   json_decref(root);
   if (rc == 0) fake_init = 1;
   return rc;
@@ -246,5 +260,15 @@ trun_nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(trun_nvmlDevice_t d, unsig
   if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   if ((int)link >= d->nlinks) return TRUN_NVML_ERROR_NOT_SUPPORTED;
   fill_pci(d->link_remote[link], p);
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetP2PStatus(trun_nvmlDevice_t a, trun_nvmlDevice_t b, int cap, int *status) {
+  CHECK_DEV(a);
+  CHECK_DEV(b);
+  if (cap != TRUN_NVML_P2P_CAPS_INDEX_READ) return TRUN_NVML_ERROR_INVALID_ARGUMENT; /* trun asks READ only */
+  int st = fake_p2p[a->gpu][b->gpu];
+  if (st < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  *status = st;
   return TRUN_NVML_SUCCESS;
 }

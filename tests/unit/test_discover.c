@@ -1,6 +1,8 @@
 /* agent/discover_gpu.c and agent/discover_rdma.c against the node fixtures (tests/fixtures/nodes/, see gen.py
- * there) and the fake NVML (build/libnvidia-ml-fake.so from tests/fakes/nvml_shim.c): GPUs, links,
- * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, EFA devices, usability and GPU pairing, PCI distances.
+ * there), the fake NVML (build/libnvidia-ml-fake.so from tests/fakes/nvml_shim.c) and the fake CUDA runtime
+ * (build/libcuda-nccl-fake.so from tests/fakes/cuda_nccl_shim.c): GPUs, links, P2P status,
+ * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, NUMA nodes (also derived from the CPU affinity), EFA and
+ * other RDMA devices, usability and GPU pairing, PCI distances.
  * Paths: TRUN_REPO (default: the current directory, the repository root under make) and TRUN_BUILD
  * (default <repo>/build). */
 #include <check.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "discover.h"
 
 /* Internal, from agent/discover_rdma.c. */
@@ -28,7 +31,16 @@ static const char *repo(void) {
   return r && *r ? r : ".";
 }
 
-/* Points the test hooks at fixture name (NULL NVML library when nvml is 0). */
+/* Sets var to the absolute path of build/<file> (TRUN_BUILD, default build). */
+static void set_build_lib(const char *var, const char *file) {
+  const char *b = getenv("TRUN_BUILD");
+  char p[PATH_MAX + 64], lib[PATH_MAX];
+  snprintf(p, sizeof(p), "%s/%s", b && *b ? b : "build", file);
+  ck_assert_msg(realpath(p, lib) != NULL, "%s missing: run make", p);
+  setenv(var, lib, 1);
+}
+
+/* Points the test hooks at fixture name (NULL NVML library when nvml is 0; never a CUDA runtime). */
 static void use_fixture(const char *name, int nvml) {
   char p[PATH_MAX + 64], real[PATH_MAX];
   snprintf(p, sizeof(p), "%s/tests/fixtures/nodes/%s", repo(), name);
@@ -39,15 +51,13 @@ static void use_fixture(const char *name, int nvml) {
   setenv("TRUN_DEV_ROOT", p, 1);
   snprintf(p, sizeof(p), "%s/nvml.json", real);
   setenv("TRUN_FAKE_NVML_TOPO", p, 1);
-  if (nvml) {
-    const char *b = getenv("TRUN_BUILD");
-    char lib[PATH_MAX];
-    snprintf(p, sizeof(p), "%s/libnvidia-ml-fake.so", b && *b ? b : "build");
-    ck_assert_msg(realpath(p, lib) != NULL, "%s missing: run make", p);
-    setenv("TRUN_NVML_LIBRARY", lib, 1);
-  } else {
+  snprintf(p, sizeof(p), "%s/cudart.json", real);
+  setenv("TRUN_FAKE_CUDART_TOPO", p, 1);
+  setenv("TRUN_CUDART_LIBRARY", "/nonexistent/libcudart.so", 1);
+  if (nvml)
+    set_build_lib("TRUN_NVML_LIBRARY", "libnvidia-ml-fake.so");
+  else
     setenv("TRUN_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
-  }
   memset(&node, 0, sizeof(node));
   memset(err, 0, sizeof(err));
 }
@@ -81,6 +91,7 @@ START_TEST(p4d_full) {
     ck_assert_int_eq(node.gpus[i].numa_node, i < 4 ? 0 : 1);
     ck_assert_str_eq(node.gpus[i].cpu_affinity, i < 4 ? "0-23,48-71" : "24-47,72-95");
     for (int j = 0; j < 8; j++) ck_assert_str_eq(node.links[i][j], i == j ? "X" : "NV12");
+    for (int j = 0; j < 8; j++) ck_assert_str_eq(node.p2p[i][j], i == j ? "X" : "OK");
   }
   ck_assert_str_eq(node.gpus[0].pci_bus_id, "00000000:10:1C.0");
   ck_assert_str_eq(node.gpus[7].pci_bus_id, "00000000:A0:1D.0");
@@ -220,6 +231,9 @@ START_TEST(g5_pcie_only) {
   ck_assert_str_eq(node.links[0][1], "NODE");
   ck_assert_str_eq(node.links[0][4], "SYS");
   ck_assert_str_eq(node.links[6][7], "NODE");
+  ck_assert_str_eq(node.p2p[0][1], "NS");
+  ck_assert_str_eq(node.p2p[7][0], "NS");
+  ck_assert_str_eq(node.p2p[5][5], "X");
   ck_assert_int_eq(trun_discover_rdma(&node), 0);
   ck_assert_int_eq(node.nrdma, 1);
   ck_assert_str_eq(node.rdma[0].name, "rdmap5s0");
@@ -250,9 +264,114 @@ START_TEST(h200_box) {
   ck_assert_str_eq(node.links[0][1], "NV18");
   ck_assert_str_eq(node.links[1][0], "NV18");
   ck_assert_str_eq(node.gpus[0].cpu_affinity, "0-31");
+  ck_assert_str_eq(node.p2p[0][1], "OK");
+  /* The VM's sysfs numa_node says -1 (as on the box); nvidia-smi said 0: the only NUMA node. */
+  ck_assert_int_eq(node.gpus[0].numa_node, 0);
   ck_assert_int_eq(node.gpus[1].numa_node, 0);
   ck_assert_int_eq(trun_discover_rdma(&node), 0);
   ck_assert_int_eq(node.nrdma, 0);
+  /* Without the affinity asked for (the agent), the NUMA node is still derived. */
+  memset(&node, 0, sizeof(node));
+  ck_assert_int_eq(trun_discover_gpus_flags(&node, NOENV, TRUN_GPU_NO_AFFINITY, err, sizeof(err)), 0);
+  ck_assert_int_eq(node.gpus[1].numa_node, 0);
+}
+END_TEST
+
+START_TEST(numa_of_cpulist) {
+  use_fixture("pcie-cudart", 0); /* node0 0-15, node1 16-31 */
+  ck_assert_int_eq(trun_numa_of_cpulist("16-31"), 1);
+  ck_assert_int_eq(trun_numa_of_cpulist("0-15"), 0);
+  ck_assert_int_eq(trun_numa_of_cpulist("2,4-5"), 0);
+  ck_assert_int_eq(trun_numa_of_cpulist("8-20"), -1); /* spans both */
+  ck_assert_int_eq(trun_numa_of_cpulist("40"), -1);   /* in no node */
+  ck_assert_int_eq(trun_numa_of_cpulist(""), -1);
+  ck_assert_int_eq(trun_numa_of_cpulist("x"), -1);
+  ck_assert_int_eq(trun_numa_of_cpulist(NULL), -1);
+  use_fixture("cpu-only", 0); /* one node: that node, whatever the affinity says */
+  ck_assert_int_eq(trun_numa_of_cpulist("0-3"), 0);
+  ck_assert_int_eq(trun_numa_of_cpulist(""), 0);
+  setenv("TRUN_SYSFS_ROOT", "/nonexistent", 1);
+  ck_assert_int_eq(trun_numa_of_cpulist("0-3"), -1);
+}
+END_TEST
+
+static const char *L4_UUID[4] = {
+    "GPU-e0f0db63-2ffa-538c-90a0-98e9369eec79", "GPU-160d0a60-c340-5dd4-8ed2-18607a30eb22",
+    "GPU-8fb60e6b-ef8c-51b9-8794-2b4c04aecd91", "GPU-99efeeb2-a62f-5819-9d9f-2d0680db67f9"};
+
+/* No NVML: the CUDA runtime (fake) in the child; it applies CUDA_VISIBLE_DEVICES, trun does not again. */
+START_TEST(cudart_fallback) {
+  use_fixture("pcie-cudart", 0);
+  set_build_lib("TRUN_CUDART_LIBRARY", "libcuda-nccl-fake.so");
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  ck_assert_int_eq(gpus(ENV("CUDA_VISIBLE_DEVICES=3,0,1")), 0);
+  ck_assert_str_eq(err, "");
+  ck_assert_str_eq(node.gpu_source, "cudart");
+  ck_assert_int_eq(node.ngpu, 3);
+  const int host[3] = {3, 0, 1};
+  const char *pci[3] = {"00000000:90:00.0", "00000000:19:00.0", "00000000:1A:00.0"};
+  for (int v = 0; v < 3; v++) {
+    ck_assert_int_eq(node.gpus[v].index, -1);
+    ck_assert_int_eq(node.gpus[v].visible_index, v);
+    ck_assert_str_eq(node.gpus[v].uuid, L4_UUID[host[v]]);
+    ck_assert_str_eq(node.gpus[v].name, "NVIDIA L4");
+    ck_assert_str_eq(node.gpus[v].pci_bus_id, pci[v]);
+    ck_assert_uint_eq(node.gpus[v].memory_bytes, 24152899584ULL);
+    ck_assert_str_eq(node.gpus[v].cpu_affinity, v == 0 ? "16-31" : "0-15");
+    ck_assert_int_eq(node.gpus[v].numa_node, v == 0 ? 1 : 0); /* sysfs -1: from local_cpulist */
+  }
+  ck_assert_str_eq(node.links[0][1], "SYS");
+  ck_assert_str_eq(node.links[1][2], "PIX");
+  ck_assert_str_eq(node.links[2][2], "X");
+  ck_assert_str_eq(node.p2p[0][1], "NS");
+  ck_assert_str_eq(node.p2p[2][1], "OK");
+  ck_assert_str_eq(node.p2p[1][1], "X");
+  /* The child set CUDA_VISIBLE_DEVICES for the runtime; this process's environment is untouched. */
+  ck_assert_ptr_null(getenv("CUDA_VISIBLE_DEVICES"));
+  ck_assert_int_eq(gpus(NOENV), 0);
+  ck_assert_int_eq(node.ngpu, 4);
+  ck_assert_str_eq(node.gpus[3].uuid, L4_UUID[3]);
+  ck_assert_int_eq(gpus(ENV("CUDA_VISIBLE_DEVICES=")), 0); /* cudaErrorNoDevice: no GPU, no error */
+  ck_assert_int_eq(node.ngpu, 0);
+  ck_assert_str_eq(node.gpu_source, "none");
+  ck_assert_str_eq(err, "");
+  /* Other RDMA devices: the mlx5 HCA below the switch of visible GPUs 1 and 2. */
+  ck_assert_int_eq(gpus(ENV("CUDA_VISIBLE_DEVICES=3,0,1")), 0);
+  ck_assert_int_eq(trun_discover_rdma(&node), 0);
+  ck_assert_int_eq(node.nrdma, 1);
+  ck_assert_str_eq(node.rdma[0].name, "mlx5_0");
+  ck_assert_str_eq(node.rdma[0].driver, "mlx5_core");
+  ck_assert_int_eq(node.rdma[0].is_efa, 0);
+  ck_assert_int_eq(node.rdma[0].usable, 1);
+  ck_assert_int_eq(node.rdma[0].nearest_gpu, 1);
+  /* --nproc-per-node gpu counts what the runtime lists (this process's environment), not /dev/nvidiaN. */
+  int nproc = 0;
+  setenv("CUDA_VISIBLE_DEVICES", "2,3,9", 1); /* the runtime stops at 9 */
+  ck_assert_int_eq(trun_nproc_resolve("gpu", &nproc, err, sizeof(err)), 0);
+  ck_assert_int_eq(nproc, 2);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  ck_assert_int_eq(trun_nproc_resolve("gpu", &nproc, err, sizeof(err)), 0);
+  ck_assert_int_eq(nproc, 4);
+  /* NVML, where it loads, wins over the runtime. */
+  use_fixture("h200x2", 1);
+  set_build_lib("TRUN_CUDART_LIBRARY", "libcuda-nccl-fake.so");
+  ck_assert_int_eq(gpus(NOENV), 0);
+  ck_assert_str_eq(node.gpu_source, "nvml");
+  ck_assert_int_eq(node.ngpu, 2);
+}
+END_TEST
+
+START_TEST(cudart_errors) {
+  use_fixture("pcie-cudart", 0);
+  setenv("TRUN_CUDART_LIBRARY", "libc.so.6", 1); /* loads, but is no CUDA runtime */
+  ck_assert_int_eq(gpus(NOENV), -1);
+  ck_assert_ptr_nonnull(strstr(err, "cudaGetDeviceCount"));
+  ck_assert_ptr_nonnull(strstr(err, "TRUN_CUDART_LIBRARY"));
+  ck_assert_int_eq(node.ngpu, 0);
+  setenv("TRUN_CUDART_LIBRARY", "/nonexistent/libcudart.so", 1); /* none at all: a GPU-less host */
+  ck_assert_int_eq(gpus(NOENV), 0);
+  ck_assert_int_eq(node.ngpu, 0);
+  ck_assert_str_eq(node.gpu_source, "none");
 }
 END_TEST
 
@@ -287,7 +406,8 @@ START_TEST(direct_nvlinks_and_pcie) {
       " \"nvlinks\": [\"00000000:01:00.0\", \"00000000:01:00.0\", \"00000000:01:00.0\", "
       "\"00000000:01:00.0\"]},"
       "{\"uuid\": \"GPU-c\", \"name\": \"G\", \"pci\": \"00000000:03:00.0\"}],"
-      "\"topology\": [[\"X\", \"PIX\", \"PXB\"], [\"PIX\", \"X\", \"SYS\"], [\"PXB\", \"SYS\", \"X\"]]}");
+      "\"topology\": [[\"X\", \"PIX\", \"PXB\"], [\"PIX\", \"X\", \"SYS\"], [\"PXB\", \"SYS\", \"X\"]],"
+      "\"p2p\": [[\"X\", \"OK\", \"CNS\"], [\"GNS\", \"X\", \"TNS\"], [\"DR\", \"U\", \"bogus\"]]}");
   ck_assert_int_eq(gpus(NOENV), 0);
   fake_topo_done();
   ck_assert_int_eq(node.ngpu, 3);
@@ -296,8 +416,11 @@ START_TEST(direct_nvlinks_and_pcie) {
   ck_assert_str_eq(node.links[0][2], "PXB");
   ck_assert_str_eq(node.links[2][1], "SYS");
   ck_assert_str_eq(node.gpus[0].cpu_affinity, "0,2,4-5");
-  ck_assert_int_eq(node.gpus[0].numa_node, -1); /* no sysfs entry, no NVML NUMA id */
-  ck_assert_int_eq(node.gpus[1].numa_node, 3);  /* NVML's NUMA id as the fallback */
+  ck_assert_int_eq(node.gpus[0].numa_node, 0); /* no sysfs entry, no NVML NUMA id: the fixture's one node */
+  ck_assert_int_eq(node.gpus[1].numa_node, 3); /* NVML's NUMA id as the fallback */
+  const char *p2p[3][3] = {{"X", "OK", "CNS"}, {"GNS", "X", "TNS"}, {"DR", "U", "X"}};
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++) ck_assert_str_eq(node.p2p[a][b], p2p[a][b]);
 }
 END_TEST
 
@@ -306,6 +429,11 @@ START_TEST(nvml_init_errors) {
   fake_topo("{\"init_rc\": 9, \"gpus\": []}");
   ck_assert_int_eq(gpus(NOENV), 0); /* driver not loaded: a GPU-less host */
   ck_assert_str_eq(node.gpu_source, "none");
+  fake_topo_done();
+  fake_topo("{\"gpus\": [{\"uuid\": \"GPU-a\"}, {\"uuid\": \"GPU-b\"}]}"); /* no P2P status */
+  ck_assert_int_eq(gpus(NOENV), 0);
+  ck_assert_str_eq(node.p2p[0][1], "N/A");
+  ck_assert_str_eq(node.p2p[1][1], "X");
   fake_topo_done();
   fake_topo("{\"init_rc\": 999, \"gpus\": []}");
   ck_assert_int_eq(gpus(NOENV), -1);
@@ -372,6 +500,9 @@ int main(void) {
   tcase_add_test(tc, g5_pcie_only);
   tcase_add_test(tc, cpu_only);
   tcase_add_test(tc, h200_box);
+  tcase_add_test(tc, numa_of_cpulist);
+  tcase_add_test(tc, cudart_fallback);
+  tcase_add_test(tc, cudart_errors);
   tcase_add_test(tc, direct_nvlinks_and_pcie);
   tcase_add_test(tc, nvml_init_errors);
   tcase_add_test(tc, pci_helpers);

@@ -63,6 +63,7 @@ static void use_fixture(const char *name) {
   } else {
     setenv("TRUN_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
   }
+  setenv("TRUN_CUDART_LIBRARY", "/nonexistent/libcudart.so", 1); /* not the host's CUDA runtime */
   snprintf(p, sizeof(p), "%s/cgroup", fxdir);
   if (access(p, F_OK) == 0)
     setenv("TRUN_CGROUP_ROOT", p, 1);
