@@ -7,8 +7,11 @@ OPT     ?= -O2 -g
 B       := build
 PKGS    := libuv jansson yaml-0.1 libcurl
 CSTD    := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+# libcurl: headers only; agent/curl_dl.c loads it at run time (linked, it would add ~6 MiB to every agent).
+LINK_PKGS := libuv jansson yaml-0.1
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(LINK_PKGS) 2>/dev/null) -ldl
+CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 INC     := -Istore -Iagent -Ilauncher -Iconfig
@@ -57,12 +60,12 @@ $(B)/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
 
 $(B)/tests/%: tests/unit/%.c $(B)/libtrun.a tests/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrun.a $(PKG_LIBS) $(CHECK_LIBS) -lpthread -lm
+	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrun.a $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
 
 $(B)/asan/%: tests/unit/%.c $(LIB_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
-	  $(LIB_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CHECK_LIBS) -lpthread -lm
+	  $(LIB_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
 
 $(B)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -112,7 +115,7 @@ demo:
 	@scripts/demo.sh
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
-STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lcurl -lpthread -ldl -lrt -lm
+STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lpthread -ldl -lrt -lm
 portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
 	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(STATIC_LIBS)

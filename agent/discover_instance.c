@@ -23,11 +23,11 @@
  * DMI: on EC2 Nitro, TRUN_DMI_ROOT (default /sys/class/dmi/id)/product_name is the instance type (what
  * aws-ofi-nccl reads, O1) and sys_vendor is "Amazon EC2"; source "dmi" only when it looks like one.
  *
+ * libcurl is loaded on first use (curl_dl.h): an agent that never asks IMDS never maps it.
  * libcurl's global state: curl_global_init is not thread-safe before 7.84.0. When libcurl says it is
  * (CURL_VERSION_THREADSAFE), every call does its own reference-counted curl_global_init /
  * curl_global_cleanup pair and we keep nothing; otherwise the init runs once under pthread_once (the
  * once-flag is then the only global of ours) and is never cleaned up. */
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,6 +36,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "curl_dl.h"
 #include "discover.h"
 #include "discover_internal.h"
 #include "log.h"
@@ -56,6 +57,7 @@ typedef struct {
 } imds_body;
 
 typedef struct {
+  const trun_curl *cu;
   CURL *h;
   char base[512];
   long deadline_ms;
@@ -146,39 +148,39 @@ static int imds_request(imds_client *c, int put, const char *path, long cap_ms, 
   snprintf(url, sizeof(url), "%s/latest/%s", c->base, path);
   struct curl_slist *hdrs = NULL;
   if (put)
-    hdrs = curl_slist_append(hdrs, "X-aws-ec2-metadata-token-ttl-seconds: 21600");
+    hdrs = c->cu->slist_append(hdrs, "X-aws-ec2-metadata-token-ttl-seconds: 21600");
   else if (c->token_hdr[0])
-    hdrs = curl_slist_append(hdrs, c->token_hdr);
+    hdrs = c->cu->slist_append(hdrs, c->token_hdr);
   if ((put || c->token_hdr[0]) && hdrs == NULL) return -ENOMEM;
   CURL *h = c->h;
-  curl_easy_setopt(h, CURLOPT_URL, url);
+  c->cu->easy_setopt(h, CURLOPT_URL, url);
   if (put) {
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+    c->cu->easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
   } else {
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, (char *)NULL);
-    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    c->cu->easy_setopt(h, CURLOPT_CUSTOMREQUEST, (char *)NULL);
+    c->cu->easy_setopt(h, CURLOPT_HTTPGET, 1L);
   }
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout < IMDS_CONNECT_MS ? timeout : IMDS_CONNECT_MS);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-  CURLcode rc = curl_easy_perform(h);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
-  curl_slist_free_all(hdrs);
+  c->cu->easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+  c->cu->easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
+  c->cu->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout < IMDS_CONNECT_MS ? timeout : IMDS_CONNECT_MS);
+  c->cu->easy_setopt(h, CURLOPT_WRITEDATA, b);
+  CURLcode rc = c->cu->easy_perform(h);
+  c->cu->easy_setopt(h, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
+  c->cu->slist_free_all(hdrs);
   if (rc == CURLE_OK) {
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    c->cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     *connected = 1;
     return 0;
   }
   long nconn = 0;
   curl_off_t tconn = 0;
-  curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &nconn);
-  curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &tconn);
+  c->cu->easy_getinfo(h, CURLINFO_NUM_CONNECTS, &nconn);
+  c->cu->easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &tconn);
   *connected = nconn > 0 || tconn > 0;
   if (rc == CURLE_WRITE_ERROR && b->overflow) return -EMSGSIZE;
   if (rc == CURLE_OPERATION_TIMEDOUT) return -ETIMEDOUT;
   if (rc == CURLE_COULDNT_CONNECT) return -ECONNREFUSED;
-  trun_debug("instance identity: IMDS %s %s failed: %s", put ? "PUT" : "GET", url, curl_easy_strerror(rc));
+  trun_debug("instance identity: IMDS %s %s failed: %s", put ? "PUT" : "GET", url, c->cu->easy_strerror(rc));
   return -EIO;
 }
 
@@ -288,50 +290,61 @@ static int imds_fetch(imds_client *c, trun_instance *in) {
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void) {
+  trun_curl cu;
+  char err[256];
+  if (trun_curl_load(&cu, err, sizeof(err)) == 0) cu.global_init(CURL_GLOBAL_DEFAULT);
+}
 
-static int curl_threadsafe(void) {
+static int curl_threadsafe(const trun_curl *cu) {
 #ifdef CURL_VERSION_THREADSAFE
-  const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+  const curl_version_info_data *vi = cu->version_info(CURLVERSION_NOW);
   return vi != NULL && (vi->features & CURL_VERSION_THREADSAFE) != 0;
 #else
+  (void)cu;
   return 0;
 #endif
 }
 
 static int imds_discover(trun_instance *in, const char *endpoint) {
-  int paired = curl_threadsafe();
+  trun_curl cu;
+  char err[512];
+  if (trun_curl_load(&cu, err, sizeof(err)) < 0) {
+    trun_warn("instance identity: %s; skipping IMDS, using DMI (or pass --no-imds)", err);
+    return -1;
+  }
+  int paired = curl_threadsafe(&cu);
   if (paired) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
       trun_warn("instance identity: libcurl global init failed; skipping IMDS, using DMI");
       return -1;
     }
   } else {
     pthread_once(&curl_once, curl_init_once);
   }
-  imds_client c = {.deadline_ms = now_ms() + IMDS_BUDGET_MS};
+  imds_client c = {.cu = &cu, .deadline_ms = now_ms() + IMDS_BUDGET_MS};
   snprintf(c.base, sizeof(c.base), "%s", endpoint);
   size_t n = strlen(c.base);
   while (n > 0 && c.base[n - 1] == '/') c.base[--n] = '\0';
   int rc = -1;
-  c.h = curl_easy_init();
+  c.h = cu.easy_init();
   if (c.h == NULL) {
     trun_warn("instance identity: curl_easy_init failed (out of memory?); skipping IMDS, using DMI");
   } else {
-    curl_easy_setopt(c.h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c.h, CURLOPT_NOPROXY, "*"); /* never send metadata requests through a proxy */
-    curl_easy_setopt(c.h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c.h, CURLOPT_USERAGENT, "trun");
-    curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, on_body);
+    cu.easy_setopt(c.h, CURLOPT_NOSIGNAL, 1L);
+    cu.easy_setopt(c.h, CURLOPT_NOPROXY, "*"); /* never send metadata requests through a proxy */
+    cu.easy_setopt(c.h, CURLOPT_FOLLOWLOCATION, 0L);
+    cu.easy_setopt(c.h, CURLOPT_USERAGENT, "trun");
+    cu.easy_setopt(c.h, CURLOPT_WRITEFUNCTION, on_body);
 #if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(c.h, CURLOPT_PROTOCOLS_STR, "http,https");
+    cu.easy_setopt(c.h, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
-    curl_easy_setopt(c.h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    cu.easy_setopt(c.h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
     rc = imds_fetch(&c, in);
-    curl_easy_cleanup(c.h);
+    cu.easy_cleanup(c.h);
   }
-  if (paired) curl_global_cleanup();
+  if (paired) cu.global_cleanup();
   if (rc < 0) {
     in->instance_type[0] = in->instance_id[0] = in->availability_zone[0] = in->placement_group[0] = '\0';
   }
