@@ -8,6 +8,7 @@
 
 #include "events.h"
 #include "metrics.h"
+#include "obs.h"
 #include "stall.h"
 #include "unit.h"
 
@@ -273,6 +274,111 @@ START_TEST(test_pgrp_cpu) {
 }
 END_TEST
 
+/* The line of event name ev in text (parsed; the caller decrefs), NULL when none. */
+static json_t *event_line(const char *text, const char *ev) {
+  char want[64];
+  snprintf(want, sizeof(want), "\"event\":\"%s\"", ev);
+  const char *p = strstr(text, want);
+  if (p == NULL) return NULL;
+  while (p > text && p[-1] != '\n') p--;
+  const char *nl = strchr(p, '\n');
+  json_error_t je;
+  return json_loadb(p, nl ? (size_t)(nl - p) : strlen(p), 0, &je);
+}
+
+/* The doctor and preflight hooks: their events' fields, exactly (keys and values). */
+START_TEST(test_obs_doctor_preflight) {
+  char path[] = "/tmp/trun-events-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.events = path;
+  cfg.metrics_port = -1;
+  trun_obs *o = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), "node-a", &o, err, sizeof(err)), 0);
+  trun_doctor_outcome d = {.analyzed = 1,
+                           .agents = 2,
+                           .missing = 0,
+                           .split = 1,
+                           .max_per_host = 2,
+                           .gpu_clash = 0,
+                           .efa = 1,
+                           .fail_on_findings = 1,
+                           .action = "stop"};
+  trun_obs_doctor(o, 3, &d);
+  trun_pf_outcome pf = {.verdict = "fail", .peak_gbps = 2.5, .at_bytes = 1048576, .fabric = "nvlink"};
+  snprintf(pf.cause, sizeof(pf.cause), "P2P off");
+  trun_obs_preflight(o, 0, &pf);
+  trun_obs_close(o, 1);
+  char *text = read_all(path);
+  unlink(path);
+  json_t *j = event_line(text, "doctor");
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  ck_assert_str_eq(s,
+                   "{\"event\":\"doctor\",\"host\":\"node-a\",\"round\":3,\"analyzed\":true,\"agents\":2,"
+                   "\"missing\":0,\"split_pods\":true,\"agents_per_host\":2,\"gpu_clash\":false,"
+                   "\"efa_warning\":true,\"on_split_pods\":\"fail\",\"action\":\"stop\"}");
+  free(s);
+  json_decref(j);
+  j = event_line(text, "preflight");
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  ck_assert_str_eq(
+      s,
+      "{\"event\":\"preflight\",\"host\":\"node-a\",\"round\":0,\"verdict\":\"fail\","
+      "\"peak_busbw_gbps\":2.5,\"at_bytes\":1048576,\"fabric\":\"nvlink\",\"cause\":\"P2P off\"}");
+  free(s);
+  json_decref(j);
+}
+END_TEST
+
+/* A non-zero group rank knows only the action; a skip has no measurement. */
+START_TEST(test_obs_doctor_other_rank_and_skip) {
+  char path[] = "/tmp/trun-events-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.events = path;
+  cfg.metrics_port = -1;
+  trun_obs *o = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), "h", &o, err, sizeof(err)), 0);
+  trun_doctor_outcome d = {.action = "continue"};
+  trun_obs_doctor(o, 0, &d);
+  trun_pf_outcome pf = {.verdict = "skip", .peak_gbps = -1, .cause = "no GPU visible on this node"};
+  trun_obs_preflight(o, 0, &pf);
+  trun_obs_close(o, 0);
+  char *text = read_all(path);
+  unlink(path);
+  json_t *j = event_line(text, "doctor");
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  ck_assert_str_eq(s,
+                   "{\"event\":\"doctor\",\"host\":\"h\",\"round\":0,\"analyzed\":false,"
+                   "\"on_split_pods\":\"warn\",\"action\":\"continue\"}");
+  free(s);
+  json_decref(j);
+  j = event_line(text, "preflight");
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  ck_assert_str_eq(s,
+                   "{\"event\":\"preflight\",\"host\":\"h\",\"round\":0,\"verdict\":\"skip\","
+                   "\"cause\":\"no GPU visible on this node\"}");
+  free(s);
+  json_decref(j);
+}
+END_TEST
+
 static Suite *obs_suite(void) {
   Suite *s = suite_create("obs");
   TCase *tc = tcase_create("events");
@@ -281,6 +387,8 @@ static Suite *obs_suite(void) {
   tcase_add_test(tc, test_events_bad_spec);
   tcase_add_test(tc, test_events_slow_reader);
   tcase_add_test(tc, test_events_broken);
+  tcase_add_test(tc, test_obs_doctor_preflight);
+  tcase_add_test(tc, test_obs_doctor_other_rank_and_skip);
   suite_add_tcase(s, tc);
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);
