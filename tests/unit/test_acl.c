@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 
+#include "store_acl.h"
 #include "unit.h"
 
 static unit_server us;
@@ -119,6 +120,36 @@ START_TEST(test_rules_match) {
   ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 1);
   sin4(&ss, "172.32.0.1");
   ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 0);
+  stop();
+}
+END_TEST
+
+/* --store-allow-peers with c10d admits what the participants' names resolve to: an address as it is, a name
+ * by its addresses; a name that does not resolve is an error naming it. */
+START_TEST(test_allow_names) {
+  start_opts(0, 0);
+  trun_server *s = us.srv;
+  trun_server_allow_enforce(s, 1);
+  const char *names[] = {"192.0.2.7", "localhost", "2001:db8::9"};
+  char err[512] = "";
+  ck_assert_int_eq(trun_store_acl_allow_names(s, names, 3, err, sizeof(err)), 0);
+  struct sockaddr_storage ss;
+  static const struct {
+    const char *a;
+    int v6, ok;
+  } cases[] = {{"192.0.2.7", 0, 1},   {"192.0.2.8", 0, 0},   {"127.0.0.1", 0, 1},
+               {"2001:db8::9", 1, 1}, {"2001:db8::a", 1, 0}, {"10.0.0.1", 0, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    if (cases[i].v6)
+      sin6(&ss, cases[i].a);
+    else
+      sin4(&ss, cases[i].a);
+    ck_assert_msg(trun_server_peer_allowed(s, (struct sockaddr *)&ss) == cases[i].ok, "%s: want %d",
+                  cases[i].a, cases[i].ok);
+  }
+  const char *bad[] = {"127.0.0.1", "no-such-host.invalid"}; /* RFC 6761: never resolves */
+  ck_assert_int_eq(trun_store_acl_allow_names(s, bad, 2, err, sizeof(err)), -1);
+  ck_assert_msg(strstr(err, "participant 'no-such-host.invalid' does not resolve here") != NULL, "%s", err);
   stop();
 }
 END_TEST
@@ -240,6 +271,7 @@ static Suite *acl_suite(void) {
   TCase *tc = tcase_create("rules");
   tcase_add_test(tc, test_parse_cidr);
   tcase_add_test(tc, test_rules_match);
+  tcase_add_test(tc, test_allow_names);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);
