@@ -815,6 +815,7 @@ static int agent_main(agent *a) {
   a->rdzv.poll = poll_signals;
   a->rdzv.poll_arg = a;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
+  trun_stall_use_gpus(a->stall, a->node);
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return 1;
