@@ -277,8 +277,8 @@ START_TEST(test_pgrp_cpu) {
 }
 END_TEST
 
-/* The line of event name ev in text (parsed; the caller decrefs), NULL when none. */
-static json_t *event_line(const char *text, const char *ev) {
+/* The event ev of the stream text as compact JSON without its ts (free()), NULL when none. */
+static char *event_json(const char *text, const char *ev) {
   char want[64];
   snprintf(want, sizeof(want), "\"event\":\"%s\"", ev);
   const char *p = strstr(text, want);
@@ -286,11 +286,16 @@ static json_t *event_line(const char *text, const char *ev) {
   while (p > text && p[-1] != '\n') p--;
   const char *nl = strchr(p, '\n');
   json_error_t je;
-  return json_loadb(p, nl ? (size_t)(nl - p) : strlen(p), 0, &je);
+  json_t *j = json_loadb(p, nl ? (size_t)(nl - p) : strlen(p), 0, &je);
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  return s;
 }
 
-/* The doctor and preflight hooks: their events' fields, exactly (keys and values). */
-START_TEST(test_obs_doctor_preflight) {
+/* Runs emit(o) on a trun_obs whose events go to a new file; returns the stream's text (read_all's buffer). */
+static char *obs_events(const char *host, void (*emit)(trun_obs *o)) {
   char path[] = "/tmp/trun-events-XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
@@ -301,7 +306,22 @@ START_TEST(test_obs_doctor_preflight) {
   cfg.metrics_port = -1;
   trun_obs *o = NULL;
   char err[256];
-  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), "node-a", &o, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), host, &o, err, sizeof(err)), 0);
+  emit(o);
+  trun_obs_close(o, 0);
+  char *text = read_all(path);
+  unlink(path);
+  return text;
+}
+
+static void check_event(const char *text, const char *ev, const char *want) {
+  char *s = event_json(text, ev);
+  ck_assert_msg(s != NULL, "no %s event in %s", ev, text);
+  ck_assert_str_eq(s, want);
+  free(s);
+}
+
+static void emit_rank0(trun_obs *o) {
   trun_doctor_outcome d = {.analyzed = 1,
                            .agents = 2,
                            .missing = 0,
@@ -315,70 +335,37 @@ START_TEST(test_obs_doctor_preflight) {
   trun_pf_outcome pf = {.verdict = "fail", .peak_gbps = 2.5, .at_bytes = 1048576, .fabric = "nvlink"};
   snprintf(pf.cause, sizeof(pf.cause), "P2P off");
   trun_obs_preflight(o, 0, &pf);
-  trun_obs_close(o, 1);
-  char *text = read_all(path);
-  unlink(path);
-  json_t *j = event_line(text, "doctor");
-  ck_assert_ptr_nonnull(j);
-  json_object_del(j, "ts");
-  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  ck_assert_str_eq(s,
-                   "{\"event\":\"doctor\",\"host\":\"node-a\",\"round\":3,\"analyzed\":true,\"agents\":2,"
-                   "\"missing\":0,\"split_pods\":true,\"agents_per_host\":2,\"gpu_clash\":false,"
-                   "\"efa_warning\":true,\"on_split_pods\":\"fail\",\"action\":\"stop\"}");
-  free(s);
-  json_decref(j);
-  j = event_line(text, "preflight");
-  ck_assert_ptr_nonnull(j);
-  json_object_del(j, "ts");
-  s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  ck_assert_str_eq(
-      s,
-      "{\"event\":\"preflight\",\"host\":\"node-a\",\"round\":0,\"verdict\":\"fail\","
-      "\"peak_busbw_gbps\":2.5,\"at_bytes\":1048576,\"fabric\":\"nvlink\",\"cause\":\"P2P off\"}");
-  free(s);
-  json_decref(j);
+}
+
+/* The doctor and preflight hooks: their events' fields, exactly (keys and values). */
+START_TEST(test_obs_doctor_preflight) {
+  char *text = obs_events("node-a", emit_rank0);
+  check_event(text, "doctor",
+              "{\"event\":\"doctor\",\"host\":\"node-a\",\"round\":3,\"analyzed\":true,\"agents\":2,"
+              "\"missing\":0,\"split_pods\":true,\"agents_per_host\":2,\"gpu_clash\":false,"
+              "\"efa_warning\":true,\"on_split_pods\":\"fail\",\"action\":\"stop\"}");
+  check_event(text, "preflight",
+              "{\"event\":\"preflight\",\"host\":\"node-a\",\"round\":0,\"verdict\":\"fail\","
+              "\"peak_busbw_gbps\":2.5,\"at_bytes\":1048576,\"fabric\":\"nvlink\",\"cause\":\"P2P off\"}");
 }
 END_TEST
 
-/* A non-zero group rank knows only the action; a skip has no measurement. */
-START_TEST(test_obs_doctor_other_rank_and_skip) {
-  char path[] = "/tmp/trun-events-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  close(fd);
-  trun_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.events = path;
-  cfg.metrics_port = -1;
-  trun_obs *o = NULL;
-  char err[256];
-  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), "h", &o, err, sizeof(err)), 0);
+static void emit_other(trun_obs *o) {
   trun_doctor_outcome d = {.action = "continue"};
   trun_obs_doctor(o, 0, &d);
   trun_pf_outcome pf = {.verdict = "skip", .peak_gbps = -1, .cause = "no GPU visible on this node"};
   trun_obs_preflight(o, 0, &pf);
-  trun_obs_close(o, 0);
-  char *text = read_all(path);
-  unlink(path);
-  json_t *j = event_line(text, "doctor");
-  ck_assert_ptr_nonnull(j);
-  json_object_del(j, "ts");
-  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  ck_assert_str_eq(s,
-                   "{\"event\":\"doctor\",\"host\":\"h\",\"round\":0,\"analyzed\":false,"
-                   "\"on_split_pods\":\"warn\",\"action\":\"continue\"}");
-  free(s);
-  json_decref(j);
-  j = event_line(text, "preflight");
-  ck_assert_ptr_nonnull(j);
-  json_object_del(j, "ts");
-  s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  ck_assert_str_eq(s,
-                   "{\"event\":\"preflight\",\"host\":\"h\",\"round\":0,\"verdict\":\"skip\","
-                   "\"cause\":\"no GPU visible on this node\"}");
-  free(s);
-  json_decref(j);
+}
+
+/* A non-zero group rank knows only the action; a skip has no measurement. */
+START_TEST(test_obs_doctor_other_rank_and_skip) {
+  char *text = obs_events("h", emit_other);
+  check_event(text, "doctor",
+              "{\"event\":\"doctor\",\"host\":\"h\",\"round\":0,\"analyzed\":false,"
+              "\"on_split_pods\":\"warn\",\"action\":\"continue\"}");
+  check_event(text, "preflight",
+              "{\"event\":\"preflight\",\"host\":\"h\",\"round\":0,\"verdict\":\"skip\","
+              "\"cause\":\"no GPU visible on this node\"}");
 }
 END_TEST
 
