@@ -815,6 +815,7 @@ static int agent_main(agent *a) {
   a->rdzv.poll = poll_signals;
   a->rdzv.poll_arg = a;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
+  trun_stall_use_gpus(a->stall, a->node);
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return 1;
@@ -848,9 +849,15 @@ static int agent_main(agent *a) {
     reconnect_watch(a);
     trun_obs_rdzv_end(a->obs, a->round, NULL);
     /* Split pods / GPU clash (agent/doctor.h); --preflight on the first round (agent/preflight.h). */
-    if (trun_doctor_round(&a->rdzv, a->env, a->round, a->node) ||
-        (a->cfg->preflight && a->round == 0 &&
-         trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count))) {
+    trun_doctor_outcome doc;
+    int stop = trun_doctor_round(&a->rdzv, a->env, a->round, a->node, &doc);
+    trun_obs_doctor(a->obs, a->round, &doc);
+    if (!stop && a->cfg->preflight && a->round == 0) {
+      trun_pf_outcome pf;
+      stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count, &pf);
+      trun_obs_preflight(a->obs, a->round, &pf);
+    }
+    if (stop) {
       code = 1;
       break;
     }

@@ -147,6 +147,7 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
     int cnt = 0, gpus = 0;
     for (int i = 0; i < n; i++)
       if (host[i] == h) cnt++, gpus += ids[i].ngpu;
+    if (cnt > out->max_per_host) out->max_per_host = cnt;
     if (cnt < 2 || gpus == 0) continue; /* CPU-only agents sharing a host cost nothing NCCL-wise */
     trun_doctor_finding *f = add(out, TRUN_DOCTOR_WARN, "split");
     if (f == NULL) break;
@@ -183,6 +184,7 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
       if (also == 0) continue;
       trun_doctor_finding *f = add(out, TRUN_DOCTOR_ERROR, "gpu-clash");
       if (f == NULL) goto done;
+      out->gpu_clash++;
       snprintf(f->text, sizeof(f->text), "GPU %s is seen by %d agents: group rank %d (host %s)", u, also + 1,
                ids[i].group_rank, ids[i].hostname);
       for (int j = i + 1; j < n; j++)
@@ -203,6 +205,7 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
     if (ids[i].nefa >= need) continue;
     trun_doctor_finding *f = add(out, TRUN_DOCTOR_WARN, "efa");
     if (f == NULL) break;
+    out->efa++;
     snprintf(f->text, sizeof(f->text),
              "group rank %d (host %s, %s): %d usable EFA device(s) for %d GPU(s); a %s has %d EFA for %d "
              "GPUs, so %d GPU(s) need %d.\n    NCCL's inter-node traffic falls back to fewer NICs or TCP "
@@ -284,8 +287,11 @@ out:
 }
 
 int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id *self, int wait_ms,
-                         int fail_on_findings) {
+                         int fail_on_findings, trun_doctor_outcome *out) {
   char k[600], vk[600];
+  trun_doctor_outcome dummy;
+  if (out == NULL) out = &dummy;
+  *out = (trun_doctor_outcome){.fail_on_findings = fail_on_findings, .action = "continue"};
   snprintf(k, sizeof(k), "%s/doctor/%d", key_base, r->group_rank);
   snprintf(vk, sizeof(vk), "%s/doctor/verdict", key_base);
   json_t *j = trun_doctor_identity_json(self);
@@ -309,6 +315,7 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
               "clash (--on-split-pods=fail); its report says which\n",
               r->group_rank);
     trun_buf_free(&v);
+    out->action = stop ? "stop" : "continue";
     return stop;
   }
   trun_host_id *ids = calloc((size_t)world, sizeof(*ids));
@@ -326,6 +333,17 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
   if (f) {
     trun_doctor_analyze(ids, n, f);
     stop = fail_on_findings && (f->split > 0 || f->errors > 0);
+    *out = (trun_doctor_outcome){.analyzed = 1,
+                                 .agents = n,
+                                 .missing = missing,
+                                 .split = f->split,
+                                 .max_per_host = f->max_per_host,
+                                 .gpu_clash = f->gpu_clash,
+                                 .efa = f->efa,
+                                 .fail_on_findings = fail_on_findings,
+                                 .action = stop       ? "stop"
+                                           : f->n > 0 ? "continue"
+                                                      : "none"};
     if (f->n > 0 || missing > 0) {
       trun_doctor_print(stderr, f, n, missing);
       if (f->n > 0)
@@ -343,7 +361,9 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
   return stop;
 }
 
-int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *given) {
+int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *given,
+                      trun_doctor_outcome *out) {
+  if (out) *out = (trun_doctor_outcome){.fail_on_findings = r->cfg->on_split_pods_fail, .action = "continue"};
   trun_node *node = calloc(1, sizeof(*node));
   if (node == NULL) return 0;
   char err[512], base[600];
@@ -366,7 +386,7 @@ int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *giv
   else
     snprintf(base, sizeof(base), "/trun/%s/r%d", r->cfg->run_id, round);
   /* c10d fleets may mix in torchrun agents, which never publish: wait only briefly for them. */
-  int rc = trun_doctor_exchange(r, base, self, r->dynamic ? 2000 : 10000, r->cfg->on_split_pods_fail);
+  int rc = trun_doctor_exchange(r, base, self, r->dynamic ? 2000 : 10000, r->cfg->on_split_pods_fail, out);
   free(self);
   return rc;
 }

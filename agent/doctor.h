@@ -42,9 +42,24 @@ typedef struct {
 typedef struct {
   int n;
   trun_doctor_finding f[TRUN_DOCTOR_MAX_FINDINGS];
-  int split;  /* (a) findings */
-  int errors; /* severity ERROR */
+  int split;        /* (a) findings */
+  int errors;       /* severity ERROR */
+  int gpu_clash;    /* (b) findings */
+  int efa;          /* (c) findings */
+  int max_per_host; /* the most agents on one physical host (1: no split) */
 } trun_doctor_findings;
+
+/* What this agent's doctor step found, for the "doctor" event. Group rank 0 analyzed (analyzed = 1): agents
+ * checked, missing, the findings' counts; the others know only the action (and that only with
+ * --on-split-pods=fail). action: "none" (nothing found), "continue" (findings, --on-split-pods=warn, or a
+ * non-zero group rank without a verdict to wait for), "stop". */
+typedef struct {
+  int analyzed;
+  int agents, missing;
+  int split, max_per_host, gpu_clash, efa;
+  int fail_on_findings;
+  const char *action;
+} trun_doctor_outcome;
 
 /* This agent's identity from a discovered node. */
 void trun_doctor_identity(const trun_node *node, int group_rank, int nproc, trun_host_id *out);
@@ -62,9 +77,9 @@ void trun_doctor_print(FILE *out, const trun_doctor_findings *f, int nagents, in
  * verdict. Returns 1 when this agent must stop (verdict "fail"), 0 otherwise (store problems are warned
  * about and do not stop the job). */
 int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id *self, int wait_ms,
-                         int fail_on_findings);
+                         int fail_on_findings, trun_doctor_outcome *out);
 /* The agent's hook after each rendezvous round: discovers this node (envp's CUDA_VISIBLE_DEVICES), builds the
  * key base for the backend (static: /trun/<run_id>/r<round>; c10d: <round prefix>trun) and exchanges. */
-int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *node);
+int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *node, trun_doctor_outcome *out);
 
 #endif

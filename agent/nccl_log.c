@@ -168,6 +168,10 @@ void trun_nccl_log_feed_line(trun_nccl_log *l, const char *line) {
   char buf[2048];
   snprintf(buf, sizeof(buf), "%s", line);
   buf[strcspn(buf, "\r\n")] = '\0';
+  /* NCCL writes ASCII; anything else (a corrupt or foreign line) becomes '?', so that host and transport
+   * names stay valid JSON strings and are not dropped from the report. */
+  for (unsigned char *c = (unsigned char *)buf; *c; c++)
+    if (*c >= 0x7f || (*c < 0x20 && *c != '\t')) *c = '?';
   regmatch_t m[16];
   if (regexec(&l->re_prefix, buf, 16, m, 0) != 0) return;
   char host[128];

@@ -73,6 +73,13 @@ typedef struct {
   unsigned long long used;
 } trun_nvmlMemory_t;
 
+/* nvmlUtilization_t: percent of the last sample period (1/6 s to 1 s) a kernel ran / memory was read or
+ * written. */
+typedef struct {
+  unsigned int gpu;
+  unsigned int memory;
+} trun_nvmlUtilization_t;
+
 /* Prototypes, by exported symbol name (used as function pointer types). */
 typedef trun_nvmlReturn_t (*trun_nvmlInit_v2_fn)(void);
 typedef trun_nvmlReturn_t (*trun_nvmlShutdown_fn)(void);
@@ -86,6 +93,8 @@ typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetUUID_fn)(trun_nvmlDevice_t, char *
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetName_fn)(trun_nvmlDevice_t, char *, unsigned int);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetPciInfo_fn)(trun_nvmlDevice_t, trun_nvmlPciInfo_t *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetMemoryInfo_fn)(trun_nvmlDevice_t, trun_nvmlMemory_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetUtilizationRates_fn)(trun_nvmlDevice_t,
+                                                                   trun_nvmlUtilization_t *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetCpuAffinity_fn)(trun_nvmlDevice_t, unsigned int,
                                                               unsigned long *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNumaNodeId_fn)(trun_nvmlDevice_t, unsigned int *);

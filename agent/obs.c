@@ -225,6 +225,34 @@ void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idl
   trun_events_emit(o->ev, "stall", f);
 }
 
+void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d) {
+  if (o == NULL || d == NULL) return;
+  json_t *f = json_pack("{s:i,s:b}", "round", round, "analyzed", d->analyzed);
+  if (d->analyzed) {
+    json_object_set_new(f, "agents", json_integer(d->agents));
+    json_object_set_new(f, "missing", json_integer(d->missing));
+    json_object_set_new(f, "split_pods", json_boolean(d->split > 0));
+    json_object_set_new(f, "agents_per_host", json_integer(d->max_per_host));
+    json_object_set_new(f, "gpu_clash", json_boolean(d->gpu_clash > 0));
+    json_object_set_new(f, "efa_warning", json_boolean(d->efa > 0));
+  }
+  json_object_set_new(f, "on_split_pods", json_string(d->fail_on_findings ? "fail" : "warn"));
+  json_object_set_new(f, "action", json_string(d->action ? d->action : "continue"));
+  trun_events_emit(o->ev, "doctor", f);
+}
+
+void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p) {
+  if (o == NULL || p == NULL) return;
+  json_t *f = json_pack("{s:i,s:s}", "round", round, "verdict", p->verdict);
+  if (p->peak_gbps >= 0) {
+    json_object_set_new(f, "peak_busbw_gbps", json_real(p->peak_gbps));
+    json_object_set_new(f, "at_bytes", json_integer((json_int_t)p->at_bytes));
+  }
+  if (p->fabric[0]) json_object_set_new(f, "fabric", json_string(p->fabric));
+  if (p->cause[0]) json_object_set_new(f, "cause", json_string(p->cause));
+  trun_events_emit(o->ev, "preflight", f);
+}
+
 void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) {
   if (o == NULL || o->ev == NULL || n == 0) return;
   int root = trun_failure_root(fs, n);

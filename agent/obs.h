@@ -9,6 +9,8 @@
 
 #include "config.h"
 #include "discover.h"
+#include "doctor.h"
+#include "preflight.h"
 #include "rdzv.h"
 #include "report.h"
 
@@ -30,6 +32,10 @@ void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int 
 void trun_obs_restart(trun_obs *o, int attempt, int remaining);
 void trun_obs_membership(trun_obs *o, int waiting);
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
+/* The split-pod doctor's verdict after a rendezvous round (agent/doctor.h). */
+void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
+/* The --preflight verdict (agent/preflight.h). */
+void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p);
 /* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure". */
 void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final);
 /* Emits job_end, closes the endpoint and the stream (run the loop afterwards to release handles). */

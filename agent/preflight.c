@@ -2,8 +2,10 @@
 #include "preflight.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,11 +84,15 @@ const char *trun_pf_verdict_name(trun_pf_verdict v) {
   return "?";
 }
 
-trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, const double *bytes,
-                              const double *busbw, int n, char *msg, size_t len) {
+trun_pf_verdict trun_pf_judge_result(const trun_pf_expect *e, const double *bytes, const double *busbw, int n,
+                                     trun_pf_result *res, char *msg, size_t len) {
+  memset(res, 0, sizeof(*res));
+  res->peak_gbps = -1;
+  snprintf(res->fabric, sizeof(res->fabric), "%s", e->fabric);
   if (strcmp(e->fabric, "none") == 0 || n <= 0) {
     snprintf(msg, len, "%s", n <= 0 ? "nothing measured" : e->why);
-    return TRUN_PF_SKIP;
+    snprintf(res->cause, sizeof(res->cause), "%s", msg);
+    return res->verdict = TRUN_PF_SKIP;
   }
   double peak = 0, at = 0;
   for (int i = 0; i < n; i++)
@@ -94,25 +100,69 @@ trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, 
   trun_pf_verdict v = peak >= e->pass_gbps   ? TRUN_PF_PASS
                       : peak >= e->warn_gbps ? TRUN_PF_WARN
                                              : TRUN_PF_FAIL;
-  const char *cause = "";
+  const char *cause = "", *likely = "";
   if (v != TRUN_PF_PASS) {
+    likely = "likely cause: ";
     if (strcmp(e->fabric, "efa") == 0 && peak < 5.0)
       cause =
-          "; likely cause: EFA fallback - busbw is at TCP-socket level although EFA devices exist (the "
-          "aws-ofi-nccl plugin was not used? run with --nccl-report)";
+          "EFA fallback - busbw is at TCP-socket level although EFA devices exist (the aws-ofi-nccl plugin "
+          "was not used? run with --nccl-report)";
     else if (strcmp(e->fabric, "nvlink") == 0 && peak < 30.0)
       cause =
-          "; likely cause: P2P off - busbw is at PCIe / host-memory level on NVLink GPUs (NCCL_P2P_DISABLE, "
-          "NCCL_P2P_LEVEL, or GPUs split across pods)";
+          "P2P off - busbw is at PCIe / host-memory level on NVLink GPUs (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, "
+          "or GPUs split across pods)";
     else if (strcmp(e->fabric, "efa") == 0)
-      cause = "; likely cause: fewer EFA devices in use than the instance has, or GPUDirect RDMA off";
+      cause = "fewer EFA devices in use than the instance has, or GPUDirect RDMA off";
     else
-      cause = "; below what this fabric should reach";
+      cause = "below what this fabric should reach", likely = "";
   }
-  (void)l;
-  snprintf(msg, len, "peak busbw %.1f GB/s at %.0f B; expected for %s (%s): pass >= %.4g, warn >= %.4g%s",
-           peak, at, e->fabric, e->why, e->pass_gbps, e->warn_gbps, cause);
+  res->verdict = v;
+  res->peak_gbps = peak;
+  res->at_bytes = at;
+  snprintf(res->cause, sizeof(res->cause), "%s", cause);
+  snprintf(msg, len, "peak busbw %.1f GB/s at %.0f B; expected for %s (%s): pass >= %.4g, warn >= %.4g%s%s%s",
+           peak, at, e->fabric, e->why, e->pass_gbps, e->warn_gbps, *cause ? "; " : "", likely, cause);
   return v;
+}
+
+trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, const double *bytes,
+                              const double *busbw, int n, char *msg, size_t len) {
+  trun_pf_result res;
+  (void)l;
+  return trun_pf_judge_result(e, bytes, busbw, n, &res, msg, len);
+}
+
+int trun_pf_result_write(const char *path, const trun_pf_result *res) {
+  json_t *j =
+      json_pack("{s:s,s:f,s:f,s:s,s:s}", "verdict", trun_pf_verdict_name(res->verdict), "peak_busbw_gbps",
+                res->peak_gbps, "at_bytes", res->at_bytes, "fabric", res->fabric, "cause", res->cause);
+  if (j == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = json_dump_file(j, path, JSON_COMPACT);
+  json_decref(j);
+  return rc < 0 ? -1 : 0;
+}
+
+int trun_pf_result_read(const char *path, trun_pf_result *res) {
+  memset(res, 0, sizeof(*res));
+  json_error_t je;
+  json_t *j = json_load_file(path, 0, &je);
+  const char *v = json_string_value(json_object_get(j, "verdict"));
+  int rc = -1;
+  for (int i = TRUN_PF_PASS; v && i <= TRUN_PF_SKIP; i++)
+    if (strcmp(v, trun_pf_verdict_name((trun_pf_verdict)i)) == 0) res->verdict = (trun_pf_verdict)i, rc = 0;
+  if (rc == 0) {
+    const char *f = json_string_value(json_object_get(j, "fabric"));
+    const char *c = json_string_value(json_object_get(j, "cause"));
+    res->peak_gbps = json_number_value(json_object_get(j, "peak_busbw_gbps"));
+    res->at_bytes = json_number_value(json_object_get(j, "at_bytes"));
+    snprintf(res->fabric, sizeof(res->fabric), "%s", f ? f : "");
+    snprintf(res->cause, sizeof(res->cause), "%s", c ? c : "");
+  }
+  json_decref(j);
+  return rc;
 }
 
 /* ---- the agent's step --------------------------------------------------------------------------------- */
@@ -142,16 +192,53 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Fills out (when given): verdict, cause (printf-style), no measurement. */
+static void outcome(trun_pf_outcome *out, const char *verdict, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void outcome(trun_pf_outcome *out, const char *verdict, const char *fmt, ...) {
+  if (out == NULL) return;
+  memset(out, 0, sizeof(*out));
+  snprintf(out->verdict, sizeof(out->verdict), "%s", verdict);
+  out->peak_gbps = -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->cause, sizeof(out->cause), fmt, ap);
+  va_end(ap);
+}
+
+/* The outcome from local rank 0's result file (rank 0's verdict, this node's measurement). */
+static void outcome_from_result(trun_pf_outcome *out, const char *path, int status0) {
+  trun_pf_result res;
+  if (out == NULL) return;
+  if (trun_pf_result_read(path, &res) < 0) {
+    if (status0 == TRUN_PF_EXIT_SKIP)
+      outcome(out, "skip", "trun-preflight skipped (its line above says why)");
+    else
+      outcome(out, status0 == TRUN_PF_EXIT_FAIL ? "fail" : "error",
+              "trun-preflight (local rank 0, exit %d) left no result in %s", status0, path);
+    return;
+  }
+  outcome(out, "", "%s", res.cause);
+  const char *name = trun_pf_verdict_name(res.verdict);
+  for (size_t i = 0; name[i] && i + 1 < sizeof(out->verdict); i++)
+    out->verdict[i] = (char)(name[i] - 'A' + 'a');
+  out->peak_gbps = res.peak_gbps;
+  out->at_bytes = res.at_bytes;
+  snprintf(out->fabric, sizeof(out->fabric), "%s", res.fabric);
+}
+
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count) {
+                         int restart_count, trun_pf_outcome *out) {
   trun_node *node = calloc(1, sizeof(*node));
   char err[512];
+  outcome(out, "error", "out of memory");
   if (node == NULL) return 0;
   if (trun_discover_gpus(node, env, err, sizeof(err)) < 0) trun_warn("--preflight: GPU discovery: %s", err);
   int ngpu = node->ngpu;
   free(node);
   if (ngpu == 0) {
     fprintf(stderr, "trun: --preflight: skipped on node rank %d: no GPU visible here\n", r->group_rank);
+    outcome(out, "skip", "no GPU visible on this node");
     return 0;
   }
   char path[PATH_MAX], key[512];
@@ -159,8 +246,18 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
   if (access(path, X_OK) != 0) {
     trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT", path,
                strerror(errno));
+    outcome(out, "error", "%s is not an executable (%s)", path, strerror(errno));
     return 1;
   }
+  /* Local rank 0's trun-preflight writes its result here (verdict, peak busbw, cause) for the event. */
+  const char *tmpdir = getenv("TMPDIR");
+  char result[PATH_MAX];
+  snprintf(result, sizeof(result), "%s/trun-preflight-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int rfd = mkstemp(result);
+  if (rfd >= 0)
+    close(rfd);
+  else
+    result[0] = '\0';
   snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id,
            r->dynamic ? r->dyn_round : (long long)round, restart_count);
   const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
@@ -185,9 +282,11 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
   fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
   for (int lr = 0; lr < nproc; lr++) {
     char **e = trun_worker_envp(env, cfg, r, lr, restart_count, "");
-    if (e == NULL || trun_strv_setenv(&e, "TRUN_PREFLIGHT_KEY", key) < 0) {
+    if (e == NULL || trun_strv_setenv(&e, "TRUN_PREFLIGHT_KEY", key) < 0 ||
+        (lr == 0 && result[0] && trun_strv_setenv(&e, "TRUN_PREFLIGHT_RESULT", result) < 0)) {
       trun_strv_free(e);
       trun_error("--preflight: out of memory building local rank %d's environment", lr);
+      outcome(out, "error", "out of memory building local rank %d's environment", lr);
       stop = 1;
       break;
     }
@@ -200,6 +299,8 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
                  strerror(-rc));
       if (pids[lr] > 0) waitpid(pids[lr], NULL, 0);
       pids[lr] = 0;
+      outcome(out, "error", "cannot start %s for local rank %d: %s failed: %s", path, lr, what,
+              strerror(-rc));
       stop = 1;
       break;
     }
@@ -230,9 +331,12 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
         if (pids[lr] > 0 && status[lr] == -1) waitpid(pids[lr], NULL, 0), status[lr] = 124;
       left = 0;
       stop = 1;
+      outcome(out, "error", "trun-preflight still running after %.0f s (init timeout): killed", timeout);
     }
     if (left > 0) usleep(50 * 1000);
   }
+  int failed = stop; /* start failure or time-out: out says so already */
+  if (!failed && started > 0) outcome_from_result(out, result, status[0]);
   for (int lr = 0; lr < nproc; lr++) {
     if (pids[lr] <= 0 || status[lr] == TRUN_PF_EXIT_OK || status[lr] == TRUN_PF_EXIT_SKIP) continue;
     if (status[lr] == 124) continue;
@@ -240,9 +344,14 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
     trun_error("--preflight: local rank %d (rank %d) %s (exit %d); see its lines above", lr,
                r->base_rank + lr, status[lr] == TRUN_PF_EXIT_FAIL ? "measured a FAIL verdict" : "failed",
                status[lr]);
+    if (!failed && status[lr] != TRUN_PF_EXIT_FAIL)
+      outcome(out, "error", "trun-preflight of local rank %d (rank %d) failed (exit %d)", lr,
+              r->base_rank + lr, status[lr]);
+    failed = 1;
   }
   if (stop)
     fprintf(stderr, "trun: --preflight failed on node rank %d: not starting the workers\n", r->group_rank);
+  if (result[0]) unlink(result);
   free(extra_copy);
   free(pids);
   free(status);

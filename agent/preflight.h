@@ -41,6 +41,24 @@ trun_pf_verdict trun_pf_judge(const trun_pf_expect *e, const trun_pf_layout *l, 
                               const double *busbw, int n, char *msg, size_t len);
 const char *trun_pf_verdict_name(trun_pf_verdict v);
 
+/* A verdict with its parts: the peak busbw (GB/s, -1 when nothing was measured), the size it was reached at,
+ * the fabric and, on warn / fail, the named likely cause ("" on pass). */
+typedef struct {
+  trun_pf_verdict verdict;
+  double peak_gbps, at_bytes;
+  char fabric[16];
+  char cause[256];
+} trun_pf_result;
+
+/* trun_pf_judge, filling res as well. */
+trun_pf_verdict trun_pf_judge_result(const trun_pf_expect *e, const double *bytes, const double *busbw, int n,
+                                     trun_pf_result *res, char *msg, size_t len);
+/* The result as one JSON object {"verdict": "PASS", "peak_busbw_gbps", "at_bytes", "fabric", "cause"} written
+ * to path (trun-preflight's $TRUN_PREFLIGHT_RESULT, read back by the agent). 0, or -1 (errno). */
+int trun_pf_result_write(const char *path, const trun_pf_result *res);
+/* Reads what trun_pf_result_write wrote. 0, or -1 (missing or malformed). */
+int trun_pf_result_read(const char *path, trun_pf_result *res);
+
 /* trun-preflight's exit codes. */
 enum {
   TRUN_PF_EXIT_OK = 0,
@@ -50,10 +68,21 @@ enum {
   TRUN_PF_EXIT_SKIP = 4
 };
 
+/* What the agent's step found, for the "preflight" event: verdict "pass", "warn", "fail", "skip" or "error"
+ * (a trun-preflight that could not measure: start failure, crash, time-out); peak_gbps / at_bytes / fabric
+ * as local rank 0's trun-preflight measured them (peak_gbps -1: none); cause: why, for all but "pass". */
+typedef struct {
+  char verdict[8];
+  double peak_gbps, at_bytes;
+  char fabric[16];
+  char cause[512];
+} trun_pf_outcome;
+
 /* The agent's --preflight step for this round: a one-line skip when this node has no GPU; otherwise one
  * trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT) per local rank with the workers' rank
- * environment, waited for (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). 0: continue; 1: stop the job. */
+ * environment, waited for (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL).
+ * 0: continue; 1: stop the job. */
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count);
+                         int restart_count, trun_pf_outcome *out);
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu_util.h"
 #include "log.h"
 #include "report.h"
 
@@ -37,6 +38,10 @@ struct trun_stall {
   double pending_idle;
   int closed;
   long hz; /* clock ticks per second of /proc's CPU times */
+  /* GPU utilisation (trun_stall_use_gpus): the sampler, its newest sample, whether this tick has one. */
+  trun_gpu_util *gpu;
+  int ngpu, gpu_threshold, gpu_fresh;
+  int gpu_util[TRUN_MAX_GPUS];
 };
 
 static double mono_s(void) {
@@ -86,10 +91,25 @@ static void on_grace(uv_timer_t *t) {
   s->cb(s->arg, s->pending_rank, s->pending_idle, s->signal, 1);
 }
 
+/* Takes the sampler's newest line; a sampler that ended is reported once and no longer asked. */
+static void read_gpu(trun_stall *s) {
+  char err[256] = "";
+  int rc = trun_gpu_util_read(s->gpu, s->gpu_util, err, sizeof(err));
+  if (rc >= 0) {
+    s->gpu_fresh = rc == 1;
+    return;
+  }
+  trun_warn("hang detection: GPU utilisation is not read (%s); output and CPU time still count", err);
+  trun_gpu_util_stop(s->gpu);
+  s->gpu = NULL;
+  s->gpu_fresh = 0;
+}
+
 static void on_tick(uv_timer_t *t) {
   trun_stall *s = t->data;
   if (s->fired) return;
   double now = mono_s();
+  if (s->gpu) read_gpu(s);
   for (int i = 0; i < s->n; i++) {
     watched *w = &s->w[i];
     if (!w->running) continue;
@@ -101,7 +121,9 @@ static void on_tick(uv_timer_t *t) {
      * threads uses about 1% of a CPU): TRUN_STALL_CPU_FRACTION of the time since the last sign of life.
      * A sum that went down (a process of the group ended unreaped) restarts the count. */
     double cpu_s = cpu >= w->cpu ? (double)(cpu - w->cpu) / (double)s->hz : 1e9;
-    if (bytes != w->bytes || (idle > 0 && cpu_s >= TRUN_STALL_CPU_FRACTION * idle)) {
+    /* Local rank i drives visible GPU i (mod the GPUs): busy in the newest sample is a sign of life. */
+    int gpu_busy = s->gpu_fresh && s->ngpu > 0 && s->gpu_util[i % s->ngpu] >= s->gpu_threshold;
+    if (bytes != w->bytes || (idle > 0 && cpu_s >= TRUN_STALL_CPU_FRACTION * idle) || gpu_busy) {
       w->bytes = bytes;
       w->cpu = cpu;
       w->last_active = now;
@@ -116,9 +138,10 @@ static void on_tick(uv_timer_t *t) {
       char name[32];
       trun_signal_name(s->signal, name, sizeof(name));
       trun_warn(
-          "local rank %d (pid %d) shows no output and no CPU time for %.0f s: sending it signal %s, "
+          "local rank %d (pid %d) shows no output and no CPU time%s for %.0f s: sending it signal %s, "
           "restarting in %d s",
-          i, (int)w->pid, idle, name, TRUN_STALL_GRACE_MS / 1000);
+          i, (int)w->pid, s->gpu ? " and its GPU no utilisation" : "", idle, name,
+          TRUN_STALL_GRACE_MS / 1000);
       if (kill(-w->pid, s->signal) < 0) kill(w->pid, s->signal);
       uv_timer_start(&s->grace, on_grace, TRUN_STALL_GRACE_MS, 0);
     } else {
@@ -144,17 +167,38 @@ trun_stall *trun_stall_new(uv_loop_t *loop, double timeout_s, int signal, trun_s
   return s;
 }
 
+/* How often the tick runs: a few times per timeout, at most every 5 s, at least every 100 ms. */
+static double tick_s(const trun_stall *s) {
+  double every = s->timeout / 4;
+  if (every > 5) every = 5;
+  if (every < 0.1) every = 0.1;
+  return every;
+}
+
+void trun_stall_use_gpus(trun_stall *s, const trun_node *node) {
+  if (s == NULL || node == NULL || node->ngpu <= 0 || s->gpu) return;
+  const char *v = getenv("TRUN_STALL_GPU_UTIL");
+  int threshold = v && *v ? atoi(v) : TRUN_STALL_GPU_UTIL_DEFAULT;
+  if (threshold <= 0) return;
+  char uuids[TRUN_MAX_GPUS][96];
+  for (int i = 0; i < node->ngpu; i++) snprintf(uuids[i], sizeof(uuids[i]), "%s", node->gpus[i].uuid);
+  s->gpu = trun_gpu_util_start((const char(*)[96])uuids, node->ngpu, tick_s(s));
+  if (s->gpu == NULL) {
+    trun_warn("hang detection: cannot start the GPU utilisation sampler; output and CPU time still count");
+    return;
+  }
+  s->ngpu = node->ngpu;
+  s->gpu_threshold = threshold;
+  trun_debug("hang detection: GPU utilisation of %d GPU(s) counts from %d%%", s->ngpu, threshold);
+}
+
 void trun_stall_begin(trun_stall *s, int nproc) {
   if (s == NULL) return;
   free(s->w);
   s->w = calloc((size_t)nproc, sizeof(*s->w));
   s->n = s->w ? nproc : 0;
   s->fired = 0;
-  /* Check a few times per timeout, at most every 5 s, at least every 100 ms. */
-  double every = s->timeout / 4;
-  if (every > 5) every = 5;
-  if (every < 0.1) every = 0.1;
-  uint64_t ms = (uint64_t)(every * 1000);
+  uint64_t ms = (uint64_t)(tick_s(s) * 1000);
   uv_timer_start(&s->tick, on_tick, ms, ms);
 }
 
@@ -197,6 +241,8 @@ static void on_closed(uv_handle_t *h) {
 void trun_stall_close(trun_stall *s) {
   if (s == NULL) return;
   trun_stall_end(s);
+  trun_gpu_util_stop(s->gpu);
+  s->gpu = NULL;
   uv_close((uv_handle_t *)&s->tick, on_closed);
   uv_close((uv_handle_t *)&s->grace, on_closed);
 }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "rdzv_dyn.h"
 
 /* 1 when every address host resolves to is 127.0.0.1 (then a loopback listener serves every worker). */
 static int resolves_to_127001(const char *host) {
@@ -91,8 +92,65 @@ int trun_store_acl_publish(trun_rdzv *r, int round) {
   return trun_client_set(r->client, trun_str(k), trun_str(text));
 }
 
+int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(names[i], NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+      snprintf(err, errlen,
+               "--store-allow-peers: participant '%s' does not resolve here (%s); give every node an address "
+               "the others resolve (--local-addr, or DNS / /etc/hosts)",
+               names[i], rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+      if (res) freeaddrinfo(res);
+      return -1;
+    }
+    for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
+      char text[INET6_ADDRSTRLEN] = "";
+      if (ai->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, text, sizeof(text));
+      else if (ai->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, text, sizeof(text));
+      else
+        continue;
+      rc = trun_server_allow(s, text);
+      if (rc == 0) trun_debug("the workers' store admits participant %s at %s", names[i], text);
+    }
+    freeaddrinfo(res);
+    if (rc < 0) {
+      snprintf(err, errlen, "--store-allow-peers: cannot admit participant '%s': %s", names[i],
+               strerror(-rc));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* c10d: group rank 0 hosts the workers' store (torch >= 2.x layouts; with 1.13's the workers host it):
+ * admit loopback, this host and every address the round's participants' names resolve to. */
+static int apply_c10d(trun_rdzv *r, char *err, size_t errlen) {
+  if (r->worker_host == NULL || r->group_rank != 0 || r->dyn == NULL) return 0;
+  trun_server *s = trun_store_host_server(r->worker_host);
+  int rc = trun_store_acl_allow_local(s);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
+    return -1;
+  }
+  const char **names = calloc(r->dyn->n_roster + 1, sizeof(*names));
+  if (names == NULL) {
+    snprintf(err, errlen, "--store-allow-peers: out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < r->dyn->n_roster; i++) names[i] = r->dyn->roster[i].addr;
+  rc = trun_store_acl_allow_names(s, names, r->dyn->n_roster, err, errlen);
+  free(names);
+  if (rc < 0) return -1;
+  trun_server_allow_enforce(s, 1);
+  return 0;
+}
+
 int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen) {
-  if (r->dynamic || r->host == NULL || r->group_world_size <= 1) return 0;
+  if (r->dynamic) return apply_c10d(r, err, errlen);
+  if (r->host == NULL || r->group_world_size <= 1) return 0;
   trun_server *s = trun_store_host_server(r->host);
   int rc = trun_store_acl_allow_local(s);
   if (rc < 0) {

@@ -5,6 +5,11 @@
  *  - --store-allow-peers (static rendezvous, several nodes): once every node joined a round, only
  *    loopback, this host's addresses and the addresses the joined agents connect from are admitted
  *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>);
+ *  - --store-allow-peers with the c10d backend: after each round, the workers' store that group rank 0 hosts
+ *    admits only loopback, this host and the addresses the round's participants' names (their rendezvous
+ *    addr: --local-addr or FQDN) resolve to; the rendezvous store stays open to joins;
+ *  - c10d with --nnodes 1 (max nodes 1): both stores start like the single-node static store above (the
+ *    rendezvous store by the endpoint's host, the workers' store by MASTER_ADDR);
  *  - always: at most TRUN_STORE_MAX_CONNS_PER_PEER connections from one address and a request may hold at
  *    most TRUN_STORE_MAX_CONN_MEMORY bytes of input buffer. */
 #ifndef TRUN_STORE_ACL_H
@@ -24,10 +29,14 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, trun
                          int *port_out);
 /* Admits loopback and every address of this host's interfaces (getifaddrs). 0 or a negative errno. */
 int trun_store_acl_allow_local(trun_server *s);
+/* Admits every address each of names[0..n) resolves to. 0, or -1 with a reason in err (a name that does
+ * not resolve). */
+int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen);
 /* Every agent, before joining a static round: publishes the address its store connection comes from. */
 int trun_store_acl_publish(trun_rdzv *r, int round);
 /* The hosting agent with --store-allow-peers, after a round completed: admits the joined agents'
- * addresses (plus loopback and this host) and turns enforcement on. 0 or -1 with a reason. */
+ * addresses (plus loopback and this host) and turns enforcement on (c10d: on the workers' store of group
+ * rank 0, by the participants' names). 0 or -1 with a reason. */
 int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen);
 
 #endif

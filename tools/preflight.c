@@ -270,6 +270,21 @@ static void layout_of(int world, int local, trun_pf_layout *l) {
   free(n);
 }
 
+/* $TRUN_PREFLIGHT_RESULT (set by the agent for its "preflight" event): the result as JSON. */
+static void write_result(const trun_pf_result *res) {
+  const char *path = getenv("TRUN_PREFLIGHT_RESULT");
+  if (path && *path && trun_pf_result_write(path, res) < 0)
+    fprintf(stderr, "trun-preflight: cannot write the result to $TRUN_PREFLIGHT_RESULT %s: %s\n", path,
+            strerror(errno));
+}
+
+static int skipped(const char *why) {
+  trun_pf_result res = {.verdict = TRUN_PF_SKIP, .peak_gbps = -1};
+  snprintf(res.cause, sizeof(res.cause), "%s", why);
+  write_result(&res);
+  return TRUN_PF_EXIT_SKIP;
+}
+
 int main(int argc, char **argv) {
   opts o;
   if (parse_opts(argc, argv, &o) < 0) return TRUN_PF_EXIT_USAGE;
@@ -286,13 +301,13 @@ int main(int argc, char **argv) {
   free(node);
   if (ngpu == 0) {
     printf("trun-preflight: skipped: no GPU visible on this host (NVML finds none)\n");
-    return TRUN_PF_EXIT_SKIP;
+    return skipped("no GPU visible on this host (NVML finds none)");
   }
   api a;
   memset(&a, 0, sizeof(a));
   if (load(&a, err, sizeof(err)) < 0) {
     printf("trun-preflight: skipped: %s\n", err);
-    return TRUN_PF_EXIT_SKIP;
+    return skipped(err);
   }
   int count = 0;
   cuda_err ce = a.GetDeviceCount(&count);
@@ -391,7 +406,8 @@ int main(int argc, char **argv) {
   a.Free(recv);
   a.ncclCommDestroy(comm);
   char msg[1024], vk[600];
-  trun_pf_verdict v = trun_pf_judge(&ex, &lay, bytes, bus, nsizes, msg, sizeof(msg));
+  trun_pf_result res;
+  trun_pf_verdict v = trun_pf_judge_result(&ex, bytes, bus, nsizes, &res, msg, sizeof(msg));
   snprintf(vk, sizeof(vk), "%s/verdict", key);
   if (rank == 0) {
     printf("# verdict: %s: %s\n", trun_pf_verdict_name(v), msg);
@@ -426,6 +442,8 @@ int main(int argc, char **argv) {
     trun_buf_free(&b);
   }
   if (cl) trun_client_close(cl);
+  res.verdict = v; /* rank 0's, with this rank's measurement */
+  write_result(&res);
   fflush(stdout);
   return v == TRUN_PF_FAIL ? TRUN_PF_EXIT_FAIL : TRUN_PF_EXIT_OK;
 }

@@ -214,6 +214,23 @@ trun_nvmlReturn_t nvmlDeviceGetMemoryInfo(trun_nvmlDevice_t d, trun_nvmlMemory_t
   return TRUN_NVML_SUCCESS;
 }
 
+/* TRUN_FAKE_NVML_UTIL: a file of GPU utilisation percentages, one per NVML index, blank-separated; read at
+ * every call, so that a test can change it while a sampler runs. No file or no entry: NOT_SUPPORTED. */
+trun_nvmlReturn_t nvmlDeviceGetUtilizationRates(trun_nvmlDevice_t d, trun_nvmlUtilization_t *u) {
+  CHECK_DEV(d);
+  const char *path = getenv("TRUN_FAKE_NVML_UTIL");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (f == NULL) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  int v = -1, ok = 0;
+  for (int i = 0; i <= d->gpu && (ok = fscanf(f, "%d", &v) == 1); i++) {
+  }
+  fclose(f);
+  if (!ok || v < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  u->gpu = (unsigned)v;
+  u->memory = 0;
+  return TRUN_NVML_SUCCESS;
+}
+
 trun_nvmlReturn_t nvmlDeviceGetCpuAffinity(trun_nvmlDevice_t d, unsigned int nlongs, unsigned long *set) {
   CHECK_DEV(d);
   const unsigned bits = 8 * (unsigned)sizeof(unsigned long);

@@ -44,6 +44,14 @@ agent() {
   pids+=($!)
 }
 
+doctor_event() { # FILE: its one "doctor" event, ts and host dropped, keys sorted
+  python3 -c 'import json,sys
+d=[e for e in map(json.loads, open(sys.argv[1])) if e["event"]=="doctor"]
+assert len(d)==1, d
+del d[0]["ts"], d[0]["host"]
+print(json.dumps(d[0], sort_keys=True))' "$1"
+}
+
 wait_all() { # names...
   local ok=1
   wait_agents 120 60 touch "${pids[@]}" || ok=0
@@ -87,14 +95,23 @@ echo "== 5. --on-split-pods=fail: both agents exit 1, no worker starts"
 port=$(free_port)
 pids=()
 rm -f "$tmp"/ran.*
-agent f1 1 "CUDA_VISIBLE_DEVICES=1" --master-addr 127.0.0.1 --master-port "$port" --on-split-pods fail
-agent f0 0 "CUDA_VISIBLE_DEVICES=0" --master-addr 127.0.0.1 --master-port "$port" --on-split-pods=fail
+agent f1 1 "CUDA_VISIBLE_DEVICES=1" --master-addr 127.0.0.1 --master-port "$port" --on-split-pods fail \
+  --events "$tmp/f1.ev"
+agent f0 0 "CUDA_VISIBLE_DEVICES=0" --master-addr 127.0.0.1 --master-port "$port" --on-split-pods=fail \
+  --events "$tmp/f0.ev"
 wait_all f0 f1
 for i in 0 1; do [ "${AGENT_RC[${pids[$i]}]}" = 1 ] || fail "5: agent ${pids[$i]} exited ${AGENT_RC[${pids[$i]}]}, want 1"; done
 [ ! -e "$tmp/ran.f0" ] && [ ! -e "$tmp/ran.f1" ] || fail "5: a worker started"
 grep -qF "WARNING [split]" "$tmp/f0.err" || fail "5: no report before exiting"
 grep -qF "stopping before the workers start (--on-split-pods=fail)" "$tmp/f0.err" || fail "5: rank 0 does not say it stops"
 grep -qF "group rank 0's doctor found a split-pod layout" "$tmp/f1.err" || fail "5: rank 1 does not say why it stops"
+# The "doctor" events, exactly (ts and host aside): rank 0's analysis, rank 1's action.
+want='{"action": "stop", "agents": 2, "agents_per_host": 2, "analyzed": true, "efa_warning": false, "event": "doctor", "gpu_clash": false, "group_rank": 0, "missing": 0, "on_split_pods": "fail", "round": 0, "split_pods": true}'
+got=$(doctor_event "$tmp/f0.ev") || fail "5: no single doctor event: $(cat "$tmp/f0.ev")"
+[ "$got" = "$want" ] || fail "5: node rank 0's doctor event: got $got, want $want"
+want='{"action": "stop", "analyzed": false, "event": "doctor", "group_rank": 1, "on_split_pods": "fail", "round": 0}'
+got=$(doctor_event "$tmp/f1.ev") || fail "5: no single doctor event: $(cat "$tmp/f1.ev")"
+[ "$got" = "$want" ] || fail "5: node rank 1's doctor event: got $got, want $want"
 "$TRUN" --on-split-pods maybe --no-python /bin/true >"$tmp/bad.out" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "must be warn or fail" "$tmp/bad.out" || fail "5: --on-split-pods maybe: exit $rc: $(cat "$tmp/bad.out")"
@@ -105,13 +122,16 @@ p4d=$TRUN_REPO/tests/fixtures/nodes/pod-p4d-4of8
 p4d_env=(TRUN_SYSFS_ROOT="$p4d/sys" TRUN_DEV_ROOT="$p4d/dev" TRUN_DMI_ROOT="$p4d/dmi" TRUN_NVML_LIBRARY="$shim"
   TRUN_FAKE_NVML_TOPO="$p4d/nvml.json" AWS_EC2_METADATA_DISABLED=true $(cat "$p4d/env"))
 rc=0
-env "${p4d_env[@]}" "$TRUN" --no-imds --nproc-per-node 1 --no-python /usr/bin/touch "$tmp/ran.efa" \
+env "${p4d_env[@]}" "$TRUN" --no-imds --events "$tmp/efa.ev" --nproc-per-node 1 --no-python /usr/bin/touch "$tmp/ran.efa" \
   >"$tmp/efa.out" 2>"$tmp/efa.err" || rc=$?
 cat "$tmp/efa.err"
 [ $rc = 0 ] && [ -e "$tmp/ran.efa" ] || fail "6: exit $rc or the worker did not run"
 grep -qF "WARNING [efa] group rank 0 (host $(hostname), p4d.24xlarge): 1 usable EFA device(s) for 4 GPU(s); a p4d.24xlarge has 4 EFA for 8 GPUs, so 4 GPU(s) need 2." "$tmp/efa.err" ||
   fail "6: no EFA warning"
 grep -qF "vpc.amazonaws.com/efa: 2" "$tmp/efa.err" || fail "6: the EFA warning does not say what to request"
+want='{"action": "continue", "agents": 1, "agents_per_host": 1, "analyzed": true, "efa_warning": true, "event": "doctor", "gpu_clash": false, "group_rank": 0, "missing": 0, "on_split_pods": "warn", "round": 0, "split_pods": false}'
+got=$(doctor_event "$tmp/efa.ev") || fail "6: no single doctor event: $(cat "$tmp/efa.ev")"
+[ "$got" = "$want" ] || fail "6: the doctor event: got $got, want $want"
 # The same pod with every EFA device's uverbs node: no warning.
 mkdir -p "$tmp/dev4/infiniband"
 for i in 0 1 2 3; do touch "$tmp/dev4/infiniband/uverbs$i"; done

@@ -63,7 +63,7 @@ echo "ok 1"
 echo "== 2. fake CUDA/NCCL, 2 local ranks: table, PASS / FAIL, thresholds"
 rc=0
 env "${gpu[@]}" TRUN_FAKE_BUSBW=327.5 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576" "$TRUN" --preflight \
-  --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.pass" >"$tmp/o" 2>"$tmp/e" || rc=$?
+  --events "$tmp/ev.pass" --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.pass" >"$tmp/o" 2>"$tmp/e" || rc=$?
 cat "$tmp/o" "$tmp/e"
 [ $rc = 0 ] && [ -e "$tmp/ran.pass" ] || fail "2: PASS run: exit $rc or the workers did not run"
 [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +float +sum ' "$tmp/o")" = 18 ] || fail "2: want 18 table rows (8 B..1 MiB)"
@@ -75,12 +75,31 @@ sort "$tmp/ranks" | tr '\n' ' ' | grep -q "^rank 0 of 2 rank 1 of 2 $" || fail "
 rm -f "$tmp/ranks"
 rc=0
 env "${gpu[@]}" TRUN_FAKE_BUSBW=2.9 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576" "$TRUN" --preflight \
-  --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.fail" >"$tmp/o" 2>"$tmp/e" || rc=$?
+  --events "$tmp/ev.fail" --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.fail" >"$tmp/o" 2>"$tmp/e" || rc=$?
 cat "$tmp/o" "$tmp/e"
 [ $rc = 1 ] || fail "2: FAIL run: exit $rc, want 1"
 [ ! -e "$tmp/ran.fail" ] || fail "2: the workers started after a FAIL verdict"
 grep -q "^# verdict: FAIL: .*likely cause: P2P off" "$tmp/o" || fail "2: no FAIL verdict with its cause"
 grep -q "trun: --preflight failed on node rank 0: not starting the workers" "$tmp/e" || fail "2: no stop line"
+# The "preflight" events: exactly these fields (ts and host aside), the peak rounded as the verdict line has it
+# (127.8 GB/s at 1 MiB in the PASS run: the fake's latency term caps what small sizes reach).
+pf_event() { # FILE: the preflight event, its floats to 1 decimal, ts/host dropped
+  python3 -c 'import json,sys
+evs=[json.loads(l) for l in open(sys.argv[1])]
+p=[e for e in evs if e["event"]=="preflight"]
+assert len(p)==1, p
+e=p[0]; del e["ts"], e["host"]
+if "peak_busbw_gbps" in e: e["peak_busbw_gbps"]=round(e["peak_busbw_gbps"],1)
+print(json.dumps(e, sort_keys=True))' "$1"
+}
+want='{"at_bytes": 1048576, "event": "preflight", "fabric": "nvlink", "group_rank": 0, "peak_busbw_gbps": 127.8, "round": 0, "verdict": "pass"}'
+got=$(pf_event "$tmp/ev.pass") || fail "2: no single preflight event: $(cat "$tmp/ev.pass")"
+[ "$got" = "$want" ] || fail "2: PASS preflight event: got $got, want $want"
+peak=$(sed -n 's/^# verdict: FAIL: peak busbw \([0-9.]*\) GB\/s.*/\1/p' "$tmp/o")
+cause="P2P off - busbw is at PCIe / host-memory level on NVLink GPUs (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, or GPUs split across pods)"
+want='{"at_bytes": 1048576, "cause": "'"$cause"'", "event": "preflight", "fabric": "nvlink", "group_rank": 0, "peak_busbw_gbps": '"$peak"', "round": 0, "verdict": "fail"}'
+got=$(pf_event "$tmp/ev.fail") || fail "2: no single preflight event: $(cat "$tmp/ev.fail")"
+[ "$got" = "$want" ] || fail "2: FAIL preflight event: got $got, want $want"
 rc=0
 env "${gpu[@]}" TRUN_FAKE_BUSBW=2.9 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576 --pass 2 --warn 1" "$TRUN" \
   --preflight --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.thr" >"$tmp/o" 2>"$tmp/e" || rc=$?

@@ -8,7 +8,9 @@
 #  - --metrics-port 0: the port is printed; curl GET /metrics during attempt 0 and attempt 1 gives the
 #    Prometheus text (trun_up, trun_workers, restarts, stalls, store connections and ops, exit codes);
 #    another path gives 404;
-#  - --events fd:3 writes to an inherited descriptor; a bad --events path or a busy --metrics-port exit 2.
+#  - --events fd:3 writes to an inherited descriptor; a bad --events path or a busy --metrics-port exit 2;
+#  - GPU utilisation (fake NVML): a silent worker whose GPU is busy is alive; with TRUN_STALL_GPU_UTIL=0 it
+#    is stalled.
 # Exit: 0 pass, 77 skip, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -129,4 +131,22 @@ trun_run --standalone --metrics-port "$(cat "$tmp/busy.port")" "$tmp/hi.py" 2>"$
 kill $busy 2>/dev/null || true
 [ $rc -eq 2 ] || fail "busy --metrics-port: exit $rc, want 2"
 grep -q 'metrics-port' "$tmp/busy.err" || fail "busy --metrics-port: message does not name the option"
+
+# GPU utilisation as a sign of life (the fake NVML, h200x2 fixture, utilisation from a file): a worker that
+# sleeps silently for 4 stall timeouts while its GPU is 90% busy is alive (exit 0, no stall); with
+# TRUN_STALL_GPU_UTIL=0 (GPU not counted) the same worker is stalled (exit 1, the stall event).
+fx=$repo/tests/fixtures/nodes/h200x2
+echo "90 90" >"$tmp/util"
+gpu_env=(TRUN_SYSFS_ROOT="$fx/sys" TRUN_DEV_ROOT="$fx/dev" TRUN_DMI_ROOT="$fx/dmi" AWS_EC2_METADATA_DISABLED=true
+  TRUN_NVML_LIBRARY="$build/libnvidia-ml-fake.so" TRUN_FAKE_NVML_TOPO="$fx/nvml.json" TRUN_FAKE_NVML_UTIL="$tmp/util")
+rc=0
+env "${gpu_env[@]}" "$trun" --standalone --nproc-per-node 2 --max-restarts 0 --stall-timeout 1 \
+  --events "$tmp/gpu.jsonl" --no-python /bin/sleep 4 >/dev/null 2>"$tmp/gpu.err" || rc=$?
+[ $rc -eq 0 ] || fail "busy GPUs: a sleeping worker was not alive (exit $rc): $(cat "$tmp/gpu.err")"
+! grep -q '"event":"stall"' "$tmp/gpu.jsonl" || fail "busy GPUs: a stall event: $(cat "$tmp/gpu.jsonl")"
+rc=0
+env "${gpu_env[@]}" TRUN_STALL_GPU_UTIL=0 "$trun" --standalone --nproc-per-node 2 --max-restarts 0 \
+  --stall-timeout 1 --events "$tmp/nogpu.jsonl" --no-python /bin/sleep 4 >/dev/null 2>"$tmp/nogpu.err" || rc=$?
+[ $rc -eq 1 ] && grep -q '"event":"stall"' "$tmp/nogpu.jsonl" ||
+  fail "GPU not counted: want a stall and exit 1, got exit $rc: $(cat "$tmp/nogpu.err")"
 echo PASS

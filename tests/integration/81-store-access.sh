@@ -6,6 +6,11 @@
 #     TCPStore probe (VALIDATE + PING) from h2, which is not in the job, is refused (the store closes the
 #     connection, logs the refusal, counts it in trun_store_refused_total), while the same probe from h1
 #     (a participant) and from h0 is answered. The job then ends with exit 0 on both nodes.
+#  1b. c10d with --nnodes 1 and a loopback endpoint: the rendezvous store and the workers' store listen on
+#     127.0.0.1 only.
+#  3. The same namespaces, a 2-node c10d job with --store-allow-peers (--local-addr per node): the workers'
+#     store of group rank 0 refuses h2's probe and answers the other participant; the rendezvous store stays
+#     open to h2 (joins); exit 0 on both nodes.
 # Skips (77) only when network namespaces cannot be created here.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
@@ -38,6 +43,24 @@ note "standalone store port $port listens on: $listen"
 [ "$listen" = "127.0.0.1:$port" ] || fail "the single-node store listens on '$listen', want only 127.0.0.1:$port"
 touch "$tmp/one/go"
 wait "$one" || fail "standalone job failed: $(cat "$tmp/one.err")"
+
+# ---- 1b. c10d, one node (--nnodes 1), loopback endpoint: both stores on 127.0.0.1 only ----
+mkdir -p "$tmp/c1"
+rport=$(free_port)
+"$TRUN" --nnodes 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$rport" --local-addr 127.0.0.1 --nproc-per-node 2 \
+  "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/c1" >"$tmp/c1.out" 2>"$tmp/c1.err" &
+c1=$!
+pids+=("$c1")
+wait_for "[ -f '$tmp/c1/ok.0' ] && [ -f '$tmp/c1/ok.1' ]" 120 || { cat "$tmp/c1.err"; fail "c10d single-node job did not all-reduce"; }
+wport=$(sed -n 's/.*store [^:]*:\([0-9]*\)$/\1/p' "$tmp/c1.out" | head -n1)
+[ -n "$wport" ] || fail "c10d: no workers' store port in the workers' output: $(cat "$tmp/c1.out")"
+for p in "$rport" "$wport"; do
+  listen=$(ss -Hltn "sport = :$p" | awk '{print $4}')
+  note "c10d single-node store port $p listens on: $listen"
+  [ "$listen" = "127.0.0.1:$p" ] || fail "c10d --nnodes 1: the store on port $p listens on '$listen', want only 127.0.0.1:$p"
+done
+touch "$tmp/c1/go"
+wait "$c1" || fail "c10d single-node job failed: $(cat "$tmp/c1.err")"
 
 # ---- 2. three namespaces ----
 ip netns add "$br" 2>"$tmp/ns.err" || skip "cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
@@ -82,4 +105,34 @@ for i in 0 1; do
   wait_pid_exit "${pids[$i]}" 120 || fail "agent $i did not finish"
   [ "$WAIT_RC" -eq 0 ] || { cat "$tmp/agent$i.err"; fail "agent $i exited $WAIT_RC"; }
 done
-echo "PASS: loopback-only single-node store; --store-allow-peers refused 10.251.0.3 and served the job's hosts"
+
+# ---- 3. the same namespaces, c10d: --store-allow-peers on the workers' store of group rank 0 ----
+rport=29582
+mkdir -p "$tmp/out3"
+for i in 0 1; do
+  GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$i]}" "$TRUN" --nnodes 2 --rdzv-backend c10d \
+    --rdzv-endpoint 10.251.0.1:$rport --rdzv-id acl81 --local-addr 10.251.0.$((i + 1)) --nproc-per-node 1 \
+    --store-allow-peers "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out3" >"$tmp/c10d$i.out" 2>"$tmp/c10d$i.err" &
+  pids[$i]=$!
+done
+wait_for "[ -f '$tmp/out3/ok.0' ] && [ -f '$tmp/out3/ok.1' ]" 120 ||
+  { cat "$tmp/c10d0.err" "$tmp/c10d1.err"; fail "the 2-node c10d job did not all-reduce with --store-allow-peers"; }
+store=$(sed -n 's/.*store \(10\.251\.0\.[12]:[0-9]*\)$/\1/p' "$tmp/c10d0.out" "$tmp/c10d1.out" | sort -u)
+[ "$(wc -l <<<"$store")" = 1 ] && [ -n "$store" ] || fail "c10d: want one workers' store address, got '$store'"
+shost=${store%:*} sport=${store#*:}
+other=$([ "$shost" = 10.251.0.1 ] && echo 1 || echo 0) # the participant that does not host it
+note "c10d job runs; workers' store at $store; probing it"
+probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/store_probe.py" "$2" "$3"; }
+out=$(probe 2 "$shost" "$sport"); rc=$?
+note "from h2 (not in the job): $out"
+[ $rc -eq 3 ] || fail "c10d: a non-participant's probe of the workers' store was not refused (exit $rc: $out)"
+out=$(probe "$other" "$shost" "$sport") || fail "c10d: the other participant's probe was not answered: $out"
+out=$(probe 2 10.251.0.1 $rport) || fail "c10d: the rendezvous store must stay open to joins, h2 got: $out"
+grep -q 'refused a connection from 10.251.0.3' "$tmp/c10d0.err" "$tmp/c10d1.err" ||
+  fail "c10d: no agent logged the refusal: $(cat "$tmp/c10d0.err" "$tmp/c10d1.err")"
+touch "$tmp/out3/go"
+for i in 0 1; do
+  wait_pid_exit "${pids[$i]}" 120 || fail "c10d agent $i did not finish"
+  [ "$WAIT_RC" -eq 0 ] || { cat "$tmp/c10d$i.err"; fail "c10d agent $i exited $WAIT_RC"; }
+done
+echo "PASS: loopback-only single-node stores (static, c10d); --store-allow-peers refused 10.251.0.3 and served the job's hosts (static, c10d)"

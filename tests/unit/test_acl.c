@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 
+#include "store_acl.h"
 #include "unit.h"
 
 static unit_server us;
@@ -83,6 +84,24 @@ START_TEST(test_parse_cidr) {
 }
 END_TEST
 
+typedef struct {
+  const char *a;
+  int v6, ok; /* an IPv6 address; admitted */
+} peer_case;
+
+/* Whether each case's address is admitted as it wants. */
+static void check_peers(trun_server *s, const peer_case *cases, size_t n) {
+  struct sockaddr_storage ss;
+  for (size_t i = 0; i < n; i++) {
+    if (cases[i].v6)
+      sin6(&ss, cases[i].a);
+    else
+      sin4(&ss, cases[i].a);
+    ck_assert_msg(trun_server_peer_allowed(s, (struct sockaddr *)&ss) == cases[i].ok, "%s: want %d",
+                  cases[i].a, cases[i].ok);
+  }
+}
+
 START_TEST(test_rules_match) {
   start_opts(0, 0);
   trun_server *s = us.srv;
@@ -96,29 +115,38 @@ START_TEST(test_rules_match) {
   ck_assert_int_eq(trun_server_allow(s, "2001:db8::/32"), 0);
   ck_assert_int_eq(trun_server_allow(s, "10.250.0.0/24"), 0); /* twice: one rule */
   ck_assert_int_eq(trun_server_allow(s, "not-an-address"), -EINVAL);
-  static const struct {
-    const char *a;
-    int v6, ok;
-  } cases[] = {{"10.250.0.1", 0, 1},        {"10.250.0.255", 0, 1},
-               {"10.250.1.1", 0, 0},        {"192.168.7.5", 0, 1},
-               {"192.168.7.6", 0, 0},       {"::ffff:10.250.0.7", 1, 1},
-               {"::ffff:10.251.0.7", 1, 0}, {"2001:db8:1::5", 1, 1},
-               {"2001:db9::5", 1, 0},       {"::1", 1, 0},
-               {"127.0.0.1", 0, 0}};
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    if (cases[i].v6)
-      sin6(&ss, cases[i].a);
-    else
-      sin4(&ss, cases[i].a);
-    ck_assert_msg(trun_server_peer_allowed(s, (struct sockaddr *)&ss) == cases[i].ok, "%s: want %d",
-                  cases[i].a, cases[i].ok);
-  }
+  static const peer_case cases[] = {{"10.250.0.1", 0, 1},        {"10.250.0.255", 0, 1},
+                                    {"10.250.1.1", 0, 0},        {"192.168.7.5", 0, 1},
+                                    {"192.168.7.6", 0, 0},       {"::ffff:10.250.0.7", 1, 1},
+                                    {"::ffff:10.251.0.7", 1, 0}, {"2001:db8:1::5", 1, 1},
+                                    {"2001:db9::5", 1, 0},       {"::1", 1, 0},
+                                    {"127.0.0.1", 0, 0}};
+  check_peers(s, cases, sizeof(cases) / sizeof(cases[0]));
   /* A non-byte-aligned prefix. */
   ck_assert_int_eq(trun_server_allow(s, "172.16.0.0/12"), 0);
   sin4(&ss, "172.31.255.1");
   ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 1);
   sin4(&ss, "172.32.0.1");
   ck_assert_int_eq(trun_server_peer_allowed(s, (struct sockaddr *)&ss), 0);
+  stop();
+}
+END_TEST
+
+/* --store-allow-peers with c10d admits what the participants' names resolve to: an address as it is, a name
+ * by its addresses; a name that does not resolve is an error naming it. */
+START_TEST(test_allow_names) {
+  start_opts(0, 0);
+  trun_server *s = us.srv;
+  trun_server_allow_enforce(s, 1);
+  const char *names[] = {"192.0.2.7", "localhost", "2001:db8::9"};
+  char err[512] = "";
+  ck_assert_int_eq(trun_store_acl_allow_names(s, names, 3, err, sizeof(err)), 0);
+  static const peer_case cases[] = {{"192.0.2.7", 0, 1},   {"192.0.2.8", 0, 0},   {"127.0.0.1", 0, 1},
+                                    {"2001:db8::9", 1, 1}, {"2001:db8::a", 1, 0}, {"10.0.0.1", 0, 0}};
+  check_peers(s, cases, sizeof(cases) / sizeof(cases[0]));
+  const char *bad[] = {"127.0.0.1", "no-such-host.invalid"}; /* RFC 6761: never resolves */
+  ck_assert_int_eq(trun_store_acl_allow_names(s, bad, 2, err, sizeof(err)), -1);
+  ck_assert_msg(strstr(err, "participant 'no-such-host.invalid' does not resolve here") != NULL, "%s", err);
   stop();
 }
 END_TEST
@@ -240,6 +268,7 @@ static Suite *acl_suite(void) {
   TCase *tc = tcase_create("rules");
   tcase_add_test(tc, test_parse_cidr);
   tcase_add_test(tc, test_rules_match);
+  tcase_add_test(tc, test_allow_names);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);

@@ -90,6 +90,8 @@ START_TEST(split_names_ranks_and_gpus) {
   trun_doctor_analyze(ids, 2, &f);
   ck_assert_int_eq(f.n, 1);
   ck_assert_int_eq(f.split, 1);
+  ck_assert_int_eq(f.max_per_host, 2);
+  ck_assert_int_eq(f.gpu_clash + f.efa, 0);
   ck_assert_msg(
       strncmp(f.f[0].text,
               "2 agents run on one physical host (same boot id b00t): group rank 0 (host pod-0, 1 GPU, "
@@ -100,6 +102,13 @@ START_TEST(split_names_ranks_and_gpus) {
   snprintf(ids[1].boot_id, sizeof(ids[1].boot_id), "other");
   trun_doctor_analyze(ids, 2, &f);
   ck_assert_int_eq(f.n, 0);
+  ck_assert_int_eq(f.max_per_host, 1);
+  /* Both see GPU-0: one clash, counted. */
+  snprintf(ids[1].gpus[0], sizeof(ids[1].gpus[0]), "GPU-0");
+  trun_doctor_analyze(ids, 2, &f);
+  ck_assert_int_eq(f.n, 1);
+  ck_assert_int_eq(f.gpu_clash, 1);
+  ck_assert_int_eq(f.errors, 1);
 }
 END_TEST
 
@@ -195,7 +204,14 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   self.ngpu = 1;
   snprintf(self.gpus[0], sizeof(self.gpus[0]), "GPU-0");
   /* Rank 1's identity: same boot id (a split), published before rank 0 looks, under another key base. */
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r0", &self, 200, 1), 0); /* rank 1 missing: nothing to fail */
+  trun_doctor_outcome out;
+  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r0", &self, 200, 1, &out), 0); /* rank 1 missing */
+  ck_assert_int_eq(out.analyzed, 1);
+  ck_assert_int_eq(out.agents, 1);
+  ck_assert_int_eq(out.missing, 1);
+  ck_assert_int_eq(out.split + out.gpu_clash + out.efa, 0);
+  ck_assert_int_eq(out.max_per_host, 1);
+  ck_assert_str_eq(out.action, "none");
   trun_buf v = {0};
   ck_assert_int_eq(trun_client_get(r.client, trun_str("/t/r0/doctor/verdict"), &v, 1000), 0);
   ck_assert_int_eq((int)v.len, 2);
@@ -208,15 +224,28 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   json_decref(j);
   ck_assert_int_eq(trun_client_set(r.client, trun_str("/t/r1/doctor/1"), trun_str(s)), 0);
   free(s);
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 1), 1); /* split + fail: stop */
+  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 1, &out), 1); /* split + fail: stop */
+  ck_assert_int_eq(out.analyzed, 1);
+  ck_assert_int_eq(out.agents, 2);
+  ck_assert_int_eq(out.missing, 0);
+  ck_assert_int_eq(out.split, 1);
+  ck_assert_int_eq(out.max_per_host, 2);
+  ck_assert_int_eq(out.gpu_clash, 0);
+  ck_assert_int_eq(out.fail_on_findings, 1);
+  ck_assert_str_eq(out.action, "stop");
   ck_assert_int_eq(trun_client_get(r.client, trun_str("/t/r1/doctor/verdict"), &v, 1000), 0);
   ck_assert_int_eq(memcmp(v.data, "fail", 4), 0);
   /* Rank 1 with fail_on_findings reads that verdict and stops too. */
   r.group_rank = 1;
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &other, 1000, 1), 1);
+  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &other, 1000, 1, &out), 1);
+  ck_assert_int_eq(out.analyzed, 0);
+  ck_assert_str_eq(out.action, "stop");
   /* The same layout with warn: rank 0 goes on. */
   r.group_rank = 0;
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 0), 0);
+  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 0, &out), 0);
+  ck_assert_str_eq(out.action, "continue");
+  ck_assert_int_eq(out.split, 1);
+  ck_assert_int_eq(out.fail_on_findings, 0);
   trun_buf_free(&v);
   trun_client_close(r.client);
   unit_server_stop(&us);

@@ -181,6 +181,20 @@ START_TEST(healthy_multinode_and_commid) {
 }
 END_TEST
 
+/* Found by fuzz/fuzz_nccl_log: a host or transport name that is not ASCII (not valid UTF-8 for JSON) used
+ * to vanish from the report (no host, the connection not counted). Such bytes now read as '?'. */
+START_TEST(non_ascii_bytes) {
+  static const char *const ls[] = {
+      "h\xff:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+      "h\xff:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/\xc3x/direct", NULL};
+  json_t *j = lines(ls, 0), *c = comm(j, 0);
+  ck_assert_int_eq(json_array_size(json_object_get(c, "hosts")), 1);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(c, "hosts"), 0)), "h?");
+  ck_assert_int_eq(transport(c, "SHM/?x/direct"), 1);
+  json_decref(j);
+}
+END_TEST
+
 START_TEST(print_counts_problems) {
   trun_nccl_log *l = trun_nccl_log_new();
   char p[PATH_MAX];
@@ -208,6 +222,7 @@ int main(void) {
   tcase_add_test(tc, transport_forms);
   tcase_add_test(tc, socket_with_efa);
   tcase_add_test(tc, healthy_multinode_and_commid);
+  tcase_add_test(tc, non_ascii_bytes);
   tcase_add_test(tc, print_counts_problems);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -3,11 +3,15 @@
  * on a libuv loop (200 / 404 / 405 / 431 / 400), and the stall detector's CPU-time reading of /proc. */
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "events.h"
+#include "gpu_util.h"
 #include "metrics.h"
+#include "obs.h"
 #include "stall.h"
 #include "unit.h"
 
@@ -273,6 +277,234 @@ START_TEST(test_pgrp_cpu) {
 }
 END_TEST
 
+/* The event ev of the stream text as compact JSON without its ts (free()), NULL when none. */
+static char *event_json(const char *text, const char *ev) {
+  char want[64];
+  snprintf(want, sizeof(want), "\"event\":\"%s\"", ev);
+  const char *p = strstr(text, want);
+  if (p == NULL) return NULL;
+  while (p > text && p[-1] != '\n') p--;
+  const char *nl = strchr(p, '\n');
+  json_error_t je;
+  json_t *j = json_loadb(p, nl ? (size_t)(nl - p) : strlen(p), 0, &je);
+  ck_assert_ptr_nonnull(j);
+  json_object_del(j, "ts");
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  return s;
+}
+
+/* Runs emit(o) on a trun_obs whose events go to a new file; returns the stream's text (read_all's buffer). */
+static char *obs_events(const char *host, void (*emit)(trun_obs *o)) {
+  char path[] = "/tmp/trun-events-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.events = path;
+  cfg.metrics_port = -1;
+  trun_obs *o = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_obs_open(&cfg, uv_default_loop(), host, &o, err, sizeof(err)), 0);
+  emit(o);
+  trun_obs_close(o, 0);
+  char *text = read_all(path);
+  unlink(path);
+  return text;
+}
+
+static void check_event(const char *text, const char *ev, const char *want) {
+  char *s = event_json(text, ev);
+  ck_assert_msg(s != NULL, "no %s event in %s", ev, text);
+  ck_assert_str_eq(s, want);
+  free(s);
+}
+
+static void emit_rank0(trun_obs *o) {
+  trun_doctor_outcome d = {.analyzed = 1,
+                           .agents = 2,
+                           .missing = 0,
+                           .split = 1,
+                           .max_per_host = 2,
+                           .gpu_clash = 0,
+                           .efa = 1,
+                           .fail_on_findings = 1,
+                           .action = "stop"};
+  trun_obs_doctor(o, 3, &d);
+  trun_pf_outcome pf = {.verdict = "fail", .peak_gbps = 2.5, .at_bytes = 1048576, .fabric = "nvlink"};
+  snprintf(pf.cause, sizeof(pf.cause), "P2P off");
+  trun_obs_preflight(o, 0, &pf);
+}
+
+/* The doctor and preflight hooks: their events' fields, exactly (keys and values). */
+START_TEST(test_obs_doctor_preflight) {
+  char *text = obs_events("node-a", emit_rank0);
+  check_event(text, "doctor",
+              "{\"event\":\"doctor\",\"host\":\"node-a\",\"round\":3,\"analyzed\":true,\"agents\":2,"
+              "\"missing\":0,\"split_pods\":true,\"agents_per_host\":2,\"gpu_clash\":false,"
+              "\"efa_warning\":true,\"on_split_pods\":\"fail\",\"action\":\"stop\"}");
+  check_event(text, "preflight",
+              "{\"event\":\"preflight\",\"host\":\"node-a\",\"round\":0,\"verdict\":\"fail\","
+              "\"peak_busbw_gbps\":2.5,\"at_bytes\":1048576,\"fabric\":\"nvlink\",\"cause\":\"P2P off\"}");
+}
+END_TEST
+
+static void emit_other(trun_obs *o) {
+  trun_doctor_outcome d = {.action = "continue"};
+  trun_obs_doctor(o, 0, &d);
+  trun_pf_outcome pf = {.verdict = "skip", .peak_gbps = -1, .cause = "no GPU visible on this node"};
+  trun_obs_preflight(o, 0, &pf);
+}
+
+/* A non-zero group rank knows only the action; a skip has no measurement. */
+START_TEST(test_obs_doctor_other_rank_and_skip) {
+  char *text = obs_events("h", emit_other);
+  check_event(text, "doctor",
+              "{\"event\":\"doctor\",\"host\":\"h\",\"round\":0,\"analyzed\":false,"
+              "\"on_split_pods\":\"warn\",\"action\":\"continue\"}");
+  check_event(text, "preflight",
+              "{\"event\":\"preflight\",\"host\":\"h\",\"round\":0,\"verdict\":\"skip\","
+              "\"cause\":\"no GPU visible on this node\"}");
+}
+END_TEST
+
+/* The fake NVML (build/libnvidia-ml-fake.so) with the h200x2 fixture's GPUs; utilisation from *util_file. */
+static void fake_nvml(char uuids[2][96], const char *util_file) {
+  const char *r = getenv("TRUN_REPO"), *b = getenv("TRUN_BUILD");
+  char p[PATH_MAX], lib[PATH_MAX];
+  snprintf(p, sizeof(p), "%s/libnvidia-ml-fake.so", b && *b ? b : "build");
+  ck_assert_msg(realpath(p, lib) != NULL, "%s missing: run make", p);
+  setenv("TRUN_NVML_LIBRARY", lib, 1);
+  snprintf(p, sizeof(p), "%s/tests/fixtures/nodes/h200x2/nvml.json", r && *r ? r : ".");
+  setenv("TRUN_FAKE_NVML_TOPO", p, 1);
+  setenv("TRUN_FAKE_NVML_UTIL", util_file, 1);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  ck_assert_ptr_nonnull(j);
+  for (int i = 0; i < 2; i++)
+    snprintf(
+        uuids[i], 96, "%s",
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "gpus"), (size_t)i), "uuid")));
+  json_decref(j);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Reads g until a sample equal to want[0..n) arrives (safety limit: 10 s turns a hang into a failure). */
+static void wait_sample(trun_gpu_util *g, const int *want, int n) {
+  int util[2] = {-2, -2};
+  char err[256];
+  for (int i = 0; i < 1000; i++) {
+    int rc = trun_gpu_util_read(g, util, err, sizeof(err));
+    ck_assert_msg(rc >= 0, "sampler ended: %s", err);
+    if (rc == 1 && memcmp(util, want, (size_t)n * sizeof(int)) == 0) return;
+    usleep(10000);
+  }
+  ck_abort_msg("no sample {%d, %d}; last {%d, %d}", want[0], want[1], util[0], util[1]);
+}
+
+/* The sampler process: utilisation by UUID (given in reverse NVML order), changes picked up, a GPU NVML does
+ * not know is -1, no NVML ends it with the reason. */
+START_TEST(test_gpu_util_sampler) {
+  char util_file[] = "/tmp/trun-gpu-util-XXXXXX";
+  int fd = mkstemp(util_file);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  char uuids[2][96], rev[2][96];
+  fake_nvml(uuids, util_file);
+  write_file(util_file, "0 75\n");
+  memcpy(rev[0], uuids[1], 96);
+  memcpy(rev[1], uuids[0], 96);
+  trun_gpu_util *g = trun_gpu_util_start((const char(*)[96])rev, 2, 0.05);
+  ck_assert_ptr_nonnull(g);
+  wait_sample(g, (const int[]){75, 0}, 2);
+  write_file(util_file, "50 20\n");
+  wait_sample(g, (const int[]){20, 50}, 2);
+  trun_gpu_util_stop(g);
+  snprintf(rev[1], 96, "GPU-00000000-0000-0000-0000-000000000000");
+  g = trun_gpu_util_start((const char(*)[96])rev, 2, 0.05);
+  wait_sample(g, (const int[]){20, -1}, 2);
+  trun_gpu_util_stop(g);
+  setenv("TRUN_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  g = trun_gpu_util_start((const char(*)[96])rev, 2, 0.05);
+  int util[2], rc = 0;
+  char err[256] = "";
+  for (int i = 0; i < 1000 && (rc = trun_gpu_util_read(g, util, err, sizeof(err))) == 0; i++) usleep(10000);
+  ck_assert_int_eq(rc, -1);
+  static const char want[] = "cannot load NVML /nonexistent/libnvidia-ml.so.1: ";
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  trun_gpu_util_stop(g);
+  unlink(util_file);
+}
+END_TEST
+
+typedef struct {
+  int stalled; /* local rank + 1 */
+  uv_timer_t limit;
+} stall_case;
+
+static void on_stall_found(void *arg, int local_rank, double idle_s, int signal, int stop) {
+  stall_case *c = arg;
+  (void)idle_s, (void)signal;
+  if (stop) c->stalled = local_rank + 1, uv_stop(c->limit.loop);
+}
+
+static void on_limit(uv_timer_t *t) { uv_stop(t->loop); }
+
+/* Hang detection with the GPU as the only sign of life: a sleeping worker whose GPU is busy is not stalled
+ * within 6 stall timeouts; once its GPU is idle it is. */
+START_TEST(test_stall_gpu_busy_is_alive) {
+  char util_file[] = "/tmp/trun-gpu-util-XXXXXX";
+  int fd = mkstemp(util_file);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  char uuids[2][96];
+  fake_nvml(uuids, util_file);
+  write_file(util_file, "90 0\n");
+  unsetenv("TRUN_STALL_GPU_UTIL"); /* the default threshold */
+  trun_node *node = calloc(1, sizeof(*node));
+  ck_assert_ptr_nonnull(node);
+  node->ngpu = 2;
+  for (int i = 0; i < 2; i++) snprintf(node->gpus[i].uuid, sizeof(node->gpus[i].uuid), "%s", uuids[i]);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    pause();
+    _exit(0);
+  }
+  setpgid(pid, pid);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  stall_case c = {0};
+  uv_timer_init(&loop, &c.limit);
+  trun_stall *s = trun_stall_new(&loop, 0.5, 0, on_stall_found, &c);
+  trun_stall_use_gpus(s, node);
+  trun_stall_begin(s, 1);
+  trun_stall_watch(s, 0, pid, NULL, NULL, "", "");
+  uv_timer_start(&c.limit, on_limit, 3000, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(c.stalled, 0);               /* busy GPU: alive */
+  write_file(util_file, "0 90\n");              /* its GPU idle, the other busy */
+  uv_timer_start(&c.limit, on_limit, 10000, 0); /* safety limit */
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(c.stalled, 1);
+  trun_stall_close(s);
+  uv_close((uv_handle_t *)&c.limit, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  free(node);
+  unlink(util_file);
+}
+END_TEST
+
 static Suite *obs_suite(void) {
   Suite *s = suite_create("obs");
   TCase *tc = tcase_create("events");
@@ -281,6 +513,8 @@ static Suite *obs_suite(void) {
   tcase_add_test(tc, test_events_bad_spec);
   tcase_add_test(tc, test_events_slow_reader);
   tcase_add_test(tc, test_events_broken);
+  tcase_add_test(tc, test_obs_doctor_preflight);
+  tcase_add_test(tc, test_obs_doctor_other_rank_and_skip);
   suite_add_tcase(s, tc);
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);
@@ -288,6 +522,8 @@ static Suite *obs_suite(void) {
   tc = tcase_create("stall");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_pgrp_cpu);
+  tcase_add_test(tc, test_gpu_util_sampler);
+  tcase_add_test(tc, test_stall_gpu_busy_is_alive);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -3,7 +3,9 @@
  * and the spec's EFA references (§8). */
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "preflight.h"
 
@@ -103,6 +105,44 @@ START_TEST(verdict_boundaries_and_causes) {
 }
 END_TEST
 
+/* The result's parts (for the agent's "preflight" event), and its file round trip. */
+START_TEST(result_parts_and_file) {
+  trun_pf_layout one_pod = layout(2, 1, 2, 1, 0, "");
+  trun_pf_expect e;
+  trun_pf_expect_for(&one_pod, &e);
+  double bytes[2] = {1024, 1048576}, bus[2] = {0.5, 2.9};
+  trun_pf_result res;
+  char msg[1024];
+  ck_assert_int_eq(trun_pf_judge_result(&e, bytes, bus, 2, &res, msg, sizeof(msg)), TRUN_PF_FAIL);
+  ck_assert_int_eq(res.verdict, TRUN_PF_FAIL);
+  ck_assert(res.peak_gbps == 2.9 && res.at_bytes == 1048576);
+  ck_assert_str_eq(res.fabric, "nvlink");
+  ck_assert_msg(strncmp(res.cause, "P2P off - busbw is at PCIe", 26) == 0, "%s", res.cause);
+  ck_assert_msg(strstr(msg, "warn >= 40; likely cause: P2P off - busbw") != NULL, "%s", msg);
+  char path[] = "/tmp/trun-pf-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(trun_pf_result_write(path, &res), 0);
+  trun_pf_result back;
+  ck_assert_int_eq(trun_pf_result_read(path, &back), 0);
+  ck_assert_int_eq(back.verdict, TRUN_PF_FAIL);
+  ck_assert(back.peak_gbps == 2.9 && back.at_bytes == 1048576);
+  ck_assert_str_eq(back.fabric, "nvlink");
+  ck_assert_str_eq(back.cause, res.cause);
+  /* A pass has no cause; a malformed file is refused. */
+  bus[1] = 327.5;
+  ck_assert_int_eq(trun_pf_judge_result(&e, bytes, bus, 2, &res, msg, sizeof(msg)), TRUN_PF_PASS);
+  ck_assert_str_eq(res.cause, "");
+  FILE *f = fopen(path, "w");
+  fputs("{\"verdict\": \"MAYBE\"}", f);
+  fclose(f);
+  ck_assert_int_eq(trun_pf_result_read(path, &back), -1);
+  unlink(path);
+  ck_assert_int_eq(trun_pf_result_read(path, &back), -1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("preflight");
   TCase *tc = tcase_create("all");
@@ -110,6 +150,7 @@ int main(void) {
   tcase_add_test(tc, table);
   tcase_add_test(tc, verdicts_on_h200_numbers);
   tcase_add_test(tc, verdict_boundaries_and_causes);
+  tcase_add_test(tc, result_parts_and_file);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_ENV);
