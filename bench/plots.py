@@ -59,7 +59,7 @@ def rdzv_plot(res, title, path):
     ax.set_ylabel("last join to every rank assigned (s)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=9)
+    ax.legend(loc="best", fontsize=9)
     fig.tight_layout()
     if fails:
         fig.subplots_adjust(bottom=0.18)

@@ -148,7 +148,7 @@ def render_targets(res, path, gpus):
 
 
 def render(res, path, readme_dir):
-    out = [f"Measured by `make bench` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
+    out = [f"Measured by `{res.get('command', 'make bench')}` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
            f"file `{os.path.relpath(path, REPO)}`. Contenders ran interleaved; each cell is a median.", ""]
     la = res.get("launch", [])
     if la:
@@ -217,6 +217,10 @@ def render(res, path, readme_dir):
                                    f"{ratio(o['store_bytes'], t['store_bytes'])} fewer store bytes.")
         for f in res.get("rdzv_failed", []):
             out.append(f"- {f}")
+        if any("runs_seconds" not in r and r.get("reps", 1) % 2 == 0 for r in rz):
+            out.append("- The rows of 2 runs in this file show the slower run, not a median, and its modes ran one "
+                       "after another (the bench.py of that run); bench.py now runs the modes interleaved, 3 times "
+                       "each, and takes the median.")
         out.append("")
         out += plot(path[:-5] + "-rdzv.png", "Rendezvous time vs agents, log-log", path, readme_dir)
     for r in res.get("conns", []):
