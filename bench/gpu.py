@@ -54,7 +54,8 @@ def gpu_names():
 
 
 def gpu_tag(names):
-    """'NVIDIA H200' twice -> 'h200x2', 'NVIDIA A100-SXM4-80GB' -> 'a100x1', 'NVIDIA GeForce RTX 4090' -> 'rtx4090x1'."""
+    """'NVIDIA H200' twice -> 'h200x2', 'NVIDIA A100-SXM4-80GB' -> 'a100x1',
+    'NVIDIA GeForce RTX 4090' -> 'rtx4090x1', no GPU -> 'nogpu'."""
     if not names:
         return "nogpu"
     tag = []

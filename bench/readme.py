@@ -85,7 +85,8 @@ def targets(res, path, gpus):
                for g in gpus]
     for f, la, others in launch:
         by = {(r["launcher"], r.get("nproc", 2)): r for r in la}
-        for key, goal, what in (("wall_ms", 100, "faster launch to exit"), ("peak_rss_mib", 50, "less launcher memory")):
+        for key, goal, what in (("wall_ms", 100, "faster launch to exit"),
+                                ("peak_rss_mib", 50, "less launcher memory")):
             xs = [(o, n, by[(o, n)][key] / by[("trun", n)][key]) for o in others for n in (2, 8)
                   if (o, n) in by and ("trun", n) in by]
             if xs:
@@ -93,8 +94,8 @@ def targets(res, path, gpus):
                              "; ".join(f"{x:.0f}x vs {o}, {n} workers" for o, n, x in xs) + f" ({f})",
                              verdict(all(x >= goal for _, _, x in xs))))
     rs = {r["launcher"]: r for r in res.get("restart", [])}
-    xs = [(o, rs[o]["crash_to_restart_ms"] / rs["trun"]["crash_to_restart_ms"]) for o in ("torchrun-1.13", "torchrun-2.6")
-          if o in rs and "trun" in rs]
+    xs = [(o, rs[o]["crash_to_restart_ms"] / rs["trun"]["crash_to_restart_ms"])
+          for o in ("torchrun-1.13", "torchrun-2.6") if o in rs and "trun" in rs]
     if xs:
         rows.append(("Restart (worker crash to replacement) ≥ 10x faster than torchrun (issue 3)",
                      "; ".join(f"{x:.1f}x vs {o}" for o, x in xs) + f" ({cpu})", verdict(all(x >= 10 for _, x in xs))))
@@ -130,7 +131,8 @@ def targets(res, path, gpus):
             rows.append(("DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7)",
                          f"trun {t:.2f} ms vs torchrun 2.11 {o:.2f} ms = {t / o:.2f}x{note}; max loss difference "
                          f"{dd['max_loss_diff']} ({f})",
-                         verdict(t <= o * 1.02 and dd["max_loss_diff"] == 0) + (" (not slower)" if t < o * 0.98 else "")))
+                         verdict(t <= o * 1.02 and dd["max_loss_diff"] == 0)
+                         + (" (not slower)" if t < o * 0.98 else "")))
     return rows
 
 
@@ -323,8 +325,8 @@ def render_gpu(path, readme_dir):
 
 def gpu_files():
     """Every GPU box result file (bench/results/<date>-<gpu>[-sN].json), oldest first."""
-    return sorted((f for f in glob.glob(os.path.join(REPO, "bench", "results", "*.json")) if not f.endswith("-cpu.json")),
-                  key=lambda f: f[:-5])
+    files = glob.glob(os.path.join(REPO, "bench", "results", "*.json"))
+    return sorted((f for f in files if not f.endswith("-cpu.json")), key=lambda f: f[:-5])
 
 
 def main():
