@@ -32,7 +32,7 @@ ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
 # Keep the sanitizer objects between runs (make would delete them as intermediate files).
 .SECONDARY:
-.PHONY: all deps check unit asan integration fuzz fuzz-short chaos bench demo format clean pkgcheck portable
+.PHONY: all deps check unit asan integration fuzz fuzz-short chaos bench bench-deps demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
@@ -105,9 +105,13 @@ check: deps
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory integration
 
-bench: deps
+bench: deps bench-deps
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh
+
+# matplotlib for bench/plots.py (bench only: `make check` does not need it).
+bench-deps:
+	@bench/deps.sh
 
 demo:
 	@scripts/deps.sh

@@ -4,7 +4,9 @@ Contenders run interleaved (A B C A B C ...) so that drift on the machine hits t
 is the median of the repetitions and every comparison is a ratio measured in this one run.
 Writes bench/results/<date>-cpu.json and prints the tables. Run through `make bench`.
 
-Usage: bench.py [--reps N] [--quick] [--only store|conns|launch]
+Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|rdzv] [--out-dir DIR]
+--quick (`BENCH_QUICK=1 make bench`): every benchmark once at its smallest size, to check the whole chain
+(bench.py -> JSON -> plots.py -> readme.py) in about a minute; bench/run.sh sends it to build/bench-quick/.
 """
 import argparse
 import datetime
@@ -22,7 +24,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build")
 HOST_PY = os.environ.get("TRUN_HOST_PY", "/usr/bin/python3")
 CHROOT_RUN = [os.path.join(REPO, "scripts", "chroot-run.sh")]
-CHROOT_READY = os.path.join(os.environ.get("TRUN_CHROOT", "/var/cache/trun/trixie"), ".trun-ready")
 CHROOT = os.environ.get("TRUN_CHROOT", "/var/cache/trun/trixie")
 HAVE_CHROOT = os.path.exists(os.path.join(CHROOT, ".trun-ready"))
 TORCHRUN113 = [HOST_PY, os.path.join(REPO, "tests", "tools", "torchrun113.py")]
@@ -90,10 +91,8 @@ class Server:
 
 def store_bench(reps, quick):
     kinds = ["trun", "torch-1.13"] + (["torch-2.6"] if HAVE_CHROOT else [])
-    clients = [1, 64, 1024]
-    requests = {1: 20000, 64: 100000, 1024: 200000}
-    if quick:
-        requests = {k: v // 10 for k, v in requests.items()}
+    clients = [1] if quick else [1, 64, 1024]
+    requests = {1: 2000} if quick else {1: 20000, 64: 100000, 1024: 200000}
     rows = {}
     for c in clients:
         for rep in range(reps):
@@ -186,10 +185,10 @@ def launchers(nproc, extra):
     return out
 
 
-def launch_bench(reps):
+def launch_bench(reps, sizes=(2, 8)):
     env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
     table = []
-    for nproc in (2, 8):
+    for nproc in sizes:
         samples = {}
         for rep in range(reps):
             for name, cmd in launchers(nproc, ["--no_python", "/bin/true"]).items():
@@ -308,22 +307,38 @@ RDZV_SIZES = {"trun-fast": (8, 64, 256, 1000, 10000), "trun-c10d": (8, 64, 256),
 RDZV_TORCH_LIMIT = {256: 120}
 
 
-def rdzv_bench(reps):
-    """Wall time from the last agent's join to the last rank assigned, and the store's traffic, vs agents."""
+def rdzv_tries(mode, n, reps):
+    """Runs of one mode at one size: `reps` (3 by default), but torchrun only once where it hits its join timeout."""
+    return 1 if mode.startswith("torchrun") and n in RDZV_TORCH_LIMIT else reps
+
+
+def rdzv_bench(reps, sizes=(8, 64, 256, 1000, 10000)):
+    """Wall time from the last agent's join to the last rank assigned, and the store's traffic, vs agents.
+
+    Per size the modes run interleaved (A B C D A B C D ...); each row is the median of its runs."""
     table = []
-    for n in (8, 64, 256, 1000, 10000):
-        for mode, sizes in RDZV_SIZES.items():
-            if n not in sizes or (mode == "torchrun-2.6" and not os.path.exists(CHROOT_READY)):
+    for n in sizes:
+        modes = [m for m, ns in RDZV_SIZES.items()
+                 if n in ns and (m != "torchrun-2.6" or HAVE_CHROOT)]
+        tries = {m: rdzv_tries(m, n, reps) for m in modes}
+        runs = {m: [] for m in modes}
+        for i in range(max(tries.values(), default=0)):
+            for m in modes:
+                if i < tries[m]:
+                    r = rdzv_run(m, n, f"b{n}-{i}", RDZV_TORCH_LIMIT.get(n, 600))
+                    if r:
+                        runs[m].append(r)
+        for m in modes:
+            rs = runs[m]
+            if not rs:
                 continue
-            slow = mode.startswith("torchrun") and n in RDZV_TORCH_LIMIT
-            tries = 1 if n > 1000 or slow else reps
-            runs = [r for r in (rdzv_run(mode, n, f"b{n}-{i}", RDZV_TORCH_LIMIT.get(n, 600)) for i in range(tries)) if r]
-            if not runs:
-                continue
-            best = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
-            best["reps"] = len(runs)
-            table.append(best)
-            print(f"rdzv mode={mode} agents={n} seconds={best['seconds']:.3f} store_bytes={best['store_bytes']}",
+            row = {"mode": m, "agents": n,
+                   "seconds": statistics.median(r["seconds"] for r in rs),
+                   "total_seconds": statistics.median(r["total_seconds"] for r in rs),
+                   "store_bytes": int(statistics.median(r["store_bytes"] for r in rs)),
+                   "runs_seconds": [r["seconds"] for r in rs], "reps": len(rs)}
+            table.append(row)
+            print(f"rdzv mode={m} agents={n} seconds={row['seconds']:.3f} store_bytes={row['store_bytes']}",
                   flush=True)
     return table
 
@@ -394,23 +409,26 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "rdzv"])
     ap.add_argument("--conns", type=int, default=10000)
+    ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
+    quick = args.quick or os.environ.get("BENCH_QUICK") == "1"
+    reps = 1 if quick else args.reps
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
-           "command": "make bench"}
+           "command": "BENCH_QUICK=1 make bench" if quick else "make bench"}
     if args.only in (None, "store"):
-        res["store"] = store_bench(args.reps, args.quick)
+        res["store"] = store_bench(reps, quick)
     if args.only in (None, "conns"):
-        res["conns"] = conns_bench(args.conns if not args.quick else 1000)
+        res["conns"] = conns_bench(100 if quick else args.conns)
     if args.only in (None, "launch"):
-        res["launch"] = launch_bench(args.reps)
+        res["launch"] = launch_bench(reps, (2,) if quick else (2, 8))
     if args.only in (None, "restart"):
-        res["restart"] = restart_bench(args.reps)
+        res["restart"] = restart_bench(reps)
     if args.only in (None, "rdzv"):
-        res["rdzv"] = rdzv_bench(args.reps)
+        res["rdzv"] = rdzv_bench(reps, (8,) if quick else (8, 64, 256, 1000, 10000))
         res["rdzv_failed"] = RDZV_FAILED
-    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
-    path = os.path.join(REPO, "bench", "results", f"{datetime.date.today().isoformat()}-cpu.json")
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-cpu.json")
     if args.only and os.path.exists(path):
         # One part re-measured: keep the day's other parts.
         old = json.load(open(path))

@@ -1,6 +1,8 @@
 """Everything that needs the GPU box (torch 2.11, NCCL, GPUs), in one run sized for one device call.
 
-Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary. Steps:
+Run by bench/gpu.sh. Writes $OUT/<date>-<gpu>.json (e.g. 2026-11-22-h200x2.json; <gpu> from nvidia-smi's names,
+-s2, -s3 ... added while bench/results holds that name already) and the logs in $OUT/<date>-<gpu>/, so that
+both can be copied into bench/results/ and committed as they are; prints a summary. Steps:
   1. torch 2.11 interop: tests/store/ops.py against torch 2.11's libuv server and against trun-store (diff),
      waiters woken across clients, 40 concurrent adders.
   2. TCPStore: trun-store vs torch 2.11's libuv server under trun-store bench, 1/64/1024 clients, interleaved.
@@ -20,8 +22,10 @@ Run by bench/gpu.sh. Writes $OUT/gpu-results.json (+ logs) and prints a summary.
   9. stall: hang detection: a hung NCCL all-reduce (bench/stall_nccl.py) under trun --stall-timeout 15: which rank is
      flagged, after how long, whether attempt 1 succeeds; the event stream and /proc CPU of the waiting ranks.
 """
+import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -37,11 +41,52 @@ OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
 BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
 PY = sys.executable
 REPS = int(os.environ.get("GPU_BENCH_REPS", "3"))
+
+
+def gpu_names():
+    """Each visible GPU's name as nvidia-smi prints it; [] where there is no nvidia-smi or no GPU."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.returncode == 0 else []
+
+
+def gpu_tag(names):
+    """'NVIDIA H200' twice -> 'h200x2', 'NVIDIA A100-SXM4-80GB' -> 'a100x1',
+    'NVIDIA GeForce RTX 4090' -> 'rtx4090x1', no GPU -> 'nogpu'."""
+    if not names:
+        return "nogpu"
+    tag = []
+    for w in names[0].split():
+        if w.lower() in ("nvidia", "tesla", "geforce", "quadro"):
+            continue
+        tag.append(re.sub(r"[^a-z0-9]", "", w.split("-")[0].lower()))
+        if any(ch.isdigit() for ch in w):
+            break
+    return "".join(tag) + f"x{len(names)}"
+
+
+def result_name(names, day):
+    """<day>-<gpu tag>, with -s2, -s3 ... while bench/results/ already holds that name."""
+    base = f"{day}-{gpu_tag(names)}"
+    name, i = base, 2
+    while os.path.exists(os.path.join(REPO, "bench", "results", name + ".json")):
+        name, i = f"{base}-s{i}", i + 1
+    return name
+
+
+GPU_NAMES = gpu_names()
+NAME = result_name(GPU_NAMES, datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+LOGS = os.path.join(OUT, NAME)
 res = {"steps": {}}
 
 
 def log(msg):
     print(msg, flush=True)
+    with open(os.path.join(LOGS, "run.log"), "a") as f:
+        f.write(msg + "\n")
 
 
 def sh(cmd, **kw):
@@ -78,7 +123,7 @@ def interop():
             r = sh([PY, os.path.join(REPO, "tests", "store", "ops.py"), "ops", "127.0.0.1", str(port)], env=env,
                    timeout=300)
             outs[kind] = r.stdout
-            open(os.path.join(OUT, f"ops-{kind}.txt"), "w").write(r.stdout + r.stderr)
+            open(os.path.join(LOGS, f"ops-{kind}.txt"), "w").write(r.stdout + r.stderr)
             extra = {}
             for name, args in (("wake", ["wake"]), ("adds", ["adds", "40", "50"])):
                 e = sh([PY, os.path.join(REPO, "tests", "store", "ops.py")] + args[:1] + ["127.0.0.1", str(port)]
@@ -93,7 +138,7 @@ def interop():
         import difflib
         d = "".join(difflib.unified_diff(outs["torch-2.11-libuv"].splitlines(True), outs["trun"].splitlines(True),
                                          "torch-2.11-libuv", "trun"))
-        open(os.path.join(OUT, "ops-diff.txt"), "w").write(d)
+        open(os.path.join(LOGS, "ops-diff.txt"), "w").write(d)
     log(f"interop: torch 2.11 ops identical on both servers: {same}; {res['steps']['interop']}")
 
 
@@ -161,7 +206,7 @@ def envcmp():
             log(f"env {name}: exit {r.returncode}: {r.stderr[-500:]}")
     r = sh([PY, os.path.join(REPO, "tests", "agent", "envdiff.py"), "torch-2.11", os.path.join(tmp, "t"),
             os.path.join(tmp, "r"), "2"], timeout=60)
-    open(os.path.join(OUT, "envdiff.txt"), "w").write(r.stdout + r.stderr)
+    open(os.path.join(LOGS, "envdiff.txt"), "w").write(r.stdout + r.stderr)
     res["steps"]["env"] = {"identical": r.returncode == 0, "report": r.stdout.strip().splitlines()[-12:]}
     log(f"env vs torchrun 2.11: identical={r.returncode == 0}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -183,7 +228,7 @@ def nccl():
     for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
         r = sh(base + ["--standalone", "--nproc_per_node", str(n), script, "--sizes", "1M,64M,1G"], env=env,
                timeout=300)
-        open(os.path.join(OUT, f"nccl-{name}.log"), "w").write(r.stdout + r.stderr)
+        open(os.path.join(LOGS, f"nccl-{name}.log"), "w").write(r.stdout + r.stderr)
         out[name] = {"rc": r.returncode, "lines": [ln for ln in r.stdout.splitlines() if ln.startswith("AR ")]}
         log(f"nccl {name}: rc={r.returncode} " + " | ".join(out[name]["lines"]))
     res["steps"]["nccl"] = {"gpus": n, **out}
@@ -222,9 +267,9 @@ def preflight():
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **libs)
     topo, trun = os.path.join(BIN, "trun-topo"), os.path.join(BIN, "trun")
     # 1. trun-preflight on every GPU, 8 B..1 GiB (x2), 5 warm-up + 20 timed iterations.
-    pj = os.path.join(OUT, "preflight.json")
+    pj = os.path.join(LOGS, "preflight.json")
     r = sh([topo, "preflight", "--json", pj], env=env, timeout=400)
-    open(os.path.join(OUT, "preflight.txt"), "w").write(r.stdout + r.stderr)
+    open(os.path.join(LOGS, "preflight.txt"), "w").write(r.stdout + r.stderr)
     out["preflight_rc"] = r.returncode
     log(r.stdout[-3000:] or r.stderr[-2000:])
     pre = json.load(open(pj)) if os.path.exists(pj) else {}
@@ -236,7 +281,7 @@ def preflight():
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", ",".join(str(int(b)) for b in sizes)],
            env=env, timeout=400)
-    open(os.path.join(OUT, "preflight-torch.txt"), "w").write(r.stdout + r.stderr)
+    open(os.path.join(LOGS, "preflight-torch.txt"), "w").write(r.stdout + r.stderr)
     tor = ar_lines(r.stdout)
     cmp = []
     for x in pre.get("results", []):
@@ -254,10 +299,10 @@ def preflight():
     log(f"preflight within 5 % of torch at >= 64 MiB: {out['within_5pct_at_64MiB_up']}")
     # 3. One pod (one agent, 2 GPUs) vs two pods (two agents, one GPU each, different NCCL_HOSTID), --nccl-report.
     runs = {}
-    d1 = os.path.join(OUT, "onepod")
+    d1 = os.path.join(LOGS, "onepod")
     r = sh([trun, "--standalone", "--nproc-per-node", "2", "--nccl-report", "--log-dir", d1, script,
             "--sizes", "1M,64M,1G"], env=env, timeout=300)
-    open(os.path.join(OUT, "onepod.txt"), "w").write(r.stdout + r.stderr)
+    open(os.path.join(LOGS, "onepod.txt"), "w").write(r.stdout + r.stderr)
     runs["one_pod"] = {"rc": r.returncode, "ar": [ln for ln in r.stdout.splitlines() if ln.startswith("AR ")],
                        "report": [ln for ln in r.stderr.splitlines() if "connection(s)" in ln or "verdict:" in ln]}
     port = "29561"
@@ -266,17 +311,17 @@ def preflight():
         e = dict(env, CUDA_VISIBLE_DEVICES=str(rk), NCCL_HOSTID=f"pod-{rk}")
         procs.append(subprocess.Popen(
             [trun, "--nnodes", "2", "--node-rank", str(rk), "--master-addr", "127.0.0.1", "--master-port", port,
-             "--nproc-per-node", "1", "--nccl-report", "--log-dir", os.path.join(OUT, f"twopods-{rk}"), script,
+             "--nproc-per-node", "1", "--nccl-report", "--log-dir", os.path.join(LOGS, f"twopods-{rk}"), script,
              "--sizes", "1M,64M,1G"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for rk, (o, e) in enumerate(outs):
-        open(os.path.join(OUT, f"twopods-{rk}.txt"), "w").write(o + e)
+        open(os.path.join(LOGS, f"twopods-{rk}.txt"), "w").write(o + e)
     runs["two_pods"] = {"rc": [p.returncode for p in procs],
                         "ar": [ln for ln in outs[0][0].splitlines() if ln.startswith("AR ")],
                         "doctor_split_warning": "WARNING [split]" in outs[0][1],
                         "report": [ln for ln in outs[0][1].splitlines() if "connection(s)" in ln or "verdict:" in ln]}
     import glob
-    files = sorted(glob.glob(os.path.join(OUT, "twopods-*", "*", "attempt_0", "*", "nccl.*.log")))
+    files = sorted(glob.glob(os.path.join(LOGS, "twopods-*", "*", "attempt_0", "*", "nccl.*.log")))
     r = sh([topo, "--nccl-log"] + files + ["--json"], timeout=60) if files else None
     runs["two_pods"]["nccl_log_both"] = json.loads(r.stdout) if r is not None and r.returncode == 0 else None
     # 4. trun --preflight in the two-pods layout (2 nodes over TCP sockets): the table and verdict before workers.
@@ -289,7 +334,7 @@ def preflight():
              "--nproc-per-node", "1", "--preflight", "--no-python", "/bin/true"], env=e, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
-    open(os.path.join(OUT, "twopods-preflight.txt"), "w").write(outs[0][0] + outs[0][1])
+    open(os.path.join(LOGS, "twopods-preflight.txt"), "w").write(outs[0][0] + outs[0][1])
     runs["two_pods_preflight"] = {"rc": [p.returncode for p in procs],
                                   "verdict": [ln for ln in outs[0][0].splitlines() if ln.startswith("# ")]}
     out["experiment"] = runs
@@ -335,7 +380,7 @@ def c10d():
                 o, _ = pr.communicate()
             logs.append(o)
             rcs.append(pr.returncode)
-        open(os.path.join(OUT, f"c10d-{case}.log"), "w").write("\n=====\n".join(logs))
+        open(os.path.join(LOGS, f"c10d-{case}.log"), "w").write("\n=====\n".join(logs))
         ar = [ln for o in logs for ln in o.splitlines() if ln.startswith("AR ")]
         out[case] = {"agents": list(kinds), "rcs": rcs, "ar": ar}
         log(f"c10d {case}: agents {kinds} rc {rcs} {' | '.join(ar)}")
@@ -351,10 +396,10 @@ def ddp():
     curves = {}
     for rep in range(2):
         for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
-            lossf = os.path.join(OUT, f"ddp-{name}-{rep}.json")
+            lossf = os.path.join(LOGS, f"ddp-{name}-{rep}.json")
             r = sh(base + ["--standalone", "--nproc-per-node", "2", script] + args + ["--out", lossf], env=env,
                    timeout=300)
-            open(os.path.join(OUT, f"ddp-{name}-{rep}.log"), "w").write(r.stdout + r.stderr)
+            open(os.path.join(LOGS, f"ddp-{name}-{rep}.log"), "w").write(r.stdout + r.stderr)
             m = re.search(r"step time: mean ([0-9.]+) ms, median ([0-9.]+) ms", r.stdout)
             if r.returncode == 0 and m:
                 rows[name].append({"mean_ms": float(m.group(1)), "median_ms": float(m.group(2))})
@@ -381,7 +426,7 @@ def stall():
         return
     n = min(n, 4)
     tmp = tempfile.mkdtemp(prefix="trun-gpu-stall.")
-    ev = os.path.join(OUT, "stall-events.jsonl")
+    ev = os.path.join(LOGS, "stall-events.jsonl")
     if os.path.exists(ev):
         os.unlink(ev)
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", TMPDIR=tmp)
@@ -389,7 +434,7 @@ def stall():
     r = sh([os.path.join(BIN, "trun"), "--standalone", "--nproc_per_node", str(n), "--max-restarts", "1",
             "--stall-timeout", "15", "--events", ev, "--metrics-port", "0",
             os.path.join(REPO, "bench", "stall_nccl.py"), tmp], env=env, timeout=300)
-    open(os.path.join(OUT, "stall.log"), "w").write(r.stdout + r.stderr)
+    open(os.path.join(LOGS, "stall.log"), "w").write(r.stdout + r.stderr)
     evs = [json.loads(ln) for ln in open(ev)] if os.path.exists(ev) else []
     stalls = [e for e in evs if e["event"] == "stall"]
     cpu = {}
@@ -404,8 +449,17 @@ def stall():
 
 
 def main():
-    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(LOGS, exist_ok=True)
+    result = os.path.join(OUT, NAME + ".json")
+    for args, mode in ((["-L"], "w"), (["topo", "-m"], "a")):
+        try:
+            r = sh(["nvidia-smi"] + args, timeout=60)
+            open(os.path.join(LOGS, "gpus.txt"), mode).write(r.stdout + r.stderr)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            open(os.path.join(LOGS, "gpus.txt"), mode).write(f"nvidia-smi {' '.join(args)}: {e!r}\n")
     import torch
+    res["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    res["gpu_names"] = GPU_NAMES
     res["torch"] = torch.__version__
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
@@ -414,6 +468,7 @@ def main():
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]
+    json.dump(res, open(result, "w"), indent=1)
     for step in steps:
         t0 = time.time()
         try:
@@ -422,7 +477,8 @@ def main():
             log(f"{step.__name__}: failed: {e!r}")
             res["steps"].setdefault("errors", []).append(f"{step.__name__}: {e!r}")
         log(f"[{step.__name__} took {time.time() - t0:.0f} s]")
-        json.dump(res, open(os.path.join(OUT, "gpu-results.json"), "w"), indent=1)
+        json.dump(res, open(result, "w"), indent=1)
+    log(f"results: $OUT/{NAME}.json and $OUT/{NAME}/ (copy both into bench/results/ to commit them)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Writes the README's results section from the newest bench/results/*-cpu.json.
+"""Writes the README's results section from the newest bench/results/*-cpu.json and every GPU result file.
 
-Usage: readme.py [RESULTS.json]  — replaces the text between <!-- results:cpu:begin --> and
-<!-- results:cpu:end --> in README.md.
+Usage: readme.py [--readme README.md] [RESULTS-cpu.json]  — replaces the text between <!-- results:cpu:begin -->
+and <!-- results:cpu:end --> in README.md: first every target of the issues with its measured ratio and whether
+it is met, then the tables, with the plots bench/plots.py wrote next to each result file.
 """
+import argparse
 import glob
 import json
 import os
@@ -23,8 +25,132 @@ def ratio(a, b):
     return f"{a / b:.1f}x" if a and b else "n/a"
 
 
-def render(res, path):
-    out = [f"Measured by `make bench` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
+def plot(png, what, src, readme_dir):
+    """A plot bench/plots.py wrote next to a result file, with the command that made it; nothing if absent."""
+    if not os.path.exists(png):
+        return []
+    return [f"![{what}]({os.path.relpath(png, readme_dir)})", "",
+            f"<sub>`bench/plots.py {os.path.relpath(src, REPO)}` → `{os.path.relpath(png, REPO)}`</sub>", ""]
+
+
+def verdict(ok):
+    return "met" if ok else "**not met**"
+
+
+def verdicts(xs, ok):
+    """One verdict for several contenders: met, or which ones miss it. xs: (contender, value)."""
+    miss = [o for o, x in xs if not ok(x)]
+    if not miss:
+        return "met"
+    hit = [o for o, x in xs if ok(x)]
+    return "**not met** vs " + ", ".join(miss) + (f"; met vs {', '.join(hit)}" if hit else "")
+
+
+def label(path):
+    """A result file's short name in the targets table: its name without directory and .json."""
+    return os.path.basename(path)[:-len(".json")]
+
+
+def targets(res, path, gpus):
+    """(target, measured, met) rows: every target the issues set, from the result files."""
+    rows = []
+    cpu = label(path)
+    st = {(r["server"], r["clients"]): r for r in res.get("store", [])}
+    store = [(cpu, o, st.get(("trun", 1024)), st.get((o, 1024))) for o in ("torch-1.13", "torch-2.6")]
+    for g in gpus:
+        gs = {(r["server"], r["clients"]): r for r in json.load(open(g))["steps"].get("store", [])}
+        store.append((label(g), "torch-2.11-libuv", gs.get(("trun", 1024)),
+                      gs.get(("torch-2.11-libuv", 1024))))
+    store = [x for x in store if x[2] and x[3]]
+    if store:
+        ops = [(f, o, t["ops_per_sec"] / r["ops_per_sec"]) for f, o, t, r in store]
+        p99 = [(f, o, t["p99_us"] / r["p99_us"]) for f, o, t, r in store]
+        rows.append(("Store ops/s ≥ 2x torch's server at 1024 clients (issue 2)",
+                     "; ".join(f"{x:.2f}x vs {o} ({f})" for f, o, x in ops),
+                     verdicts([(o, x) for _, o, x in ops], lambda x: x >= 2)))
+        rows.append(("Store p99 ≤ ½ torch's server's at 1024 clients (issue 2)",
+                     "; ".join(f"{x:.2f}x vs {o} ({f})" for f, o, x in p99),
+                     verdicts([(o, x) for _, o, x in p99], lambda x: x <= 0.5)))
+    cn = {r["server"]: r for r in res.get("conns", [])}
+    if "trun" in cn:
+        t = cn["trun"]
+        mb = t["rss_held_kb"] * 1024 / 1e6
+        other = "; torch 1.13: " + f"{cn['torch-1.13']['rss_held_kb'] / 1024:.1f} MiB" if "torch-1.13" in cn else ""
+        ok = t["connections"] >= 10000 and t["released"] == t["connections"] and mb < 200
+        rows.append(("10,000 connections with a pending WAIT held in < 200 MB RSS (issue 2)",
+                     f"{t['connections']} connections: {t['rss_held_kb'] / 1024:.1f} MiB ({mb:.1f} MB){other} ({cpu})",
+                     verdict(ok) if t["connections"] >= 10000 else "not measured at 10,000"))
+    launch = [(cpu, res.get("launch", []), ("torchrun-1.13", "torchrun-2.6"))]
+    launch += [(label(g), json.load(open(g))["steps"].get("launch", []), ("torchrun-2.11",))
+               for g in gpus]
+    for f, la, others in launch:
+        by = {(r["launcher"], r.get("nproc", 2)): r for r in la}
+        for key, goal, what in (("wall_ms", 100, "faster launch to exit"),
+                                ("peak_rss_mib", 50, "less launcher memory")):
+            xs = [(o, n, by[(o, n)][key] / by[("trun", n)][key]) for o in others for n in (2, 8)
+                  if (o, n) in by and ("trun", n) in by]
+            if xs:
+                rows.append((f"≥ {goal}x {what} than torchrun (issue 3)",
+                             "; ".join(f"{x:.0f}x vs {o}, {n} workers" for o, n, x in xs) + f" ({f})",
+                             verdict(all(x >= goal for _, _, x in xs))))
+    rs = {r["launcher"]: r for r in res.get("restart", [])}
+    xs = [(o, rs[o]["crash_to_restart_ms"] / rs["trun"]["crash_to_restart_ms"])
+          for o in ("torchrun-1.13", "torchrun-2.6") if o in rs and "trun" in rs]
+    if xs:
+        rows.append(("Restart (worker crash to replacement) ≥ 10x faster than torchrun (issue 3)",
+                     "; ".join(f"{x:.1f}x vs {o}" for o, x in xs) + f" ({cpu})", verdict(all(x >= 10 for _, x in xs))))
+    rz = {(r["mode"], r["agents"]): r for r in res.get("rdzv", [])}
+    fast = rz.get(("trun-fast", 10000))
+    if fast:
+        rows.append(("Fast rendezvous of 10,000 agents < 2 s on this 2-CPU box (issue 4)",
+                     f"{fast['seconds']:.2f} s ({cpu})", verdict(fast["seconds"] < 2)))
+    c10d = rz.get(("trun-c10d", 256))
+    if c10d:
+        parts, ok = [], True
+        for o in ("torchrun-1.13", "torchrun-2.6"):
+            r = rz.get((o, 256))
+            if r:
+                parts.append(f"{o} {r['seconds']:.2f} s ({r['seconds'] / c10d['seconds']:.1f}x slower)")
+                ok = ok and c10d["seconds"] <= r["seconds"]
+            elif any(f.startswith(f"{o}, 256 agents") for f in res.get("rdzv_failed", [])):
+                parts.append(f"{o} did not finish")
+        rows.append(("trun's c10d rendezvous no slower than torchrun's at 256 agents (issue 4)",
+                     f"trun-c10d {c10d['seconds']:.2f} s; " + "; ".join(parts) + f" ({cpu})", verdict(ok)))
+    for g in gpus:
+        st = json.load(open(g))["steps"]
+        f = label(g)
+        pf = st.get("preflight", {})
+        if "within_5pct_at_64MiB_up" in pf:
+            rows.append(("Preflight busbw within 5 % of torch 2.11's all-reduce, every size ≥ 64 MiB (issue 6)",
+                         f"{pf['within_5pct_at_64MiB_up']} ({f})", verdict(pf["within_5pct_at_64MiB_up"])))
+        dd = st.get("ddp")
+        if dd and dd["median_step_ms"].get("trun") and dd["median_step_ms"].get("torchrun-2.11"):
+            t, o = dd["median_step_ms"]["trun"], dd["median_step_ms"]["torchrun-2.11"]
+            spread = [r["median_ms"] for r in dd["runs"].get("trun", [])]
+            note = f"; trun's runs {min(spread):.2f}..{max(spread):.2f} ms" if spread else ""
+            rows.append(("DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7)",
+                         f"trun {t:.2f} ms vs torchrun 2.11 {o:.2f} ms = {t / o:.2f}x{note}; max loss difference "
+                         f"{dd['max_loss_diff']} ({f})",
+                         verdict(t <= o * 1.02 and dd["max_loss_diff"] == 0)
+                         + (" (not slower)" if t < o * 0.98 else "")))
+    return rows
+
+
+def render_targets(res, path, gpus):
+    rows = targets(res, path, gpus)
+    if not rows:
+        return []
+    files = [path] + gpus
+    out = ["**Targets** set in the issues and what was measured side by side, each ratio as its target states it, "
+           "computed from " +
+           ", ".join(f"`{os.path.relpath(f, REPO)}`" for f in files) + ":", "",
+           "| target | measured (file) | |", "|---|---|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return out + [""]
+
+
+def render(res, path, readme_dir):
+    out = [f"Measured by `{res.get('command', 'make bench')}` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
            f"file `{os.path.relpath(path, REPO)}`. Contenders ran interleaved; each cell is a median.", ""]
     la = res.get("launch", [])
     if la:
@@ -64,6 +190,7 @@ def render(res, path):
             out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p50_us']:.0f} us | "
                        f"{r['p99_us']:.0f} us | {r['p999_us']:.0f} us | {a} | {b} |")
         out.append("")
+        out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients", path, readme_dir)
     rz = res.get("rdzv", [])
     if rz:
         by = {(r["mode"], r["agents"]): r for r in rz}
@@ -92,7 +219,12 @@ def render(res, path):
                                    f"{ratio(o['store_bytes'], t['store_bytes'])} fewer store bytes.")
         for f in res.get("rdzv_failed", []):
             out.append(f"- {f}")
+        if any("runs_seconds" not in r and r.get("reps", 1) % 2 == 0 for r in rz):
+            out.append("- The rows of 2 runs in this file show the slower run, not a median, and its modes ran one "
+                       "after another (the bench.py of that run); bench.py now runs the modes interleaved, 3 times "
+                       "each, and takes the median.")
         out.append("")
+        out += plot(path[:-5] + "-rdzv.png", "Rendezvous time vs agents, log-log", path, readme_dir)
     for r in res.get("conns", []):
         out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
                    f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
@@ -100,7 +232,7 @@ def render(res, path):
     return "\n".join(out)
 
 
-def render_gpu(path):
+def render_gpu(path, readme_dir):
     g = json.load(open(path))
     st = g["steps"]
     out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
@@ -185,24 +317,37 @@ def render_gpu(path):
             b = ratio(t["p99_us"], r["p99_us"]) if t and r["server"] != "trun" else ""
             out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
                        f"{r['p999_us']:.0f} us | {a} | {b} |")
+        out.append("")
+        out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients, GPU box", path, readme_dir)
     out.append("")
     return "\n".join(out)
 
 
+def gpu_files():
+    """Every GPU box result file (bench/results/<date>-<gpu>[-sN].json), oldest first."""
+    files = glob.glob(os.path.join(REPO, "bench", "results", "*.json"))
+    return sorted((f for f in files if not f.endswith("-cpu.json")), key=lambda f: f[:-5])
+
+
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else newest()
+    ap = argparse.ArgumentParser(description="Writes README.md's Results section from the bench result files.")
+    ap.add_argument("results", nargs="?", help="the CPU result file (default: the newest bench/results/*-cpu.json)")
+    ap.add_argument("--readme", default=os.path.join(REPO, "README.md"))
+    args = ap.parse_args()
+    path = os.path.abspath(args.results or newest())
     res = json.load(open(path))
-    gpus = sorted((f for f in glob.glob(os.path.join(REPO, "bench", "results", "*.json")) if not f.endswith("-cpu.json")),
-                  key=lambda f: f[:-5])
-    readme = os.path.join(REPO, "README.md")
+    gpus = gpu_files()
+    readme = args.readme
+    readme_dir = os.path.dirname(os.path.abspath(readme))
     text = open(readme).read()
     if BEGIN not in text or END not in text:
-        sys.exit("readme.py: README.md lacks the results markers")
+        sys.exit(f"readme.py: {readme} lacks the results markers {BEGIN} / {END}; put them back around the Results")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    body = render(res, path) + "".join("\n" + render_gpu(g) for g in gpus)
+    body = "\n".join(render_targets(res, path, gpus)) + "\n" + render(res, path, readme_dir) + \
+        "".join("\n" + render_gpu(g, readme_dir) for g in gpus)
     open(readme, "w").write(head + BEGIN + "\n" + body + END + tail)
-    print(f"README.md: results from {os.path.relpath(path, REPO)}")
+    print(f"{os.path.relpath(readme, REPO)}: results from {os.path.relpath(path, REPO)}")
 
 
 if __name__ == "__main__":
