@@ -10,6 +10,7 @@
 # curves must also agree across runs (1.13 DDP = 2.6 DDP = 2.6 FSDP, step by step within 0.01): same seed,
 # same maths. examples/train_ddp.yaml and train_fsdp.yaml run too (torch 1.13; FSDP also with torch 2.6 through a
 # PYTHON_EXEC wrapper into the chroot) and must print the same steps as the command-line runs.
+# examples/deepspeed/train_zero3.yaml resolves (--print-config) and, without DeepSpeed, exits 77 with its message.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -70,6 +71,25 @@ else
   run yamlfsdp113 1 --config examples/train_fsdp.yaml
   grep -q "train_fsdp.py: skipped: FSDP cannot be used with torch 1.13" "$tmp/yamlfsdp113.stderr" ||
     fail "yamlfsdp113: no 'skipped: FSDP cannot be used' message on stderr"
+fi
+
+# examples/deepspeed/train_zero3.yaml: the file resolves (its script exists), and without DeepSpeed (not in
+# Debian) the script says so and exits 77. No GPU here, so one worker instead of the file's "gpu".
+(cd "$repo" && "$trun" --config examples/deepspeed/train_zero3.yaml --print-config) >"$tmp/ds.config" ||
+  fail "deepspeed: --print-config of examples/deepspeed/train_zero3.yaml failed"
+grep -qx "script: examples/deepspeed/train_zero3.py  *# file:examples/deepspeed/train_zero3.yaml:[0-9]*" \
+  "$tmp/ds.config" || fail "deepspeed: the config's script: $(grep script "$tmp/ds.config")"
+grep -q "^args: \['--deepspeed', examples/deepspeed/ds_zero3.json," "$tmp/ds.config" ||
+  fail "deepspeed: the config's args: $(grep args "$tmp/ds.config")"
+[ -f "$repo/examples/deepspeed/train_zero3.py" ] || fail "deepspeed: the YAML's script does not exist"
+if "$host_py" -c 'import deepspeed; deepspeed.initialize' 2>/dev/null; then
+  echo "note: deepspeed is installed for $host_py: the ZeRO-3 example's skip path was not checked" >&2
+else
+  run zero3 1 --config examples/deepspeed/train_zero3.yaml --nproc-per-node 1
+  grep -q "^train_zero3.py: skipped: deepspeed cannot be imported in this Python .*: ModuleNotFoundError: No module named 'deepspeed'\. Install it in the workers' Python (pip install deepspeed) to run this example\. Exiting 77\.$" \
+    "$tmp/zero3.stderr" || fail "zero3: no 'skipped: deepspeed cannot be imported' message on stderr"
+  grep -Eq "exitcode +: 77 " "$tmp/zero3.stderr" || fail "zero3: trun's report does not show exit code 77"
+  echo "ok: examples/deepspeed/train_zero3.yaml resolves; without deepspeed the script exits 77 as documented"
 fi
 
 if ! have_chroot; then
