@@ -268,6 +268,33 @@ static void add_verdict(json_t *v, const char *text) {
   json_array_append_new(v, json_string(text));
 }
 
+/* Orders connections by (source, destination, transport) for the pairs list. */
+static int conn_pair_cmp(const void *pa, const void *pb) {
+  const nl_conn *a = pa, *b = pb;
+  if (a->src != b->src) return a->src < b->src ? -1 : 1;
+  if (a->dst != b->dst) return a->dst < b->dst ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+/* [{"src", "dst", "transport", "channels"}]: the unique connections u grouped by peer pair and transport,
+ * sorted by source rank, destination rank, transport. */
+static json_t *pairs_json(const nl_conn *u, int nu) {
+  json_t *pairs = json_array();
+  nl_conn *s = nu > 0 ? malloc((size_t)nu * sizeof(*s)) : NULL;
+  if (s == NULL) return pairs;
+  memcpy(s, u, (size_t)nu * sizeof(*s));
+  qsort(s, (size_t)nu, sizeof(*s), conn_pair_cmp);
+  for (int i = 0; i < nu;) {
+    int j = i;
+    while (j < nu && s[j].src == s[i].src && s[j].dst == s[i].dst && strcmp(s[j].name, s[i].name) == 0) j++;
+    json_array_append_new(pairs, json_pack("{s:i, s:i, s:s, s:i}", "src", s[i].src, "dst", s[i].dst,
+                                           "transport", s[i].name, "channels", j - i));
+    i = j;
+  }
+  free(s);
+  return pairs;
+}
+
 static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
   const nl_pcomm *f = &l->pcomms[g->first];
   int nranks = f->nranks, nnodes = -1, local = -1, complete = 0;
@@ -377,10 +404,11 @@ static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
     if (o < (int)sizeof(text) - 1) snprintf(text + o, sizeof(text) - (size_t)o, ")");
     add_verdict(verdicts, text);
   }
+  json_t *pairs = pairs_json(u, nu);
   free(u);
-  return json_pack("{s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:o, s:o}", "id", g->key, "nranks", nranks, "nnodes",
-                   nnodes, "local_ranks", local, "ranks_seen", ranks_seen, "hosts", hosts, "init_complete",
-                   complete, "transports", transports, "verdicts", verdicts);
+  return json_pack("{s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:o, s:o, s:o}", "id", g->key, "nranks", nranks,
+                   "nnodes", nnodes, "local_ranks", local, "ranks_seen", ranks_seen, "hosts", hosts,
+                   "init_complete", complete, "transports", transports, "pairs", pairs, "verdicts", verdicts);
 }
 
 json_t *trun_nccl_log_json(trun_nccl_log *l) {
@@ -433,6 +461,19 @@ int trun_nccl_log_print(trun_nccl_log *l, FILE *out) {
     const char *name;
     json_object_foreach(json_object_get(c, "transports"), name, e)
         fprintf(out, "    %-24s %d connection(s)\n", name, (int)json_integer_value(e));
+    json_t *pairs = json_object_get(c, "pairs");
+    json_array_foreach(pairs, k, e) {
+      if (k == TRUN_NCCL_PRINT_PAIRS) {
+        fprintf(out, "    ... %zu more peer pair(s): trun-topo --nccl-log FILE... --json lists them all\n",
+                json_array_size(pairs) - k);
+        break;
+      }
+      int n = (int)json_integer_value(json_object_get(e, "channels"));
+      fprintf(out, "    rank %d -> rank %d: %s (%d channel%s)\n",
+              (int)json_integer_value(json_object_get(e, "src")),
+              (int)json_integer_value(json_object_get(e, "dst")),
+              json_string_value(json_object_get(e, "transport")), n, n == 1 ? "" : "s");
+    }
     int healthy = 0;
     json_array_foreach(json_object_get(c, "verdicts"), k, e) {
       const char *v = json_string_value(e);

@@ -27,11 +27,16 @@ int trun_nccl_log_feed_file(trun_nccl_log *l, const char *path);
  * provider is efa" lines count too. */
 void trun_nccl_log_set_efa(trun_nccl_log *l, int efa_devices);
 /* {"communicators":[{"id","nranks","nnodes","local_ranks","ranks_seen","hosts","init_complete",
- *   "transports":{name:connections},"verdicts":[...]}], "efa_seen": bool}. Caller json_decref's. */
+ *   "transports":{name:connections},"pairs":[{"src","dst","transport","channels"}],"verdicts":[...]}],
+ *  "efa_seen": bool}. pairs: the transport for each peer pair (source -> destination rank) with its number of
+ * channels, sorted by source, destination, transport. Caller json_decref's. */
 json_t *trun_nccl_log_json(trun_nccl_log *l);
-/* The same as a human-readable block ("NCCL transport report"). Returns the number of communicators with
- * a problem verdict (not "healthy"). */
+/* The same as a human-readable block ("NCCL transport report"): per communicator its transports, then one
+ * line per peer pair ("rank 0 -> rank 1: P2P/CUMEM (24 channels)", at most TRUN_NCCL_PRINT_PAIRS of them)
+ * and the verdicts. Returns the number of communicators with a problem verdict (not "healthy"). */
 int trun_nccl_log_print(trun_nccl_log *l, FILE *out);
+
+#define TRUN_NCCL_PRINT_PAIRS 64
 
 /* The verdict texts (a verdict string starts with one of these). */
 #define TRUN_NCCL_V_SPLIT "intra-host traffic over NET/"

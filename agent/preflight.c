@@ -168,7 +168,7 @@ int trun_pf_result_read(const char *path, trun_pf_result *res) {
 /* ---- the agent's step --------------------------------------------------------------------------------- */
 
 static void preflight_path(char *out, size_t len) {
-  const char *p = getenv("TRUN_PREFLIGHT");
+  const char *p = getenv("TRUN_PREFLIGHT_BIN");
   if (p && *p) {
     snprintf(out, len, "%s", p);
     return;
@@ -244,8 +244,8 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
   char path[PATH_MAX], key[512];
   preflight_path(path, sizeof(path));
   if (access(path, X_OK) != 0) {
-    trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT", path,
-               strerror(errno));
+    trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT_BIN",
+               path, strerror(errno));
     outcome(out, "error", "%s is not an executable (%s)", path, strerror(errno));
     return 1;
   }
@@ -275,9 +275,22 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
   char *extra_copy = extra ? strdup(extra) : NULL;
   char *argv[64] = {path};
   int argc = 1;
-  for (char *save = NULL, *t = extra_copy ? strtok_r(extra_copy, " \t", &save) : NULL; t && argc < 63;
+  for (char *save = NULL, *t = extra_copy ? strtok_r(extra_copy, " \t", &save) : NULL; t && argc < 59;
        t = strtok_r(NULL, " \t", &save))
     argv[argc++] = t;
+  /* --preflight-pass / --preflight-warn come after TRUN_PREFLIGHT_ARGS: trun-preflight takes the last value,
+   * and trun's own options beat the environment. */
+  char pass[32], warn[32];
+  if (cfg->preflight_pass >= 0 && argc < 61) {
+    snprintf(pass, sizeof(pass), "%g", cfg->preflight_pass);
+    argv[argc++] = "--pass";
+    argv[argc++] = pass;
+  }
+  if (cfg->preflight_warn >= 0 && argc < 61) {
+    snprintf(warn, sizeof(warn), "%g", cfg->preflight_warn);
+    argv[argc++] = "--warn";
+    argv[argc++] = warn;
+  }
   argv[argc] = NULL;
   fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
   for (int lr = 0; lr < nproc; lr++) {

@@ -79,9 +79,9 @@ typedef struct {
 } trun_pf_outcome;
 
 /* The agent's --preflight step for this round: a one-line skip when this node has no GPU; otherwise one
- * trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT) per local rank with the workers' rank
- * environment, waited for (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL).
- * 0: continue; 1: stop the job. */
+ * trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT_BIN; TRUN_PREFLIGHT=1 is --preflight) per local
+ * rank with the workers' rank environment, waited for (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills
+ * out (may be NULL). 0: continue; 1: stop the job. */
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
                          int restart_count, trun_pf_outcome *out);
 

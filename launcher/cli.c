@@ -174,6 +174,14 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
          "Before the workers: one trun-preflight per local GPU joins one NCCL communicator "
          "over all ranks, runs all-reduce 8 B..1 GiB and prints busbw with a pass / warn / "
          "fail verdict; fail stops the job (exit 1). Skipped on a host without GPUs."},
+    [TRUN_OPT_PREFLIGHT_PASS] = {"preflight-pass", "preflight_pass", 0, 0, NULL, "TRUN_PREFLIGHT_PASS",
+                                 TRUN_G_TRUN, "GBPS",
+                                 "--preflight verdict: PASS when the peak busbw is at least GBPS (GB/s). "
+                                 "Unset: the expected bandwidth of the layout (NVLink, PCIe, EFA, sockets)."},
+    [TRUN_OPT_PREFLIGHT_WARN] = {"preflight-warn", "preflight_warn", 0, 0, NULL, "TRUN_PREFLIGHT_WARN",
+                                 TRUN_G_TRUN, "GBPS",
+                                 "--preflight verdict: WARN when the peak busbw is at least GBPS, below it "
+                                 "FAIL. Unset: the layout's. Given with --preflight-pass: at most that."},
     [TRUN_OPT_EVENTS] = {"events", NULL, 0, 0, NULL, "TRUN_EVENTS", TRUN_G_TRUN, "FILE|fd:N",
                          "Write a JSON-lines event stream (discovery, rendezvous rounds, worker start/exit, "
                          "restarts, stalls, failures, job end) to FILE (appended) or descriptor N."},

@@ -50,6 +50,8 @@ typedef enum {
   TRUN_OPT_NCCL_REPORT,       /* --nccl-report: NCCL INFO logs per rank, transport report at the end
                                  (agent/nccl_log.h) */
   TRUN_OPT_PREFLIGHT,         /* --preflight: NCCL all-reduce check before the workers (tools/preflight.c) */
+  TRUN_OPT_PREFLIGHT_PASS,    /* --preflight-pass GBPS: busbw at or above it passes (else the table's) */
+  TRUN_OPT_PREFLIGHT_WARN,    /* --preflight-warn GBPS: busbw at or above it warns, below it fails */
   TRUN_OPT_EVENTS,            /* --events FILE|fd:N: JSON-lines event stream (agent/events.h) */
   TRUN_OPT_METRICS_PORT,      /* --metrics-port P: Prometheus endpoint (agent/metrics.h) */
   TRUN_OPT_STALL_TIMEOUT,     /* --stall-timeout S: hang detection (agent/stall.h) */

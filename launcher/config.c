@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,14 @@ static int parse_double(const char *s, double *out) {
   errno = 0;
   double v = strtod(s, &end);
   if (s[0] == '\0' || *end != '\0' || errno == ERANGE || v < 0) return -1;
+  *out = v;
+  return 0;
+}
+
+/* A finite bandwidth >= 0 (parse_double also takes "inf" and "nan"). */
+static int parse_gbps(const char *s, double *out) {
+  double v;
+  if (parse_double(s, &v) < 0 || !isfinite(v)) return -1;
   *out = v;
   return 0;
 }
@@ -302,6 +311,17 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   cfg->on_split_pods_fail = osp && strcmp(osp, "fail") == 0;
   cfg->nccl_report = VAL(TRUN_OPT_NCCL_REPORT) && strcmp(VAL(TRUN_OPT_NCCL_REPORT), "0") != 0;
   cfg->preflight = VAL(TRUN_OPT_PREFLIGHT) && strcmp(VAL(TRUN_OPT_PREFLIGHT), "0") != 0;
+  cfg->preflight_pass = cfg->preflight_warn = -1;
+  if (VAL(TRUN_OPT_PREFLIGHT_PASS) && parse_gbps(VAL(TRUN_OPT_PREFLIGHT_PASS), &cfg->preflight_pass) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_PREFLIGHT_PASS,
+                "--preflight-pass '%s' must be a bandwidth in GB/s >= 0", VAL(TRUN_OPT_PREFLIGHT_PASS));
+  if (VAL(TRUN_OPT_PREFLIGHT_WARN) && parse_gbps(VAL(TRUN_OPT_PREFLIGHT_WARN), &cfg->preflight_warn) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_PREFLIGHT_WARN,
+                "--preflight-warn '%s' must be a bandwidth in GB/s >= 0", VAL(TRUN_OPT_PREFLIGHT_WARN));
+  if (cfg->preflight_pass >= 0 && cfg->preflight_warn > cfg->preflight_pass)
+    return fail(err, errlen, cl, TRUN_OPT_PREFLIGHT_WARN,
+                "--preflight-warn %s must not be above --preflight-pass %s (warn <= pass)",
+                VAL(TRUN_OPT_PREFLIGHT_WARN), VAL(TRUN_OPT_PREFLIGHT_PASS));
   if (cfg->numa_binding && strcmp(cfg->numa_binding, "node") != 0)
     return fail(err, errlen, cl, TRUN_OPT_NUMA_BINDING,
                 "--numa-binding '%s': trun implements only 'node' (each worker on its GPU's NUMA node CPUs)",

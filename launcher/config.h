@@ -50,6 +50,8 @@ typedef struct {
   int on_split_pods_fail;      /* --on-split-pods fail */
   int nccl_report;             /* --nccl-report */
   int preflight;               /* --preflight */
+  double preflight_pass;       /* --preflight-pass GB/s, -1: the layout's expected bandwidth */
+  double preflight_warn;       /* --preflight-warn GB/s, -1: the layout's */
   const char *events;          /* --events FILE or fd:N, NULL: off */
   int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
   double stall_timeout;        /* --stall-timeout seconds, 0: off */

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A fake EC2 instance metadata service (IMDSv2) for tests, on 127.0.0.1 only. Python stdlib only.
 
-Usage: imds_server.py --mode MODE --port-file FILE
+Usage: imds_server.py --mode MODE --port-file FILE [--instance-id ID]
 Listens on two ephemeral loopback ports and writes "IMDS_PORT CONTROL_PORT\n" to FILE once both listen.
 The control port answers GET /count with JSON {"connections": N, "requests": M, "puts": P, "gets": G}:
 connections accepted and requests read on the IMDS port (control traffic is never counted).
@@ -11,7 +11,8 @@ Modes (what the IMDS port does):
   normal     IMDSv2 required: PUT /latest/api/token needs X-aws-ec2-metadata-token-ttl-seconds in 1..21600
              (else 400) and returns a token; a GET without that token gets 401. Serves instance-type
              p4d.24xlarge, instance-id i-0123456789abcdef0, placement/availability-zone us-east-1a,
-             placement/group-name trun-pg; anything else 404.
+             placement/group-name trun-pg (--instance-id ID serves ID instead, e.g. one fake host per
+             network namespace); anything else 404.
   nogroup    normal, but placement/group-name is 404 (not in a placement group).
   stall      accepts connections and never answers (what a pod behind PUT hop limit 1 sees for the PUT).
   token401   the token PUT is answered 401, and so is every GET (IMDSv2 required).
@@ -148,8 +149,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=MODES, default="normal")
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--instance-id", default=None, help="instance-id to serve (default i-0123456789abcdef0)")
     args = ap.parse_args()
     Imds.mode = args.mode
+    if args.instance_id is not None:
+        DATA["instance-id"] = args.instance_id.encode()
     imds = Server(("127.0.0.1", 0), Imds)
     ctl = Server(("127.0.0.1", 0), Control)
     threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)

@@ -11,7 +11,13 @@
 #  5. --on-split-pods=fail with 1.'s layout: both agents exit 1 and no worker starts.
 #  6. One agent on the pod-p4d-4of8 fixture (4 of a p4d's 8 GPUs, 1 of its 4 EFA devices usable, the type from
 #     DMI): the EFA warning (4 GPUs need 2); with all 4 EFA visible to the pod none.
-# Parts 3-4 skip (the test exits 77 after 1, 2 and 5 passed) when network namespaces cannot be made here.
+#  7. The instance id from the fake IMDS (tests/fakes/imds_server.py through TRUN_IMDS_ENDPOINT; the doctor asks
+#     it on nodes with usable EFA, so the pod-p4d-4of8 fixture, one GPU each): 2 agents in one namespace that
+#     share instance id i-0123456789abcdef0 but have distinct fake boot ids: split warning "same instance id".
+#  8. 2 agents in 2 namespaces, each with its own fake IMDS (distinct instance ids) and the SAME fake boot id:
+#     no report (both instance ids known: they decide, not the boot id).
+# Parts 3, 4 and 8 skip (the test exits 77 after 1, 2, 5, 6 and 7 passed) when network namespaces cannot be
+# made here.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
 fx=$TRUN_REPO/tests/fixtures/nodes/h200x2
@@ -21,7 +27,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-64.XXXXXX")
 pids=()
 br=trunbr64-$$
 hosts=(trunh64a-$$ trunh64b-$$)
+imds_pids=()
 cleanup() {
+  for p in "${imds_pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${imds_pids[@]}"; do wait "$p" 2>/dev/null; done
   kill_marked
   for ns in "${hosts[@]}" "$br"; do ip netns del "$ns" 2>/dev/null; done
   rm -rf "$tmp"
@@ -142,16 +151,53 @@ env "${p4d_env[@]}" TRUN_DEV_ROOT="$tmp/dev4" "$TRUN" --no-imds --nproc-per-node
 ! grep -q "trun doctor" "$tmp/efa4.err" || fail "6: a report with 4 EFA for 4 GPUs: $(cat "$tmp/efa4.err")"
 echo "ok 6"
 
+# start_imds NAME INSTANCE_ID [ip netns exec NS]: a fake IMDS (mode normal, this instance id) in the current
+# or the given network namespace; sets imds_ep to its http://127.0.0.1:PORT (as seen from that namespace).
+start_imds() {
+  local name=$1 id=$2
+  shift 2
+  rm -f "$tmp/imds.$name.port"
+  "$@" "$TRUN_HOST_PY" "$TRUN_REPO/tests/fakes/imds_server.py" --mode normal --instance-id "$id" \
+    --port-file "$tmp/imds.$name.port" 2>"$tmp/imds.$name.log" &
+  imds_pids+=($!)
+  wait_for "[ -s '$tmp/imds.$name.port' ]" 30 || fail "the fake IMDS $name did not start: $(cat "$tmp/imds.$name.log")"
+  imds_ep=http://127.0.0.1:$(cut -d' ' -f1 "$tmp/imds.$name.port")
+}
+p4d=$TRUN_REPO/tests/fixtures/nodes/pod-p4d-4of8
+# The p4d pod fixture (1 usable EFA: the doctor asks the IMDS) with the network allowed; CUDA_VISIBLE_DEVICES
+# per agent picks one of its GPUs (4..7), so 1 GPU with 1 EFA: no EFA warning.
+imds_env="TRUN_SYSFS_ROOT=$p4d/sys TRUN_DEV_ROOT=$p4d/dev TRUN_DMI_ROOT=$p4d/dmi TRUN_FAKE_NVML_TOPO=$p4d/nvml.json AWS_EC2_METADATA_DISABLED=false"
+
+echo "== 7. one namespace, one instance id (fake IMDS), distinct boot ids: split by instance id"
+start_imds one i-0aaaaaaaaaaaaaaa1
+port=$(free_port)
+pids=()
+rm -f "$tmp"/ran.*
+agent i1 1 "$imds_env TRUN_IMDS_ENDPOINT=$imds_ep TRUN_BOOT_ID=fake-boot-i1 CUDA_VISIBLE_DEVICES=5" \
+  --master-addr 127.0.0.1 --master-port "$port"
+agent i0 0 "$imds_env TRUN_IMDS_ENDPOINT=$imds_ep TRUN_BOOT_ID=fake-boot-i0 CUDA_VISIBLE_DEVICES=4" \
+  --master-addr 127.0.0.1 --master-port "$port"
+wait_all i0 i1
+for i in 0 1; do [ "${AGENT_RC[${pids[$i]}]}" = 0 ] || fail "7: agent ${pids[$i]} exited ${AGENT_RC[${pids[$i]}]}"; done
+[ -e "$tmp/ran.i0" ] && [ -e "$tmp/ran.i1" ] || fail "7: the workers did not run"
+grep -qF "WARNING [split] 2 agents run on one physical host (same instance id i-0aaaaaaaaaaaaaaa1): group rank 0 (host " "$tmp/i0.err" ||
+  fail "7: no split warning naming the shared instance id"
+grep -qF "group rank 1 (host " "$tmp/i0.err" || fail "7: the warning does not name group rank 1"
+! grep -qF "[efa]" "$tmp/i0.err" || fail "7: an EFA warning for 1 GPU with 1 EFA"
+! grep -q "trun doctor" "$tmp/i1.err" || fail "7: node rank 1 printed a report too"
+kill "${imds_pids[@]}" 2>/dev/null
+echo "ok 7"
+
 # ---- separate network namespaces ----
-command -v ip >/dev/null || skip "parts 1, 2, 5, 6 passed; no ip(8): cannot test separate namespaces"
-ip netns add "$br" 2>"$tmp/ns.err" || skip "parts 1, 2, 5, 6 passed; cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
+command -v ip >/dev/null || skip "parts 1, 2, 5, 6, 7 passed; no ip(8): cannot test separate namespaces"
+ip netns add "$br" 2>"$tmp/ns.err" || skip "parts 1, 2, 5, 6, 7 passed; cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
 ip -n "$br" link set lo up && ip -n "$br" link add br0 type bridge && ip -n "$br" link set br0 up ||
-  skip "parts 1, 2, 5, 6 passed; cannot create a bridge in a network namespace"
+  skip "parts 1, 2, 5, 6, 7 passed; cannot create a bridge in a network namespace"
 for i in 0 1; do
   h=${hosts[$i]}
   ip netns add "$h" || fail "netns add $h"
   ip -n "$h" link set lo up
-  ip -n "$h" link add eth0 type veth peer name vb$i netns "$br" || skip "parts 1, 2, 5, 6 passed; cannot create veth pairs"
+  ip -n "$h" link add eth0 type veth peer name vb$i netns "$br" || skip "parts 1, 2, 5, 6, 7 passed; cannot create veth pairs"
   ip -n "$h" addr add 10.251.0.$((i + 1))/24 dev eth0
   ip -n "$h" link set eth0 up
   ip -n "$br" link set vb$i master br0
@@ -192,4 +238,23 @@ done
 grep -qF "group rank 1 (host " "$e" || fail "4: the clash does not name group rank 1"
 ! grep -qF "[split]" "$e" || fail "4: distinct boot ids reported as a split"
 echo "ok 4"
+echo "== 8. two namespaces, each its own fake IMDS (distinct instance ids), the same boot id: no report"
+start_imds ns0 i-0bbbbbbbbbbbbbbb0 ip netns exec "${hosts[0]}"
+ep0=$imds_ep
+start_imds ns1 i-0bbbbbbbbbbbbbbb1 ip netns exec "${hosts[1]}"
+ep1=$imds_ep
+pids=()
+rm -f "$tmp"/ran.*
+ns_agent m1 1 "$imds_env TRUN_IMDS_ENDPOINT=$ep1 TRUN_BOOT_ID=fake-boot-same CUDA_VISIBLE_DEVICES=5"
+ns_agent m0 0 "$imds_env TRUN_IMDS_ENDPOINT=$ep0 TRUN_BOOT_ID=fake-boot-same CUDA_VISIBLE_DEVICES=4"
+wait_all m0 m1
+for i in 0 1; do [ "${AGENT_RC[${pids[$i]}]}" = 0 ] || fail "8: agent ${pids[$i]} exited ${AGENT_RC[${pids[$i]}]}"; done
+[ -e "$tmp/ran.m0" ] && [ -e "$tmp/ran.m1" ] || fail "8: the workers did not run"
+! grep -q "trun doctor" "$tmp/m0.err" "$tmp/m1.err" || fail "8: a doctor report for two instances"
+grep -q "doctor: 2 agent(s), no split pods, no GPU clash" "$tmp/m0.err" || fail "8: node rank 0 did not check 2 agents"
+for n in ns0 ns1; do
+  [ "$(grep -c 'GET /latest/meta-data/instance-id' "$tmp/imds.$n.log")" -ge 1 ] ||
+    fail "8: the agent in namespace $n did not ask its IMDS for the instance id: $(cat "$tmp/imds.$n.log")"
+done
+echo "ok 8"
 echo "PASS: doctor split / clash / fail across real rendezvous rounds"

@@ -104,6 +104,25 @@ rc=0
 env "${gpu[@]}" TRUN_FAKE_BUSBW=2.9 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576 --pass 2 --warn 1" "$TRUN" \
   --preflight --nproc-per-node 2 --no-python /usr/bin/touch "$tmp/ran.thr" >"$tmp/o" 2>"$tmp/e" || rc=$?
 [ $rc = 0 ] && grep -q "^# verdict: PASS: .*pass >= 2, warn >= 1" "$tmp/o" || fail "2: --pass/--warn: exit $rc: $(cat "$tmp/o")"
+# The same thresholds as trun's own options: the 2.9 GB/s that FAILs above now PASSes, and they beat
+# TRUN_PREFLIGHT_ARGS (the environment).
+rc=0
+env "${gpu[@]}" TRUN_FAKE_BUSBW=2.9 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576 --pass 100 --warn 40" "$TRUN" \
+  --preflight --preflight-pass 2 --preflight-warn 1 --nproc-per-node 2 --no-python /usr/bin/touch \
+  "$tmp/ran.opt" >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc = 0 ] && [ -e "$tmp/ran.opt" ] && grep -q "^# verdict: PASS: .*pass >= 2, warn >= 1" "$tmp/o" ||
+  fail "2: --preflight-pass/--preflight-warn: exit $rc: $(cat "$tmp/o" "$tmp/e")"
+# And as YAML keys: WARN (2.9 is below 50, at least 2.5), the workers still start.
+printf 'preflight: true\npreflight-pass: 50\npreflight_warn: 2.5\nnproc-per-node: 2\n' >"$tmp/pf.yaml"
+rc=0
+env "${gpu[@]}" TRUN_FAKE_BUSBW=2.9 TRUN_PREFLIGHT_ARGS="--max-bytes 1048576" "$TRUN" --config "$tmp/pf.yaml" \
+  --no-python /usr/bin/touch "$tmp/ran.yaml" >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc = 0 ] && [ -e "$tmp/ran.yaml" ] && grep -q "^# verdict: WARN: .*pass >= 50, warn >= 2.5" "$tmp/o" ||
+  fail "2: preflight-pass/preflight_warn in a config file: exit $rc: $(cat "$tmp/o" "$tmp/e")"
+rc=0
+"$TRUN" --preflight --preflight-pass 2 --preflight-warn 5 --no-python /bin/true >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc = 2 ] && grep -q -- "--preflight-warn 5 must not be above --preflight-pass 2" "$tmp/e" ||
+  fail "2: warn above pass: exit $rc, want 2: $(cat "$tmp/e")"
 echo "ok 2"
 
 echo "== 3. two agents, one GPU each, --preflight: one communicator across agents"

@@ -8,7 +8,9 @@
 # Each run is checked by tests/tools/check_train.py: all 20 steps printed by both ranks with the same loss,
 # equal parameter checksums, last-5 mean < first-5 mean - 0.5, the --out JSON files agree with stdout. The
 # curves must also agree across runs (1.13 DDP = 2.6 DDP = 2.6 FSDP, step by step within 0.01): same seed,
-# same maths. When build/trun takes --config, examples/train_ddp.yaml is run as well.
+# same maths. examples/train_ddp.yaml and train_fsdp.yaml run too (torch 1.13; FSDP also with torch 2.6 through a
+# PYTHON_EXEC wrapper into the chroot) and must print the same steps as the command-line runs.
+# examples/deepspeed/train_zero3.yaml resolves (--print-config) and, without DeepSpeed, exits 77 with its message.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,16 +52,44 @@ else
   echo "ok: fsdp113 skipped as documented (torch 1.13 cannot import torch.distributed.fsdp here)"
 fi
 
-# The YAML config, once trun reads one (another branch adds --config).
-if "$trun" --help 2>&1 | grep -q -- '--config'; then
-  run yaml113 0 --config examples/train_ddp.yaml
-  check "$tmp/yaml113.stdout" $steps 2 || fail "yaml113"
-  # The YAML's arguments are the ones used above: the same curve.
-  grep '^step ' "$tmp/yaml113.stdout" | sort -u >"$tmp/yaml.steps"
-  grep '^step ' "$tmp/ddp113.stdout" | sort -u >"$tmp/ddp.steps"
-  cmp -s "$tmp/yaml.steps" "$tmp/ddp.steps" || fail "yaml113: the loss curve differs from the command-line run"
+# The YAML configs: the same arguments as the command-line runs above, so the same curve.
+# same_steps NAME REF: NAME printed step lines, and the same ones as REF (every rank prints each step).
+same_steps() {
+  grep '^step [0-9]' "$tmp/$1.stdout" | sort -u >"$tmp/$1.steps"
+  grep '^step [0-9]' "$tmp/$2.stdout" | sort -u >"$tmp/$2.steps"
+  [ -s "$tmp/$1.steps" ] || fail "$1: no step lines"
+  cmp -s "$tmp/$1.steps" "$tmp/$2.steps" || fail "$1: the loss curve differs from the command-line run $2"
+}
+run yaml113 0 --config examples/train_ddp.yaml
+check "$tmp/yaml113.stdout" $steps 2 || fail "yaml113"
+same_steps yaml113 ddp113
+if "$host_py" -c 'import torch.distributed.fsdp' 2>/dev/null; then
+  run yamlfsdp113 0 --config examples/train_fsdp.yaml
+  check "$tmp/yamlfsdp113.stdout" $steps 2 || fail "yamlfsdp113"
+  same_steps yamlfsdp113 fsdp113
 else
-  echo "note: build/trun has no --config yet: examples/train_ddp.yaml was not run" >&2
+  run yamlfsdp113 1 --config examples/train_fsdp.yaml
+  grep -q "train_fsdp.py: skipped: FSDP cannot be used with torch 1.13" "$tmp/yamlfsdp113.stderr" ||
+    fail "yamlfsdp113: no 'skipped: FSDP cannot be used' message on stderr"
+fi
+
+# examples/deepspeed/train_zero3.yaml: the file resolves (its script exists), and without DeepSpeed (not in
+# Debian) the script says so and exits 77. No GPU here, so one worker instead of the file's "gpu".
+(cd "$repo" && "$trun" --config examples/deepspeed/train_zero3.yaml --print-config) >"$tmp/ds.config" ||
+  fail "deepspeed: --print-config of examples/deepspeed/train_zero3.yaml failed"
+grep -qx "script: examples/deepspeed/train_zero3.py  *# file:examples/deepspeed/train_zero3.yaml:[0-9]*" \
+  "$tmp/ds.config" || fail "deepspeed: the config's script: $(grep script "$tmp/ds.config")"
+grep -q "^args: \['--deepspeed', examples/deepspeed/ds_zero3.json," "$tmp/ds.config" ||
+  fail "deepspeed: the config's args: $(grep args "$tmp/ds.config")"
+[ -f "$repo/examples/deepspeed/train_zero3.py" ] || fail "deepspeed: the YAML's script does not exist"
+if "$host_py" -c 'import deepspeed; deepspeed.initialize' 2>/dev/null; then
+  echo "note: deepspeed is installed for $host_py: the ZeRO-3 example's skip path was not checked" >&2
+else
+  run zero3 1 --config examples/deepspeed/train_zero3.yaml --nproc-per-node 1
+  grep -q "^train_zero3.py: skipped: deepspeed cannot be imported in this Python .*: ModuleNotFoundError: No module named 'deepspeed'\. Install it in the workers' Python (pip install deepspeed) to run this example\. Exiting 77\.$" \
+    "$tmp/zero3.stderr" || fail "zero3: no 'skipped: deepspeed cannot be imported' message on stderr"
+  grep -Eq "exitcode +: 77 " "$tmp/zero3.stderr" || fail "zero3: trun's report does not show exit code 77"
+  echo "ok: examples/deepspeed/train_zero3.yaml resolves; without deepspeed the script exits 77 as documented"
 fi
 
 if ! have_chroot; then
@@ -76,6 +106,21 @@ grep -q "step time: .*(ddp, gloo, world 2, torch 2.6" "$tmp/ddp26.stdout" || fai
 
 run fsdp26 0 --nproc-per-node 2 "${chroot_py[@]}" /trun/examples/train_fsdp.py "${model[@]}" --out "$tmp/fsdp26.{rank}.json"
 check "$tmp/fsdp26.stdout" $steps 2 --json "$tmp/fsdp26.{rank}.json" --same-as "$tmp/ddp26.0.json" || fail "fsdp26"
+# examples/train_fsdp.yaml with torch 2.6: PYTHON_EXEC (the interpreter trun, like torchrun, starts the script
+# with) is a wrapper that runs python3 in the chroot from /trun, so the file's relative script path works as is.
+pywrap=$tmp/chroot-python3
+printf '#!/bin/sh\nexec %q --keep-env /bin/sh -c %q python3 "$@"\n' "$repo/scripts/chroot-run.sh" \
+  'cd /trun && exec python3 "$@"' >"$pywrap"
+chmod +x "$pywrap"
+echo "== yamlfsdp26: trun --config examples/train_fsdp.yaml (PYTHON_EXEC=$pywrap)"
+rc=0
+(cd "$repo" && PYTHON_EXEC=$pywrap run_pg "$trun" --config examples/train_fsdp.yaml) \
+  >"$tmp/yamlfsdp26.stdout" 2>"$tmp/yamlfsdp26.stderr" || rc=$?
+sed 's/^/    /' "$tmp/yamlfsdp26.stdout" "$tmp/yamlfsdp26.stderr" | tail -n 12
+[ $rc -eq 0 ] || fail "yamlfsdp26: trun exited $rc, want 0"
+check "$tmp/yamlfsdp26.stdout" $steps 2 || fail "yamlfsdp26"
+grep -q "torch 2.6" "$tmp/yamlfsdp26.stdout" || fail "yamlfsdp26: the workers did not run torch 2.6"
+same_steps yamlfsdp26 fsdp26
 grep -Eq "FSDP rank [01]: 2 ranks, gloo on cpu, ([0-9]+) parameters" "$tmp/fsdp26.stdout" || fail "fsdp26: no FSDP line"
 # Sharded for real: each rank holds about half of the parameters.
 "$host_py" - "$tmp/fsdp26.0.json" "$tmp/fsdp26.1.json" <<'EOF' || fail "fsdp26: parameters not sharded"

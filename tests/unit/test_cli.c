@@ -118,6 +118,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_ON_SPLIT_PODS, "on-split-pods", "on_split_pods", 0, 0, "warn", "TRUN_ON_SPLIT_PODS", "trun"},
     {TRUN_OPT_NCCL_REPORT, "nccl-report", "nccl_report", 0, 1, NULL, "TRUN_NCCL_REPORT", "trun"},
     {TRUN_OPT_PREFLIGHT, "preflight", NULL, 0, 1, NULL, "TRUN_PREFLIGHT", "trun"},
+    {TRUN_OPT_PREFLIGHT_PASS, "preflight-pass", "preflight_pass", 0, 0, NULL, "TRUN_PREFLIGHT_PASS", "trun"},
+    {TRUN_OPT_PREFLIGHT_WARN, "preflight-warn", "preflight_warn", 0, 0, NULL, "TRUN_PREFLIGHT_WARN", "trun"},
     {TRUN_OPT_EVENTS, "events", NULL, 0, 0, NULL, "TRUN_EVENTS", "trun"},
     {TRUN_OPT_METRICS_PORT, "metrics-port", "metrics_port", 0, 0, NULL, "TRUN_METRICS_PORT", "trun"},
     {TRUN_OPT_STALL_TIMEOUT, "stall-timeout", "stall_timeout", 0, 0, NULL, "TRUN_STALL_TIMEOUT", "trun"},

@@ -138,6 +138,36 @@ START_TEST(bad_inputs) {
 }
 END_TEST
 
+/* --preflight-pass / --preflight-warn: GB/s thresholds for trun-preflight, unset = -1 (the layout's). */
+START_TEST(preflight_thresholds) {
+  trun_config c;
+  PARSE_OK(&c, "--preflight", "t.py");
+  ck_assert_double_eq(c.preflight_pass, -1);
+  ck_assert_double_eq(c.preflight_warn, -1);
+  PARSE_OK(&c, "--preflight", "--preflight-pass", "2.5", "--preflight_warn=1", "t.py");
+  ck_assert_double_eq_tol(c.preflight_pass, 2.5, 1e-12);
+  ck_assert_double_eq_tol(c.preflight_warn, 1, 1e-12);
+  PARSE_OK(&c, "--preflight-warn", "0", "t.py"); /* warn alone: any pass threshold of the layout */
+  ck_assert_double_eq(c.preflight_warn, 0);
+  ck_assert_double_eq(c.preflight_pass, -1);
+  char *env[] = {"TRUN_PREFLIGHT_PASS=40", NULL};
+  static const char *const a[] = {"t.py", NULL};
+  char err[512];
+  ck_assert_int_eq(parse(&c, err, a, env), 0);
+  ck_assert_double_eq_tol(c.preflight_pass, 40, 1e-12);
+  parse_err("--preflight-pass 'x' must be a bandwidth in GB/s >= 0", NULL,
+            (const char *const[]){"--preflight-pass", "x", "t.py", NULL});
+  parse_err("--preflight-pass '-1' must be a bandwidth in GB/s >= 0", NULL,
+            (const char *const[]){"--preflight-pass=-1", "t.py", NULL});
+  parse_err("--preflight-warn 'inf' must be a bandwidth in GB/s >= 0", NULL,
+            (const char *const[]){"--preflight-warn", "inf", "t.py", NULL});
+  parse_err("--preflight-warn 5 must not be above --preflight-pass 2 (warn <= pass)", NULL,
+            (const char *const[]){"--preflight-pass", "2", "--preflight-warn", "5", "t.py", NULL});
+  char *bad_env[] = {"TRUN_PREFLIGHT_WARN=nan", NULL};
+  parse_err("(from TRUN_PREFLIGHT_WARN=nan)", bad_env, (const char *const[]){"t.py", NULL});
+}
+END_TEST
+
 /* ---- worker argv and environment ------------------------------------------------------------------ */
 
 static trun_rdzv fake_round(const trun_config *c) {
@@ -243,6 +273,7 @@ int main(void) {
   tcase_add_test(tc, redirects_tee_filter);
   tcase_add_test(tc, signals_and_timeouts);
   tcase_add_test(tc, bad_inputs);
+  tcase_add_test(tc, preflight_thresholds);
   tcase_add_test(tc, worker_environment);
   tcase_add_test(tc, virtual_local_rank_gpus);
   tcase_add_test(tc, worker_argv);

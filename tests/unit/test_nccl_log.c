@@ -42,6 +42,17 @@ static const char *verdict(json_t *c, size_t i) {
   return json_string_value(json_array_get(json_object_get(c, "verdicts"), i));
 }
 
+/* pairs[i] of communicator c as "src->dst transport channels". */
+static void assert_pair(json_t *c, size_t i, const char *want) {
+  json_t *p = json_array_get(json_object_get(c, "pairs"), i);
+  ck_assert_msg(p != NULL, "no pair %zu (want %s)", i, want);
+  char got[128];
+  snprintf(got, sizeof(got), "%lld->%lld %s %lld", ival(p, "src"), ival(p, "dst"),
+           json_string_value(json_object_get(p, "transport")), ival(p, "channels"));
+  ck_assert_str_eq(got, want);
+}
+static size_t npairs(json_t *c) { return json_array_size(json_object_get(c, "pairs")); }
+
 START_TEST(one_pod_capture) {
   json_t *exp, *j = parse_fixture("nccl-2.28-h200x2-one-pod", &exp);
   ck_assert_msg(json_equal(j, exp), "one-pod report differs from its expected.json");
@@ -55,6 +66,9 @@ START_TEST(one_pod_capture) {
   ck_assert_int_eq(transport(c, "P2P/CUMEM"), 48);
   ck_assert_int_eq(json_object_size(json_object_get(c, "transports")), 1);
   ck_assert_str_eq(verdict(c, 0), "healthy (P2P/CUMEM)");
+  ck_assert_int_eq(npairs(c), 2);
+  assert_pair(c, 0, "0->1 P2P/CUMEM 24");
+  assert_pair(c, 1, "1->0 P2P/CUMEM 24");
   json_decref(j);
   json_decref(exp);
 }
@@ -74,6 +88,9 @@ START_TEST(two_pods_capture) {
   ck_assert_msg(strncmp(verdict(c, 0), "intra-host traffic over NET/Socket: GPUs split across pods", 58) == 0,
                 "%s", verdict(c, 0));
   ck_assert_ptr_nonnull(strstr(verdict(c, 0), "host vm"));
+  ck_assert_int_eq(npairs(c), 2);
+  assert_pair(c, 0, "0->1 NET/Socket 2");
+  assert_pair(c, 1, "1->0 NET/Socket 2");
   json_decref(j);
   json_decref(exp);
 }
@@ -93,6 +110,12 @@ START_TEST(seed_efa_log) {
   /* Rank 0's connections to 1, 2, 3 both ways on channels 0 and 1: 12. */
   ck_assert_int_eq(transport(c1, "NET/Libfabric/GDRDMA"), 12);
   ck_assert_ptr_nonnull(strstr(verdict(c1, 0), "every rank is its own NCCL node (nNodes = nRanks = 4"));
+  /* Rank 0's log: the pairs with rank 0 at one end, 2 channels each; communicator 1 connected nothing. */
+  ck_assert_int_eq(npairs(c0), 0);
+  ck_assert_int_eq(npairs(c1), 6);
+  assert_pair(c1, 0, "0->1 NET/Libfabric/GDRDMA 2");
+  assert_pair(c1, 2, "0->3 NET/Libfabric/GDRDMA 2");
+  assert_pair(c1, 5, "3->0 NET/Libfabric/GDRDMA 2");
   json_decref(j);
   json_decref(exp);
 }
@@ -128,6 +151,14 @@ START_TEST(transport_forms) {
   ck_assert_int_eq(transport(c, "NET/AWS Libfabric/GDRDMA"), 1);
   ck_assert_int_eq(transport(c, "NET/IB"), 1);
   ck_assert_int_eq(json_object_size(json_object_get(c, "transports")), 6);
+  /* One pair, several transports (one entry each, sorted by name); the repeated line counts once. */
+  ck_assert_int_eq(npairs(c), 6);
+  assert_pair(c, 0, "0->1 P2P/CUMEM/read 1");
+  assert_pair(c, 1, "0->1 P2P/IPC/read 1");
+  assert_pair(c, 2, "0->1 P2P/indirect 1");
+  assert_pair(c, 3, "0->1 SHM/direct/direct 1");
+  assert_pair(c, 4, "0->2 NET/AWS Libfabric/GDRDMA 1");
+  assert_pair(c, 5, "0->2 NET/IB 1");
   char *s = json_dumps(json_object_get(c, "verdicts"), 0);
   ck_assert_msg(strstr(s, "inter-node over NET/IB without GDRDMA") != NULL, "%s", s);
   ck_assert_msg(strstr(s, "intra-node over SHM instead of P2P") != NULL, "%s", s);
@@ -148,6 +179,10 @@ START_TEST(socket_with_efa) {
   ck_assert_int_eq(json_array_size(json_object_get(j, "communicators")), 1);
   ck_assert_int_eq(transport(c, "NET/Socket"), 2);
   ck_assert_ptr_nonnull(strstr(verdict(c, 0), "inter-node over NET/Socket (TCP"));
+  /* 0->1 logged by both ends ([send] and [receive]): one channel. */
+  ck_assert_int_eq(npairs(c), 2);
+  assert_pair(c, 0, "0->1 NET/Socket 1");
+  assert_pair(c, 1, "1->0 NET/Socket 1");
   json_decref(j);
   j = lines(ls, 4), c = comm(j, 0);
   ck_assert_str_eq(verdict(c, 0), TRUN_NCCL_V_EFA_UNUSED);
@@ -195,6 +230,37 @@ START_TEST(non_ascii_bytes) {
 }
 END_TEST
 
+/* More peer pairs than TRUN_NCCL_PRINT_PAIRS: the text stops there and says how many are left; one channel
+ * reads "channel". */
+START_TEST(print_caps_pairs) {
+  trun_nccl_log *l = trun_nccl_log_new();
+  trun_nccl_log_feed_line(
+      l, "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 100 nNodes 1 localRanks 100 localRank 0");
+  char line[128];
+  for (int d = 1; d <= TRUN_NCCL_PRINT_PAIRS + 3; d++) {
+    snprintf(line, sizeof(line), "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> %d[%x] via P2P/CUMEM", d, d);
+    trun_nccl_log_feed_line(l, line);
+  }
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  trun_nccl_log_print(l, f);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "    rank 0 -> rank 1: P2P/CUMEM (1 channel)\n"));
+  snprintf(line, sizeof(line), "rank 0 -> rank %d: ", TRUN_NCCL_PRINT_PAIRS);
+  ck_assert_ptr_nonnull(strstr(buf, line));
+  snprintf(line, sizeof(line), "rank 0 -> rank %d: ", TRUN_NCCL_PRINT_PAIRS + 1);
+  ck_assert_ptr_null(strstr(buf, line));
+  ck_assert_ptr_nonnull(
+      strstr(buf, "    ... 3 more peer pair(s): trun-topo --nccl-log FILE... --json lists them all\n"));
+  free(buf);
+  json_t *j = trun_nccl_log_json(l);
+  ck_assert_int_eq(npairs(comm(j, 0)), TRUN_NCCL_PRINT_PAIRS + 3);
+  json_decref(j);
+  trun_nccl_log_free(l);
+}
+END_TEST
+
 START_TEST(print_counts_problems) {
   trun_nccl_log *l = trun_nccl_log_new();
   char p[PATH_MAX];
@@ -207,6 +273,11 @@ START_TEST(print_counts_problems) {
   fclose(f);
   ck_assert_ptr_nonnull(strstr(buf, "NET/Socket"));
   ck_assert_ptr_nonnull(strstr(buf, "verdict: intra-host traffic over NET/Socket"));
+  ck_assert_ptr_nonnull(strstr(buf,
+                               "    NET/Socket               4 connection(s)\n"
+                               "    rank 0 -> rank 1: NET/Socket (2 channels)\n"
+                               "    rank 1 -> rank 0: NET/Socket (2 channels)\n"
+                               "    verdict: intra-host"));
   free(buf);
   ck_assert_int_eq(trun_nccl_log_feed_file(l, "/nonexistent/nccl.log"), -2);
   trun_nccl_log_free(l);
@@ -224,6 +295,7 @@ int main(void) {
   tcase_add_test(tc, healthy_multinode_and_commid);
   tcase_add_test(tc, non_ascii_bytes);
   tcase_add_test(tc, print_counts_problems);
+  tcase_add_test(tc, print_caps_pairs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -507,6 +507,47 @@ START_TEST(test_print_config_round_trip) {
 }
 END_TEST
 
+/* config/README.md's key table ("## Keys": rows "| `key` | ..."): one row per option of the command-line
+ * table (launcher/cli.c) except config and print-config (command-line only, said below the table), plus
+ * script and args, and no row for anything else; so the reference cannot drift from the options. */
+START_TEST(test_readme_lists_every_option) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/config/README.md", repo());
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot read %s (set TRUN_REPO to the repository)", path);
+  char keys[128][64];
+  int nkeys = 0, in_keys = 0, cli_only_said = 0;
+  char line[4096];
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "## ", 3) == 0) in_keys = strcmp(line, "## Keys\n") == 0;
+    if (!in_keys) continue;
+    if (strstr(line, "`config` and `print-config` are command-line only")) cli_only_said = 1;
+    if (strncmp(line, "| `", 3) != 0) continue;
+    const char *end = strchr(line + 3, '`');
+    ck_assert_ptr_nonnull(end);
+    ck_assert_int_lt(nkeys, 128);
+    snprintf(keys[nkeys++], sizeof(keys[0]), "%.*s", (int)(end - (line + 3)), line + 3);
+  }
+  fclose(f);
+  ck_assert_msg(cli_only_said,
+                "config/README.md no longer says config and print-config are command-line only");
+  for (int id = 0; id < TRUN_OPT__COUNT; id++) {
+    const char *name = trun_cli_desc((trun_opt_id)id)->name;
+    int rows = 0;
+    for (int k = 0; k < nkeys; k++) rows += strcmp(keys[k], name) == 0;
+    int want = id == TRUN_OPT_CONFIG || id == TRUN_OPT_PRINT_CONFIG ? 0 : 1;
+    ck_assert_msg(rows == want, "config/README.md's key table has %d row(s) for option '%s', want %d", rows,
+                  name, want);
+  }
+  for (int k = 0; k < nkeys; k++) {
+    int known = strcmp(keys[k], "script") == 0 || strcmp(keys[k], "args") == 0;
+    for (int id = 0; !known && id < TRUN_OPT__COUNT; id++)
+      known = strcmp(keys[k], trun_cli_desc((trun_opt_id)id)->name) == 0;
+    ck_assert_msg(known, "config/README.md's key table has a row for '%s', which is no option", keys[k]);
+  }
+}
+END_TEST
+
 static Suite *yaml_suite(void) {
   Suite *s = suite_create("yaml");
   TCase *tc = tcase_create("yaml");
@@ -521,6 +562,7 @@ static Suite *yaml_suite(void) {
   tcase_add_loop_test(tc, test_precedence_matrix, 0, (int)(sizeof(prec) / sizeof(prec[0])));
   tcase_add_test(tc, test_scalar_quoting);
   tcase_add_test(tc, test_print_config_round_trip);
+  tcase_add_test(tc, test_readme_lists_every_option);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
