@@ -46,6 +46,30 @@ bad tee-junk "--tee.*x" --tee x "$w" "$out"
 bad max-restarts "--max-restarts" --max-restarts -1 "$w" "$out"
 bad value-missing "--nproc-per-node" --nproc-per-node
 bad module-no-python "--no-python" -m --no-python "$w" "$out"
+# --rdzv-conf values of the c10d backend (checked before anything connects: the endpoint is never asked).
+c10d=(--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:1 --nnodes 1)
+bad rdzv-conf-word "--rdzv-conf join_timeout=abc: must be a positive whole number of seconds" \
+  "${c10d[@]}" --rdzv-conf join_timeout=abc "$w" "$out"
+bad rdzv-conf-negative "--rdzv-conf join_timeout=-5: must be a positive" \
+  "${c10d[@]}" --rdzv-conf join_timeout=-5 "$w" "$out"
+bad rdzv-conf-empty "--rdzv-conf last_call_timeout=: must be a positive" \
+  "${c10d[@]}" --rdzv-conf last_call_timeout= "$w" "$out"
+bad rdzv-conf-attempts "--rdzv-conf keep_alive_max_attempt=0: must be a positive whole number of attempts" \
+  "${c10d[@]}" --rdzv-conf keep_alive_max_attempt=0 "$w" "$out"
+bad rdzv-conf-bool "--rdzv-conf is_host=maybe: use true or false" \
+  "${c10d[@]}" --rdzv-conf is_host=maybe "$w" "$out"
+bad rdzv-conf-timeout-fast "--rdzv-conf" --rdzv-backend trun --rdzv-endpoint 127.0.0.1:1 --nnodes 1 \
+  --rdzv-conf join_timeout=x "$w" "$out"
+# An unknown --rdzv-conf key is a warning naming it (torchrun ignores unknown keys too); the job runs.
+port=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+rc=0
+trun_run --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --nnodes 1 --rdzv-conf bogus_key=1 \
+  "$w" "$out" >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc -eq 0 ] || fail "unknown --rdzv-conf key: exit $rc, want 0: $(cat "$tmp/e")"
+grep -q "warning: --rdzv-conf: key 'bogus_key' is not used by trun's c10d backend (ignored)" "$tmp/e" ||
+  fail "unknown --rdzv-conf key: no warning naming it: $(cat "$tmp/e")"
+[ -e "$out/ran.0" ] || fail "unknown --rdzv-conf key: the worker did not run"
+rm -f "$out"/ran.*
 PET_NPROC_PER_NODE=0 bad env-nproc-0 "PET_NPROC_PER_NODE" "$w" "$out"
 PET_REDIRECTS=9 bad env-redirects "PET_REDIRECTS" "$w" "$out"
 
