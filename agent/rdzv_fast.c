@@ -317,6 +317,7 @@ int trun_fast_join(trun_fast *f) {
     guess = 0;
     key(f, k, sizeof(k), R, "seq");
     if ((rc = op_add(f, k, 1, &i)) < 0) goto store;
+    trun_debug("rendezvous %s round %lld: joined as number %lld", f->base, (long long)R, (long long)i);
     if (i > f->s.max_nodes) {
       if ((rc = late(f, R, deadline)) < 0) goto fail;
       continue;
