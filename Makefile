@@ -67,9 +67,17 @@ $(B)/asan/%: tests/unit/%.c $(LIB_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
 	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
 	  $(LIB_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
 
-$(B)/fuzz/%: fuzz/%.c $(LIB_SRC) $(HEADERS)
+# The library is compiled once for every fuzz target (instrumented, not linked with libFuzzer's main).
+FUZZ_SAN := -fsanitize=address,undefined
+$(B)/fuzzobj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined $(INC) $(PKG_CFLAGS) -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
+	@echo "  CC-FUZZ $<"
+	$(Q)$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(INC) $(PKG_CFLAGS) -c $< -o $@
+
+$(B)/fuzz/%: fuzz/%.c $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(INC) $(PKG_CFLAGS) -o $@ $< \
+	  $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(PKG_LIBS) -lpthread -lm
 
 deps:
 	@scripts/deps.sh
