@@ -120,9 +120,25 @@ def targets(res, path, gpus):
         st = json.load(open(g))["steps"]
         f = label(g)
         pf = st.get("preflight", {})
-        if "within_5pct_at_64MiB_up" in pf:
-            rows.append(("Preflight busbw within 5 % of torch 2.11's all-reduce, every size ≥ 64 MiB (issue 6)",
-                         f"{pf['within_5pct_at_64MiB_up']} ({f})", verdict(pf["within_5pct_at_64MiB_up"])))
+        vs = pf.get("vs_torch") or []
+        if vs:
+            # The target names every size; below the bandwidth-bound sizes torch's own timing (one Python call
+            # per all-reduce) measures its call overhead, so both halves are shown as they are.
+            close = [r for r in vs if abs(r["ratio"] - 1) <= 0.05]
+            big = [r for r in vs if r["bytes"] >= (close[0]["bytes"] if close else 1 << 62)]
+            worst = max((abs(r["ratio"] - 1) for r in big), default=None)
+            small = [r for r in vs if r not in big]
+            text = (f"{len(big)} sizes from {big[0]['bytes'] >> 20} MiB up: within {worst * 100:.1f} %" if big else
+                    "no size within 5 %")
+            if small:
+                text += (f"; {len(small)} smaller sizes: preflight {min(r['ratio'] for r in small):.1f}x.."
+                         f"{max(r['ratio'] for r in small):.1f}x torch's (torch times one Python call per "
+                         f"all-reduce); nccl-tests not run")
+            ok_big = bool(big) and worst <= 0.05
+            rows.append(("Preflight busbw within 5 % of torch 2.11's all-reduce at the same sizes (issue 6)",
+                         f"{text} ({f})",
+                         ("met from %d MiB up; **not shown** below" % (big[0]['bytes'] >> 20)) if ok_big and small
+                         else verdict(ok_big)))
         dd = st.get("ddp")
         if dd and dd["median_step_ms"].get("trun") and dd["median_step_ms"].get("torchrun-2.11"):
             t, o = dd["median_step_ms"]["trun"], dd["median_step_ms"]["torchrun-2.11"]
@@ -131,8 +147,9 @@ def targets(res, path, gpus):
             rows.append(("DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7)",
                          f"trun {t:.2f} ms vs torchrun 2.11 {o:.2f} ms = {t / o:.2f}x{note}; max loss difference "
                          f"{dd['max_loss_diff']} ({f})",
-                         verdict(t <= o * 1.02 and dd["max_loss_diff"] == 0)
-                         + (" (not slower)" if t < o * 0.98 else "")))
+                         ("**not shown**: trun not slower, but its own runs spread more than 2 %"
+                          if spread and max(spread) > min(spread) * 1.02 else
+                          verdict(abs(t - o) <= o * 0.02 and dd["max_loss_diff"] == 0))))
     return rows
 
 
