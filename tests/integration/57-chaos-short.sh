@@ -25,7 +25,9 @@
 #   idle-conns      10,000 idle connections to node 0's store (CHAOS_CONNS; from 4 addresses of host 2, under
 #                   the 4096 per-address limit) while the job trains: training goes on, node 0's RSS is
 #                   recorded (growth under 1 MiB per 100 connections), every connection is released
-#                   (node 0's fd count back to its baseline), then SIGTERM
+#                   (node 0's fd count back to its baseline), then SIGTERM. The agents run with a soft
+#                   RLIMIT_NOFILE of CHAOS_CONNS + 1024 at least (raised here; fewer connections where the
+#                   hard limit is lower)
 # After every round: no process of the job is left (TRUN_TEST_MARKER); every agent that was still running
 # holds as many fds as in training before the round's disruption (compared in every kind where an agent
 # lives on: the kinds that kill or end every agent check that no socket of the job's ports is left open in
@@ -56,6 +58,13 @@ seed=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$seed
 nproc=${CHAOS_NPROC:-1}
 conns=${CHAOS_CONNS:-10000}
+# The agents need an fd each per idle connection: the soft RLIMIT_NOFILE they inherit goes up to hold them
+# and 1024 more (the agent keeps its own limit: with a soft limit of 1024, 991 idle connections use up every
+# fd of node 0's agent). Where the hard limit is lower, fewer connections (said in the log).
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt $((conns + 1024)) ]; then conns=$((hard - 1024)); fi
+[ "$(ulimit -Sn)" = unlimited ] || [ "$(ulimit -Sn)" -ge $((conns + 1024)) ] || ulimit -Sn $((conns + 1024)) ||
+  fail "cannot raise the soft fd limit to $((conns + 1024)) (hard: $hard)"
 net=10.252.0
 netns_up $net 4
 export GLOO_SOCKET_IFNAME=eth0
@@ -198,7 +207,7 @@ kinds=(worker-final worker-restart link agent-kill rdzv-agent rdzv-worker unreac
 nk=${#kinds[@]}
 rounds=${CHAOS_ROUNDS:-$nk}
 declare -A DONE
-note "marker $MARKER; seed $seed; $rounds rounds; namespaces ${NS_HOSTS[*]}"
+note "marker $MARKER; seed $seed; $rounds rounds; namespaces ${NS_HOSTS[*]}; fd limit $(ulimit -Sn), $conns idle connections"
 t0=$(now)
 for ((r = 0; r < rounds; r++)); do
   if [ $r -lt $nk ]; then kind=${kinds[$(((seed + r) % nk))]}; else kind=${kinds[$((RANDOM % nk))]}; fi
