@@ -301,7 +301,8 @@ for ((r = 0; r < rounds; r++)); do
       wait_nodes 1
       dump_job "$d"
       [ "${RC[1]}" = 1 ] || fail "round $r: agent 1 exited ${RC[1]} after losing the store host in the rendezvous, want 1"
-      grep -q -e "lost the rendezvous store" -e "rendezvous via $net.1:$port: .*Connection reset by peer" "$d/a1.err" ||
+      grep -q -e "lost the rendezvous store" -e "rendezvous via $net.1:$port: .*Connection reset by peer" \
+        -e "rendezvous store at $net.1:$port failed: Connection reset by peer" "$d/a1.err" ||
         fail "round $r: agent 1 does not name the lost rendezvous store"
     else
       mv "$d/a1.err" "$d/a1-killed.err"; mv "$d/a1.out" "$d/a1-killed.out"
