@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -90,11 +91,13 @@ struct agent {
   int watcher_on;
   trun_client *watch_client;
   char end_value[64];
-  int end_seen;      /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round;     /* the round whose end the watcher delivered */
-  int in_round;      /* workers of this round may still run: remote ends act only then */
-  trun_obs *obs;     /* events and metrics (agent/obs.h) */
-  trun_stall *stall; /* --stall-timeout (agent/stall.h), NULL when off */
+  int end_seen;         /* the watcher delivered end_value (set by the watcher thread) */
+  int end_round;        /* the round whose end the watcher delivered */
+  int in_round;         /* workers of this round may still run: remote ends act only then */
+  trun_obs *obs;        /* events and metrics (agent/obs.h) */
+  trun_stall *stall;    /* --stall-timeout (agent/stall.h), NULL when off */
+  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;    /* the agent raised its soft limit to the hard one */
 };
 
 static double now_s(void) {
@@ -480,8 +483,12 @@ static int start_worker(agent *a, worker *w, const char *attempt_dir) {
   }
   int out_fd = -1, err_fd = -1, rc = -1;
   if (setup_stream(a, w, 1, w->log_out, &out_fd) == 0 && setup_stream(a, w, 2, w->log_err, &err_fd) == 0) {
-    trun_spawn_req req = {
-        .argv = argv, .envp = envp, .stdout_fd = out_fd, .stderr_fd = err_fd, .cpus = trun_worker_cpus(envp)};
+    trun_spawn_req req = {.argv = argv,
+                          .envp = envp,
+                          .stdout_fd = out_fd,
+                          .stderr_fd = err_fd,
+                          .cpus = trun_worker_cpus(envp),
+                          .nofile = a->nofile_raised ? &a->nofile : NULL};
     const char *what = "";
     int src = trun_spawn(&req, &w->pid, &what);
     if (src < 0 && w->pid <= 0) {
@@ -900,6 +907,24 @@ static int agent_main(agent *a) {
   return code;
 }
 
+/* The stores the agent hosts take one descriptor per connection: the soft open-file limit goes up to the
+ * hard one (a common soft limit of 1024 is used up by a thousand idle peers), the stores stop accepting
+ * TRUN_STORE_FD_RESERVE short of it (agent/store_acl.h), and workers get the limit trun was started with. */
+static void raise_nofile(agent *a) {
+  if (getrlimit(RLIMIT_NOFILE, &a->nofile) < 0) {
+    trun_debug("getrlimit(RLIMIT_NOFILE): %s; the open-file limit stays as it is", strerror(errno));
+    return;
+  }
+  if (a->nofile.rlim_cur >= a->nofile.rlim_max) return;
+  struct rlimit up = {a->nofile.rlim_max, a->nofile.rlim_max};
+  if (setrlimit(RLIMIT_NOFILE, &up) < 0) {
+    trun_debug("setrlimit(RLIMIT_NOFILE, %llu): %s; the open-file limit stays %llu",
+               (unsigned long long)up.rlim_cur, strerror(errno), (unsigned long long)a->nofile.rlim_cur);
+    return;
+  }
+  a->nofile_raised = 1;
+}
+
 int trun_agent_run(const trun_config *cfg, char **envp) {
   agent a;
   memset(&a, 0, sizeof(a));
@@ -915,6 +940,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
     return 2;
   }
   trun_fqdn(a.host, sizeof(a.host));
+  raise_nofile(&a);
   a.w = calloc((size_t)a.nproc, sizeof(worker));
   a.loop = malloc(sizeof(uv_loop_t));
   if (a.w == NULL || a.loop == NULL || uv_loop_init(a.loop) < 0) {

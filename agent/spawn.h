@@ -3,6 +3,7 @@
 #define TRUN_SPAWN_H
 
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -13,6 +14,8 @@ typedef struct {
   const int *close_fds; /* fds the child must not keep (besides O_CLOEXEC ones); may be NULL */
   size_t nclose_fds;
   const char *cpus; /* cpulist the child is pinned to (sched_setaffinity before exec); NULL = inherit */
+  const struct rlimit *nofile; /* RLIMIT_NOFILE the child gets back (the agent raised its own); NULL =
+                                  inherit */
 } trun_spawn_req;
 
 /* Forks a child that: starts its own session (so it leads its process group, like torchrun 2.x's

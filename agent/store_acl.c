@@ -3,10 +3,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "log.h"
@@ -45,11 +47,20 @@ int trun_store_acl_allow_local(trun_server *s) {
   return rc;
 }
 
+int trun_store_conn_budget(unsigned long long nofile) {
+  if (nofile == (unsigned long long)RLIM_INFINITY || nofile > INT_MAX) return 0;
+  long long b = (long long)nofile - TRUN_STORE_FD_RESERVE;
+  return b < 64 ? 64 : (int)b;
+}
+
 int trun_store_acl_start(int local_job, const char *workers_addr, int port, trun_store_host **out,
                          int *port_out) {
+  struct rlimit rl;
+  int budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? trun_store_conn_budget(rl.rlim_cur) : 0;
   trun_store_host_opts o = {.host = NULL,
                             .port = port,
                             .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
+                            .max_conns = budget,
                             .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY};
   int loopback = local_job && resolves_to_127001(workers_addr);
   if (loopback) o.host = "127.0.0.1";

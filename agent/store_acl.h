@@ -10,8 +10,10 @@
  *    addr: --local-addr or FQDN) resolve to; the rendezvous store stays open to joins;
  *  - c10d with --nnodes 1 (max nodes 1): both stores start like the single-node static store above (the
  *    rendezvous store by the endpoint's host, the workers' store by MASTER_ADDR);
- *  - always: at most TRUN_STORE_MAX_CONNS_PER_PEER connections from one address and a request may hold at
- *    most TRUN_STORE_MAX_CONN_MEMORY bytes of input buffer. */
+ *  - always: at most TRUN_STORE_MAX_CONNS_PER_PEER connections from one address, at most the agent's
+ *    open-file limit less TRUN_STORE_FD_RESERVE in all (the agent keeps descriptors for pipes, logs and
+ *    restarts however many peers connect), and a request may hold at most TRUN_STORE_MAX_CONN_MEMORY bytes
+ *    of input buffer. */
 #ifndef TRUN_STORE_ACL_H
 #define TRUN_STORE_ACL_H
 
@@ -22,6 +24,11 @@
 
 #define TRUN_STORE_MAX_CONNS_PER_PEER 4096
 #define TRUN_STORE_MAX_CONN_MEMORY ((size_t)80 << 20)
+#define TRUN_STORE_FD_RESERVE 256
+
+/* The store's total connection limit in a process whose soft RLIMIT_NOFILE is nofile: nofile less
+ * TRUN_STORE_FD_RESERVE, at least 64; 0 (none) when nofile is unlimited. */
+int trun_store_conn_budget(unsigned long long nofile);
 
 /* Starts the store node rank 0 hosts. local_job: every rank runs on this host; workers_addr: the
  * workers' MASTER_ADDR. 0 or a negative libuv error. */

@@ -13,6 +13,7 @@ typedef struct {
   const char *host;       /* NULL: every address */
   int port;               /* 0: a free port */
   int max_conns_per_peer; /* 0: no limit */
+  int max_conns;          /* 0: no limit (see trun_server_opts) */
   size_t max_conn_memory; /* 0: no limit (see trun_server_opts) */
 } trun_store_host_opts;
 

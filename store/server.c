@@ -696,6 +696,12 @@ static void on_connection(uv_stream_t *l, int status) {
            "single-node job)");
     return;
   }
+  if (s->opts.max_conns > 0 && s->stats.connections > (uint64_t)s->opts.max_conns) {
+    refuse(c,
+           "too many connections (the store's connection limit, from the hosting process's open-file "
+           "limit: raise `ulimit -n`)");
+    return;
+  }
   if (s->opts.max_conns_per_peer > 0) {
     int same = 0;
     for (conn *o = s->conns; o; o = o->next)

@@ -19,6 +19,7 @@ typedef struct {
   int backlog;            /* 0: net.core.somaxconn */
   size_t max_pending_out; /* stop reading a connection whose unsent replies exceed this */
   int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
+  int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
 } trun_server_opts;
 

@@ -62,6 +62,20 @@ done
 touch "$tmp/c1/go"
 wait "$c1" || fail "c10d single-node job failed: $(cat "$tmp/c1.err")"
 
+# ---- 1c. open files: the agent raises its soft limit to the hard one (its stores hold one descriptor per
+# connection, and stop TRUN_STORE_FD_RESERVE short of it); its workers get the limit trun was started with ----
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -gt 1000 ]; then
+  out=$( (ulimit -Sn 1000 && "$TRUN" --standalone --nproc-per-node 1 --no-python /bin/sh -c \
+    'echo "worker $(ulimit -Sn)"; grep "^Max open files" /proc/$PPID/limits') 2>&1) || fail "1c: trun failed: $out"
+  note "1c: $out"
+  echo "$out" | grep -qx "worker 1000" || fail "1c: the worker did not get trun's starting soft limit 1000: $out"
+  echo "$out" | grep -Eq "^Max open files +$hard +$hard " ||
+    fail "1c: the agent's soft open-file limit is not the hard limit $hard: $out"
+else
+  note "1c: skipped (hard open-file limit $hard leaves nothing to raise to)"
+fi
+
 # ---- 2. three namespaces ----
 ip netns add "$br" 2>"$tmp/ns.err" || skip "cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
 ip -n "$br" link set lo up || fail "lo up in $br"

@@ -3,6 +3,7 @@
  * per-connection memory limit; spoken to with raw bytes over loopback like test_server.c. */
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include "store_acl.h"
 #include "unit.h"
@@ -232,6 +233,40 @@ START_TEST(test_per_peer_limit) {
 }
 END_TEST
 
+/* The total connection limit (the agent's open-file budget): the same rule as per peer, all peers counted. */
+START_TEST(test_total_limit) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.max_conns = 2;
+  port = unit_server_start(&us, &o);
+  ck_assert_int_gt(port, 0);
+  int a = conn(), b = conn();
+  ck_assert_int_eq(ping(a, 1), 1);
+  ck_assert_int_eq(ping(b, 2), 1);
+  int c = conn();
+  ck_assert_int_eq(ping(c, 3), 0);
+  close(c);
+  ck_assert_int_eq(ping(a, 4), 1);
+  close(b);
+  while (stats().connections != 1) usleep(1000);
+  c = conn();
+  ck_assert_int_eq(ping(c, 5), 1);
+  close(a);
+  close(c);
+  ck_assert_int_eq(stats().refused, 1);
+  stop();
+}
+END_TEST
+
+START_TEST(test_conn_budget) {
+  ck_assert_int_eq(trun_store_conn_budget(1024), 1024 - TRUN_STORE_FD_RESERVE);
+  ck_assert_int_eq(trun_store_conn_budget(1048576), 1048576 - TRUN_STORE_FD_RESERVE);
+  ck_assert_int_eq(trun_store_conn_budget(300), 64); /* never below 64 */
+  ck_assert_int_eq(trun_store_conn_budget(0), 64);
+  ck_assert_int_eq(trun_store_conn_budget((unsigned long long)RLIM_INFINITY), 0); /* no limit */
+}
+END_TEST
+
 /* SET: 0x01, key (u64 len + bytes), value (u64 len + bytes). */
 static int set_value(int fd, size_t vlen) {
   size_t n = 1 + 8 + 1 + 8 + vlen;
@@ -274,6 +309,8 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
   tcase_add_test(tc, test_conn_memory_limit);
+  tcase_add_test(tc, test_total_limit);
+  tcase_add_test(tc, test_conn_budget);
   suite_add_tcase(s, tc);
   return s;
 }
