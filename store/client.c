@@ -348,8 +348,9 @@ static int fail(trun_client *c, int rc, trun_op op, trun_slice key, const char *
   if (op != TRUN_OP_GETNUMKEYS && op != TRUN_OP_PING && op != TRUN_OP_LIST)
     snprintf(kt, sizeof(kt), " of key '%s%s'", c->prefix, key_text(key, kb, sizeof(kb)));
   const char *hint = rc == -ECONNRESET || rc == -EPIPE
-                         ? "the server closed the connection (torch servers close on an unknown request, a "
-                           "missing key in GET, or ADD on a non-number); reconnect"
+                         ? "the server closed the connection: its process or host may be gone (check it "
+                           "runs), or it refused the request (torch servers close on an unknown request, a "
+                           "missing key in GET, or ADD on a non-number)"
                      : rc == -ETIMEDOUT ? "no reply in time; the connection was closed, reconnect"
                                         : "the connection was closed; reconnect";
   trun_error("TCPStore %s: %s%s: %s: %s; %s", c->where, trun_proto_op_name(op), kt, what, strerror(-rc),
