@@ -515,8 +515,26 @@ typedef struct {
   char err[512];
 } shared_result;
 
+/* Whether an NVIDIA driver is there to ask: its control node /dev/nvidiactl (bare metal, and every
+ * container the NVIDIA runtime gives GPUs), /dev/dxg (WSL), or a library named by hand (the tests' fakes).
+ * Without one there is nothing to find, whatever libraries are installed (a CUDA toolkit's libcudart on a
+ * CPU-only box): no child, no dlopen. */
+static int driver_present(void) {
+  const char *nvml = getenv("TRUN_NVML_LIBRARY"), *cudart = getenv("TRUN_CUDART_LIBRARY");
+  if ((nvml && *nvml) || (cudart && *cudart)) return 1;
+  return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
+}
+
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
   int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
+  if (!driver_present()) {
+    if (err && errlen) err[0] = '\0';
+    node->ngpu = 0;
+    node->gpu_source = "none";
+    memset(node->links, 0, sizeof(node->links));
+    memset(node->p2p, 0, sizeof(node->p2p));
+    return 0;
+  }
   shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return discover_here(node, envp, affinity, 0, err, errlen);
   memcpy(&sh->node, node, sizeof(*node));
