@@ -119,7 +119,7 @@ bench: deps bench-deps
 
 # matplotlib for bench/plots.py (bench only: `make check` does not need it).
 bench-deps:
-	@bench/deps.sh
+	@scripts/deps.sh python3-matplotlib
 
 demo:
 	@scripts/deps.sh
