@@ -5,6 +5,7 @@
  * message; a tiny error buffer is never overrun and stays NUL-terminated; the same input parses the same way
  * twice; the whole input as a hostfile either loads or says "fuzz-hosts:..." and, with a valid command line,
  * every host's remote words are single-quoted. ASan/UBSan/LSan find the rest. */
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,9 +79,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           CHECK(err[0] != '\0');
           continue;
         }
+        /* The rsh command's own words come first (split on blanks like hostfile.c), then the host: a host
+         * may be named like one of them ("ssh"), so it is found by position, not by name. */
         int k = 0;
-        while (words[k] && strcmp(words[k], hf.h[i].host) != 0) k++;
-        CHECK(words[k] != NULL && words[k][0] != '-');
+        for (const char *p = rsh; *p;) {
+          while (*p && isspace((unsigned char)*p)) p++;
+          if (*p == '\0') break;
+          k++;
+          while (*p && !isspace((unsigned char)*p)) p++;
+        }
+        CHECK(words[k] != NULL && strcmp(words[k], hf.h[i].host) == 0 && words[k][0] != '-');
         for (k++; words[k]; k++) {
           size_t wl = strlen(words[k]);
           CHECK(wl >= 2 && words[k][0] == '\'' && words[k][wl - 1] == '\'');
