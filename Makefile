@@ -74,7 +74,7 @@ $(B)/fuzzobj/%.o: %.c $(HEADERS)
 	@echo "  CC-FUZZ $<"
 	$(Q)$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(INC) $(PKG_CFLAGS) -c $< -o $@
 
-$(B)/fuzz/%: fuzz/%.c $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(HEADERS)
+$(B)/fuzz/%: fuzz/%.c fuzz/fuzz_check.h $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(INC) $(PKG_CFLAGS) -o $@ $< \
 	  $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(PKG_LIBS) -lpthread -lm

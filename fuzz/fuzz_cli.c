@@ -13,15 +13,8 @@
 
 #include "cli.h"
 #include "config.h"
+#include "fuzz_check.h"
 #include "hostfile.h"
-
-#define CHECK(cond)                                                               \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      fprintf(stderr, "fuzz_cli: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                    \
-    }                                                                             \
-  } while (0)
 
 #define MAXITEMS 64
 

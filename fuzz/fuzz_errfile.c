@@ -13,15 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_check.h"
 #include "report.h"
-
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "fuzz_errfile: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                        \
-    }                                                                                 \
-  } while (0)
 
 static int same_str(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 

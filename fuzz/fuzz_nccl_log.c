@@ -13,15 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_check.h"
 #include "nccl_log.h"
-
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "fuzz_nccl_log: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                         \
-    }                                                                                  \
-  } while (0)
 
 /* Communicators without a verdict that starts with "healthy". */
 static int unhealthy(const json_t *j) {

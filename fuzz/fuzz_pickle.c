@@ -10,16 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "pickle.h"
 #include "rdzv_state.h"
-
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "fuzz_pickle: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                       \
-    }                                                                                \
-  } while (0)
 
 static int node_eq(const trun_rdzv_node *a, const trun_rdzv_node *b) {
   return strcmp(a->addr, b->addr) == 0 && a->pid == b->pid && a->local_id == b->local_id;

@@ -18,18 +18,11 @@
 #include <string.h>
 
 #include "codec.h"
+#include "fuzz_check.h"
 #include "kv.h"
 
 #define NCONN 3
 #define MAXREQ 65536
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "fuzz_store: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                      \
-    }                                                                               \
-  } while (0)
 
 typedef struct {
   trun_waiter w; /* first: callbacks cast back */

@@ -11,16 +11,9 @@
 
 #include "cli.h"
 #include "config.h"
+#include "fuzz_check.h"
 #include "print.h"
 #include "yaml_file.h"
-
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "fuzz_yaml: check failed: %s (line %d)\n", #cond, __LINE__); \
-      abort();                                                                     \
-    }                                                                              \
-  } while (0)
 
 #define NAME "fuzz.yaml"
 
