@@ -116,7 +116,7 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
   const char *connect_host = cfg->endpoint_host;
   if (r->group_rank == 0) {
     int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
-                                  port, &r->host, &port);
+                                  port, cfg->store_threads, &r->host, &port);
     if (rc < 0) {
       snprintf(err, errlen,
                "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "

@@ -210,7 +210,8 @@ static int elastic_connect(trun_rdzv *r, const trun_config *cfg, int nproc, trun
   if (is_host) {
     int bound = port;
     /* Limits per peer and connection; with one node at most, loopback (or this host) only. */
-    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, &r->host, &bound);
+    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, cfg->store_threads, &r->host,
+                                  &bound);
     if (rc < 0 && explicit_host == 1) {
       snprintf(err, errlen,
                "is_host=true but the rendezvous store cannot listen on port %d: %s; free the port or pick "
@@ -517,8 +518,8 @@ static int read_master(trun_rdzv *r, int timeout_ms) {
 static int master_v2(trun_rdzv *r, int timeout_ms) {
   if (r->group_rank == 0) {
     if (r->worker_host == NULL) {
-      int rc =
-          trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, &r->worker_host, &r->worker_port);
+      int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads,
+                                    &r->worker_host, &r->worker_port);
       if (rc < 0) return rc;
     } else {
       wipe_worker_store(r);

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include "discover.h"
 #include "log.h"
 #include "rdzv_dyn.h"
 
@@ -53,15 +54,18 @@ int trun_store_conn_budget(unsigned long long nofile) {
   return b < 64 ? 64 : (int)b;
 }
 
-int trun_store_acl_start(int local_job, const char *workers_addr, int port, trun_store_host **out,
-                         int *port_out) {
+int trun_store_threads_auto(int cpus_usable) { return cpus_usable >= 32 ? 4 : cpus_usable >= 8 ? 2 : 1; }
+
+int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
+                         trun_store_host **out, int *port_out) {
   struct rlimit rl;
   int budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? trun_store_conn_budget(rl.rlim_cur) : 0;
   trun_store_host_opts o = {.host = NULL,
                             .port = port,
                             .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
                             .max_conns = budget,
-                            .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY};
+                            .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY,
+                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus())};
   int loopback = local_job && resolves_to_127001(workers_addr);
   if (loopback) o.host = "127.0.0.1";
   int rc = trun_store_host_start_opts(&o, out, port_out);

@@ -30,10 +30,14 @@
  * TRUN_STORE_FD_RESERVE, at least 64; 0 (none) when nofile is unlimited. */
 int trun_store_conn_budget(unsigned long long nofile);
 
+/* --store-threads auto: 4 loops with 32 or more usable CPUs, 2 with 8 or more, else 1. */
+int trun_store_threads_auto(int cpus_usable);
+
 /* Starts the store node rank 0 hosts. local_job: every rank runs on this host; workers_addr: the
- * workers' MASTER_ADDR. 0 or a negative libuv error. */
-int trun_store_acl_start(int local_job, const char *workers_addr, int port, trun_store_host **out,
-                         int *port_out);
+ * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs). 0 or a
+ * negative libuv error. */
+int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
+                         trun_store_host **out, int *port_out);
 /* Admits loopback and every address of this host's interfaces (getifaddrs). 0 or a negative errno. */
 int trun_store_acl_allow_local(trun_server *s);
 /* Admits every address each of names[0..n) resolves to. 0, or -1 with a reason in err (a name that does

@@ -49,6 +49,7 @@ int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host *
   o.max_conns_per_peer = ho->max_conns_per_peer;
   o.max_conns = ho->max_conns;
   o.max_conn_memory = ho->max_conn_memory;
+  o.threads = ho->threads > 0 ? ho->threads : 1;
   rc = trun_server_start(&h->loop, &o, &h->srv);
   if (rc == 0) rc = uv_async_init(&h->loop, &h->stop, on_stop);
   if (rc < 0) {

@@ -15,6 +15,7 @@ typedef struct {
   int max_conns_per_peer; /* 0: no limit */
   int max_conns;          /* 0: no limit (see trun_server_opts) */
   size_t max_conn_memory; /* 0: no limit (see trun_server_opts) */
+  int threads;            /* event loops (see trun_server_opts); 0: one */
 } trun_store_host_opts;
 
 /* Listens on host:port (NULL host: every address; port 0: a free port). Returns 0 or a negative libuv

@@ -94,9 +94,11 @@ def sh(cmd, **kw):
 
 
 def start_server(kind):
-    if kind == "trun":
-        p = subprocess.Popen([os.path.join(BIN, "trun-store"), "serve", "--port", "0"], stdout=subprocess.PIPE,
-                             text=True, start_new_session=True)
+    """kind: "trun" (one loop), "trun-<N>t" (trun-store serve --threads N) or "torch-2.11-libuv"."""
+    if kind.startswith("trun"):
+        threads = kind[5:-1] if kind.endswith("t") else "1"
+        p = subprocess.Popen([os.path.join(BIN, "trun-store"), "serve", "--port", "0", "--threads", threads],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
         port = int(p.stdout.readline().strip().rsplit(":", 1)[1])
     else:
         env = dict(os.environ, TRUN_OPS_USE_LIBUV="1")
@@ -117,7 +119,7 @@ def stop(p):
 def interop():
     env = dict(os.environ, TRUN_OPS_USE_LIBUV="1")
     outs = {}
-    for kind in ("torch-2.11-libuv", "trun"):
+    for kind in ("torch-2.11-libuv", "trun", "trun-4t"):
         p, port = start_server(kind)
         try:
             r = sh([PY, os.path.join(REPO, "tests", "store", "ops.py"), "ops", "127.0.0.1", str(port)], env=env,
@@ -132,27 +134,33 @@ def interop():
             res["steps"].setdefault("interop", {})[kind] = {"ops_rc": r.returncode, **extra}
         finally:
             stop(p)
-    same = outs.get("torch-2.11-libuv") == outs.get("trun")
+    same = outs.get("torch-2.11-libuv") == outs.get("trun") == outs.get("trun-4t")
     res["steps"]["interop"]["ops_identical"] = same
     if not same:
         import difflib
-        d = "".join(difflib.unified_diff(outs["torch-2.11-libuv"].splitlines(True), outs["trun"].splitlines(True),
-                                         "torch-2.11-libuv", "trun"))
-        open(os.path.join(LOGS, "ops-diff.txt"), "w").write(d)
+        for kind in ("trun", "trun-4t"):
+            d = "".join(difflib.unified_diff(outs.get("torch-2.11-libuv", "").splitlines(True),
+                                             outs.get(kind, "").splitlines(True), "torch-2.11-libuv", kind))
+            open(os.path.join(LOGS, f"ops-diff-{kind}.txt"), "w").write(d)
     log(f"interop: torch 2.11 ops identical on both servers: {same}; {res['steps']['interop']}")
 
 
 def store_bench():
+    """trun-store with one loop and with 4 and 8 (--threads) vs torch 2.11's libuv server (one loop), interleaved,
+    the same load generator with 8 loops (half the box's cores at most), so that the servers set the pace."""
     rows = {}
-    req = {1: 20000, 64: 100000, 1024: 200000}
+    req = {1: 20000, 64: 200000, 1024: 400000}
+    gen_threads = max(1, min(8, (os.cpu_count() or 2) // 2))
+    res["steps"]["store_load_threads"] = gen_threads
     for c in (1, 64, 1024):
         for rep in range(REPS):
-            for kind in ("trun", "torch-2.11-libuv"):
+            for kind in ("trun", "trun-4t", "trun-8t", "torch-2.11-libuv"):
+                if c == 1 and kind in ("trun-4t", "trun-8t"):
+                    continue  # one client is one connection: one loop serves it
                 p, port = start_server(kind)
                 try:
-                    # 8 load-generator loops on the box's 32 cores: the servers, not the generator, set the pace.
                     r = sh([os.path.join(BIN, "trun-store"), "bench", "--target", f"127.0.0.1:{port}", "--clients",
-                            str(c), "--requests", str(req[c]), "--threads", str(min(8, c))], timeout=300)
+                            str(c), "--requests", str(req[c]), "--threads", str(min(gen_threads, c))], timeout=300)
                 finally:
                     stop(p)
                 if r.returncode == 0:
@@ -204,10 +212,17 @@ def envcmp():
                timeout=300)
         if r.returncode != 0:
             log(f"env {name}: exit {r.returncode}: {r.stderr[-500:]}")
+    # trun's own NCCL / EFA variables on a GPU node (source "trun" in --explain) are expected additions.
+    ex = sh([os.path.join(BIN, "trun"), "--explain", "--nproc-per-node", "2", dump], env=env, timeout=60)
+    open(os.path.join(LOGS, "explain.txt"), "w").write(ex.stdout + ex.stderr)
+    lines = ex.stdout.splitlines()
+    decided = [f"trun:{m.group(1)}={m.group(2)}" for i, ln in enumerate(lines[:-1])
+               if (m := re.match(r"^  ([A-Z][A-Z0-9_]*)=(.*)$", ln)) and lines[i + 1].strip().startswith("source: trun;")]
     r = sh([PY, os.path.join(REPO, "tests", "agent", "envdiff.py"), "torch-2.11", os.path.join(tmp, "t"),
-            os.path.join(tmp, "r"), "2"], timeout=60)
+            os.path.join(tmp, "r"), "2"] + decided, timeout=60)
     open(os.path.join(LOGS, "envdiff.txt"), "w").write(r.stdout + r.stderr)
-    res["steps"]["env"] = {"identical": r.returncode == 0, "report": r.stdout.strip().splitlines()[-12:]}
+    res["steps"]["env"] = {"identical": r.returncode == 0, "trun_decisions": decided,
+                           "report": r.stdout.strip().splitlines()[-12:]}
     log(f"env vs torchrun 2.11: identical={r.returncode == 0}")
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -201,6 +201,10 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                     "TRUN_STORE_ALLOW_PEERS", TRUN_G_TRUN, NULL,
                                     "Static rendezvous: once every node joined, node rank 0's store admits "
                                     "only the joined nodes' addresses and its own."},
+    [TRUN_OPT_STORE_THREADS] =
+        {"store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
+         "Threads (event loops) of the TCPStore servers this agent hosts, 1-64. auto: 4 "
+         "with 32 or more usable CPUs, 2 with 8 or more, else 1. (default: auto)"},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

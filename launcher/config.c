@@ -298,6 +298,10 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
                 "--stall-signal '%s' must be a signal name like SIGUSR1", VAL(TRUN_OPT_STALL_SIGNAL));
   cfg->store_allow_peers =
       VAL(TRUN_OPT_STORE_ALLOW_PEERS) && strcmp(VAL(TRUN_OPT_STORE_ALLOW_PEERS), "0") != 0;
+  cfg->store_threads = 0;
+  const char *stt = VAL(TRUN_OPT_STORE_THREADS);
+  if (stt && strcmp(stt, "auto") != 0 && parse_int(stt, 1, 64, &cfg->store_threads) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_STORE_THREADS, "--store-threads '%s' must be 1-64 or auto", stt);
   cfg->virtual_local_rank =
       VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK) && strcmp(VAL(TRUN_OPT_VIRTUAL_LOCAL_RANK), "0") != 0;
   cfg->dry_run = VAL(TRUN_OPT_DRY_RUN) && strcmp(VAL(TRUN_OPT_DRY_RUN), "0") != 0;

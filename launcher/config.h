@@ -57,6 +57,7 @@ typedef struct {
   double stall_timeout;        /* --stall-timeout seconds, 0: off */
   int stall_signal;            /* --stall-signal, 0: none */
   int store_allow_peers;       /* --store-allow-peers */
+  int store_threads;           /* --store-threads: 1..64, 0 = auto */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -29,7 +29,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void serve_usage(FILE *f) {
   fprintf(f,
           "usage: trun-store serve [--host H] [--port P] [--ready-file F] [--legacy 1.13|2.1]\n"
-          "                        [--max-key-bytes N] [--max-value-bytes N] [--max-keys N]\n"
+          "                        [--max-key-bytes N] [--max-value-bytes N] [--max-keys N] [--threads N]\n"
           "  --host H          address to listen on (default: :: dual-stack, else 0.0.0.0)\n"
           "  --port P          TCP port; 0 picks a free one (default 29500)\n"
           "  --ready-file F    write the port to F once listening\n"
@@ -37,8 +37,10 @@ static void serve_usage(FILE *f) {
           "  --max-key-bytes   longest key (default %u)\n"
           "  --max-value-bytes longest value (default %u)\n"
           "  --max-keys        keys in one CHECK/WAIT/MULTI request (default %u)\n"
+          "  --threads N       event loops, one per thread, sharing the connections (1..%d, default 1);\n"
+          "                    the key space is shared, WAIT wake-ups cross threads\n"
           "Prints 'trun-store: listening on HOST:PORT' on stdout once ready.\n",
-          TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS);
+          TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS, TRUN_SERVER_MAX_THREADS);
 }
 
 int trun_store_serve_main(int argc, char **argv) {
@@ -53,6 +55,7 @@ int trun_store_serve_main(int argc, char **argv) {
                                        {"max-key-bytes", required_argument, 0, 'K'},
                                        {"max-value-bytes", required_argument, 0, 'V'},
                                        {"max-keys", required_argument, 0, 'N'},
+                                       {"threads", required_argument, 0, 'T'},
                                        {"help", no_argument, 0, 'H'},
                                        {0, 0, 0, 0}};
   int ch;
@@ -87,6 +90,11 @@ int trun_store_serve_main(int argc, char **argv) {
       case 'N':
         if (trun_tool_parse_ll(optarg, 1, 1ll << 32, &v) < 0) return trun_tool_bad_arg("--max-keys", optarg);
         o.limits.max_keys = (uint64_t)v;
+        break;
+      case 'T':
+        if (trun_tool_parse_ll(optarg, 1, TRUN_SERVER_MAX_THREADS, &v) < 0)
+          return trun_tool_bad_arg("--threads (1..64)", optarg);
+        o.threads = (int)v;
         break;
       case 'H': serve_usage(stdout); return 0;
       default: serve_usage(stderr); return 2;

@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -23,20 +25,51 @@ typedef struct {
 } acl_entry;
 
 typedef struct conn conn;
+typedef struct shard shard;
+
+/* Threading. A server has opts.threads shards, each a libuv loop with its own connections: shard 0 runs on
+ * the caller's loop and owns the listener, the others run on threads of their own. Accepted sockets are
+ * dealt round-robin; a connection lives on its shard until it closes. One mutex (kv_mu) guards the key space
+ * and every registration in it. A write that wakes a waiter of another shard queues the reply bytes on that
+ * connection (xout, under its shard's mu) and pokes the shard's async handle; the owner moves them to the
+ * connection's output before it handles the connection's next request or on that poke, so a wake-up is
+ * never sent after a later reply (CANCEL_WAIT after STOP_WAITING). With one shard nothing crosses threads
+ * but the access rules. */
+struct shard {
+  trun_server *srv;
+  int index;
+  uv_loop_t *loop; /* shard 0: the caller's; else &own */
+  uv_loop_t own;
+  pthread_t thread;
+  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
+  uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
+  int ndoomed;
+  conn *conns;  /* modified by this shard's thread only, under srv->conns_mu */
+  conn *flushq; /* connections of this shard woken by a request it is handling: flushed after it */
+  unsigned acl_seen;
+  pthread_mutex_t mu; /* guards everything below */
+  int *fds;           /* accepted sockets for this shard to adopt */
+  size_t nfds, capfds;
+  conn *xq; /* connections with bytes in xout */
+  int stop;
+  uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
+};
 
 struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
-  uv_idle_t reaper;     /* closes doomed connections outside the key space's callbacks */
-  uv_async_t acl_async; /* the access rules changed (from any thread): re-check open connections */
-  int ndoomed;
   trun_server_opts opts;
   trun_kv *kv;
-  conn *conns;
+  pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
+  shard *cur;               /* under kv_mu: the shard whose request is being handled */
+  pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
+  shard **shards;
+  int nshards;
+  unsigned next_shard;
   trun_server_stats stats;
   int port;
   int closing;
-  int handles_open;
+  int handles_open; /* on the caller's loop: listener, shard 0's handles and connections, hand-off sockets */
   void (*done)(void *arg);
   void *done_arg;
   /* Access control: changed from any thread under acl_mu; acl_gen tells open connections to re-check. */
@@ -45,14 +78,15 @@ struct trun_server {
   size_t nacl, capacl;
   int acl_on;
   unsigned acl_gen;
-  uint64_t refused_logged;
-  uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
+  unsigned refused_logged;
 };
 
 struct conn {
   uv_tcp_t tcp;
   trun_server *srv;
+  shard *sh;
   conn *prev, *next;
+  int listed; /* in sh->conns */
   trun_gen gen;
   trun_buf in;   /* bytes not yet parsed */
   size_t need;   /* do not parse again before in.len reaches this */
@@ -63,6 +97,12 @@ struct conn {
   int reading;
   int closing;
   const char *doomed; /* close reason set inside a key-space callback */
+  conn *fnext;        /* in sh->flushq while fqueued */
+  int fqueued;
+  trun_buf xout;       /* under sh->mu: replies queued by other shards' threads */
+  conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
+  int xqueued;
+  int xfail; /* under sh->mu: queueing a reply from another thread ran out of memory */
   trun_waiter w;
   char peer[64];
   acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
@@ -72,21 +112,44 @@ struct conn {
 static void conn_close(conn *c, const char *why);
 static void conn_flush(conn *c);
 static void refuse(conn *c, const char *why);
+static void shards_poke(trun_server *s);
 
 static void server_free(trun_server *s) {
   trun_kv_free(s->kv);
   pthread_mutex_destroy(&s->acl_mu);
+  pthread_mutex_destroy(&s->kv_mu);
+  pthread_mutex_destroy(&s->conns_mu);
+  if (s->shards) {
+    for (int i = 0; i < s->nshards; i++)
+      if (s->shards[i]) {
+        pthread_mutex_destroy(&s->shards[i]->mu);
+        free(s->shards[i]->fds);
+        free(s->shards[i]);
+      }
+    free(s->shards);
+  }
   free(s->acl);
   free(s);
 }
 
+/* A handle on the caller's loop was closed: the last one frees the server once it is closing. */
+static void server_handle_closed(trun_server *s) {
+  s->handles_open--;
+  if (s->closing && s->handles_open == 0) {
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    server_free(s);
+    if (done) done(arg);
+  }
+}
+
 static void on_reap(uv_idle_t *h) {
-  trun_server *s = h->data;
-  for (conn *c = s->conns, *next; c; c = next) {
+  shard *sh = h->data;
+  for (conn *c = sh->conns, *next; c; c = next) {
     next = c->next;
     if (c->doomed) conn_close(c, c->doomed);
   }
-  s->ndoomed = 0;
+  sh->ndoomed = 0;
   uv_idle_stop(h);
 }
 
@@ -97,7 +160,7 @@ static void conn_doom(conn *c, const char *why) {
   c->doomed = why;
   uv_read_stop((uv_stream_t *)&c->tcp);
   c->reading = 0;
-  if (c->srv->ndoomed++ == 0) uv_idle_start(&c->srv->reaper, on_reap);
+  if (c->sh->ndoomed++ == 0) uv_idle_start(&c->sh->reaper, on_reap);
 }
 
 void trun_server_opts_default(trun_server_opts *o) {
@@ -105,6 +168,7 @@ void trun_server_opts_default(trun_server_opts *o) {
   trun_limits_default(&o->limits);
   o->legacy = TRUN_GEN_LEGACY113;
   o->max_pending_out = 4u << 20;
+  o->threads = 1;
 }
 
 int trun_server_port(const trun_server *s) { return s->port; }
@@ -216,7 +280,7 @@ int trun_server_allow(trun_server *s, const char *cidr) {
   s->acl[s->nacl++] = e;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
-  uv_async_send(&s->acl_async);
+  shards_poke(s);
   return 0;
 }
 
@@ -225,7 +289,7 @@ void trun_server_allow_enforce(trun_server *s, int on) {
   s->acl_on = on;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
-  uv_async_send(&s->acl_async);
+  shards_poke(s);
 }
 
 static int addr_allowed(trun_server *s, const acl_entry *addr) {
@@ -280,26 +344,103 @@ static void peer_name(conn *c) {
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
+/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. */
+static void conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
+                              trun_slice new_, int strings) {
+  shard *sh = c->sh;
+  pthread_mutex_lock(&sh->mu);
+  int rc = trun_buf_append(&c->xout, p, n);
+  if (rc == 0 && strings) {
+    rc = trun_buf_append_str(&c->xout, key.p, key.n);
+    if (rc == 0) rc = trun_buf_append_str(&c->xout, old.p, old.n);
+    if (rc == 0) rc = trun_buf_append_str(&c->xout, new_.p, new_.n);
+  }
+  if (rc < 0) c->xfail = 1;
+  if (!c->xqueued) {
+    c->xprev = NULL;
+    c->xnext = sh->xq;
+    if (sh->xq) sh->xq->xprev = c;
+    sh->xq = c;
+    __atomic_store_n(&c->xqueued, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&sh->mu);
+  uv_async_send(&sh->async);
+}
+
+/* Owner thread, sh->mu held: takes c off its shard's queue. */
+static void xq_unlink(conn *c) {
+  if (!c->xqueued) return;
+  if (c->xprev)
+    c->xprev->xnext = c->xnext;
+  else
+    c->sh->xq = c->xnext;
+  if (c->xnext) c->xnext->xprev = c->xprev;
+  c->xprev = c->xnext = NULL;
+  __atomic_store_n(&c->xqueued, 0, __ATOMIC_RELEASE);
+}
+
+/* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
+ * close (a reply was lost to memory). */
+static int conn_take_remote(conn *c) {
+  if (!__atomic_load_n(&c->xqueued, __ATOMIC_ACQUIRE)) return 0;
+  shard *sh = c->sh;
+  pthread_mutex_lock(&sh->mu);
+  int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
+  c->xout.len = 0;
+  xq_unlink(c);
+  pthread_mutex_unlock(&sh->mu);
+  return rc < 0 ? -1 : 0;
+}
+
+/* Owner thread: c got bytes while its shard handled another connection's request; flush after it. */
+static void conn_queue_flush(conn *c) {
+  if (c->fqueued) return;
+  c->fqueued = 1;
+  c->fnext = c->sh->flushq;
+  c->sh->flushq = c;
+}
+
+static void shard_flush_woken(shard *sh) {
+  while (sh->flushq) {
+    conn *c = sh->flushq;
+    sh->flushq = c->fnext;
+    c->fqueued = 0;
+    c->fnext = NULL;
+    conn_flush(c); /* skips closing connections; their memory lives until the loop's close phase */
+  }
+}
+
+/* Called by the key space, under kv_mu, on the thread of the request that woke w. */
 static void conn_wake(trun_waiter *w) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
+  trun_server *s = c->srv;
+  STAT_ADD(s, waiting, -1);
+  const uint8_t stop = TRUN_WAIT_STOP_WAITING;
+  if (c->sh != s->cur) {
+    conn_queue_remote(c, &stop, 1, (trun_slice){0}, (trun_slice){0}, (trun_slice){0}, 0);
+    return;
+  }
   if (c->closing) return;
-  STAT_ADD(c->srv, waiting, -1);
-  if (trun_buf_append_u8(&c->out, TRUN_WAIT_STOP_WAITING) < 0) {
+  if (trun_buf_append_u8(&c->out, stop) < 0) {
     conn_doom(c, "out of memory queueing a reply");
     return;
   }
-  conn_flush(c);
+  conn_queue_flush(c);
 }
 
 static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old, trun_slice new_) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
+  if (c->sh != c->srv->cur) {
+    conn_queue_remote(c, &type, 1, key, old, new_, 1);
+    return;
+  }
   if (c->closing) return;
   if (trun_buf_append_u8(&c->out, type) < 0 || trun_buf_append_str(&c->out, key.p, key.n) < 0 ||
       trun_buf_append_str(&c->out, old.p, old.n) < 0 || trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
     conn_doom(c, "out of memory queueing a watch update");
     return;
   }
-  conn_flush(c);
+  conn_queue_flush(c);
 }
 
 typedef struct {
@@ -438,17 +579,26 @@ static int handle(conn *c, const trun_req *r, const char **why) {
 static void on_conn_closed(uv_handle_t *h) {
   conn *c = (conn *)h;
   trun_server *s = c->srv;
+  int on_caller_loop = c->sh->index == 0;
   trun_buf_free(&c->in);
   trun_buf_free(&c->out);
   trun_buf_free(&c->wbuf);
+  trun_buf_free(&c->xout);
   free(c);
-  s->handles_open--;
-  if (s->closing && s->handles_open == 0) {
-    void (*done)(void *) = s->done;
-    void *arg = s->done_arg;
-    server_free(s);
-    if (done) done(arg);
-  }
+  if (on_caller_loop) server_handle_closed(s);
+}
+
+static void conn_unlist(conn *c) {
+  if (!c->listed) return;
+  shard *sh = c->sh;
+  pthread_mutex_lock(&c->srv->conns_mu);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    sh->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->listed = 0;
+  pthread_mutex_unlock(&c->srv->conns_mu);
 }
 
 static void conn_close(conn *c, const char *why) {
@@ -459,13 +609,15 @@ static void conn_close(conn *c, const char *why) {
     STAT_ADD(s, rejected, 1);
     trun_warn("closed connection from %s (%s): %s", c->peer, trun_proto_gen_name(c->gen), why);
   }
+  pthread_mutex_lock(&s->kv_mu);
   if (trun_kv_cancel(s->kv, &c->w) > 0) STAT_ADD(s, waiting, -1);
   trun_kv_cancel_watches(s->kv, &c->w);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
+  pthread_mutex_unlock(&s->kv_mu);
+  /* No registration is left, so no other thread queues for c any more. */
+  pthread_mutex_lock(&c->sh->mu);
+  xq_unlink(c);
+  pthread_mutex_unlock(&c->sh->mu);
+  conn_unlist(c);
   STAT_ADD(s, connections, -1);
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
@@ -475,7 +627,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
 
 static void update_reading(conn *c) {
   size_t pending = c->out.len + c->wbuf.len;
-  if (c->closing) return;
+  if (c->closing || c->doomed) return;
   if (c->reading && pending > c->srv->opts.max_pending_out) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
@@ -507,8 +659,7 @@ static void conn_flush(conn *c) {
       uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
   int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
   /* On an error other than EAGAIN, uv_write below fails too and on_write closes the connection a loop turn
-   * later: closing here would cancel registrations inside the key space's wake/notify loops that called
-   * conn_wake / conn_notify (use after free). */
+   * later. */
   if (n < 0) n = 0;
   trun_buf_consume(&c->out, (size_t)n);
   if (c->out.len > 0) {
@@ -528,13 +679,13 @@ static void conn_flush(conn *c) {
   update_reading(c);
 }
 
-/* Reads land in the server's shared buffer while a connection has no partial request; only the bytes of
+/* Reads land in the shard's shared buffer while a connection has no partial request; only the bytes of
  * an unfinished request are copied into the connection's own buffer. Idle connections hold no buffer. */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   (void)suggested;
   conn *c = (conn *)h;
   if (c->in.len == 0) {
-    *b = uv_buf_init((char *)c->srv->rbuf, sizeof(c->srv->rbuf));
+    *b = uv_buf_init((char *)c->sh->rbuf, sizeof(c->sh->rbuf));
     return;
   }
   size_t want = READ_CHUNK;
@@ -545,6 +696,22 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   }
   size_t room = c->in.cap - c->in.len;
   *b = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(room > 0x7fffffff ? 0x7fffffff : room));
+}
+
+/* Executes one request under the key space's lock; replies queued for c by other threads go first. */
+static int handle_locked(conn *c, const trun_req *r, const char **why) {
+  trun_server *s = c->srv;
+  pthread_mutex_lock(&s->kv_mu);
+  if (conn_take_remote(c) < 0) {
+    pthread_mutex_unlock(&s->kv_mu);
+    *why = "out of memory queueing a reply";
+    return -ENOMEM;
+  }
+  s->cur = c->sh;
+  int rc = handle(c, r, why);
+  s->cur = NULL;
+  pthread_mutex_unlock(&s->kv_mu);
+  return rc;
 }
 
 /* Parses and executes every whole request in data[0..len); returns the bytes taken. c->need is left
@@ -559,7 +726,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     off = used;
     c->need = 0;
   }
-  while (off < len && !c->closing) {
+  while (off < len && !c->closing && !c->doomed) {
     if (len - off < c->need) break;
     trun_req r;
     size_t need;
@@ -583,7 +750,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
       break;
     }
     const char *why = NULL;
-    if (handle(c, &r, &why) < 0) {
+    if (handle_locked(c, &r, &why) < 0) {
       char msg[200];
       snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
       conn_close(c, msg);
@@ -593,6 +760,24 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     c->need = 0;
   }
   return off;
+}
+
+static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
+  if ((uint8_t *)b->base == c->sh->rbuf) {
+    size_t used = process(c, c->sh->rbuf, (size_t)nread);
+    if (!c->closing && used < (size_t)nread &&
+        trun_buf_append(&c->in, c->sh->rbuf + used, (size_t)nread - used) < 0) {
+      conn_close(c, "out of memory for the input buffer");
+      return;
+    }
+  } else {
+    c->in.len += (size_t)nread;
+    size_t used = process(c, c->in.data, c->in.len);
+    if (c->closing) return;
+    trun_buf_consume(&c->in, used);
+    if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
+  }
+  if (!c->closing) conn_flush(c);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
@@ -614,22 +799,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
       conn_close(c, NULL); /* EOF or reset: the client left */
     return;
   }
-  if (nread == 0) return;
-  if ((uint8_t *)b->base == c->srv->rbuf) {
-    size_t used = process(c, c->srv->rbuf, (size_t)nread);
-    if (!c->closing && used < (size_t)nread &&
-        trun_buf_append(&c->in, c->srv->rbuf + used, (size_t)nread - used) < 0) {
-      conn_close(c, "out of memory for the input buffer");
-      return;
-    }
-  } else {
-    c->in.len += (size_t)nread;
-    size_t used = process(c, c->in.data, c->in.len);
-    if (c->closing) return;
-    trun_buf_consume(&c->in, used);
-    if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
-  }
-  if (!c->closing) conn_flush(c);
+  if (nread > 0) read_data(c, nread, b);
+  shard_flush_woken(c->sh);
 }
 
 /* Closes a connection the access rules do not admit: counted, and logged for the first few only (a
@@ -637,18 +808,21 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
 static void refuse(conn *c, const char *why) {
   trun_server *s = c->srv;
   STAT_ADD(s, refused, 1);
-  if (s->refused_logged++ < 10)
+  unsigned n = __atomic_add_fetch(&s->refused_logged, 1, __ATOMIC_RELAXED);
+  if (n <= 10)
     trun_warn("store on port %d refused a connection from %s: %s%s", s->port, c->peer, why,
-              s->refused_logged == 10 ? " (further refusals are not logged)" : "");
+              n == 10 ? " (further refusals are not logged)" : "");
   conn_close(c, NULL);
 }
 
-/* On the server's loop after the rules changed: connections they no longer admit are closed now, not at
+/* On a shard's loop after the rules changed: connections they no longer admit are closed now, not at
  * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
-static void on_acl_changed(uv_async_t *a) {
-  trun_server *s = a->data;
+static void shard_recheck_acl(shard *sh) {
+  trun_server *s = sh->srv;
   unsigned gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
-  for (conn *c = s->conns, *next; c; c = next) {
+  if (gen == sh->acl_seen) return;
+  sh->acl_seen = gen;
+  for (conn *c = sh->conns, *next; c; c = next) {
     next = c->next;
     if (c->closing || c->doomed || c->acl_gen == gen) continue;
     c->acl_gen = gen;
@@ -657,38 +831,29 @@ static void on_acl_changed(uv_async_t *a) {
   }
 }
 
-static void on_connection(uv_stream_t *l, int status) {
-  trun_server *s = l->data;
-  if (status < 0) {
-    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
-    return;
-  }
-  conn *c = calloc(1, sizeof(*c));
-  if (c == NULL) {
-    trun_error("out of memory accepting a connection on port %d", s->port);
-    return;
-  }
-  c->srv = s;
-  c->w.wake = conn_wake;
-  c->w.notify = conn_notify;
-  int rc = uv_tcp_init(s->loop, &c->tcp);
-  if (rc < 0) {
-    trun_error("uv_tcp_init: %s", uv_strerror(rc));
-    free(c);
-    return;
-  }
-  s->handles_open++;
-  c->next = s->conns;
-  if (s->conns) s->conns->prev = c;
-  s->conns = c;
-  STAT_ADD(s, connections, 1);
-  STAT_ADD(s, accepted, 1);
-  if ((rc = uv_accept(l, (uv_stream_t *)&c->tcp)) < 0) {
-    conn_close(c, uv_strerror(rc));
-    return;
-  }
+/* Same address as c among the open connections of every shard, c included. */
+static int count_same_peer(trun_server *s, const conn *c) {
+  int same = 0;
+  pthread_mutex_lock(&s->conns_mu);
+  for (int i = 0; i < s->nshards; i++)
+    for (conn *o = s->shards[i]->conns; o; o = o->next)
+      same += o->addr.family == c->addr.family && memcmp(o->addr.a, c->addr.a, 16) == 0;
+  pthread_mutex_unlock(&s->conns_mu);
+  return same;
+}
+
+/* c's socket is open on its shard's loop: checks the access rules and limits, then starts reading. */
+static void conn_admit(conn *c) {
+  trun_server *s = c->srv;
+  shard *sh = c->sh;
   uv_tcp_nodelay(&c->tcp, 1);
   peer_name(c);
+  pthread_mutex_lock(&s->conns_mu);
+  c->next = sh->conns;
+  if (sh->conns) sh->conns->prev = c;
+  sh->conns = c;
+  c->listed = 1;
+  pthread_mutex_unlock(&s->conns_mu);
   c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
   if (!addr_allowed(s, &c->addr)) {
     refuse(c,
@@ -696,23 +861,266 @@ static void on_connection(uv_stream_t *l, int status) {
            "single-node job)");
     return;
   }
-  if (s->opts.max_conns > 0 && s->stats.connections > (uint64_t)s->opts.max_conns) {
+  if (s->opts.max_conns > 0 &&
+      __atomic_load_n(&s->stats.connections, __ATOMIC_RELAXED) > (uint64_t)s->opts.max_conns) {
     refuse(c,
            "too many connections (the store's connection limit, from the hosting process's open-file "
            "limit: raise `ulimit -n`)");
     return;
   }
-  if (s->opts.max_conns_per_peer > 0) {
-    int same = 0;
-    for (conn *o = s->conns; o; o = o->next)
-      same += o->addr.family == c->addr.family && memcmp(o->addr.a, c->addr.a, 16) == 0;
-    if (same > s->opts.max_conns_per_peer) {
-      refuse(c, "too many connections from this address (the per-peer connection limit)");
-      return;
-    }
+  if (s->opts.max_conns_per_peer > 0 && count_same_peer(s, c) > s->opts.max_conns_per_peer) {
+    refuse(c, "too many connections from this address (the per-peer connection limit)");
+    return;
   }
   c->reading = 1;
-  if ((rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) < 0) conn_close(c, uv_strerror(rc));
+  int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  if (rc < 0) conn_close(c, uv_strerror(rc));
+}
+
+static conn *conn_new(shard *sh) {
+  conn *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    trun_error("out of memory accepting a connection on port %d", sh->srv->port);
+    return NULL;
+  }
+  c->srv = sh->srv;
+  c->sh = sh;
+  c->w.wake = conn_wake;
+  c->w.notify = conn_notify;
+  int rc = uv_tcp_init(sh->loop, &c->tcp);
+  if (rc < 0) {
+    trun_error("uv_tcp_init on the store's port %d: %s", sh->srv->port, uv_strerror(rc));
+    free(c);
+    return NULL;
+  }
+  if (sh->index == 0) sh->srv->handles_open++;
+  STAT_ADD(sh->srv, connections, 1);
+  STAT_ADD(sh->srv, accepted, 1);
+  return c;
+}
+
+/* On shard sh's thread: a socket accepted by shard 0 for it. */
+static void shard_adopt(shard *sh, int fd) {
+  conn *c = conn_new(sh);
+  if (c == NULL) {
+    close(fd);
+    return;
+  }
+  int rc = uv_tcp_open(&c->tcp, fd);
+  if (rc < 0) {
+    close(fd);
+    conn_close(c, uv_strerror(rc));
+    return;
+  }
+  conn_admit(c);
+}
+
+static void on_handoff_closed(uv_handle_t *h) {
+  trun_server *s = h->data;
+  free(h);
+  server_handle_closed(s);
+}
+
+/* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
+static void hand_off(trun_server *s, shard *dst) {
+  uv_tcp_t *t = malloc(sizeof(*t));
+  if (t == NULL || uv_tcp_init(s->loop, t) < 0) {
+    trun_error("out of memory accepting a connection on port %d", s->port);
+    free(t);
+    return;
+  }
+  t->data = s;
+  s->handles_open++;
+  int rc = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t);
+  uv_os_fd_t fd = -1;
+  if (rc == 0) rc = uv_fileno((uv_handle_t *)t, &fd);
+  int dup_fd = rc == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+  if (rc == 0 && dup_fd < 0) rc = -errno;
+  uv_close((uv_handle_t *)t, on_handoff_closed);
+  if (rc < 0) {
+    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(rc));
+    return;
+  }
+  pthread_mutex_lock(&dst->mu);
+  if (dst->nfds == dst->capfds) {
+    size_t cap = dst->capfds ? dst->capfds * 2 : 64;
+    int *n = realloc(dst->fds, cap * sizeof(*n));
+    if (n == NULL) {
+      pthread_mutex_unlock(&dst->mu);
+      close(dup_fd);
+      trun_error("out of memory handing a connection on port %d to a store thread", s->port);
+      return;
+    }
+    dst->fds = n;
+    dst->capfds = cap;
+  }
+  dst->fds[dst->nfds++] = dup_fd;
+  pthread_mutex_unlock(&dst->mu);
+  uv_async_send(&dst->async);
+}
+
+static void on_connection(uv_stream_t *l, int status) {
+  trun_server *s = l->data;
+  if (status < 0) {
+    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
+    return;
+  }
+  shard *dst = s->shards[s->next_shard++ % (unsigned)s->nshards];
+  if (dst->index != 0) {
+    hand_off(s, dst);
+    return;
+  }
+  conn *c = conn_new(dst);
+  if (c == NULL) return;
+  int rc = uv_accept(l, (uv_stream_t *)&c->tcp);
+  if (rc < 0) {
+    conn_close(c, uv_strerror(rc));
+    return;
+  }
+  conn_admit(c);
+}
+
+/* ---- shards ----------------------------------------------------------------------------------- */
+
+static void shard_close_all(shard *sh) {
+  while (sh->conns) conn_close(sh->conns, NULL);
+  pthread_mutex_lock(&sh->mu);
+  for (size_t i = 0; i < sh->nfds; i++) close(sh->fds[i]);
+  sh->nfds = 0;
+  pthread_mutex_unlock(&sh->mu);
+}
+
+static void on_shard_handle_closed(uv_handle_t *h) {
+  shard *sh = h->data;
+  if (sh->index == 0) server_handle_closed(sh->srv);
+}
+
+/* Work from other threads: adopt handed-off sockets, send replies they queued, re-check the access rules,
+ * stop (worker shards). */
+static void on_shard_async(uv_async_t *a) {
+  shard *sh = a->data;
+  pthread_mutex_lock(&sh->mu);
+  int stop = sh->stop;
+  int *fds = sh->fds;
+  size_t nfds = sh->nfds;
+  sh->fds = NULL;
+  sh->nfds = sh->capfds = 0;
+  conn *woken = NULL;
+  while (sh->xq) {
+    conn *c = sh->xq;
+    int failed = c->xfail || trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0;
+    c->xout.len = 0;
+    xq_unlink(c);
+    if (failed) c->doomed = c->doomed ? c->doomed : "out of memory queueing a reply";
+    c->fnext = woken;
+    woken = c;
+  }
+  pthread_mutex_unlock(&sh->mu);
+  for (size_t i = 0; i < nfds; i++) {
+    if (stop)
+      close(fds[i]);
+    else
+      shard_adopt(sh, fds[i]);
+  }
+  free(fds);
+  for (conn *c = woken, *next; c; c = next) {
+    next = c->fnext;
+    c->fnext = NULL;
+    if (c->closing) continue;
+    if (c->doomed)
+      conn_close(c, c->doomed);
+    else
+      conn_flush(c);
+  }
+  shard_recheck_acl(sh);
+  if (stop) {
+    shard_close_all(sh);
+    uv_close((uv_handle_t *)&sh->reaper, on_shard_handle_closed);
+    uv_close((uv_handle_t *)&sh->async, on_shard_handle_closed);
+  }
+}
+
+static void *shard_main(void *arg) {
+  shard *sh = arg;
+  uv_run(sh->loop, UV_RUN_DEFAULT);
+  uv_loop_close(sh->loop);
+  return NULL;
+}
+
+/* Signals every shard to look at the access rules. */
+static void shards_poke(trun_server *s) {
+  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i]->async);
+}
+
+static shard *shard_new(trun_server *s, int index) {
+  shard *sh = calloc(1, sizeof(*sh));
+  if (sh == NULL) return NULL;
+  sh->srv = s;
+  sh->index = index;
+  pthread_mutex_init(&sh->mu, NULL);
+  if (index == 0) {
+    sh->loop = s->loop;
+  } else {
+    sh->loop = &sh->own;
+    if (uv_loop_init(sh->loop) < 0) {
+      pthread_mutex_destroy(&sh->mu);
+      free(sh);
+      return NULL;
+    }
+  }
+  uv_idle_init(sh->loop, &sh->reaper);
+  sh->reaper.data = sh;
+  uv_async_init(sh->loop, &sh->async, on_shard_async);
+  sh->async.data = sh;
+  return sh;
+}
+
+/* Stops and joins worker shards from..nshards-1; their connections close on their own threads. */
+static void shards_stop(trun_server *s) {
+  for (int i = 1; i < s->nshards; i++) {
+    shard *sh = s->shards[i];
+    pthread_mutex_lock(&sh->mu);
+    sh->stop = 1;
+    pthread_mutex_unlock(&sh->mu);
+    uv_async_send(&sh->async);
+  }
+  for (int i = 1; i < s->nshards; i++) pthread_join(s->shards[i]->thread, NULL);
+}
+
+/* Creates shard 0 on the caller's loop and starts the worker shards. 0 or a negative libuv error. */
+static int shards_start(trun_server *s, int n) {
+  s->shards = calloc((size_t)n, sizeof(*s->shards));
+  if (s->shards == NULL) return UV_ENOMEM;
+  if ((s->shards[0] = shard_new(s, 0)) == NULL) return UV_ENOMEM;
+  s->nshards = 1;
+  s->handles_open += 2;
+  /* Worker threads take no process signals: the hosting program's loop handles them. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = 0;
+  for (int i = 1; i < n && rc == 0; i++) {
+    shard *sh = shard_new(s, i);
+    if (sh == NULL) {
+      rc = UV_ENOMEM;
+      break;
+    }
+    int e = pthread_create(&sh->thread, NULL, shard_main, sh);
+    if (e != 0) {
+      trun_error("pthread_create for store thread %d: %s", i, strerror(e));
+      uv_close((uv_handle_t *)&sh->reaper, NULL);
+      uv_close((uv_handle_t *)&sh->async, NULL);
+      uv_run(sh->loop, UV_RUN_DEFAULT);
+      uv_loop_close(sh->loop);
+      pthread_mutex_destroy(&sh->mu);
+      free(sh);
+      rc = -e;
+      break;
+    }
+    s->shards[s->nshards++] = sh;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
@@ -743,15 +1151,14 @@ static int bind_host(trun_server *s, const char *host, int port) {
   return rc;
 }
 
-/* The listener's, the reaper's and acl_async's close callback: the last handle closed frees the server. */
-static void on_listener_closed(uv_handle_t *h) {
-  trun_server *s = h->data;
-  s->handles_open--;
-  if (s->handles_open == 0) {
-    void (*done)(void *) = s->done;
-    void *arg = s->done_arg;
-    server_free(s);
-    if (done) done(arg);
+static void on_listener_closed(uv_handle_t *h) { server_handle_closed(h->data); }
+
+/* Closes the listener and shard 0's handles (the worker shards are stopped already). */
+static void server_close_handles(trun_server *s) {
+  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  if (s->shards && s->shards[0]) {
+    uv_close((uv_handle_t *)&s->shards[0]->reaper, on_shard_handle_closed);
+    uv_close((uv_handle_t *)&s->shards[0]->async, on_shard_handle_closed);
   }
 }
 
@@ -760,11 +1167,15 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
    * SIGPIPE and kill the process. Ignore it unless the program chose a disposition itself. */
   struct sigaction sa;
   if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+  if (o->threads < 0 || o->threads > TRUN_SERVER_MAX_THREADS) return UV_EINVAL;
   trun_server *s = calloc(1, sizeof(*s));
   if (s == NULL) return UV_ENOMEM;
   s->loop = loop;
   s->opts = *o;
+  if (s->opts.threads == 0) s->opts.threads = 1;
   pthread_mutex_init(&s->acl_mu, NULL);
+  pthread_mutex_init(&s->kv_mu, NULL);
+  pthread_mutex_init(&s->conns_mu, NULL);
   if (s->opts.max_pending_out == 0) s->opts.max_pending_out = 4u << 20;
   s->kv = trun_kv_new();
   if (s->kv == NULL) {
@@ -777,19 +1188,15 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
     return rc;
   }
   s->listener.data = s;
-  uv_idle_init(loop, &s->reaper);
-  s->reaper.data = s;
-  uv_async_init(loop, &s->acl_async, on_acl_changed);
-  s->acl_async.data = s;
-  s->handles_open = 3;
-  rc = bind_host(s, o->host, o->port);
+  s->handles_open = 1;
+  rc = shards_start(s, s->opts.threads);
+  if (rc == 0) rc = bind_host(s, o->host, o->port);
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
   if (rc < 0) {
     s->closing = 1;
-    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
-    uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
-    uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
+    shards_stop(s);
+    server_close_handles(s);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -806,8 +1213,7 @@ void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
   s->closing = 1;
   s->done = done;
   s->done_arg = arg;
-  while (s->conns) conn_close(s->conns, NULL);
-  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
-  uv_close((uv_handle_t *)&s->reaper, on_listener_closed);
-  uv_close((uv_handle_t *)&s->acl_async, on_listener_closed);
+  shards_stop(s);
+  shard_close_all(s->shards[0]);
+  server_close_handles(s);
 }

@@ -21,7 +21,11 @@ typedef struct {
   int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
   int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
+  int threads;            /* event loops serving connections (default 1: only the caller's loop); each
+                             further one runs on a thread of its own, see trun_server_start */
 } trun_server_opts;
+
+#define TRUN_SERVER_MAX_THREADS 64
 
 typedef struct {
   uint64_t connections; /* open now */
@@ -33,10 +37,14 @@ typedef struct {
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);
-/* Binds and listens. Returns 0 or a negative libuv error; *out is set on success. */
+/* Binds and listens. Returns 0 or a negative libuv error (UV_EINVAL for threads outside 0..64); *out is
+ * set on success. With threads > 1 the server starts threads - 1 threads, each with its own loop, and deals
+ * accepted connections round-robin over them and the caller's loop; they block every signal and are
+ * joined by trun_server_close. */
 int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **out);
 int trun_server_port(const trun_server *s);
-/* The key space, for an agent that hosts the store and reads or writes it in-process. */
+/* The key space, for a program that hosts a one-thread store and reads or writes it in-process on the
+ * store's loop. */
 trun_kv *trun_server_kv(trun_server *s);
 /* Safe from any thread. */
 void trun_server_get_stats(const trun_server *s, trun_server_stats *st);

@@ -4,7 +4,8 @@ argv: LABEL TORCHRUN_DIR TRUN_DIR NPROC [ALLOWED...]
 Each dir holds env.<local_rank>.json written by tests/agent/dumpenv.py. ALLOWED entries name known, expected
 differences: "rename:OLD=NEW" (torchrun sets OLD, trun sets NEW, same value), "newer:KEY=VALUE" (this torchrun
 does not set KEY, trun sets KEY=VALUE as the newest torchrun does), "value:KEY=TORCHRUN>TRUN" (a deliberate
-value difference). Prints every difference found;
+value difference), "trun:KEY=VALUE" (trun's own NCCL / EFA decision, source "trun" in `trun --explain`, on a
+GPU or EFA node). Prints every difference found;
 exit 1 when any difference is not excluded below or ALLOWED, 0 otherwise.
 """
 import json
@@ -27,16 +28,18 @@ EXCLUDED = {
 }
 
 label, tdir, rdir, nproc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-renames, newer, values = {}, {}, {}
+renames, newer, values, decided = {}, {}, {}, {}
 for a in sys.argv[5:]:
     kind, _, spec = a.partition(":")
     old, _, new = spec.partition("=")
-    if kind not in ("rename", "newer", "value") or not old or not new:
+    if kind not in ("rename", "newer", "value", "trun") or not old or not new:
         sys.exit("bad ALLOWED entry %r" % a)
     if kind == "rename":
         renames[old] = new
     elif kind == "newer":
         newer[old] = new
+    elif kind == "trun":
+        decided[old] = new
     else:
         tv_, _, rv_ = new.partition(">")
         values[old] = (tv_, rv_)
@@ -75,6 +78,9 @@ for lr in range(nproc):
             continue
         if tv is None and newer.get(k) == rv:
             seen.append("local rank %d: expected: only trun (like newer torchrun) sets %s=%s" % (lr, k, rv))
+            continue
+        if tv is None and decided.get(k) == rv:
+            seen.append("local rank %d: expected: trun's own decision (--explain) %s=%s" % (lr, k, rv))
             continue
         if k in values and values[k] == (tv, rv):
             seen.append("local rank %d: expected value difference: %s torchrun %r, trun %r" % (lr, k, tv, rv))

@@ -11,6 +11,8 @@
 #     and, on 2.6, the connection still working after a time-out.
 #  4. torch 1.13 and torch 2.6 clients on the SAME trun-store port at the same time: each reads the other's
 #     keys (a 2.6 WAIT woken by a 1.13 SET and vice versa), shared counter, compare_set race, binary values.
+#  5. trun-store --threads 4 (connections dealt over four loops): ops.py ops of each version diffed against
+#     torch's server's output of step 1/2, and the wake-up and 40 x 50 adds checks of step 3.
 #
 # Intentional differences between trun-store and torch's classic server (tested explicitly, not diffed):
 #  - GET / MULTI_GET of a missing key: classic server closes the connection (2.6 MULTI_GET first streams the
@@ -58,10 +60,11 @@ bg() {
 }
 stop() { kill -TERM -- "-$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
-# start_trun NAME: a fresh trun-store on 127.0.0.1:0; sets PORT and TRUN_PID.
+# start_trun NAME [SERVE-ARGS...]: a fresh trun-store on 127.0.0.1:0; sets PORT and TRUN_PID.
 start_trun() {
   local name=$1 i
-  bg "$name" "$STORE" serve --host 127.0.0.1 --port 0 --ready-file "$work/$name.port"
+  shift
+  bg "$name" "$STORE" serve --host 127.0.0.1 --port 0 --ready-file "$work/$name.port" "$@"
   TRUN_PID=$LAST_PID
   for ((i = 0; i < SAFETY * 10; i++)); do
     [ -s "$work/$name.port" ] && break
@@ -199,8 +202,29 @@ if [ $have26 = 1 ]; then
   stop "$TRUN_PID"
 fi
 
+# ---- trun-store --threads 4: the same client sequences, connections spread over four loops ----
+vers=(113)
+[ $have26 = 1 ] && vers+=(26)
+for ver in "${vers[@]}"; do
+  start_trun "threads$ver" --threads 4
+  if [ $ver = 113 ]; then cmd=("${OPS113[@]}"); else cmd=("${OPS26[@]}"); fi
+  timeout --kill-after=5 $SAFETY "${cmd[@]}" ops 127.0.0.1 "$PORT" >"$work/ops$ver.threads.out" 2>"$work/ops$ver.threads.err" ||
+    fail "ops.py ops (torch $ver client, trun-store --threads 4) exit $?: $(tail -n 5 "$work/ops$ver.threads.err")"
+  echo "== torch $ver client: torch's server vs trun-store --threads 4"
+  if diff -u "$work/ops$ver.torch.out" "$work/ops$ver.threads.out" >"$work/ops$ver.threads.diff"; then
+    echo "   identical results ($(grep -c '^OP ' "$work/ops$ver.threads.out") ops)"
+  else
+    fail "torch $ver client: results differ (- torch's server, + trun-store --threads 4)"
+    cat "$work/ops$ver.threads.diff"
+  fi
+  run_step "$ver wake-ups and time-outs on trun-store --threads 4" "${cmd[@]}" wake 127.0.0.1 "$PORT"
+  run_step "$ver 40 clients x 50 adds on trun-store --threads 4" "${cmd[@]}" adds 127.0.0.1 "$PORT" 40 50
+  kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store --threads 4 ($ver) died"
+  stop "$TRUN_PID"
+done
+
 echo "== trun-store logs"
-for f in "$work"/trun*.log "$work"/xver.log; do [ -f "$f" ] && sed "s|^|   $(basename "$f" .log): |" "$f"; done
+for f in "$work"/trun*.log "$work"/xver.log "$work"/threads*.log; do [ -f "$f" ] && sed "s|^|   $(basename "$f" .log): |" "$f"; done
 
 if [ $failures -ne 0 ]; then
   echo "$failures check(s) failed"

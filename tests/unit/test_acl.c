@@ -13,9 +13,12 @@ static int port;
 
 static void stop(void) { unit_server_stop(&us); }
 
+static int threads = 1; /* event loops of the servers start_opts starts */
+
 static void start_opts(int per_peer, size_t mem) {
   trun_server_opts o;
   trun_server_opts_default(&o);
+  o.threads = threads;
   o.max_conns_per_peer = per_peer;
   o.max_conn_memory = mem;
   port = unit_server_start(&us, &o);
@@ -233,6 +236,26 @@ START_TEST(test_per_peer_limit) {
 }
 END_TEST
 
+/* With four loops the connections of one peer land on different threads: still counted together. */
+START_TEST(test_per_peer_limit_threads) {
+  threads = 4;
+  start_opts(3, 0);
+  int fd[3];
+  for (int i = 0; i < 3; i++) {
+    fd[i] = conn();
+    ck_assert_int_eq(ping(fd[i], (uint32_t)i), 1);
+  }
+  int c = conn();
+  ck_assert_int_eq(ping(c, 9), 0);
+  close(c);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(ping(fd[i], (uint32_t)(10 + i)), 1);
+  for (int i = 0; i < 3; i++) close(fd[i]);
+  ck_assert_int_eq(stats().refused, 1);
+  stop();
+  threads = 1;
+}
+END_TEST
+
 /* The total connection limit (the agent's open-file budget): the same rule as per peer, all peers counted. */
 START_TEST(test_total_limit) {
   trun_server_opts o;
@@ -298,6 +321,9 @@ START_TEST(test_conn_memory_limit) {
 }
 END_TEST
 
+static void four_loops(void) { threads = 4; }
+static void one_loop(void) { threads = 1; }
+
 static Suite *acl_suite(void) {
   Suite *s = suite_create("acl");
   TCase *tc = tcase_create("rules");
@@ -308,9 +334,19 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
+  tcase_add_test(tc, test_per_peer_limit_threads);
   tcase_add_test(tc, test_conn_memory_limit);
   tcase_add_test(tc, test_total_limit);
   tcase_add_test(tc, test_conn_budget);
+  suite_add_tcase(s, tc);
+  /* The server cases again with four loops: rules changed from another thread reach every loop. */
+  tc = tcase_create("threads");
+  tcase_add_checked_fixture(tc, four_loops, one_loop);
+  tcase_add_test(tc, test_refused_at_accept);
+  tcase_add_test(tc, test_enforced_later);
+  tcase_add_test(tc, test_enforced_closes_idle);
+  tcase_add_test(tc, test_per_peer_limit);
+  tcase_add_test(tc, test_conn_memory_limit);
   suite_add_tcase(s, tc);
   return s;
 }

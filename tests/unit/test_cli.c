@@ -126,6 +126,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_STALL_SIGNAL, "stall-signal", "stall_signal", 0, 0, NULL, "TRUN_STALL_SIGNAL", "trun"},
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
+    {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "config.h"
 #include "rdzv.h"
+#include "store_acl.h"
 #include "worker_env.h"
 
 static int parse(trun_config *cfg, char *err, const char *const *args, char **envp) {
@@ -168,6 +169,35 @@ START_TEST(preflight_thresholds) {
 }
 END_TEST
 
+/* --store-threads: 1-64 or auto (0); auto's rule from the usable CPUs. */
+START_TEST(store_threads) {
+  trun_config c;
+  PARSE_OK(&c, "t.py");
+  ck_assert_int_eq(c.store_threads, 0);
+  PARSE_OK(&c, "--store-threads", "8", "t.py");
+  ck_assert_int_eq(c.store_threads, 8);
+  PARSE_OK(&c, "--store_threads=auto", "t.py");
+  ck_assert_int_eq(c.store_threads, 0);
+  char *env[] = {"TRUN_STORE_THREADS=3", NULL};
+  static const char *const a[] = {"t.py", NULL};
+  char err[512];
+  ck_assert_int_eq(parse(&c, err, a, env), 0);
+  ck_assert_int_eq(c.store_threads, 3);
+  parse_err("--store-threads '0' must be 1-64 or auto", NULL,
+            (const char *const[]){"--store-threads", "0", "t.py", NULL});
+  parse_err("--store-threads '65' must be 1-64 or auto", NULL,
+            (const char *const[]){"--store-threads", "65", "t.py", NULL});
+  parse_err("--store-threads 'many' must be 1-64 or auto", NULL,
+            (const char *const[]){"--store-threads", "many", "t.py", NULL});
+  ck_assert_int_eq(trun_store_threads_auto(1), 1);
+  ck_assert_int_eq(trun_store_threads_auto(7), 1);
+  ck_assert_int_eq(trun_store_threads_auto(8), 2);
+  ck_assert_int_eq(trun_store_threads_auto(31), 2);
+  ck_assert_int_eq(trun_store_threads_auto(32), 4);
+  ck_assert_int_eq(trun_store_threads_auto(192), 4);
+}
+END_TEST
+
 /* ---- worker argv and environment ------------------------------------------------------------------ */
 
 static trun_rdzv fake_round(const trun_config *c) {
@@ -274,6 +304,7 @@ int main(void) {
   tcase_add_test(tc, signals_and_timeouts);
   tcase_add_test(tc, bad_inputs);
   tcase_add_test(tc, preflight_thresholds);
+  tcase_add_test(tc, store_threads);
   tcase_add_test(tc, worker_environment);
   tcase_add_test(tc, virtual_local_rank_gpus);
   tcase_add_test(tc, worker_argv);

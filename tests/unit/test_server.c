@@ -16,6 +16,13 @@ static void start_with(const trun_server_opts *o) {
   ck_assert_int_gt(port, 0);
 }
 static void setup(void) { start_with(NULL); }
+/* Four loops: the connections of one test land on different threads (round-robin). */
+static void setup_threads(void) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.threads = 4;
+  start_with(&o);
+}
 static void teardown(void) { unit_server_stop(&us); }
 
 /* ---- wire helpers ------------------------------------------------------------------------------ */
@@ -984,6 +991,64 @@ START_TEST(test_waiter_gone) {
 }
 END_TEST
 
+/* ---- threads ----------------------------------------------------------------------------------- */
+
+/* 64 connections over 4 loops: one SET wakes every waiter whatever its thread, and 3,200 pipelined ADDs
+ * from all of them on one key each get a distinct result (the key space is one, updated atomically). */
+START_TEST(test_threads_cross_wake_and_add) {
+  enum { N = 64, ADDS = 50 };
+  int fd[N];
+  msg m = {0};
+  for (int i = 0; i < N; i++) fd[i] = connect_v2();
+  for (int i = 0; i < N; i++) send_msg(fd[i], m_str(m_u64(m_u8(&m, 6), 1), "/go"));
+  until_waiting(N);
+  int s = connect_v2();
+  send_msg(s, m_str(m_str(m_u8(&m, 1), "/go"), "now"));
+  for (int i = 0; i < N; i++) expect_hex(fd[i], "00");
+  until_waiting(0);
+  for (int r = 0; r < ADDS; r++)
+    for (int i = 0; i < N; i++) send_msg(fd[i], m_u64(m_str(m_u8(&m, 4), "/n"), 1));
+  static uint8_t seen[N * ADDS + 1];
+  memset(seen, 0, sizeof(seen));
+  for (int i = 0; i < N; i++)
+    for (int r = 0; r < ADDS; r++) {
+      uint8_t b[8];
+      ck_assert_int_eq(unit_recv(fd[i], b, 8), 0);
+      uint64_t v = 0;
+      for (int k = 7; k >= 0; k--) v = v << 8 | b[k];
+      ck_assert_msg(v >= 1 && v <= N * ADDS, "ADD returned %llu", (unsigned long long)v);
+      ck_assert_msg(!seen[v], "ADD result %llu seen twice", (unsigned long long)v);
+      seen[v] = 1;
+    }
+  send_msg(s, m_str(m_u8(&m, 3), "/n"));
+  expect(s, m_str(&m, "3200"));
+  /* CANCEL_WAIT right after a wake from another thread still reads STOP_WAITING first. */
+  for (int round = 0; round < 20; round++) {
+    char key[32];
+    snprintf(key, sizeof(key), "/c%d", round);
+    send_msg(fd[round], m_str(m_u64(m_u8(&m, 6), 1), key));
+    until_waiting(1);
+    send_msg(fd[round + 1], m_str(m_str(m_u8(&m, 1), key), "x"));
+    send_msg(fd[round], m_u8(&m, 12));
+    uint8_t b[2];
+    ck_assert_int_eq(unit_recv(fd[round], b, 1), 0);
+    if (b[0] == 0x00) { /* woken before the cancel: 00 then 01 */
+      ck_assert_int_eq(unit_recv(fd[round], b + 1, 1), 0);
+      ck_assert_int_eq(b[1], 0x01);
+    } else {
+      ck_assert_int_eq(b[0], 0x01); /* cancelled first: the SET sends nothing later */
+    }
+    ping(fd[round], 7);
+    ping(fd[round + 1], 8);
+    until_waiting(0);
+  }
+  for (int i = 0; i < N; i++) close(fd[i]);
+  close(s);
+  until_connections(0);
+  m_free(&m);
+}
+END_TEST
+
 static Suite *server_suite(void) {
   Suite *s = suite_create("server");
   TCase *tc = tcase_create("replay");
@@ -1017,6 +1082,29 @@ static Suite *server_suite(void) {
   tc = tcase_create("input");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_bad_input_closes);
+  tcase_add_test(tc, test_add_non_integer);
+  tcase_add_test(tc, test_bytewise);
+  tcase_add_test(tc, test_pipelined);
+  tcase_add_test(tc, test_large_values);
+  suite_add_tcase(s, tc);
+  /* The same cases with four loops: every connection of a test may be on another thread. */
+  tc = tcase_create("threads");
+  tcase_add_checked_fixture(tc, setup_threads, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_threads_cross_wake_and_add);
+  tcase_add_test(tc, test_replay_211_libuv);
+  tcase_add_test(tc, test_replay_113_a);
+  tcase_add_test(tc, test_handshake_and_legacy_same_port);
+  tcase_add_test(tc, test_watch_key);
+  tcase_add_test(tc, test_op_replies);
+  tcase_add_test(tc, test_wait_answered_later);
+  tcase_add_test(tc, test_cancel_wait);
+  tcase_add_test(tc, test_disconnect_while_waiting);
+  tcase_add_test(tc, test_barrier);
+  tcase_add_test(tc, test_queue_push_wakes_one);
+  tcase_add_test(tc, test_watcher_gone);
+  tcase_add_test(tc, test_waiter_gone);
   tcase_add_test(tc, test_bad_input_closes);
   tcase_add_test(tc, test_add_non_integer);
   tcase_add_test(tc, test_bytewise);
