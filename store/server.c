@@ -1,118 +1,16 @@
-#include "server.h"
-
+/* TCPStore server: connections, request execution, life cycle (server.h; internals in server_int.h). */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "log.h"
+#include "server_int.h"
 
-#define READ_CHUNK 65536
-
-/* Counters are read by other threads (trun_server_get_stats): relaxed atomics. */
-#define STAT_ADD(s, f, d) __atomic_add_fetch(&(s)->stats.f, (uint64_t)(int64_t)(d), __ATOMIC_RELAXED)
-
-/* One allow-list entry: an address and a prefix length (IPv4 in a[0..4), IPv6 in a[0..16)). */
-typedef struct {
-  int family;
-  uint8_t a[16];
-  int prefix;
-} acl_entry;
-
-typedef struct conn conn;
-typedef struct shard shard;
-
-/* Threading. A server has opts.threads shards, each a libuv loop with its own connections: shard 0 runs on
- * the caller's loop and owns the listener, the others run on threads of their own. Accepted sockets are
- * dealt round-robin; a connection lives on its shard until it closes. One mutex (kv_mu) guards the key space
- * and every registration in it. A write that wakes a waiter of another shard queues the reply bytes on that
- * connection (xout, under its shard's mu) and pokes the shard's async handle; the owner moves them to the
- * connection's output before it handles the connection's next request or on that poke, so a wake-up is
- * never sent after a later reply (CANCEL_WAIT after STOP_WAITING). With one shard nothing crosses threads
- * but the access rules. */
-struct shard {
-  trun_server *srv;
-  int index;
-  uv_loop_t *loop; /* shard 0: the caller's; else &own */
-  uv_loop_t own;
-  pthread_t thread;
-  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
-  uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
-  int ndoomed;
-  conn *conns;  /* modified by this shard's thread only, under srv->conns_mu */
-  conn *flushq; /* connections of this shard woken by a request it is handling: flushed after it */
-  unsigned acl_seen;
-  pthread_mutex_t mu; /* guards everything below */
-  int *fds;           /* accepted sockets for this shard to adopt */
-  size_t nfds, capfds;
-  conn *xq; /* connections with bytes in xout */
-  int stop;
-  uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
-};
-
-struct trun_server {
-  uv_loop_t *loop;
-  uv_tcp_t listener;
-  trun_server_opts opts;
-  trun_kv *kv;
-  pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
-  shard *cur;               /* under kv_mu: the shard whose request is being handled */
-  pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
-  shard **shards;
-  int nshards;
-  unsigned next_shard;
-  trun_server_stats stats;
-  int port;
-  int closing;
-  int handles_open; /* on the caller's loop: listener, shard 0's handles and connections, hand-off sockets */
-  void (*done)(void *arg);
-  void *done_arg;
-  /* Access control: changed from any thread under acl_mu; acl_gen tells open connections to re-check. */
-  pthread_mutex_t acl_mu;
-  acl_entry *acl;
-  size_t nacl, capacl;
-  int acl_on;
-  unsigned acl_gen;
-  unsigned refused_logged;
-};
-
-struct conn {
-  uv_tcp_t tcp;
-  trun_server *srv;
-  shard *sh;
-  conn *prev, *next;
-  int listed; /* in sh->conns */
-  trun_gen gen;
-  trun_buf in;   /* bytes not yet parsed */
-  size_t need;   /* do not parse again before in.len reaches this */
-  trun_buf out;  /* replies not yet handed to the kernel or libuv */
-  trun_buf wbuf; /* bytes of the write in flight */
-  uv_write_t wreq;
-  int writing;
-  int reading;
-  int closing;
-  const char *doomed; /* close reason set inside a key-space callback */
-  conn *fnext;        /* in sh->flushq while fqueued */
-  int fqueued;
-  trun_buf xout;       /* under sh->mu: replies queued by other shards' threads */
-  conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
-  int xqueued;
-  int xfail; /* under sh->mu: queueing a reply from another thread ran out of memory */
-  trun_waiter w;
-  char peer[64];
-  acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
-  unsigned acl_gen;
-};
-
-static void conn_close(conn *c, const char *why);
-static void conn_flush(conn *c);
 static void refuse(conn *c, const char *why);
-static void shards_poke(trun_server *s);
 
 static void server_free(trun_server *s) {
   trun_kv_free(s->kv);
@@ -133,7 +31,7 @@ static void server_free(trun_server *s) {
 }
 
 /* A handle on the caller's loop was closed: the last one frees the server once it is closing. */
-static void server_handle_closed(trun_server *s) {
+void trun__server_handle_closed(trun_server *s) {
   s->handles_open--;
   if (s->closing && s->handles_open == 0) {
     void (*done)(void *) = s->done;
@@ -147,7 +45,7 @@ static void on_reap(uv_idle_t *h) {
   shard *sh = h->data;
   for (conn *c = sh->conns, *next; c; c = next) {
     next = c->next;
-    if (c->doomed) conn_close(c, c->doomed);
+    if (c->doomed) trun__conn_close(c, c->doomed);
   }
   sh->ndoomed = 0;
   uv_idle_stop(h);
@@ -182,130 +80,6 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->refused = __atomic_load_n(&s->stats.refused, __ATOMIC_RELAXED);
 }
 
-/* ---- access control ---------------------------------------------------------------------------- */
-
-/* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
-static int sockaddr_entry(const struct sockaddr *sa, acl_entry *e) {
-  memset(e, 0, sizeof(*e));
-  if (sa->sa_family == AF_INET) {
-    e->family = AF_INET;
-    memcpy(e->a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-    return 0;
-  }
-  if (sa->sa_family == AF_INET6) {
-    const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (memcmp(b, mapped, 12) == 0) {
-      e->family = AF_INET;
-      memcpy(e->a, b + 12, 4);
-    } else {
-      e->family = AF_INET6;
-      memcpy(e->a, b, 16);
-    }
-    return 0;
-  }
-  return -1;
-}
-
-static int entry_matches(const acl_entry *rule, const acl_entry *addr) {
-  if (rule->family != addr->family) return 0;
-  int bits = rule->prefix;
-  int bytes = bits / 8;
-  if (memcmp(rule->a, addr->a, (size_t)bytes) != 0) return 0;
-  if (bits % 8 == 0) return 1;
-  uint8_t mask = (uint8_t)(0xff << (8 - bits % 8));
-  return (rule->a[bytes] & mask) == (addr->a[bytes] & mask);
-}
-
-int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix) {
-  char host[INET6_ADDRSTRLEN + 8];
-  const char *slash = strchr(text, '/');
-  size_t hl = slash ? (size_t)(slash - text) : strlen(text);
-  if (hl == 0 || hl >= sizeof(host)) return -EINVAL;
-  memcpy(host, text, hl);
-  host[hl] = '\0';
-  if (host[0] == '[' && host[hl - 1] == ']') {
-    memmove(host, host + 1, hl - 2);
-    host[hl - 2] = '\0';
-  }
-  memset(addr, 0, 16);
-  int max;
-  if (inet_pton(AF_INET, host, addr) == 1)
-    *family = AF_INET, max = 32;
-  else if (inet_pton(AF_INET6, host, addr) == 1)
-    *family = AF_INET6, max = 128;
-  else
-    return -EINVAL;
-  *prefix = max;
-  if (slash) {
-    char *end;
-    long p = strtol(slash + 1, &end, 10);
-    if (slash[1] == '\0' || *end != '\0' || p < 0 || p > max) return -EINVAL;
-    *prefix = (int)p;
-  }
-  if (*family == AF_INET6) {
-    /* An IPv4-mapped rule is an IPv4 rule (peers are compared in that form). */
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (memcmp(addr, mapped, 12) == 0 && *prefix >= 96) {
-      memmove(addr, addr + 12, 4);
-      memset(addr + 4, 0, 12);
-      *family = AF_INET;
-      *prefix -= 96;
-    }
-  }
-  return 0;
-}
-
-int trun_server_allow(trun_server *s, const char *cidr) {
-  acl_entry e;
-  memset(&e, 0, sizeof(e));
-  int rc = trun_server_parse_cidr(cidr, &e.family, e.a, &e.prefix);
-  if (rc < 0) return rc;
-  pthread_mutex_lock(&s->acl_mu);
-  for (size_t i = 0; i < s->nacl; i++)
-    if (s->acl[i].family == e.family && s->acl[i].prefix == e.prefix && memcmp(s->acl[i].a, e.a, 16) == 0) {
-      pthread_mutex_unlock(&s->acl_mu);
-      return 0;
-    }
-  if (s->nacl == s->capacl) {
-    size_t cap = s->capacl ? s->capacl * 2 : 16;
-    acl_entry *n = realloc(s->acl, cap * sizeof(*n));
-    if (n == NULL) {
-      pthread_mutex_unlock(&s->acl_mu);
-      return -ENOMEM;
-    }
-    s->acl = n;
-    s->capacl = cap;
-  }
-  s->acl[s->nacl++] = e;
-  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&s->acl_mu);
-  shards_poke(s);
-  return 0;
-}
-
-void trun_server_allow_enforce(trun_server *s, int on) {
-  pthread_mutex_lock(&s->acl_mu);
-  s->acl_on = on;
-  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&s->acl_mu);
-  shards_poke(s);
-}
-
-static int addr_allowed(trun_server *s, const acl_entry *addr) {
-  pthread_mutex_lock(&s->acl_mu);
-  int ok = !s->acl_on;
-  for (size_t i = 0; !ok && i < s->nacl; i++) ok = entry_matches(&s->acl[i], addr);
-  pthread_mutex_unlock(&s->acl_mu);
-  return ok;
-}
-
-int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa) {
-  acl_entry e;
-  if (sockaddr_entry(sa, &e) < 0) return 0;
-  return addr_allowed(s, &e);
-}
-
 static int somaxconn(void) {
   FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
   int v = 0;
@@ -321,7 +95,7 @@ static void peer_name(conn *c) {
   int len = sizeof(ss);
   snprintf(c->peer, sizeof(c->peer), "?");
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return;
-  sockaddr_entry((struct sockaddr *)&ss, &c->addr);
+  trun__sockaddr_entry((struct sockaddr *)&ss, &c->addr);
   char host[48] = "?";
   int port = 0;
   if (ss.ss_family == AF_INET) {
@@ -344,72 +118,6 @@ static void peer_name(conn *c) {
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
-/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. */
-static void conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
-                              trun_slice new_, int strings) {
-  shard *sh = c->sh;
-  pthread_mutex_lock(&sh->mu);
-  int rc = trun_buf_append(&c->xout, p, n);
-  if (rc == 0 && strings) {
-    rc = trun_buf_append_str(&c->xout, key.p, key.n);
-    if (rc == 0) rc = trun_buf_append_str(&c->xout, old.p, old.n);
-    if (rc == 0) rc = trun_buf_append_str(&c->xout, new_.p, new_.n);
-  }
-  if (rc < 0) c->xfail = 1;
-  if (!c->xqueued) {
-    c->xprev = NULL;
-    c->xnext = sh->xq;
-    if (sh->xq) sh->xq->xprev = c;
-    sh->xq = c;
-    __atomic_store_n(&c->xqueued, 1, __ATOMIC_RELEASE);
-  }
-  pthread_mutex_unlock(&sh->mu);
-  uv_async_send(&sh->async);
-}
-
-/* Owner thread, sh->mu held: takes c off its shard's queue. */
-static void xq_unlink(conn *c) {
-  if (!c->xqueued) return;
-  if (c->xprev)
-    c->xprev->xnext = c->xnext;
-  else
-    c->sh->xq = c->xnext;
-  if (c->xnext) c->xnext->xprev = c->xprev;
-  c->xprev = c->xnext = NULL;
-  __atomic_store_n(&c->xqueued, 0, __ATOMIC_RELEASE);
-}
-
-/* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
- * close (a reply was lost to memory). */
-static int conn_take_remote(conn *c) {
-  if (!__atomic_load_n(&c->xqueued, __ATOMIC_ACQUIRE)) return 0;
-  shard *sh = c->sh;
-  pthread_mutex_lock(&sh->mu);
-  int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
-  c->xout.len = 0;
-  xq_unlink(c);
-  pthread_mutex_unlock(&sh->mu);
-  return rc < 0 ? -1 : 0;
-}
-
-/* Owner thread: c got bytes while its shard handled another connection's request; flush after it. */
-static void conn_queue_flush(conn *c) {
-  if (c->fqueued) return;
-  c->fqueued = 1;
-  c->fnext = c->sh->flushq;
-  c->sh->flushq = c;
-}
-
-static void shard_flush_woken(shard *sh) {
-  while (sh->flushq) {
-    conn *c = sh->flushq;
-    sh->flushq = c->fnext;
-    c->fqueued = 0;
-    c->fnext = NULL;
-    conn_flush(c); /* skips closing connections; their memory lives until the loop's close phase */
-  }
-}
-
 /* Called by the key space, under kv_mu, on the thread of the request that woke w. */
 static void conn_wake(trun_waiter *w) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
@@ -417,7 +125,7 @@ static void conn_wake(trun_waiter *w) {
   STAT_ADD(s, waiting, -1);
   const uint8_t stop = TRUN_WAIT_STOP_WAITING;
   if (c->sh != s->cur) {
-    conn_queue_remote(c, &stop, 1, (trun_slice){0}, (trun_slice){0}, (trun_slice){0}, 0);
+    trun__conn_queue_remote(c, &stop, 1, (trun_slice){0}, (trun_slice){0}, (trun_slice){0}, 0);
     return;
   }
   if (c->closing) return;
@@ -425,13 +133,13 @@ static void conn_wake(trun_waiter *w) {
     conn_doom(c, "out of memory queueing a reply");
     return;
   }
-  conn_queue_flush(c);
+  trun__conn_queue_flush(c);
 }
 
 static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice old, trun_slice new_) {
   conn *c = (conn *)((char *)w - offsetof(conn, w));
   if (c->sh != c->srv->cur) {
-    conn_queue_remote(c, &type, 1, key, old, new_, 1);
+    trun__conn_queue_remote(c, &type, 1, key, old, new_, 1);
     return;
   }
   if (c->closing) return;
@@ -440,7 +148,7 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
     conn_doom(c, "out of memory queueing a watch update");
     return;
   }
-  conn_queue_flush(c);
+  trun__conn_queue_flush(c);
 }
 
 typedef struct {
@@ -585,7 +293,7 @@ static void on_conn_closed(uv_handle_t *h) {
   trun_buf_free(&c->wbuf);
   trun_buf_free(&c->xout);
   free(c);
-  if (on_caller_loop) server_handle_closed(s);
+  if (on_caller_loop) trun__server_handle_closed(s);
 }
 
 static void conn_unlist(conn *c) {
@@ -601,7 +309,7 @@ static void conn_unlist(conn *c) {
   pthread_mutex_unlock(&c->srv->conns_mu);
 }
 
-static void conn_close(conn *c, const char *why) {
+void trun__conn_close(conn *c, const char *why) {
   if (c->closing) return;
   c->closing = 1;
   trun_server *s = c->srv;
@@ -615,7 +323,7 @@ static void conn_close(conn *c, const char *why) {
   pthread_mutex_unlock(&s->kv_mu);
   /* No registration is left, so no other thread queues for c any more. */
   pthread_mutex_lock(&c->sh->mu);
-  xq_unlink(c);
+  trun__xq_unlink(c);
   pthread_mutex_unlock(&c->sh->mu);
   conn_unlist(c);
   STAT_ADD(s, connections, -1);
@@ -634,7 +342,7 @@ static void update_reading(conn *c) {
   } else if (!c->reading && pending <= c->srv->opts.max_pending_out / 2) {
     c->reading = 1;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    if (rc < 0) conn_close(c, uv_strerror(rc));
+    if (rc < 0) trun__conn_close(c, uv_strerror(rc));
   }
 }
 
@@ -644,13 +352,13 @@ static void on_write(uv_write_t *req, int status) {
   c->wbuf.len = 0;
   if (c->closing) return;
   if (status < 0) {
-    conn_close(c, NULL); /* peer went away; nothing to report */
+    trun__conn_close(c, NULL); /* peer went away; nothing to report */
     return;
   }
-  conn_flush(c);
+  trun__conn_flush(c);
 }
 
-static void conn_flush(conn *c) {
+void trun__conn_flush(conn *c) {
   if (c->closing || c->writing || c->out.len == 0) {
     if (!c->closing) update_reading(c);
     return;
@@ -671,7 +379,7 @@ static void conn_flush(conn *c) {
     c->wreq.data = c;
     int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {
-      conn_close(c, NULL);
+      trun__conn_close(c, NULL);
       return;
     }
     c->writing = 1;
@@ -702,7 +410,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
 static int handle_locked(conn *c, const trun_req *r, const char **why) {
   trun_server *s = c->srv;
   pthread_mutex_lock(&s->kv_mu);
-  if (conn_take_remote(c) < 0) {
+  if (trun__conn_take_remote(c) < 0) {
     pthread_mutex_unlock(&s->kv_mu);
     *why = "out of memory queueing a reply";
     return -ENOMEM;
@@ -734,7 +442,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     if (n < 0) {
       char why[160];
       snprintf(why, sizeof(why), "%s (byte 0x%02x)", r.err ? r.err : "malformed request", data[off]);
-      conn_close(c, why);
+      trun__conn_close(c, why);
       return off;
     }
     if (n == 0) {
@@ -744,7 +452,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
         snprintf(why, sizeof(why),
                  "a request of at least %zu bytes is over the connection memory limit of %zu", need,
                  s->opts.max_conn_memory);
-        conn_close(c, why);
+        trun__conn_close(c, why);
         return off;
       }
       break;
@@ -753,7 +461,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     if (handle_locked(c, &r, &why) < 0) {
       char msg[200];
       snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
-      conn_close(c, msg);
+      trun__conn_close(c, msg);
       return off;
     }
     off += (size_t)n;
@@ -767,7 +475,7 @@ static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
     size_t used = process(c, c->sh->rbuf, (size_t)nread);
     if (!c->closing && used < (size_t)nread &&
         trun_buf_append(&c->in, c->sh->rbuf + used, (size_t)nread - used) < 0) {
-      conn_close(c, "out of memory for the input buffer");
+      trun__conn_close(c, "out of memory for the input buffer");
       return;
     }
   } else {
@@ -777,7 +485,7 @@ static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
     trun_buf_consume(&c->in, used);
     if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
   }
-  if (!c->closing) conn_flush(c);
+  if (!c->closing) trun__conn_flush(c);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
@@ -787,20 +495,20 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   if (gen != c->acl_gen) {
     /* The rules changed since this connection was admitted (the job's hosts became known). */
     c->acl_gen = gen;
-    if (!addr_allowed(c->srv, &c->addr)) {
+    if (!trun__addr_allowed(c->srv, &c->addr)) {
       refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
       return;
     }
   }
   if (nread < 0) {
     if (nread == UV_ENOBUFS)
-      conn_close(c, "out of memory for the input buffer");
+      trun__conn_close(c, "out of memory for the input buffer");
     else
-      conn_close(c, NULL); /* EOF or reset: the client left */
+      trun__conn_close(c, NULL); /* EOF or reset: the client left */
     return;
   }
   if (nread > 0) read_data(c, nread, b);
-  shard_flush_woken(c->sh);
+  trun__shard_flush_woken(c->sh);
 }
 
 /* Closes a connection the access rules do not admit: counted, and logged for the first few only (a
@@ -812,12 +520,12 @@ static void refuse(conn *c, const char *why) {
   if (n <= 10)
     trun_warn("store on port %d refused a connection from %s: %s%s", s->port, c->peer, why,
               n == 10 ? " (further refusals are not logged)" : "");
-  conn_close(c, NULL);
+  trun__conn_close(c, NULL);
 }
 
 /* On a shard's loop after the rules changed: connections they no longer admit are closed now, not at
  * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
-static void shard_recheck_acl(shard *sh) {
+void trun__shard_recheck_acl(shard *sh) {
   trun_server *s = sh->srv;
   unsigned gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
   if (gen == sh->acl_seen) return;
@@ -826,7 +534,7 @@ static void shard_recheck_acl(shard *sh) {
     next = c->next;
     if (c->closing || c->doomed || c->acl_gen == gen) continue;
     c->acl_gen = gen;
-    if (!addr_allowed(s, &c->addr))
+    if (!trun__addr_allowed(s, &c->addr))
       refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
   }
 }
@@ -855,7 +563,7 @@ static void conn_admit(conn *c) {
   c->listed = 1;
   pthread_mutex_unlock(&s->conns_mu);
   c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
-  if (!addr_allowed(s, &c->addr)) {
+  if (!trun__addr_allowed(s, &c->addr)) {
     refuse(c,
            "not an allowed peer (the store admits only the job's hosts: --store-allow-peers or a "
            "single-node job)");
@@ -874,7 +582,7 @@ static void conn_admit(conn *c) {
   }
   c->reading = 1;
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-  if (rc < 0) conn_close(c, uv_strerror(rc));
+  if (rc < 0) trun__conn_close(c, uv_strerror(rc));
 }
 
 static conn *conn_new(shard *sh) {
@@ -900,7 +608,7 @@ static conn *conn_new(shard *sh) {
 }
 
 /* On shard sh's thread: a socket accepted by shard 0 for it. */
-static void shard_adopt(shard *sh, int fd) {
+void trun__shard_adopt(shard *sh, int fd) {
   conn *c = conn_new(sh);
   if (c == NULL) {
     close(fd);
@@ -909,54 +617,10 @@ static void shard_adopt(shard *sh, int fd) {
   int rc = uv_tcp_open(&c->tcp, fd);
   if (rc < 0) {
     close(fd);
-    conn_close(c, uv_strerror(rc));
+    trun__conn_close(c, uv_strerror(rc));
     return;
   }
   conn_admit(c);
-}
-
-static void on_handoff_closed(uv_handle_t *h) {
-  trun_server *s = h->data;
-  free(h);
-  server_handle_closed(s);
-}
-
-/* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
-static void hand_off(trun_server *s, shard *dst) {
-  uv_tcp_t *t = malloc(sizeof(*t));
-  if (t == NULL || uv_tcp_init(s->loop, t) < 0) {
-    trun_error("out of memory accepting a connection on port %d", s->port);
-    free(t);
-    return;
-  }
-  t->data = s;
-  s->handles_open++;
-  int rc = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t);
-  uv_os_fd_t fd = -1;
-  if (rc == 0) rc = uv_fileno((uv_handle_t *)t, &fd);
-  int dup_fd = rc == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
-  if (rc == 0 && dup_fd < 0) rc = -errno;
-  uv_close((uv_handle_t *)t, on_handoff_closed);
-  if (rc < 0) {
-    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(rc));
-    return;
-  }
-  pthread_mutex_lock(&dst->mu);
-  if (dst->nfds == dst->capfds) {
-    size_t cap = dst->capfds ? dst->capfds * 2 : 64;
-    int *n = realloc(dst->fds, cap * sizeof(*n));
-    if (n == NULL) {
-      pthread_mutex_unlock(&dst->mu);
-      close(dup_fd);
-      trun_error("out of memory handing a connection on port %d to a store thread", s->port);
-      return;
-    }
-    dst->fds = n;
-    dst->capfds = cap;
-  }
-  dst->fds[dst->nfds++] = dup_fd;
-  pthread_mutex_unlock(&dst->mu);
-  uv_async_send(&dst->async);
 }
 
 static void on_connection(uv_stream_t *l, int status) {
@@ -967,160 +631,17 @@ static void on_connection(uv_stream_t *l, int status) {
   }
   shard *dst = s->shards[s->next_shard++ % (unsigned)s->nshards];
   if (dst->index != 0) {
-    hand_off(s, dst);
+    trun__hand_off(s, dst);
     return;
   }
   conn *c = conn_new(dst);
   if (c == NULL) return;
   int rc = uv_accept(l, (uv_stream_t *)&c->tcp);
   if (rc < 0) {
-    conn_close(c, uv_strerror(rc));
+    trun__conn_close(c, uv_strerror(rc));
     return;
   }
   conn_admit(c);
-}
-
-/* ---- shards ----------------------------------------------------------------------------------- */
-
-static void shard_close_all(shard *sh) {
-  while (sh->conns) conn_close(sh->conns, NULL);
-  pthread_mutex_lock(&sh->mu);
-  for (size_t i = 0; i < sh->nfds; i++) close(sh->fds[i]);
-  sh->nfds = 0;
-  pthread_mutex_unlock(&sh->mu);
-}
-
-static void on_shard_handle_closed(uv_handle_t *h) {
-  shard *sh = h->data;
-  if (sh->index == 0) server_handle_closed(sh->srv);
-}
-
-/* Work from other threads: adopt handed-off sockets, send replies they queued, re-check the access rules,
- * stop (worker shards). */
-static void on_shard_async(uv_async_t *a) {
-  shard *sh = a->data;
-  pthread_mutex_lock(&sh->mu);
-  int stop = sh->stop;
-  int *fds = sh->fds;
-  size_t nfds = sh->nfds;
-  sh->fds = NULL;
-  sh->nfds = sh->capfds = 0;
-  conn *woken = NULL;
-  while (sh->xq) {
-    conn *c = sh->xq;
-    int failed = c->xfail || trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0;
-    c->xout.len = 0;
-    xq_unlink(c);
-    if (failed) c->doomed = c->doomed ? c->doomed : "out of memory queueing a reply";
-    c->fnext = woken;
-    woken = c;
-  }
-  pthread_mutex_unlock(&sh->mu);
-  for (size_t i = 0; i < nfds; i++) {
-    if (stop)
-      close(fds[i]);
-    else
-      shard_adopt(sh, fds[i]);
-  }
-  free(fds);
-  for (conn *c = woken, *next; c; c = next) {
-    next = c->fnext;
-    c->fnext = NULL;
-    if (c->closing) continue;
-    if (c->doomed)
-      conn_close(c, c->doomed);
-    else
-      conn_flush(c);
-  }
-  shard_recheck_acl(sh);
-  if (stop) {
-    shard_close_all(sh);
-    uv_close((uv_handle_t *)&sh->reaper, on_shard_handle_closed);
-    uv_close((uv_handle_t *)&sh->async, on_shard_handle_closed);
-  }
-}
-
-static void *shard_main(void *arg) {
-  shard *sh = arg;
-  uv_run(sh->loop, UV_RUN_DEFAULT);
-  uv_loop_close(sh->loop);
-  return NULL;
-}
-
-/* Signals every shard to look at the access rules. */
-static void shards_poke(trun_server *s) {
-  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i]->async);
-}
-
-static shard *shard_new(trun_server *s, int index) {
-  shard *sh = calloc(1, sizeof(*sh));
-  if (sh == NULL) return NULL;
-  sh->srv = s;
-  sh->index = index;
-  pthread_mutex_init(&sh->mu, NULL);
-  if (index == 0) {
-    sh->loop = s->loop;
-  } else {
-    sh->loop = &sh->own;
-    if (uv_loop_init(sh->loop) < 0) {
-      pthread_mutex_destroy(&sh->mu);
-      free(sh);
-      return NULL;
-    }
-  }
-  uv_idle_init(sh->loop, &sh->reaper);
-  sh->reaper.data = sh;
-  uv_async_init(sh->loop, &sh->async, on_shard_async);
-  sh->async.data = sh;
-  return sh;
-}
-
-/* Stops and joins worker shards from..nshards-1; their connections close on their own threads. */
-static void shards_stop(trun_server *s) {
-  for (int i = 1; i < s->nshards; i++) {
-    shard *sh = s->shards[i];
-    pthread_mutex_lock(&sh->mu);
-    sh->stop = 1;
-    pthread_mutex_unlock(&sh->mu);
-    uv_async_send(&sh->async);
-  }
-  for (int i = 1; i < s->nshards; i++) pthread_join(s->shards[i]->thread, NULL);
-}
-
-/* Creates shard 0 on the caller's loop and starts the worker shards. 0 or a negative libuv error. */
-static int shards_start(trun_server *s, int n) {
-  s->shards = calloc((size_t)n, sizeof(*s->shards));
-  if (s->shards == NULL) return UV_ENOMEM;
-  if ((s->shards[0] = shard_new(s, 0)) == NULL) return UV_ENOMEM;
-  s->nshards = 1;
-  s->handles_open += 2;
-  /* Worker threads take no process signals: the hosting program's loop handles them. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = 0;
-  for (int i = 1; i < n && rc == 0; i++) {
-    shard *sh = shard_new(s, i);
-    if (sh == NULL) {
-      rc = UV_ENOMEM;
-      break;
-    }
-    int e = pthread_create(&sh->thread, NULL, shard_main, sh);
-    if (e != 0) {
-      trun_error("pthread_create for store thread %d: %s", i, strerror(e));
-      uv_close((uv_handle_t *)&sh->reaper, NULL);
-      uv_close((uv_handle_t *)&sh->async, NULL);
-      uv_run(sh->loop, UV_RUN_DEFAULT);
-      uv_loop_close(sh->loop);
-      pthread_mutex_destroy(&sh->mu);
-      free(sh);
-      rc = -e;
-      break;
-    }
-    s->shards[s->nshards++] = sh;
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return rc;
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
@@ -1151,14 +672,14 @@ static int bind_host(trun_server *s, const char *host, int port) {
   return rc;
 }
 
-static void on_listener_closed(uv_handle_t *h) { server_handle_closed(h->data); }
+static void on_listener_closed(uv_handle_t *h) { trun__server_handle_closed(h->data); }
 
 /* Closes the listener and shard 0's handles (the worker shards are stopped already). */
 static void server_close_handles(trun_server *s) {
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);
   if (s->shards && s->shards[0]) {
-    uv_close((uv_handle_t *)&s->shards[0]->reaper, on_shard_handle_closed);
-    uv_close((uv_handle_t *)&s->shards[0]->async, on_shard_handle_closed);
+    uv_close((uv_handle_t *)&s->shards[0]->reaper, trun__on_shard_handle_closed);
+    uv_close((uv_handle_t *)&s->shards[0]->async, trun__on_shard_handle_closed);
   }
 }
 
@@ -1189,13 +710,13 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   }
   s->listener.data = s;
   s->handles_open = 1;
-  rc = shards_start(s, s->opts.threads);
+  rc = trun__shards_start(s, s->opts.threads);
   if (rc == 0) rc = bind_host(s, o->host, o->port);
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
   if (rc < 0) {
     s->closing = 1;
-    shards_stop(s);
+    trun__shards_stop(s);
     server_close_handles(s);
     return rc;
   }
@@ -1213,7 +734,7 @@ void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg) {
   s->closing = 1;
   s->done = done;
   s->done_arg = arg;
-  shards_stop(s);
-  shard_close_all(s->shards[0]);
+  trun__shards_stop(s);
+  trun__shard_close_all(s->shards[0]);
   server_close_handles(s);
 }

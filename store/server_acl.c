@@ -1,0 +1,132 @@
+/* Access rules of the TCPStore server: CIDR allow-list, checked at accept and, after a change, on every
+ * open connection (server.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_int.h"
+
+/* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
+int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e) {
+  memset(e, 0, sizeof(*e));
+  if (sa->sa_family == AF_INET) {
+    e->family = AF_INET;
+    memcpy(e->a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return 0;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(b, mapped, 12) == 0) {
+      e->family = AF_INET;
+      memcpy(e->a, b + 12, 4);
+    } else {
+      e->family = AF_INET6;
+      memcpy(e->a, b, 16);
+    }
+    return 0;
+  }
+  return -1;
+}
+
+static int entry_matches(const acl_entry *rule, const acl_entry *addr) {
+  if (rule->family != addr->family) return 0;
+  int bits = rule->prefix;
+  int bytes = bits / 8;
+  if (memcmp(rule->a, addr->a, (size_t)bytes) != 0) return 0;
+  if (bits % 8 == 0) return 1;
+  uint8_t mask = (uint8_t)(0xff << (8 - bits % 8));
+  return (rule->a[bytes] & mask) == (addr->a[bytes] & mask);
+}
+
+int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix) {
+  char host[INET6_ADDRSTRLEN + 8];
+  const char *slash = strchr(text, '/');
+  size_t hl = slash ? (size_t)(slash - text) : strlen(text);
+  if (hl == 0 || hl >= sizeof(host)) return -EINVAL;
+  memcpy(host, text, hl);
+  host[hl] = '\0';
+  if (host[0] == '[' && host[hl - 1] == ']') {
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = '\0';
+  }
+  memset(addr, 0, 16);
+  int max;
+  if (inet_pton(AF_INET, host, addr) == 1)
+    *family = AF_INET, max = 32;
+  else if (inet_pton(AF_INET6, host, addr) == 1)
+    *family = AF_INET6, max = 128;
+  else
+    return -EINVAL;
+  *prefix = max;
+  if (slash) {
+    char *end;
+    long p = strtol(slash + 1, &end, 10);
+    if (slash[1] == '\0' || *end != '\0' || p < 0 || p > max) return -EINVAL;
+    *prefix = (int)p;
+  }
+  if (*family == AF_INET6) {
+    /* An IPv4-mapped rule is an IPv4 rule (peers are compared in that form). */
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(addr, mapped, 12) == 0 && *prefix >= 96) {
+      memmove(addr, addr + 12, 4);
+      memset(addr + 4, 0, 12);
+      *family = AF_INET;
+      *prefix -= 96;
+    }
+  }
+  return 0;
+}
+
+int trun_server_allow(trun_server *s, const char *cidr) {
+  acl_entry e;
+  memset(&e, 0, sizeof(e));
+  int rc = trun_server_parse_cidr(cidr, &e.family, e.a, &e.prefix);
+  if (rc < 0) return rc;
+  pthread_mutex_lock(&s->acl_mu);
+  for (size_t i = 0; i < s->nacl; i++)
+    if (s->acl[i].family == e.family && s->acl[i].prefix == e.prefix && memcmp(s->acl[i].a, e.a, 16) == 0) {
+      pthread_mutex_unlock(&s->acl_mu);
+      return 0;
+    }
+  if (s->nacl == s->capacl) {
+    size_t cap = s->capacl ? s->capacl * 2 : 16;
+    acl_entry *n = realloc(s->acl, cap * sizeof(*n));
+    if (n == NULL) {
+      pthread_mutex_unlock(&s->acl_mu);
+      return -ENOMEM;
+    }
+    s->acl = n;
+    s->capacl = cap;
+  }
+  s->acl[s->nacl++] = e;
+  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&s->acl_mu);
+  trun__shards_poke(s);
+  return 0;
+}
+
+void trun_server_allow_enforce(trun_server *s, int on) {
+  pthread_mutex_lock(&s->acl_mu);
+  s->acl_on = on;
+  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&s->acl_mu);
+  trun__shards_poke(s);
+}
+
+int trun__addr_allowed(trun_server *s, const acl_entry *addr) {
+  pthread_mutex_lock(&s->acl_mu);
+  int ok = !s->acl_on;
+  for (size_t i = 0; !ok && i < s->nacl; i++) ok = entry_matches(&s->acl[i], addr);
+  pthread_mutex_unlock(&s->acl_mu);
+  return ok;
+}
+
+int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa) {
+  acl_entry e;
+  if (trun__sockaddr_entry(sa, &e) < 0) return 0;
+  return trun__addr_allowed(s, &e);
+}

@@ -1,0 +1,151 @@
+/* Internals of the TCPStore server shared by its files (libuv's convention: trun__ names are private):
+ * server.c (connections, requests, life cycle), server_acl.c (access rules), server_shard.c (threads). */
+#ifndef TRUN_STORE_SERVER_INT_H
+#define TRUN_STORE_SERVER_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "buf.h"
+#include "server.h"
+
+#define READ_CHUNK 65536
+
+/* Counters are read by other threads (trun_server_get_stats): relaxed atomics. */
+#define STAT_ADD(s, f, d) __atomic_add_fetch(&(s)->stats.f, (uint64_t)(int64_t)(d), __ATOMIC_RELAXED)
+
+/* One allow-list entry: an address and a prefix length (IPv4 in a[0..4), IPv6 in a[0..16)). */
+typedef struct {
+  int family;
+  uint8_t a[16];
+  int prefix;
+} acl_entry;
+
+typedef struct conn conn;
+typedef struct shard shard;
+
+/* Threading. A server has opts.threads shards, each a libuv loop with its own connections: shard 0 runs on
+ * the caller's loop and owns the listener, the others run on threads of their own. Accepted sockets are
+ * dealt round-robin; a connection lives on its shard until it closes. One mutex (kv_mu) guards the key space
+ * and every registration in it. A write that wakes a waiter of another shard queues the reply bytes on that
+ * connection (xout, under its shard's mu) and pokes the shard's async handle; the owner moves them to the
+ * connection's output before it handles the connection's next request or on that poke, so a wake-up is
+ * never sent after a later reply (CANCEL_WAIT after STOP_WAITING). With one shard nothing crosses threads
+ * but the access rules. */
+struct shard {
+  trun_server *srv;
+  int index;
+  uv_loop_t *loop; /* shard 0: the caller's; else &own */
+  uv_loop_t own;
+  pthread_t thread;
+  uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
+  uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
+  int ndoomed;
+  conn *conns;  /* modified by this shard's thread only, under srv->conns_mu */
+  conn *flushq; /* connections of this shard woken by a request it is handling: flushed after it */
+  unsigned acl_seen;
+  pthread_mutex_t mu; /* guards everything below */
+  int *fds;           /* accepted sockets for this shard to adopt */
+  size_t nfds, capfds;
+  conn *xq; /* connections with bytes in xout */
+  int stop;
+  uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
+};
+
+struct trun_server {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  trun_server_opts opts;
+  trun_kv *kv;
+  pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
+  shard *cur;               /* under kv_mu: the shard whose request is being handled */
+  pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
+  shard **shards;
+  int nshards;
+  unsigned next_shard;
+  trun_server_stats stats;
+  int port;
+  int closing;
+  int handles_open; /* on the caller's loop: listener, shard 0's handles and connections, hand-off sockets */
+  void (*done)(void *arg);
+  void *done_arg;
+  /* Access control: changed from any thread under acl_mu; acl_gen tells open connections to re-check. */
+  pthread_mutex_t acl_mu;
+  acl_entry *acl;
+  size_t nacl, capacl;
+  int acl_on;
+  unsigned acl_gen;
+  unsigned refused_logged;
+};
+
+struct conn {
+  uv_tcp_t tcp;
+  trun_server *srv;
+  shard *sh;
+  conn *prev, *next;
+  int listed; /* in sh->conns */
+  trun_gen gen;
+  trun_buf in;   /* bytes not yet parsed */
+  size_t need;   /* do not parse again before in.len reaches this */
+  trun_buf out;  /* replies not yet handed to the kernel or libuv */
+  trun_buf wbuf; /* bytes of the write in flight */
+  uv_write_t wreq;
+  int writing;
+  int reading;
+  int closing;
+  const char *doomed; /* close reason set inside a key-space callback */
+  conn *fnext;        /* in sh->flushq while fqueued */
+  int fqueued;
+  trun_buf xout;       /* under sh->mu: replies queued by other shards' threads */
+  conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
+  int xqueued;
+  int xfail; /* under sh->mu: queueing a reply from another thread ran out of memory */
+  trun_waiter w;
+  char peer[64];
+  acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
+  unsigned acl_gen;
+};
+
+/* server.c */
+void trun__conn_close(conn *c, const char *why);
+void trun__conn_flush(conn *c);
+/* A handle on the caller's loop was closed: the last one frees the server once it is closing. */
+void trun__server_handle_closed(trun_server *s);
+/* On shard sh's thread: a socket accepted by shard 0 for it. */
+void trun__shard_adopt(shard *sh, int fd);
+/* On a shard's loop after the rules changed: closes the connections they no longer admit. */
+void trun__shard_recheck_acl(shard *sh);
+
+/* server_acl.c */
+/* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
+int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e);
+int trun__addr_allowed(trun_server *s, const acl_entry *addr);
+
+/* server_shard.c */
+/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. With
+ * strings, key, old and new_ follow p as protocol strings (a WATCH_KEY update). */
+void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
+                             trun_slice new_, int strings);
+/* Owner thread, sh->mu held: takes c off its shard's queue. */
+void trun__xq_unlink(conn *c);
+/* Owner thread: moves what other threads queued for c into its output. 0, or -1 when c has to close. */
+int trun__conn_take_remote(conn *c);
+/* Owner thread: c got bytes while its shard handled another connection's request; flushed after it. */
+void trun__conn_queue_flush(conn *c);
+void trun__shard_flush_woken(shard *sh);
+/* Closes every connection of sh and the sockets waiting to be adopted. */
+void trun__shard_close_all(shard *sh);
+void trun__on_shard_handle_closed(uv_handle_t *h);
+/* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
+void trun__hand_off(trun_server *s, shard *dst);
+/* Signals every shard to look at the access rules. */
+void trun__shards_poke(trun_server *s);
+/* Creates shard 0 on the caller's loop and starts n - 1 worker shards. 0 or a negative libuv error. */
+int trun__shards_start(trun_server *s, int n);
+/* Stops and joins the worker shards; their connections close on their own threads. */
+void trun__shards_stop(trun_server *s);
+
+#endif

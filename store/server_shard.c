@@ -1,0 +1,266 @@
+/* Threads of the TCPStore server (opts.threads > 1): worker loops, the hand-off of accepted sockets, and
+ * replies queued across threads (see the comment on struct shard in server_int.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server_int.h"
+
+/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. */
+void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
+                             trun_slice new_, int strings) {
+  shard *sh = c->sh;
+  pthread_mutex_lock(&sh->mu);
+  int rc = trun_buf_append(&c->xout, p, n);
+  if (rc == 0 && strings) {
+    rc = trun_buf_append_str(&c->xout, key.p, key.n);
+    if (rc == 0) rc = trun_buf_append_str(&c->xout, old.p, old.n);
+    if (rc == 0) rc = trun_buf_append_str(&c->xout, new_.p, new_.n);
+  }
+  if (rc < 0) c->xfail = 1;
+  if (!c->xqueued) {
+    c->xprev = NULL;
+    c->xnext = sh->xq;
+    if (sh->xq) sh->xq->xprev = c;
+    sh->xq = c;
+    __atomic_store_n(&c->xqueued, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&sh->mu);
+  uv_async_send(&sh->async);
+}
+
+/* Owner thread, sh->mu held: takes c off its shard's queue. */
+void trun__xq_unlink(conn *c) {
+  if (!c->xqueued) return;
+  if (c->xprev)
+    c->xprev->xnext = c->xnext;
+  else
+    c->sh->xq = c->xnext;
+  if (c->xnext) c->xnext->xprev = c->xprev;
+  c->xprev = c->xnext = NULL;
+  __atomic_store_n(&c->xqueued, 0, __ATOMIC_RELEASE);
+}
+
+/* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
+ * close (a reply was lost to memory). */
+int trun__conn_take_remote(conn *c) {
+  if (!__atomic_load_n(&c->xqueued, __ATOMIC_ACQUIRE)) return 0;
+  shard *sh = c->sh;
+  pthread_mutex_lock(&sh->mu);
+  int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
+  c->xout.len = 0;
+  trun__xq_unlink(c);
+  pthread_mutex_unlock(&sh->mu);
+  return rc < 0 ? -1 : 0;
+}
+
+/* Owner thread: c got bytes while its shard handled another connection's request; flush after it. */
+void trun__conn_queue_flush(conn *c) {
+  if (c->fqueued) return;
+  c->fqueued = 1;
+  c->fnext = c->sh->flushq;
+  c->sh->flushq = c;
+}
+
+void trun__shard_flush_woken(shard *sh) {
+  while (sh->flushq) {
+    conn *c = sh->flushq;
+    sh->flushq = c->fnext;
+    c->fqueued = 0;
+    c->fnext = NULL;
+    trun__conn_flush(c); /* skips closing connections; their memory lives until the loop's close phase */
+  }
+}
+
+static void on_handoff_closed(uv_handle_t *h) {
+  trun_server *s = h->data;
+  free(h);
+  trun__server_handle_closed(s);
+}
+
+/* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
+void trun__hand_off(trun_server *s, shard *dst) {
+  uv_tcp_t *t = malloc(sizeof(*t));
+  if (t == NULL || uv_tcp_init(s->loop, t) < 0) {
+    trun_error("out of memory accepting a connection on port %d", s->port);
+    free(t);
+    return;
+  }
+  t->data = s;
+  s->handles_open++;
+  int rc = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t);
+  uv_os_fd_t fd = -1;
+  if (rc == 0) rc = uv_fileno((uv_handle_t *)t, &fd);
+  int dup_fd = rc == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+  if (rc == 0 && dup_fd < 0) rc = -errno;
+  uv_close((uv_handle_t *)t, on_handoff_closed);
+  if (rc < 0) {
+    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(rc));
+    return;
+  }
+  pthread_mutex_lock(&dst->mu);
+  if (dst->nfds == dst->capfds) {
+    size_t cap = dst->capfds ? dst->capfds * 2 : 64;
+    int *n = realloc(dst->fds, cap * sizeof(*n));
+    if (n == NULL) {
+      pthread_mutex_unlock(&dst->mu);
+      close(dup_fd);
+      trun_error("out of memory handing a connection on port %d to a store thread", s->port);
+      return;
+    }
+    dst->fds = n;
+    dst->capfds = cap;
+  }
+  dst->fds[dst->nfds++] = dup_fd;
+  pthread_mutex_unlock(&dst->mu);
+  uv_async_send(&dst->async);
+}
+
+/* ---- shards ----------------------------------------------------------------------------------- */
+
+void trun__shard_close_all(shard *sh) {
+  while (sh->conns) trun__conn_close(sh->conns, NULL);
+  pthread_mutex_lock(&sh->mu);
+  for (size_t i = 0; i < sh->nfds; i++) close(sh->fds[i]);
+  sh->nfds = 0;
+  pthread_mutex_unlock(&sh->mu);
+}
+
+void trun__on_shard_handle_closed(uv_handle_t *h) {
+  shard *sh = h->data;
+  if (sh->index == 0) trun__server_handle_closed(sh->srv);
+}
+
+/* Work from other threads: adopt handed-off sockets, send replies they queued, re-check the access rules,
+ * stop (worker shards). */
+static void on_shard_async(uv_async_t *a) {
+  shard *sh = a->data;
+  pthread_mutex_lock(&sh->mu);
+  int stop = sh->stop;
+  int *fds = sh->fds;
+  size_t nfds = sh->nfds;
+  sh->fds = NULL;
+  sh->nfds = sh->capfds = 0;
+  conn *woken = NULL;
+  while (sh->xq) {
+    conn *c = sh->xq;
+    int failed = c->xfail || trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0;
+    c->xout.len = 0;
+    trun__xq_unlink(c);
+    if (failed) c->doomed = c->doomed ? c->doomed : "out of memory queueing a reply";
+    c->fnext = woken;
+    woken = c;
+  }
+  pthread_mutex_unlock(&sh->mu);
+  for (size_t i = 0; i < nfds; i++) {
+    if (stop)
+      close(fds[i]);
+    else
+      trun__shard_adopt(sh, fds[i]);
+  }
+  free(fds);
+  for (conn *c = woken, *next; c; c = next) {
+    next = c->fnext;
+    c->fnext = NULL;
+    if (c->closing) continue;
+    if (c->doomed)
+      trun__conn_close(c, c->doomed);
+    else
+      trun__conn_flush(c);
+  }
+  trun__shard_recheck_acl(sh);
+  if (stop) {
+    trun__shard_close_all(sh);
+    uv_close((uv_handle_t *)&sh->reaper, trun__on_shard_handle_closed);
+    uv_close((uv_handle_t *)&sh->async, trun__on_shard_handle_closed);
+  }
+}
+
+static void *shard_main(void *arg) {
+  shard *sh = arg;
+  uv_run(sh->loop, UV_RUN_DEFAULT);
+  uv_loop_close(sh->loop);
+  return NULL;
+}
+
+/* Signals every shard to look at the access rules. */
+void trun__shards_poke(trun_server *s) {
+  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i]->async);
+}
+
+static shard *shard_new(trun_server *s, int index) {
+  shard *sh = calloc(1, sizeof(*sh));
+  if (sh == NULL) return NULL;
+  sh->srv = s;
+  sh->index = index;
+  pthread_mutex_init(&sh->mu, NULL);
+  if (index == 0) {
+    sh->loop = s->loop;
+  } else {
+    sh->loop = &sh->own;
+    if (uv_loop_init(sh->loop) < 0) {
+      pthread_mutex_destroy(&sh->mu);
+      free(sh);
+      return NULL;
+    }
+  }
+  uv_idle_init(sh->loop, &sh->reaper);
+  sh->reaper.data = sh;
+  uv_async_init(sh->loop, &sh->async, on_shard_async);
+  sh->async.data = sh;
+  return sh;
+}
+
+/* Stops and joins worker shards from..nshards-1; their connections close on their own threads. */
+void trun__shards_stop(trun_server *s) {
+  for (int i = 1; i < s->nshards; i++) {
+    shard *sh = s->shards[i];
+    pthread_mutex_lock(&sh->mu);
+    sh->stop = 1;
+    pthread_mutex_unlock(&sh->mu);
+    uv_async_send(&sh->async);
+  }
+  for (int i = 1; i < s->nshards; i++) pthread_join(s->shards[i]->thread, NULL);
+}
+
+/* Creates shard 0 on the caller's loop and starts the worker shards. 0 or a negative libuv error. */
+int trun__shards_start(trun_server *s, int n) {
+  s->shards = calloc((size_t)n, sizeof(*s->shards));
+  if (s->shards == NULL) return UV_ENOMEM;
+  if ((s->shards[0] = shard_new(s, 0)) == NULL) return UV_ENOMEM;
+  s->nshards = 1;
+  s->handles_open += 2;
+  /* Worker threads take no process signals: the hosting program's loop handles them. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = 0;
+  for (int i = 1; i < n && rc == 0; i++) {
+    shard *sh = shard_new(s, i);
+    if (sh == NULL) {
+      rc = UV_ENOMEM;
+      break;
+    }
+    int e = pthread_create(&sh->thread, NULL, shard_main, sh);
+    if (e != 0) {
+      trun_error("pthread_create for store thread %d: %s", i, strerror(e));
+      uv_close((uv_handle_t *)&sh->reaper, NULL);
+      uv_close((uv_handle_t *)&sh->async, NULL);
+      uv_run(sh->loop, UV_RUN_DEFAULT);
+      uv_loop_close(sh->loop);
+      pthread_mutex_destroy(&sh->mu);
+      free(sh);
+      rc = -e;
+      break;
+    }
+    s->shards[s->nshards++] = sh;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
