@@ -24,7 +24,7 @@ RDZV_MODES = ("trun-fast", "trun-c10d", "torchrun-1.13", "torchrun-2.6")
 STYLE = {"trun": ("C0", "-", "o"), "trun-fast": ("C0", "-", "o"), "trun-c10d": ("C2", "-", "s"),
          "torch-1.13": ("C1", "--", "^"), "torchrun-1.13": ("C1", "--", "^"),
          "torch-2.6": ("C3", "--", "v"), "torchrun-2.6": ("C3", "--", "v"),
-         "torch-2.11-libuv": ("C4", "--", "D")}
+         "torch-2.11-libuv": ("C4", "--", "D"), "trun-4t": ("C2", "-", "s"), "trun-8t": ("C5", "-", "P")}
 
 
 def default_files():
