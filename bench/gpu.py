@@ -43,6 +43,14 @@ PY = sys.executable
 REPS = int(os.environ.get("GPU_BENCH_REPS", "3"))
 
 
+def gpu_count():
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch or no CUDA: no GPU
+        return 0
+
+
 def gpu_names():
     """Each visible GPU's name as nvidia-smi prints it; [] where there is no nvidia-smi or no GPU."""
     try:
@@ -370,6 +378,9 @@ def preflight():
 
 def c10d():
     import socket
+    if gpu_count() < 2:
+        log(f"c10d: {gpu_count()} GPU(s): two agents with one GPU each need two")
+        return
     env0 = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     out = {}
@@ -413,6 +424,9 @@ def c10d():
 
 def ddp():
     import re
+    if gpu_count() < 2:
+        log(f"ddp: {gpu_count()} GPU(s): the 2-GPU DDP comparison needs two")
+        return
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "examples", "train_ddp.py")
     args = ["--steps", "300", "--d-model", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "16"]
