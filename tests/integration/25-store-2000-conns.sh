@@ -2,7 +2,8 @@
 # 2000 connections waiting on one key in one trun-store (tests/store/many_conns.py, plain sockets, no torch):
 # half torch >= 2.2 style (VALIDATE + PING handshake, WAIT = 0x06), half torch 1.13 style (no handshake,
 # WAIT = 0x05). The server's RSS is printed with 0 and with 2000 connections; one SET of "/release" must send
-# the single byte 0x00 to every one of them; after they all close the server must still answer.
+# the single byte 0x00 to every one of them; after they all close the server must still answer. Twice: one
+# loop, then --threads 4 (the connections on four loops, one SET waking waiters of every thread).
 set -u
 TRUN_REPO=${TRUN_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 TRUN_BUILD=${TRUN_BUILD:-$TRUN_REPO/build}
@@ -30,31 +31,38 @@ cleanup() {
 }
 trap cleanup EXIT
 
-setsid "$STORE" serve --host 127.0.0.1 --port 0 --ready-file "$work/port" >"$work/store.log" 2>&1 </dev/null &
-store_pid=$!
-for ((i = 0; i < 300; i++)); do
-  [ -s "$work/port" ] && break
-  kill -0 $store_pid 2>/dev/null || { cat "$work/store.log"; echo "trun-store died" >&2; exit 1; }
-  sleep 0.1
-done
-PORT=$(cat "$work/port")
-echo "# trun-store pid $store_pid port $PORT"
+# run_once THREADS: the whole check against trun-store --threads THREADS.
+run_once() {
+  rm -f "$work/port"
+  setsid "$STORE" serve --host 127.0.0.1 --port 0 --threads "$1" --ready-file "$work/port" >"$work/store.log" 2>&1 </dev/null &
+  store_pid=$!
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$work/port" ] && break
+    kill -0 $store_pid 2>/dev/null || { cat "$work/store.log"; echo "trun-store died" >&2; exit 1; }
+    sleep 0.1
+  done
+  PORT=$(cat "$work/port")
+  echo "# trun-store --threads $1: pid $store_pid port $PORT"
 
-cd "$TRUN_REPO/tests/store" || exit 1
-timeout --kill-after=5 300 "$TRUN_HOST_PY" many_conns.py 127.0.0.1 "$PORT" "$store_pid" "$N"
-rc=$?
-echo "== trun-store log"
-sed 's/^/   /' "$work/store.log"
-if ! kill -0 $store_pid 2>/dev/null; then
-  echo "FAIL: trun-store is gone"
-  exit 1
-fi
-# A clean stop on SIGTERM (exit 0, documented in store/serve.c) after the load.
-kill -TERM $store_pid
-wait $store_pid
-src=$?
-store_pid=
-[ $src -eq 0 ] || { echo "FAIL: trun-store exit $src on SIGTERM"; exit 1; }
-[ $rc -eq 77 ] && { echo "many_conns.py could not get enough file descriptors" >&2; exit 77; }
-[ $rc -eq 0 ] || { echo "FAIL: many_conns.py exit $rc"; exit 1; }
+  timeout --kill-after=5 300 "$TRUN_HOST_PY" "$TRUN_REPO/tests/store/many_conns.py" 127.0.0.1 "$PORT" "$store_pid" "$N"
+  rc=$?
+  echo "== trun-store log"
+  sed 's/^/   /' "$work/store.log"
+  if ! kill -0 $store_pid 2>/dev/null; then
+    echo "FAIL: trun-store is gone"
+    exit 1
+  fi
+  # A clean stop on SIGTERM (exit 0, documented in store/serve.c) after the load.
+  kill -TERM $store_pid
+  wait $store_pid
+  src=$?
+  store_pid=
+  [ $src -eq 0 ] || { echo "FAIL: trun-store exit $src on SIGTERM"; exit 1; }
+  [ $rc -eq 77 ] && { echo "many_conns.py could not get enough file descriptors" >&2; exit 77; }
+  [ $rc -eq 0 ] || { echo "FAIL: many_conns.py exit $rc"; exit 1; }
+}
+
+for threads in 1 4; do
+  run_once $threads
+done
 echo "passed"
