@@ -348,6 +348,153 @@ def render_gpu(path, readme_dir):
             out += ["", "`trun-Nt` is `trun-store serve --threads N`. Ratios are against torch 2.11's libuv server "
                     "(one loop) at the same number of clients; the load generator runs "
                     f"{st.get('store_load_threads', 8)} loops on the same box.", "",
+                    "| server | clients | ops/s | p99 | p99.9 | ops/s vs torch | p99 vs torch |"]
+        else:
+            out += ["", "| server | clients | ops/s | p99 | p99.9 | trun ops/s ratio | trun p99 ratio |"]
+        out.append("|---|---|---|---|---|---|---|")
+        for r in rows:
+            a = b = ""
+            if threaded:  # each trun variant against torch's server at the same clients
+                o = by.get(("torch-2.11-libuv", r["clients"]))
+                if o and r["server"].startswith("trun"):
+                    a, b = ratio(r["ops_per_sec"], o["ops_per_sec"]), f"{r['p99_us'] / o['p99_us']:.2f}x"
+            else:  # trun against each other server
+                t = by.get(("trun", r["clients"]))
+                if t and r["server"] != "trun":
+                    a, b = ratio(t["ops_per_sec"], r["ops_per_sec"]), ratio(t["p99_us"], r["p99_us"])
+            out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
+                       f"{r['p999_us']:.0f} us | {a} | {b} |")
+        out.append("")
+        out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients", path, readme_dir)
+    rz = res.get("rdzv", [])
+    if rz:
+        by = {(r["mode"], r["agents"]): r for r in rz}
+        modes = [m for m in ("trun-fast", "trun-c10d", "torchrun-1.13", "torchrun-2.6") if any(k[0] == m for k in by)]
+        sizes = sorted({r["agents"] for r in rz})
+        out += ["**Rendezvous**: agents as threads of one process (`build/trun-rdzv-bench`; torchrun's own "
+                "`DynamicRendezvousHandler` in `bench/rdzv_torch.py`), all against one `trun-store`; time from the "
+                "last agent's join to the last rank assigned, and the bytes the store read and wrote (its "
+                "`/proc/<pid>/io`). A blank cell: not run at that size (or did not finish within join_timeout, "
+                "see below).", "",
+                "| agents | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+        for n in sizes:
+            cells = []
+            for m in modes:
+                r = by.get((m, n))
+                cells.append(f"{r['seconds']:.3f} s, {r['store_bytes'] / 1e6:.2f} MB" if r else "")
+            out.append(f"| {n} | " + " | ".join(cells) + " |")
+        out.append("")
+        for n in sizes:
+            for other in ("torchrun-1.13", "torchrun-2.6"):
+                o = by.get((other, n))
+                for mine in ("trun-c10d", "trun-fast"):
+                    t = by.get((mine, n))
+                    if o and t:
+                        out.append(f"- {n} agents, {mine} vs {other}: {ratio(o['seconds'], t['seconds'])} faster, "
+                                   f"{ratio(o['store_bytes'], t['store_bytes'])} fewer store bytes.")
+        for f in res.get("rdzv_failed", []):
+            out.append(f"- {f}")
+        if any("runs_seconds" not in r and r.get("reps", 1) % 2 == 0 for r in rz):
+            out.append("- The rows of 2 runs in this file show the slower run, not a median, and its modes ran one "
+                       "after another (the bench.py of that run); bench.py now runs the modes interleaved, 3 times "
+                       "each, and takes the median.")
+        out.append("")
+        out += plot(path[:-5] + "-rdzv.png", "Rendezvous time vs agents, log-log", path, readme_dir)
+    for r in res.get("conns", []):
+        out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
+                   f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
+    out.append("")
+    return "\n".join(out)
+
+
+def render_gpu(path, readme_dir):
+    g = json.load(open(path))
+    st = g["steps"]
+    out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
+           f"file `{os.path.relpath(path, REPO)}`:", ""]
+    la = {(r["launcher"], r.get("nproc", 2)): r for r in st.get("launch", [])}
+    for n in (2, 8):
+        t, o = la.get(("trun", n)), la.get(("torchrun-2.11", n))
+        if t and o:
+            out.append(f"- Launch to exit, {n} no-op workers: trun {t['wall_ms']:.1f} ms / {t['peak_rss_mib']:.1f} MiB, "
+                       f"torchrun 2.11 {o['wall_ms']:.0f} ms / {o['peak_rss_mib']:.0f} MiB: "
+                       f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} "
+                       f"less memory.")
+    if "env" in st:
+        diffs = [ln.split("DIFFERENCE ", 1)[1] for ln in st["env"].get("report", []) if "DIFFERENCE" in ln]
+        only_trun = sorted({d.split("only trun sets ", 1)[1] for d in diffs if "only trun sets NCCL_" in d})
+        decided = [d.split(":", 1)[1] for d in st["env"].get("trun_decisions", [])]
+        if st["env"]["identical"] and decided:
+            out.append("- Worker environment: torchrun 2.11's, variable for variable, plus the NCCL variables trun "
+                       "decides for this node (`--explain`, source trun): " + ", ".join(f"`{v}`" for v in decided) + ".")
+        elif st["env"]["identical"]:
+            out.append("- Worker environment identical to torchrun 2.11's: True.")
+        elif only_trun and all("only trun sets NCCL_" in d for d in diffs):
+            out.append("- Worker environment: torchrun 2.11's, variable for variable, plus the NCCL variables trun "
+                       "decides for this node (`--explain`): " + ", ".join(f"`{v}`" for v in only_trun) + ".")
+        else:
+            out.append("- Worker environment differences from torchrun 2.11: " + "; ".join(diffs) + ".")
+    if "nccl" in st and st["nccl"].get("gpus", 2) >= 2:
+        for name in ("trun", "torchrun-2.11"):
+            n = st["nccl"].get(name)
+            if n:
+                out.append(f"- NCCL all-reduce through {name}: " + "; ".join(n["lines"]))
+    if "interop" in st:
+        i = st["interop"]
+        note = "" if i.get("ops_identical") else (
+            " (see the -ops-diff.txt beside it: torch's libuv server closes on values over 8 MiB, trun-store takes "
+            "up to 64 MiB like the classic server)")
+        out.append(f"- torch 2.11 Python client, every op against torch's libuv server and trun-store: identical = "
+                   f"{i.get('ops_identical')}{note}. Waiters and 40 concurrent adders passed on both.")
+    pf = st.get("preflight", {})
+    if pf.get("preflight") and pf["preflight"].get("verdict", "").startswith("SKIP"):
+        out.append(f"- Preflight on {pf.get('gpus')} GPU: {pf['preflight']['verdict']}.")
+    elif pf.get("preflight"):
+        p = pf["preflight"]
+        peak = max(p["results"], key=lambda r: r["busbw"])
+        out.append(f"- Preflight (`trun-topo preflight`, NCCL {p['nccl_version']} by dlopen, 8 B..1 GiB): "
+                   f"{p['verdict']} on {p['fabric']}, peak busbw {peak['busbw']:.1f} GB/s at {peak['bytes']} B; within "
+                   f"5 % of torch's all-reduce at every size >= 64 MiB: {pf.get('within_5pct_at_64MiB_up')}.")
+        ex = pf.get("experiment", {})
+        one, two = ex.get("one_pod", {}), ex.get("two_pods", {})
+        if one and two:
+            out.append(f"- One pod vs two pods through `trun --nccl-report` (2 GPUs): "
+                       f"{'; '.join(a for a in one.get('ar', []) if 'bytes=1073741824' in a)} vs "
+                       f"{'; '.join(a for a in two.get('ar', []) if 'bytes=1073741824' in a)}; doctor's split warning "
+                       f"in the two-pods run: {two.get('doctor_split_warning')}; transports "
+                       f"{' / '.join(r.strip() for r in one.get('report', [])[:1])} vs "
+                       f"{' / '.join(r.strip() for r in two.get('report', [])[:1])}.")
+    cd = st.get("c10d")
+    if cd:
+        parts = []
+        for case, r in cd.items():
+            bw = [a.split("busbw=")[1] for a in r["ar"] if "bytes=67108864" in a]
+            parts.append(f"{case} ({' + '.join(r['agents'])}): exit codes {r['rcs']}, 64 MiB all-reduce "
+                         f"{bw[0] if bw else 'n/a'}")
+        out.append("- c10d rendezvous with torchrun 2.11 agents, one GPU each, NCCL all-reduce: " + "; ".join(parts) + ".")
+    dd = st.get("ddp")
+    if dd:
+        m = dd["median_step_ms"]
+        per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
+        out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, 2 GPUs): median step "
+                   f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
+                   f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
+                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}.")
+    sl = st.get("stall")
+    if sl and sl.get("stalls"):
+        x = sl["stalls"][0]
+        out.append(f"- Hang detection (`--stall-timeout 15`, a rank hung before an NCCL all-reduce): rank {x['rank']} "
+                   f"flagged after {x['idle_s']:.1f} s, restarted, job exit {sl['rc']}. The ranks left waiting in "
+                   f"NCCL used 1 CPU-s per s (NCCL spins), so a collective hang of every rank is not caught by the "
+                   f"CPU signal.")
+    rows = st.get("store", [])
+    if rows:
+        by = {(r["server"], r["clients"]): r for r in rows}
+        threaded = any(r["server"].startswith("trun-") for r in rows)
+        if threaded:
+            out += ["", "`trun-Nt` is `trun-store serve --threads N`. Ratios are against torch 2.11's libuv server "
+                    "(one loop) at the same number of clients; the load generator runs "
+                    f"{st.get('store_load_threads', 8)} loops on the same box.", "",
                     "| server | clients | ops/s | p99 | p99.9 | ops/s vs torch | p99 vs torch |",
                     "|---|---|---|---|---|---|---|"]
             for r in rows:
