@@ -291,6 +291,9 @@ for ((r = 0; r < rounds; r++)); do
     start_agent "$d" 1 1 0 $(opts 1)
     # Agent 1 is in the rendezvous once its store connection is up and it began the round.
     wait_for "in_rdzv '$d/ev1.jsonl'" 30 || { dump_job "$d"; fail "round $r: agent 1 did not begin the rendezvous"; }
+    # The slow client must be on node 0's store before the kill: a kill of agent 0 right away would end
+    # the round before its Python started.
+    wait_for "grep -q connected '$d/slow.log' 2>/dev/null" 30 || fail "round $r: the slow client did not connect"
     v=$((RANDOM % 2)); s=$((1 - v))
     # Both agents wait for node 2 (static: agent 0 for the last join, agent 1 for the go; c10d: for the third
     # participant); nothing else happens until it comes.
