@@ -25,8 +25,10 @@ static int trun_yaml_plain_ok(const char *s) {
   return 1;
 }
 
-void trun_yaml_write_scalar(FILE *f, const char *s) {
-  if (trun_yaml_plain_ok(s)) {
+/* flow: s is an item of a flow list ([a, b]), where libyaml also rejects a ':' that a blank does not follow
+ * ("found unexpected ':'"), so any ':' is quoted there. */
+static void trun_yaml_write(FILE *f, const char *s, int flow) {
+  if (trun_yaml_plain_ok(s) && !(flow && strchr(s, ':'))) {
     fputs(s, f);
     return;
   }
@@ -56,6 +58,8 @@ void trun_yaml_write_scalar(FILE *f, const char *s) {
   }
   fputc('"', f);
 }
+
+void trun_yaml_write_scalar(FILE *f, const char *s) { trun_yaml_write(f, s, 0); }
 
 void trun_config_source(const trun_cmdline *cl, const trun_platform *p, trun_opt_id id, char *buf,
                         size_t len) {
@@ -91,7 +95,7 @@ static void trun_print_line(FILE *f, const char *key, const char *val, int is_fl
     fputc('[', m);
     for (int i = 0; i < nlist; i++) {
       if (i) fputs(", ", m);
-      trun_yaml_write_scalar(m, list[i]);
+      trun_yaml_write(m, list[i], 1);
     }
     fputc(']', m);
   } else if (is_flag) {

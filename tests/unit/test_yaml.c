@@ -507,6 +507,31 @@ START_TEST(test_print_config_round_trip) {
 }
 END_TEST
 
+/* An argument with ':' is quoted in the printed flow list (libyaml rejects "x:?y" there; found by fuzz_yaml),
+ * while a block value such as nnodes' 1:1 stays plain. */
+START_TEST(test_print_config_args_colon) {
+  resolved r;
+  const char *in = write_tmp("colon.yaml", "script: t.py\nargs: ['k:v', 'x:?y', 'host:29500', plain]\n");
+  ck_assert_msg(resolve(&r, (char *[]){"trun", "--config", (char *)in, NULL}, NOENV, NULL) == 0, "%s", err);
+  char *out = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&out, &len);
+  trun_print_config(f, &r.cl, &r.plat, 0);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(out, "\nargs: ['k:v', 'x:?y', 'host:29500', plain]"));
+  ck_assert_ptr_nonnull(strstr(out, "\nnnodes: 1:1 "));
+  resolved r2;
+  const char *back = write_tmp("colon-back.yaml", out);
+  ck_assert_msg(resolve(&r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
+                err, out);
+  ck_assert_int_eq(r2.cl.nscript_args, 4);
+  for (int i = 0; i < 4; i++) ck_assert_str_eq(r2.cl.script_args[i], r.cl.script_args[i]);
+  free(out);
+  release(&r);
+  release(&r2);
+}
+END_TEST
+
 /* config/README.md's key table ("## Keys": rows "| `key` | ..."): one row per option of the command-line
  * table (launcher/cli.c) except config and print-config (command-line only, said below the table), plus
  * script and args, and no row for anything else; so the reference cannot drift from the options. */
@@ -562,6 +587,7 @@ static Suite *yaml_suite(void) {
   tcase_add_loop_test(tc, test_precedence_matrix, 0, (int)(sizeof(prec) / sizeof(prec[0])));
   tcase_add_test(tc, test_scalar_quoting);
   tcase_add_test(tc, test_print_config_round_trip);
+  tcase_add_test(tc, test_print_config_args_colon);
   tcase_add_test(tc, test_readme_lists_every_option);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
