@@ -21,6 +21,9 @@ both can be copied into bench/results/ and committed as they are; prints a summa
      step times.
   9. stall: hang detection: a hung NCCL all-reduce (bench/stall_nccl.py) under trun --stall-timeout 15: which rank is
      flagged, after how long, whether attempt 1 succeeds; the event stream and /proc CPU of the waiting ranks.
+ 10. onegpu (only when named, GPU_STEPS=onegpu, a call of its own: ~8 min): two pods on GPU 0 (NCCL_HOSTID
+     apart, NCCL over sockets): preflight vs torch's all-reduce in that layout, and the DDP example under trun
+     vs torchrun 2.11: what a 1-GPU box can show of the 2-GPU comparisons of steps 6 and 8.
 """
 import datetime
 import json
@@ -271,13 +274,30 @@ def torch_nccl_libs():
 
 
 def ar_lines(text):
-    """{bytes: busbw} from examples/allreduce_nccl.py's 'AR n=.. bytes=.. time_us=.. busbw=.. GB/s' lines."""
+    """{bytes: {busbw, time_us}} from examples/allreduce_nccl.py's 'AR n=.. bytes=.. time_us=.. busbw=.. GB/s'
+    lines."""
     out = {}
     for ln in text.splitlines():
         if ln.startswith("AR ") and "bytes=" in ln:
             kv = dict(x.split("=", 1) for x in ln.split() if "=" in x)
-            out[int(kv["bytes"])] = float(kv["busbw"])
+            out[int(kv["bytes"])] = {"busbw": float(kv["busbw"]), "time_us": float(kv["time_us"])}
     return out
+
+
+def vs_torch(results, graph, eager):
+    """trun-preflight's results against torch's all-reduce (ar_lines of the --graph and the eager run) at the
+    same sizes. The ratio is preflight busbw / torch busbw, taken from the times (the same bytes and ranks on
+    both sides), which keep their precision where busbw prints as 0.000 GB/s."""
+    cmp = []
+    for x in results:
+        b = int(x["bytes"])
+        t = graph.get(b)
+        if t and t["time_us"] > 0 and x.get("time_us", 0) > 0:
+            cmp.append({"bytes": b, "preflight_busbw": x["busbw"], "torch_busbw": t["busbw"],
+                        "preflight_us": x["time_us"], "torch_us": t["time_us"],
+                        "torch_eager_busbw": (eager.get(b) or {}).get("busbw"),
+                        "ratio": t["time_us"] / x["time_us"]})
+    return cmp
 
 
 def preflight():
@@ -313,20 +333,16 @@ def preflight():
     r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", size_arg], env=env, timeout=400)
     open(os.path.join(LOGS, "preflight-torch-eager.txt"), "w").write(r.stdout + r.stderr)
     eager = ar_lines(r.stdout)
-    cmp = []
-    for x in pre.get("results", []):
-        b = int(x["bytes"])
-        if b in tor and tor[b] > 0:
-            cmp.append({"bytes": b, "preflight_busbw": x["busbw"], "torch_busbw": tor[b],
-                        "torch_eager_busbw": eager.get(b), "ratio": x["busbw"] / tor[b]})
+    cmp = vs_torch(pre.get("results", []), tor, eager)
     big = [c for c in cmp if c["bytes"] >= 64 << 20]
     out["vs_torch"] = cmp
     out["within_5pct_at_64MiB_up"] = bool(big) and all(abs(c["ratio"] - 1) <= 0.05 for c in big)
     out["within_5pct_all_sizes"] = bool(cmp) and all(abs(c["ratio"] - 1) <= 0.05 for c in cmp)
     out["worst_ratio"] = max(cmp, key=lambda c: abs(c["ratio"] - 1)) if cmp else None
     for c in cmp:
-        log(f"preflight vs torch {c['bytes']:>11d} B: {c['preflight_busbw']:9.3f} vs {c['torch_busbw']:9.3f} GB/s "
-            f"({(c['ratio'] - 1) * 100:+.1f} %; torch eager {c['torch_eager_busbw']})")
+        log(f"preflight vs torch {c['bytes']:>11d} B: {c['preflight_busbw']:9.3f} vs {c['torch_busbw']:9.3f} GB/s, "
+            f"{c['preflight_us']:.1f} vs {c['torch_us']:.1f} us ({(c['ratio'] - 1) * 100:+.1f} %; torch eager "
+            f"{c['torch_eager_busbw']})")
     log(f"preflight within 5 % of torch ({out['torch_mode']}) at >= 64 MiB: {out['within_5pct_at_64MiB_up']}, "
         f"at every size: {out['within_5pct_all_sizes']}; worst {out['worst_ratio']}")
     # 3. One pod (one agent, 2 GPUs) vs two pods (two agents, one GPU each, different NCCL_HOSTID), --nccl-report.
@@ -377,7 +393,6 @@ def preflight():
 
 
 def c10d():
-    import socket
     if gpu_count() < 2:
         log(f"c10d: {gpu_count()} GPU(s): two agents with one GPU each need two")
         return
@@ -385,15 +400,8 @@ def c10d():
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     out = {}
 
-    def port():
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        return p
-
     for case, host in (("torchrun-hosts", "torchrun"), ("trun-hosts", "trun"), ("trun-backend", None)):
-        p = port()
+        p = free_port()
         procs = []
         kinds = ("trun", "trun") if host is None else (("torchrun", "trun") if host == "torchrun" else ("trun", "torchrun"))
         for i, kind in enumerate(kinds):
@@ -422,46 +430,59 @@ def c10d():
     res["steps"]["c10d"] = out
 
 
-def ddp():
-    import re
-    if gpu_count() < 2:
-        log(f"ddp: {gpu_count()} GPU(s): the 2-GPU DDP comparison needs two")
-        return
-    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+DDP_ARGS = ["--steps", "300", "--d-model", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "16"]
+
+
+def ddp_pairs(run, reps, tag):
+    """examples/train_ddp.py under trun and under torchrun 2.11: a warm-up run first (CUDA / cuBLAS caches, page
+    cache), not counted; then reps pairs, the order alternating so that neither launcher always runs first.
+    run(launcher argv, script argv, log tag) -> (ok, rank 0's stdout). The per-run median step times, the
+    median over runs, each launcher's spread ((max - min) / median: the noise floor against which the ratio is
+    read), each pair's trun / torchrun ratio, and rank 0's loss curves compared."""
     script = os.path.join(REPO, "examples", "train_ddp.py")
-    args = ["--steps", "300", "--d-model", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "16"]
-    rows = {"trun": [], "torchrun-2.11": []}
-    curves = {}
-    # A warm-up run first (CUDA / cuBLAS caches, page cache), not counted; then 3 interleaved pairs, the order
-    # of the pair alternating, so that neither launcher always runs first.
-    sh([os.path.join(BIN, "trun"), "--standalone", "--nproc-per-node", "2", script, "--steps", "30"], env=env, timeout=300)
+    run([os.path.join(BIN, "trun")], [script, "--steps", "30"], f"{tag}-warmup")
+    rows, curves, pairs_out = {"trun": [], "torchrun-2.11": []}, {}, []
     pairs = (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"]))
-    for rep in range(3):
+    for rep in range(reps):
+        got = {}
         for name, base in (pairs if rep % 2 == 0 else pairs[::-1]):
-            lossf = os.path.join(LOGS, f"ddp-{name}-{rep}.json")
-            r = sh(base + ["--standalone", "--nproc-per-node", "2", script] + args + ["--out", lossf], env=env,
-                   timeout=300)
-            open(os.path.join(LOGS, f"ddp-{name}-{rep}.log"), "w").write(r.stdout + r.stderr)
-            m = re.search(r"step time: mean ([0-9.]+) ms, median ([0-9.]+) ms", r.stdout)
-            if r.returncode == 0 and m:
+            lossf = os.path.join(LOGS, f"{tag}-{name}-{rep}.json")
+            ok, text = run(base, [script] + DDP_ARGS + ["--out", lossf], f"{tag}-{name}-{rep}")
+            m = re.search(r"step time: mean ([0-9.]+) ms, median ([0-9.]+) ms", text)
+            if ok and m:
                 rows[name].append({"mean_ms": float(m.group(1)), "median_ms": float(m.group(2))})
+                got[name] = float(m.group(2))
             try:  # rank 0's losses (the mean over ranks), from --out: console lines of two ranks may interleave
                 curves.setdefault(name, json.load(open(lossf))["losses"])
             except (OSError, ValueError, KeyError):
                 pass
-            log(f"ddp {name} rep {rep}: rc={r.returncode} {m.group(0) if m else 'no step time'}")
+            log(f"{tag} {name} rep {rep}: ok={ok} {m.group(0) if m else 'no step time'}")
+        if len(got) == 2:
+            pairs_out.append(got["trun"] / got["torchrun-2.11"])
     t, o = curves.get("trun", []), curves.get("torchrun-2.11", [])
     diff = max((abs(a - b) for a, b in zip(t, o)), default=None) if t and o and len(t) == len(o) else None
     med = {k: statistics.median(r["median_ms"] for r in v) if v else None for k, v in rows.items()}
-    # Spread of each launcher's runs ((max - min) / median of the per-run medians): the noise floor against
-    # which the trun / torchrun ratio is read.
     spread = {k: (max(r["median_ms"] for r in v) - min(r["median_ms"] for r in v)) / med[k] if v else None
               for k, v in rows.items()}
     ratio = med["trun"] / med["torchrun-2.11"] if med["trun"] and med["torchrun-2.11"] else None
-    res["steps"]["ddp"] = {"args": args, "runs": rows, "median_step_ms": med, "spread": spread,
-                           "trun_over_torchrun": ratio, "max_loss_diff": diff, "loss_first": t[:1],
-                           "loss_last": t[-1:]}
-    log(f"ddp: median step ms {med} (trun / torchrun {ratio}), spread {spread}, max loss diff {diff}")
+    log(f"{tag}: median step ms {med} (trun / torchrun {ratio}; pairs {pairs_out}), spread {spread}, "
+        f"max loss diff {diff}")
+    return {"args": DDP_ARGS, "runs": rows, "median_step_ms": med, "spread": spread, "trun_over_torchrun": ratio,
+            "pair_ratios": pairs_out, "max_loss_diff": diff, "loss_first": t[:1], "loss_last": t[-1:]}
+
+
+def ddp():
+    if gpu_count() < 2:
+        log(f"ddp: {gpu_count()} GPU(s): the 2-GPU DDP comparison needs two")
+        return
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
+
+    def run(base, extra, tag):
+        r = sh(base + ["--standalone", "--nproc-per-node", "2"] + extra, env=env, timeout=300)
+        open(os.path.join(LOGS, f"{tag}.log"), "w").write(r.stdout + r.stderr)
+        return r.returncode == 0, r.stdout
+
+    res["steps"]["ddp"] = ddp_pairs(run, 3, "ddp")
 
 
 def stall():
@@ -498,6 +519,84 @@ def stall():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def two_pods_one_gpu(base, args, env, tag, timeout=400):
+    """Two agents (base: trun or torchrun), one worker each, static rendezvous on 127.0.0.1, both on GPU 0 with
+    different NCCL_HOSTID: NCCL takes them for two hosts and connects them over NET/Socket. (rcs, outputs)."""
+    port = str(free_port())
+    procs = []
+    for rk in (0, 1):
+        e = dict(env, CUDA_VISIBLE_DEVICES="0", NCCL_HOSTID=f"pod-{rk}")
+        procs.append(subprocess.Popen(
+            base + ["--nnodes", "2", "--node_rank", str(rk), "--master_addr", "127.0.0.1", "--master_port", port,
+                    "--nproc_per_node", "1"] + args, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True))
+    outs = []
+    for p in procs:
+        try:
+            o, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            o, _ = p.communicate()
+        outs.append(o)
+    open(os.path.join(LOGS, f"{tag}.log"), "w").write("\n===== agent 1\n".join(outs))
+    return [p.returncode for p in procs], outs
+
+
+def onegpu():
+    """What a 1-GPU box can show of issues 6 and 7: two pods on the one GPU (two agents, NCCL_HOSTID apart), so
+    that NCCL runs a real 2-rank all-reduce (over NET/Socket). Preflight against torch 2.11's all-reduce in that
+    same layout at the same sizes (CUDA graph and eager), and the DDP example under trun and under torchrun 2.11
+    (warm-up, then 5 alternating pairs). A proxy, labelled so: the issues' numbers are for 2 GPUs."""
+    n = gpu_count()
+    if n < 1 or "onegpu" not in (os.environ.get("GPU_STEPS") or "").split(","):
+        log(f"onegpu: {n} GPU(s): the 1-GPU proxy (~8 min) runs only when named: GPU_STEPS=onegpu bash bench/gpu.sh")
+        return
+    libs = torch_nccl_libs()
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **libs)
+    trun = [os.path.join(BIN, "trun")]
+    out = {"layout": "2 agents x 1 worker on GPU 0, NCCL_HOSTID pod-0 / pod-1 (NCCL over NET/Socket)"}
+    res["steps"]["onegpu"] = out
+    # 1. trun-preflight as the workers (rank 0 writes the JSON), then torch's all-reduce at the same sizes.
+    pj = os.path.join(LOGS, "onegpu-preflight.json")
+    rcs, outs = two_pods_one_gpu(trun, ["--no-python", os.path.join(BIN, "trun-preflight"), "--json", pj], env,
+                                 "onegpu-preflight")
+    pre = json.load(open(pj)) if os.path.exists(pj) else {}
+    out["preflight_rc"], out["preflight"] = rcs, pre
+    log(f"onegpu preflight: rc {rcs}, verdict {pre.get('verdict')}, fabric {pre.get('fabric')}")
+    sizes = [int(x["bytes"]) for x in pre.get("results", [])]
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    tor = {}
+    for mode, extra in (("graph", ["--graph"]), ("eager", [])):
+        rcs, outs = two_pods_one_gpu(trun, [script, "--sizes", ",".join(map(str, sizes))] + extra, env,
+                                     f"onegpu-torch-{mode}")
+        tor[mode] = ar_lines(outs[0])
+        out[f"torch_{mode}_rc"] = rcs
+        if mode == "graph":
+            out["torch_mode"] = "graph" if "mode=graph" in outs[0] else "eager"
+    cmp = vs_torch(pre.get("results", []), tor["graph"], tor["eager"])
+    out["vs_torch"] = cmp
+    out["within_5pct_all_sizes"] = bool(cmp) and all(abs(c["ratio"] - 1) <= 0.05 for c in cmp)
+    for c in cmp:
+        log(f"onegpu preflight vs torch {c['bytes']:>11d} B: {c['preflight_busbw']:8.3f} vs {c['torch_busbw']:8.3f}"
+            f" GB/s, {c['preflight_us']:.1f} vs {c['torch_us']:.1f} us ({(c['ratio'] - 1) * 100:+.1f} %; torch eager "
+            f"{c['torch_eager_busbw']})")
+    # 2. DDP: the same model and pairing as ddp(), both launchers in the same two-pods layout, 5 pairs.
+    def run(base, extra, tag):
+        rcs, outs = two_pods_one_gpu(base, extra, env, tag)
+        return rcs == [0, 0], outs[0]
+
+    out["ddp"] = ddp_pairs(run, 5, "onegpu-ddp")
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     result = os.path.join(OUT, NAME + ".json")
@@ -513,8 +612,9 @@ def main():
     res["torch"] = torch.__version__
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
+    res["gpu_steps"] = os.environ.get("GPU_STEPS") or "all"
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, onegpu)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

@@ -1,6 +1,6 @@
 """Writes the README's results section from the newest bench/results/*-cpu.json and every GPU result file.
 
-Usage: readme.py [--readme README.md] [RESULTS-cpu.json]  — replaces the text between <!-- results:cpu:begin -->
+Usage: readme.py [--readme README.md] [--check] [RESULTS-cpu.json]  — replaces the text between <!-- results:cpu:begin -->
 and <!-- results:cpu:end --> in README.md: first every target of the issues with its measured ratio and whether
 it is met, then the tables, with the plots bench/plots.py wrote next to each result file.
 """
@@ -49,6 +49,39 @@ def verdicts(xs, ok):
 def label(path):
     """A result file's short name in the targets table: its name without directory and .json."""
     return os.path.basename(path)[:-len(".json")]
+
+
+def preflight_graph_row(vs, f, what):
+    """Issue 6's preflight target against torch's all-reduce timed as nccl-tests does (--iters of them in one
+    CUDA graph), so that every size counts; what: a note on the layout."""
+    worst = max(vs, key=lambda r: abs(r["ratio"] - 1))
+    off = [r for r in vs if abs(r["ratio"] - 1) > 0.05]
+    text = (f"{len(vs)} sizes {vs[0]['bytes']} B..{vs[-1]['bytes'] >> 20} MiB vs torch's all-reduce in a CUDA graph: "
+            f"{len(vs) - len(off)} within 5 %, worst {(worst['ratio'] - 1) * 100:+.1f} % at {worst['bytes']} B ({f})")
+    return (f"Preflight busbw within 5 % of torch 2.11's all-reduce at the same sizes (issue 6{what})", text,
+            verdict(not off) if not off or len(off) == len(vs) else
+            f"**not met** at {', '.join(str(r['bytes']) + ' B' for r in off)}; met at the other {len(vs) - len(off)}")
+
+
+def ddp_row(dd, f, what):
+    """Issue 7's DDP target: step time within 2 % of torchrun's, the same loss curve. Where a launcher's own runs
+    spread more than 2 %, the ratio cannot show 2 %, and the row says so."""
+    t, o = dd["median_step_ms"].get("trun"), dd["median_step_ms"].get("torchrun-2.11")
+    if not t or not o:
+        return (f"DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7{what})", f"no step times ({f})",
+                "**not measured**")
+    spread = [r["median_ms"] for r in dd["runs"].get("trun", [])]
+    note = f"; trun's runs {min(spread):.2f}..{max(spread):.2f} ms" if spread else ""
+    pairs = dd.get("pair_ratios") or []
+    if pairs:
+        note += f"; {len(pairs)} pairs {min(pairs):.3f}x..{max(pairs):.3f}x"
+    return (f"DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7{what})",
+            f"trun {t:.2f} ms vs torchrun 2.11 {o:.2f} ms = {t / o:.3f}x{note}; max loss difference "
+            f"{dd['max_loss_diff']} ({f})",
+            ("**not shown**: " + ("trun not slower" if t <= o else f"trun {t / o:.3f}x") +
+             ", but its own runs spread more than 2 %")
+            if spread and max(spread) > min(spread) * 1.02 else
+            verdict(abs(t - o) <= o * 0.02 and dd["max_loss_diff"] == 0))
 
 
 def targets(res, path, gpus):
@@ -126,12 +159,7 @@ def targets(res, path, gpus):
         pf = st.get("preflight", {})
         vs = pf.get("vs_torch") or []
         if vs and pf.get("torch_mode") == "graph":
-            # torch's all-reduces timed as nccl-tests does (--iters of them in one CUDA graph): every size counts.
-            worst = max(vs, key=lambda r: abs(r["ratio"] - 1))
-            rows.append(("Preflight busbw within 5 % of torch 2.11's all-reduce at the same sizes (issue 6)",
-                         f"{len(vs)} sizes {vs[0]['bytes']} B..{vs[-1]['bytes'] >> 20} MiB vs torch's all-reduce in a "
-                         f"CUDA graph: worst {(worst['ratio'] - 1) * 100:+.1f} % at {worst['bytes']} B ({f})",
-                         verdict(abs(worst["ratio"] - 1) <= 0.05)))
+            rows.append(preflight_graph_row(vs, f, ""))
         elif vs:
             # The target names every size; below the bandwidth-bound sizes torch's own timing (one Python call
             # per all-reduce) measures its call overhead, so both halves are shown as they are.
@@ -150,17 +178,14 @@ def targets(res, path, gpus):
                          f"{text} ({f})",
                          ("met from %d MiB up; **not shown** below" % (big[0]['bytes'] >> 20)) if ok_big and small
                          else verdict(ok_big)))
-        dd = st.get("ddp")
-        if dd and dd["median_step_ms"].get("trun") and dd["median_step_ms"].get("torchrun-2.11"):
-            t, o = dd["median_step_ms"]["trun"], dd["median_step_ms"]["torchrun-2.11"]
-            spread = [r["median_ms"] for r in dd["runs"].get("trun", [])]
-            note = f"; trun's runs {min(spread):.2f}..{max(spread):.2f} ms" if spread else ""
-            rows.append(("DDP step time within 2 % of torchrun 2.11's, same loss curve (issue 7)",
-                         f"trun {t:.2f} ms vs torchrun 2.11 {o:.2f} ms = {t / o:.2f}x{note}; max loss difference "
-                         f"{dd['max_loss_diff']} ({f})",
-                         ("**not shown**: trun not slower, but its own runs spread more than 2 %"
-                          if spread and max(spread) > min(spread) * 1.02 else
-                          verdict(abs(t - o) <= o * 0.02 and dd["max_loss_diff"] == 0))))
+        if st.get("ddp"):
+            rows.append(ddp_row(st["ddp"], f, ""))
+        og = st.get("onegpu", {})
+        proxy = ", 1-GPU proxy: two pods on the one GPU, NCCL over sockets"
+        if og.get("vs_torch") and og.get("torch_mode") == "graph":
+            rows.append(preflight_graph_row(og["vs_torch"], f, proxy))
+        if og.get("ddp"):
+            rows.append(ddp_row(og["ddp"], f, proxy))
     return rows
 
 
@@ -263,7 +288,9 @@ def render(res, path, readme_dir):
 def render_gpu(path, readme_dir):
     g = json.load(open(path))
     st = g["steps"]
-    out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
+    only = g.get("gpu_steps") or ("onegpu" if set(st) == {"onegpu"} else "all")
+    cmd = "bash bench/gpu.sh" if only == "all" else f"GPU_STEPS={only} bash bench/gpu.sh"
+    out = [f"**GPU box** (`{cmd}`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
            f"file `{os.path.relpath(path, REPO)}`:", ""]
     la = {(r["launcher"], r.get("nproc", 2)): r for r in st.get("launch", [])}
     for n in (2, 8):
@@ -333,6 +360,26 @@ def render_gpu(path, readme_dir):
                    f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
                    f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
                    f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}.")
+    og = st.get("onegpu", {})
+    if og.get("vs_torch") or og.get("ddp"):
+        vs, dd = og.get("vs_torch") or [], og.get("ddp") or {}
+        text = f"- 1-GPU proxy for issue 6's and 7's 2-GPU figures ({og['layout']}; the two processes time-share " \
+               "the GPU"
+        floor = min((r["preflight_us"] for r in vs if "preflight_us" in r), default=None)
+        text += f", and no all-reduce took less than {floor / 1000:.1f} ms):" if floor else "):"
+        if vs:
+            worst = max(vs, key=lambda r: abs(r["ratio"] - 1))
+            text += (f" preflight vs torch 2.11's all-reduce ({og.get('torch_mode')}) at {len(vs)} sizes: "
+                     f"{sum(abs(r['ratio'] - 1) <= 0.05 for r in vs)} within 5 %, worst "
+                     f"{(worst['ratio'] - 1) * 100:+.1f} % at {worst['bytes']} B, 1 GiB "
+                     f"{vs[-1]['preflight_busbw']:.2f} vs {vs[-1]['torch_busbw']:.2f} GB/s;")
+        m = dd.get("median_step_ms") or {}
+        if m.get("trun") and m.get("torchrun-2.11"):
+            per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
+            text += (f" DDP example median step {m['trun']:.2f} ms under trun (runs {per.get('trun')}) vs "
+                     f"{m['torchrun-2.11']:.2f} ms under torchrun 2.11 (runs {per.get('torchrun-2.11')}), loss curves "
+                     f"identical (max difference {dd['max_loss_diff']}).")
+        out.append(text)
     sl = st.get("stall")
     if sl and sl.get("stalls"):
         x = sl["stalls"][0]
@@ -365,154 +412,6 @@ def render_gpu(path, readme_dir):
             out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
                        f"{r['p999_us']:.0f} us | {a} | {b} |")
         out.append("")
-        out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients", path, readme_dir)
-    rz = res.get("rdzv", [])
-    if rz:
-        by = {(r["mode"], r["agents"]): r for r in rz}
-        modes = [m for m in ("trun-fast", "trun-c10d", "torchrun-1.13", "torchrun-2.6") if any(k[0] == m for k in by)]
-        sizes = sorted({r["agents"] for r in rz})
-        out += ["**Rendezvous**: agents as threads of one process (`build/trun-rdzv-bench`; torchrun's own "
-                "`DynamicRendezvousHandler` in `bench/rdzv_torch.py`), all against one `trun-store`; time from the "
-                "last agent's join to the last rank assigned, and the bytes the store read and wrote (its "
-                "`/proc/<pid>/io`). A blank cell: not run at that size (or did not finish within join_timeout, "
-                "see below).", "",
-                "| agents | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
-        for n in sizes:
-            cells = []
-            for m in modes:
-                r = by.get((m, n))
-                cells.append(f"{r['seconds']:.3f} s, {r['store_bytes'] / 1e6:.2f} MB" if r else "")
-            out.append(f"| {n} | " + " | ".join(cells) + " |")
-        out.append("")
-        for n in sizes:
-            for other in ("torchrun-1.13", "torchrun-2.6"):
-                o = by.get((other, n))
-                for mine in ("trun-c10d", "trun-fast"):
-                    t = by.get((mine, n))
-                    if o and t:
-                        out.append(f"- {n} agents, {mine} vs {other}: {ratio(o['seconds'], t['seconds'])} faster, "
-                                   f"{ratio(o['store_bytes'], t['store_bytes'])} fewer store bytes.")
-        for f in res.get("rdzv_failed", []):
-            out.append(f"- {f}")
-        if any("runs_seconds" not in r and r.get("reps", 1) % 2 == 0 for r in rz):
-            out.append("- The rows of 2 runs in this file show the slower run, not a median, and its modes ran one "
-                       "after another (the bench.py of that run); bench.py now runs the modes interleaved, 3 times "
-                       "each, and takes the median.")
-        out.append("")
-        out += plot(path[:-5] + "-rdzv.png", "Rendezvous time vs agents, log-log", path, readme_dir)
-    for r in res.get("conns", []):
-        out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
-                   f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
-    out.append("")
-    return "\n".join(out)
-
-
-def render_gpu(path, readme_dir):
-    g = json.load(open(path))
-    st = g["steps"]
-    out = [f"**GPU box** (`bench/gpu.sh`, one device call; torch {g['torch']}, {g['gpus']} x {g['gpu_name']}); "
-           f"file `{os.path.relpath(path, REPO)}`:", ""]
-    la = {(r["launcher"], r.get("nproc", 2)): r for r in st.get("launch", [])}
-    for n in (2, 8):
-        t, o = la.get(("trun", n)), la.get(("torchrun-2.11", n))
-        if t and o:
-            out.append(f"- Launch to exit, {n} no-op workers: trun {t['wall_ms']:.1f} ms / {t['peak_rss_mib']:.1f} MiB, "
-                       f"torchrun 2.11 {o['wall_ms']:.0f} ms / {o['peak_rss_mib']:.0f} MiB: "
-                       f"{ratio(o['wall_ms'], t['wall_ms'])} faster, {ratio(o['peak_rss_mib'], t['peak_rss_mib'])} "
-                       f"less memory.")
-    if "env" in st:
-        diffs = [ln.split("DIFFERENCE ", 1)[1] for ln in st["env"].get("report", []) if "DIFFERENCE" in ln]
-        only_trun = sorted({d.split("only trun sets ", 1)[1] for d in diffs if "only trun sets NCCL_" in d})
-        decided = [d.split(":", 1)[1] for d in st["env"].get("trun_decisions", [])]
-        if st["env"]["identical"] and decided:
-            out.append("- Worker environment: torchrun 2.11's, variable for variable, plus the NCCL variables trun "
-                       "decides for this node (`--explain`, source trun): " + ", ".join(f"`{v}`" for v in decided) + ".")
-        elif st["env"]["identical"]:
-            out.append("- Worker environment identical to torchrun 2.11's: True.")
-        elif only_trun and all("only trun sets NCCL_" in d for d in diffs):
-            out.append("- Worker environment: torchrun 2.11's, variable for variable, plus the NCCL variables trun "
-                       "decides for this node (`--explain`): " + ", ".join(f"`{v}`" for v in only_trun) + ".")
-        else:
-            out.append("- Worker environment differences from torchrun 2.11: " + "; ".join(diffs) + ".")
-    if "nccl" in st and st["nccl"].get("gpus", 2) >= 2:
-        for name in ("trun", "torchrun-2.11"):
-            n = st["nccl"].get(name)
-            if n:
-                out.append(f"- NCCL all-reduce through {name}: " + "; ".join(n["lines"]))
-    if "interop" in st:
-        i = st["interop"]
-        note = "" if i.get("ops_identical") else (
-            " (see the -ops-diff.txt beside it: torch's libuv server closes on values over 8 MiB, trun-store takes "
-            "up to 64 MiB like the classic server)")
-        out.append(f"- torch 2.11 Python client, every op against torch's libuv server and trun-store: identical = "
-                   f"{i.get('ops_identical')}{note}. Waiters and 40 concurrent adders passed on both.")
-    pf = st.get("preflight", {})
-    if pf.get("preflight") and pf["preflight"].get("verdict", "").startswith("SKIP"):
-        out.append(f"- Preflight on {pf.get('gpus')} GPU: {pf['preflight']['verdict']}.")
-    elif pf.get("preflight"):
-        p = pf["preflight"]
-        peak = max(p["results"], key=lambda r: r["busbw"])
-        out.append(f"- Preflight (`trun-topo preflight`, NCCL {p['nccl_version']} by dlopen, 8 B..1 GiB): "
-                   f"{p['verdict']} on {p['fabric']}, peak busbw {peak['busbw']:.1f} GB/s at {peak['bytes']} B; within "
-                   f"5 % of torch's all-reduce at every size >= 64 MiB: {pf.get('within_5pct_at_64MiB_up')}.")
-        ex = pf.get("experiment", {})
-        one, two = ex.get("one_pod", {}), ex.get("two_pods", {})
-        if one and two:
-            out.append(f"- One pod vs two pods through `trun --nccl-report` (2 GPUs): "
-                       f"{'; '.join(a for a in one.get('ar', []) if 'bytes=1073741824' in a)} vs "
-                       f"{'; '.join(a for a in two.get('ar', []) if 'bytes=1073741824' in a)}; doctor's split warning "
-                       f"in the two-pods run: {two.get('doctor_split_warning')}; transports "
-                       f"{' / '.join(r.strip() for r in one.get('report', [])[:1])} vs "
-                       f"{' / '.join(r.strip() for r in two.get('report', [])[:1])}.")
-    cd = st.get("c10d")
-    if cd:
-        parts = []
-        for case, r in cd.items():
-            bw = [a.split("busbw=")[1] for a in r["ar"] if "bytes=67108864" in a]
-            parts.append(f"{case} ({' + '.join(r['agents'])}): exit codes {r['rcs']}, 64 MiB all-reduce "
-                         f"{bw[0] if bw else 'n/a'}")
-        out.append("- c10d rendezvous with torchrun 2.11 agents, one GPU each, NCCL all-reduce: " + "; ".join(parts) + ".")
-    dd = st.get("ddp")
-    if dd:
-        m = dd["median_step_ms"]
-        per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
-        out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, 2 GPUs): median step "
-                   f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
-                   f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
-                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}.")
-    sl = st.get("stall")
-    if sl and sl.get("stalls"):
-        x = sl["stalls"][0]
-        out.append(f"- Hang detection (`--stall-timeout 15`, a rank hung before an NCCL all-reduce): rank {x['rank']} "
-                   f"flagged after {x['idle_s']:.1f} s, restarted, job exit {sl['rc']}. The ranks left waiting in "
-                   f"NCCL used 1 CPU-s per s (NCCL spins), so a collective hang of every rank is not caught by the "
-                   f"CPU signal.")
-    rows = st.get("store", [])
-    if rows:
-        by = {(r["server"], r["clients"]): r for r in rows}
-        threaded = any(r["server"].startswith("trun-") for r in rows)
-        if threaded:
-            out += ["", "`trun-Nt` is `trun-store serve --threads N`. Ratios are against torch 2.11's libuv server "
-                    "(one loop) at the same number of clients; the load generator runs "
-                    f"{st.get('store_load_threads', 8)} loops on the same box.", "",
-                    "| server | clients | ops/s | p99 | p99.9 | ops/s vs torch | p99 vs torch |",
-                    "|---|---|---|---|---|---|---|"]
-            for r in rows:
-                o = by.get(("torch-2.11-libuv", r["clients"]))
-                a = ratio(r["ops_per_sec"], o["ops_per_sec"]) if o and r["server"].startswith("trun") else ""
-                b = (f"{r['p99_us'] / o['p99_us']:.2f}x" if o and r["server"].startswith("trun") else "")
-                out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
-                           f"{r['p999_us']:.0f} us | {a} | {b} |")
-        else:
-            out += ["", "| server | clients | ops/s | p99 | p99.9 | trun ops/s ratio | trun p99 ratio |",
-                    "|---|---|---|---|---|---|---|"]
-        for r in ([] if threaded else rows):
-            t = by.get(("trun", r["clients"]))
-            a = ratio(t["ops_per_sec"], r["ops_per_sec"]) if t and r["server"] != "trun" else ""
-            b = ratio(t["p99_us"], r["p99_us"]) if t and r["server"] != "trun" else ""
-            out.append(f"| {r['server']} | {r['clients']} | {r['ops_per_sec']:.0f} | {r['p99_us']:.0f} us | "
-                       f"{r['p999_us']:.0f} us | {a} | {b} |")
-        out.append("")
         out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients, GPU box", path, readme_dir)
     out.append("")
     return "\n".join(out)
@@ -528,6 +427,8 @@ def main():
     ap = argparse.ArgumentParser(description="Writes README.md's Results section from the bench result files.")
     ap.add_argument("results", nargs="?", help="the CPU result file (default: the newest bench/results/*-cpu.json)")
     ap.add_argument("--readme", default=os.path.join(REPO, "README.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 with a diff when the README's section differs from what it would write")
     args = ap.parse_args()
     path = os.path.abspath(args.results or newest())
     res = json.load(open(path))
@@ -541,7 +442,17 @@ def main():
     _, tail = rest.split(END, 1)
     body = "\n".join(render_targets(res, path, gpus)) + "\n" + render(res, path, readme_dir) + \
         "".join("\n" + render_gpu(g, readme_dir) for g in gpus)
-    open(readme, "w").write(head + BEGIN + "\n" + body + END + tail)
+    new = head + BEGIN + "\n" + body + END + tail
+    if args.check:
+        if new == text:
+            print(f"{os.path.relpath(readme, REPO)}: results section up to date")
+            return
+        import difflib
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), readme,
+                                                   "bench/readme.py"))
+        sys.exit(f"readme.py: {readme}'s results section is not what the committed result files give; run "
+                 "bench/readme.py (make bench does) and commit the README")
+    open(readme, "w").write(new)
     print(f"{os.path.relpath(readme, REPO)}: results from {os.path.relpath(path, REPO)}")
 
 

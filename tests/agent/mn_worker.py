@@ -11,7 +11,6 @@ Env knobs:
 import json
 import os
 import sys
-import time
 
 env = os.environ
 rank = int(env["RANK"])

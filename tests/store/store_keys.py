@@ -2,7 +2,6 @@
 """Prints every key of a TCPStore server with LIST (v2 code 17; trun-store and torch >= 2.10 libuv/classic
 servers), sorted, one per line: <key as repr> <value length> <value repr, first 40 bytes>.
 Usage: store_keys.py HOST PORT. No torch needed."""
-import struct
 import sys
 
 from rawclient import V2, connect, recv_bytes, recv_u64, req

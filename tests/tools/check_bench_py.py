@@ -1,0 +1,59 @@
+"""Checks the parsing and arithmetic of bench/gpu.py that turn worker output into the README's GPU ratios,
+with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs. Run by
+tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
+Exit 0 when every check holds; the first failed check raises AssertionError with what differed."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import gpu  # noqa: E402
+
+os.makedirs(gpu.LOGS, exist_ok=True)
+
+# ar_lines: examples/allreduce_nccl.py's lines; other lines ignored.
+text = ("# CUDA graph capture failed (RuntimeError: x); timing eagerly\n"
+        "AR n=2 bytes=8 time_us=4515.50 busbw=0.000 GB/s mode=graph\n"
+        "AR n=2 bytes=1073741824 time_us=577713.40 busbw=1.859 GB/s mode=graph\n"
+        "step 1 loss 4.3\n")
+ar = gpu.ar_lines(text)
+assert ar == {8: {"busbw": 0.0, "time_us": 4515.5}, 1073741824: {"busbw": 1.859, "time_us": 577713.4}}, ar
+
+# vs_torch: the ratio from the times (busbw 0.000 at 8 B still compares), sizes torch lacks left out.
+pre = [{"bytes": 8, "time_us": 4498.7, "busbw": 0.0}, {"bytes": 16, "time_us": 4498.7, "busbw": 0.0},
+       {"bytes": 1073741824, "time_us": 577720.3, "busbw": 1.859}]
+cmp = gpu.vs_torch(pre, ar, {8: {"busbw": 0.0, "time_us": 5000.0}})
+assert [c["bytes"] for c in cmp] == [8, 1073741824], cmp
+assert abs(cmp[0]["ratio"] - 4515.5 / 4498.7) < 1e-12 and cmp[0]["torch_eager_busbw"] == 0.0, cmp[0]
+assert abs(cmp[1]["ratio"] - 577713.4 / 577720.3) < 1e-12 and cmp[1]["torch_eager_busbw"] is None, cmp[1]
+
+# gpu_tag: nvidia-smi names to the result file's tag.
+assert gpu.gpu_tag(["NVIDIA H200", "NVIDIA H200"]) == "h200x2"
+assert gpu.gpu_tag(["NVIDIA H100 80GB HBM3"]) == "h100x1"
+assert gpu.gpu_tag(["NVIDIA A100-SXM4-80GB"]) == "a100x1"
+assert gpu.gpu_tag([]) == "nogpu"
+
+# ddp_pairs: a warm-up, then pairs in alternating order; a failed run counts in no median and no pair.
+calls = []
+steps = {("trun", 0): 60.0, ("torchrun-2.11", 0): 50.0, ("torchrun-2.11", 1): 52.0, ("trun", 1): 52.0,
+         ("trun", 2): 61.0, ("torchrun-2.11", 2): None}
+
+
+def run(base, extra, tag):
+    calls.append(tag)
+    if tag.endswith("warmup"):
+        return True, ""
+    name, rep = tag.split("-", 2)[2].rsplit("-", 1)
+    ms = steps[(name, int(rep))]
+    if ms is None:
+        return False, "Traceback: worker failed\n"
+    return True, f"step time: mean {ms + 1:.3f} ms, median {ms:.3f} ms over steps 3..300\n"
+
+
+d = gpu.ddp_pairs(run, 3, "t-ddp")
+assert calls == ["t-ddp-warmup", "t-ddp-trun-0", "t-ddp-torchrun-2.11-0", "t-ddp-torchrun-2.11-1", "t-ddp-trun-1",
+                 "t-ddp-trun-2", "t-ddp-torchrun-2.11-2"], calls
+assert d["median_step_ms"] == {"trun": 60.0, "torchrun-2.11": 51.0}, d["median_step_ms"]
+assert d["pair_ratios"] == [60.0 / 50.0, 1.0], d["pair_ratios"]
+assert abs(d["spread"]["trun"] - 9.0 / 60.0) < 1e-12 and abs(d["spread"]["torchrun-2.11"] - 2.0 / 51.0) < 1e-12
+assert abs(d["trun_over_torchrun"] - 60.0 / 51.0) < 1e-12 and d["max_loss_diff"] is None, d
+print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok")
