@@ -943,8 +943,12 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   raise_nofile(&a);
   a.w = calloc((size_t)a.nproc, sizeof(worker));
   a.loop = malloc(sizeof(uv_loop_t));
-  if (a.w == NULL || a.loop == NULL || uv_loop_init(a.loop) < 0) {
-    trun_error("out of memory starting the agent");
+  int lrc = a.w && a.loop ? uv_loop_init(a.loop) : UV_ENOMEM;
+  if (lrc < 0) {
+    trun_error("cannot start the agent: %s: %s", a.w && a.loop ? "uv_loop_init" : "calloc/malloc",
+               uv_strerror(lrc));
+    free(a.w);
+    free(a.loop);
     return 1;
   }
   /* Orphans of our workers come back to us (we reap them); as PID 1 that is already so. */

@@ -155,7 +155,10 @@ int trun_hostlist_expand(const char *list, char ***hosts, int *n, char *err, siz
       return trun_perr(err, errlen, "empty host name in '%s'", list);
     }
   }
-  if (h.n == 0) return trun_perr(err, errlen, "no hosts in '%s'", list);
+  if (h.n == 0) {
+    trun_hostlist_free(h.v, h.n);
+    return trun_perr(err, errlen, "no hosts in '%s'", list);
+  }
   *hosts = h.v;
   *n = h.n;
   return 0;

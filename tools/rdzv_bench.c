@@ -145,6 +145,8 @@ int main(int argc, char **argv) {
   pthread_barrier_t start;
   if (args == NULL || th == NULL || pthread_barrier_init(&start, NULL, (unsigned)n) != 0) {
     fprintf(stderr, "trun-rdzv-bench: out of memory for %d agents\n", n);
+    free(args);
+    free(th);
     return 1;
   }
   pthread_attr_t attr;

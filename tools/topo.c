@@ -236,8 +236,12 @@ int trun_topo_preflight(int argc, char **argv); /* tools/topo_preflight.c */
 
 int main(int argc, char **argv) {
   int as_json = 0, no_imds = 0, efa = 0, nfiles = 0, nccl_log = 0;
-  char **files = calloc((size_t)argc, sizeof(char *));
   if (argc > 1 && strcmp(argv[1], "preflight") == 0) return trun_topo_preflight(argc - 1, argv + 1);
+  char **files = calloc((size_t)argc, sizeof(char *));
+  if (files == NULL) {
+    fprintf(stderr, "trun-topo: out of memory (calloc of %d argument slots)\n", argc);
+    return 1;
+  }
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--nccl-log") == 0) {
       nccl_log = 1;
@@ -250,15 +254,18 @@ int main(int argc, char **argv) {
       no_imds = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       fputs(usage, stdout);
+      free(files);
       return 0;
     } else {
       fprintf(stderr, "trun-topo: unknown option '%s'; see trun-topo --help\n", argv[i]);
+      free(files);
       return 2;
     }
   }
   if (nccl_log) {
     if (nfiles == 0) {
       fprintf(stderr, "trun-topo: --nccl-log needs at least one log file; see trun-topo --help\n");
+      free(files);
       return 2;
     }
     int rc = nccl_log_main(files, nfiles, as_json, efa);
@@ -270,6 +277,8 @@ int main(int argc, char **argv) {
   topo_paths *p = calloc(1, sizeof(*p));
   if (!n || !p) {
     fprintf(stderr, "trun-topo: out of memory\n");
+    free(n);
+    free(p);
     return 1;
   }
   n->instance.source = "none";
