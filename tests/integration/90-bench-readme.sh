@@ -3,7 +3,7 @@
 #  1. bench/readme.py --check: the section between the results markers is exactly what the committed result
 #     files in bench/results/ give (a result file added, or readme.py changed, without regenerating fails).
 #  2. tests/tools/check_bench_py.py: bench/gpu.py's parsing and ratios (ar_lines, vs_torch, gpu_tag,
-#     ddp_pairs) on canned worker output.
+#     ddp_pairs) on canned worker output, and bench/gpu_topo.py's nvidia-smi parsers on the committed captures.
 #  3. readme.py on a README without the markers: exit 1 with the message naming them, file unchanged.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail

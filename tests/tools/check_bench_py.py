@@ -1,5 +1,6 @@
 """Checks the parsing and arithmetic of bench/gpu.py that turn worker output into the README's GPU ratios,
-with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs. Run by
+with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs; and bench/gpu_topo.py's
+nvidia-smi parsers on the committed captures of the H200 x2 and H100 x1 boxes. Run by
 tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
 Exit 0 when every check holds; the first failed check raises AssertionError with what differed."""
 import os
@@ -56,4 +57,18 @@ assert d["median_step_ms"] == {"trun": 60.0, "torchrun-2.11": 51.0}, d["median_s
 assert d["pair_ratios"] == [60.0 / 50.0, 1.0], d["pair_ratios"]
 assert abs(d["spread"]["trun"] - 9.0 / 60.0) < 1e-12 and abs(d["spread"]["torchrun-2.11"] - 2.0 / 51.0) < 1e-12
 assert abs(d["trun_over_torchrun"] - 60.0 / 51.0) < 1e-12 and d["max_loss_diff"] is None, d
-print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok")
+
+# gpu_topo: nvidia-smi `topo -m` (escape codes, one column per GPU) and `-q` from the boxes.
+import gpu_topo  # noqa: E402
+
+res = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "results")
+h200 = os.path.join(res, "2026-11-22-h200x2-topo")
+assert gpu_topo.smi_topo(open(os.path.join(h200, "smi-topo.txt")).read()) == {0: ("0-31", "0"), 1: ("0-31", "0")}
+assert gpu_topo.smi_q(open(os.path.join(h200, "smi-q.txt")).read()) == [
+    ("GPU-48d0f256-bfd7-7855-41f4-3cef615d1a00", "00000000:00:06.0"),
+    ("GPU-fddc5a5a-c92e-0a49-6000-539034ebc4ab", "00000000:00:07.0")]
+h100 = os.path.join(res, "2026-11-23-h100x1-topo")
+assert gpu_topo.smi_topo(open(os.path.join(h100, "smi-topo.txt")).read()) == {0: ("0-15", "0")}
+assert gpu_topo.smi_q(open(os.path.join(h100, "smi-q.txt")).read()) == [
+    ("GPU-42920c24-4fbd-a926-1b62-402efd44a614", "00000000:00:06.0")]
+print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok")
