@@ -3,7 +3,8 @@
 #   node + npm (Debian's nodejs/npm when no node is on PATH), kubectl for `kubectl kustomize` (the image's,
 #   or Debian's kubernetes-client when none: its kustomize is too old for the overlays' `patches:`, the test
 #   then skips and says so), and in $TRUN_NPM_DIR (default /var/cache/trun/npm) the npm packages
-#   kubernetes-models (ajv validators compiled from the Kubernetes OpenAPI schemas) and yaml.
+#   kubernetes-models (ajv validators compiled from the Kubernetes OpenAPI schemas) and yaml; Debian's
+#   python3-kubernetes for /usr/bin/python3 (its models drive the unknown-field check, tests/tools/k8s_fields.py).
 # Exit codes: 0 ok, 1 an install step failed.
 set -euo pipefail
 dir=${TRUN_NPM_DIR:-/var/cache/trun/npm}
@@ -12,6 +13,7 @@ need=()
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
+/usr/bin/python3 -c 'import kubernetes.client.models' 2>/dev/null || need+=(python3-kubernetes)
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps-k8s: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -4,11 +4,13 @@
 # (npm kubernetes-models: ajv validators compiled from the Kubernetes OpenAPI spec; tests/tools/k8s_validate.mjs).
 # Job and Service are validated whole; for JobSet, PyTorchJob, TrainJob and ClusterTrainingRuntime, whose CRD
 # schemas no Debian or npm package ships, the core objects they embed (Job/Pod templates, resources) are.
-# Then: the validator is live (three broken renderings must be rejected), and each overlay asks for what its
+# Every rendering also passes the unknown-field check (tests/tools/k8s_fields.py: every key a field of its
+# model in Debian's python3-kubernetes, as kubectl --validate=strict; the schemas above allow unknown keys).
+# Then: both checks are live (broken renderings must be rejected), and each overlay asks for what its
 # instance type has (GPUs, EFA devices, nodeSelector), with trun as the entrypoint, IPC_LOCK, /dev/shm as a
 # memory emptyDir and no hostIPC in every pod template.
 # Needs: kubectl (kustomize v3+ for `patches:`), node, and $TRUN_NPM_DIR (default /var/cache/trun/npm) from
-# scripts/deps-k8s.sh. Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
+# scripts/deps-k8s.sh, python3-kubernetes. Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=${TRUN_REPO:-$(cd "$here/../.." && pwd)}
@@ -24,9 +26,12 @@ command -v node >/dev/null || skip "no node (run scripts/deps-k8s.sh)"
 [ -f "$npm_dir/node_modules/kubernetes-models/package.json" ] ||
   skip "no kubernetes-models in $npm_dir/node_modules (run scripts/deps-k8s.sh)"
 "$host_py" -c 'import yaml' 2>/dev/null || skip "no PyYAML for $host_py (Debian python3-yaml)"
+"$host_py" -c 'import kubernetes.client.models' 2>/dev/null ||
+  skip "no python3-kubernetes for $host_py (run scripts/deps-k8s.sh)"
 kubectl kustomize "$repo/k8s/jobset/overlays/p4d" >/dev/null 2>"$tmp/probe.err" ||
   skip "kubectl kustomize cannot render the overlays (kustomize too old for 'patches:'?): $(head -n 1 "$tmp/probe.err")"
 validate() { node "$repo/tests/tools/k8s_validate.mjs" "$npm_dir" "$@"; }
+fields() { "$host_py" "$repo/tests/tools/k8s_fields.py" "$@"; }
 
 # 1. render + validate every kustomization
 n=0
@@ -37,10 +42,11 @@ while IFS= read -r k; do
   kubectl kustomize "$d" >"$out" 2>"$tmp/err" || fail "$rel: kubectl kustomize failed: $(cat "$tmp/err")"
   [ ! -s "$tmp/err" ] || fail "$rel: kubectl kustomize warned: $(cat "$tmp/err")"
   validate "$rel" <"$out" || fail "$rel: schema validation failed"
+  fields "$rel" <"$out" || fail "$rel: unknown fields"
   n=$((n + 1))
 done < <(find "$repo/k8s" -name kustomization.yaml | sort)
 [ $n -eq 16 ] || fail "expected 16 kustomizations (4 bases, 12 overlays), found $n"
-echo "ok: $n kustomizations rendered and validated"
+echo "ok: $n kustomizations rendered, validated and free of unknown fields"
 
 # 2. the validator rejects broken manifests (it is not a no-op)
 reject() {
@@ -54,6 +60,24 @@ reject "a string containerPort" k8s_jobset_overlays_p5 's/containerPort: 29500/c
 reject "a bad quantity" k8s_pytorchjob_overlays_g5 's/sizeLimit: 32Gi/sizeLimit: lots/'
 reject "an unknown completionMode" k8s_indexed-job_base 's/completionMode: Indexed/completionMode: Indexd/'
 reject "a bad GPU count" k8s_trainer-v2_overlays_p4d 's/nvidia.com\/gpu: 8/nvidia.com\/gpu: eight/'
+# misspelt field names: the unknown-field check names each one with its path
+reject_field() {
+  local what=$1 src=$2 expr=$3 path=$4
+  sed "$expr" "$tmp/$src.yaml" >"$tmp/bad.yaml"
+  ! cmp -s "$tmp/bad.yaml" "$tmp/$src.yaml" || fail "mutation '$what' changed nothing in $src"
+  if fields "bad-$what" <"$tmp/bad.yaml" >/dev/null 2>"$tmp/fields.err"; then fail "the field check accepted $what"; fi
+  grep -qF "$path: unknown field" "$tmp/fields.err" || fail "$what: no '$path: unknown field' in: $(cat "$tmp/fields.err")"
+  echo "ok: rejected $what ($path)"
+}
+reject_field "resoures in a JobSet container" k8s_jobset_overlays_p5 's/^\( *\)resources:/\1resoures:/' \
+  "spec.replicatedJobs[0].template.spec.template.spec.containers[0].resoures"
+reject_field "volumeMount in a PyTorchJob container" k8s_pytorchjob_overlays_g5 's/volumeMounts:/volumeMount:/' \
+  "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].volumeMount"
+reject_field "completionmode in a Job" k8s_indexed-job_base 's/completionMode:/completionmode:/' \
+  "Job.spec.completionmode"
+reject_field "clusterIp in a Service" k8s_indexed-job_base 's/clusterIP:/clusterIp:/' "Service.spec.clusterIp"
+reject_field "limit in a TrainJob's resources" k8s_trainer-v2_overlays_p4d 's/^\( *\)limits:/\1limit:/' \
+  "spec.trainer.resourcesPerNode.limit"
 
 # 3. what each pod asks for, per overlay
 "$host_py" - "$tmp" <<'EOF' || fail "manifest content"

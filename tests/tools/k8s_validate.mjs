@@ -11,7 +11,8 @@
 // PyTorchJob replicaSpecs.*.template (v1 PodTemplateSpec), TrainJob trainer.resourcesPerNode (v1
 // ResourceRequirements) and trainer.env (v1 EnvVar). Every document is reported with what was validated.
 // Known limit: the Kubernetes OpenAPI schemas allow unknown properties, so a misspelt field name passes here
-// (the API server drops it, or rejects it under strict field validation).
+// (the API server drops it, or rejects it under strict field validation); tests/tools/k8s_fields.py checks
+// the same objects for unknown fields.
 // Exit: 0 all valid; 1 a document is invalid or of an unknown kind; 2 usage or missing packages.
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
