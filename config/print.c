@@ -10,16 +10,53 @@
 
 #define TRUN_PRINT_COMMENT_COL 44
 
+/* The escape a double-quoted YAML scalar needs for the character at c: C0 controls and DEL; the C1 controls
+ * U+0080..U+009F, which YAML does not allow raw; NEL (U+0085), LS (U+2028) and PS (U+2029), which it reads as
+ * line breaks, even inside quotes; and a BOM (U+FEFF). Writes the escape into out and returns the bytes of
+ * the character, or 0 when it can stay as it is. */
+static int trun_yaml_escape(const unsigned char *c, char out[8]) {
+  if (*c < 0x20 || *c == 0x7f) {
+    if (*c == '\n' || *c == '\t')
+      snprintf(out, 8, "\\%c", *c == '\n' ? 'n' : 't');
+    else
+      snprintf(out, 8, "\\x%02x", *c);
+    return 1;
+  }
+  if (c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f) {
+    if (c[1] == 0x85)
+      snprintf(out, 8, "\\N");
+    else
+      snprintf(out, 8, "\\x%02x", c[1]);
+    return 2;
+  }
+  if (c[0] == 0xe2 && c[1] == 0x80 && (c[2] == 0xa8 || c[2] == 0xa9)) {
+    snprintf(out, 8, "\\%c", c[2] == 0xa8 ? 'L' : 'P');
+    return 3;
+  }
+  if (c[0] == 0xef && c[1] == 0xbb && c[2] == 0xbf) {
+    snprintf(out, 8, "\\uFEFF");
+    return 3;
+  }
+  return 0;
+}
+
+static int trun_yaml_needs_escape(const char *s) {
+  char esc[8];
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    if (trun_yaml_escape(c, esc)) return 1;
+  return 0;
+}
+
 /* A string that YAML reads back unchanged as a plain scalar, and that trun reads as this text: no indicator
- * at the start, no ": " or " #", no surrounding blanks, not a null or boolean word. */
+ * at the start, no ": " or " #", no surrounding blanks, not a null or boolean word, nothing to
+ * escape. */
 static int trun_yaml_plain_ok(const char *s) {
   static const char *const words[] = {"~", "null", "true", "false", "yes", "no", "on", "off", "y", "n"};
   if (!*s || strchr("-?:,[]{}#&*!|>'\"%@`", s[0]) || s[0] == ' ' || s[strlen(s) - 1] == ' ') return 0;
   if ((s[0] == '-' || s[0] == '?' || s[0] == ':') && s[1] && s[1] != ' ') return 0;
   if (strstr(s, ": ") || strstr(s, " #") || s[strlen(s) - 1] == ':') return 0;
   if (strpbrk(s, ",[]{}")) return 0; /* safe in block context, but not inside the flow list of args */
-  for (const char *c = s; *c; c++)
-    if ((unsigned char)*c < 0x20 || *c == 0x7f) return 0;
+  if (trun_yaml_needs_escape(s)) return 0;
   for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
     if (!strcasecmp(s, words[i])) return 0;
   return 1;
@@ -32,9 +69,7 @@ static void trun_yaml_write(FILE *f, const char *s, int flow) {
     fputs(s, f);
     return;
   }
-  int ctl = 0;
-  for (const char *c = s; *c; c++) ctl |= (unsigned char)*c < 0x20 || *c == 0x7f;
-  if (!ctl) { /* single quotes: only ' needs doubling */
+  if (!trun_yaml_needs_escape(s)) { /* single quotes: only ' needs doubling */
     fputc('\'', f);
     for (const char *c = s; *c; c++) {
       if (*c == '\'') fputc('\'', f);
@@ -44,17 +79,17 @@ static void trun_yaml_write(FILE *f, const char *s, int flow) {
     return;
   }
   fputc('"', f);
+  char esc[8];
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
+    int n;
+    if (*c == '"' || *c == '\\') {
       fprintf(f, "\\%c", *c);
-    else if (*c == '\n')
-      fputs("\\n", f);
-    else if (*c == '\t')
-      fputs("\\t", f);
-    else if (*c < 0x20 || *c == 0x7f)
-      fprintf(f, "\\x%02x", *c);
-    else
+    } else if ((n = trun_yaml_escape(c, esc)) > 0) {
+      fputs(esc, f);
+      c += n - 1;
+    } else {
       fputc(*c, f);
+    }
   }
   fputc('"', f);
 }

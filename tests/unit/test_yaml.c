@@ -532,6 +532,45 @@ START_TEST(test_print_config_args_colon) {
 }
 END_TEST
 
+/* Characters that YAML reads as line breaks (NEL U+0085, LS U+2028, PS U+2029) or refuses raw (the other C1
+ * controls, U+0080..U+009F) are escaped in the printed config, so that the value reads back unchanged: a raw
+ * NEL inside quotes was folded into a space (found by fuzz_yaml: rdzv_endpoint "s\Nula \a b"). */
+START_TEST(test_print_config_yaml_breaks) {
+  resolved r;
+  const char *in = write_tmp("breaks.yaml",
+                             "script: t.py\nrdzv-backend: c10d\nrdzv_endpoint: \"s\\Nula \\a b\"\nrdzv-id: "
+                             "\"a\\Lb\\Pc\\x80d\\x9fe\"\n"
+                             "args: [\"x\\Ny\", \"\\ufeffz\", 'plain \xc3\xa9']\n");
+  ck_assert_msg(resolve(&r, (char *[]){"trun", "--config", (char *)in, NULL}, NOENV, NULL) == 0, "%s", err);
+  ck_assert_str_eq(r.cl.v[TRUN_OPT_RDZV_ENDPOINT].val, "s\xc2\x85ula \x07 b");
+  ck_assert_str_eq(r.cl.v[TRUN_OPT_RDZV_ID].val,
+                   "a\xe2\x80\xa8"
+                   "b\xe2\x80\xa9"
+                   "c\xc2\x80"
+                   "d\xc2\x9f"
+                   "e");
+  char *out = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&out, &len);
+  trun_print_config(f, &r.cl, &r.plat, 0);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(out, "\nrdzv-endpoint: \"s\\Nula \\x07 b\""));
+  ck_assert_ptr_nonnull(strstr(out, "\nrdzv-id: \"a\\Lb\\Pc\\x80d\\x9fe\""));
+  ck_assert_ptr_nonnull(strstr(out, "\nargs: [\"x\\Ny\", \"\\uFEFFz\", plain \xc3\xa9]"));
+  resolved r2;
+  const char *back = write_tmp("breaks-back.yaml", out);
+  ck_assert_msg(resolve(&r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
+                err, out);
+  ck_assert_str_eq(r2.cl.v[TRUN_OPT_RDZV_ENDPOINT].val, r.cl.v[TRUN_OPT_RDZV_ENDPOINT].val);
+  ck_assert_str_eq(r2.cl.v[TRUN_OPT_RDZV_ID].val, r.cl.v[TRUN_OPT_RDZV_ID].val);
+  ck_assert_int_eq(r2.cl.nscript_args, 3);
+  for (int i = 0; i < 3; i++) ck_assert_str_eq(r2.cl.script_args[i], r.cl.script_args[i]);
+  free(out);
+  release(&r);
+  release(&r2);
+}
+END_TEST
+
 /* config/README.md's key table ("## Keys": rows "| `key` | ..."): one row per option of the command-line
  * table (launcher/cli.c) except config and print-config (command-line only, said below the table), plus
  * script and args, and no row for anything else; so the reference cannot drift from the options. */
@@ -588,6 +627,7 @@ static Suite *yaml_suite(void) {
   tcase_add_test(tc, test_scalar_quoting);
   tcase_add_test(tc, test_print_config_round_trip);
   tcase_add_test(tc, test_print_config_args_colon);
+  tcase_add_test(tc, test_print_config_yaml_breaks);
   tcase_add_test(tc, test_readme_lists_every_option);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
