@@ -1,5 +1,3 @@
-#include "agent.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +15,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "agent_int.h"
 #include "doctor.h"
 #include "log.h"
 #include "nccl_env.h"
@@ -32,83 +31,14 @@
 #include "watchdog.h"
 #include "worker_env.h"
 
-/* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
-typedef enum {
-  OUT_NONE = 0,
-  OUT_SUCCESS,
-  OUT_FAILED,
-  OUT_SIGNALED,
-  OUT_REMOTE_FAILED,
-  OUT_MEMBERSHIP
-} outcome;
-
-typedef struct agent agent;
-
-typedef struct {
-  agent *a;
-  int local_rank;
-  pid_t pid;
-  int running;
-  int status; /* exit code, or -signal */
-  double exit_time;
-  int torn_down; /* stopped by the agent, not failed by itself */
-  trun_stream *out, *err;
-  char error_file[PATH_MAX];
-  char log_out[PATH_MAX], log_err[PATH_MAX];
-  double stalled_s; /* --stall-timeout found it stalled for this long (0: not) */
-} worker;
-
-struct agent {
-  const trun_config *cfg;
-  uv_loop_t *loop;
-  char **env; /* the agent's environment as workers inherit it */
-  int nproc;
-  worker *w;
-  int running; /* workers not yet reaped */
-  int open_streams;
-  int phase_stopping;
-  outcome result;
-  int first_failed; /* local rank of the first failure, -1 */
-  int watch_lost;   /* the failure-watch connection was lost: reconnect before the next round */
-  int signal_seen;  /* the terminating signal the agent got, 0 */
-  int restart_count;
-  int round;
-  trun_rdzv rdzv;
-  trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
-  trun_watchdog guard;
-  char run_dir[PATH_MAX];
-  int files_off; /* --log-dir /dev/null */
-  char host[256];
-  uv_signal_t sigchld;
-  uv_signal_t sigs[TRUN_MAX_SIGNALS];
-  int nsigs;
-  uv_timer_t kill_timer;
-  uv_timer_t drain_timer;
-  uv_timer_t member_timer; /* c10d: heartbeats and the wait list while the workers run */
-  /* Multi-node: a thread waits for the round's end key on its own connection. */
-  uv_async_t remote;
-  pthread_t watcher;
-  int watcher_on;
-  trun_client *watch_client;
-  char end_value[64];
-  int end_seen;         /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round;        /* the round whose end the watcher delivered */
-  int in_round;         /* workers of this round may still run: remote ends act only then */
-  trun_obs *obs;        /* events and metrics (agent/obs.h) */
-  trun_stall *stall;    /* --stall-timeout (agent/stall.h), NULL when off */
-  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;    /* the agent raised its soft limit to the hard one */
-};
-
-static double now_s(void) {
+double trun__agent_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
-static int pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int pathf(char *out, size_t len, const char *fmt, ...) {
+int trun__agent_pathf(char *out, size_t len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(out, len, fmt, ap);
@@ -116,7 +46,7 @@ static int pathf(char *out, size_t len, const char *fmt, ...) {
   return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int mkdirs(const char *path) {
+int trun__agent_mkdirs(const char *path) {
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) return -ENAMETOOLONG;
   for (char *p = tmp + 1; *p; p++)
@@ -143,7 +73,7 @@ static int make_run_dir(agent *a) {
     if (mkdtemp(tmpbase) == NULL) return -errno;
     base = tmpbase;
   } else {
-    int rc = mkdirs(base);
+    int rc = trun__agent_mkdirs(base);
     if (rc < 0) return rc;
   }
   if (snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_XXXXXX", base, a->cfg->run_id) >=
@@ -153,45 +83,11 @@ static int make_run_dir(agent *a) {
   return 0;
 }
 
-/* ---- prefixes ------------------------------------------------------------------------------------ */
-
-/* The console prefix of a tee'd line: torchrun's "[<role><local_rank>]:" or the template. */
-static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
-  const char *t = a->cfg->log_line_prefix;
-  if (t == NULL) {
-    snprintf(out, len, "[%s%d]:", a->cfg->role, local_rank);
-    return;
-  }
-  size_t o = 0;
-  out[0] = '\0';
-  while (*t && o + 1 < len) {
-    const char *val = NULL;
-    char num[16];
-    size_t skip = 0;
-    if (strncmp(t, "${role_name}", 12) == 0)
-      val = a->cfg->role, skip = 12;
-    else if (strncmp(t, "${local_rank}", 13) == 0)
-      snprintf(num, sizeof(num), "%d", local_rank), val = num, skip = 13;
-    else if (strncmp(t, "${rank}", 7) == 0)
-      snprintf(num, sizeof(num), "%d", a->rdzv.base_rank + local_rank), val = num, skip = 7;
-    else if (strncmp(t, "${hostname}", 11) == 0)
-      val = a->host, skip = 11;
-    if (val) {
-      int n = snprintf(out + o, len - o, "%s", val);
-      o += n > 0 && (size_t)n < len - o ? (size_t)n : 0;
-      t += skip;
-    } else {
-      out[o++] = *t++;
-      out[o] = '\0';
-    }
-  }
-}
-
 /* ---- round end ----------------------------------------------------------------------------------- */
 
 static void maybe_finish(agent *a);
 
-static void on_stream_eof(void *arg) {
+void trun__agent_on_stream_eof(void *arg) {
   agent *a = arg;
   a->open_streams--;
   maybe_finish(a);
@@ -257,7 +153,7 @@ static void worker_exited(agent *a, worker *w, int status) {
   char sname[32];
   w->running = 0;
   a->running--;
-  w->exit_time = now_s();
+  w->exit_time = trun__agent_now();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   trun_obs_worker_exit(a->obs, w->pid, a->rdzv.base_rank + w->local_rank, w->local_rank, w->status,
                        w->torn_down);
@@ -411,105 +307,6 @@ static void membership_or_failure(agent *a) {
 
 /* ---- workers ------------------------------------------------------------------------------------- */
 
-static int open_log(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }
-
-/* Sets up one stream (1 = stdout, 2 = stderr) of worker w: fd the child gets, or -1 to inherit. */
-static int setup_stream(agent *a, worker *w, int which, const char *path, int *child_fd) {
-  int lr = w->local_rank;
-  int bit = which == 1 ? 1 : 2;
-  int redirected = !a->files_off && (trun_config_redirects(a->cfg, lr) & bit);
-  int teed = redirected && (trun_config_tee(a->cfg, lr) & bit);
-  int shown = trun_config_console_shows(a->cfg, lr);
-  *child_fd = -1;
-  int file = -1;
-  if (redirected && (file = open_log(path)) < 0) {
-    trun_error("cannot create log file %s: %s; check --log-dir", path, strerror(errno));
-    return -1;
-  }
-  if (redirected && !teed) {
-    *child_fd = file; /* straight into the file, like torchrun */
-    return 0;
-  }
-  int console = (!redirected || teed) && shown ? which : -1;
-  if (console < 0 && file < 0) {
-    *child_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    return *child_fd < 0 ? -1 : 0;
-  }
-  char prefix[512] = "";
-  if (teed || a->cfg->log_line_prefix) line_prefix(a, lr, prefix, sizeof(prefix));
-  trun_stream *s;
-  int rc = trun_stream_open(a->loop, console, file, prefix, &s, child_fd);
-  if (file >= 0) close(file);
-  if (rc < 0) {
-    trun_error("cannot create the output pipe of local rank %d: %s", lr, strerror(-rc));
-    return -1;
-  }
-  trun_stream_on_eof(s, on_stream_eof, a);
-  a->open_streams++;
-  if (which == 1)
-    w->out = s;
-  else
-    w->err = s;
-  return 0;
-}
-
-static int start_worker(agent *a, worker *w, const char *attempt_dir) {
-  int lr = w->local_rank;
-  char dir[PATH_MAX];
-  w->error_file[0] = w->log_out[0] = w->log_err[0] = '\0';
-  if (!a->files_off) {
-    int rc = pathf(dir, sizeof(dir), "%s/%d", attempt_dir, lr);
-    if (rc == 0) rc = mkdirs(dir);
-    if (rc == 0) rc = pathf(w->error_file, sizeof(w->error_file), "%s/error.json", dir);
-    if (rc == 0) rc = pathf(w->log_out, sizeof(w->log_out), "%s/stdout.log", dir);
-    if (rc == 0) rc = pathf(w->log_err, sizeof(w->log_err), "%s/stderr.log", dir);
-    if (rc < 0) {
-      trun_error("cannot create %s/%d: %s; pass a shorter or writable --log-dir", attempt_dir, lr,
-                 strerror(-rc));
-      return -1;
-    }
-    unlink(w->error_file);
-  }
-  char **envp = trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, w->error_file);
-  if (envp && a->cfg->nccl_report && !a->files_off && trun_nccl_report_env(&envp, dir) < 0)
-    trun_strv_free(envp), envp = NULL;
-  char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
-  if (argv == NULL) {
-    trun_error(
-        "cannot build local rank %d's environment (%s)", lr,
-        a->cfg->virtual_local_rank ? "CUDA_VISIBLE_DEVICES has fewer entries than workers" : "out of memory");
-    trun_strv_free(envp);
-    return -1;
-  }
-  int out_fd = -1, err_fd = -1, rc = -1;
-  if (setup_stream(a, w, 1, w->log_out, &out_fd) == 0 && setup_stream(a, w, 2, w->log_err, &err_fd) == 0) {
-    trun_spawn_req req = {.argv = argv,
-                          .envp = envp,
-                          .stdout_fd = out_fd,
-                          .stderr_fd = err_fd,
-                          .cpus = trun_worker_cpus(envp),
-                          .nofile = a->nofile_raised ? &a->nofile : NULL};
-    const char *what = "";
-    int src = trun_spawn(&req, &w->pid, &what);
-    if (src < 0 && w->pid <= 0) {
-      trun_error("cannot start local rank %d (%s): %s failed: %s", lr, argv[0], what, strerror(-src));
-    } else {
-      if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
-      w->running = 1;
-      a->running++;
-      trun_watchdog_add(&a->guard, w->pid);
-      trun_obs_worker_start(a->obs, w->pid, a->rdzv.base_rank + lr, lr, a->restart_count);
-      trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
-      rc = 0;
-    }
-  }
-  if (out_fd >= 0) close(out_fd);
-  if (err_fd >= 0) close(err_fd);
-  trun_strv_free(argv);
-  trun_strv_free(envp);
-  return rc;
-}
-
 /* --stall-timeout: a worker showed no sign of life (and got --stall-signal and its grace): tear the round
  * down like a failure of that worker, so that it counts as a restart and the report names it. */
 static void on_stall(void *arg, int local_rank, double idle_s, int sig, int stop) {
@@ -540,7 +337,7 @@ static void run_round(agent *a) {
   a->end_value[0] = '\0';
   memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
   if (!a->files_off &&
-      pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
+      trun__agent_pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
     a->files_off = 1;
   if (a->watch_client) {
     a->watcher_on = pthread_create(&a->watcher, NULL, watch_end, a) == 0;
@@ -550,9 +347,9 @@ static void run_round(agent *a) {
   for (int i = 0; i < a->nproc; i++) {
     a->w[i].a = a;
     a->w[i].local_rank = i;
-    if (start_worker(a, &a->w[i], attempt_dir) < 0) {
+    if (trun__agent_start_worker(a, &a->w[i], attempt_dir) < 0) {
       a->w[i].status = 127;
-      a->w[i].exit_time = now_s();
+      a->w[i].exit_time = trun__agent_now();
       a->result = OUT_FAILED;
       a->first_failed = i;
       begin_stop(a, SIGTERM, 1);
@@ -574,83 +371,6 @@ static void run_round(agent *a) {
   uv_timer_stop(&a->member_timer);
   trun_stall_end(a->stall);
   a->in_round = 0;
-}
-
-/* ---- failures ------------------------------------------------------------------------------------ */
-
-static size_t collect_failures(agent *a, trun_failure *fs) {
-  size_t n = 0;
-  for (int i = 0; i < a->nproc; i++) {
-    worker *w = &a->w[i];
-    if (w->status == 0) continue;
-    trun_failure *f = &fs[n++];
-    memset(f, 0, sizeof(*f));
-    f->global_rank = a->rdzv.base_rank + i;
-    f->local_rank = i;
-    f->group_rank = a->rdzv.group_rank;
-    f->pid = w->pid;
-    f->exit_code = w->status;
-    f->timestamp = w->exit_time;
-    f->host = strdup(a->host);
-    f->torn_down = w->torn_down && i != a->first_failed;
-    if (w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2)) f->log_path = strdup(w->log_err);
-    if (w->error_file[0]) {
-      int rc = trun_errfile_read(w->error_file, f);
-      if (rc == -EBADMSG)
-        trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
-    }
-    if (w->stalled_s > 0) {
-      char *msg = NULL;
-      if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,
-                   f->message ? "; then: " : "", f->message ? f->message : "") >= 0) {
-        free(f->message);
-        f->message = msg;
-      }
-    }
-  }
-  return n;
-}
-
-static void report_failures(agent *a, int final) {
-  trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size, sizeof(*fs));
-  if (fs == NULL) return;
-  size_t n = collect_failures(a, fs);
-  int root;
-  if (final && a->result == OUT_REMOTE_FAILED && a->rdzv.group_rank != 0) {
-    fprintf(stderr,
-            "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
-            a->rdzv.group_rank,
-            a->rdzv.dynamic || strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed"
-                                                                      : "the store was lost");
-    final = 0;
-  }
-  if (final && !a->rdzv.dynamic && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
-    /* Job-wide: add the other nodes' root causes. */
-    char **remote = NULL;
-    int nr = 0;
-    if (trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
-      for (int i = 0; i < nr; i++) {
-        trun_failure f;
-        memset(&f, 0, sizeof(f));
-        if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
-            f.group_rank != a->rdzv.group_rank)
-          fs[n++] = f;
-        else
-          trun_failure_free(&f);
-        free(remote[i]);
-      }
-      free(remote);
-    }
-  }
-  trun_obs_failure(a->obs, fs, n, final);
-  if (final && n > 0) {
-    trun_report_print(stderr, a->cfg->script, fs, n);
-    const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
-    root = trun_failure_root(fs, n);
-    if (parent && parent[0] && root >= 0) trun_errfile_write_parent(parent, &fs[root]);
-  }
-  for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);
-  free(fs);
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------------- */
@@ -696,39 +416,6 @@ static void close_streams(agent *a) {
     a->w[i].out = a->w[i].err = NULL;
   }
   a->open_streams = 0;
-}
-
-/* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
- * round for every node: "fail:<group rank>" in the round's end key. */
-static void announce_failure(agent *a) {
-  trun_failure *fs = calloc((size_t)a->nproc + 1, sizeof(*fs));
-  if (fs == NULL) return;
-  size_t n = collect_failures(a, fs);
-  int root = trun_failure_root(fs, n);
-  char *json = NULL;
-  if (root >= 0 && !fs[root].torn_down) {
-    json = trun_failure_to_json(&fs[root]);
-  } else {
-    trun_failure f;
-    char name[32], msg[256];
-    memset(&f, 0, sizeof(f));
-    f.global_rank = a->rdzv.base_rank;
-    f.local_rank = -1;
-    f.group_rank = a->rdzv.group_rank;
-    f.pid = getpid();
-    f.exit_code = a->signal_seen ? -a->signal_seen : 1;
-    f.timestamp = now_s();
-    f.host = a->host;
-    snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s", a->rdzv.group_rank,
-             a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
-    f.message = msg;
-    json = trun_failure_to_json(&f);
-  }
-  if (trun_rdzv_announce_failure(&a->rdzv, a->round, json) < 0)
-    trun_warn("could not tell the other nodes that this node failed (rendezvous store unreachable)");
-  free(json);
-  for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);
-  free(fs);
 }
 
 /* Joins the end-of-round watcher. The end key is set by now (by this node or another), so the thread
@@ -779,7 +466,7 @@ static void end_round_multinode(agent *a) {
     else if (rc < 0)
       a->result = OUT_REMOTE_FAILED, snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
   }
-  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
+  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) trun__agent_announce_failure(a);
   join_watcher(a);
   /* The end key holds the first announcement: "member:" before our "fail:" means the membership change
    * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
@@ -879,12 +566,12 @@ static int agent_main(agent *a) {
       break;
     }
     if (a->result == OUT_SIGNALED) {
-      report_failures(a, 0);
+      trun__agent_report_failures(a, 0);
       code = 1;
       break;
     }
     int final = remaining == 0;
-    report_failures(a, final);
+    trun__agent_report_failures(a, final);
     if (final) {
       code = 1;
       break;

@@ -1,0 +1,146 @@
+/* A worker's files, output streams and process (agent/agent_int.h): torchrun's log layout
+ * (<run dir>/attempt_N/<local rank>/{stdout,stderr}.log, error.json), --redirects / --tee /
+ * --local-ranks-filter and the line prefix, then trun_spawn with the worker's environment. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "log.h"
+#include "nccl_report.h"
+#include "spawn.h"
+#include "worker_env.h"
+
+/* The console prefix of a tee'd line: torchrun's "[<role><local_rank>]:" or the template. */
+static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
+  const char *t = a->cfg->log_line_prefix;
+  if (t == NULL) {
+    snprintf(out, len, "[%s%d]:", a->cfg->role, local_rank);
+    return;
+  }
+  size_t o = 0;
+  out[0] = '\0';
+  while (*t && o + 1 < len) {
+    const char *val = NULL;
+    char num[16];
+    size_t skip = 0;
+    if (strncmp(t, "${role_name}", 12) == 0)
+      val = a->cfg->role, skip = 12;
+    else if (strncmp(t, "${local_rank}", 13) == 0)
+      snprintf(num, sizeof(num), "%d", local_rank), val = num, skip = 13;
+    else if (strncmp(t, "${rank}", 7) == 0)
+      snprintf(num, sizeof(num), "%d", a->rdzv.base_rank + local_rank), val = num, skip = 7;
+    else if (strncmp(t, "${hostname}", 11) == 0)
+      val = a->host, skip = 11;
+    if (val) {
+      int n = snprintf(out + o, len - o, "%s", val);
+      o += n > 0 && (size_t)n < len - o ? (size_t)n : 0;
+      t += skip;
+    } else {
+      out[o++] = *t++;
+      out[o] = '\0';
+    }
+  }
+}
+
+static int open_log(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }
+
+/* Sets up one stream (1 = stdout, 2 = stderr) of worker w: fd the child gets, or -1 to inherit. */
+static int setup_stream(agent *a, worker *w, int which, const char *path, int *child_fd) {
+  int lr = w->local_rank;
+  int bit = which == 1 ? 1 : 2;
+  int redirected = !a->files_off && (trun_config_redirects(a->cfg, lr) & bit);
+  int teed = redirected && (trun_config_tee(a->cfg, lr) & bit);
+  int shown = trun_config_console_shows(a->cfg, lr);
+  *child_fd = -1;
+  int file = -1;
+  if (redirected && (file = open_log(path)) < 0) {
+    trun_error("cannot create log file %s: %s; check --log-dir", path, strerror(errno));
+    return -1;
+  }
+  if (redirected && !teed) {
+    *child_fd = file; /* straight into the file, like torchrun */
+    return 0;
+  }
+  int console = (!redirected || teed) && shown ? which : -1;
+  if (console < 0 && file < 0) {
+    *child_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    return *child_fd < 0 ? -1 : 0;
+  }
+  char prefix[512] = "";
+  if (teed || a->cfg->log_line_prefix) line_prefix(a, lr, prefix, sizeof(prefix));
+  trun_stream *s;
+  int rc = trun_stream_open(a->loop, console, file, prefix, &s, child_fd);
+  if (file >= 0) close(file);
+  if (rc < 0) {
+    trun_error("cannot create the output pipe of local rank %d: %s", lr, strerror(-rc));
+    return -1;
+  }
+  trun_stream_on_eof(s, trun__agent_on_stream_eof, a);
+  a->open_streams++;
+  if (which == 1)
+    w->out = s;
+  else
+    w->err = s;
+  return 0;
+}
+
+int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
+  int lr = w->local_rank;
+  char dir[PATH_MAX];
+  w->error_file[0] = w->log_out[0] = w->log_err[0] = '\0';
+  if (!a->files_off) {
+    int rc = trun__agent_pathf(dir, sizeof(dir), "%s/%d", attempt_dir, lr);
+    if (rc == 0) rc = trun__agent_mkdirs(dir);
+    if (rc == 0) rc = trun__agent_pathf(w->error_file, sizeof(w->error_file), "%s/error.json", dir);
+    if (rc == 0) rc = trun__agent_pathf(w->log_out, sizeof(w->log_out), "%s/stdout.log", dir);
+    if (rc == 0) rc = trun__agent_pathf(w->log_err, sizeof(w->log_err), "%s/stderr.log", dir);
+    if (rc < 0) {
+      trun_error("cannot create %s/%d: %s; pass a shorter or writable --log-dir", attempt_dir, lr,
+                 strerror(-rc));
+      return -1;
+    }
+    unlink(w->error_file);
+  }
+  char **envp = trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, w->error_file);
+  if (envp && a->cfg->nccl_report && !a->files_off && trun_nccl_report_env(&envp, dir) < 0)
+    trun_strv_free(envp), envp = NULL;
+  char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
+  if (argv == NULL) {
+    trun_error(
+        "cannot build local rank %d's environment (%s)", lr,
+        a->cfg->virtual_local_rank ? "CUDA_VISIBLE_DEVICES has fewer entries than workers" : "out of memory");
+    trun_strv_free(envp);
+    return -1;
+  }
+  int out_fd = -1, err_fd = -1, rc = -1;
+  if (setup_stream(a, w, 1, w->log_out, &out_fd) == 0 && setup_stream(a, w, 2, w->log_err, &err_fd) == 0) {
+    trun_spawn_req req = {.argv = argv,
+                          .envp = envp,
+                          .stdout_fd = out_fd,
+                          .stderr_fd = err_fd,
+                          .cpus = trun_worker_cpus(envp),
+                          .nofile = a->nofile_raised ? &a->nofile : NULL};
+    const char *what = "";
+    int src = trun_spawn(&req, &w->pid, &what);
+    if (src < 0 && w->pid <= 0) {
+      trun_error("cannot start local rank %d (%s): %s failed: %s", lr, argv[0], what, strerror(-src));
+    } else {
+      if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
+      w->running = 1;
+      a->running++;
+      trun_watchdog_add(&a->guard, w->pid);
+      trun_obs_worker_start(a->obs, w->pid, a->rdzv.base_rank + lr, lr, a->restart_count);
+      trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
+      rc = 0;
+    }
+  }
+  if (out_fd >= 0) close(out_fd);
+  if (err_fd >= 0) close(err_fd);
+  trun_strv_free(argv);
+  trun_strv_free(envp);
+  return rc;
+}
