@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,7 +24,6 @@
 #include "preflight.h"
 #include "rdzv.h"
 #include "report.h"
-#include "spawn.h"
 #include "stall.h"
 #include "store_acl.h"
 #include "watchdog.h"
