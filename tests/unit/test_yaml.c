@@ -461,6 +461,24 @@ START_TEST(test_scalar_quoting) {
 }
 END_TEST
 
+/* What --print-config prints for r (malloc'ed). */
+static char *printed(resolved *r) {
+  char *out = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&out, &len);
+  ck_assert_ptr_nonnull(f);
+  trun_print_config(f, &r->cl, &r->plat, 0);
+  fclose(f);
+  return out;
+}
+
+/* Resolves "trun --config NAME" with the printed text out as the file, into r2 (asserts it resolves). */
+static void read_back(const char *name, const char *out, resolved *r2) {
+  const char *back = write_tmp(name, out);
+  ck_assert_msg(resolve(r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
+                err, out);
+}
+
 /* --print-config's output is a config file: read back alone it gives every value again. */
 START_TEST(test_print_config_round_trip) {
   resolved r;
@@ -475,11 +493,7 @@ START_TEST(test_print_config_round_trip) {
   ck_assert_msg(resolve(&r, (char *[]){"trun", "--config", path, "--node-rank=1", "--print-config", NULL},
                         envp, NULL) == 0,
                 "%s", err);
-  char *out = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&out, &len);
-  trun_print_config(f, &r.cl, &r.plat, 0);
-  fclose(f);
+  char *out = printed(&r);
   ck_assert_ptr_nonnull(strstr(out, "\n# platform: slurm\n"));
   ck_assert_ptr_nonnull(strstr(out, "\nrole: trainer                                 # env PET_ROLE\n"));
   ck_assert_ptr_nonnull(strstr(out, "\nnode-rank: 1                                  # cli\n"));
@@ -489,10 +503,8 @@ START_TEST(test_print_config_round_trip) {
                                "(SLURM_JOB_NODELIST, first host)\n"));
   ck_assert_ptr_nonnull(strstr(out, "\nrole: trainer"));
   ck_assert_ptr_nonnull(strstr(out, "\nargs: ['--lr', 0.1, '--name=a b']             # file:"));
-  const char *back = write_tmp("back.yaml", out);
   resolved r2;
-  ck_assert_msg(resolve(&r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
-                err, out);
+  read_back("back.yaml", out, &r2);
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     if (id == TRUN_OPT_CONFIG || id == TRUN_OPT_PRINT_CONFIG) continue;
     ck_assert_msg(r2.cl.v[id].src == TRUN_SRC_FILE, "option %d not in the printed file", id);
@@ -513,17 +525,11 @@ START_TEST(test_print_config_args_colon) {
   resolved r;
   const char *in = write_tmp("colon.yaml", "script: t.py\nargs: ['k:v', 'x:?y', 'host:29500', plain]\n");
   ck_assert_msg(resolve(&r, (char *[]){"trun", "--config", (char *)in, NULL}, NOENV, NULL) == 0, "%s", err);
-  char *out = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&out, &len);
-  trun_print_config(f, &r.cl, &r.plat, 0);
-  fclose(f);
+  char *out = printed(&r);
   ck_assert_ptr_nonnull(strstr(out, "\nargs: ['k:v', 'x:?y', 'host:29500', plain]"));
   ck_assert_ptr_nonnull(strstr(out, "\nnnodes: 1:1 "));
   resolved r2;
-  const char *back = write_tmp("colon-back.yaml", out);
-  ck_assert_msg(resolve(&r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
-                err, out);
+  read_back("colon-back.yaml", out, &r2);
   ck_assert_int_eq(r2.cl.nscript_args, 4);
   for (int i = 0; i < 4; i++) ck_assert_str_eq(r2.cl.script_args[i], r.cl.script_args[i]);
   free(out);
@@ -549,18 +555,12 @@ START_TEST(test_print_config_yaml_breaks) {
                    "c\xc2\x80"
                    "d\xc2\x9f"
                    "e");
-  char *out = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&out, &len);
-  trun_print_config(f, &r.cl, &r.plat, 0);
-  fclose(f);
+  char *out = printed(&r);
   ck_assert_ptr_nonnull(strstr(out, "\nrdzv-endpoint: \"s\\Nula \\x07 b\""));
   ck_assert_ptr_nonnull(strstr(out, "\nrdzv-id: \"a\\Lb\\Pc\\x80d\\x9fe\""));
   ck_assert_ptr_nonnull(strstr(out, "\nargs: [\"x\\Ny\", \"\\uFEFFz\", plain \xc3\xa9]"));
   resolved r2;
-  const char *back = write_tmp("breaks-back.yaml", out);
-  ck_assert_msg(resolve(&r2, (char *[]){"trun", "--config", (char *)back, NULL}, NOENV, NULL) == 0, "%s\n%s",
-                err, out);
+  read_back("breaks-back.yaml", out, &r2);
   ck_assert_str_eq(r2.cl.v[TRUN_OPT_RDZV_ENDPOINT].val, r.cl.v[TRUN_OPT_RDZV_ENDPOINT].val);
   ck_assert_str_eq(r2.cl.v[TRUN_OPT_RDZV_ID].val, r.cl.v[TRUN_OPT_RDZV_ID].val);
   ck_assert_int_eq(r2.cl.nscript_args, 3);
