@@ -310,6 +310,11 @@ for ((r = 0; r < rounds; r++)); do
     else
       mv "$d/a1.err" "$d/a1-killed.err"; mv "$d/a1.out" "$d/a1-killed.out"
       echo "agent 0 waits on; a new agent 1 and agent 2 join"
+      # Dynamic backends: the replacements come after the killed node's heartbeat has expired (3 s), so that
+      # it is dropped first. Had it joined the participants, and had two new nodes come at once, the round
+      # would complete with the dead node in it, and rank 0 would wait for its role_info until the timeout,
+      # as torch's agents do (torch >= 2.3 gathers role_info the same way).
+      if [ $be != static ]; then sleep 4; fi
       start_agent "$d" 1 1 0 $(opts 1)
       start_agent "$d" 2 2 0 $(opts 2)
       wait_ready "$d" 0
