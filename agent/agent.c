@@ -444,7 +444,7 @@ static void reconnect_watch(agent *a) {
   a->watch_lost = 0;
   trun_client_opts o;
   trun_client_opts_default(&o);
-  o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
+  o.host = a->rdzv.host ? trun_store_host_addr(a->rdzv.host) : a->cfg->endpoint_host;
   o.port = a->rdzv.master_port;
   o.key_prefix = "";
   o.connect_timeout_ms = 60000;
@@ -516,7 +516,7 @@ static int agent_main(agent *a) {
   if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) {
     trun_client_opts o;
     trun_client_opts_default(&o);
-    o.host = a->rdzv.host ? "127.0.0.1" : a->cfg->endpoint_host;
+    o.host = a->rdzv.host ? trun_store_host_addr(a->rdzv.host) : a->cfg->endpoint_host;
     o.port = a->rdzv.master_port;
     o.key_prefix = "";
     if (trun_client_connect(&o, &a->watch_client) < 0) {

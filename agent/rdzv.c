@@ -124,7 +124,7 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
                cfg->endpoint_port, uv_strerror(rc));
       return -1;
     }
-    connect_host = "127.0.0.1";
+    connect_host = trun_store_host_addr(r->host);
     trun_debug("serving the store on port %d", port);
   }
   if (standalone) {
@@ -284,7 +284,7 @@ store_failed:
     return -1;
   }
   snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,
-           r->host ? "127.0.0.1" : r->cfg->endpoint_host, r->master_port, strerror(-rc));
+           r->host ? trun_store_host_addr(r->host) : r->cfg->endpoint_host, r->master_port, strerror(-rc));
   return -1;
 }
 

@@ -223,7 +223,7 @@ static int elastic_connect(trun_rdzv *r, const trun_config *cfg, int nproc, trun
       /* torch: a guessed host that cannot bind (another agent on this machine serves) becomes a client. */
       trun_debug("port %d is taken (%s): joining the store there as a client", port, uv_strerror(rc));
     } else {
-      connect_host = "127.0.0.1";
+      connect_host = trun_store_host_addr(r->host);
       trun_debug("serving the rendezvous store on port %d", bound);
     }
   }
@@ -609,7 +609,7 @@ static void collect_all(void *arg, trun_slice k) {
 static void wipe_worker_store(trun_rdzv *r) {
   trun_client_opts o;
   trun_client_opts_default(&o);
-  o.host = "127.0.0.1";
+  o.host = trun_store_host_addr(r->worker_host);
   o.port = r->worker_port;
   o.key_prefix = "";
   o.connect_timeout_ms = 5000;

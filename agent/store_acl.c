@@ -15,17 +15,44 @@
 #include "log.h"
 #include "rdzv_dyn.h"
 
-/* 1 when every address host resolves to is 127.0.0.1 (then a loopback listener serves every worker). */
-static int resolves_to_127001(const char *host) {
+/* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
+static int sa_text(const struct sockaddr *sa, char *text, size_t len) {
+  if (sa->sa_family == AF_INET)
+    return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, text, len) ? 0 : -1;
+  if (sa->sa_family == AF_INET6)
+    return inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, text, len) ? 0 : -1;
+  return -1;
+}
+
+static int is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family != AF_INET6) return 0;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max) {
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
   if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) return 0;
-  int all = 1;
-  for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
-    if (ai->ai_family != AF_INET ||
-        ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
-      all = 0;
+  int n = 0;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = "";
+    if (!is_loopback(ai->ai_addr) || sa_text(ai->ai_addr, text, sizeof(text)) < 0) {
+      n = 0; /* an address off this host: a loopback listener would not serve every worker */
+      break;
+    }
+    int seen = 0;
+    for (int i = 0; i < n; i++) seen |= strcmp(out[i], text) == 0;
+    if (seen) continue;
+    if (n == max) {
+      n = 0;
+      break;
+    }
+    memcpy(out[n++], text, sizeof(text));
+  }
   freeaddrinfo(res);
-  return all;
+  return n;
 }
 
 int trun_store_acl_allow_local(trun_server *s) {
@@ -36,13 +63,7 @@ int trun_store_acl_allow_local(trun_server *s) {
   for (struct ifaddrs *i = ifs; rc == 0 && i; i = i->ifa_next) {
     if (i->ifa_addr == NULL) continue;
     char text[INET6_ADDRSTRLEN];
-    if (i->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, text, sizeof(text));
-    else if (i->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, text, sizeof(text));
-    else
-      continue;
-    rc = trun_server_allow(s, text);
+    if (sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = trun_server_allow(s, text);
   }
   if (ifs) freeifaddrs(ifs);
   return rc;
@@ -66,8 +87,12 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
                             .max_conns = budget,
                             .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY,
                             .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus())};
-  int loopback = local_job && resolves_to_127001(workers_addr);
-  if (loopback) o.host = "127.0.0.1";
+  char addrs[TRUN_SERVER_MAX_LISTENERS][INET6_ADDRSTRLEN];
+  const char *hosts[TRUN_SERVER_MAX_LISTENERS];
+  int loopback = local_job ? trun_store_loopback_addrs(workers_addr, addrs, TRUN_SERVER_MAX_LISTENERS) : 0;
+  for (int i = 0; i < loopback; i++) hosts[i] = addrs[i];
+  o.hosts = hosts;
+  o.nhosts = loopback;
   int rc = trun_store_host_start_opts(&o, out, port_out);
   if (rc < 0) return rc;
   if (local_job && !loopback) {
@@ -81,8 +106,8 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
       trun_warn("cannot list this host's addresses (%s): the single-node store admits every peer",
                 strerror(-arc));
   }
-  trun_debug("store on port %d listens on %s%s", *port_out, loopback ? "127.0.0.1" : "every address",
-             local_job && !loopback ? " and admits only this host" : "");
+  trun_debug("store on port %d listens on %s%s%s", *port_out, loopback ? "" : "every address",
+             loopback ? addrs[0] : "", local_job && !loopback ? " and admits only this host" : "");
   return 0;
 }
 
@@ -96,12 +121,7 @@ int trun_store_acl_publish(trun_rdzv *r, int round) {
   socklen_t len = sizeof(ss);
   char text[INET6_ADDRSTRLEN] = "";
   if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
-  if (ss.ss_family == AF_INET)
-    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, text, sizeof(text));
-  else if (ss.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, text, sizeof(text));
-  else
-    return -EAFNOSUPPORT;
+  if (sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
   char k[512];
   addr_key(r, round, r->group_rank, k, sizeof(k));
   return trun_client_set(r->client, trun_str(k), trun_str(text));
@@ -121,12 +141,7 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
     }
     for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
       char text[INET6_ADDRSTRLEN] = "";
-      if (ai->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, text, sizeof(text));
-      else if (ai->ai_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, text, sizeof(text));
-      else
-        continue;
+      if (sa_text(ai->ai_addr, text, sizeof(text)) < 0) continue;
       rc = trun_server_allow(s, text);
       if (rc == 0) trun_debug("the workers' store admits participant %s at %s", names[i], text);
     }

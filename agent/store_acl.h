@@ -1,7 +1,8 @@
 /* Who may reach the store an agent hosts for the job (README "Store access"):
- *  - a job whose every rank is local (standalone, one node): the store listens on 127.0.0.1 when the
- *    workers' MASTER_ADDR resolves there; otherwise on every address but admits only this host's own
- *    addresses;
+ *  - a job whose every rank is local (standalone, one node): when the workers' MASTER_ADDR resolves only
+ *    to loopback addresses (127.0.0.0/8, ::1: "localhost", or a host name that Debian's and Ubuntu's
+ *    installers map to 127.0.1.1), the store listens on exactly those; otherwise on every address but
+ *    admits only this host's own addresses;
  *  - --store-allow-peers (static rendezvous, several nodes): once every node joined a round, only
  *    loopback, this host's addresses and the addresses the joined agents connect from are admitted
  *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>);
@@ -17,6 +18,7 @@
 #ifndef TRUN_STORE_ACL_H
 #define TRUN_STORE_ACL_H
 
+#include <netinet/in.h>
 #include <stddef.h>
 
 #include "rdzv.h"
@@ -32,6 +34,11 @@ int trun_store_conn_budget(unsigned long long nofile);
 
 /* --store-threads auto: 4 loops with 32 or more usable CPUs, 2 with 8 or more, else 1. */
 int trun_store_threads_auto(int cpus_usable);
+
+/* The distinct numeric addresses host resolves to, into out[0..max), when every one is a loopback address
+ * (127.0.0.0/8, ::1, IPv4-mapped 127/8); 0 when host does not resolve, resolves to any other address, or to
+ * more than max addresses. */
+int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max);
 
 /* Starts the store node rank 0 hosts. local_job: every rank runs on this host; workers_addr: the
  * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs). 0 or a

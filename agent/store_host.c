@@ -1,9 +1,12 @@
 #include "store_host.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <uv.h>
 
 #include "server.h"
@@ -13,6 +16,7 @@ struct trun_store_host {
   uv_async_t stop;
   trun_server *srv;
   pthread_t thread;
+  char addr[INET6_ADDRSTRLEN]; /* see trun_store_host_addr */
 };
 
 static void on_stop(uv_async_t *a) {
@@ -34,6 +38,17 @@ int trun_store_host_start(const char *host, int port, trun_store_host **out, int
 
 trun_server *trun_store_host_server(trun_store_host *h) { return h->srv; }
 
+const char *trun_store_host_addr(const trun_store_host *h) { return h->addr; }
+
+/* The address of the first listener when it is a numeric one (not a wildcard), else 127.0.0.1. */
+static void local_addr(const trun_store_host_opts *o, char *out, size_t len) {
+  const char *first = o->nhosts > 0 ? o->hosts[0] : o->host;
+  unsigned char a[sizeof(struct in6_addr)];
+  int numeric = first && (inet_pton(AF_INET, first, a) == 1 || inet_pton(AF_INET6, first, a) == 1);
+  int wildcard = numeric && (strcmp(first, "0.0.0.0") == 0 || strcmp(first, "::") == 0);
+  snprintf(out, len, "%s", numeric && !wildcard ? first : "127.0.0.1");
+}
+
 int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host **out, int *port_out) {
   trun_store_host *h = calloc(1, sizeof(*h));
   if (h == NULL) return UV_ENOMEM;
@@ -45,6 +60,8 @@ int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host *
   trun_server_opts o;
   trun_server_opts_default(&o);
   o.host = ho->host;
+  o.hosts = ho->hosts;
+  o.nhosts = ho->nhosts;
   o.port = ho->port;
   o.max_conns_per_peer = ho->max_conns_per_peer;
   o.max_conns = ho->max_conns;
@@ -60,6 +77,7 @@ int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host *
     return rc;
   }
   h->stop.data = h;
+  local_addr(ho, h->addr, sizeof(h->addr));
   *port_out = trun_server_port(h->srv);
   /* The thread takes no process signals: the agent's loop handles them. */
   sigset_t all, old;

@@ -10,7 +10,9 @@
 typedef struct trun_store_host trun_store_host;
 
 typedef struct {
-  const char *host;       /* NULL: every address */
+  const char *host;         /* NULL: every address */
+  const char *const *hosts; /* instead of host: each of these numeric addresses (see trun_server_opts) */
+  int nhosts;
   int port;               /* 0: a free port */
   int max_conns_per_peer; /* 0: no limit */
   int max_conns;          /* 0: no limit (see trun_server_opts) */
@@ -22,6 +24,9 @@ typedef struct {
  * error; *port_out gets the bound port. */
 int trun_store_host_start(const char *host, int port, trun_store_host **out, int *port_out);
 int trun_store_host_start_opts(const trun_store_host_opts *o, trun_store_host **out, int *port_out);
+/* The numeric address a client on this host reaches the store at: the first address it listens on, or
+ * 127.0.0.1 when it listens on every address. */
+const char *trun_store_host_addr(const trun_store_host *h);
 /* The server, for its thread-safe calls only (trun_server_get_stats, trun_server_allow*,
  * trun_server_peer_allowed): it runs in the host's thread. */
 trun_server *trun_store_host_server(trun_store_host *h);

@@ -631,7 +631,7 @@ static void on_connection(uv_stream_t *l, int status) {
   }
   shard *dst = s->shards[s->next_shard++ % (unsigned)s->nshards];
   if (dst->index != 0) {
-    trun__hand_off(s, dst);
+    trun__hand_off(s, l, dst);
     return;
   }
   conn *c = conn_new(dst);
@@ -646,19 +646,19 @@ static void on_connection(uv_stream_t *l, int status) {
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
-static int bind_host(trun_server *s, const char *host, int port) {
+static int bind_host(trun_server *s, uv_tcp_t *l, const char *host, int port) {
   struct sockaddr_storage ss;
   int rc;
   if (host == NULL || host[0] == '\0') {
     rc = uv_ip6_addr("::", port, (struct sockaddr_in6 *)&ss);
-    if (rc == 0) rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0) rc = uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
     if (rc == 0) return 0;
     uv_ip4_addr("0.0.0.0", port, (struct sockaddr_in *)&ss);
-    return uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    return uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
   }
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) == 0 ||
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) == 0)
-    return uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    return uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
   uv_getaddrinfo_t req;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
   char ps[16];
@@ -667,16 +667,43 @@ static int bind_host(trun_server *s, const char *host, int port) {
   if (rc < 0) return rc;
   rc = UV_EADDRNOTAVAIL;
   for (struct addrinfo *ai = req.addrinfo; ai; ai = ai->ai_next)
-    if ((rc = uv_tcp_bind(&s->listener, ai->ai_addr, 0)) == 0) break;
+    if ((rc = uv_tcp_bind(l, ai->ai_addr, 0)) == 0) break;
   uv_freeaddrinfo(req.addrinfo);
+  return rc;
+}
+
+static int listener_port(uv_tcp_t *l) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getsockname(l, (struct sockaddr *)&ss, &len) < 0) return -1;
+  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                        : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* Opens one listener per address (opts.hosts), or one for opts.host; every one after the first on the
+ * port the first got. 0 or a negative libuv error. */
+static int listen_all(trun_server *s) {
+  const trun_server_opts *o = &s->opts;
+  int n = o->nhosts > 0 ? o->nhosts : 1, port = o->port, rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    uv_tcp_t *l = &s->listeners[i];
+    if ((rc = uv_tcp_init(s->loop, l)) < 0) break;
+    l->data = s;
+    s->nlisteners++;
+    s->handles_open++;
+    rc = bind_host(s, l, o->nhosts > 0 ? o->hosts[i] : o->host, port);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)l, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
+    if (rc == 0 && i == 0 && (port = listener_port(l)) < 0) rc = UV_EINVAL;
+  }
+  s->port = port;
   return rc;
 }
 
 static void on_listener_closed(uv_handle_t *h) { trun__server_handle_closed(h->data); }
 
-/* Closes the listener and shard 0's handles (the worker shards are stopped already). */
+/* Closes the listeners and shard 0's handles (the worker shards are stopped already). */
 static void server_close_handles(trun_server *s) {
-  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  for (int i = 0; i < s->nlisteners; i++) uv_close((uv_handle_t *)&s->listeners[i], on_listener_closed);
   if (s->shards && s->shards[0]) {
     uv_close((uv_handle_t *)&s->shards[0]->reaper, trun__on_shard_handle_closed);
     uv_close((uv_handle_t *)&s->shards[0]->async, trun__on_shard_handle_closed);
@@ -689,6 +716,8 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   struct sigaction sa;
   if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   if (o->threads < 0 || o->threads > TRUN_SERVER_MAX_THREADS) return UV_EINVAL;
+  if (o->nhosts < 0 || o->nhosts > TRUN_SERVER_MAX_LISTENERS || (o->nhosts > 0 && o->hosts == NULL))
+    return UV_EINVAL;
   trun_server *s = calloc(1, sizeof(*s));
   if (s == NULL) return UV_ENOMEM;
   s->loop = loop;
@@ -703,28 +732,15 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
     server_free(s);
     return UV_ENOMEM;
   }
-  int rc = uv_tcp_init(loop, &s->listener);
-  if (rc < 0) {
-    server_free(s);
-    return rc;
-  }
-  s->listener.data = s;
-  s->handles_open = 1;
-  rc = trun__shards_start(s, s->opts.threads);
-  if (rc == 0) rc = bind_host(s, o->host, o->port);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&s->listener, o->backlog > 0 ? o->backlog : somaxconn(), on_connection);
+  int rc = trun__shards_start(s, s->opts.threads);
+  if (rc == 0) rc = listen_all(s);
   if (rc < 0) {
     s->closing = 1;
     trun__shards_stop(s);
     server_close_handles(s);
+    if (s->handles_open == 0) server_free(s); /* nothing to wait for: no handle was opened */
     return rc;
   }
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
-  s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                           : ((struct sockaddr_in *)&ss)->sin_port);
   *out = s;
   return 0;
 }

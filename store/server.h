@@ -11,9 +11,15 @@
 
 typedef struct trun_server trun_server;
 
+#define TRUN_SERVER_MAX_LISTENERS 8
+
 typedef struct {
   const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
-  int port;         /* 0: a free port, see trun_server_port */
+  /* Instead of host: listen on each of these numeric addresses, all on one port (a name that resolves to
+   * several loopback addresses); nhosts at most TRUN_SERVER_MAX_LISTENERS. */
+  const char *const *hosts;
+  int nhosts;
+  int port; /* 0: a free port, see trun_server_port */
   trun_limits limits;
   trun_gen legacy;        /* generation of connections that do not start with VALIDATE */
   int backlog;            /* 0: net.core.somaxconn */
@@ -37,7 +43,8 @@ typedef struct {
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);
-/* Binds and listens. Returns 0 or a negative libuv error (UV_EINVAL for threads outside 0..64); *out is
+/* Binds and listens. Returns 0 or a negative libuv error (UV_EINVAL for threads outside 0..64 or nhosts
+ * outside 0..TRUN_SERVER_MAX_LISTENERS); *out is
  * set on success. With threads > 1 the server starts threads - 1 threads, each with its own loop, and deals
  * accepted connections round-robin over them and the caller's loop; they block every signal and are
  * joined by trun_server_close. */

@@ -57,7 +57,8 @@ struct shard {
 
 struct trun_server {
   uv_loop_t *loop;
-  uv_tcp_t listener;
+  uv_tcp_t listeners[TRUN_SERVER_MAX_LISTENERS];
+  int nlisteners;
   trun_server_opts opts;
   trun_kv *kv;
   pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
@@ -69,7 +70,7 @@ struct trun_server {
   trun_server_stats stats;
   int port;
   int closing;
-  int handles_open; /* on the caller's loop: listener, shard 0's handles and connections, hand-off sockets */
+  int handles_open; /* on the caller's loop: listeners, shard 0's handles and connections, hand-off sockets */
   void (*done)(void *arg);
   void *done_arg;
   /* Access control: changed from any thread under acl_mu; acl_gen tells open connections to re-check. */
@@ -140,7 +141,7 @@ void trun__shard_flush_woken(shard *sh);
 void trun__shard_close_all(shard *sh);
 void trun__on_shard_handle_closed(uv_handle_t *h);
 /* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
-void trun__hand_off(trun_server *s, shard *dst);
+void trun__hand_off(trun_server *s, uv_stream_t *listener, shard *dst);
 /* Signals every shard to look at the access rules. */
 void trun__shards_poke(trun_server *s);
 /* Creates shard 0 on the caller's loop and starts n - 1 worker shards. 0 or a negative libuv error. */

@@ -84,8 +84,9 @@ static void on_handoff_closed(uv_handle_t *h) {
   trun__server_handle_closed(s);
 }
 
-/* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
-void trun__hand_off(trun_server *s, shard *dst) {
+/* Accepts from listener into a handle of the caller's loop and passes a duplicate of the socket to shard
+ * dst. */
+void trun__hand_off(trun_server *s, uv_stream_t *listener, shard *dst) {
   uv_tcp_t *t = malloc(sizeof(*t));
   if (t == NULL || uv_tcp_init(s->loop, t) < 0) {
     trun_error("out of memory accepting a connection on port %d", s->port);
@@ -94,7 +95,7 @@ void trun__hand_off(trun_server *s, shard *dst) {
   }
   t->data = s;
   s->handles_open++;
-  int rc = uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t);
+  int rc = uv_accept(listener, (uv_stream_t *)t);
   uv_os_fd_t fd = -1;
   if (rc == 0) rc = uv_fileno((uv_handle_t *)t, &fd);
   int dup_fd = rc == 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;

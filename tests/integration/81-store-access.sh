@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Store access control.
 #  1. Single node (--standalone): the agent's store listens on 127.0.0.1 only (ss), and serves its workers.
+#  1a. The same under the host-name layouts of a standard Debian / Ubuntu host, each in a private mount and
+#     UTS namespace with its own /etc/hosts and host name: "127.0.1.1 <hostname>" (the installers' line)
+#     gives a listener on 127.0.1.1 alone; a name that also maps to ::1 gives 127.0.1.1 and [::1] alone;
+#     the job runs either way.
 #  2. Three network namespaces on a bridge (10.251.0.1-3): a 2-node static job (nodes in h0 and h1,
 #     --store-allow-peers, gloo all-reduce across both through node 0's store). While it runs, a raw
 #     TCPStore probe (VALIDATE + PING) from h2, which is not in the job, is refused (the store closes the
@@ -43,6 +47,35 @@ note "standalone store port $port listens on: $listen"
 [ "$listen" = "127.0.0.1:$port" ] || fail "the single-node store listens on '$listen', want only 127.0.0.1:$port"
 touch "$tmp/one/go"
 wait "$one" || fail "standalone job failed: $(cat "$tmp/one.err")"
+
+# ---- 1a. Debian / Ubuntu host-name layouts: a name that resolves only to loopback addresses ----
+# Runs a standalone job under host name trun-h81 with the given /etc/hosts; prints the store's listeners.
+loopback_layout() { # CASE HOSTS-FILE-TEXT
+  local d=$tmp/$1
+  mkdir -p "$d/out"
+  printf '%b' "$2" >"$d/hosts"
+  # The job runs inside `unshare`; its pid is the unshare process (the namespace's processes die with it).
+  unshare --mount --uts --propagation private -- /bin/sh -c \
+    'hostname trun-h81 && mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$d/hosts" \
+    "$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/agent/acl_worker.py" "$d/out" >"$d/job.out" 2>"$d/job.err" &
+  local job=$!
+  pids+=("$job")
+  wait_for "[ -f '$d/out/ok.0' ] && [ -f '$d/out/ok.1' ]" 120 ||
+    { cat "$d/job.err"; fail "1a $1: the standalone job did not all-reduce under host name trun-h81"; }
+  local p
+  p=$(sed -n 's/.*store trun-h81:\([0-9]*\)$/\1/p' "$d/job.out" | head -n1)
+  [ -n "$p" ] || fail "1a $1: the workers did not get MASTER_ADDR=trun-h81: $(cat "$d/job.out")"
+  LISTEN=$(ss -Hltn "sport = :$p" | awk '{print $4}' | sort | tr '\n' ' ')
+  note "1a $1: store port $p listens on: $LISTEN"
+  touch "$d/out/go"
+  wait "$job" || fail "1a $1: the standalone job failed: $(cat "$d/job.err")"
+  LISTEN=${LISTEN//:$p/:PORT}
+}
+loopback_layout debian '127.0.0.1\tlocalhost\n127.0.1.1\ttrun-h81\n::1\tlocalhost ip6-localhost ip6-loopback\n'
+[ "$LISTEN" = "127.0.1.1:PORT " ] || fail "1a: with '127.0.1.1 trun-h81' the store listens on '$LISTEN', want only 127.0.1.1:PORT"
+loopback_layout dual '127.0.0.1\tlocalhost\n127.0.1.1\ttrun-h81\n::1\ttrun-h81 localhost\n'
+[ "$LISTEN" = "127.0.1.1:PORT [::1]:PORT " ] ||
+  fail "1a: with trun-h81 on 127.0.1.1 and ::1 the store listens on '$LISTEN', want only 127.0.1.1:PORT and [::1]:PORT"
 
 # ---- 1b. c10d, one node (--nnodes 1), loopback endpoint: both stores on 127.0.0.1 only ----
 mkdir -p "$tmp/c1"
@@ -149,4 +182,4 @@ for i in 0 1; do
   wait_pid_exit "${pids[$i]}" 120 || fail "c10d agent $i did not finish"
   [ "$WAIT_RC" -eq 0 ] || { cat "$tmp/c10d$i.err"; fail "c10d agent $i exited $WAIT_RC"; }
 done
-echo "PASS: loopback-only single-node stores (static, c10d); --store-allow-peers refused 10.251.0.3 and served the job's hosts (static, c10d)"
+echo "PASS: loopback-only single-node stores (static, c10d, Debian host-name layouts); --store-allow-peers refused 10.251.0.3 and served the job's hosts (static, c10d)"

@@ -155,6 +155,75 @@ START_TEST(test_allow_names) {
 }
 END_TEST
 
+/* A name that resolves only to loopback addresses gives the listeners for exactly those (Debian's
+ * "127.0.1.1 <hostname>"), deduplicated; any other address, no address, or too many: none. */
+START_TEST(test_loopback_addrs) {
+  char a[4][INET6_ADDRSTRLEN];
+  ck_assert_int_eq(trun_store_loopback_addrs("127.0.1.1", a, 4), 1);
+  ck_assert_str_eq(a[0], "127.0.1.1");
+  ck_assert_int_eq(trun_store_loopback_addrs("127.0.0.1", a, 4), 1);
+  ck_assert_str_eq(a[0], "127.0.0.1");
+  ck_assert_int_eq(trun_store_loopback_addrs("::1", a, 4), 1);
+  ck_assert_str_eq(a[0], "::1");
+  ck_assert_int_eq(trun_store_loopback_addrs("::ffff:127.0.0.2", a, 4), 1);
+  ck_assert_int_eq(trun_store_loopback_addrs("10.0.0.1", a, 4), 0);
+  ck_assert_int_eq(trun_store_loopback_addrs("::ffff:10.0.0.1", a, 4), 0);
+  ck_assert_int_eq(trun_store_loopback_addrs("2001:db8::1", a, 4), 0);
+  ck_assert_int_eq(trun_store_loopback_addrs("no-such-host.invalid", a, 4), 0);
+  ck_assert_int_eq(trun_store_loopback_addrs(NULL, a, 4), 0);
+  int n = trun_store_loopback_addrs("localhost", a, 4); /* 127.0.0.1, and ::1 where /etc/hosts says so */
+  ck_assert_int_ge(n, 1);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(strcmp(a[i], "127.0.0.1") == 0 || strcmp(a[i], "::1") == 0, "localhost -> %s", a[i]);
+  ck_assert_int_eq(trun_store_loopback_addrs("localhost", a, 0), 0);
+}
+END_TEST
+
+static int connect_to(int family, const char *addr, int p) {
+  struct sockaddr_storage ss;
+  family == AF_INET ? sin4(&ss, addr) : sin6(&ss, addr);
+  ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)p); /* same offset in sockaddr_in6 */
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  int rc = connect(fd, (struct sockaddr *)&ss,
+                   family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  int err = errno;
+  close(fd);
+  return rc == 0 ? 0 : -err;
+}
+
+/* opts.hosts: one listener per address, all on the port the first one got; nothing on other addresses. */
+START_TEST(test_listen_hosts) {
+  const char *hosts[] = {"127.0.0.3", "127.0.0.1", "::1"};
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.threads = threads;
+  o.hosts = hosts;
+  o.nhosts = 3;
+  port = unit_server_start(&us, &o);
+  ck_assert_int_gt(port, 0);
+  ck_assert_int_eq(connect_to(AF_INET, "127.0.0.3", port), 0);
+  ck_assert_int_eq(connect_to(AF_INET, "127.0.0.1", port), 0);
+  int v6 = connect_to(AF_INET6, "::1", port);
+  ck_assert_int_eq(v6, 0);
+  ck_assert_int_eq(connect_to(AF_INET, "127.0.0.2", port), -ECONNREFUSED);
+  int fd = conn(); /* unit_connect: 127.0.0.1 */
+  ck_assert_int_eq(ping(fd, 9), 1);
+  close(fd);
+  stop();
+  o.nhosts = TRUN_SERVER_MAX_LISTENERS + 1;
+  uv_loop_t loop;
+  trun_server *s = NULL;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  ck_assert_int_eq(trun_server_start(&loop, &o, &s), UV_EINVAL);
+  o.nhosts = 2;
+  o.hosts = (const char *const[]){"127.0.0.1", "192.0.2.1"}; /* not this host's: the second bind fails */
+  ck_assert_int_eq(trun_server_start(&loop, &o, &s), UV_EADDRNOTAVAIL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 /* Loopback refused while only other addresses are allowed; admitted once 127.0.0.1 is. */
 START_TEST(test_refused_at_accept) {
   start_opts(0, 0);
@@ -330,6 +399,8 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_parse_cidr);
   tcase_add_test(tc, test_rules_match);
   tcase_add_test(tc, test_allow_names);
+  tcase_add_test(tc, test_loopback_addrs);
+  tcase_add_test(tc, test_listen_hosts);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);
@@ -342,6 +413,7 @@ static Suite *acl_suite(void) {
   /* The server cases again with four loops: rules changed from another thread reach every loop. */
   tc = tcase_create("threads");
   tcase_add_checked_fixture(tc, four_loops, one_loop);
+  tcase_add_test(tc, test_listen_hosts);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);
