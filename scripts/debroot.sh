@@ -4,7 +4,8 @@
 # The roots the tests use live under /var/cache/trun (trixie with torch 2.6, a pristine bookworm for
 # `make check-fresh`, ...); callers that change a root run it through an overlay (scripts/root-run.sh), so
 # the cache stays as debootstrap left it. The mirror is the one apt uses on this host (deb.debian.org when
-# none is found). DIR/.trun-ready holds "SUITE PACKAGE..."; an empty marker (older caches) counts as ready.
+# none is found). DIR/.trun-ready holds "SUITE PACKAGE..."; an empty one is what scripts/chroot.sh wrote
+# before this script existed: "trixie python3-torch".
 # Exit codes: 0 ready, 1 debootstrap failed (its log: DIR.log), 2 bad usage.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/debroot.sh SUITE DIR [PACKAGE...]" >&2; exit 2; }
@@ -14,7 +15,8 @@ want="$suite $*"
 want=${want% }
 if [ -x "$dir/usr/bin/env" ] && [ -f "$dir/.trun-ready" ]; then
   have=$(cat "$dir/.trun-ready")
-  [ -z "$have" ] || [ "$have" = "$want" ] && exit 0
+  have=${have:-trixie python3-torch}
+  [ "$have" = "$want" ] && exit 0
   echo "debroot: $dir was made as '$have', want '$want': rebuilding"
 fi
 command -v debootstrap >/dev/null || { echo "debroot: no debootstrap; run 'make deps' (Debian package debootstrap)" >&2; exit 1; }
