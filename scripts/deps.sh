@@ -8,7 +8,7 @@ if [ $# -gt 0 ]; then
   want=("$@")
 else
   want=(build-essential pkg-config libuv1-dev libyaml-dev libcurl4-openssl-dev check libjansson-dev
-        python3-torch debootstrap clang libclang-rt-dev iproute2 procps psmisc)
+        python3-torch debootstrap clang libclang-rt-dev iproute2 procps psmisc curl)
 fi
 need=()
 for p in "${want[@]}"; do
@@ -18,8 +18,10 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq || { echo "deps: apt-get update failed; check network/apt sources" >&2; exit 1; }
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+  # Other apt clients (a second checkout's `make deps`) may hold the lock: wait for it.
+  apt=(apt-get -o DPkg::Lock::Timeout=600)
+  $SUDO "${apt[@]}" update -qq || { echo "deps: apt-get update failed; check network/apt sources" >&2; exit 1; }
+  $SUDO "${apt[@]}" install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
     || { echo "deps: apt-get install ${need[*]} failed; install them by hand, then run make again" >&2; exit 1; }
 fi
 exit 0

@@ -31,10 +31,12 @@ skip() {
 }
 
 need_trun() { [ -x "$trun" ] || fail "$trun is missing; run 'make' first"; }
-need_host_torch() {
-  "$host_py" -c 'import torch.distributed' 2>/dev/null || skip "no torch for $host_py (Debian's python3-torch)"
+. "$repo/tests/agent/need.sh"
+need_host_torch() { need_torch_py "$host_py"; }
+need_chroot() {
+  [ -f "$chroot_dir/.trun-ready" ] ||
+    fail "no torch 2.6 chroot at $chroot_dir: the deps step builds it (run 'make deps': scripts/chroot.sh)"
 }
-have_chroot() { [ -f "$chroot_dir/.trun-ready" ]; }
 
 # Runs a command in its own process group (setsid), in the foreground, with a generous safety limit
 # (TRUN_CASE_TIMEOUT, default 240 s); returns its exit status. The group is killed afterwards, and on exit.

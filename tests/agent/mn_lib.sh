@@ -66,11 +66,9 @@ wait_for() {
   return 0
 }
 
+. "$TRUN_REPO/tests/agent/need.sh"
 # Check the torch 1.13 host interpreter once.
-need_torch() {
-  "$TRUN_HOST_PY" -c 'import torch.distributed as d; assert d.is_available() and d.is_gloo_available()' 2>/dev/null ||
-    skip "torch with gloo is not importable by $TRUN_HOST_PY"
-}
+need_torch() { need_torch_py "$TRUN_HOST_PY"; }
 [ -x "$TRUN" ] || { echo "FAIL: $TRUN is not built (run make)" >&2; exit 1; }
 
 # wait_agents LIMIT_S IDLE_S WORD PID...: waits for every agent PID (children of this shell) to exit and

@@ -7,7 +7,7 @@ NS_HOSTS=()
 NS_BR=""
 netns_up() { # NET N
   local net=$1 n=$2 i h
-  command -v ip >/dev/null || skip "no ip(8) command: cannot create network namespaces"
+  need_cmd ip iproute2
   NS_BR=trunbr-$$
   local errf; errf=$(mktemp)
   ip netns add "$NS_BR" 2>"$errf" || { local e; e=$(tail -n1 "$errf"); rm -f "$errf"; NS_BR=""; skip "cannot create a network namespace: $e"; }

@@ -184,7 +184,7 @@ common_checks() {
 
 # ---- torch 1.13 on the host -------------------------------------------------------------------------
 "$host_py" -c 'import torch.distributed' 2>/dev/null ||
-  skip "no torch.distributed in $host_py (torch 1.13 expected: Debian python3-torch); run 'make deps'"
+  fail "no torch.distributed in $host_py (torch 1.13 expected: Debian python3-torch); run 'make deps'"
 label=torch-$("$host_py" -c 'import torch; print(torch.__version__)')
 gen=1.13
 pyrun=("$host_py")
@@ -224,7 +224,7 @@ for i in $(seq 1 ${TRUN_CHROOT_WAIT_S:-300}); do
   sleep 1
 done
 [ -f "$chroot_dir/.trun-ready" ] ||
-  skip "torch 1.13 part passed; no torch 2.6 chroot at $chroot_dir (run 'make deps' to build it)"
+  fail "torch 1.13 part passed; no torch 2.6 chroot at $chroot_dir (run 'make deps' to build it)"
 label=torch-2.6-chroot
 gen=v2
 pyrun=("$repo/scripts/chroot-run.sh" python3)

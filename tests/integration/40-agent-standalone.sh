@@ -34,14 +34,9 @@ for n in 2 4; do
   run_case "host113-n$n" $n 1.13 --standalone --nproc-per-node $n "$repo/tests/agent/allreduce.py" "$tmp/host113-n$n"
 done
 
-if have_chroot; then
-  for n in 2 4; do
-    run_case "chroot26-n$n" $n 2.6 --standalone --nproc-per-node $n --no-python "$repo/scripts/chroot-run.sh" \
-      --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/chroot26-n$n"
-  done
-else
-  echo "note: no torch 2.6 chroot at $chroot_dir: the 2.6 cases were not run" >&2
-  echo "PASS (torch 1.13 only)"
-  exit 0
-fi
+need_chroot
+for n in 2 4; do
+  run_case "chroot26-n$n" $n 2.6 --standalone --nproc-per-node $n --no-python "$repo/scripts/chroot-run.sh" \
+    --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/chroot26-n$n"
+done
 echo PASS

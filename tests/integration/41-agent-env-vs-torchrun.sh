@@ -40,17 +40,14 @@ dump r113 "$trun" --standalone --nproc_per_node 2 "$repo/tests/agent/dumpenv.py"
   newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT \
   value:TORCHELASTIC_USE_AGENT_STORE='False>True' || bad=1
 
-if have_chroot; then
-  # --local-addr localhost for both: the chroot's /etc/hosts does not know this host's name, so torchrun 2.6
-  # (which publishes its host name as MASTER_ADDR of its agent store) would leave its workers retrying forever.
-  dump t26 "$repo/scripts/chroot-run.sh" --keep-env python3 -m torch.distributed.run --standalone \
-    --nproc_per_node 2 --local-addr localhost /trun/tests/agent/dumpenv.py
-  dump r26 "$trun" --standalone --nproc_per_node 2 --local-addr localhost --no-python \
-    "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/agent/dumpenv.py
-  "$host_py" "$repo/tests/agent/envdiff.py" torch-2.6 "$tmp/t26" "$tmp/r26" 2 \
-    newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT || bad=1
-else
-  echo "note: no torch 2.6 chroot at $chroot_dir: the 2.6 comparison was not run" >&2
-fi
+need_chroot
+# --local-addr localhost for both: the chroot's /etc/hosts does not know this host's name, so torchrun 2.6
+# (which publishes its host name as MASTER_ADDR of its agent store) would leave its workers retrying forever.
+dump t26 "$repo/scripts/chroot-run.sh" --keep-env python3 -m torch.distributed.run --standalone \
+  --nproc_per_node 2 --local-addr localhost /trun/tests/agent/dumpenv.py
+dump r26 "$trun" --standalone --nproc_per_node 2 --local-addr localhost --no-python \
+  "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/agent/dumpenv.py
+"$host_py" "$repo/tests/agent/envdiff.py" torch-2.6 "$tmp/t26" "$tmp/r26" 2 \
+  newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT || bad=1
 [ $bad -eq 0 ] || fail "the worker environments differ (DIFFERENCE lines above)"
 echo PASS

@@ -89,14 +89,11 @@ run segv 1 --standalone --nproc-per-node 2 "$repo/tests/agent/fail.py" segv
 expect_root segv "^ *rank +: 1 \(local_rank: 1\)$" "^ *exitcode +: -11 \(pid: [0-9]+\)" "SIGSEGV"
 
 # 5. torch 2.6 workers (chroot): the same restart, unprefixed keys on the same store.
-if have_chroot; then
-  mkdir -p "$tmp/restart26"
-  run restart26 0 --standalone --nproc-per-node 2 --max-restarts=1 --no-python "$repo/scripts/chroot-run.sh" \
-    --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/restart26" --fail-rank 1
-  expect_ok restart26 1 2
-  grep -q "failing attempt 0 on purpose" "$tmp/restart26.out" || fail "restart26: rank 1 did not fail attempt 0"
-  grep -q "2\.6" "$tmp/restart26/ok.1.0" || fail "restart26: the workers did not run torch 2.6"
-else
-  echo "note: no torch 2.6 chroot at $chroot_dir: the 2.6 restart was not run" >&2
-fi
+need_chroot
+mkdir -p "$tmp/restart26"
+run restart26 0 --standalone --nproc-per-node 2 --max-restarts=1 --no-python "$repo/scripts/chroot-run.sh" \
+  --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/restart26" --fail-rank 1
+expect_ok restart26 1 2
+grep -q "failing attempt 0 on purpose" "$tmp/restart26.out" || fail "restart26: rank 1 did not fail attempt 0"
+grep -q "2\.6" "$tmp/restart26/ok.1.0" || fail "restart26: the workers did not run torch 2.6"
 echo PASS

@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
 need_trun
-[ -x "$host_py" ] || skip "no $host_py"
+need_host_torch
 w=$repo/tests/agent/chatty.py
 N=5
 

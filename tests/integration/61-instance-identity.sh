@@ -34,7 +34,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "$*" >&2; exit 77; }
 
 [ -x "$prog" ] || fail "$prog is missing; run 'make' first"
-[ -x "$py" ] || skip "no $py to run the fake IMDS server"
+[ -x "$py" ] || fail "no $py to run the fake IMDS server (the deps step installs Debian's python3: run 'make deps')"
 
 # start_server MODE: starts the fake; sets imds_port and ctl_port.
 start_server() {

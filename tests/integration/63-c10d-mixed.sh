@@ -77,9 +77,6 @@ mixed() {
 
 mixed 1.13 torchrun
 mixed 1.13 trun
-if have_chroot; then
-  mixed 2.6 torchrun
-  mixed 2.6 trun
-else
-  echo "skip: torch 2.6 chroot missing (make deps builds it)"
-fi
+need_chroot
+mixed 2.6 torchrun
+mixed 2.6 trun

@@ -189,7 +189,7 @@ kill "${imds_pids[@]}" 2>/dev/null
 echo "ok 7"
 
 # ---- separate network namespaces ----
-command -v ip >/dev/null || skip "parts 1, 2, 5, 6, 7 passed; no ip(8): cannot test separate namespaces"
+need_cmd ip iproute2
 ip netns add "$br" 2>"$tmp/ns.err" || skip "parts 1, 2, 5, 6, 7 passed; cannot create a network namespace: $(tail -n1 "$tmp/ns.err")"
 ip -n "$br" link set lo up && ip -n "$br" link add br0 type bridge && ip -n "$br" link set br0 up ||
   skip "parts 1, 2, 5, 6, 7 passed; cannot create a bridge in a network namespace"

@@ -10,7 +10,7 @@
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
 need_torch
-command -v ip >/dev/null || skip "no ip(8) command: cannot create network namespaces"
+need_cmd ip iproute2
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-66.XXXXXX")
 br=trunbe-$$

@@ -9,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
 need_trun
-[ -x "$host_py" ] || skip "no $host_py"
+need_host_torch
 
 # run_three MODE: starts agents a, b, c (hints 2, 0, 1 when MODE=hints), each once the previous one's join
 # shows in its log, and waits for them. Outputs in $tmp/MODE/<agent>/env.<local_rank>.json.

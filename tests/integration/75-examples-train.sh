@@ -92,11 +92,7 @@ else
   echo "ok: examples/deepspeed/train_zero3.yaml resolves; without deepspeed the script exits 77 as documented"
 fi
 
-if ! have_chroot; then
-  echo "note: no torch 2.6 chroot at $chroot_dir: the 2.6 DDP and FSDP cases were not run" >&2
-  echo "PASS (torch 1.13 only)"
-  exit 0
-fi
+need_chroot
 
 # torch 2.6 in the chroot: paths as the chroot sees them (/trun is the repository, /tmp is shared).
 chroot_py=(--no-python scripts/chroot-run.sh --keep-env python3)

@@ -9,27 +9,27 @@
 # Then: both checks are live (broken renderings must be rejected), and each overlay asks for what its
 # instance type has (GPUs, EFA devices, nodeSelector), with trun as the entrypoint, IPC_LOCK, /dev/shm as a
 # memory emptyDir and no hostIPC in every pod template.
-# Needs: kubectl (kustomize v3+ for `patches:`), node, and $TRUN_NPM_DIR (default /var/cache/trun/npm) from
-# scripts/deps-k8s.sh, python3-kubernetes. Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
+# Needs what scripts/deps-k8s.sh installs (`make deps`): node, $TRUN_NPM_DIR (default /var/cache/trun/npm) with
+# kubernetes-models, yaml and bin/kubectl (upstream 1.32; Debian bookworm's 1.20 cannot render `patches:`),
+# python3-kubernetes and python3-yaml. Missing, they are a failure, not a skip.
+# Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=${TRUN_REPO:-$(cd "$here/../.." && pwd)}
 npm_dir=${TRUN_NPM_DIR:-/var/cache/trun/npm}
 host_py=${TRUN_HOST_PY:-/usr/bin/python3}
+kubectl=${TRUN_KUBECTL:-$npm_dir/bin/kubectl}
 tmp=$(mktemp -d /tmp/trun-k8s-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "$*" >&2; exit 77; }
+deps="the deps step installs it (run 'make deps': scripts/deps-k8s.sh)"
 
-command -v kubectl >/dev/null || skip "no kubectl (run scripts/deps-k8s.sh)"
-command -v node >/dev/null || skip "no node (run scripts/deps-k8s.sh)"
-[ -f "$npm_dir/node_modules/kubernetes-models/package.json" ] ||
-  skip "no kubernetes-models in $npm_dir/node_modules (run scripts/deps-k8s.sh)"
-"$host_py" -c 'import yaml' 2>/dev/null || skip "no PyYAML for $host_py (Debian python3-yaml)"
-"$host_py" -c 'import kubernetes.client.models' 2>/dev/null ||
-  skip "no python3-kubernetes for $host_py (run scripts/deps-k8s.sh)"
-kubectl kustomize "$repo/k8s/jobset/overlays/p4d" >/dev/null 2>"$tmp/probe.err" ||
-  skip "kubectl kustomize cannot render the overlays (kustomize too old for 'patches:'?): $(head -n 1 "$tmp/probe.err")"
+[ -x "$kubectl" ] || fail "no kubectl at $kubectl: $deps"
+command -v node >/dev/null || fail "no node: $deps"
+[ -f "$npm_dir/node_modules/kubernetes-models/package.json" ] || fail "no kubernetes-models in $npm_dir/node_modules: $deps"
+"$host_py" -c 'import yaml' 2>/dev/null || fail "no PyYAML for $host_py: $deps"
+"$host_py" -c 'import kubernetes.client.models' 2>/dev/null || fail "no python3-kubernetes for $host_py: $deps"
+echo "renderer: $("$kubectl" version --client 2>/dev/null | tr '\n' ' ')"
 validate() { node "$repo/tests/tools/k8s_validate.mjs" "$npm_dir" "$@"; }
 fields() { "$host_py" "$repo/tests/tools/k8s_fields.py" "$@"; }
 
@@ -39,7 +39,7 @@ while IFS= read -r k; do
   d=$(dirname "$k")
   rel=${d#"$repo"/}
   out=$tmp/$(echo "$rel" | tr / _).yaml
-  kubectl kustomize "$d" >"$out" 2>"$tmp/err" || fail "$rel: kubectl kustomize failed: $(cat "$tmp/err")"
+  "$kubectl" kustomize "$d" >"$out" 2>"$tmp/err" || fail "$rel: kubectl kustomize failed: $(cat "$tmp/err")"
   [ ! -s "$tmp/err" ] || fail "$rel: kubectl kustomize warned: $(cat "$tmp/err")"
   validate "$rel" <"$out" || fail "$rel: schema validation failed"
   fields "$rel" <"$out" || fail "$rel: unknown fields"

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
 need_trun
 need_host_torch
-command -v curl >/dev/null || skip "no curl"
+need_cmd curl curl
 
 ev=$tmp/events.jsonl
 mkdir -p "$tmp/out"

@@ -19,8 +19,8 @@
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
 need_torch
-command -v ip >/dev/null || skip "no ip(8) command: cannot create network namespaces"
-command -v ss >/dev/null || skip "no ss(8)"
+need_cmd ip iproute2
+need_cmd ss iproute2
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-81.XXXXXX")
 pids=()
