@@ -32,7 +32,7 @@ ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
 # Keep the sanitizer objects between runs (make would delete them as intermediate files).
 .SECONDARY:
-.PHONY: all deps check unit asan integration fuzz fuzz-short chaos bench bench-deps demo format clean pkgcheck portable
+.PHONY: all deps check check-fresh unit asan integration fuzz fuzz-short chaos bench bench-deps demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
@@ -112,6 +112,11 @@ check: deps
 	@$(MAKE) --no-print-directory asan
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory integration
+
+# All of `make check` in a fresh Debian bookworm root (debootstrap minbase + git + make, through an overlay): the
+# honest test of the install steps. Not part of check; about 25 minutes. Log: build/check-fresh.log.
+check-fresh:
+	@scripts/check-fresh.sh
 
 bench: deps bench-deps
 	@$(MAKE) --no-print-directory all
