@@ -7,14 +7,19 @@ OPT     ?= -O2 -g
 B       := build
 PKGS    := libuv jansson yaml-0.1 libcurl
 CSTD    := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
-# libcurl: headers only; agent/curl_dl.c loads it at run time (linked, it would add ~6 MiB to every agent).
+# libcurl: headers only; agent/discover/curl_dl.c loads it at run time (linked, it would add ~6 MiB to every agent).
 LINK_PKGS := libuv jansson yaml-0.1
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(LINK_PKGS) 2>/dev/null) -ldl
 CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-INC     := -Istore -Iagent -Ilauncher -Iconfig
+# The modules (README "Architecture"): each a folder, one public header named after it. Code includes another
+# module's header by its path from the top (-I.); tests, fuzz targets and benches may also include a module's
+# private headers by name.
+MODULES := store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher
+INC     := -I.
+TEST_INC := -I. $(addprefix -I,$(MODULES)) -Itests/unit
 CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
 Q       ?= @
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -24,8 +29,8 @@ export TRUN_CHROOT ?= /var/cache/trun/trixie
 STORE_TOOL := store/main.c store/serve.c store/bench.c store/cli.c store/tool.c
 STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
 # Everything else but the programs' main files: the agent and the launcher.
-LIB_SRC    := $(STORE_SRC) $(wildcard agent/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c)) $(wildcard config/*.c)
-HEADERS    := $(wildcard store/*.h agent/*.h launcher/*.h config/*.h)
+LIB_SRC    := $(STORE_SRC) $(wildcard config/*.c agent/*.c agent/*/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+HEADERS    := $(wildcard store/*.h config/*.h agent/*.h agent/*/*.h launcher/*.h)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
@@ -60,11 +65,11 @@ $(B)/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
 
 $(B)/tests/%: tests/unit/%.c $(B)/libtrun.a tests/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests/unit -o $@ $< $(B)/libtrun.a $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
+	$(CC) $(CSTD) $(OPT) $(TEST_INC) $(PKG_CFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(B)/libtrun.a $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
 
 $(B)/asan/%: tests/unit/%.c $(LIB_SRC:%.c=$(B)/asanobj/%.o) tests/unit/unit.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) -O1 -g $(SAN) $(INC) -Itests/unit $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
+	$(CC) $(CSTD) -O1 -g $(SAN) $(TEST_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< \
 	  $(LIB_SRC:%.c=$(B)/asanobj/%.o) $(PKG_LIBS) $(CURL_LIBS) $(CHECK_LIBS) -lpthread -lm
 
 # The library is compiled once for every fuzz target (instrumented, not linked with libFuzzer's main).
@@ -76,7 +81,7 @@ $(B)/fuzzobj/%.o: %.c $(HEADERS)
 
 $(B)/fuzz/%: fuzz/%.c fuzz/fuzz_check.h $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(INC) $(PKG_CFLAGS) -o $@ $< \
+	$(CLANG) $(CSTD) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(TEST_INC) $(PKG_CFLAGS) -o $@ $< \
 	  $(LIB_SRC:%.c=$(B)/fuzzobj/%.o) $(PKG_LIBS) -lpthread -lm
 
 deps:
@@ -158,14 +163,15 @@ $(B)/libcuda-nccl-fake.so: tests/fakes/cuda_nccl_shim.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(OPT) -shared -fPIC $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
 
-# trun-rdzv-bench: many rendezvous agents in one process (tests and make bench).
+# trun-rdzv-bench: many rendezvous agents in one process (tests and make bench); it drives the rendezvous
+# protocols' private cores, so it is built with the test include path.
 all: $(B)/trun-rdzv-bench
-$(B)/trun-rdzv-bench: $(B)/obj/tools/rdzv_bench.o $(B)/libtrun.a
-	$(CC) $(OPT) -o $@ $(B)/obj/tools/rdzv_bench.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+$(B)/trun-rdzv-bench: bench/rdzv_bench.c $(B)/libtrun.a $(HEADERS)
+	$(CC) $(CSTD) $(OPT) $(TEST_INC) $(PKG_CFLAGS) -o $@ $< $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
 
-$(B)/libnvidia-ml-fake.so: tests/fakes/nvml_shim.c agent/nvml.h
+$(B)/libnvidia-ml-fake.so: tests/fakes/nvml_shim.c agent/discover/nvml.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(OPT) -shared -fPIC -Iagent $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
+	$(CC) $(CSTD) $(OPT) -shared -fPIC -Iagent/discover $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -15,18 +15,18 @@
 #include <uv.h>
 
 #include "agent_int.h"
-#include "doctor.h"
-#include "log.h"
-#include "nccl_env.h"
-#include "nccl_report.h"
-#include "obs.h"
-#include "output.h"
-#include "preflight.h"
-#include "rdzv.h"
-#include "report.h"
-#include "stall.h"
-#include "store_acl.h"
-#include "watchdog.h"
+#include "agent/nccl/doctor.h"
+#include "store/log.h"
+#include "agent/nccl/nccl_env.h"
+#include "agent/nccl/nccl_report.h"
+#include "agent/observe/obs.h"
+#include "agent/proc/output.h"
+#include "agent/nccl/preflight.h"
+#include "agent/rdzv/rdzv.h"
+#include "agent/proc/report.h"
+#include "agent/observe/stall.h"
+#include "agent/rdzv/store_acl.h"
+#include "agent/proc/watchdog.h"
 #include "worker_env.h"
 
 double trun__agent_now(void) {
@@ -540,7 +540,7 @@ static int agent_main(agent *a) {
     if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
     reconnect_watch(a);
     trun_obs_rdzv_end(a->obs, a->round, NULL);
-    /* Split pods / GPU clash (agent/doctor.h); --preflight on the first round (agent/preflight.h). */
+    /* Split pods / GPU clash (agent/nccl/doctor.h); --preflight on the first round (agent/nccl/preflight.h). */
     trun_doctor_outcome doc;
     int stop = trun_doctor_round(&a->rdzv, a->env, a->round, a->node, &doc);
     trun_obs_doctor(a->obs, a->round, &doc);
@@ -594,7 +594,7 @@ static int agent_main(agent *a) {
 
 /* The stores the agent hosts take one descriptor per connection: the soft open-file limit goes up to the
  * hard one (a common soft limit of 1024 is used up by a thousand idle peers), the stores stop accepting
- * TRUN_STORE_FD_RESERVE short of it (agent/store_acl.h), and workers get the limit trun was started with. */
+ * TRUN_STORE_FD_RESERVE short of it (agent/rdzv/store_acl.h), and workers get the limit trun was started with. */
 static void raise_nofile(agent *a) {
   if (getrlimit(RLIMIT_NOFILE, &a->nofile) < 0) {
     trun_debug("getrlimit(RLIMIT_NOFILE): %s; the open-file limit stays as it is", strerror(errno));

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "config.h"
+#include "config/config.h"
 
 /* Runs the job described by cfg with envp as the base environment; returns the exit code. */
 int trun_agent_run(const trun_config *cfg, char **envp);

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "agent_int.h"
-#include "log.h"
-#include "report.h"
+#include "store/log.h"
+#include "agent/proc/report.h"
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
   size_t n = 0;

@@ -12,13 +12,13 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "client.h"
-#include "discover.h"
-#include "obs.h"
-#include "output.h"
-#include "rdzv.h"
-#include "stall.h"
-#include "watchdog.h"
+#include "store/client.h"
+#include "agent/discover/discover.h"
+#include "agent/observe/obs.h"
+#include "agent/proc/output.h"
+#include "agent/rdzv/rdzv.h"
+#include "agent/observe/stall.h"
+#include "agent/proc/watchdog.h"
 
 /* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
 typedef enum {
@@ -82,8 +82,8 @@ struct agent {
   int end_seen;         /* the watcher delivered end_value (set by the watcher thread) */
   int end_round;        /* the round whose end the watcher delivered */
   int in_round;         /* workers of this round may still run: remote ends act only then */
-  trun_obs *obs;        /* events and metrics (agent/obs.h) */
-  trun_stall *stall;    /* --stall-timeout (agent/stall.h), NULL when off */
+  trun_obs *obs;        /* events and metrics (agent/observe/obs.h) */
+  trun_stall *stall;    /* --stall-timeout (agent/observe/stall.h), NULL when off */
   struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
   int nofile_raised;    /* the agent raised its soft limit to the hard one */
 };

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "agent_int.h"
-#include "log.h"
-#include "nccl_report.h"
-#include "spawn.h"
+#include "store/log.h"
+#include "agent/nccl/nccl_report.h"
+#include "agent/proc/spawn.h"
 #include "worker_env.h"
 
 /* The console prefix of a tee'd line: torchrun's "[<role><local_rank>]:" or the template. */

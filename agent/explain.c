@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "nccl_env.h"
+#include "agent/nccl/nccl_env.h"
 
 static void print_summary(const trun_node *n, FILE *out) {
   const trun_instance *in = &n->instance;

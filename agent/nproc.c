@@ -1,4 +1,4 @@
-/* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML (agent/discover.h,
+/* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML (agent/discover/discover.h,
  * honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES) or the CUDA runtime where no NVML library
  * loads, and, where neither lists a GPU, the /dev/nvidiaN nodes the driver creates for this container
  * (TRUN_DEV_ROOT, default /dev) narrowed by CUDA_VISIBLE_DEVICES. `auto` without GPUs = the CPUs the cgroup
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "discover.h"
-#include "log.h"
+#include "agent/discover/discover.h"
+#include "store/log.h"
 
 extern char **environ;
 

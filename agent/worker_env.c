@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "nccl_env.h"
+#include "store/log.h"
+#include "agent/nccl/nccl_env.h"
 
 static size_t strv_len(char *const *v) {
   size_t n = 0;

@@ -5,8 +5,8 @@
 
 #include <stdio.h>
 
-#include "cli.h"
-#include "platform.h"
+#include "launcher/cli.h"
+#include "launcher/platform.h"
 
 /* Writes s as a YAML scalar: plain when that reads back as the same string, else quoted. */
 void trun_yaml_write_scalar(FILE *f, const char *s);

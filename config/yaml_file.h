@@ -1,13 +1,13 @@
 /* trun's YAML config file (`trun --config job.yaml`): every command-line option as a key, plus `script` and
  * `args`. The keys and their kinds (flag or value) come from the command-line option table (launcher/cli.h);
- * the values are checked by the same code as command-line values (launcher/config.c). The reference for
+ * the values are checked by the same code as command-line values (config/config.c). The reference for
  * every key is config/README.md. */
 #ifndef TRUN_YAML_FILE_H
 #define TRUN_YAML_FILE_H
 
 #include <stddef.h>
 
-#include "cli.h"
+#include "launcher/cli.h"
 
 #define TRUN_YAML_MAX_BYTES (10 * 1024 * 1024) /* larger files are refused */
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the command line (launcher/cli.c trun_cli_parse, launcher/config.c
+/* libFuzzer target for the command line (launcher/cli.c trun_cli_parse, config/config.c
  * trun_config_from_cmdline) and the --hostfile parser and per-host command (launcher/hostfile.c).
  * Input: items separated by NUL bytes; the first byte's low 2 bits = how many leading items are environment
  * entries ("PET_NNODES=2"), the rest is argv after "trun". Checks (abort on failure): every refusal has a

@@ -1,4 +1,4 @@
-/* libFuzzer target for the error-file reader and the failure JSON of agent/report.c: trun_errfile_read (a
+/* libFuzzer target for the error-file reader and the failure JSON of agent/proc/report.c: trun_errfile_read (a
  * worker's torchelastic error file), trun_failure_from_json / trun_failure_to_json (failures published
  * through the store), trun_report_print (the banner, with the fuzzed strings) and trun_errfile_write_parent.
  * Input: the file's bytes (seeds: tests/fixtures/errfiles, and failure JSON as the agent writes it).

@@ -1,4 +1,4 @@
-/* libFuzzer target for the NCCL INFO log reader (agent/nccl_log.c), as --nccl-report and trun-topo
+/* libFuzzer target for the NCCL INFO log reader (agent/nccl/nccl_log.c), as --nccl-report and trun-topo
  * --nccl-log use it: the input is a log file's bytes (seeds: the captures in tests/fixtures/nccl).
  * Fed twice: line by line (trun_nccl_log_feed_line, the bytes of each line up to a NUL) and as a file
  * (trun_nccl_log_feed_file through a memfd); then trun_nccl_log_json and trun_nccl_log_print.

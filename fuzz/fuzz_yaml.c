@@ -1,5 +1,5 @@
 /* libFuzzer target for the YAML config loader (config/yaml_file.c) and what follows it in `trun --config`:
- * the file's values applied to a command line (trun_yaml_apply) and checked by launcher/config.c.
+ * the file's values applied to a command line (trun_yaml_apply) and checked by config/config.c.
  * Input: the file's bytes (seeds: tests/fixtures/config). Checks (abort on failure): a refused file has a
  * message "fuzz.yaml:LINE:COLUMN: ..." or "fuzz.yaml: ..."; a file that loads and resolves prints
  * (--print-config) a file that loads again with the same value for every key and the same script and args.

@@ -15,10 +15,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "log.h"
-#include "output.h"
-#include "report.h"
-#include "spawn.h"
+#include "store/log.h"
+#include "agent/proc/output.h"
+#include "agent/proc/report.h"
+#include "agent/proc/spawn.h"
 
 #define TRUN_HOSTFILE_MAX_BYTES (1 << 20)
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "config.h"
+#include "config/config.h"
 
 #define TRUN_HOSTFILE_MAX_HOSTS 4096
 #define TRUN_RSH_DEFAULT "ssh -o BatchMode=yes"

@@ -6,16 +6,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "agent/agent.h"
 #include "cli.h"
-#include "config.h"
+#include "config/config.h"
 #include "hostfile.h"
-#include "log.h"
-#include "nccl_env.h"
+#include "store/log.h"
+#include "agent/nccl/nccl_env.h"
 #include "platform.h"
-#include "print.h"
-#include "rdzv.h"
-#include "yaml_file.h"
+#include "config/print.h"
+#include "agent/rdzv/rdzv.h"
+#include "config/yaml_file.h"
 
 #ifndef TRUN_VERSION
 #define TRUN_VERSION "0.1.0"

@@ -2,12 +2,12 @@
  * unique id through the rendezvous store: rank 0 sets it, the others get it) and run all-reduce from 8 B to
  * 1 GiB the way nccl-tests does (float sum, out of place, sizes x2, warm-up then timed iterations between
  * CUDA events): algbw = bytes / time, busbw = algbw * 2(n-1)/n. Rank 0 prints the table and the verdict
- * against the bandwidth expected for what discovery finds (agent/preflight.h) and publishes the verdict
+ * against the bandwidth expected for what discovery finds (agent/nccl/preflight.h) and publishes the verdict
  * so that every rank exits alike. libcudart and libnccl are dlopen'ed (prototypes below, no CUDA headers).
  * Environment: the workers' (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
  * TRUN_PREFLIGHT_KEY (store key prefix), TRUN_CUDART_LIBRARY / TRUN_NCCL_LIBRARY (library paths).
  * Exit: 0 pass or warn, 3 fail verdict, 4 skipped (no GPU, no CUDA / NCCL library), 1 error, 2 usage. */
-#include "preflight.h"
+#include "agent/nccl/preflight.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "discover.h"
-#include "nccl_env.h"
+#include "store/client.h"
+#include "agent/discover/discover.h"
+#include "agent/nccl/nccl_env.h"
 
 extern char **environ;
 

@@ -3,20 +3,20 @@
  * one NIC row and column per RDMA device with its PCIe distance to each GPU); --json the same for tools.
  * Options: --json, --no-imds (no instance-metadata request), -h/--help. Exit 0, or 2 for a bad option.
  * A discovery problem (a CUDA_VISIBLE_DEVICES entry that names no GPU, a broken NVML) is reported on stderr
- * and what was found is still printed. Test hooks: see agent/discover.h. */
+ * and what was found is still printed. Test hooks: see agent/discover/discover.h. */
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "discover.h"
-#include "nccl_env.h"
-#include "nccl_log.h"
+#include "agent/discover/discover.h"
+#include "agent/nccl/nccl_env.h"
+#include "agent/nccl/nccl_log.h"
 
 extern char **environ;
 
-/* From agent/discover_rdma.c. */
+/* From agent/discover/discover_rdma.c. */
 int trun_pci_sysfs_path(const char *bus_id, char *out, size_t outlen);
 int trun_rdma_sysfs_path(const char *name, char *out, size_t outlen);
 const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b, int numa_b);

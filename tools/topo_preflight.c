@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "discover.h"
+#include "agent/discover/discover.h"
 
 extern char **environ;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trun --explain and the environment decisions reaching real workers (agent/nccl_env.c, spec
+# trun --explain and the environment decisions reaching real workers (agent/nccl/nccl_env.c, spec
 # gpu-efa-nccl.md §2-§4), on the p4d.24xlarge node fixture (tests/fixtures/nodes/) with the fake NVML
 # (build/libnvidia-ml-fake.so) and the fake IMDS (tests/fakes/imds_server.py, mode normal: p4d.24xlarge):
 #  1. --explain with IMDS: exit 0, nothing started, the instance type from imds, every decision with value,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The split-pod doctor (agent/doctor.c) across real rendezvous rounds. GPUs come from the fake NVML
+# The split-pod doctor (agent/nccl/doctor.c) across real rendezvous rounds. GPUs come from the fake NVML
 # (build/libnvidia-ml-fake.so) with the h200x2 node fixture; workers are /bin/true-like (--no-python).
 #  1. 2 agents in one network namespace, static backend over loopback, same boot id (the real one), one GPU
 #     each (CUDA_VISIBLE_DEVICES 0 / 1): node rank 0 prints the split warning naming both group ranks, the

@@ -1,4 +1,4 @@
-/* launcher/config.c: the typed configuration from torchrun's command line, and agent/worker_env.c:
+/* config/config.c: the typed configuration from torchrun's command line, and agent/worker_env.c:
  * each worker's argv and environment. */
 #include <check.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-/* agent/discover_gpu.c and agent/discover_rdma.c against the node fixtures (tests/fixtures/nodes/, see gen.py
+/* agent/discover/discover_gpu.c and agent/discover/discover_rdma.c against the node fixtures (tests/fixtures/nodes/, see gen.py
  * there), the fake NVML (build/libnvidia-ml-fake.so from tests/fakes/nvml_shim.c) and the fake CUDA runtime
  * (build/libcuda-nccl-fake.so from tests/fakes/cuda_nccl_shim.c): GPUs, links, P2P status,
  * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, NUMA nodes (also derived from the CPU affinity), EFA and
@@ -15,7 +15,7 @@
 #include "agent.h"
 #include "discover.h"
 
-/* Internal, from agent/discover_rdma.c. */
+/* Internal, from agent/discover/discover_rdma.c. */
 int trun_pci_parse(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn);
 const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b, int numa_b);
 

@@ -1,4 +1,4 @@
-/* agent/doctor.c: the split-pod doctor. The analysis over the JSON fixtures in tests/fixtures/doctor/ (each:
+/* agent/nccl/doctor.c: the split-pod doctor. The analysis over the JSON fixtures in tests/fixtures/doctor/ (each:
  * "agents" as agents publish them, "expect": the finding kinds in order, the error count, texts the report
  * must contain); identity JSON round trip; the boot id hooks; the report block; and the exchange through a
  * real store (one agent of two publishes: group rank 0 reports the other as not published, bounded wait;

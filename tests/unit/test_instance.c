@@ -1,4 +1,4 @@
-/* Unit tests for agent/discover_instance.c and agent/discover_cpus.c: cgroup CPU quota parsing (v2
+/* Unit tests for agent/discover/discover_instance.c and agent/discover/discover_cpus.c: cgroup CPU quota parsing (v2
  * cpu.max, v1 cfs files) and fixture trees, DMI product names, the `auto` / `cpu` worker counts, and
  * trun_discover_instance's DMI fallback. Fixtures: $TRUN_REPO/tests/fixtures/{cgroup,dmi} (TRUN_REPO
  * defaults to ".").

@@ -1,4 +1,4 @@
-/* agent/nccl_env.c against the node fixtures (tests/fixtures/nodes/<name>/, gen.py there) and the fake NVML
+/* agent/nccl/nccl_env.c against the node fixtures (tests/fixtures/nodes/<name>/, gen.py there) and the fake NVML
  * (build/libnvidia-ml-fake.so): per fixture the exact decisions (variables trun sets, leaves to the plugin
  * or leaves unset), nproc for auto / gpu, the whole "env" object of its expected.json; a user-set variable
  * survives every rule on every fixture (in the decisions and in the agent's worker environment); the

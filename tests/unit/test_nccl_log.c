@@ -1,4 +1,4 @@
-/* agent/nccl_log.c: the NCCL INFO log reader behind `trun --nccl-report` and `trun-topo --nccl-log`.
+/* agent/nccl/nccl_log.c: the NCCL INFO log reader behind `trun --nccl-report` and `trun-topo --nccl-log`.
  * Fixtures (tests/fixtures/nccl/): our two H200 x2 captures (one pod: P2P/CUMEM; two pods: NET/Socket between
  * GPUs of one host) and the seed's p4d log (4 pods x 1 GPU, NET/Libfabric/GDRDMA): the exact JSON of each
  * (*.expected.json) and, independently, the numbers a reader counts by hand. Then single lines: every

@@ -1,4 +1,4 @@
-/* agent/preflight.c: the expected-bandwidth table, nccl-tests' busbw formula and the pass / warn / fail
+/* agent/nccl/preflight.c: the expected-bandwidth table, nccl-tests' busbw formula and the pass / warn / fail
  * verdict with its named causes, on our measured H200 numbers (327.5 GB/s in one pod, 2.9 GB/s as two pods)
  * and the spec's EFA references (§8). */
 #include <check.h>

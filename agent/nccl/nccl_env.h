@@ -1,0 +1,73 @@
+/* The NCCL / libfabric environment trun gives the workers, decided from what discovery found
+ * (agent/discover/discover.h) and the user's environment. Facts and rules: shared/spec/gpu-efa-nccl.md §2-§4; every
+ * decision carries its reason with the spec section. A variable the user set is never changed. */
+#ifndef TRUN_NCCL_ENV_H
+#define TRUN_NCCL_ENV_H
+
+#include <stdio.h>
+
+#include "config/config.h"
+#include "agent/discover/discover.h"
+
+#define TRUN_ENV_MAX 64
+
+typedef enum {
+  TRUN_ENV_USER = 0, /* the user's value, kept as it is */
+  TRUN_ENV_TRUN,     /* a trun rule: set to value, or (set == 0) deliberately left unset */
+  TRUN_ENV_PLUGIN    /* left to the aws-ofi-nccl plugin, which fills it in at init; trun does not set it */
+} trun_env_source;
+
+typedef struct {
+  char name[64];
+  char value[256]; /* the value the workers get; "" when set == 0 */
+  int set;         /* 1: the workers see name=value */
+  trun_env_source source;
+  char reason[512];
+} trun_env_decision;
+
+typedef struct {
+  int n;
+  trun_env_decision d[TRUN_ENV_MAX];
+} trun_env_plan;
+
+/* Decides the environment for node given the user's envp (NULL-terminated). Order: libfabric / EFA, the
+ * variables left to the plugin, NCCL topology and sockets, then any other NCCL_* / FI_* / OFI_NCCL_* /
+ * RDMAV_* the user set. Never fails; rows beyond TRUN_ENV_MAX are dropped. */
+void trun_nccl_env_decide(const trun_node *node, char *const *envp, trun_env_plan *plan);
+const char *trun_env_source_name(trun_env_source s);
+/* 1 when the GPUDirect RDMA column of spec §2 says yes for this instance type. */
+int trun_instance_has_gdr(const char *instance_type);
+/* The up network interfaces under TRUN_SYSFS_ROOT (default /sys)/class/net that NCCL may use for its
+ * sockets: not lo, docker*, veth*, virbr*, eni* (host side of pod veths). Comma list in name order into out
+ * ("" when none); returns how many. */
+int trun_socket_interfaces(char *out, size_t outlen);
+/* Sets every trun row with set == 1 in *env unless *env already has the variable. 0 or -ENOMEM. */
+int trun_nccl_env_apply(const trun_env_plan *plan, char ***env);
+
+/* CPUs for --numa-binding of the worker on visible GPU g: TRUN_SYSFS_ROOT/devices/system/node/node<N>/cpulist
+ * of the GPU's NUMA node, else the GPU's CPU affinity from NVML. 0 with out filled, or -1 (nothing known). */
+int trun_gpu_numa_cpulist(const trun_gpu *g, char *out, size_t outlen);
+
+/* --numa-binding node for local rank lr: trun_gpu_numa_cpulist of visible GPU lr, restricted to the CPUs this
+ * process may use (sched_getaffinity). "" when lr has no GPU, nothing is known or nothing is left. */
+void trun_numa_cpus_for(const trun_node *node, int lr, char *out, size_t outlen);
+
+/* --nproc-per-node auto for node: visible GPUs, or the CPUs the cgroup allows when there are none. */
+int trun_nproc_auto(const trun_node *node);
+
+/* When to ask for the instance identity in trun_discover_node; TRUN_DISCOVER_NO_AFFINITY may be or'ed in
+ * (no per-GPU CPU affinity: see trun_discover_gpus_flags). */
+enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
+#define TRUN_DISCOVER_NO_AFFINITY 0x100
+/* Fills node (zeroed first): GPUs from NVML honouring envp's CUDA_VISIBLE_DEVICES, RDMA devices, the
+ * instance identity per identity (IMDS unless no_imds, then DMI), usable CPUs. 0, or -1 with err set when
+ * GPU discovery reported a problem (what was found is kept). */
+int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_imds, char *err,
+                       size_t errlen);
+
+/* trun --explain: discovers the node (IMDS unless cfg->no_imds), prints the summary and every decision
+ * (variable, value, source, reason) to out, starts nothing. Returns the exit code (0; 2 for a bad
+ * --nproc-per-node). */
+int trun_explain(const trun_config *cfg, char **envp, FILE *out);
+
+#endif

@@ -1,0 +1,28 @@
+/* A tiny Prometheus endpoint on the agent's libuv loop: GET /metrics answers the text exposition format
+ * (version 0.0.4) that render() writes; anything else gets 404 (405 for another method). HTTP/1.0 and 1.1,
+ * one request per connection (Connection: close). Never blocks: replies go out through libuv; a request
+ * over 8 KiB gets 431, a client silent for 10 s is dropped, at most 64 connections at once. */
+#ifndef TRUN_METRICS_H
+#define TRUN_METRICS_H
+
+#include <uv.h>
+
+#include "store/buf.h"
+
+typedef struct trun_metrics trun_metrics;
+typedef void (*trun_metrics_render)(void *arg, trun_buf *out);
+
+#define TRUN_METRICS_MAX_REQUEST 8192
+#define TRUN_METRICS_MAX_CONNS 64
+
+/* Listens on host:port (NULL host: every address, port 0: a free one). 0 or a negative libuv error. */
+int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render, void *arg,
+                       trun_metrics **out, int *port_out);
+/* Closes the listener and every connection; memory goes once the loop has run the close callbacks. */
+void trun_metrics_close(trun_metrics *m);
+/* Appends "name{labels} value\n" (labels may be NULL or ""). */
+void trun_metrics_sample(trun_buf *out, const char *name, const char *labels, double value);
+/* Appends "# HELP name help\n# TYPE name type\n". */
+void trun_metrics_header(trun_buf *out, const char *name, const char *type, const char *help);
+
+#endif

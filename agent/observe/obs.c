@@ -1,0 +1,285 @@
+#include "obs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent/discover/discover.h"
+#include "events.h"
+#include "store/log.h"
+#include "metrics.h"
+
+#define MAX_CODES 64
+
+struct trun_obs {
+  trun_events *ev;
+  trun_metrics *metrics;
+  const trun_rdzv *r;
+  /* metrics */
+  int round;            /* last completed rendezvous round, -1 none */
+  double rdzv_started;  /* monotonic seconds */
+  double rdzv_duration; /* seconds, of the last round */
+  unsigned long restarts;
+  int running, succeeded, failed, stopped;
+  unsigned long stalls;
+  struct {
+    char label[32];
+    unsigned long n;
+  } codes[MAX_CODES];
+  int ncodes;
+};
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "3" for an exit code, "SIGTERM" for -15. */
+static void status_label(int status, char *out, size_t len) {
+  if (status >= 0)
+    snprintf(out, len, "%d", status);
+  else
+    trun_signal_name(-status, out, len);
+}
+
+static void render(void *arg, trun_buf *out) {
+  trun_obs *o = arg;
+  char lab[96];
+  trun_metrics_header(out, "trun_up", "gauge", "1 while the trun agent runs.");
+  trun_metrics_sample(out, "trun_up", NULL, 1);
+  trun_metrics_header(out, "trun_restarts_total", "counter", "Worker group restarts (failures and stalls).");
+  trun_metrics_sample(out, "trun_restarts_total", NULL, (double)o->restarts);
+  trun_metrics_header(out, "trun_workers", "gauge", "This node's workers of the current attempt, by state.");
+  trun_metrics_sample(out, "trun_workers", "state=\"running\"", o->running);
+  trun_metrics_sample(out, "trun_workers", "state=\"succeeded\"", o->succeeded);
+  trun_metrics_sample(out, "trun_workers", "state=\"failed\"", o->failed);
+  trun_metrics_sample(out, "trun_workers", "state=\"stopped\"", o->stopped);
+  trun_metrics_header(out, "trun_rendezvous_round", "gauge",
+                      "The last completed rendezvous round (-1: none).");
+  trun_metrics_sample(out, "trun_rendezvous_round", NULL, o->round);
+  trun_metrics_header(out, "trun_rendezvous_duration_seconds", "gauge",
+                      "How long the last rendezvous round took.");
+  trun_metrics_sample(out, "trun_rendezvous_duration_seconds", NULL, o->rdzv_duration);
+  trun_metrics_header(out, "trun_stalls_total", "counter", "Workers found stalled by --stall-timeout.");
+  trun_metrics_sample(out, "trun_stalls_total", NULL, (double)o->stalls);
+  trun_server_stats sum = {0};
+  const trun_store_host *hosts[2] = {o->r ? o->r->host : NULL, o->r ? o->r->worker_host : NULL};
+  for (int i = 0; i < 2; i++) {
+    if (hosts[i] == NULL) continue;
+    trun_server_stats st;
+    trun_server_get_stats(trun_store_host_server((trun_store_host *)hosts[i]), &st);
+    sum.connections += st.connections, sum.ops += st.ops, sum.accepted += st.accepted;
+    sum.refused += st.refused;
+  }
+  trun_metrics_header(out, "trun_store_connections", "gauge",
+                      "Open connections to the store(s) this agent hosts (0 when it hosts none).");
+  trun_metrics_sample(out, "trun_store_connections", NULL, (double)sum.connections);
+  trun_metrics_header(out, "trun_store_ops_total", "counter", "Requests the hosted store(s) served.");
+  trun_metrics_sample(out, "trun_store_ops_total", NULL, (double)sum.ops);
+  trun_metrics_header(out, "trun_store_refused_total", "counter",
+                      "Connections the hosted store(s) refused (allow-list, per-peer limit).");
+  trun_metrics_sample(out, "trun_store_refused_total", NULL, (double)sum.refused);
+  trun_metrics_header(out, "trun_worker_exit_total", "counter", "Worker exits by exit code or signal name.");
+  for (int i = 0; i < o->ncodes; i++) {
+    snprintf(lab, sizeof(lab), "code=\"%s\"", o->codes[i].label);
+    trun_metrics_sample(out, "trun_worker_exit_total", lab, (double)o->codes[i].n);
+  }
+}
+
+int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, trun_obs **out, char *err,
+                  size_t errlen) {
+  trun_obs *o = calloc(1, sizeof(*o));
+  if (o == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  o->round = -1;
+  if (cfg->events && trun_events_open(cfg->events, host, &o->ev, err, errlen) < 0) {
+    free(o);
+    return -1;
+  }
+  if (cfg->metrics_port >= 0) {
+    int port = 0;
+    int rc = trun_metrics_start(loop, NULL, cfg->metrics_port, render, o, &o->metrics, &port);
+    if (rc < 0) {
+      snprintf(err, errlen, "--metrics-port %d: cannot listen: %s; pick another port (0: any free one)",
+               cfg->metrics_port, uv_strerror(rc));
+      trun_events_close(o->ev);
+      free(o);
+      return -1;
+    }
+    trun_info("serving Prometheus metrics on port %d (GET /metrics)", port);
+    trun_events_emit(o->ev, "metrics", json_pack("{s:i}", "port", port));
+  }
+  *out = o;
+  return 0;
+}
+
+void trun_obs_set_rdzv(trun_obs *o, const trun_rdzv *r) {
+  if (o == NULL) return;
+  o->r = r;
+  trun_events_set_group_rank(o->ev, r ? r->group_rank : -1);
+}
+
+void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *given) {
+  if (o == NULL || o->ev == NULL) return;
+  trun_node *node = given ? NULL : calloc(1, sizeof(*node));
+  char err[256] = "";
+  int ngpu = given ? given->ngpu : 0;
+  if (node && trun_discover_gpus_flags(node, envp, TRUN_GPU_NO_AFFINITY, err, sizeof(err)) == 0)
+    ngpu = node->ngpu;
+  json_t *f = json_pack("{s:i,s:i,s:i}", "nproc", nproc, "gpus", ngpu, "cpus", trun_discover_cpus());
+  const trun_node *src = given ? given : node;
+  if (src && src->gpu_source) json_object_set_new(f, "gpu_source", json_string(src->gpu_source));
+  trun_events_emit(o->ev, "discovery", f);
+  free(node);
+}
+
+void trun_obs_rdzv_start(trun_obs *o, int round) {
+  if (o == NULL) return;
+  o->rdzv_started = mono_s();
+  trun_events_emit(o->ev, "rendezvous_start", json_pack("{s:i}", "round", round));
+}
+
+void trun_obs_rdzv_end(trun_obs *o, int round, const char *error) {
+  if (o == NULL) return;
+  double d = mono_s() - o->rdzv_started;
+  if (error) {
+    trun_events_emit(
+        o->ev, "rendezvous_end",
+        json_pack("{s:i,s:f,s:b,s:s}", "round", round, "duration_s", d, "ok", 0, "error", error));
+    return;
+  }
+  o->round = round;
+  o->rdzv_duration = d;
+  o->running = o->succeeded = o->failed = o->stopped = 0;
+  trun_events_set_group_rank(o->ev, o->r ? o->r->group_rank : -1);
+  json_t *f = json_pack("{s:i,s:f,s:b}", "round", round, "duration_s", d, "ok", 1);
+  if (o->r) {
+    json_object_set_new(f, "world_size", json_integer(o->r->world_size));
+    json_object_set_new(f, "base_rank", json_integer(o->r->base_rank));
+    json_object_set_new(f, "nnodes", json_integer(o->r->group_world_size));
+    json_object_set_new(f, "master_addr", json_string(o->r->master_addr));
+    json_object_set_new(f, "master_port", json_integer(o->r->master_port));
+  }
+  trun_events_emit(o->ev, "rendezvous_end", f);
+}
+
+void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt) {
+  if (o == NULL) return;
+  o->running++;
+  trun_events_emit(o->ev, "worker_start",
+                   json_pack("{s:i,s:i,s:i,s:i}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
+                             "attempt", attempt));
+}
+
+void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down) {
+  if (o == NULL) return;
+  if (o->running > 0) o->running--;
+  if (status == 0)
+    o->succeeded++;
+  else if (torn_down)
+    o->stopped++;
+  else
+    o->failed++;
+  char label[32];
+  status_label(status, label, sizeof(label));
+  int i;
+  for (i = 0; i < o->ncodes && strcmp(o->codes[i].label, label) != 0; i++) {
+  }
+  if (i == o->ncodes && o->ncodes < MAX_CODES)
+    snprintf(o->codes[o->ncodes++].label, sizeof(label), "%s", label);
+  if (i < o->ncodes) o->codes[i].n++;
+  json_t *f = json_pack("{s:i,s:i,s:i}", "pid", (int)pid, "rank", rank, "local_rank", local_rank);
+  if (status >= 0)
+    json_object_set_new(f, "exit_code", json_integer(status));
+  else
+    json_object_set_new(f, "signal", json_string(label));
+  json_object_set_new(f, "stopped_by_agent", json_boolean(torn_down));
+  trun_events_emit(o->ev, "worker_exit", f);
+}
+
+void trun_obs_restart(trun_obs *o, int attempt, int remaining) {
+  if (o == NULL) return;
+  o->restarts++;
+  trun_events_emit(o->ev, "restart", json_pack("{s:i,s:i}", "attempt", attempt, "remaining", remaining));
+}
+
+void trun_obs_membership(trun_obs *o, int waiting) {
+  if (o == NULL) return;
+  trun_events_emit(o->ev, "membership_change", json_pack("{s:i}", "waiting", waiting));
+}
+
+void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal) {
+  if (o == NULL) return;
+  o->stalls++;
+  json_t *f = json_pack("{s:i,s:i,s:i,s:f}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
+                        "idle_s", idle_s);
+  if (signal > 0) {
+    char name[32];
+    trun_signal_name(signal, name, sizeof(name));
+    json_object_set_new(f, "signal", json_string(name));
+  }
+  trun_events_emit(o->ev, "stall", f);
+}
+
+void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d) {
+  if (o == NULL || d == NULL) return;
+  json_t *f = json_pack("{s:i,s:b}", "round", round, "analyzed", d->analyzed);
+  if (d->analyzed) {
+    json_object_set_new(f, "agents", json_integer(d->agents));
+    json_object_set_new(f, "missing", json_integer(d->missing));
+    json_object_set_new(f, "split_pods", json_boolean(d->split > 0));
+    json_object_set_new(f, "agents_per_host", json_integer(d->max_per_host));
+    json_object_set_new(f, "gpu_clash", json_boolean(d->gpu_clash > 0));
+    json_object_set_new(f, "efa_warning", json_boolean(d->efa > 0));
+  }
+  json_object_set_new(f, "on_split_pods", json_string(d->fail_on_findings ? "fail" : "warn"));
+  json_object_set_new(f, "action", json_string(d->action ? d->action : "continue"));
+  trun_events_emit(o->ev, "doctor", f);
+}
+
+void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p) {
+  if (o == NULL || p == NULL) return;
+  json_t *f = json_pack("{s:i,s:s}", "round", round, "verdict", p->verdict);
+  if (p->peak_gbps >= 0) {
+    json_object_set_new(f, "peak_busbw_gbps", json_real(p->peak_gbps));
+    json_object_set_new(f, "at_bytes", json_integer((json_int_t)p->at_bytes));
+  }
+  if (p->fabric[0]) json_object_set_new(f, "fabric", json_string(p->fabric));
+  if (p->cause[0]) json_object_set_new(f, "cause", json_string(p->cause));
+  trun_events_emit(o->ev, "preflight", f);
+}
+
+void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) {
+  if (o == NULL || o->ev == NULL || n == 0) return;
+  int root = trun_failure_root(fs, n);
+  if (root < 0) return;
+  const trun_failure *f = &fs[root];
+  char label[32];
+  status_label(f->exit_code, label, sizeof(label));
+  json_t *j = json_pack("{s:b,s:i,s:i,s:i,s:i,s:s}", "final", final, "rank", f->global_rank, "local_rank",
+                        f->local_rank, "node_rank", f->group_rank, "pid", (int)f->pid, "root_host",
+                        f->host ? f->host : "");
+  if (f->exit_code >= 0)
+    json_object_set_new(j, "exit_code", json_integer(f->exit_code));
+  else
+    json_object_set_new(j, "signal", json_string(label));
+  if (f->message) json_object_set_new(j, "message", json_string(f->message));
+  json_object_set_new(j, "failures", json_integer((json_int_t)n));
+  trun_events_emit(o->ev, "failure", j);
+}
+
+void trun_obs_close(trun_obs *o, int code) {
+  if (o == NULL) return;
+  size_t dropped = trun_events_dropped(o->ev);
+  json_t *f = json_pack("{s:i,s:i}", "code", code, "restarts", (int)o->restarts);
+  if (dropped) json_object_set_new(f, "events_dropped", json_integer((json_int_t)dropped));
+  trun_events_emit(o->ev, "job_end", f);
+  if (dropped) trun_warn("%zu events were dropped: the event stream's reader did not keep up", dropped);
+  trun_events_close(o->ev);
+  trun_metrics_close(o->metrics);
+  free(o);
+}

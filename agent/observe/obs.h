@@ -1,0 +1,44 @@
+/* Observability hooks of the agent: each call records one happening in the event stream (--events,
+ * agent/observe/events.h) and in the Prometheus metrics (--metrics-port, agent/observe/metrics.h). Both are optional; the
+ * hooks are cheap no-ops for what is off. Event names and fields: README.md "Events". */
+#ifndef TRUN_OBS_H
+#define TRUN_OBS_H
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include "config/config.h"
+#include "agent/discover/discover.h"
+#include "agent/nccl/doctor.h"
+#include "agent/nccl/preflight.h"
+#include "agent/rdzv/rdzv.h"
+#include "agent/proc/report.h"
+
+typedef struct trun_obs trun_obs;
+
+/* Opens the event stream and the metrics endpoint on loop. 0, or -1 with a reason in err (bad --events
+ * path or --metrics-port in use: the caller exits 2). */
+int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, trun_obs **out, char *err,
+                  size_t errlen);
+/* The rendezvous state: group rank for events, the hosted stores for trun_store_* metrics. */
+void trun_obs_set_rdzv(trun_obs *o, const trun_rdzv *r);
+void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *node);
+void trun_obs_rdzv_start(trun_obs *o, int round);
+/* error: NULL on success. */
+void trun_obs_rdzv_end(trun_obs *o, int round, const char *error);
+void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt);
+/* status: exit code, or -signal; torn_down: stopped by the agent. */
+void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down);
+void trun_obs_restart(trun_obs *o, int attempt, int remaining);
+void trun_obs_membership(trun_obs *o, int waiting);
+void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
+/* The split-pod doctor's verdict after a rendezvous round (agent/nccl/doctor.h). */
+void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
+/* The --preflight verdict (agent/nccl/preflight.h). */
+void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p);
+/* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure". */
+void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final);
+/* Emits job_end, closes the endpoint and the stream (run the loop afterwards to release handles). */
+void trun_obs_close(trun_obs *o, int code);
+
+#endif

@@ -1,0 +1,216 @@
+#include "store_acl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "agent/discover/discover.h"
+#include "store/log.h"
+#include "rdzv_dyn.h"
+
+/* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
+static int sa_text(const struct sockaddr *sa, char *text, size_t len) {
+  if (sa->sa_family == AF_INET)
+    return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, text, len) ? 0 : -1;
+  if (sa->sa_family == AF_INET6)
+    return inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, text, len) ? 0 : -1;
+  return -1;
+}
+
+static int is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family != AF_INET6) return 0;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) return 0;
+  int n = 0;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = "";
+    if (!is_loopback(ai->ai_addr) || sa_text(ai->ai_addr, text, sizeof(text)) < 0) {
+      n = 0; /* an address off this host: a loopback listener would not serve every worker */
+      break;
+    }
+    int seen = 0;
+    for (int i = 0; i < n; i++) seen |= strcmp(out[i], text) == 0;
+    if (seen) continue;
+    if (n == max) {
+      n = 0;
+      break;
+    }
+    memcpy(out[n++], text, sizeof(text));
+  }
+  freeaddrinfo(res);
+  return n;
+}
+
+int trun_store_acl_allow_local(trun_server *s) {
+  int rc = trun_server_allow(s, "127.0.0.0/8");
+  if (rc == 0) rc = trun_server_allow(s, "::1");
+  struct ifaddrs *ifs = NULL;
+  if (rc == 0 && getifaddrs(&ifs) < 0) rc = -errno;
+  for (struct ifaddrs *i = ifs; rc == 0 && i; i = i->ifa_next) {
+    if (i->ifa_addr == NULL) continue;
+    char text[INET6_ADDRSTRLEN];
+    if (sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = trun_server_allow(s, text);
+  }
+  if (ifs) freeifaddrs(ifs);
+  return rc;
+}
+
+int trun_store_conn_budget(unsigned long long nofile) {
+  if (nofile == (unsigned long long)RLIM_INFINITY || nofile > INT_MAX) return 0;
+  long long b = (long long)nofile - TRUN_STORE_FD_RESERVE;
+  return b < 64 ? 64 : (int)b;
+}
+
+int trun_store_threads_auto(int cpus_usable) { return cpus_usable >= 32 ? 4 : cpus_usable >= 8 ? 2 : 1; }
+
+int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
+                         trun_store_host **out, int *port_out) {
+  struct rlimit rl;
+  int budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? trun_store_conn_budget(rl.rlim_cur) : 0;
+  trun_store_host_opts o = {.host = NULL,
+                            .port = port,
+                            .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
+                            .max_conns = budget,
+                            .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY,
+                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus())};
+  char addrs[TRUN_SERVER_MAX_LISTENERS][INET6_ADDRSTRLEN];
+  const char *hosts[TRUN_SERVER_MAX_LISTENERS];
+  int loopback = local_job ? trun_store_loopback_addrs(workers_addr, addrs, TRUN_SERVER_MAX_LISTENERS) : 0;
+  for (int i = 0; i < loopback; i++) hosts[i] = addrs[i];
+  o.hosts = hosts;
+  o.nhosts = loopback;
+  int rc = trun_store_host_start_opts(&o, out, port_out);
+  if (rc < 0) return rc;
+  if (local_job && !loopback) {
+    /* The workers reach the store by a name that is not 127.0.0.1: listen everywhere, admit only this host.
+     */
+    trun_server *s = trun_store_host_server(*out);
+    int arc = trun_store_acl_allow_local(s);
+    if (arc == 0)
+      trun_server_allow_enforce(s, 1);
+    else
+      trun_warn("cannot list this host's addresses (%s): the single-node store admits every peer",
+                strerror(-arc));
+  }
+  trun_debug("store on port %d listens on %s%s%s", *port_out, loopback ? "" : "every address",
+             loopback ? addrs[0] : "", local_job && !loopback ? " and admits only this host" : "");
+  return 0;
+}
+
+static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
+  snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
+}
+
+int trun_store_acl_publish(trun_rdzv *r, int round) {
+  if (r->dynamic || r->client == NULL) return 0;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  char text[INET6_ADDRSTRLEN] = "";
+  if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
+  if (sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
+  char k[512];
+  addr_key(r, round, r->group_rank, k, sizeof(k));
+  return trun_client_set(r->client, trun_str(k), trun_str(text));
+}
+
+int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(names[i], NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+      snprintf(err, errlen,
+               "--store-allow-peers: participant '%s' does not resolve here (%s); give every node an address "
+               "the others resolve (--local-addr, or DNS / /etc/hosts)",
+               names[i], rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+      if (res) freeaddrinfo(res);
+      return -1;
+    }
+    for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
+      char text[INET6_ADDRSTRLEN] = "";
+      if (sa_text(ai->ai_addr, text, sizeof(text)) < 0) continue;
+      rc = trun_server_allow(s, text);
+      if (rc == 0) trun_debug("the workers' store admits participant %s at %s", names[i], text);
+    }
+    freeaddrinfo(res);
+    if (rc < 0) {
+      snprintf(err, errlen, "--store-allow-peers: cannot admit participant '%s': %s", names[i],
+               strerror(-rc));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* c10d: group rank 0 hosts the workers' store (torch >= 2.x layouts; with 1.13's the workers host it):
+ * admit loopback, this host and every address the round's participants' names resolve to. */
+static int apply_c10d(trun_rdzv *r, char *err, size_t errlen) {
+  if (r->worker_host == NULL || r->group_rank != 0 || r->dyn == NULL) return 0;
+  trun_server *s = trun_store_host_server(r->worker_host);
+  int rc = trun_store_acl_allow_local(s);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
+    return -1;
+  }
+  const char **names = calloc(r->dyn->n_roster + 1, sizeof(*names));
+  if (names == NULL) {
+    snprintf(err, errlen, "--store-allow-peers: out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < r->dyn->n_roster; i++) names[i] = r->dyn->roster[i].addr;
+  rc = trun_store_acl_allow_names(s, names, r->dyn->n_roster, err, errlen);
+  free(names);
+  if (rc < 0) return -1;
+  trun_server_allow_enforce(s, 1);
+  return 0;
+}
+
+int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen) {
+  if (r->dynamic) return apply_c10d(r, err, errlen);
+  if (r->host == NULL || r->group_world_size <= 1) return 0;
+  trun_server *s = trun_store_host_server(r->host);
+  int rc = trun_store_acl_allow_local(s);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
+    return -1;
+  }
+  for (int g = 0; g < r->group_world_size; g++) {
+    char k[512];
+    addr_key(r, round, g, k, sizeof(k));
+    trun_buf v = {0};
+    rc = trun_client_get(r->client, trun_str(k), &v, 30000);
+    if (rc < 0) {
+      snprintf(err, errlen,
+               "--store-allow-peers: node rank %d did not publish its address for round %d (%s); run every "
+               "node with the same trun version",
+               g, round, strerror(-rc));
+      trun_buf_free(&v);
+      return -1;
+    }
+    char text[INET6_ADDRSTRLEN + 1];
+    size_t n = v.len < sizeof(text) - 1 ? v.len : sizeof(text) - 1;
+    memcpy(text, v.data, n);
+    text[n] = '\0';
+    trun_buf_free(&v);
+    if ((rc = trun_server_allow(s, text)) < 0) {
+      snprintf(err, errlen, "--store-allow-peers: node rank %d published '%s', not an address", g, text);
+      return -1;
+    }
+    trun_debug("store admits node rank %d at %s", g, text);
+  }
+  trun_server_allow_enforce(s, 1);
+  return 0;
+}

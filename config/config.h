@@ -1,0 +1,74 @@
+/* The typed launch configuration, resolved from the command line (launcher/cli.h). */
+#ifndef TRUN_CONFIG_H
+#define TRUN_CONFIG_H
+
+#include <stddef.h>
+
+#include "launcher/cli.h"
+
+#define TRUN_MAX_LOCAL 1024
+#define TRUN_MAX_SIGNALS 16
+
+/* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv/rdzv_fast.h), --rdzv-backend trun. */
+typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_FAST } trun_rdzv_backend;
+
+typedef struct {
+  int min_nodes, max_nodes;
+  const char *nproc_spec; /* "4", "cpu", "auto", "gpu" */
+  trun_rdzv_backend backend;
+  char endpoint_host[256]; /* rendezvous store host */
+  int endpoint_port;       /* -1 when absent */
+  char run_id[128];
+  const char *rdzv_conf;
+  int standalone;
+  int max_restarts;
+  double monitor_interval;
+  const char *role;
+  int module, no_python, run_path;
+  const char *log_dir;                     /* NULL: a fresh /tmp/torchelastic_XXXXXX */
+  int redirect_all, tee_all;               /* 0..3 for every local rank */
+  signed char redirect_lr[10], tee_lr[10]; /* per local rank 0..9 (torchrun's regex), -1 = unset */
+  int ranks_filter_set;
+  unsigned char ranks_filter[TRUN_MAX_LOCAL]; /* 1 = shown on the console */
+  int node_rank;
+  int node_rank_given; /* --node-rank / PET_NODE_RANK set (a hint for --rdzv-backend trun) */
+  char master_addr[256];
+  int master_port;
+  int master_port_given;
+  const char *local_addr;
+  int signals[TRUN_MAX_SIGNALS];
+  int nsignals;
+  const char *signals_text;
+  double shutdown_timeout; /* seconds between the forwarded signal and SIGKILL */
+  int virtual_local_rank;
+  int dry_run;
+  int explain;                 /* --explain: print the node and the environment decisions, start nothing */
+  int no_imds;                 /* --no-imds: no instance-metadata request */
+  const char *numa_binding;    /* --numa-binding: NULL or "node" */
+  const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
+  int print_config;            /* --print-config: the script may be missing */
+  int on_split_pods_fail;      /* --on-split-pods fail */
+  int nccl_report;             /* --nccl-report */
+  int preflight;               /* --preflight */
+  double preflight_pass;       /* --preflight-pass GB/s, -1: the layout's expected bandwidth */
+  double preflight_warn;       /* --preflight-warn GB/s, -1: the layout's */
+  const char *events;          /* --events FILE or fd:N, NULL: off */
+  int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
+  double stall_timeout;        /* --stall-timeout seconds, 0: off */
+  int stall_signal;            /* --stall-signal, 0: none */
+  int store_allow_peers;       /* --store-allow-peers */
+  int store_threads;           /* --store-threads: 1..64, 0 = auto */
+  const char *script;
+  char **script_args;
+  int nscript_args;
+} trun_config;
+
+/* Checks and converts every value. Returns 0, or -1 with a one-line reason (naming the option and, for an
+ * environment value, the variable) in err; the caller exits 2. */
+int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err, size_t errlen);
+/* Streams (bit 1 stdout, bit 2 stderr) redirected to files / tee'd for a local rank. */
+int trun_config_redirects(const trun_config *cfg, int local_rank);
+int trun_config_tee(const trun_config *cfg, int local_rank);
+int trun_config_console_shows(const trun_config *cfg, int local_rank);
+
+#endif
