@@ -10,13 +10,13 @@
 #include <string.h>
 #include <sys/random.h>
 
-static int fail(char *err, size_t errlen, const trun_cmdline *cl, trun_opt_id id, const char *fmt, ...) {
+static int fail(char *err, size_t errlen, const trun_settings *cl, trun_opt_id id, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  const trun_opt_desc *d = trun_cli_desc(id);
+  const trun_opt_desc *d = trun_opt_desc_of(id);
   const trun_opt_val *v = &cl->v[id];
   if (v->src == TRUN_SRC_ENV && d->env)
     snprintf(err, errlen, "%s (from %s=%s)", msg, d->env, v->val);
@@ -192,8 +192,8 @@ static const char *env_get(char **envp, const char *name) {
   return NULL;
 }
 
-int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err,
-                             size_t errlen) {
+int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
+                              size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
   const trun_opt_val *v = cl->v;
 #define VAL(id) (v[id].val)

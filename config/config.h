@@ -1,10 +1,16 @@
-/* The typed launch configuration, resolved from the command line (launcher/cli.h). */
+/* config: what a trun job is asked to do. The settings table and the values with their sources
+ * (options.h), the YAML config file (yaml_file.h), --print-config (print.h), and here the typed configuration
+ * the agent runs from, checked and converted from the settings.
+ * May use: nothing of trun's (libc and libyaml only). Used by the launcher, which fills the settings, and by
+ * the agent and its modules, which read the typed configuration. */
 #ifndef TRUN_CONFIG_H
 #define TRUN_CONFIG_H
 
 #include <stddef.h>
 
-#include "launcher/cli.h"
+#include "options.h"
+#include "print.h"
+#include "yaml_file.h"
 
 #define TRUN_MAX_LOCAL 1024
 #define TRUN_MAX_SIGNALS 16
@@ -63,9 +69,10 @@ typedef struct {
   int nscript_args;
 } trun_config;
 
-/* Checks and converts every value. Returns 0, or -1 with a one-line reason (naming the option and, for an
+/* Checks and converts every setting. Returns 0, or -1 with a one-line reason (naming the option and, for an
  * environment value, the variable) in err; the caller exits 2. */
-int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *cfg, char *err, size_t errlen);
+int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
+                              size_t errlen);
 /* Streams (bit 1 stdout, bit 2 stderr) redirected to files / tee'd for a local rank. */
 int trun_config_redirects(const trun_config *cfg, int local_rank);
 int trun_config_tee(const trun_config *cfg, int local_rank);

@@ -96,10 +96,9 @@ static void trun_yaml_write(FILE *f, const char *s, int flow) {
 
 void trun_yaml_write_scalar(FILE *f, const char *s) { trun_yaml_write(f, s, 0); }
 
-void trun_config_source(const trun_cmdline *cl, const trun_platform *p, trun_opt_id id, char *buf,
-                        size_t len) {
+void trun_config_source(const trun_settings *cl, trun_opt_id id, char *buf, size_t len) {
   const trun_opt_val *v = &cl->v[id];
-  const trun_opt_desc *d = trun_cli_desc(id);
+  const trun_opt_desc *d = trun_opt_desc_of(id);
   switch (v->src) {
     case TRUN_SRC_CLI: snprintf(buf, len, "cli"); return;
     case TRUN_SRC_ENV: snprintf(buf, len, "env %s", d->env ? d->env : "?"); return;
@@ -107,8 +106,8 @@ void trun_config_source(const trun_cmdline *cl, const trun_platform *p, trun_opt
       snprintf(buf, len, "file:%s:%d", cl->config_path ? cl->config_path : "?", v->line);
       return;
     case TRUN_SRC_DETECTED:
-      if (p && p->why[id])
-        snprintf(buf, len, "detected:%s (%s)", cl->platform ? cl->platform : "?", p->why[id]);
+      if (v->why)
+        snprintf(buf, len, "detected:%s (%s)", cl->platform ? cl->platform : "?", v->why);
       else
         snprintf(buf, len, "detected:%s", cl->platform ? cl->platform : "?");
       return;
@@ -150,7 +149,7 @@ static void trun_print_line(FILE *f, const char *key, const char *val, int is_fl
   fprintf(f, "%*s  # %s\n", pad, "", src);
 }
 
-void trun_print_config(FILE *f, const trun_cmdline *cl, const trun_platform *p, int only_changed) {
+void trun_print_config(FILE *f, const trun_settings *cl, int only_changed) {
   char src[512];
   if (!only_changed)
     fprintf(
@@ -162,12 +161,12 @@ void trun_print_config(FILE *f, const trun_cmdline *cl, const trun_platform *p, 
     fprintf(f, "# platform: %s\n", cl->platform);
   else if (!only_changed)
     fprintf(f, "# platform: none detected\n");
-  if (p && p->name && p->note[0]) fprintf(f, "# platform note: %s\n", p->note);
+  if (cl->platform && cl->platform_note) fprintf(f, "# platform note: %s\n", cl->platform_note);
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     const char *key = trun_yaml_key((trun_opt_id)id);
     if (!key || (only_changed && cl->v[id].src == TRUN_SRC_DEFAULT)) continue;
-    trun_config_source(cl, p, (trun_opt_id)id, src, sizeof(src));
-    trun_print_line(f, key, cl->v[id].val, trun_cli_desc((trun_opt_id)id)->is_flag, NULL, 0, src);
+    trun_config_source(cl, (trun_opt_id)id, src, sizeof(src));
+    trun_print_line(f, key, cl->v[id].val, trun_opt_desc_of((trun_opt_id)id)->is_flag, NULL, 0, src);
   }
   if (only_changed && !cl->script) return;
   static char *const none[] = {NULL};

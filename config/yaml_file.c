@@ -195,7 +195,7 @@ static int trun_yaml_dup(trun_yparse *p, const char *key, char **out) {
 
 const char *trun_yaml_key(trun_opt_id id) {
   if (id == TRUN_OPT_CONFIG || id == TRUN_OPT_PRINT_CONFIG) return NULL;
-  const trun_opt_desc *d = trun_cli_desc(id);
+  const trun_opt_desc *d = trun_opt_desc_of(id);
   return d ? d->name : NULL;
 }
 
@@ -203,7 +203,7 @@ const char *trun_yaml_key(trun_opt_id id) {
 static const char *trun_key_spelling(int id, int k) {
   if (id == TRUN_KEY_SCRIPT) return k == 0 ? "script" : NULL;
   if (id == TRUN_KEY_ARGS) return k == 0 ? "args" : NULL;
-  const trun_opt_desc *d = trun_cli_desc((trun_opt_id)id);
+  const trun_opt_desc *d = trun_opt_desc_of((trun_opt_id)id);
   if (!d) return NULL;
   return k == 0 ? d->name : d->alias;
 }
@@ -287,7 +287,7 @@ static int trun_yaml_value(trun_yparse *p, const char *key, int id) {
                        p->ev.type == YAML_SCALAR_EVENT ? "an empty string" : trun_yaml_kind(&p->ev));
     return trun_yaml_dup(p, key, &doc->script);
   }
-  if (trun_cli_desc((trun_opt_id)id)->is_flag) return trun_yaml_flag(p, key, id);
+  if (trun_opt_desc_of((trun_opt_id)id)->is_flag) return trun_yaml_flag(p, key, id);
   if (p->ev.type != YAML_SCALAR_EVENT)
     return TRUN_YERR(p, "%s: expected a single value, got %s", key, trun_yaml_kind(&p->ev));
   if (trun_yaml_is_null(p)) return 0; /* the default */
@@ -458,12 +458,12 @@ int trun_yaml_load(const char *path, trun_yaml_doc *doc, char *err, size_t errle
   return rc;
 }
 
-void trun_yaml_apply(const trun_yaml_doc *doc, trun_cmdline *cl) {
+void trun_yaml_apply(const trun_yaml_doc *doc, trun_settings *cl) {
   cl->config_path = doc->path;
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     trun_opt_val *v = &cl->v[id];
     if (!doc->set[id] || v->src >= TRUN_SRC_FILE) continue;
-    const trun_opt_desc *d = trun_cli_desc((trun_opt_id)id);
+    const trun_opt_desc *d = trun_opt_desc_of((trun_opt_id)id);
     v->val = doc->val[id] ? doc->val[id] : (d->is_flag ? NULL : d->def);
     v->src = TRUN_SRC_FILE;
     v->line = doc->line[id];

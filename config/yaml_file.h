@@ -1,5 +1,5 @@
 /* trun's YAML config file (`trun --config job.yaml`): every command-line option as a key, plus `script` and
- * `args`. The keys and their kinds (flag or value) come from the command-line option table (launcher/cli.h);
+ * `args`. The keys and their kinds (flag or value) come from the settings table (config/options.h);
  * the values are checked by the same code as command-line values (config/config.c). The reference for
  * every key is config/README.md. */
 #ifndef TRUN_YAML_FILE_H
@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "launcher/cli.h"
+#include "options.h"
 
 #define TRUN_YAML_MAX_BYTES (10 * 1024 * 1024) /* larger files are refused */
 
@@ -33,7 +33,7 @@ int trun_yaml_load_buffer(const char *name, const char *buf, size_t len, trun_ya
 /* Gives the file's values to every option of cl that is at its default or only detected (the command line and
  * the environment win), and its script and args when the command line has no script. cl keeps pointers into
  * doc: free doc after cl. */
-void trun_yaml_apply(const trun_yaml_doc *doc, trun_cmdline *cl);
+void trun_yaml_apply(const trun_yaml_doc *doc, trun_settings *cl);
 void trun_yaml_free(trun_yaml_doc *doc);
 
 /* The key spelling of an option id ("nproc-per-node"), or NULL for ids a file cannot set. */

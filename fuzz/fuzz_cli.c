@@ -1,5 +1,5 @@
 /* libFuzzer target for the command line (launcher/cli.c trun_cli_parse, config/config.c
- * trun_config_from_cmdline) and the --hostfile parser and per-host command (launcher/hostfile.c).
+ * trun_config_from_settings) and the --hostfile parser and per-host command (launcher/hostfile.c).
  * Input: items separated by NUL bytes; the first byte's low 2 bits = how many leading items are environment
  * entries ("PET_NNODES=2"), the rest is argv after "trun". Checks (abort on failure): every refusal has a
  * message; a tiny error buffer is never overrun and stays NUL-terminated; the same input parses the same way
@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = ne; i < n; i++) argv[argc++] = items[i];
   argv[argc] = NULL;
 
-  trun_cmdline cl, cl2;
+  trun_settings cl, cl2;
   trun_config cfg;
   char err[512], small[8];
   memset(small, 'x', sizeof(small));
@@ -55,9 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(err[0] != '\0');
   } else {
     CHECK(memcmp(&cl, &cl2, sizeof(cl)) == 0);
-    int crc = trun_config_from_cmdline(&cl, envp, &cfg, err, sizeof(err));
+    int crc = trun_config_from_settings(&cl, envp, &cfg, err, sizeof(err));
     if (crc < 0) CHECK(err[0] != '\0');
-    if (crc == 0) CHECK(trun_config_from_cmdline(&cl, envp, &cfg, small, 4) == 0);
+    if (crc == 0) CHECK(trun_config_from_settings(&cl, envp, &cfg, small, 4) == 0);
 
     /* The input as a hostfile; with a valid command line, every host's command. */
     trun_hostfile hf;

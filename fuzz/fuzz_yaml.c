@@ -20,13 +20,13 @@
 static int same_str(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
 /* A command line "trun --config fuzz.yaml" with the file applied, resolved. 0, or -1 (err set). */
-static int resolve(trun_yaml_doc *doc, trun_cmdline *cl, trun_config *cfg, char *err, size_t errlen) {
+static int resolve(trun_yaml_doc *doc, trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
   char *argv[] = {"trun", "--config", NAME, NULL};
   char *envp[] = {NULL};
   CHECK(trun_cli_parse(3, argv, envp, cl, err, errlen) == 0);
   trun_yaml_apply(doc, cl);
   if (!cl->script) return -1;
-  return trun_config_from_cmdline(cl, envp, cfg, err, errlen);
+  return trun_config_from_settings(cl, envp, cfg, err, errlen);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     trun_yaml_free(&doc);
     return 0;
   }
-  trun_cmdline cl;
+  trun_settings cl;
   trun_config cfg;
   if (resolve(&doc, &cl, &cfg, err, sizeof(err)) < 0) {
     CHECK(cl.script == NULL || err[0] != '\0');
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = 0;
   FILE *m = open_memstream(&text, &len);
   CHECK(m != NULL);
-  trun_print_config(m, &cl, NULL, 0);
+  trun_print_config(m, &cl, 0);
   CHECK(fclose(m) == 0);
   trun_yaml_doc doc2;
   memset(&doc2, 0, sizeof(doc2));
@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fprintf(stderr, "fuzz_yaml: the printed config does not load: %s\n%s\n", err, text);
     abort();
   }
-  trun_cmdline cl2;
+  trun_settings cl2;
   trun_config cfg2;
   if (resolve(&doc2, &cl2, &cfg2, err, sizeof(err)) < 0) {
     fprintf(stderr, "fuzz_yaml: the printed config does not resolve: %s\n%s\n", err, text);
@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!trun_yaml_key((trun_opt_id)id)) continue;
     if (!same_str(cl.v[id].val, cl2.v[id].val)) {
       fprintf(stderr, "fuzz_yaml: option %s: '%s' printed, read back as '%s'\n%s\n",
-              trun_cli_desc((trun_opt_id)id)->name, cl.v[id].val ? cl.v[id].val : "(null)",
+              trun_opt_desc_of((trun_opt_id)id)->name, cl.v[id].val ? cl.v[id].val : "(null)",
               cl2.v[id].val ? cl2.v[id].val : "(null)", text);
       abort();
     }

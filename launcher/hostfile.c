@@ -15,10 +15,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "store/log.h"
 #include "agent/proc/output.h"
 #include "agent/proc/report.h"
 #include "agent/proc/spawn.h"
+#include "store/log.h"
 
 #define TRUN_HOSTFILE_MAX_BYTES (1 << 20)
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long
@@ -276,14 +276,14 @@ static void push_opt(argv_b *b, const char *name, const char *val) {
 
 /* --master-addr when the user set it (command line, environment, config file), else the first host
  * without its "user@". */
-static const char *hf_master(const trun_cmdline *cl, const trun_hostfile *hf) {
+static const char *hf_master(const trun_settings *cl, const trun_hostfile *hf) {
   const trun_opt_val *ma = &cl->v[TRUN_OPT_MASTER_ADDR];
   if (ma->src >= TRUN_SRC_FILE && ma->val) return ma->val;
   const char *at = strrchr(hf->h[0].host, '@');
   return at ? at + 1 : hf->h[0].host;
 }
 
-int trun_hostfile_argv(const trun_cmdline *cl, const trun_config *cfg, const trun_hostfile *hf, size_t i,
+int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const trun_hostfile *hf, size_t i,
                        const char *rsh, const char *trun_path, char ***out, char *err, size_t errlen) {
   argv_b b = {0};
   *out = NULL;
@@ -310,7 +310,7 @@ int trun_hostfile_argv(const trun_cmdline *cl, const trun_config *cfg, const tru
     if (is_static && (id == TRUN_OPT_NNODES || id == TRUN_OPT_NODE_RANK || id == TRUN_OPT_MASTER_ADDR ||
                       id == TRUN_OPT_MASTER_PORT))
       continue;
-    const trun_opt_desc *d = trun_cli_desc((trun_opt_id)id);
+    const trun_opt_desc *d = trun_opt_desc_of((trun_opt_id)id);
     push_opt(&b, d->name, d->is_flag ? NULL : v->val);
   }
   /* A hostfile named by the config file must not start more agents on the hosts: an empty one wins. */
@@ -525,7 +525,7 @@ static void hf_print_cmd(FILE *out, const trun_host *h, size_t i, char **argv) {
   fputc('\n', out);
 }
 
-int trun_hostfile_launch(const trun_cmdline *cl, const trun_config *cfg, char **envp, FILE *out) {
+int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char **envp, FILE *out) {
   char err[1024];
   const char *path = cl->v[TRUN_OPT_HOSTFILE].val;
   const char *rsh = cl->v[TRUN_OPT_RSH].val ? cl->v[TRUN_OPT_RSH].val : TRUN_RSH_DEFAULT;

@@ -14,7 +14,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "cli.h"
 #include "config/config.h"
 
 #define TRUN_HOSTFILE_MAX_HOSTS 4096
@@ -44,7 +43,7 @@ char *trun_shell_quote(const char *s);
 /* The argv (NULL-terminated, every string malloc'ed; free with trun_argv_free) that starts node rank i:
  * the words of rsh, the host, then trun_path and the agent's arguments, each shell-quoted. Returns 0, or -1
  * with a reason in err. */
-int trun_hostfile_argv(const trun_cmdline *cl, const trun_config *cfg, const trun_hostfile *hf, size_t i,
+int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const trun_hostfile *hf, size_t i,
                        const char *rsh, const char *trun_path, char ***out, char *err, size_t errlen);
 void trun_argv_free(char **argv);
 
@@ -52,6 +51,6 @@ void trun_argv_free(char **argv);
  * forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to every child, and returns the job's exit code (the first
  * non-zero exit among the hosts in the order they ended, else 0; 2 for a bad hostfile or --rsh). With
  * cfg->dry_run it prints each host's command to out and starts nothing. */
-int trun_hostfile_launch(const trun_cmdline *cl, const trun_config *cfg, char **envp, FILE *out);
+int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char **envp, FILE *out);
 
 #endif

@@ -7,15 +7,15 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/nccl/nccl_env.h"
+#include "agent/rdzv/rdzv.h"
 #include "cli.h"
 #include "config/config.h"
-#include "hostfile.h"
-#include "store/log.h"
-#include "agent/nccl/nccl_env.h"
-#include "platform.h"
 #include "config/print.h"
-#include "agent/rdzv/rdzv.h"
 #include "config/yaml_file.h"
+#include "hostfile.h"
+#include "platform.h"
+#include "store/log.h"
 
 #ifndef TRUN_VERSION
 #define TRUN_VERSION "0.1.0"
@@ -24,7 +24,7 @@
 extern char **environ;
 
 /* Platform detection, then the config file, then the typed config. Returns 0, or 2 after printing why. */
-static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, trun_config *cfg) {
+static int resolve(trun_settings *cl, trun_platform *plat, trun_yaml_doc *doc, trun_config *cfg) {
   char err[1024], host[256] = "";
   if (gethostname(host, sizeof(host)) != 0) host[0] = '\0';
   host[sizeof(host) - 1] = '\0';
@@ -47,7 +47,7 @@ static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, tr
             path ? " or as 'script:' in " : "", path ? path : "");
     return 2;
   }
-  if (trun_config_from_cmdline(cl, environ, cfg, err, sizeof(err)) < 0) {
+  if (trun_config_from_settings(cl, environ, cfg, err, sizeof(err)) < 0) {
     size_t n = path ? strlen(path) : 0; /* a value from the file: "file:line:column: message" as it is */
     int in_file = path && strncmp(err, path, n) == 0 && err[n] == ':';
     fprintf(stderr, "trun: error: %s%s\n", err, in_file ? "" : " (run 'trun --help' for the options)");
@@ -58,7 +58,7 @@ static int resolve(trun_cmdline *cl, trun_platform *plat, trun_yaml_doc *doc, tr
 
 int main(int argc, char **argv) {
   trun_log_set_prog("trun");
-  trun_cmdline cl;
+  trun_settings cl;
   char err[512];
   if (trun_cli_parse(argc, argv, environ, &cl, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
@@ -79,13 +79,13 @@ int main(int argc, char **argv) {
   memset(&doc, 0, sizeof(doc));
   int code = resolve(&cl, &plat, &doc, &cfg);
   if (code == 0 && cfg.print_config) {
-    trun_print_config(stdout, &cl, &plat, 0);
+    trun_print_config(stdout, &cl, 0);
   } else if (code == 0 && cfg.explain) {
     code = trun_explain(&cfg, environ, stdout);
   } else if (code == 0 && cl.v[TRUN_OPT_HOSTFILE].val && *cl.v[TRUN_OPT_HOSTFILE].val) {
     code = trun_hostfile_launch(&cl, &cfg, environ, stdout);
   } else if (code == 0 && cfg.dry_run) {
-    trun_print_config(stdout, &cl, &plat, 1);
+    trun_print_config(stdout, &cl, 1);
     code = trun_agent_dry_run(&cfg, environ, stdout);
   } else if (code == 0) {
     code = trun_agent_run(&cfg, environ);

@@ -198,13 +198,15 @@ void trun_platform_free(trun_platform *p) {
   memset(p, 0, sizeof(*p));
 }
 
-void trun_platform_apply(const trun_platform *p, trun_cmdline *cl) {
+void trun_platform_apply(const trun_platform *p, trun_settings *cl) {
   if (!p->name) return;
   cl->platform = p->name;
+  cl->platform_note = p->note[0] ? p->note : NULL;
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     if (!p->val[id] || cl->v[id].src != TRUN_SRC_DEFAULT) continue;
     cl->v[id].val = p->val[id];
     cl->v[id].src = TRUN_SRC_DETECTED;
+    cl->v[id].why = p->why[id];
   }
 }
 

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "cli.h"
+#include "config/config.h"
 
 typedef struct {
   const char *hostname;                   /* this host's name (gethostname) */
@@ -29,7 +29,7 @@ typedef struct {
 int trun_platform_detect(char **envp, const trun_platform_host *host, trun_platform *out, char *err,
                          size_t errlen);
 /* Gives detected values to the options of cl still at their defaults. cl keeps pointers into p. */
-void trun_platform_apply(const trun_platform *p, trun_cmdline *cl);
+void trun_platform_apply(const trun_platform *p, trun_settings *cl);
 void trun_platform_free(trun_platform *p);
 
 /* Slurm hostlist expansion: "node[01-04,07],gpu-a[1-2]-b[1-2],login" -> node01 node02 node03 node04 node07

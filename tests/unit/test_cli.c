@@ -17,7 +17,7 @@ static int count(char **v) {
 }
 
 static char err[1024];
-static trun_cmdline cl;
+static trun_settings cl;
 
 /* Parses and checks that a failure leaves a one-line reason and a success leaves err empty. */
 static int parse(char **argv, char **envp) {
@@ -134,7 +134,7 @@ START_TEST(test_table_exact) {
   ck_assert_int_eq(NEXPECTED, TRUN_OPT__COUNT);
   for (int i = 0; i < NEXPECTED; i++) {
     const expect_desc *e = &expected[i];
-    const trun_opt_desc *d = trun_cli_desc(e->id);
+    const trun_opt_desc *d = trun_opt_desc_of(e->id);
     ck_assert_ptr_nonnull(d);
     ck_assert_str_eq(d->name, e->name);
     ck_assert_pstr_eq(d->alias, e->alias);
@@ -150,9 +150,9 @@ START_TEST(test_table_exact) {
     else
       ck_assert_ptr_nonnull(d->metavar);
   }
-  ck_assert_str_eq(trun_cli_desc(TRUN_OPT_LOG_LINE_PREFIX)->metavar, "TEMPLATE");
-  ck_assert_ptr_null(trun_cli_desc(TRUN_OPT__COUNT));
-  ck_assert_ptr_null(trun_cli_desc((trun_opt_id)-1));
+  ck_assert_str_eq(trun_opt_desc_of(TRUN_OPT_LOG_LINE_PREFIX)->metavar, "TEMPLATE");
+  ck_assert_ptr_null(trun_opt_desc_of(TRUN_OPT__COUNT));
+  ck_assert_ptr_null(trun_opt_desc_of((trun_opt_id)-1));
 }
 END_TEST
 

@@ -17,9 +17,9 @@ static int parse(trun_config *cfg, char *err, const char *const *args, char **en
   argv[argc++] = "trun";
   for (; args[argc - 1]; argc++) argv[argc] = (char *)args[argc - 1];
   argv[argc] = NULL;
-  static trun_cmdline cl; /* cfg keeps pointers into it */
+  static trun_settings cl; /* cfg keeps pointers into it */
   if (trun_cli_parse(argc, argv, envp, &cl, err, 512) < 0) return -1;
-  return trun_config_from_cmdline(&cl, envp, cfg, err, 512);
+  return trun_config_from_settings(&cl, envp, cfg, err, 512);
 }
 
 #define PARSE_OK(cfg, ...)                                                \

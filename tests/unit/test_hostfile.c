@@ -113,7 +113,7 @@ START_TEST(test_shell_quote_real_shell) {
 END_TEST
 
 typedef struct {
-  trun_cmdline cl;
+  trun_settings cl;
   trun_config cfg;
   trun_hostfile hf;
   char **argv;
@@ -124,7 +124,7 @@ static void build(built *b, char **argv, const char *hosts, size_t i) {
   int argc = 0;
   while (argv[argc]) argc++;
   ck_assert_msg(trun_cli_parse(argc, argv, NOENV, &b->cl, err, sizeof(err)) == 0, "%s", err);
-  ck_assert_msg(trun_config_from_cmdline(&b->cl, NOENV, &b->cfg, err, sizeof(err)) == 0, "%s", err);
+  ck_assert_msg(trun_config_from_settings(&b->cl, NOENV, &b->cfg, err, sizeof(err)) == 0, "%s", err);
   ck_assert_int_eq(parse_text(hosts, &b->hf), 0);
   const char *rsh = b->cl.v[TRUN_OPT_RSH].val;
   ck_assert_msg(trun_hostfile_argv(&b->cl, &b->cfg, &b->hf, i, rsh, "/opt/trun bin/trun", &b->argv, err,
@@ -209,12 +209,12 @@ START_TEST(test_argv_survives_remote_shell) {
 END_TEST
 
 START_TEST(test_argv_bad_rsh) {
-  trun_cmdline cl;
+  trun_settings cl;
   trun_config cfg;
   trun_hostfile hf;
   char **argv;
   ck_assert_int_eq(trun_cli_parse(4, ARGV("--hostfile", "h", "t.py"), NOENV, &cl, err, sizeof(err)), 0);
-  ck_assert_int_eq(trun_config_from_cmdline(&cl, NOENV, &cfg, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_config_from_settings(&cl, NOENV, &cfg, err, sizeof(err)), 0);
   ck_assert_int_eq(parse_text("h0\n", &hf), 0);
   ck_assert_int_eq(trun_hostfile_argv(&cl, &cfg, &hf, 0, "  \t", "/t", &argv, err, sizeof(err)), -1);
   ck_assert_str_eq(err, "--rsh is empty: give the remote shell command, e.g. --rsh 'ssh -o BatchMode=yes'");

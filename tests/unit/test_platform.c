@@ -289,7 +289,7 @@ END_TEST
 /* apply: only options still at their defaults take detected values. */
 START_TEST(test_apply) {
   char *argv[] = {"trun", "--nnodes", "2", "t.py", NULL};
-  trun_cmdline cl;
+  trun_settings cl;
   ck_assert_int_eq(trun_cli_parse(4, argv, ENV("PET_NODE_RANK=1"), &cl, err, sizeof(err)), 0);
   detect_ok(ENV("SLURM_JOB_ID=5", "SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=h[1-2]"), NULL);
   trun_platform_apply(&plat, &cl);

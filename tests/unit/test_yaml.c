@@ -54,7 +54,7 @@ static const char *write_tmp(const char *name, const char *text) {
 /* What trun's main does: command line + environment, detected platform, then the file, then the typed
  * config. Returns 0, or -1 with err set. */
 typedef struct {
-  trun_cmdline cl;
+  trun_settings cl;
   trun_platform plat;
   trun_yaml_doc doc;
   trun_config cfg;
@@ -73,7 +73,7 @@ static int resolve(resolved *r, char **argv, char **envp, const trun_platform_ho
     if (trun_yaml_load(path, &r->doc, err, sizeof(err)) < 0) return -1;
     trun_yaml_apply(&r->doc, &r->cl);
   }
-  return trun_config_from_cmdline(&r->cl, envp, &r->cfg, err, sizeof(err));
+  return trun_config_from_settings(&r->cl, envp, &r->cfg, err, sizeof(err));
 }
 
 static void release(resolved *r) {
@@ -402,7 +402,7 @@ START_TEST(test_precedence_matrix) {
       ck_assert_msg(r.cl.v[c->id].val == NULL, "option %d mask %d: '%s', want unset", c->id, mask,
                     r.cl.v[c->id].val);
     char src[256], wantsrc[512];
-    trun_config_source(&r.cl, &r.plat, c->id, src, sizeof(src));
+    trun_config_source(&r.cl, c->id, src, sizeof(src));
     if (want_src == TRUN_SRC_FILE)
       snprintf(wantsrc, sizeof(wantsrc), "file:%s:1", path);
     else if (want_src == TRUN_SRC_ENV)
@@ -467,7 +467,7 @@ static char *printed(resolved *r) {
   size_t len = 0;
   FILE *f = open_memstream(&out, &len);
   ck_assert_ptr_nonnull(f);
-  trun_print_config(f, &r->cl, &r->plat, 0);
+  trun_print_config(f, &r->cl, 0);
   fclose(f);
   return out;
 }
@@ -596,7 +596,7 @@ START_TEST(test_readme_lists_every_option) {
   ck_assert_msg(cli_only_said,
                 "config/README.md no longer says config and print-config are command-line only");
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
-    const char *name = trun_cli_desc((trun_opt_id)id)->name;
+    const char *name = trun_opt_desc_of((trun_opt_id)id)->name;
     int rows = 0;
     for (int k = 0; k < nkeys; k++) rows += strcmp(keys[k], name) == 0;
     int want = id == TRUN_OPT_CONFIG || id == TRUN_OPT_PRINT_CONFIG ? 0 : 1;
@@ -606,7 +606,7 @@ START_TEST(test_readme_lists_every_option) {
   for (int k = 0; k < nkeys; k++) {
     int known = strcmp(keys[k], "script") == 0 || strcmp(keys[k], "args") == 0;
     for (int id = 0; !known && id < TRUN_OPT__COUNT; id++)
-      known = strcmp(keys[k], trun_cli_desc((trun_opt_id)id)->name) == 0;
+      known = strcmp(keys[k], trun_opt_desc_of((trun_opt_id)id)->name) == 0;
     ck_assert_msg(known, "config/README.md's key table has a row for '%s', which is no option", keys[k]);
   }
 }
