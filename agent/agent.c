@@ -14,19 +14,12 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "agent_int.h"
-#include "agent/nccl/doctor.h"
-#include "store/log.h"
-#include "agent/nccl/nccl_env.h"
-#include "agent/nccl/nccl_report.h"
-#include "agent/observe/obs.h"
-#include "agent/proc/output.h"
-#include "agent/nccl/preflight.h"
+#include "agent/nccl/nccl.h"
+#include "agent/observe/observe.h"
+#include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
-#include "agent/proc/report.h"
-#include "agent/observe/stall.h"
-#include "agent/rdzv/store_acl.h"
-#include "agent/proc/watchdog.h"
+#include "agent_int.h"
+#include "store/store.h"
 #include "worker_env.h"
 
 double trun__agent_now(void) {
@@ -479,6 +472,12 @@ static int poll_signals(void *arg) {
   return a->signal_seen != 0;
 }
 
+/* --preflight: local rank lr's trun-preflight gets the environment its worker would get. */
+static char **preflight_env(void *arg, int lr) {
+  agent *a = arg;
+  return trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, "");
+}
+
 static int agent_main(agent *a) {
   char err[512];
   int omp_forced = 0;
@@ -540,13 +539,15 @@ static int agent_main(agent *a) {
     if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
     reconnect_watch(a);
     trun_obs_rdzv_end(a->obs, a->round, NULL);
-    /* Split pods / GPU clash (agent/nccl/doctor.h); --preflight on the first round (agent/nccl/preflight.h). */
+    /* Split pods / GPU clash (agent/nccl/doctor.h); --preflight on the first round (agent/nccl/preflight.h).
+     */
     trun_doctor_outcome doc;
     int stop = trun_doctor_round(&a->rdzv, a->env, a->round, a->node, &doc);
     trun_obs_doctor(a->obs, a->round, &doc);
     if (!stop && a->cfg->preflight && a->round == 0) {
       trun_pf_outcome pf;
-      stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count, &pf);
+      stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count,
+                                  preflight_env, a, &pf);
       trun_obs_preflight(a->obs, a->round, &pf);
     }
     if (stop) {
@@ -594,7 +595,8 @@ static int agent_main(agent *a) {
 
 /* The stores the agent hosts take one descriptor per connection: the soft open-file limit goes up to the
  * hard one (a common soft limit of 1024 is used up by a thousand idle peers), the stores stop accepting
- * TRUN_STORE_FD_RESERVE short of it (agent/rdzv/store_acl.h), and workers get the limit trun was started with. */
+ * TRUN_STORE_FD_RESERVE short of it (agent/rdzv/store_acl.h), and workers get the limit trun was started
+ * with. */
 static void raise_nofile(agent *a) {
   if (getrlimit(RLIMIT_NOFILE, &a->nofile) < 0) {
     trun_debug("getrlimit(RLIMIT_NOFILE): %s; the open-file limit stays as it is", strerror(errno));

@@ -1,4 +1,8 @@
-/* The agent: plan → rendezvous → spawn → supervise → restart or report.
+/* agent: the life cycle of one node's workers: plan → rendezvous → spawn → supervise → restart or report
+ * (agent.c; a worker's files, streams and process in agent_workers.c; failure records and the report in
+ * agent_failures.c; the workers' torchrun environment in worker_env.c; --nproc-per-node in nproc.c;
+ * --explain in explain.c).
+ * May use: store, config, discover, proc, rdzv, nccl, observe. Used by the launcher.
  * Exit codes (torchrun's): 0 every worker succeeded, 1 a worker failed (restarts used up), the agent was
  * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's). */
 #ifndef TRUN_AGENT_H
@@ -14,5 +18,9 @@ int trun_agent_run(const trun_config *cfg, char **envp);
 int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out);
 /* Local worker count for --nproc-per-node (int, cpu, gpu, auto). 0 or -1 with a reason. */
 int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen);
+/* trun --explain: discovers the node (IMDS unless cfg->no_imds), prints the summary and every decision
+ * (variable, value, source, reason) to out, starts nothing. Returns the exit code (0; 2 for a bad
+ * --nproc-per-node). */
+int trun_explain(const trun_config *cfg, char **envp, FILE *out);
 
 #endif

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/proc/proc.h"
 #include "agent_int.h"
-#include "store/log.h"
-#include "agent/proc/report.h"
+#include "store/store.h"
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
   size_t n = 0;

@@ -12,13 +12,11 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "store/client.h"
 #include "agent/discover/discover.h"
-#include "agent/observe/obs.h"
-#include "agent/proc/output.h"
+#include "agent/observe/observe.h"
+#include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
-#include "agent/observe/stall.h"
-#include "agent/proc/watchdog.h"
+#include "store/store.h"
 
 /* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
 typedef enum {

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/nccl/nccl.h"
+#include "agent/proc/proc.h"
 #include "agent_int.h"
-#include "store/log.h"
-#include "agent/nccl/nccl_report.h"
-#include "agent/proc/spawn.h"
+#include "store/store.h"
 #include "worker_env.h"
 
 /* The console prefix of a tee'd line: torchrun's "[<role><local_rank>]:" or the template. */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "agent/nccl/nccl_env.h"
+#include "agent/nccl/nccl.h"
 
 static void print_summary(const trun_node *n, FILE *out) {
   const trun_instance *in = &n->instance;

@@ -1,8 +1,8 @@
-/* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML (agent/discover/discover.h,
- * honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES) or the CUDA runtime where no NVML library
- * loads, and, where neither lists a GPU, the /dev/nvidiaN nodes the driver creates for this container
- * (TRUN_DEV_ROOT, default /dev) narrowed by CUDA_VISIBLE_DEVICES. `auto` without GPUs = the CPUs the cgroup
- * quota and affinity allow. */
+/* --nproc-per-node resolution. `gpu` / `auto` count the GPUs the workers will see: NVML
+ * (agent/discover/discover.h, honouring CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES) or the CUDA runtime
+ * where no NVML library loads, and, where neither lists a GPU, the /dev/nvidiaN nodes the driver creates for
+ * this container (TRUN_DEV_ROOT, default /dev) narrowed by CUDA_VISIBLE_DEVICES. `auto` without GPUs = the
+ * CPUs the cgroup quota and affinity allow. */
 #include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
-#include "store/log.h"
+#include "store/store.h"
 
 extern char **environ;
 

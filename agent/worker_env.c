@@ -5,70 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/log.h"
-#include "agent/nccl/nccl_env.h"
-
-static size_t strv_len(char *const *v) {
-  size_t n = 0;
-  while (v && v[n]) n++;
-  return n;
-}
-
-void trun_strv_free(char **v) {
-  for (size_t i = 0; v && v[i]; i++) free(v[i]);
-  free(v);
-}
-
-const char *trun_strv_getenv(char *const *v, const char *name) {
-  size_t n = strlen(name);
-  for (size_t i = 0; v && v[i]; i++)
-    if (strncmp(v[i], name, n) == 0 && v[i][n] == '=') return v[i] + n + 1;
-  return NULL;
-}
-
-int trun_strv_setenv(char ***v, const char *name, const char *value) {
-  char *entry;
-  if (asprintf(&entry, "%s=%s", name, value) < 0) return -ENOMEM;
-  size_t n = strlen(name), len = strv_len(*v);
-  for (size_t i = 0; i < len; i++)
-    if (strncmp((*v)[i], name, n) == 0 && (*v)[i][n] == '=') {
-      free((*v)[i]);
-      (*v)[i] = entry;
-      return 0;
-    }
-  char **nv = realloc(*v, (len + 2) * sizeof(char *));
-  if (nv == NULL) {
-    free(entry);
-    return -ENOMEM;
-  }
-  nv[len] = entry;
-  nv[len + 1] = NULL;
-  *v = nv;
-  return 0;
-}
-
-void trun_strv_unsetenv(char **v, const char *name) {
-  size_t n = strlen(name), j = 0;
-  for (size_t i = 0; v && v[i]; i++) {
-    if (strncmp(v[i], name, n) == 0 && v[i][n] == '=')
-      free(v[i]);
-    else
-      v[j++] = v[i];
-  }
-  if (v) v[j] = NULL;
-}
-
-static char **strv_dup(char *const *src) {
-  size_t n = strv_len(src);
-  char **v = calloc(n + 1, sizeof(char *));
-  if (v == NULL) return NULL;
-  for (size_t i = 0; i < n; i++)
-    if ((v[i] = strdup(src[i])) == NULL) {
-      trun_strv_free(v);
-      return NULL;
-    }
-  return v;
-}
+#include "agent/nccl/nccl.h"
+#include "store/store.h"
 
 /* The decided NCCL / libfabric variables and the --numa-binding plan, added to *v. 0 or -ENOMEM. */
 static int node_env(char ***v, const trun_config *cfg, int nproc, const trun_node *given) {
@@ -109,7 +47,7 @@ int trun_agent_discover_flags(const trun_config *cfg) {
 
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node,
                       int *omp_forced) {
-  char **v = strv_dup(envp);
+  char **v = trun_strv_dup(envp);
   if (v == NULL) return NULL;
   *omp_forced = 0;
   int rc = 0;
@@ -128,7 +66,7 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
 
 char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
                         int restart_count, const char *error_file) {
-  char **v = strv_dup(base);
+  char **v = trun_strv_dup(base);
   if (v == NULL) return NULL;
   char lr_s[16], rank_s[16], grank_s[16], rrank_s[16], lws_s[16], ws_s[16], gws_s[16], rws_s[16];
   char port_s[16], restart_s[16], maxr_s[16];

@@ -2,22 +2,15 @@
 #ifndef TRUN_WORKER_ENV_H
 #define TRUN_WORKER_ENV_H
 
-#include "config/config.h"
 #include "agent/discover/discover.h"
+#include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
-
-/* A NULL-terminated, malloc'ed string vector. */
-void trun_strv_free(char **v);
-/* Sets NAME=value in *v (replacing an earlier NAME). 0 or -ENOMEM. */
-int trun_strv_setenv(char ***v, const char *name, const char *value);
-const char *trun_strv_getenv(char *const *v, const char *name);
-/* Removes every NAME=... from v. */
-void trun_strv_unsetenv(char **v, const char *name);
+#include "config/config.h"
 
 /* The agent's own environment as the workers inherit it: a copy of envp with OMP_NUM_THREADS=1 when unset
  * and nproc > 1 (*omp_forced set; torchrun prints a warning) and TORCHELASTIC_SIGNALS_TO_HANDLE; plus the
- * NCCL / libfabric variables trun decides for this node (agent/nccl/nccl_env.h; discovery here, IMDS only when
- * usable EFA devices exist; a variable already in envp is never changed), and with --numa-binding the
+ * NCCL / libfabric variables trun decides for this node (agent/nccl/nccl_env.h; discovery here, IMDS only
+ * when usable EFA devices exist; a variable already in envp is never changed), and with --numa-binding the
  * per-local-rank CPU lists in TRUN_NUMA_PLAN ("list0;list1;..."), which trun_worker_envp consumes. */
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node, int *omp_forced);
 /* trun_discover_node's identity/flags for the agent: instance identity only with usable EFA, per-GPU CPU

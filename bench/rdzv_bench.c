@@ -16,9 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/client.h"
 #include "agent/rdzv/rdzv_dyn.h"
 #include "agent/rdzv/rdzv_fast.h"
+#include "store/client.h"
 
 typedef struct {
   int id;

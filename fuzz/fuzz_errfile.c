@@ -1,5 +1,5 @@
-/* libFuzzer target for the error-file reader and the failure JSON of agent/proc/report.c: trun_errfile_read (a
- * worker's torchelastic error file), trun_failure_from_json / trun_failure_to_json (failures published
+/* libFuzzer target for the error-file reader and the failure JSON of agent/proc/report.c: trun_errfile_read
+ * (a worker's torchelastic error file), trun_failure_from_json / trun_failure_to_json (failures published
  * through the store), trun_report_print (the banner, with the fuzzed strings) and trun_errfile_write_parent.
  * Input: the file's bytes (seeds: tests/fixtures/errfiles, and failure JSON as the agent writes it).
  * Checks (abort on failure): a failure that decodes encodes to JSON that decodes to the same fields; an error

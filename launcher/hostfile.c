@@ -15,10 +15,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "agent/proc/output.h"
-#include "agent/proc/report.h"
-#include "agent/proc/spawn.h"
-#include "store/log.h"
+#include "agent/proc/proc.h"
+#include "store/store.h"
 
 #define TRUN_HOSTFILE_MAX_BYTES (1 << 20)
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long

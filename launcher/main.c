@@ -7,15 +7,13 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
-#include "agent/nccl/nccl_env.h"
+#include "agent/nccl/nccl.h"
 #include "agent/rdzv/rdzv.h"
 #include "cli.h"
 #include "config/config.h"
-#include "config/print.h"
-#include "config/yaml_file.h"
 #include "hostfile.h"
 #include "platform.h"
-#include "store/log.h"
+#include "store/store.h"
 
 #ifndef TRUN_VERSION
 #define TRUN_VERSION "0.1.0"

@@ -7,8 +7,6 @@
  * Environment: the workers' (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
  * TRUN_PREFLIGHT_KEY (store key prefix), TRUN_CUDART_LIBRARY / TRUN_NCCL_LIBRARY (library paths).
  * Exit: 0 pass or warn, 3 fail verdict, 4 skipped (no GPU, no CUDA / NCCL library), 1 error, 2 usage. */
-#include "agent/nccl/preflight.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
@@ -17,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/client.h"
 #include "agent/discover/discover.h"
-#include "agent/nccl/nccl_env.h"
+#include "agent/nccl/nccl.h"
+#include "store/store.h"
 
 extern char **environ;
 

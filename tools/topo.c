@@ -11,8 +11,7 @@
 #include <string.h>
 
 #include "agent/discover/discover.h"
-#include "agent/nccl/nccl_env.h"
-#include "agent/nccl/nccl_log.h"
+#include "agent/nccl/nccl.h"
 
 extern char **environ;
 

@@ -1,8 +1,11 @@
-/* What the node has: GPUs (NVML by dlopen; the CUDA runtime by dlopen as the fallback, in a short-lived
- * child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs),
- * the instance's identity (IMDSv2, DMI fallback) and the CPUs this process may use (cgroup quota).
+/* discover: what the node has. GPUs (NVML by dlopen; the CUDA runtime by dlopen as the fallback, in a
+ * short-lived child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs), the
+ * instance's identity (IMDSv2, DMI fallback) and what AWS instance types have (instance_types.h), the CPUs
+ * this process may use (cgroup quota) and CPU lists (cpulist.h), this host's name, and GPU utilisation
+ * sampled in a child (gpu_util.h). NVML's prototypes (nvml.h) and the library loaders stay inside.
  * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT,
- * TRUN_IMDS_ENDPOINT, TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md. */
+ * TRUN_IMDS_ENDPOINT, TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md.
+ * May use: store (log). Used by every other agent module, the launcher and the tools. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
 
@@ -76,5 +79,13 @@ int trun_discover_cpus(void);
 /* The NUMA node of a CPU set: the only node under TRUN_SYSFS_ROOT (default /sys)/devices/system/node, else
  * the node whose cpulist contains every CPU of cpulist; -1 when none (or cpulist is empty / malformed). */
 int trun_numa_of_cpulist(const char *cpulist);
+
+/* Python's socket.getfqdn() for this host: the first name with a dot among the reverse name of the host
+ * name's address and its aliases, else the reverse name, else the host name. */
+void trun_fqdn(char *out, size_t len);
+
+#include "cpulist.h"
+#include "gpu_util.h"
+#include "instance_types.h"
 
 #endif

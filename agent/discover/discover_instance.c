@@ -39,7 +39,7 @@
 #include "curl_dl.h"
 #include "discover.h"
 #include "discover_internal.h"
-#include "store/log.h"
+#include "store/store.h"
 
 /* Internal, exposed for tests/unit/test_instance.c (which declares them itself). */
 

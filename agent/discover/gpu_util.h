@@ -1,5 +1,5 @@
-/* GPU utilisation for hang detection (agent/observe/stall.h), without NVML in the agent: a sampler child process
- * (forked; it closes every inherited descriptor but its pipe and dies with the agent) loads NVML
+/* GPU utilisation for hang detection (agent/observe/stall.h), without NVML in the agent: a sampler child
+ * process (forked; it closes every inherited descriptor but its pipe and dies with the agent) loads NVML
  * (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), and every interval writes one line with the utilisation
  * (nvmlDeviceGetUtilizationRates, percent of the last sample period a kernel ran) of each GPU it was given
  * by UUID. The agent reads the pipe without blocking. */

@@ -1,4 +1,5 @@
-/* Instance type table (agent/discover/instance_types.h); values from spec §2 (EFA counts A4/X1/A3, bandwidth K1). */
+/* Instance type table (agent/discover/instance_types.h); values from spec §2 (EFA counts A4/X1/A3, bandwidth
+ * K1). */
 #include "instance_types.h"
 
 #include <string.h>

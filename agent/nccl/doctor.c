@@ -8,10 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/client.h"
-#include "agent/discover/instance_types.h"
-#include "store/log.h"
+#include "agent/discover/discover.h"
 #include "nccl_env.h"
+#include "store/store.h"
 
 /* ---- identity ----------------------------------------------------------------------------------------- */
 

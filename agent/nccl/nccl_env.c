@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/discover/cpulist.h"
-#include "agent/worker_env.h"
+#include "agent/discover/discover.h"
+#include "agent/proc/proc.h"
 
 static const char *sysfs_root(void) {
   const char *r = getenv("TRUN_SYSFS_ROOT");

@@ -1,13 +1,13 @@
 /* The NCCL / libfabric environment trun gives the workers, decided from what discovery found
- * (agent/discover/discover.h) and the user's environment. Facts and rules: shared/spec/gpu-efa-nccl.md §2-§4; every
- * decision carries its reason with the spec section. A variable the user set is never changed. */
+ * (agent/discover/discover.h) and the user's environment. Facts and rules: shared/spec/gpu-efa-nccl.md §2-§4;
+ * every decision carries its reason with the spec section. A variable the user set is never changed. */
 #ifndef TRUN_NCCL_ENV_H
 #define TRUN_NCCL_ENV_H
 
 #include <stdio.h>
 
-#include "config/config.h"
 #include "agent/discover/discover.h"
+#include "config/config.h"
 
 #define TRUN_ENV_MAX 64
 
@@ -64,10 +64,5 @@ enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
  * GPU discovery reported a problem (what was found is kept). */
 int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_imds, char *err,
                        size_t errlen);
-
-/* trun --explain: discovers the node (IMDS unless cfg->no_imds), prints the summary and every decision
- * (variable, value, source, reason) to out, starts nothing. Returns the exit code (0; 2 for a bad
- * --nproc-per-node). */
-int trun_explain(const trun_config *cfg, char **envp, FILE *out);
 
 #endif

@@ -12,9 +12,9 @@
 #include <time.h>
 
 #include "agent/discover/discover.h"
-#include "store/log.h"
+#include "agent/proc/proc.h"
 #include "nccl_log.h"
-#include "agent/worker_env.h"
+#include "store/store.h"
 
 struct trun_nccl_report {
   char attempt_dir[PATH_MAX];

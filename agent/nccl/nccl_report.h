@@ -2,8 +2,8 @@
  * Each worker gets (unless the user set them) NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,P2P,NET and
  * NCCL_DEBUG_FILE=<attempt dir>/<local rank>/nccl.%h.%p.log, so the console is not flooded. A thread
  * reads those files TRUN_NCCL_REPORT_AFTER seconds (default 30) after the workers start and prints the
- * report (agent/nccl/nccl_log.h) once NCCL has logged a connection; when the workers end it prints it again if
- * anything changed since (or for the first time). */
+ * report (agent/nccl/nccl_log.h) once NCCL has logged a connection; when the workers end it prints it again
+ * if anything changed since (or for the first time). */
 #ifndef TRUN_NCCL_REPORT_H
 #define TRUN_NCCL_REPORT_H
 

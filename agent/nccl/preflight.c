@@ -14,10 +14,8 @@
 #include <unistd.h>
 
 #include "agent/discover/discover.h"
-#include "agent/discover/instance_types.h"
-#include "store/log.h"
-#include "agent/proc/spawn.h"
-#include "agent/worker_env.h"
+#include "agent/proc/proc.h"
+#include "store/store.h"
 
 /* ---- expected bandwidth ------------------------------------------------------------------------------- */
 
@@ -228,7 +226,7 @@ static void outcome_from_result(trun_pf_outcome *out, const char *path, int stat
 }
 
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count, trun_pf_outcome *out) {
+                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
   trun_node *node = calloc(1, sizeof(*node));
   char err[512];
   outcome(out, "error", "out of memory");
@@ -294,7 +292,7 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
   argv[argc] = NULL;
   fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
   for (int lr = 0; lr < nproc; lr++) {
-    char **e = trun_worker_envp(env, cfg, r, lr, restart_count, "");
+    char **e = rank_env(arg, lr);
     if (e == NULL || trun_strv_setenv(&e, "TRUN_PREFLIGHT_KEY", key) < 0 ||
         (lr == 0 && result[0] && trun_strv_setenv(&e, "TRUN_PREFLIGHT_RESULT", result) < 0)) {
       trun_strv_free(e);

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "config/config.h"
 #include "agent/rdzv/rdzv.h"
+#include "config/config.h"
 
 typedef enum { TRUN_PF_PASS = 0, TRUN_PF_WARN, TRUN_PF_FAIL, TRUN_PF_SKIP } trun_pf_verdict;
 
@@ -78,11 +78,15 @@ typedef struct {
   char cause[512];
 } trun_pf_outcome;
 
-/* The agent's --preflight step for this round: a one-line skip when this node has no GPU; otherwise one
- * trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT_BIN; TRUN_PREFLIGHT=1 is --preflight) per local
- * rank with the workers' rank environment, waited for (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills
- * out (may be NULL). 0: continue; 1: stop the job. */
+/* The workers' environment of local rank lr (malloc'ed, freed with trun_strv_free), as the agent builds it;
+ * NULL when out of memory. */
+typedef char **(*trun_pf_rank_env)(void *arg, int lr);
+
+/* The agent's --preflight step for this round: a one-line skip when this node has no GPU (env: the agent's
+ * environment); otherwise one trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT_BIN;
+ * TRUN_PREFLIGHT=1 is --preflight) per local rank with the workers' rank environment (rank_env), waited for
+ * (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL). 0: continue; 1: stop the job. */
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count, trun_pf_outcome *out);
+                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
 
 #endif

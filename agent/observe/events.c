@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/buf.h"
-#include "store/log.h"
+#include "store/store.h"
 
 /* What a reader that does not keep up may leave queued before events are dropped. */
 #define QUEUE_MAX (4u << 20)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/log.h"
+#include "store/store.h"
 
 #define IDLE_MS 10000
 

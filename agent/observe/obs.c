@@ -7,8 +7,8 @@
 
 #include "agent/discover/discover.h"
 #include "events.h"
-#include "store/log.h"
 #include "metrics.h"
+#include "store/store.h"
 
 #define MAX_CODES 64
 

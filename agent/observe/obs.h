@@ -1,18 +1,17 @@
 /* Observability hooks of the agent: each call records one happening in the event stream (--events,
- * agent/observe/events.h) and in the Prometheus metrics (--metrics-port, agent/observe/metrics.h). Both are optional; the
- * hooks are cheap no-ops for what is off. Event names and fields: README.md "Events". */
+ * agent/observe/events.h) and in the Prometheus metrics (--metrics-port, agent/observe/metrics.h). Both are
+ * optional; the hooks are cheap no-ops for what is off. Event names and fields: README.md "Events". */
 #ifndef TRUN_OBS_H
 #define TRUN_OBS_H
 
 #include <sys/types.h>
 #include <uv.h>
 
-#include "config/config.h"
 #include "agent/discover/discover.h"
-#include "agent/nccl/doctor.h"
-#include "agent/nccl/preflight.h"
+#include "agent/nccl/nccl.h"
+#include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
-#include "agent/proc/report.h"
+#include "config/config.h"
 
 typedef struct trun_obs trun_obs;
 

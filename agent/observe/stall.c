@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/discover/gpu_util.h"
-#include "store/log.h"
-#include "agent/proc/report.h"
+#include "agent/discover/discover.h"
+#include "agent/proc/proc.h"
+#include "store/store.h"
 
 typedef struct {
   pid_t pid;

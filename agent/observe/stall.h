@@ -14,7 +14,7 @@
 #include <uv.h>
 
 #include "agent/discover/discover.h"
-#include "agent/proc/output.h"
+#include "agent/proc/proc.h"
 
 #define TRUN_STALL_GRACE_MS 5000
 /* CPU time below this fraction of one CPU is background noise, not a sign of life. */

@@ -9,7 +9,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "agent/discover/cpulist.h"
+#include "agent/discover/discover.h"
 
 /* Child side failure: send the step and errno to the parent, then exit 127 (the shell's convention). */
 static void child_fail(int fd, uint8_t step, int err) {

@@ -9,7 +9,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "store/log.h"
+#include "agent/discover/discover.h"
+#include "store/store.h"
 #include "store_acl.h"
 
 /* Seconds from --rdzv-conf key=value,... (0 when absent or not a positive integer). */
@@ -36,32 +37,6 @@ static int join_timeout_ms(const trun_config *cfg) {
   if (s == 0) s = conf_seconds(cfg->rdzv_conf, "timeout");
   if (s == 0) s = 900;
   return s * 1000;
-}
-
-void trun_fqdn(char *out, size_t len) {
-  char host[256];
-  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "localhost");
-  host[sizeof(host) - 1] = '\0';
-  snprintf(out, len, "%s", host);
-  /* Python's socket.getfqdn(): reverse-resolve the host name's address, then take the first of the
-   * reverse name and its aliases that holds a dot, else the reverse name. */
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) return;
-  struct hostent *he = NULL;
-  if (res->ai_family == AF_INET)
-    he = gethostbyaddr(&((struct sockaddr_in *)res->ai_addr)->sin_addr, sizeof(struct in_addr), AF_INET);
-  else if (res->ai_family == AF_INET6)
-    he = gethostbyaddr(&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, sizeof(struct in6_addr), AF_INET6);
-  freeaddrinfo(res);
-  if (he == NULL || he->h_name == NULL) return;
-  const char *pick = he->h_name;
-  if (!strchr(pick, '.'))
-    for (char **al = he->h_aliases; al && *al; al++)
-      if (strchr(*al, '.')) {
-        pick = *al;
-        break;
-      }
-  snprintf(out, len, "%s", pick);
 }
 
 static void key(const trun_rdzv *r, int round, const char *what, char *out, size_t len) {

@@ -3,8 +3,8 @@
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
-#include "store/client.h"
 #include "config/config.h"
+#include "store/store.h"
 #include "store_host.h"
 
 typedef struct {
@@ -93,7 +93,6 @@ void trun_rdzv_fast_shutdown(trun_rdzv *r);
 /* Seconds from --rdzv-conf key (def when absent). */
 double trun_rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
 
-/* Python's socket.getfqdn() for this host. */
-void trun_fqdn(char *out, size_t len);
+#include "store_acl.h"
 
 #endif

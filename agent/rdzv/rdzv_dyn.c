@@ -9,8 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store/buf.h"
-#include "store/log.h"
+#include "store/store.h"
 
 static const char *const action_names[] = {
     "SYNC",

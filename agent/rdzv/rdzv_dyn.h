@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "store/client.h"
 #include "rdzv_state.h"
+#include "store/store.h"
 
 #define TRUN_DYN_SENTINEL "Y2FuaW1hZGFt" /* base64("canimadam"): "no state yet" */
 

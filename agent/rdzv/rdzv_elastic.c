@@ -17,10 +17,11 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "store/log.h"
+#include "agent/discover/discover.h"
 #include "rdzv.h"
 #include "rdzv_dyn.h"
 #include "rdzv_fast.h"
+#include "store/store.h"
 #include "store_acl.h"
 
 /* ---- --rdzv-conf ---------------------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store/log.h"
+#include "store/store.h"
 
 static double mono(void) {
   struct timespec ts;

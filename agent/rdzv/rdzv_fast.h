@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "store/client.h"
+#include "store/store.h"
 
 typedef struct trun_fast_settings {
   int min_nodes, max_nodes;

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 
 #include "agent/discover/discover.h"
-#include "store/log.h"
 #include "rdzv_dyn.h"
+#include "store/store.h"
 
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
 static int sa_text(const struct sockaddr *sa, char *text, size_t len) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "store/server.h"
+#include "store/store.h"
 
 struct trun_store_host {
   uv_loop_t loop;

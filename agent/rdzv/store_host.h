@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "store/server.h"
+#include "store/store.h"
 
 typedef struct trun_store_host trun_store_host;
 

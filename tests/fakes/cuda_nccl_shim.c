@@ -6,8 +6,8 @@
  * ncclCommInitRank fails (ncclInvalidArgument) unless the id it gets equals that file, and records
  * "rank <r> of <n>" lines in $TRUN_FAKE_NCCL_DIR/ranks. TRUN_FAKE_CUDA_DEVICES: cudaGetDeviceCount (default
  * 2).
- * GPU discovery (agent/discover/discover_cudart.c, loaded through TRUN_CUDART_LIBRARY when NVML is absent): with
- * TRUN_FAKE_CUDART_TOPO naming a JSON file
+ * GPU discovery (agent/discover/discover_cudart.c, loaded through TRUN_CUDART_LIBRARY when NVML is absent):
+ * with TRUN_FAKE_CUDART_TOPO naming a JSON file
  *   {"gpus": [{"uuid": "GPU-<32 hex digits with dashes>", "name": "...", "pci": "0000:10:00.0",
  *              "memory": 24146608128}, ...],
  *    "p2p": [["X", "OK", "NS"], ...]}   per host GPU pair: cudaDeviceCanAccessPeer is 1 for "OK"

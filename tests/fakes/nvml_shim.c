@@ -11,7 +11,8 @@
  *    "p2p": [["X", "OK", "NS", ...], ...]}  optional: P2P read status per pair (nvidia-smi topo -p2p r
  *                                           words OK CNS GNS TNS DR NS U); absent: NOT_SUPPORTED
  * Links are numbered nvswitch_links first, then nvlinks; up to 18 links exist (then INVALID_ARGUMENT).
- * It implements exactly the entry points agent/discover/discover_gpu.c looks up. A test fake, so plain globals. */
+ * It implements exactly the entry points agent/discover/discover_gpu.c looks up. A test fake, so plain
+ * globals. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
-/* agent/discover/discover_gpu.c and agent/discover/discover_rdma.c against the node fixtures (tests/fixtures/nodes/, see gen.py
- * there), the fake NVML (build/libnvidia-ml-fake.so from tests/fakes/nvml_shim.c) and the fake CUDA runtime
- * (build/libcuda-nccl-fake.so from tests/fakes/cuda_nccl_shim.c): GPUs, links, P2P status,
- * CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, NUMA nodes (also derived from the CPU affinity), EFA and
- * other RDMA devices, usability and GPU pairing, PCI distances.
- * Paths: TRUN_REPO (default: the current directory, the repository root under make) and TRUN_BUILD
+/* agent/discover/discover_gpu.c and agent/discover/discover_rdma.c against the node fixtures
+ * (tests/fixtures/nodes/, see gen.py there), the fake NVML (build/libnvidia-ml-fake.so from
+ * tests/fakes/nvml_shim.c) and the fake CUDA runtime (build/libcuda-nccl-fake.so from
+ * tests/fakes/cuda_nccl_shim.c): GPUs, links, P2P status, CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, NUMA
+ * nodes (also derived from the CPU affinity), EFA and other RDMA devices, usability and GPU pairing, PCI
+ * distances. Paths: TRUN_REPO (default: the current directory, the repository root under make) and TRUN_BUILD
  * (default <repo>/build). */
 #include <check.h>
 #include <limits.h>

@@ -1,7 +1,8 @@
-/* agent/nccl/doctor.c: the split-pod doctor. The analysis over the JSON fixtures in tests/fixtures/doctor/ (each:
- * "agents" as agents publish them, "expect": the finding kinds in order, the error count, texts the report
- * must contain); identity JSON round trip; the boot id hooks; the report block; and the exchange through a
- * real store (one agent of two publishes: group rank 0 reports the other as not published, bounded wait;
+/* agent/nccl/doctor.c: the split-pod doctor. The analysis over the JSON fixtures in tests/fixtures/doctor/
+ * (each: "agents" as agents publish them, "expect": the finding kinds in order, the error count, texts the
+ * report must contain); identity JSON round trip; the boot id hooks; the report block; and the exchange
+ * through a real store (one agent of two publishes: group rank 0 reports the other as not published, bounded
+ * wait;
  * --on-split-pods=fail makes the verdict "fail" for everyone). Paths: TRUN_REPO (default: .). */
 #include <check.h>
 #include <dirent.h>

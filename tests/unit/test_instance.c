@@ -1,6 +1,6 @@
-/* Unit tests for agent/discover/discover_instance.c and agent/discover/discover_cpus.c: cgroup CPU quota parsing (v2
- * cpu.max, v1 cfs files) and fixture trees, DMI product names, the `auto` / `cpu` worker counts, and
- * trun_discover_instance's DMI fallback. Fixtures: $TRUN_REPO/tests/fixtures/{cgroup,dmi} (TRUN_REPO
+/* Unit tests for agent/discover/discover_instance.c and agent/discover/discover_cpus.c: cgroup CPU quota
+ * parsing (v2 cpu.max, v1 cfs files) and fixture trees, DMI product names, the `auto` / `cpu` worker counts,
+ * and trun_discover_instance's DMI fallback. Fixtures: $TRUN_REPO/tests/fixtures/{cgroup,dmi} (TRUN_REPO
  * defaults to ".").
  *
  * IMDS cases run only when TRUN_IMDS_ENDPOINT is set: tests/integration/61-instance-identity.sh starts

@@ -1,7 +1,7 @@
-/* agent/nccl/nccl_env.c against the node fixtures (tests/fixtures/nodes/<name>/, gen.py there) and the fake NVML
- * (build/libnvidia-ml-fake.so): per fixture the exact decisions (variables trun sets, leaves to the plugin
- * or leaves unset), nproc for auto / gpu, the whole "env" object of its expected.json; a user-set variable
- * survives every rule on every fixture (in the decisions and in the agent's worker environment); the
+/* agent/nccl/nccl_env.c against the node fixtures (tests/fixtures/nodes/<name>/, gen.py there) and the fake
+ * NVML (build/libnvidia-ml-fake.so): per fixture the exact decisions (variables trun sets, leaves to the
+ * plugin or leaves unset), nproc for auto / gpu, the whole "env" object of its expected.json; a user-set
+ * variable survives every rule on every fixture (in the decisions and in the agent's worker environment); the
  * --numa-binding plan; CPU lists; the NVML-less /dev/nvidiaN fallback of --nproc-per-node.
  * Paths: TRUN_REPO (default: the current directory, the repository root under make) and TRUN_BUILD
  * (default <repo>/build). */

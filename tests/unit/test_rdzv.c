@@ -1,6 +1,7 @@
-/* Elastic rendezvous: torchelastic's decision table (agent/rdzv/rdzv_dyn.c) case by case, the state mutations and
- * dead-node pruning, and both executors (c10d and trun's fast backend) with many agents as threads against an
- * in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank hints, corrupt states.
+/* Elastic rendezvous: torchelastic's decision table (agent/rdzv/rdzv_dyn.c) case by case, the state mutations
+ * and dead-node pruning, and both executors (c10d and trun's fast backend) with many agents as threads
+ * against an in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank hints,
+ * corrupt states.
  */
 #include "client.h"
 #include "rdzv_dyn.h"

@@ -1,6 +1,7 @@
-/* Unit tests for agent/proc/report.c: error files written by real torch (1.13 and 2.6), malformed error files,
- * root-cause selection, the failure banner against real torchrun 1.13 output, the store JSON, signal names
- * and the parent error file. Fixtures: $TRUN_REPO/tests/fixtures/errfiles (TRUN_REPO defaults to "."). */
+/* Unit tests for agent/proc/report.c: error files written by real torch (1.13 and 2.6), malformed error
+ * files, root-cause selection, the failure banner against real torchrun 1.13 output, the store JSON, signal
+ * names and the parent error file. Fixtures: $TRUN_REPO/tests/fixtures/errfiles (TRUN_REPO defaults to ".").
+ */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
