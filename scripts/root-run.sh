@@ -8,7 +8,8 @@
 # Usage: scripts/root-run.sh [--hostname NAME] [--bind SRC:DST]... [--keep-upper DIR] ROOT CMD [ARGS...]
 #   --bind        bind-mounts host path SRC at DST inside the root (DST is created)
 #   --keep-upper  keeps the overlay's upper layer (what the command changed) in DIR instead of deleting it
-# The environment is cleared but for PATH, HOME=/root, LANG=C.UTF-8, TERM and CI.
+# The environment is cleared but for PATH, HOME=/root, LANG=C.UTF-8, TERM, CI and the variables that point
+# clients at the CA bundle (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE, ...: this workplace's proxy signs with its own CA).
 # Exit codes: the command's; 2 bad usage; 125 the root or a mount could not be set up (named on stderr).
 set -euo pipefail
 name=trun-fresh
@@ -59,14 +60,25 @@ unshare --mount --uts --pid --fork --propagation private -- /bin/bash -euo pipef
   printf "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n" \
     "$name" >"$m/etc/hosts"
   cp -L /etc/resolv.conf "$m/etc/resolv.conf" 2>/dev/null || true
-  [ -f /etc/ssl/certs/ca-certificates.crt ] && cp -L /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/"
+  # The host CA bundle: as the bundle itself, and as a local CA file, so that it survives the
+  # update-ca-certificates run of a later ca-certificates install.
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    cp -L /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/"
+    mkdir -p "$m/usr/local/share/ca-certificates"
+    cp -L /etc/ssl/certs/ca-certificates.crt "$m/usr/local/share/ca-certificates/host-bundle.crt"
+  fi
   for b in "${binds[@]}"; do
     src=${b%%:*} dst=${b#*:}
     mkdir -p "$m$dst"
     mount --rbind "$src" "$m$dst" || die "bind $src at $dst"
   done
   # Not exec: this shell stays PID 1 of the namespace and reaps orphans while the command runs.
+  # Clients that take the CA bundle from the environment (node and npm, curl, git, Python) keep doing so.
+  ca=()
+  for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE REQUESTS_CA_BUNDLE GIT_SSL_CAINFO PIP_CERT; do
+    [ -n "${!v:-}" ] && [ -e "$m${!v}" ] && ca+=("$v=${!v}")
+  done
   chroot "$m" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} "$@"
+    HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} "${ca[@]}" "$@"
 ' root-run "$root" "$state" "$name" "${binds[@]}" -- "$@" || rc=$?
 exit $rc
