@@ -37,7 +37,7 @@ ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
 
 # Keep the sanitizer objects between runs (make would delete them as intermediate files).
 .SECONDARY:
-.PHONY: all deps check check-fresh unit asan integration fuzz fuzz-short chaos bench bench-deps demo format clean pkgcheck portable
+.PHONY: all deps check check-fresh layers unit asan integration fuzz fuzz-short chaos bench bench-deps demo format clean pkgcheck portable
 all: pkgcheck $(B)/trun $(B)/trun-store $(UNIT_BIN)
 
 pkgcheck:
@@ -89,6 +89,11 @@ deps:
 	@scripts/chroot.sh
 	@scripts/deps-k8s.sh
 
+# The module rules: an include of another module names its public header, and only a module the includer's
+# public header lists under "May use" (scripts/check-layers.py; test 05 shows it rejects breaches).
+layers:
+	@scripts/check-layers.py
+
 unit: all
 	@scripts/run-unit.sh $(UNIT_BIN)
 
@@ -113,6 +118,7 @@ chaos: all
 
 check: deps
 	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory asan
 	@$(MAKE) --no-print-directory fuzz-short

@@ -1,5 +1,10 @@
-/* Rendezvous for the static and standalone backends: who hosts the store, group ranks, global ranks,
- * the workers' MASTER_ADDR/PORT, per-round barriers, and the job-wide failure / success signal. */
+/* rdzv: how the agents of a job meet. Who hosts the store (store_host.h) and who may reach it
+ * (store_acl.h), group ranks, global ranks, the workers' MASTER_ADDR/PORT, per-round barriers and the
+ * job-wide failure / success signal, for the static backend (here), torchelastic's c10d dynamic rendezvous
+ * (rdzv_elastic.c over the state machine in rdzv_dyn.c, its pickled state in rdzv_state.c / pickle.c) and
+ * trun's fast elastic rendezvous (rdzv_fast.c).
+ * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
+ * modules. */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 

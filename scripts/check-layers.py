@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks that the C code keeps its modules' shape (README "Architecture", `make layers`, part of check).
+
+A module is a folder with one public header named after it (store/store.h, agent/rdzv/rdzv.h, ...) whose
+opening comment has a line "May use: a, b, c." naming the modules it may include. The programs
+(launcher/, tools/) may use every module. For each #include "..." in the code of a module or program:
+  - a header of the same folder is always fine;
+  - a header of another module must be that module's public header, and that module must be one the
+    includer may use;
+  - a quoted include that names no file of the tree is an error.
+The "May use" lines must form no circle. Tests, fuzz targets and benches are not checked: they drive
+modules from outside and may include their private headers.
+Usage: scripts/check-layers.py [--root DIR] [--graph]   (--graph prints each module and what it uses).
+Exit codes: 0 the shape holds, 1 a rule is broken (every breach on stderr), 2 bad usage."""
+import os
+import re
+import sys
+
+# Folder of each module, by the name the "May use" lines give it.
+MODULES = {
+    "store": "store",
+    "config": "config",
+    "discover": "agent/discover",
+    "proc": "agent/proc",
+    "rdzv": "agent/rdzv",
+    "nccl": "agent/nccl",
+    "observe": "agent/observe",
+    "agent": "agent",
+}
+PROGRAMS = {"launcher": "launcher", "tools": "tools"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def face(name):
+    folder = MODULES[name]
+    return folder + "/" + os.path.basename(folder) + ".h"
+
+
+def owner(path):
+    """The module or program whose folder holds path (the deepest one), or None."""
+    best = None
+    for name, folder in list(MODULES.items()) + list(PROGRAMS.items()):
+        if os.path.dirname(path) == folder and (best is None or len(folder) > len(best[1])):
+            best = (name, folder)
+    return best[0] if best else None
+
+
+def may_use(root, errors):
+    uses = {}
+    for name in MODULES:
+        path = os.path.join(root, face(name))
+        try:
+            text = open(path, encoding="utf-8").read()
+        except OSError:
+            errors.append("%s: missing: every module has one public header named after its folder" % face(name))
+            continue
+        m = re.search(r"May use:\s*(.*?)(?:\.\s|\.$|\n \*\s*\n|\*/)", text, re.S)
+        if not m:
+            errors.append("%s: no 'May use:' line in its opening comment" % face(name))
+            continue
+        said = m.group(1).replace("*", " ")
+        if said.strip().startswith("nothing"):
+            uses[name] = set()
+            continue
+        found = set()
+        for word in re.findall(r"[a-z]+", re.sub(r"\([^)]*\)", "", said)):
+            if word in MODULES:
+                found.add(word)
+        uses[name] = found - {name}
+    return uses
+
+
+def circles(uses):
+    """Every module that lies on a circle of the 'May use' graph, as paths."""
+    out, state = [], {}
+
+    def visit(n, path):
+        state[n] = 1
+        for m in sorted(uses.get(n, ())):
+            if state.get(m) == 1:
+                out.append(" -> ".join(path[path.index(m):] + [m]))
+            elif m not in state:
+                visit(m, path + [m])
+        state[n] = 2
+
+    for n in sorted(uses):
+        if n not in state:
+            visit(n, [n])
+    return out
+
+
+def code_files(root):
+    for folder in list(MODULES.values()) + list(PROGRAMS.values()):
+        d = os.path.join(root, folder)
+        if not os.path.isdir(d):
+            continue
+        for f in sorted(os.listdir(d)):
+            if f.endswith((".c", ".h")):
+                yield folder + "/" + f
+
+
+def main(argv):
+    root, graph = ".", False
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "--root" and args:
+            root = args.pop(0)
+        elif a == "--graph":
+            graph = True
+        else:
+            print("usage: scripts/check-layers.py [--root DIR] [--graph]", file=sys.stderr)
+            return 2
+    errors = []
+    uses = may_use(root, errors)
+    for c in circles(uses):
+        errors.append("the 'May use' lines make a circle: %s" % c)
+    faces = {face(n): n for n in MODULES}
+    n_includes = 0
+    for rel in code_files(root):
+        me = owner(rel)
+        text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        for m in INCLUDE.finditer(text):
+            inc = m.group(1)
+            line = text.count("\n", 0, m.start()) + 1
+            n_includes += 1
+            here = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+            target = here if os.path.isfile(os.path.join(root, here)) else os.path.normpath(inc)
+            if not os.path.isfile(os.path.join(root, target)):
+                errors.append('%s:%d: #include "%s" names no file of the tree' % (rel, line, inc))
+                continue
+            if os.path.dirname(target) == os.path.dirname(rel):
+                continue
+            other = owner(target)
+            if target not in faces:
+                what = ("the private header %s of module %s (include %s)" % (target, other, face(other))
+                        if other in MODULES else "%s, which is no module's public header" % target)
+                errors.append('%s:%d: #include "%s": %s' % (rel, line, inc, what))
+                continue
+            other = faces[target]
+            if me in PROGRAMS:
+                continue
+            if other not in uses.get(me, set()):
+                errors.append('%s:%d: #include "%s": module %s may not use %s (%s says: May use: %s)' % (
+                    rel, line, inc, me, other, face(me), ", ".join(sorted(uses.get(me, ()))) or "nothing"))
+    if graph:
+        for n in MODULES:
+            print("%-9s %-16s may use: %s" % (n, MODULES[n] + "/", ", ".join(sorted(uses.get(n, ()))) or "-"))
+    for e in errors:
+        print("layers: " + e, file=sys.stderr)
+    if errors:
+        print("layers: %d breach(es) of the module rules (see scripts/check-layers.py)" % len(errors), file=sys.stderr)
+        return 1
+    print("layers: %d includes in %d modules and 2 programs keep the shape" % (n_includes, len(MODULES)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The module rules (scripts/check-layers.py, `make layers`): the tree keeps them, and the checker is live:
+# on a copy of the code it rejects an include against the direction (nccl -> agent), a module's private
+# header included from another module, a circle in the "May use" lines, and an include of no file.
+# Exit: 0 pass, anything else fail.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../agent/lib.sh"
+py=${TRUN_HOST_PY:-/usr/bin/python3}
+check() { "$py" "$repo/scripts/check-layers.py" "$@"; }
+
+echo "== 1. this tree"
+check --root "$repo" --graph || fail "the tree breaks the module rules (above)"
+
+# expect_breach NAME MESSAGE: a copy of the code with one change ($tmp/t) must fail naming MESSAGE.
+expect_breach() {
+  local rc=0
+  check --root "$tmp/t" >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" -eq 1 ] || fail "$1: the checker exited $rc, want 1: $(cat "$tmp/err")"
+  grep -qF "$2" "$tmp/err" || fail "$1: no '$2' in: $(cat "$tmp/err")"
+  echo "ok: rejected $1"
+}
+fresh_copy() {
+  rm -rf "$tmp/t"
+  mkdir -p "$tmp/t"
+  (cd "$repo" && cp -r --parents store config agent launcher tools "$tmp/t/")
+  check --root "$tmp/t" >/dev/null || fail "an unchanged copy of the code does not pass"
+}
+
+echo "== 2. breaches"
+fresh_copy
+sed -i '0,/^#include "/s//#include "agent\/agent.h"\n#include "/' "$tmp/t/agent/nccl/doctor.c"
+expect_breach "nccl including the agent (upwards)" 'agent/nccl/doctor.c:'
+grep -qF 'module nccl may not use agent' "$tmp/err" || fail "the message does not name the rule: $(cat "$tmp/err")"
+
+fresh_copy
+sed -i '0,/^#include "/s//#include "agent\/rdzv\/rdzv_dyn.h"\n#include "/' "$tmp/t/agent/agent.c"
+expect_breach "a private header of rdzv in the agent" 'the private header agent/rdzv/rdzv_dyn.h of module rdzv'
+
+fresh_copy
+sed -i 's/^ \* May use: store (log)\./ * May use: store (log), nccl./' "$tmp/t/agent/discover/discover.h"
+grep -q 'May use: store (log), nccl' "$tmp/t/agent/discover/discover.h" || fail "could not edit discover's May use line"
+expect_breach "a circle in the May use lines" "the 'May use' lines make a circle"
+
+fresh_copy
+sed -i '0,/^#include "/s//#include "no_such_header.h"\n#include "/' "$tmp/t/launcher/main.c"
+expect_breach "an include of no file" '#include "no_such_header.h" names no file of the tree'
+echo PASS
