@@ -22,63 +22,11 @@
 #include "store/store.h"
 #include "worker_env.h"
 
-double trun__agent_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
-int trun__agent_pathf(char *out, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(out, len, fmt, ap);
-  va_end(ap);
-  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-int trun__agent_mkdirs(const char *path) {
-  char tmp[PATH_MAX];
-  if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) return -ENAMETOOLONG;
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) < 0 && errno != EEXIST) return -errno;
-      *p = '/';
-    }
-  if (mkdir(tmp, 0755) < 0 && errno != EEXIST) return -errno;
-  return 0;
-}
-
-/* torchrun's layout: <log-dir or /tmp/torchelastic_XXXXXX>/<run_id>_XXXXXX/attempt_N/<local_rank>/ */
-static int make_run_dir(agent *a) {
-  const char *base = a->cfg->log_dir;
-  char tmpbase[PATH_MAX];
-  if (base && strcmp(base, "/dev/null") == 0) {
-    a->files_off = 1;
-    return 0;
-  }
-  if (base == NULL) {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpbase, sizeof(tmpbase), "%s/torchelastic_XXXXXX", t && t[0] ? t : "/tmp");
-    if (mkdtemp(tmpbase) == NULL) return -errno;
-    base = tmpbase;
-  } else {
-    int rc = trun__agent_mkdirs(base);
-    if (rc < 0) return rc;
-  }
-  if (snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_XXXXXX", base, a->cfg->run_id) >=
-      (int)sizeof(a->run_dir))
-    return -ENAMETOOLONG;
-  if (mkdtemp(a->run_dir) == NULL) return -errno;
-  return 0;
-}
-
 /* ---- round end ----------------------------------------------------------------------------------- */
 
 static void maybe_finish(agent *a);
 
-void trun__agent_on_stream_eof(void *arg) {
+static void on_stream_eof(void *arg) {
   agent *a = arg;
   a->open_streams--;
   maybe_finish(a);
@@ -497,7 +445,7 @@ static int agent_main(agent *a) {
             "your system being overloaded, please further tune the variable for optimal performance in "
             "your application as needed. \n"
             "*****************************************\n");
-  int rc = make_run_dir(a);
+  int rc = trun__agent_make_run_dir(a);
   if (rc < 0) {
     trun_error("cannot create the log directory under %s: %s; pass a writable --log-dir",
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
@@ -649,6 +597,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   uv_timer_init(a.loop, &a.drain_timer);
   uv_timer_init(a.loop, &a.member_timer);
   a.kill_timer.data = a.drain_timer.data = a.member_timer.data = &a;
+  a.on_stream_eof = on_stream_eof;
   uv_async_init(a.loop, &a.remote, on_remote);
   a.remote.data = &a;
   if (setup_signals(&a) < 0) {

@@ -3,11 +3,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/proc/proc.h"
 #include "agent_int.h"
 #include "store/store.h"
+
+double trun__agent_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
   size_t n = 0;

@@ -77,29 +77,29 @@ struct agent {
   int watcher_on;
   trun_client *watch_client;
   char end_value[64];
-  int end_seen;         /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round;        /* the round whose end the watcher delivered */
-  int in_round;         /* workers of this round may still run: remote ends act only then */
-  trun_obs *obs;        /* events and metrics (agent/observe/obs.h) */
-  trun_stall *stall;    /* --stall-timeout (agent/observe/stall.h), NULL when off */
-  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;    /* the agent raised its soft limit to the hard one */
+  int end_seen;                     /* the watcher delivered end_value (set by the watcher thread) */
+  int end_round;                    /* the round whose end the watcher delivered */
+  int in_round;                     /* workers of this round may still run: remote ends act only then */
+  trun_obs *obs;                    /* events and metrics (agent/observe/obs.h) */
+  trun_stall *stall;                /* --stall-timeout (agent/observe/stall.h), NULL when off */
+  void (*on_stream_eof)(void *arg); /* a worker's stream reached EOF (agent.c: the round may end); arg: a */
+  struct rlimit nofile;             /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;                /* the agent raised its soft limit to the hard one */
 };
 
-/* Wall-clock seconds (exit and failure timestamps, as torchelastic's). */
-double trun__agent_now(void);
+/* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
+ * no files for --log-dir /dev/null). 0 or -errno. */
+int trun__agent_make_run_dir(agent *a);
 /* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
 int trun__agent_pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* mkdir -p: 0, or -errno. */
 int trun__agent_mkdirs(const char *path);
-/* A worker's output stream reached EOF (agent.c: the round may end). arg: the agent. */
-void trun__agent_on_stream_eof(void *arg);
-
-/* agent_workers.c: starts local rank w->local_rank of this round, its files under attempt_dir. 0, or -1
- * (said on stderr). */
+/* Starts local rank w->local_rank of this round, its files under attempt_dir. 0, or -1 (said on stderr). */
 int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir);
 
-/* agent_failures.c: the round's failures to events and metrics; final: also the job's failure report (on
+/* agent_failures.c: wall-clock seconds (exit and failure timestamps, as torchelastic's). */
+double trun__agent_now(void);
+/* The round's failures to events and metrics; final: also the job's failure report (on
  * node rank 0 with the other nodes' root causes) and $TORCHELASTIC_ERROR_FILE. */
 void trun__agent_report_failures(agent *a, int final);
 /* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the

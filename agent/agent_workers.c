@@ -1,11 +1,15 @@
-/* A worker's files, output streams and process (agent/agent_int.h): torchrun's log layout
+/* The run directory, and a worker's files, output streams and process (agent/agent_int.h): torchrun's log
+ * layout
  * (<run dir>/attempt_N/<local rank>/{stdout,stderr}.log, error.json), --redirects / --tee /
  * --local-ranks-filter and the line prefix, then trun_spawn with the worker's environment. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/nccl/nccl.h"
@@ -13,6 +17,56 @@
 #include "agent_int.h"
 #include "store/store.h"
 #include "worker_env.h"
+
+/* ---- the run directory and a worker's files --------------------------------------------------- */
+
+/* snprintf for paths: -ENAMETOOLONG instead of a silently cut path. */
+int trun__agent_pathf(char *out, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, len, fmt, ap);
+  va_end(ap);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int trun__agent_mkdirs(const char *path) {
+  char tmp[PATH_MAX];
+  if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp)) return -ENAMETOOLONG;
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0755) < 0 && errno != EEXIST) return -errno;
+      *p = '/';
+    }
+  if (mkdir(tmp, 0755) < 0 && errno != EEXIST) return -errno;
+  return 0;
+}
+
+/* torchrun's layout: <log-dir or /tmp/torchelastic_XXXXXX>/<run_id>_XXXXXX/attempt_N/<local_rank>/ */
+int trun__agent_make_run_dir(agent *a) {
+  const char *base = a->cfg->log_dir;
+  char tmpbase[PATH_MAX];
+  if (base && strcmp(base, "/dev/null") == 0) {
+    a->files_off = 1;
+    return 0;
+  }
+  if (base == NULL) {
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpbase, sizeof(tmpbase), "%s/torchelastic_XXXXXX", t && t[0] ? t : "/tmp");
+    if (mkdtemp(tmpbase) == NULL) return -errno;
+    base = tmpbase;
+  } else {
+    int rc = trun__agent_mkdirs(base);
+    if (rc < 0) return rc;
+  }
+  if (snprintf(a->run_dir, sizeof(a->run_dir), "%s/%s_XXXXXX", base, a->cfg->run_id) >=
+      (int)sizeof(a->run_dir))
+    return -ENAMETOOLONG;
+  if (mkdtemp(a->run_dir) == NULL) return -errno;
+  return 0;
+}
+
+/* ---- a worker's streams and process ----------------------------------------------------------- */
 
 /* The console prefix of a tee'd line: torchrun's "[<role><local_rank>]:" or the template. */
 static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
@@ -79,7 +133,7 @@ static int setup_stream(agent *a, worker *w, int which, const char *path, int *c
     trun_error("cannot create the output pipe of local rank %d: %s", lr, strerror(-rc));
     return -1;
   }
-  trun_stream_on_eof(s, trun__agent_on_stream_eof, a);
+  trun_stream_on_eof(s, a->on_stream_eof, a);
   a->open_streams++;
   if (which == 1)
     w->out = s;
