@@ -156,22 +156,8 @@ static void on_signal(uv_signal_t *h, int sig) {
 
 static void *watch_end(void *arg) {
   agent *a = arg;
-  char k[512];
   int round = a->round;
-  trun_rdzv_end_key(&a->rdzv, round, k, sizeof(k));
-  trun_buf v = {0};
-  for (;;) {
-    int rc = trun_client_get(a->watch_client, trun_str(k), &v, 3600 * 1000);
-    if (rc == -ETIMEDOUT) continue;
-    size_t n = rc == 0 ? (v.len < sizeof(a->end_value) - 1 ? v.len : sizeof(a->end_value) - 1) : 0;
-    if (rc == 0)
-      memcpy(a->end_value, v.data, n);
-    else
-      snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
-    if (rc == 0) a->end_value[n] = '\0';
-    break;
-  }
-  trun_buf_free(&v);
+  trun_rdzv_end_wait(&a->rdzv, a->watch_client, round, a->end_value, sizeof(a->end_value));
   a->end_round = round;
   a->end_seen = 1;
   uv_async_send(&a->remote);
@@ -200,46 +186,39 @@ static void on_remote(uv_async_t *h) {
 
 /* ---- c10d membership ------------------------------------------------------------------------------ */
 
-/* torchrun's monitor step for a healthy group: keep the heartbeat fresh; nodes in the wait list mean a new
- * world, so the workers stop and every agent joins the next round (not counted as a restart). */
+/* While the workers run (trun_rdzv_tick_ms): the backend's heartbeats; nodes waiting to join mean a new
+ * world, so the workers stop and every agent joins the next round (not counted as a restart); a node of
+ * this round that left it to rejoin had a failure, which every node counts. */
 static void on_member_tick(uv_timer_t *t) {
   agent *a = t->data;
   if (a->phase_stopping || a->running == 0) return;
-  if (a->rdzv.fast) {
-    /* trun's backend: a lost node ends the round in the store; the end watcher stops the workers. */
-    trun_rdzv_fast_tick(&a->rdzv);
-    return;
-  }
-  int waiting = trun_rdzv_c10d_tick(&a->rdzv);
-  if (waiting <= 0 || a->phase_stopping || a->result != OUT_NONE) return;
-  int fresh = trun_rdzv_c10d_new_waiting(&a->rdzv, 0);
-  if (fresh > 0) {
-    trun_info("%d new node(s) wait to join the c10d rendezvous: restarting the workers into a new world",
-              fresh);
+  int nodes;
+  trun_rdzv_news news = trun_rdzv_tick(&a->rdzv, &nodes);
+  if (news == TRUN_RDZV_STEADY || a->phase_stopping || a->result != OUT_NONE) return;
+  if (news == TRUN_RDZV_NEW_NODES) {
+    trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world", nodes,
+              trun_rdzv_backend_name(&a->rdzv));
     a->result = OUT_MEMBERSHIP;
-    trun_obs_membership(a->obs, fresh);
+    trun_obs_membership(a->obs, nodes);
   } else {
     /* Only peers of this round wait: one of them restarted after a failure (see membership_or_failure). */
-    trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers",
-              waiting);
+    trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers", nodes);
     a->result = OUT_REMOTE_FAILED;
   }
   begin_stop(a, SIGTERM, 1);
 }
 
-/* A c10d round ended by a worker failure: if new nodes wait to join, another agent saw them first and
+/* A round ended by a worker failure: if new nodes wait to join (c10d), another agent saw them first and
  * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
  * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
- * trun checks the wait list first, so joining never costs a restart. Only nodes that were not in this
- * round count: a peer of this round in the wait list restarted after a failure, which every node counts,
- * so that all agents keep one restart count (torch <= 2.5 workers prefix their store keys with it). */
+ * trun checks the wait list first, so joining never costs a restart. */
 static void membership_or_failure(agent *a) {
-  int fresh = trun_rdzv_c10d_new_waiting(&a->rdzv, 1);
+  int fresh = trun_rdzv_new_nodes_waiting(&a->rdzv);
   if (fresh <= 0) return;
   trun_info(
-      "a worker failed while %d new node(s) wait to join the c10d rendezvous: taking it as the "
-      "membership change (not counted as a restart)",
-      fresh);
+      "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
+      "change (not counted as a restart)",
+      fresh, trun_rdzv_backend_name(&a->rdzv));
   a->result = OUT_MEMBERSHIP;
   trun_obs_membership(a->obs, fresh);
 }
@@ -298,11 +277,8 @@ static void run_round(agent *a) {
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   a->in_round = 1;
-  if (a->rdzv.dynamic || a->rdzv.fast) {
-    uint64_t every = (uint64_t)(a->cfg->monitor_interval * 1000);
-    if (a->rdzv.fast) every = (uint64_t)(trun_rdzv_conf_seconds(a->cfg, "keep_alive_interval", 5) * 1000);
-    uv_timer_start(&a->member_timer, on_member_tick, every < 100 ? 100 : every, every < 100 ? 100 : every);
-  }
+  uint64_t every = (uint64_t)trun_rdzv_tick_ms(&a->rdzv);
+  if (every > 0) uv_timer_start(&a->member_timer, on_member_tick, every, every);
   maybe_finish(a); /* a worker may have failed to start */
   trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
   uv_run(a->loop, UV_RUN_DEFAULT);
@@ -383,23 +359,14 @@ static void join_watcher(agent *a) {
 static void reconnect_watch(agent *a) {
   if (!a->watch_lost) return;
   a->watch_lost = 0;
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = a->rdzv.host ? trun_store_host_addr(a->rdzv.host) : a->cfg->endpoint_host;
-  o.port = a->rdzv.master_port;
-  o.key_prefix = "";
-  o.connect_timeout_ms = 60000;
-  if (trun_client_connect(&o, &a->watch_client) < 0) a->watch_client = NULL;
+  if (trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client) < 0) a->watch_client = NULL;
 }
 
 /* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
 static void end_round_multinode(agent *a) {
   if (a->result == OUT_SUCCESS) {
     /* This node is done; the round is done when every node is, or when one failed. */
-    char k[512];
-    trun_rdzv_announce_success(&a->rdzv, a->round);
-    trun_rdzv_end_key(&a->rdzv, a->round, k, sizeof(k));
-    int rc = trun_rdzv_wait_key(&a->rdzv, k, 7 * 24 * 3600 * 1000);
+    int rc = trun_rdzv_announce_success(&a->rdzv, a->round);
     if (rc == -EINTR)
       a->result = OUT_SIGNALED;
     else if (rc < 0)
@@ -460,14 +427,11 @@ static int agent_main(agent *a) {
     return 1;
   }
   trun_obs_set_rdzv(a->obs, &a->rdzv);
-  if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) {
-    trun_client_opts o;
-    trun_client_opts_default(&o);
-    o.host = a->rdzv.host ? trun_store_host_addr(a->rdzv.host) : a->cfg->endpoint_host;
-    o.port = a->rdzv.master_port;
-    o.key_prefix = "";
-    if (trun_client_connect(&o, &a->watch_client) < 0) {
-      trun_error("cannot open the failure-watch connection to %s:%d", o.host, o.port);
+  if (trun_rdzv_ends_by_key(&a->rdzv)) {
+    int wrc = trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client);
+    if (wrc < 0) {
+      trun_error("cannot open the failure-watch connection to the rendezvous store (port %d): %s",
+                 a->rdzv.master_port, strerror(-wrc));
       return 1;
     }
   }
@@ -475,27 +439,24 @@ static int agent_main(agent *a) {
   int code = 1;
   for (a->round = 0;; a->round++) {
     trun_obs_rdzv_start(a->obs, a->round);
-    if (trun_store_acl_publish(&a->rdzv, a->round) < 0)
-      trun_debug("could not publish this node's address for --store-allow-peers");
-    if (trun_rdzv_round(&a->rdzv, a->round, err, sizeof(err)) < 0 ||
-        (a->cfg->store_allow_peers && trun_store_acl_apply(&a->rdzv, a->round, err, sizeof(err)) < 0)) {
+    if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
       trun_obs_rdzv_end(a->obs, a->round, err);
       trun_error("%s", err);
       code = 1;
       break;
     }
-    if (a->rdzv.fast) a->round = a->rdzv.round_no; /* the store decides trun rounds */
+    a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
     reconnect_watch(a);
     trun_obs_rdzv_end(a->obs, a->round, NULL);
     /* Split pods / GPU clash (agent/nccl/doctor.h); --preflight on the first round (agent/nccl/preflight.h).
      */
     trun_doctor_outcome doc;
-    int stop = trun_doctor_round(&a->rdzv, a->env, a->round, a->node, &doc);
+    int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
     trun_obs_doctor(a->obs, a->round, &doc);
     if (!stop && a->cfg->preflight && a->round == 0) {
       trun_pf_outcome pf;
-      stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->round, a->restart_count,
-                                  preflight_env, a, &pf);
+      stop =
+          trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->restart_count, preflight_env, a, &pf);
       trun_obs_preflight(a->obs, a->round, &pf);
     }
     if (stop) {
@@ -505,8 +466,8 @@ static int agent_main(agent *a) {
     run_round(a);
     close_streams(a);
     kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-    if (!a->rdzv.dynamic && (a->rdzv.group_world_size > 1 || a->rdzv.fast)) end_round_multinode(a);
-    if (a->result == OUT_FAILED && a->rdzv.dynamic) membership_or_failure(a);
+    if (trun_rdzv_ends_by_key(&a->rdzv)) end_round_multinode(a);
+    if (a->result == OUT_FAILED) membership_or_failure(a);
     if (a->result == OUT_MEMBERSHIP) continue; /* same attempt number, like torchrun */
     if (a->result == OUT_SUCCESS) {
       code = 0;
@@ -528,16 +489,7 @@ static int agent_main(agent *a) {
     trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
     trun_obs_restart(a->obs, a->restart_count, remaining);
   }
-  if (a->rdzv.dynamic) {
-    /* torchrun: the exit barrier after success (1.13: also after the last failure), then shutdown()
-     * closes the rendezvous unless the agent was stopped by a signal. */
-    if (a->rdzv.client && (code == 0 || (a->rdzv.gen113 && a->result != OUT_SIGNALED)))
-      trun_rdzv_c10d_exit_barrier(&a->rdzv, 300000);
-    if (a->rdzv.client && a->result != OUT_SIGNALED) trun_rdzv_c10d_shutdown(&a->rdzv);
-  } else if (a->rdzv.client) {
-    trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000);
-    if (a->rdzv.fast && code == 0) trun_rdzv_fast_shutdown(&a->rdzv);
-  }
+  trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED);
   return code;
 }
 

@@ -58,11 +58,12 @@ void trun__agent_report_failures(agent *a, int final) {
     fprintf(stderr,
             "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
             a->rdzv.group_rank,
-            a->rdzv.dynamic || strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed"
-                                                                      : "the store was lost");
+            !trun_rdzv_ends_by_key(&a->rdzv) || strncmp(a->end_value, "fail:", 5) == 0
+                ? "another node failed"
+                : "the store was lost");
     final = 0;
   }
-  if (final && !a->rdzv.dynamic && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
+  if (final && trun_rdzv_ends_by_key(&a->rdzv) && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
     /* Job-wide: add the other nodes' root causes. */
     char **remote = NULL;
     int nr = 0;

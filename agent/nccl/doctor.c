@@ -360,8 +360,7 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
   return stop;
 }
 
-int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *given,
-                      trun_doctor_outcome *out) {
+int trun_doctor_round(trun_rdzv *r, char **envp, const trun_node *given, trun_doctor_outcome *out) {
   if (out) *out = (trun_doctor_outcome){.fail_on_findings = r->cfg->on_split_pods_fail, .action = "continue"};
   trun_node *node = calloc(1, sizeof(*node));
   if (node == NULL) return 0;
@@ -380,12 +379,10 @@ int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *giv
   }
   trun_doctor_identity(node, r->group_rank, r->nproc, self);
   free(node);
-  if (r->dynamic)
-    snprintf(base, sizeof(base), "%strun", r->round_prefix);
-  else
-    snprintf(base, sizeof(base), "/trun/%s/r%d", r->cfg->run_id, round);
+  snprintf(base, sizeof(base), "%s", r->key_space);
   /* c10d fleets may mix in torchrun agents, which never publish: wait only briefly for them. */
-  int rc = trun_doctor_exchange(r, base, self, r->dynamic ? 2000 : 10000, r->cfg->on_split_pods_fail, out);
+  int rc =
+      trun_doctor_exchange(r, base, self, r->foreign_peers ? 2000 : 10000, r->cfg->on_split_pods_fail, out);
   free(self);
   return rc;
 }

@@ -78,8 +78,9 @@ void trun_doctor_print(FILE *out, const trun_doctor_findings *f, int nagents, in
  * about and do not stop the job). */
 int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id *self, int wait_ms,
                          int fail_on_findings, trun_doctor_outcome *out);
-/* The agent's hook after each rendezvous round: discovers this node (envp's CUDA_VISIBLE_DEVICES), builds the
- * key base for the backend (static: /trun/<run_id>/r<round>; c10d: <round prefix>trun) and exchanges. */
-int trun_doctor_round(trun_rdzv *r, char **envp, int round, const trun_node *node, trun_doctor_outcome *out);
+/* The agent's hook after each rendezvous round: discovers this node (envp's CUDA_VISIBLE_DEVICES) and
+ * exchanges in the round's key space (r->key_space: static and trun /trun/<run_id>/r<round>; c10d
+ * <round prefix>trun), waiting briefly for peers that may be torchrun agents (r->foreign_peers). */
+int trun_doctor_round(trun_rdzv *r, char **envp, const trun_node *node, trun_doctor_outcome *out);
 
 #endif

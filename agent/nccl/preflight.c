@@ -225,8 +225,8 @@ static void outcome_from_result(trun_pf_outcome *out, const char *path, int stat
   snprintf(out->fabric, sizeof(out->fabric), "%s", res.fabric);
 }
 
-int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
+                         trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
   trun_node *node = calloc(1, sizeof(*node));
   char err[512];
   outcome(out, "error", "out of memory");
@@ -256,8 +256,7 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
     close(rfd);
   else
     result[0] = '\0';
-  snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id,
-           r->dynamic ? r->dyn_round : (long long)round, restart_count);
+  snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id, r->round_id, restart_count);
   const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
   double timeout = to && *to ? atof(to) : 600;
   pid_t *pids = calloc((size_t)nproc, sizeof(pid_t));

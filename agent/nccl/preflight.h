@@ -86,7 +86,7 @@ typedef char **(*trun_pf_rank_env)(void *arg, int lr);
  * environment); otherwise one trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT_BIN;
  * TRUN_PREFLIGHT=1 is --preflight) per local rank with the workers' rank environment (rank_env), waited for
  * (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL). 0: continue; 1: stop the job. */
-int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int round,
-                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
+                         trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
 
 #endif

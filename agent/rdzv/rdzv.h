@@ -1,10 +1,12 @@
-/* rdzv: how the agents of a job meet. Who hosts the store (store_host.h) and who may reach it
- * (store_acl.h), group ranks, global ranks, the workers' MASTER_ADDR/PORT, per-round barriers and the
- * job-wide failure / success signal, for the static backend (here), torchelastic's c10d dynamic rendezvous
- * (rdzv_elastic.c over the state machine in rdzv_dyn.c, its pickled state in rdzv_state.c / pickle.c) and
- * trun's fast elastic rendezvous (rdzv_fast.c).
+/* rdzv: how the agents of a job meet, behind one interface the agent drives without knowing the backend,
+ * as torch's agent drives a RendezvousHandler: init, next round, news while the workers run, the end of a
+ * round across nodes, finish, close. Three backends implement it: static (rdzv_static.c; also
+ * --standalone), torchelastic's c10d dynamic rendezvous (rdzv_c10d.c over the state machine in rdzv_dyn.c
+ * and its pickled state, rdzv_state.c / pickle.c), and trun's fast elastic rendezvous (rdzv_trun.c over
+ * rdzv_fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
+ * rules of store_acl.h.
  * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
- * modules. */
+ * modules, which read the round's result from trun_rdzv. */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
@@ -12,92 +14,85 @@
 #include "store/store.h"
 #include "store_host.h"
 
-typedef struct {
+typedef struct trun_rdzv_ops trun_rdzv_ops; /* rdzv_int.h */
+
+typedef struct trun_rdzv {
   const trun_config *cfg;
   int nproc;
-  int group_rank, group_world_size;
+  /* What the last round settled; the rest of the agent reads these. */
+  int round;                           /* the round number (static: the agent's; c10d, trun: the store's) */
+  long long round_id;                  /* the round's identity in the store (c10d: its round counter) */
+  int group_rank, group_world_size;    /* this node among the round's nodes */
   int base_rank, world_size;           /* this node's first global rank; all workers */
   int role_base_rank, role_world_size; /* one role: same as the global ones */
   char master_addr[256];               /* the workers' store */
   int master_port;
-  char host_addr[256];   /* this node's address as published (--local-addr or FQDN) */
-  trun_store_host *host; /* set when this agent serves the store */
-  trun_client *client;   /* this agent's connection to the store (raw keys) */
+  int workers_host_store; /* TORCHELASTIC_USE_AGENT_STORE=False: worker rank 0 serves (torch 1.13's c10d) */
+  char key_space[512];    /* where this round's trun keys live (the doctor's exchange), without a final '/' */
+  int foreign_peers;      /* peers may be torchrun agents, which publish nothing of trun's */
+  char host_addr[256];    /* this node's address as published (--local-addr or FQDN) */
+  trun_store_host *host;  /* the rendezvous store, when this agent serves it */
+  trun_store_host *worker_host; /* the workers' store, when this agent serves one of its own (c10d) */
+  trun_client *client;          /* this agent's connection to the rendezvous store (raw keys) */
   /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
    * (the agent lets its loop handle signals there). May be NULL. */
   int (*poll)(void *arg);
   void *poll_arg;
-  /* c10d dynamic rendezvous (rdzv_c10d.c): torchelastic's state machine, torch's agent key protocol. */
-  int dynamic;
-  struct trun_dyn *dyn;
-  int gen113;                   /* the peers speak torch 1.13's agent protocol (`fqdn` node keys) */
-  int workers_host_store;       /* TORCHELASTIC_USE_AGENT_STORE=False: worker rank 0 serves (1.13) */
-  trun_store_host *worker_host; /* the workers' store this agent serves as group rank 0 (torch >= 2.5) */
-  int worker_port;
-  long long dyn_round;     /* the c10d round of the last completed rendezvous */
-  char round_prefix[400];  /* "/torch.rendezvous.<run_id>.<round>/" */
-  char cached_master[256]; /* the workers' store of an earlier round (torch caches it) */
-  int cached_port;
-  /* --rdzv-backend trun (rdzv_fast.c): trun's elastic rendezvous; then the static protocol's round keys. */
-  int fast;
-  struct trun_fast *fst;
-  int round_no; /* the round number the rendezvous settled on (fast: decided by the store) */
+  const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
+  void *state;             /* the backend's own state */
 } trun_rdzv;
 
-/* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
- * -EINTR or another negative errno. */
-int trun_rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
-/* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
-int trun_rdzv_wipe_worker_keys(trun_rdzv *r);
-/* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. */
-int trun_rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
-/* Hosts (node rank 0 / standalone) or reaches the store. 0 or -1 with a reason in err.
- * r->poll / r->poll_arg are kept: set them before. */
-int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
-/* Round `round`: waits until every agent has stopped its workers, clears the last attempt's worker keys
- * (the host), and assigns ranks. 0 or -1 with a reason. */
-int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen);
-/* Tells every agent that round `round` failed on this node. */
-int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
-/* This node's workers all succeeded in `round`. */
-int trun_rdzv_announce_success(trun_rdzv *r, int round);
-/* Key whose value ends a round: "ok" (every node succeeded) or "fail:<group rank>". */
-void trun_rdzv_end_key(const trun_rdzv *r, int round, char *key, size_t len);
-/* Failure reports published by every node for `round` (JSON objects); the caller frees each string
- * and the array. Waits at most timeout_ms for missing ones; *n = how many were read. */
-int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
-/* Exit barrier: every agent calls it once the job is over; the host waits (bounded) for the others
- * so that it does not take the store away while they still read from it. */
-void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
-void trun_rdzv_close(trun_rdzv *r);
-/* ---- c10d dynamic rendezvous (rdzv_c10d.c) ---- */
-/* Checks --rdzv-conf for the c10d backend: 0, or -1 with the reason (the caller exits 2). */
-int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
-int trun_rdzv_c10d_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
-/* next_rendezvous + torch's rank assignment and workers' store address. 0 or -1 with a reason. */
-int trun_rdzv_c10d_round(trun_rdzv *r, char *err, size_t errlen);
-/* While the workers run: heartbeat when due. Returns the number of nodes waiting to join (>= 0) or a
- * negative errno. */
-int trun_rdzv_c10d_tick(trun_rdzv *r);
-/* Nodes in the wait list that were not participants of this node's round (new members), from the state
- * of the last tick, or read now (fresh != 0). A participant of the round in the wait list is a peer that
- * restarted after a failure. >= 0 or a negative errno. */
-int trun_rdzv_c10d_new_waiting(trun_rdzv *r, int fresh);
-/* torch's exit barrier for this round (errors only logged). */
-void trun_rdzv_c10d_exit_barrier(trun_rdzv *r, int timeout_ms);
-/* torch's shutdown(): closes the rendezvous for good. */
-void trun_rdzv_c10d_shutdown(trun_rdzv *r);
-void trun_rdzv_c10d_close(trun_rdzv *r);
-/* --rdzv-backend trun: the same store host rules, trun's fast rendezvous (rdzv_fast.h). */
-int trun_rdzv_fast_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
-int trun_rdzv_fast_round(trun_rdzv *r, char *err, size_t errlen);
-/* While the workers run: heartbeat, watch the next node. 1 the next node is gone (round ended), 0, <0. */
-int trun_rdzv_fast_tick(trun_rdzv *r);
-/* The job is over: later joiners give up. */
-void trun_rdzv_fast_shutdown(trun_rdzv *r);
-/* Seconds from --rdzv-conf key (def when absent). */
-double trun_rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
+/* What the agent learns while its workers run (trun_rdzv_tick). */
+typedef enum {
+  TRUN_RDZV_STEADY = 0,   /* nothing changed */
+  TRUN_RDZV_NEW_NODES,    /* nodes wait to join: restart the workers into a new world (no restart used) */
+  TRUN_RDZV_PEER_RESTART, /* a node of this round left it to rejoin after a failure there: restart too */
+} trun_rdzv_news;
 
-#include "store_acl.h"
+/* --rdzv-conf for the chosen backend: 0, or -1 with the reason (the caller exits 2). */
+int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
+/* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the
+ * rendezvous store where this node is its host and connects to it. r->poll / r->poll_arg are kept: set them
+ * before. 0 or -1 with a reason in err. */
+int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
+/* The next round (round: the agent's count of rounds so far; the backend may settle on another number,
+ * r->round): joins, waits for the other nodes, assigns ranks and the workers' store; with
+ * --store-allow-peers the stores this node hosts then admit only the round's nodes. 0 or -1 with a reason. */
+int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
+/* How often trun_rdzv_tick wants to run while the workers do, in ms (0: never). */
+int trun_rdzv_tick_ms(const trun_rdzv *r);
+/* While the workers run: heartbeats and membership. *nodes: how many nodes the news is about. */
+trun_rdzv_news trun_rdzv_tick(trun_rdzv *r, int *nodes);
+/* After a worker failed: nodes that wait to join and were not in this round (c10d), which made another
+ * agent stop its workers and broke ours; > 0 makes the failure a membership change. */
+int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
+
+/* ---- the end of a round across nodes (the static backend with several nodes, and trun's) ---- */
+/* 1 when a round ends for every node through one key in the store: "ok" when every node's workers
+ * succeeded, "fail:<group rank>" when one failed, "member:..." when the membership changed; then every
+ * node publishes its failure records there, and node rank 0 prints the job-wide report. */
+int trun_rdzv_ends_by_key(const trun_rdzv *r);
+/* A second connection to the rendezvous store, for a thread that waits for the end (trun_rdzv_end_wait).
+ * 0 or a negative errno. */
+int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out);
+/* Blocks on c until round's end key exists; its value into value ("lost:<errno>" when the store is gone).
+ * Thread-safe against the agent's own connection. */
+void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len);
+/* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (its
+ * value reaches the watcher, trun_rdzv_end_wait). 0, -EINTR (poll), or another negative errno. */
+int trun_rdzv_announce_success(trun_rdzv *r, int round);
+/* Publishes this node's failure records (a JSON object, NULL: none) and ends round for every node. */
+int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
+/* Failure records published by every node for round (JSON objects); the caller frees each string and the
+ * array. Waits at most timeout_ms for missing ones; *n = how many were read. */
+int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
+
+/* The job is over (code: the agent's exit code; signaled: it was stopped by a signal): the backend's exit
+ * barrier and, where the backend has one, its shutdown, as torchrun does them. */
+void trun_rdzv_finish(trun_rdzv *r, int code, int signaled);
+/* Stops the stores this agent hosts, closes the connection, frees the backend's state. */
+void trun_rdzv_close(trun_rdzv *r);
+/* The name of the backend in use: "static", "c10d" or "trun". */
+const char *trun_rdzv_backend_name(const trun_rdzv *r);
 
 #endif

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 
 #include "agent/discover/discover.h"
-#include "rdzv_dyn.h"
+#include "rdzv_int.h"
 #include "store/store.h"
 
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
@@ -112,11 +112,13 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
 }
 
 static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
-  snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
+  char what[32];
+  snprintf(what, sizeof(what), "addr/%d", g);
+  trun__rdzv_round_key(r, round, what, out, len);
 }
 
-int trun_store_acl_publish(trun_rdzv *r, int round) {
-  if (r->dynamic || r->client == NULL) return 0;
+int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
+  if (r->client == NULL) return 0;
   struct sockaddr_storage ss;
   socklen_t len = sizeof(ss);
   char text[INET6_ADDRSTRLEN] = "";
@@ -155,31 +157,7 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
   return 0;
 }
 
-/* c10d: group rank 0 hosts the workers' store (torch >= 2.x layouts; with 1.13's the workers host it):
- * admit loopback, this host and every address the round's participants' names resolve to. */
-static int apply_c10d(trun_rdzv *r, char *err, size_t errlen) {
-  if (r->worker_host == NULL || r->group_rank != 0 || r->dyn == NULL) return 0;
-  trun_server *s = trun_store_host_server(r->worker_host);
-  int rc = trun_store_acl_allow_local(s);
-  if (rc < 0) {
-    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
-    return -1;
-  }
-  const char **names = calloc(r->dyn->n_roster + 1, sizeof(*names));
-  if (names == NULL) {
-    snprintf(err, errlen, "--store-allow-peers: out of memory");
-    return -1;
-  }
-  for (size_t i = 0; i < r->dyn->n_roster; i++) names[i] = r->dyn->roster[i].addr;
-  rc = trun_store_acl_allow_names(s, names, r->dyn->n_roster, err, errlen);
-  free(names);
-  if (rc < 0) return -1;
-  trun_server_allow_enforce(s, 1);
-  return 0;
-}
-
-int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen) {
-  if (r->dynamic) return apply_c10d(r, err, errlen);
+int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen) {
   if (r->host == NULL || r->group_world_size <= 1) return 0;
   trun_server *s = trun_store_host_server(r->host);
   int rc = trun_store_acl_allow_local(s);

@@ -21,7 +21,6 @@
 #include <netinet/in.h>
 #include <stddef.h>
 
-#include "rdzv.h"
 #include "store_host.h"
 
 #define TRUN_STORE_MAX_CONNS_PER_PEER 4096
@@ -50,11 +49,4 @@ int trun_store_acl_allow_local(trun_server *s);
 /* Admits every address each of names[0..n) resolves to. 0, or -1 with a reason in err (a name that does
  * not resolve). */
 int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen);
-/* Every agent, before joining a static round: publishes the address its store connection comes from. */
-int trun_store_acl_publish(trun_rdzv *r, int round);
-/* The hosting agent with --store-allow-peers, after a round completed: admits the joined agents'
- * addresses (plus loopback and this host) and turns enforcement on (c10d: on the workers' store of group
- * rank 0, by the participants' names). 0 or -1 with a reason. */
-int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen);
-
 #endif

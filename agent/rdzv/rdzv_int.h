@@ -1,0 +1,72 @@
+/* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the backend
+ * interface each of rdzv_static.c, rdzv_c10d.c and rdzv_trun.c implements, and the helpers they share
+ * (rdzv_store.c: waits and key clean-up on the store; who serves it; rdzv_conf.c: --rdzv-conf). */
+#ifndef TRUN_RDZV_INT_H
+#define TRUN_RDZV_INT_H
+
+#include "rdzv.h"
+#include "store_acl.h"
+
+struct trun_rdzv_ops {
+  const char *name;
+  /* Hosts or reaches the store; sets everything init owes r. 0 or -1 with a reason. */
+  int (*init)(trun_rdzv *r, char *err, size_t errlen);
+  /* One round: sets the round's fields of r. 0 or -1 with a reason. */
+  int (*next_round)(trun_rdzv *r, int round, char *err, size_t errlen);
+  /* --store-allow-peers: before the round (round: the agent's count) this node says where it connects
+   * from; after it the stores it hosts admit only the round's nodes. 0, or -1 with a reason. NULL: none. */
+  int (*publish_addr)(trun_rdzv *r, int round);
+  int (*admit_round)(trun_rdzv *r, int round, char *err, size_t errlen);
+  /* Tick interval in ms while the workers run (0 or NULL: no ticks), and the tick. */
+  int (*tick_ms)(const trun_rdzv *r);
+  trun_rdzv_news (*tick)(trun_rdzv *r, int *nodes);
+  /* Nodes waiting that were not in the round (membership or failure); NULL: 0. */
+  int (*new_nodes_waiting)(trun_rdzv *r);
+  /* Whether a round ends through the end key (trun_rdzv_ends_by_key). */
+  int (*ends_by_key)(const trun_rdzv *r);
+  void (*finish)(trun_rdzv *r, int code, int signaled);
+  void (*close)(trun_rdzv *r);
+};
+
+extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
+
+/* ---- rdzv_store.c ---- */
+/* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
+ * -EINTR or another negative errno. */
+int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
+/* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. */
+int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
+/* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
+int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
+/* Resets r for a backend's init, keeping poll / poll_arg; sets cfg, nproc, host_addr (--local-addr or the
+ * FQDN). */
+void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
+/* The elastic backends' store: served here when this host is the endpoint (is_host, or torch's guess:
+ * the endpoint names this host), then reached with wire generation gen. 0 or -1 with a reason. */
+int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t errlen);
+/* The end-of-round protocol of the static and trun backends, in the key space /trun/<run_id>/r<round>/:
+ * "end" (first announcement wins), "done" (nodes that succeeded), "failure/<group rank>". */
+void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
+/* Stops the stores, closes the connection. */
+void trun__rdzv_close_stores(trun_rdzv *r);
+
+/* ---- rdzv_end.c ---- */
+/* The exit barrier: every node counts itself out of round; the host waits (bounded) for the others so that
+ * it does not take the store away while they still read from it. */
+void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
+
+/* ---- store_acl.c ---- */
+/* --store-allow-peers by published addresses (static, trun): every node publishes the address its store
+ * connection comes from; the hosting node then admits those, loopback and its own. */
+int trun__rdzv_publish_addr(trun_rdzv *r, int round);
+int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen);
+
+/* ---- rdzv_conf.c ---- */
+/* Finds key in "k=v,k=v" (--rdzv-conf); copies its value into out. 1 found, 0 absent. */
+int trun__rdzv_conf_get(const char *conf, const char *key, char *out, size_t len);
+/* Seconds from --rdzv-conf key (def when absent or not a positive number). */
+double trun__rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
+/* torch's get_as_bool: 1 true, 0 false, -1 absent, -2 not a boolean. */
+int trun__rdzv_conf_bool(const char *conf, const char *key);
+
+#endif

@@ -1,0 +1,184 @@
+/* The static backend (agent/rdzv/rdzv_int.h), also --standalone: node rank 0 hosts the store (a private
+ * one on a free port for a single node), every node knows the node count; each round every node joins
+ * ("joined", "all_joined"), the host clears the last attempt's worker keys and says "go", and the nodes
+ * read each other's worker counts to number the global ranks. A round ends for all through the end key
+ * (rdzv_end.c). */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "rdzv_int.h"
+
+/* join_timeout (or torchrun's older timeout) in ms; 900 s by default, as torchrun's static rendezvous. */
+static int join_timeout_ms(const trun_config *cfg) {
+  double s = trun__rdzv_conf_seconds(cfg, "join_timeout", 0);
+  if (s == 0) s = trun__rdzv_conf_seconds(cfg, "timeout", 900);
+  return (int)s * 1000;
+}
+
+static int static_init(trun_rdzv *r, char *err, size_t errlen) {
+  const trun_config *cfg = r->cfg;
+  int standalone = cfg->standalone || cfg->endpoint_port == 0;
+  r->group_rank = standalone ? 0 : cfg->node_rank;
+  r->group_world_size = standalone ? 1 : cfg->max_nodes;
+
+  int port = cfg->endpoint_port;
+  const char *connect_host = cfg->endpoint_host;
+  if (r->group_rank == 0) {
+    int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
+                                  port, cfg->store_threads, &r->host, &port);
+    if (rc < 0) {
+      snprintf(err, errlen,
+               "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "
+               "another with --master-port",
+               cfg->endpoint_port, uv_strerror(rc));
+      return -1;
+    }
+    connect_host = trun_store_host_addr(r->host);
+    trun_debug("serving the store on port %d", port);
+  }
+  if (standalone) {
+    /* All workers are local: publish this host's name like torchrun, unless it does not resolve here
+     * (containers without an /etc/hosts entry), where torchrun's workers would retry forever. */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int ok = getaddrinfo(r->host_addr, NULL, &hints, &res) == 0;
+    if (res) freeaddrinfo(res);
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", ok ? r->host_addr : "127.0.0.1");
+    if (!ok) trun_debug("host name %s does not resolve: workers get MASTER_ADDR=127.0.0.1", r->host_addr);
+  } else {
+    snprintf(r->master_addr, sizeof(r->master_addr), "%s", cfg->endpoint_host);
+  }
+  r->master_port = port;
+
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = connect_host;
+  o.port = port;
+  o.key_prefix = "";
+  o.timeout_ms = join_timeout_ms(cfg);
+  o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
+  int rc = trun__rdzv_connect_polling(r, &o, o.timeout_ms);
+  if (rc == -EINTR) {
+    snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d", connect_host, port);
+    trun__rdzv_close_stores(r);
+    return -1;
+  }
+  if (rc < 0) {
+    snprintf(err, errlen,
+             "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?",
+             connect_host, port, strerror(-rc));
+    trun__rdzv_close_stores(r);
+    return -1;
+  }
+  return 0;
+}
+
+static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
+  r->round = round;
+  r->round_id = round;
+  snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
+  char k[512], v[32];
+  int world = r->group_world_size, rc;
+  int timeout = join_timeout_ms(r->cfg);
+  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->group_rank);
+  snprintf(v, sizeof(v), "%d", r->nproc);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
+  int64_t joined;
+  trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
+  if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
+  if (joined == world) {
+    trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
+    if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
+  }
+  if (r->host) {
+    trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
+    rc = trun__rdzv_wait_key(r, k, timeout);
+    if (rc == -ETIMEDOUT) {
+      snprintf(err, errlen,
+               "round %d: only %lld of %d nodes joined within %d s; check the other nodes' "
+               "--master-addr/--master-port and that they started",
+               round, (long long)joined, world, timeout / 1000);
+      return -1;
+    }
+    if (rc < 0) goto store_failed;
+    if ((rc = trun__rdzv_wipe_worker_keys(r)) < 0) goto store_failed;
+    trun__rdzv_round_key(r, round, "go", k, sizeof(k));
+    if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
+  }
+  trun__rdzv_round_key(r, round, "go", k, sizeof(k));
+  rc = trun__rdzv_wait_key(r, k, timeout);
+  if (rc == -ETIMEDOUT) {
+    snprintf(err, errlen, "round %d: the other nodes did not all join within %d s", round, timeout / 1000);
+    return -1;
+  }
+  if (rc < 0) goto store_failed;
+
+  /* Global ranks: group ranks in order, each node's workers in local-rank order. */
+  char **names = calloc((size_t)world, sizeof(char *));
+  trun_slice *keys = calloc((size_t)world, sizeof(*keys));
+  trun_buf *vals = calloc((size_t)world, sizeof(*vals));
+  int built = 0;
+  while (names && keys && vals && built < world &&
+         asprintf(&names[built], "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, built) >= 0) {
+    keys[built] = trun_str(names[built]);
+    built++;
+  }
+  if (built < world) {
+    for (int g = 0; names && g < built; g++) free(names[g]);
+    free(names), free(keys), free(vals);
+    snprintf(err, errlen, "out of memory for %d nodes", world);
+    return -1;
+  }
+  rc = trun_client_multi_get(r->client, (size_t)world, keys, vals, timeout);
+  int base = 0, total = 0;
+  for (int g = 0; g < world; g++) {
+    int n = 0;
+    if (rc == 0) {
+      char tmp[32];
+      size_t len = vals[g].len < sizeof(tmp) - 1 ? vals[g].len : sizeof(tmp) - 1;
+      memcpy(tmp, vals[g].data, len);
+      tmp[len] = '\0';
+      n = atoi(tmp);
+    }
+    if (g < r->group_rank) base += n;
+    total += n;
+    trun_buf_free(&vals[g]);
+    free(names[g]);
+  }
+  free(names), free(keys), free(vals);
+  if (rc < 0) goto store_failed;
+  r->base_rank = r->role_base_rank = base;
+  r->world_size = r->role_world_size = total;
+  return 0;
+
+store_failed:
+  if (rc == -EINTR) {
+    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes", round);
+    return -1;
+  }
+  snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,
+           r->host ? trun_store_host_addr(r->host) : r->cfg->endpoint_host, r->master_port, strerror(-rc));
+  return -1;
+}
+
+static int static_ends_by_key(const trun_rdzv *r) { return r->group_world_size > 1; }
+
+static void static_finish(trun_rdzv *r, int code, int signaled) {
+  (void)signaled;
+  if (r->client) trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000);
+}
+
+const trun_rdzv_ops trun__rdzv_static = {
+    .name = "static",
+    .init = static_init,
+    .next_round = static_round,
+    .publish_addr = trun__rdzv_publish_addr,
+    .admit_round = trun__rdzv_admit_published,
+    .ends_by_key = static_ends_by_key,
+    .finish = static_finish,
+    .close = trun__rdzv_close_stores,
+};

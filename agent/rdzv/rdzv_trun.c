@@ -1,0 +1,109 @@
+/* --rdzv-backend trun (agent/rdzv/rdzv_int.h): trun's fast elastic rendezvous (rdzv_fast.c) over the same
+ * store host rules as c10d; the workers then use the agents' store, and a round ends for all nodes through
+ * the static backend's end key (rdzv_end.c), which the fast protocol itself also sets when a node's
+ * heartbeat stops ("member:lost:<g>"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "rdzv_fast.h"
+#include "rdzv_int.h"
+
+static trun_fast *fst(const trun_rdzv *r) { return r->state; }
+
+static int wipe_on_commit(void *arg) { return trun__rdzv_wipe_worker_keys(arg); }
+
+static void trun_close(trun_rdzv *r) {
+  free(r->state);
+  r->state = NULL;
+  trun__rdzv_close_stores(r);
+}
+
+static int trun_init(trun_rdzv *r, char *err, size_t errlen) {
+  const trun_config *cfg = r->cfg;
+  if ((r->state = calloc(1, sizeof(trun_fast))) == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (trun__rdzv_elastic_connect(r, TRUN_GEN_V2, err, errlen) < 0) {
+    trun_close(r);
+    return -1;
+  }
+  trun_fast_settings s = {
+      .min_nodes = cfg->min_nodes,
+      .max_nodes = cfg->max_nodes,
+      .join_timeout_ms = (int)(trun__rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000),
+      .last_call_ms = (int)(trun__rdzv_conf_seconds(cfg, "last_call_timeout", 30) * 1000),
+      .keep_alive_ms = (int)(trun__rdzv_conf_seconds(cfg, "keep_alive_interval", 5) * 1000),
+      .keep_alive_max_attempt = (int)trun__rdzv_conf_seconds(cfg, "keep_alive_max_attempt", 3),
+  };
+  /* --node-rank is a hint here (torchrun's c10d ignores it): honoured when given explicitly. */
+  int hint = cfg->node_rank_given ? cfg->node_rank : -1;
+  trun_fast_init(fst(r), r->client, cfg->run_id, r->host_addr, getpid(), r->nproc, hint, &s);
+  fst(r)->poll = r->poll;
+  fst(r)->poll_arg = r->poll_arg;
+  fst(r)->on_commit = wipe_on_commit;
+  fst(r)->on_commit_arg = r;
+  return 0;
+}
+
+static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
+  (void)agent_round; /* the store decides trun's rounds */
+  int rc = trun_fast_join(fst(r));
+  if (rc < 0) {
+    snprintf(err, errlen, "trun rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
+             fst(r)->err);
+    return -1;
+  }
+  r->group_rank = fst(r)->group_rank;
+  r->group_world_size = fst(r)->group_world;
+  r->base_rank = r->role_base_rank = fst(r)->base_rank;
+  r->world_size = r->role_world_size = fst(r)->world_size;
+  r->round = (int)fst(r)->round;
+  r->round_id = fst(r)->round;
+  snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, r->round);
+  /* The workers use the agents' store (the rendezvous endpoint), like the static backend. */
+  snprintf(r->master_addr, sizeof(r->master_addr), "%s", r->cfg->endpoint_host);
+  r->master_port = r->cfg->endpoint_port;
+  trun_debug("trun round %d: node rank %d of %d, ranks %d-%d of %d", r->round, r->group_rank,
+             r->group_world_size, r->base_rank, r->base_rank + r->nproc - 1, r->world_size);
+  return 0;
+}
+
+static int trun_tick_ms(const trun_rdzv *r) {
+  return (int)(trun__rdzv_conf_seconds(r->cfg, "keep_alive_interval", 5) * 1000);
+}
+
+/* Heartbeat, and watch the node ranked before this one: a lost node ends the round in the store, and the
+ * agent's end watcher stops the workers. */
+static trun_rdzv_news trun_tick(trun_rdzv *r, int *nodes) {
+  *nodes = 0;
+  trun_fast_tick(fst(r));
+  return TRUN_RDZV_STEADY;
+}
+
+static int trun_ends_by_key(const trun_rdzv *r) {
+  (void)r;
+  return 1;
+}
+
+static void trun_finish(trun_rdzv *r, int code, int signaled) {
+  (void)signaled;
+  if (r->client == NULL) return;
+  trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000);
+  /* The job is over: later joiners give up. */
+  if (code == 0 && trun_fast_close(fst(r)) < 0) trun_warn("could not close the trun rendezvous");
+}
+
+const trun_rdzv_ops trun__rdzv_trun = {
+    .name = "trun",
+    .init = trun_init,
+    .next_round = trun_round,
+    .publish_addr = trun__rdzv_publish_addr,
+    .admit_round = trun__rdzv_admit_published,
+    .tick_ms = trun_tick_ms,
+    .tick = trun_tick,
+    .ends_by_key = trun_ends_by_key,
+    .finish = trun_finish,
+    .close = trun_close,
+};
