@@ -1,3 +1,8 @@
+/* The agent's life cycle (agent/agent.h): discover and plan, meet the other nodes, then rounds of workers
+ * until they succeed, fail with no restart left, or a signal stops the agent; the end. Inside a round:
+ * start the workers, supervise them on a libuv loop (exits through SIGCHLD, forwarded signals, the
+ * rendezvous backend's ticks, the end of the round on other nodes), stop them, and decide what the round
+ * was: success, failure, a membership change, or a stop by signal. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -393,7 +398,11 @@ static char **preflight_env(void *arg, int lr) {
   return trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, "");
 }
 
-static int agent_main(agent *a) {
+/* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
+
+/* What the node has, the workers' base environment (NCCL / EFA decisions included) and the run
+ * directory. 0, or -1 (said on stderr). */
+static int plan(agent *a) {
   char err[512];
   int omp_forced = 0;
   if ((a->node = calloc(1, sizeof(*a->node))) != NULL &&
@@ -403,7 +412,7 @@ static int agent_main(agent *a) {
   a->env = trun_agent_env(a->env, a->cfg, a->nproc, a->node, &omp_forced);
   if (a->env == NULL) {
     trun_error("out of memory copying the environment");
-    return 1;
+    return -1;
   }
   if (omp_forced)
     fprintf(stderr,
@@ -416,79 +425,93 @@ static int agent_main(agent *a) {
   if (rc < 0) {
     trun_error("cannot create the log directory under %s: %s; pass a writable --log-dir",
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
-    return 1;
+    return -1;
   }
-  a->rdzv.poll = poll_signals;
-  a->rdzv.poll_arg = a;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
+  return 0;
+}
+
+/* Reaches the rendezvous (hosting its store where this node is the host), and where a round ends for all
+ * nodes through the store, the second connection the end watcher waits on. 0, or -1 (said on stderr). */
+static int meet(agent *a) {
+  char err[512];
+  a->rdzv.poll = poll_signals;
+  a->rdzv.poll_arg = a;
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
-    return 1;
+    return -1;
   }
   trun_obs_set_rdzv(a->obs, &a->rdzv);
   if (trun_rdzv_ends_by_key(&a->rdzv)) {
-    int wrc = trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client);
-    if (wrc < 0) {
+    int rc = trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client);
+    if (rc < 0) {
       trun_error("cannot open the failure-watch connection to the rendezvous store (port %d): %s",
-                 a->rdzv.master_port, strerror(-wrc));
-      return 1;
+                 a->rdzv.master_port, strerror(-rc));
+      return -1;
     }
   }
+  return 0;
+}
+
+/* Before a round's workers: the rendezvous round, the split-pod doctor (agent/nccl/doctor.h) and, on the
+ * first round, --preflight (agent/nccl/preflight.h). 0 to run the workers, -1 to stop the job. */
+static int before_round(agent *a) {
+  char err[512];
+  trun_obs_rdzv_start(a->obs, a->round);
+  if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
+    trun_obs_rdzv_end(a->obs, a->round, err);
+    trun_error("%s", err);
+    return -1;
+  }
+  a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
+  reconnect_watch(a);
+  trun_obs_rdzv_end(a->obs, a->round, NULL);
+  trun_doctor_outcome doc;
+  int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
+  trun_obs_doctor(a->obs, a->round, &doc);
+  if (!stop && a->cfg->preflight && a->round == 0) {
+    trun_pf_outcome pf;
+    stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->restart_count, preflight_env, a, &pf);
+    trun_obs_preflight(a->obs, a->round, &pf);
+  }
+  return stop ? -1 : 0;
+}
+
+/* After a round's workers: how the round ended for the job. */
+static void after_round(agent *a) {
+  close_streams(a);
+  kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
+  if (trun_rdzv_ends_by_key(&a->rdzv)) end_round_multinode(a);
+  if (a->result == OUT_FAILED) membership_or_failure(a);
+}
+
+/* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
+ * code. A membership change starts a new round with the same attempt number, like torchrun. */
+static int rounds(agent *a) {
   int remaining = a->cfg->max_restarts;
-  int code = 1;
   for (a->round = 0;; a->round++) {
-    trun_obs_rdzv_start(a->obs, a->round);
-    if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
-      trun_obs_rdzv_end(a->obs, a->round, err);
-      trun_error("%s", err);
-      code = 1;
-      break;
-    }
-    a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
-    reconnect_watch(a);
-    trun_obs_rdzv_end(a->obs, a->round, NULL);
-    /* Split pods / GPU clash (agent/nccl/doctor.h); --preflight on the first round (agent/nccl/preflight.h).
-     */
-    trun_doctor_outcome doc;
-    int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
-    trun_obs_doctor(a->obs, a->round, &doc);
-    if (!stop && a->cfg->preflight && a->round == 0) {
-      trun_pf_outcome pf;
-      stop =
-          trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->restart_count, preflight_env, a, &pf);
-      trun_obs_preflight(a->obs, a->round, &pf);
-    }
-    if (stop) {
-      code = 1;
-      break;
-    }
+    if (before_round(a) < 0) return 1;
     run_round(a);
-    close_streams(a);
-    kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-    if (trun_rdzv_ends_by_key(&a->rdzv)) end_round_multinode(a);
-    if (a->result == OUT_FAILED) membership_or_failure(a);
-    if (a->result == OUT_MEMBERSHIP) continue; /* same attempt number, like torchrun */
-    if (a->result == OUT_SUCCESS) {
-      code = 0;
-      break;
-    }
+    after_round(a);
+    if (a->result == OUT_MEMBERSHIP) continue;
+    if (a->result == OUT_SUCCESS) return 0;
     if (a->result == OUT_SIGNALED) {
       trun__agent_report_failures(a, 0);
-      code = 1;
-      break;
+      return 1;
     }
-    int final = remaining == 0;
-    trun__agent_report_failures(a, final);
-    if (final) {
-      code = 1;
-      break;
-    }
+    trun__agent_report_failures(a, remaining == 0);
+    if (remaining == 0) return 1;
     remaining--;
     a->restart_count++;
     trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
     trun_obs_restart(a->obs, a->restart_count, remaining);
   }
+}
+
+static int agent_main(agent *a) {
+  if (plan(a) < 0 || meet(a) < 0) return 1;
+  int code = rounds(a);
   trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED);
   return code;
 }
