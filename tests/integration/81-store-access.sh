@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Store access control.
-#  1. Single node (--standalone): the agent's store listens on 127.0.0.1 only (ss), and serves its workers.
+#  1. Single node (--standalone): the agent's store listens only on the loopback addresses this host's name
+#     resolves to (127.0.0.1, or 127.0.1.1 on a standard Debian host) (ss), and serves its workers.
 #  1a. The same under the host-name layouts of a standard Debian / Ubuntu host, each in a private mount and
 #     UTS namespace with its own /etc/hosts and host name: "127.0.1.1 <hostname>" (the installers' line)
 #     gives a listener on 127.0.1.1 alone; a name that also maps to ::1 gives 127.0.1.1 and [::1] alone;
@@ -41,10 +42,22 @@ one=$!
 pids+=("$one")
 wait_for "[ -f '$tmp/one/ok.0' ] && [ -f '$tmp/one/ok.1' ]" 120 || { cat "$tmp/one.err"; fail "standalone job did not all-reduce"; }
 port=$(sed -n 's/.*store [^:]*:\([0-9]*\)$/\1/p' "$tmp/one.out" | head -n1)
+name=$(sed -n 's/.*store \([^:]*\):[0-9]*$/\1/p' "$tmp/one.out" | head -n1)
 [ -n "$port" ] || fail "no store port in the workers' output: $(cat "$tmp/one.out")"
-listen=$(ss -Hltn "sport = :$port" | awk '{print $4}')
-note "standalone store port $port listens on: $listen"
-[ "$listen" = "127.0.0.1:$port" ] || fail "the single-node store listens on '$listen', want only 127.0.0.1:$port"
+# Where MASTER_ADDR resolves on this host: only loopback addresses (127.0.0.1, or Debian's 127.0.1.1 for the
+# host name) give listeners on exactly those; another address gives one listener on every address.
+want=$("$TRUN_HOST_PY" - "$name" "$port" <<'PY'
+import ipaddress, socket, sys
+addrs = sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[1], None, type=socket.SOCK_STREAM)})
+if all(ipaddress.ip_address(a).is_loopback for a in addrs):
+    print(" ".join(("[%s]" % a if ":" in a else a) + ":" + sys.argv[2] for a in sorted(addrs, key=lambda a: (":" in a, a))))
+else:
+    print("*:" + sys.argv[2])
+PY
+)
+listen=$(ss -Hltn "sport = :$port" | awk '{print $4}' | sort -t: -k1,1 | tr '\n' ' ' | sed 's/ $//')
+note "standalone store (MASTER_ADDR $name) port $port listens on: $listen; want $want"
+[ "$listen" = "$want" ] || fail "the single-node store (MASTER_ADDR $name) listens on '$listen', want '$want'"
 touch "$tmp/one/go"
 wait "$one" || fail "standalone job failed: $(cat "$tmp/one.err")"
 
