@@ -1,8 +1,9 @@
-"""Writes the README's results section from the newest bench/results/*-cpu.json and every GPU result file.
+"""Writes the results section of docs/results.md from the newest bench/results/*-cpu.json and every GPU result file.
 
-Usage: readme.py [--readme README.md] [--check] [RESULTS-cpu.json]  — replaces the text between <!-- results:cpu:begin -->
-and <!-- results:cpu:end --> in README.md: first every target of the issues with its measured ratio and whether
-it is met, then the tables, with the plots bench/plots.py wrote next to each result file.
+Usage: readme.py [--readme docs/results.md] [--check] [RESULTS-cpu.json]  — replaces the text between
+<!-- results:cpu:begin --> and <!-- results:cpu:end --> in that file: first every target of the issues with its
+measured ratio and whether it is met, then the tables, with the plots bench/plots.py wrote next to each result
+file (linked relative to the file written).
 """
 import argparse
 import glob
@@ -478,11 +479,12 @@ def gpu_files():
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Writes README.md's Results section from the bench result files.")
+    ap = argparse.ArgumentParser(description="Writes docs/results.md's results section from the bench result files.")
     ap.add_argument("results", nargs="?", help="the CPU result file (default: the newest bench/results/*-cpu.json)")
-    ap.add_argument("--readme", default=os.path.join(REPO, "README.md"))
+    ap.add_argument("--readme", default=os.path.join(REPO, "docs", "results.md"),
+                    help="the file with the results markers (default: docs/results.md)")
     ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 with a diff when the README's section differs from what it would write")
+                    help="write nothing; exit 1 with a diff when the file's section differs from what it would write")
     args = ap.parse_args()
     path = os.path.abspath(args.results or newest())
     res = json.load(open(path))
@@ -505,7 +507,7 @@ def main():
         sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), readme,
                                                    "bench/readme.py"))
         sys.exit(f"readme.py: {readme}'s results section is not what the committed result files give; run "
-                 "bench/readme.py (make bench does) and commit the README")
+                 "bench/readme.py (make bench does) and commit it")
     open(readme, "w").write(new)
     print(f"{os.path.relpath(readme, REPO)}: results from {os.path.relpath(path, REPO)}")
 

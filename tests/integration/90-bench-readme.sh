@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's Results section and the bench scripts that write it (bench/readme.py, bench/gpu.py):
+# docs/results.md's results section and the bench scripts that write it (bench/readme.py, bench/gpu.py):
 #  1. bench/readme.py --check: the section between the results markers is exactly what the committed result
 #     files in bench/results/ give (a result file added, or readme.py changed, without regenerating fails).
 #  2. tests/tools/check_bench_py.py: bench/gpu.py's parsing and ratios (ar_lines, vs_torch, gpu_tag,
@@ -11,8 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
 py=python3
 
-echo "== 1. README results section vs bench/results"
-"$py" "$repo/bench/readme.py" --check || fail "README.md's Results section is stale (diff above)"
+echo "== 1. docs/results.md's results section vs bench/results"
+"$py" "$repo/bench/readme.py" --check || fail "docs/results.md's results section is stale (diff above)"
 
 echo "== 2. bench/gpu.py helpers"
 OUT=$tmp/gpu-out "$py" "$repo/tests/tools/check_bench_py.py" || fail "bench/gpu.py helpers (traceback above)"
