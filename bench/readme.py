@@ -468,6 +468,9 @@ def render_gpu(path, readme_dir):
                        f"{r['p999_us']:.0f} us | {a} | {b} |")
         out.append("")
         out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients, GPU box", path, readme_dir)
+    busbw = plot(path[:-5] + "-busbw.png", "All-reduce busbw vs size: preflight, torch in a CUDA graph and eager, "
+                 "one pod vs two pods; preflight vs torch per size", path, readme_dir)
+    out += [""] + busbw if busbw and out[-1] != "" else busbw
     out.append("")
     return "\n".join(out)
 
