@@ -1,4 +1,4 @@
-"""Checks the parsing and arithmetic of bench/gpu.py that turn worker output into the README's GPU ratios,
+"""Checks the parsing and arithmetic of bench/gpu.py that turn worker output into docs/results.md's GPU ratios,
 with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs; bench/gpu_topo.py's
 nvidia-smi parsers on the committed captures of the H200 x2 and H100 x1 boxes; and bench/readme.py's size and
 spans. Run by tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
