@@ -5,7 +5,7 @@
 # `make portable` (libuv and jansson linked in: the GPU box has neither), then on the box: `bash bench/gpu.sh`
 # with build/portable carried. Results: $OUT/<date>-<gpu>.json (e.g. 2026-11-22-h200x2.json, the GPU from
 # nvidia-smi) and its logs in $OUT/<date>-<gpu>/: copy both into bench/results/ as they are and commit them;
-# `make bench` (or bench/plots.py + bench/readme.py) puts them in the README.
+# `make bench` (or bench/plots.py + bench/readme.py) puts them in docs/results.md.
 set -u
 cd "$(dirname "$0")/.."
 # NVLink multicast stays off on the shared GPU box, in every environment this starts.

@@ -5,6 +5,9 @@ Usage: plots.py [RESULTS.json ...]  (default: the newest bench/results/*-cpu.jso
 For X.json it writes, when X holds the data:
   X-rdzv.png   rendezvous time vs agents, log-log, one line per mode (CPU files)
   X-store.png  TCPStore ops/s and p99 vs clients, one line per server (CPU files; GPU files' `steps.store`)
+  X-busbw.png  all-reduce busbw vs size: trun-preflight, torch's all-reduce in a CUDA graph and eager, one pod vs
+               two pods; and preflight vs torch per size against the 5 % band (GPU files whose
+               `steps.preflight` compared with torch in a CUDA graph)
 Needs matplotlib (Debian's python3-matplotlib; `make bench-deps` installs it).
 """
 import glob
@@ -99,6 +102,61 @@ def store_plot(rows, title, path):
     return True
 
 
+def ar_points(lines):
+    """(bytes, busbw) from examples/allreduce_nccl.py's 'AR n=2 bytes=B time_us=T busbw=X GB/s' lines."""
+    pts = []
+    for ln in lines:
+        f = dict(w.split("=", 1) for w in ln.split() if "=" in w)
+        if "bytes" in f and "busbw" in f:
+            pts.append((int(f["bytes"]), float(f["busbw"])))
+    return sorted(pts)
+
+
+def busbw_plot(pf, title, path):
+    vs = pf.get("vs_torch") or []
+    if not vs or pf.get("torch_mode") != "graph" or not (pf.get("preflight") or {}).get("results"):
+        return False
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=110)
+    pre = [(r["bytes"], r["busbw"]) for r in pf["preflight"]["results"]]
+    a.plot([x for x, _ in pre], [y for _, y in pre], "C0-o", ms=3, label="trun-preflight (one pod)")
+    a.plot([r["bytes"] for r in vs], [r["torch_busbw"] for r in vs], "C4--D", ms=3,
+           label="torch 2.11 all-reduce, CUDA graph")
+    eager = [(r["bytes"], r["torch_eager_busbw"]) for r in vs if r.get("torch_eager_busbw")]
+    if eager:
+        a.plot([x for x, _ in eager], [y for _, y in eager], "C1:", label="torch 2.11 all-reduce, eager loop")
+    ex = pf.get("experiment") or {}
+    for key, style, name in (("one_pod", "C2s", "one pod, trun --nccl-report (eager)"),
+                             ("two_pods", "C3X", "two pods, NCCL over sockets (eager)")):
+        pts = ar_points((ex.get(key) or {}).get("ar", []))
+        if pts:
+            a.plot([x for x, _ in pts], [y for _, y in pts], style, ms=8, label=name)
+    a.set_yscale("log")
+    a.set_xlabel("all-reduce size")
+    a.set_ylabel("busbw (GB/s, log)")
+    a.grid(True, which="major", alpha=0.3)
+    a.legend(fontsize=8, loc="upper left")
+    b.axhspan(-5, 5, color="0.9", label="within 5 %")
+    b.plot([r["bytes"] for r in vs], [(r["ratio"] - 1) * 100 for r in vs], "C0-o", ms=3,
+           label="preflight vs torch (CUDA graph), by time")
+    b.axhline(0, color="0.5", lw=0.8)
+    b.set_xlabel("all-reduce size")
+    b.set_ylabel("preflight busbw above torch's (%)")
+    b.grid(True, which="major", alpha=0.3)
+    b.legend(fontsize=8, loc="upper right")
+    ticks = [(8, "8 B"), (1 << 10, "1 KiB"), (32 << 10, "32 KiB"), (1 << 20, "1 MiB"), (32 << 20, "32 MiB"),
+             (1 << 30, "1 GiB")]
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([t for t, _ in ticks])
+        ax.set_xticklabels([n for _, n in ticks])
+        ax.minorticks_off()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def plots_for(path):
     """The PNG files written for one result file."""
     res = json.load(open(path))
@@ -113,6 +171,10 @@ def plots_for(path):
         rows = res.get("steps", {}).get("store", [])
     if store_plot(rows, f"TCPStore server under trun-store bench ({name})", stem + "-store.png"):
         out.append(stem + "-store.png")
+    st = res.get("steps", {})
+    if busbw_plot(st.get("preflight") or {}, f"NCCL all-reduce, {res.get('gpus')} x {res.get('gpu_name')} ({name})",
+                  stem + "-busbw.png"):
+        out.append(stem + "-busbw.png")
     return out
 
 

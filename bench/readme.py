@@ -1,8 +1,9 @@
-"""Writes the README's results section from the newest bench/results/*-cpu.json and every GPU result file.
+"""Writes the results section of docs/results.md from the newest bench/results/*-cpu.json and every GPU result file.
 
-Usage: readme.py [--readme README.md] [--check] [RESULTS-cpu.json]  — replaces the text between <!-- results:cpu:begin -->
-and <!-- results:cpu:end --> in README.md: first every target of the issues with its measured ratio and whether
-it is met, then the tables, with the plots bench/plots.py wrote next to each result file.
+Usage: readme.py [--readme docs/results.md] [--check] [RESULTS-cpu.json]  — replaces the text between
+<!-- results:cpu:begin --> and <!-- results:cpu:end --> in that file: first every target of the issues with its
+measured ratio and whether it is met, then the tables, with the plots bench/plots.py wrote next to each result
+file (linked relative to the file written).
 """
 import argparse
 import glob
@@ -51,16 +52,41 @@ def label(path):
     return os.path.basename(path)[:-len(".json")]
 
 
+def size(b):
+    """A message size as nccl-tests' sizes are read: 8 B, 512 KiB, 4 MiB, 1 GiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
+def spans(vs, keep):
+    """The sizes of vs (ascending) for which keep(row) holds, as runs of neighbours: '8 B, 1 KiB..4 MiB'."""
+    out, run = [], []
+    for r in vs + [None]:
+        if r is not None and keep(r):
+            run.append(r["bytes"])
+            continue
+        if run:
+            out.append(size(run[0]) if len(run) == 1 else f"{size(run[0])}..{size(run[-1])}")
+        run = []
+    return ", ".join(out)
+
+
+def within(r):
+    return abs(r["ratio"] - 1) <= 0.05
+
+
 def preflight_graph_row(vs, f, what):
     """Issue 6's preflight target against torch's all-reduce timed as nccl-tests does (--iters of them in one
     CUDA graph), so that every size counts; what: a note on the layout."""
     worst = max(vs, key=lambda r: abs(r["ratio"] - 1))
-    off = [r for r in vs if abs(r["ratio"] - 1) > 0.05]
-    text = (f"{len(vs)} sizes {vs[0]['bytes']} B..{vs[-1]['bytes'] >> 20} MiB vs torch's all-reduce in a CUDA graph: "
-            f"{len(vs) - len(off)} within 5 %, worst {(worst['ratio'] - 1) * 100:+.1f} % at {worst['bytes']} B ({f})")
+    off = [r for r in vs if not within(r)]
+    text = (f"{len(vs)} sizes {size(vs[0]['bytes'])}..{size(vs[-1]['bytes'])} vs torch's all-reduce in a CUDA graph: "
+            f"{len(vs) - len(off)} within 5 %, worst {(worst['ratio'] - 1) * 100:+.1f} % at {size(worst['bytes'])} ({f})")
     state = verdict(not off)
     if off and len(off) < len(vs):  # some sizes meet it: say which do not
-        state = f"**not met** at {', '.join(str(r['bytes']) + ' B' for r in off)}; met at the other {len(vs) - len(off)}"
+        state = f"**not met** at {spans(vs, lambda r: not within(r))}; met at the other {len(vs) - len(off)}"
     return (f"Preflight busbw within 5 % of torch 2.11's all-reduce at the same sizes (issue 6{what})", text, state)
 
 
@@ -333,9 +359,27 @@ def render_gpu(path, readme_dir):
     elif pf.get("preflight"):
         p = pf["preflight"]
         peak = max(p["results"], key=lambda r: r["busbw"])
-        out.append(f"- Preflight (`trun-topo preflight`, NCCL {p['nccl_version']} by dlopen, 8 B..1 GiB): "
-                   f"{p['verdict']} on {p['fabric']}, peak busbw {peak['busbw']:.1f} GB/s at {peak['bytes']} B; within "
-                   f"5 % of torch's all-reduce at every size >= 64 MiB: {pf.get('within_5pct_at_64MiB_up')}.")
+        text = (f"- Preflight (`trun-topo preflight`, NCCL {p['nccl_version']} by dlopen, 8 B..1 GiB): "
+                f"{p['verdict']} on {p['fabric']}, peak busbw {peak['busbw']:.1f} GB/s at {peak['bytes']} B; ")
+        vs = pf.get("vs_torch") or []
+        if vs and pf.get("torch_mode") == "graph":
+            # From which size up every size is within 5 % (None: not even the largest).
+            tail = next((vs[i] for i in range(len(vs)) if all(within(r) for r in vs[i:])), None)
+            text += (f"vs torch 2.11's all-reduce timed in a CUDA graph at {len(vs)} sizes: within 5 % at "
+                     f"{sum(within(r) for r in vs)} ({spans(vs, within)})")
+            if tail:
+                w = max(abs(r["ratio"] - 1) for r in vs[vs.index(tail):])
+                text += f", at every size from {size(tail['bytes'])} up within {w * 100:.1f} %"
+            off = [r for r in vs if not within(r)]
+            if off:
+                worst = max(off, key=lambda r: abs(r["ratio"] - 1))
+                text += (f"; apart by more at {spans(vs, lambda r: not within(r))} (worst "
+                         f"{(worst['ratio'] - 1) * 100:+.1f} % at {size(worst['bytes'])}: {worst['preflight_us']:.1f} "
+                         f"vs {worst['torch_us']:.1f} us)")
+            out.append(text + ".")
+        else:
+            out.append(text + f"within 5 % of torch's all-reduce at every size >= 64 MiB: "
+                       f"{pf.get('within_5pct_at_64MiB_up')}.")
         ex = pf.get("experiment", {})
         one, two = ex.get("one_pod", {}), ex.get("two_pods", {})
         if one and two:
@@ -343,13 +387,21 @@ def render_gpu(path, readme_dir):
                        f"{'; '.join(a for a in one.get('ar', []) if 'bytes=1073741824' in a)} vs "
                        f"{'; '.join(a for a in two.get('ar', []) if 'bytes=1073741824' in a)}; doctor's split warning "
                        f"in the two-pods run: {two.get('doctor_split_warning')}; transports "
-                       f"{' / '.join(r.strip() for r in one.get('report', [])[:1])} vs "
-                       f"{' / '.join(r.strip() for r in two.get('report', [])[:1])}.")
+                       f"{' / '.join(' '.join(r.split()) for r in one.get('report', [])[:1])} vs "
+                       f"{' / '.join(' '.join(r.split()) for r in two.get('report', [])[:1])}.")
+            both = [v for c in (two.get("nccl_log_both") or {}).get("communicators", []) for v in c.get("verdicts", [])]
+            if both:
+                out.append("- `trun-topo --nccl-log` over both pods' NCCL logs: " + "; ".join(both) + ".")
+            verd = [ln[len("# verdict: "):] for ln in ex.get("two_pods_preflight", {}).get("verdict", [])
+                    if ln.startswith("# verdict: ")]
+            if verd:
+                out.append(f"- `trun --preflight` in the two-pods layout (judged by the layout it finds, not by the "
+                           f"hardware): {verd[0]}.")
     cd = st.get("c10d")
     if cd:
         parts = []
         for case, r in cd.items():
-            bw = [a.split("busbw=")[1] for a in r["ar"] if "bytes=67108864" in a]
+            bw = [a.split("busbw=")[1].split(" mode=")[0] for a in r["ar"] if "bytes=67108864" in a]
             parts.append(f"{case} ({' + '.join(r['agents'])}): exit codes {r['rcs']}, 64 MiB all-reduce "
                          f"{bw[0] if bw else 'n/a'}")
         out.append("- c10d rendezvous with torchrun 2.11 agents, one GPU each, NCCL all-reduce: " + "; ".join(parts) + ".")
@@ -360,7 +412,9 @@ def render_gpu(path, readme_dir):
         out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, 2 GPUs): median step "
                    f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
                    f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
-                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}.")
+                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}"
+                   + (f"; pairs in alternating order, trun / torchrun: "
+                      f"{', '.join(f'{x:.3f}x' for x in dd['pair_ratios'])}" if dd.get("pair_ratios") else "") + ".")
     og = st.get("onegpu", {})
     if og.get("vs_torch") or og.get("ddp"):
         vs, dd = og.get("vs_torch") or [], og.get("ddp") or {}
@@ -414,6 +468,9 @@ def render_gpu(path, readme_dir):
                        f"{r['p999_us']:.0f} us | {a} | {b} |")
         out.append("")
         out += plot(path[:-5] + "-store.png", "TCPStore ops/s and p99 vs clients, GPU box", path, readme_dir)
+    busbw = plot(path[:-5] + "-busbw.png", "All-reduce busbw vs size: preflight, torch in a CUDA graph and eager, "
+                 "one pod vs two pods; preflight vs torch per size", path, readme_dir)
+    out += [""] + busbw if busbw and out[-1] != "" else busbw
     out.append("")
     return "\n".join(out)
 
@@ -425,11 +482,12 @@ def gpu_files():
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Writes README.md's Results section from the bench result files.")
+    ap = argparse.ArgumentParser(description="Writes docs/results.md's results section from the bench result files.")
     ap.add_argument("results", nargs="?", help="the CPU result file (default: the newest bench/results/*-cpu.json)")
-    ap.add_argument("--readme", default=os.path.join(REPO, "README.md"))
+    ap.add_argument("--readme", default=os.path.join(REPO, "docs", "results.md"),
+                    help="the file with the results markers (default: docs/results.md)")
     ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 with a diff when the README's section differs from what it would write")
+                    help="write nothing; exit 1 with a diff when the file's section differs from what it would write")
     args = ap.parse_args()
     path = os.path.abspath(args.results or newest())
     res = json.load(open(path))
@@ -452,7 +510,7 @@ def main():
         sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), readme,
                                                    "bench/readme.py"))
         sys.exit(f"readme.py: {readme}'s results section is not what the committed result files give; run "
-                 "bench/readme.py (make bench does) and commit the README")
+                 "bench/readme.py (make bench does) and commit it")
     open(readme, "w").write(new)
     print(f"{os.path.relpath(readme, REPO)}: results from {os.path.relpath(path, REPO)}")
 

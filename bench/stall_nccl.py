@@ -3,7 +3,7 @@
 argv: OUT_DIR. Attempt 0: the last rank sleeps silently; every other rank enters an NCCL all-reduce and
 synchronises (it hangs waiting for the last rank). Attempt 1: every rank all-reduces and exits 0. The step
 records which rank the detector flags first (the sleeper, or a rank spinning in NCCL / CUDA sync) and the
-CPU time the waiting ranks used, to calibrate the 5% CPU threshold (README "Hang detection").
+CPU time the waiting ranks used, to calibrate the 5% CPU threshold (docs/observability.md, "Hang detection").
 """
 import datetime
 import os

@@ -1,7 +1,7 @@
-"""Checks the parsing and arithmetic of bench/gpu.py that turn worker output into the README's GPU ratios,
-with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs; and bench/gpu_topo.py's
-nvidia-smi parsers on the committed captures of the H200 x2 and H100 x1 boxes. Run by
-tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
+"""Checks the parsing and arithmetic of bench/gpu.py that turn worker output into docs/results.md's GPU ratios,
+with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs; bench/gpu_topo.py's
+nvidia-smi parsers on the committed captures of the H200 x2 and H100 x1 boxes; and bench/readme.py's size and
+spans. Run by tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
 Exit 0 when every check holds; the first failed check raises AssertionError with what differed."""
 import os
 import sys
@@ -71,4 +71,14 @@ h100 = os.path.join(res, "2026-11-23-h100x1-topo")
 assert gpu_topo.smi_topo(open(os.path.join(h100, "smi-topo.txt")).read()) == {0: ("0-15", "0")}
 assert gpu_topo.smi_q(open(os.path.join(h100, "smi-q.txt")).read()) == [
     ("GPU-42920c24-4fbd-a926-1b62-402efd44a614", "00000000:00:06.0")]
-print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok")
+# readme.py: sizes as nccl-tests' are read, and runs of neighbouring sizes where a condition holds.
+import readme  # noqa: E402
+
+assert [readme.size(b) for b in (8, 1000, 1024, 3 << 10, 524288, 8 << 20, 1 << 30)] == [
+    "8 B", "1000 B", "1 KiB", "3 KiB", "512 KiB", "8 MiB", "1 GiB"]
+rows = [{"bytes": b, "ratio": x} for b, x in ((8, 0.85), (16, 1.01), (1024, 1.06), (2048, 1.2), (4096, 1.0),
+                                             (1 << 30, 1.07))]
+assert readme.spans(rows, lambda r: not readme.within(r)) == "8 B, 1 KiB..2 KiB, 1 GiB", readme.spans(
+    rows, lambda r: not readme.within(r))
+assert readme.spans(rows, readme.within) == "16 B, 4 KiB" and readme.spans(rows, lambda r: False) == ""
+print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok; readme.py size, spans ok")
