@@ -14,7 +14,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(LINK_PKGS) 2>/dev/null) -ldl
 CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-# The modules (README "Architecture"): each a folder, one public header named after it. Code includes another
+# The modules (docs/architecture.md): each a folder, one public header named after it. Code includes another
 # module's header by its path from the top (-I.); tests, fuzz targets and benches may also include a module's
 # private headers by name.
 MODULES := store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that the C code keeps its modules' shape (README "Architecture", `make layers`, part of check).
+"""Checks that the C code keeps its modules' shape (docs/architecture.md, `make layers`, part of check).
 
 A module is a folder with one public header named after it (store/store.h, agent/rdzv/rdzv.h, ...) whose
 opening comment has a line "May use: a, b, c." naming the modules it may include. The programs

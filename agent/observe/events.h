@@ -1,4 +1,5 @@
-/* The agent's event stream (--events FILE or fd:N): JSON lines, one object per event, schema in README.md
+/* The agent's event stream (--events FILE or fd:N): JSON lines, one object per event, schema in
+ * docs/observability.md
  * ("Events"). Writes never block the agent's loop: the descriptor is non-blocking, what the reader has
  * not taken yet waits in memory (bounded; events beyond it are dropped and counted), and a write error is
  * reported once. Every function accepts a NULL stream (events off) and does nothing. */

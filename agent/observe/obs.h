@@ -1,6 +1,6 @@
 /* Observability hooks of the agent: each call records one happening in the event stream (--events,
  * agent/observe/events.h) and in the Prometheus metrics (--metrics-port, agent/observe/metrics.h). Both are
- * optional; the hooks are cheap no-ops for what is off. Event names and fields: README.md "Events". */
+ * optional; the hooks are cheap no-ops for what is off. Event names and fields: docs/observability.md. */
 #ifndef TRUN_OBS_H
 #define TRUN_OBS_H
 

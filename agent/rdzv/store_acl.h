@@ -1,4 +1,4 @@
-/* Who may reach the store an agent hosts for the job (README "Store access"):
+/* Who may reach the store an agent hosts for the job (docs/store.md):
  *  - a job whose every rank is local (standalone, one node): when the workers' MASTER_ADDR resolves only
  *    to loopback addresses (127.0.0.0/8, ::1: "localhost", or a host name that Debian's and Ubuntu's
  *    installers map to 127.0.1.1), the store listens on exactly those; otherwise on every address but

@@ -4,7 +4,7 @@
 # shell inside that network namespace, exactly as sshd runs what ssh sends (so trun's quoting is what is
 # tested). `exec` all the way down: the remote trun agent is this very process, so a signal trun forwards
 # to its rsh child reaches the agent, and killing this "ssh client" kills the remote agent (what a real
-# ssh setup must also guarantee, see README).
+# ssh setup must also guarantee, see docs/cli.md).
 host=$1
 shift
 ns=$(awk -v h="$host" '$1 == h { print $2; exit }' "${NETNS_RSH_MAP:?NETNS_RSH_MAP is not set}")

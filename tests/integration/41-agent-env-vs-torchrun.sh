@@ -32,7 +32,7 @@ dump() {
 
 dump t113 "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 "$repo/tests/agent/dumpenv.py"
 dump r113 "$trun" --standalone --nproc_per_node 2 "$repo/tests/agent/dumpenv.py"
-# Deliberate differences (README, "Worker environment"): trun always names TORCH_NCCL_ASYNC_ERROR_HANDLING
+# Deliberate differences (docs/cli.md, "What the workers get"): trun always names TORCH_NCCL_ASYNC_ERROR_HANDLING
 # (torch >= 2.2's name), exports TORCHELASTIC_SIGNALS_TO_HANDLE as torchrun >= 2.9 does, and always hosts the
 # workers' store in the agent (TORCHELASTIC_USE_AGENT_STORE=True), which torchrun 1.13's c10d/standalone did not.
 "$host_py" "$repo/tests/agent/envdiff.py" torch-1.13 "$tmp/t113" "$tmp/r113" 2 \
