@@ -111,10 +111,9 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
   return 0;
 }
 
+/* The round's key of node g's address: beside the round's other keys (trun__rdzv_round_key's layout). */
 static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
-  char what[32];
-  snprintf(what, sizeof(what), "addr/%d", g);
-  trun__rdzv_round_key(r, round, what, out, len);
+  snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
 }
 
 int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
