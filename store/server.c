@@ -27,6 +27,7 @@ static void server_free(trun_server *s) {
     free(s->shards);
   }
   free(s->acl);
+  free(s->own_marker);
   free(s);
 }
 
@@ -166,6 +167,42 @@ static int list_put(void *arg, trun_slice key) {
   return trun_buf_append_str(((list_acc *)arg)->out, key.p, key.n);
 }
 
+int trun_server_own_keys(trun_server *s, const char *marker, trun_server_gone_fn gone, void *arg) {
+  char *m = gone && marker ? strdup(marker) : NULL;
+  if (gone && marker && m == NULL) return -ENOMEM;
+  pthread_mutex_lock(&s->kv_mu);
+  free(s->own_marker);
+  s->own_marker = m;
+  s->own_gone = m ? gone : NULL;
+  s->own_arg = arg;
+  pthread_mutex_unlock(&s->kv_mu);
+  return 0;
+}
+
+static int is_owned_key(const trun_server *s, trun_slice key) {
+  return s->own_gone && memmem(key.p, key.n, s->own_marker, strlen(s->own_marker)) != NULL;
+}
+
+/* Under kv_mu: after c SET key to val. Out of memory only loses the ownership (no liveness for it). */
+static void conn_own(conn *c, trun_slice key, trun_slice val) {
+  c->owned.len = c->owned_val.len = 0;
+  if (trun_buf_append(&c->owned, key.p, key.n) < 0 || trun_buf_append(&c->owned_val, val.p, val.n) < 0)
+    c->owned.len = c->owned_val.len = 0;
+}
+
+/* Under kv_mu, on c's thread, as c ends: the key it owns still holds its value: its owner is gone. */
+static void conn_gone(conn *c) {
+  trun_server *s = c->srv;
+  trun_slice v;
+  if (c->owned.len == 0 || !s->own_gone || s->closing) return;
+  trun_slice k = {c->owned.data, c->owned.len};
+  if (!trun_kv_get(s->kv, k, &v) || v.n != c->owned_val.len || memcmp(v.p, c->owned_val.data, v.n) != 0)
+    return;
+  s->cur = c->sh;
+  s->own_gone(s->own_arg, s, k, (trun_slice){c->owned_val.data, c->owned_val.len}, c->peer);
+  s->cur = NULL;
+}
+
 /* Executes one request. Returns 0, or a negative errno with *why set (the connection is closed). */
 static int handle(conn *c, const trun_req *r, const char **why) {
   trun_kv *kv = c->srv->kv;
@@ -175,7 +212,10 @@ static int handle(conn *c, const trun_req *r, const char **why) {
   int rc = 0;
   STAT_ADD(c->srv, ops, 1);
   switch (r->op) {
-    case TRUN_OP_SET: rc = trun_kv_set(kv, r->key, r->val); break;
+    case TRUN_OP_SET:
+      rc = trun_kv_set(kv, r->key, r->val);
+      if (rc == 0 && is_owned_key(c->srv, r->key)) conn_own(c, r->key, r->val);
+      break;
     case TRUN_OP_APPEND: rc = trun_kv_append(kv, r->key, r->val); break;
     case TRUN_OP_COMPARE_SET:
       rc = trun_kv_compare_set(kv, r->key, r->val, r->val2, &v);
@@ -231,7 +271,11 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       rc = trun_buf_append_u8(out, TRUN_WAIT_CANCELED);
       break;
     case TRUN_OP_GETNUMKEYS: rc = trun_buf_append_u64(out, trun_kv_num_keys(kv)); break;
-    case TRUN_OP_DELETE_KEY: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key)); break;
+    case TRUN_OP_DELETE_KEY:
+      if (c->owned.len == r->key.n && memcmp(c->owned.data, r->key.p, r->key.n) == 0)
+        c->owned.len = c->owned_val.len = 0;
+      rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key));
+      break;
     case TRUN_OP_MULTI_GET: {
       const uint8_t *pos = r->items;
       for (uint64_t i = 0; i < r->count && rc == 0; i++) {
@@ -292,6 +336,8 @@ static void on_conn_closed(uv_handle_t *h) {
   trun_buf_free(&c->out);
   trun_buf_free(&c->wbuf);
   trun_buf_free(&c->xout);
+  trun_buf_free(&c->owned);
+  trun_buf_free(&c->owned_val);
   free(c);
   if (on_caller_loop) trun__server_handle_closed(s);
 }
@@ -320,6 +366,7 @@ void trun__conn_close(conn *c, const char *why) {
   pthread_mutex_lock(&s->kv_mu);
   if (trun_kv_cancel(s->kv, &c->w) > 0) STAT_ADD(s, waiting, -1);
   trun_kv_cancel_watches(s->kv, &c->w);
+  conn_gone(c);
   pthread_mutex_unlock(&s->kv_mu);
   /* No registration is left, so no other thread queues for c any more. */
   pthread_mutex_lock(&c->sh->mu);
@@ -504,7 +551,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
     if (nread == UV_ENOBUFS)
       trun__conn_close(c, "out of memory for the input buffer");
     else
-      trun__conn_close(c, NULL); /* EOF or reset: the client left */
+      trun__conn_close(c, NULL);    /* EOF or reset: the client left */
+    trun__shard_flush_woken(c->sh); /* its end may have woken waiters (owned keys) */
     return;
   }
   if (nread > 0) read_data(c, nread, b);

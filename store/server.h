@@ -66,6 +66,17 @@ void trun_server_allow_enforce(trun_server *s, int on);
 int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa);
 /* Parses "ADDR[/PREFIX]" ([v6] brackets allowed): 0 or -EINVAL. */
 int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix);
+/* Owned keys, for liveness: a key whose name contains marker (e.g. "/alive/") is owned by the connection
+ * that last SET it. When that connection ends (the peer closed or reset it, or the server refused it)
+ * while the key still holds the value it set, the server calls gone(arg, s, key, value, peer) on the thread
+ * that served the connection, with the key space locked: gone may read and write it through
+ * trun_server_kv(s) (trun_kv_set, trun_kv_compare_set, trun_kv_add; waiters are woken as for a request)
+ * and must not block. A DELETE of the key by its owner releases it; so does the server's own close. Call
+ * before the server has connections; gone NULL turns it off. 0 or -ENOMEM. */
+typedef void (*trun_server_gone_fn)(void *arg, trun_server *s, trun_slice key, trun_slice value,
+                                    const char *peer);
+int trun_server_own_keys(trun_server *s, const char *marker, trun_server_gone_fn gone, void *arg);
+
 /* Closes the listener and every connection; the server is freed once libuv has released the handles
  * (run the loop). done may be NULL. */
 void trun_server_close(trun_server *s, void (*done)(void *arg), void *arg);

@@ -80,6 +80,10 @@ struct trun_server {
   int acl_on;
   unsigned acl_gen;
   unsigned refused_logged;
+  /* Owned keys (trun_server_own_keys), set before connections come; read under kv_mu. */
+  char *own_marker;
+  trun_server_gone_fn own_gone;
+  void *own_arg;
 };
 
 struct conn {
@@ -108,6 +112,8 @@ struct conn {
   char peer[64];
   acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
   unsigned acl_gen;
+  trun_buf owned, owned_val; /* under kv_mu: the key this connection owns (trun_server_own_keys) and the
+                                value it set; owned.len 0: none */
 };
 
 /* server.c */

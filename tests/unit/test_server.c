@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 
+#include "client.h"
 #include "log.h"
 #include "unit.h"
 
@@ -605,6 +606,69 @@ START_TEST(test_disconnect_while_waiting) {
 }
 END_TEST
 
+/* Owned keys: the gone callback writes "/o/end" = "gone:" + the key, as the rendezvous does, on the server's
+ * thread with the key space locked, so that a waiter of "/o/end" wakes. */
+static void owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
+  (void)value;
+  char v[128];
+  int n = snprintf(v, sizeof(v), "gone:%.*s", (int)key.n, (const char *)key.p);
+  ck_assert_int_eq(
+      trun_kv_set(trun_server_kv(s), trun_str("/o/end"), (trun_slice){(const uint8_t *)v, (size_t)n}), 0);
+  ck_assert_msg(strncmp(peer, "127.0.0.1:", 10) == 0, "peer %s", peer);
+  (*(int *)arg)++;
+}
+
+static void own_on(trun_server *s, void *arg) {
+  ck_assert_int_eq(trun_server_own_keys(s, "/alive/", owner_gone, arg), 0);
+}
+
+/* A connection that SET a key holding the marker and ends without deleting it: the callback fires once,
+ * and its write wakes a waiter. A DELETE by the owner, another connection's SET of the key, or keys without
+ * the marker: no callback. */
+START_TEST(test_owned_key_gone) {
+  static int gone;
+  gone = 0;
+  unit_server_call(&us, own_on, &gone);
+  int a = connect_v2(), w = connect_v2();
+  msg m = {0};
+  send_msg(w, m_str(m_u64(m_u8(&m, 6), 1), "/o/end"));
+  until_waiting(1);
+  send_msg(a, m_str(m_str(m_u8(&m, 1), "/o/r1/alive/2"), "10.0.0.3 77 0"));
+  send_msg(a, m_str(m_str(m_u8(&m, 1), "/o/other"), "x"));
+  ping(a, 1);
+  ck_assert(!unit_readable_now(w));
+  close(a);
+  expect_hex(w, "00");
+  send_msg(w, m_str(m_u8(&m, 3), "/o/end"));
+  expect(w, m_str(&m, "gone:/o/r1/alive/2"));
+  ck_assert_int_eq(gone, 1);
+  /* Deleted by its owner first: nothing. */
+  int b = connect_v2();
+  send_msg(b, m_str(m_str(m_u8(&m, 1), "/o/r2/alive/0"), "me"));
+  send_msg(b, m_str(m_u8(&m, 8), "/o/r2/alive/0"));
+  expect_hex(b, "0100000000000000");
+  close(b);
+  /* Written again by another connection: the first one's end is not the key's. */
+  int c = connect_v2(), d = connect_v2();
+  send_msg(c, m_str(m_str(m_u8(&m, 1), "/o/r3/alive/1"), "first"));
+  ping(c, 2);
+  send_msg(d, m_str(m_str(m_u8(&m, 1), "/o/r3/alive/1"), "second"));
+  ping(d, 3);
+  close(c);
+  until_connections(2); /* w and d */
+  ping(w, 4);
+  ck_assert_int_eq(gone, 1);
+  /* The new owner's end fires. */
+  close(d);
+  until_connections(1);
+  send_msg(w, m_str(m_u8(&m, 3), "/o/end"));
+  expect(w, m_str(&m, "gone:/o/r3/alive/1"));
+  ck_assert_int_eq(gone, 2);
+  close(w);
+  m_free(&m);
+}
+END_TEST
+
 /* BARRIER over the wire, and a BARRIER that passes at once replacing a pending WAIT. */
 START_TEST(test_barrier) {
   int a = connect_v2(), b = connect_v2();
@@ -1071,7 +1135,8 @@ static Suite *server_suite(void) {
                                test_barrier,
                                test_queue_push_wakes_one,
                                test_watcher_gone,
-                               test_waiter_gone};
+                               test_waiter_gone,
+                               test_owned_key_gone};
   const TTest *const input[] = {test_bad_input_closes, test_add_non_integer, test_bytewise, test_pipelined,
                                 test_large_values};
   Suite *s = suite_create("server");
