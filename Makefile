@@ -167,3 +167,24 @@ format:
 
 clean:
 	rm -rf $(B)
+
+# ---- Version, install, release tarball, wheel, .deb (packaging/, docs/man/) ------------------------------
+# The version lives in VERSION; the commit comes from git when this is a checkout (TRUN_COMMIT=... gives it
+# where there is no .git, as in the release build). Only the programs' main files see them, through
+# $(B)/gen/trun_version.h, which is rewritten only when its text changes: a new commit relinks, no more.
+VERSION := $(shell cat VERSION 2>/dev/null)
+ifeq ($(origin TRUN_COMMIT),undefined)
+TRUN_COMMIT := $(shell [ -e .git ] && command -v git >/dev/null && \
+  echo "$$(git rev-parse --short=12 HEAD 2>/dev/null)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)")
+endif
+VERSION_STRING := $(VERSION)$(if $(TRUN_COMMIT), (git $(TRUN_COMMIT)))
+MAIN_OBJ := $(B)/obj/launcher/main.o $(B)/obj/store/main.o $(B)/obj/tools/topo.o $(B)/obj/tools/preflight.o
+$(MAIN_OBJ): $(B)/gen/trun_version.h
+$(MAIN_OBJ): CFLAGS_ALL += -include $(B)/gen/trun_version.h
+.PHONY: version-header
+$(B)/gen/trun_version.h: version-header
+	@mkdir -p $(dir $@)
+	@[ -n "$(VERSION)" ] || { echo "make: no VERSION file at the top of the tree" >&2; exit 2; }
+	@printf '/* Written by the Makefile from VERSION and git. */\n#define TRUN_VERSION_STRING "%s"\n' \
+	  '$(VERSION_STRING)' >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
