@@ -188,3 +188,22 @@ $(B)/gen/trun_version.h: version-header
 	@printf '/* Written by the Makefile from VERSION and git. */\n#define TRUN_VERSION_STRING "%s"\n' \
 	  '$(VERSION_STRING)' >$@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+# Man pages (docs/man/*.1, hand-written roff) with the version and the date of the last commit filled in.
+MAN_DATE  := $(shell git log -1 --format=%cs 2>/dev/null || date -r VERSION +%F 2>/dev/null)
+MAN_PAGES := $(patsubst docs/man/%,$(B)/man/%,$(wildcard docs/man/*.1))
+.PHONY: man install uninstall
+man: $(MAN_PAGES)
+$(B)/man/%.1: docs/man/%.1 VERSION
+	@mkdir -p $(dir $@)
+	@sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@DATE@/$(MAN_DATE)/g' $< >$@
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the four programs into PREFIX/bin, man pages into
+# PREFIX/share/man/man1 (scripts/install.sh; a PREFIX that cannot be written is named and fails).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL_PROGS := $(B)/trun $(B)/trun-store $(B)/trun-topo $(B)/trun-preflight
+install: $(INSTALL_PROGS) $(MAN_PAGES)
+	@scripts/install.sh install "$(DESTDIR)$(PREFIX)" $(B)
+uninstall:
+	@scripts/install.sh uninstall "$(DESTDIR)$(PREFIX)" $(B)
