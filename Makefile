@@ -207,3 +207,31 @@ install: $(INSTALL_PROGS) $(MAN_PAGES)
 	@scripts/install.sh install "$(DESTDIR)$(PREFIX)" $(B)
 uninstall:
 	@scripts/install.sh uninstall "$(DESTDIR)$(PREFIX)" $(B)
+
+# ---- make release: dist/trun-VERSION-linux-x86_64.tar.gz (scripts/release.sh) ----------------------------
+# Built in a cached Debian bullseye root (glibc 2.31) from this tree; libuv (bullseye's 1.40), jansson and
+# libyaml static, glibc dynamic; no program may need a GLIBC_ version above 2.31 (scripts/glibc-check.sh).
+# release-bin is what runs inside the root (B=/out there).
+REL_OUT  := $(B)/release
+REL_NAME := trun-$(VERSION)-linux-x86_64
+TARBALL  := dist/$(REL_NAME).tar.gz
+REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/preflight.c
+.PHONY: release release-bin
+release: $(TARBALL)
+$(TARBALL): $(REL_SRC) $(B)/gen/trun_version.h $(MAN_PAGES) README.md LICENSE Makefile scripts/release.sh \
+            packaging/bullseye-build.list
+	@scripts/release.sh "$(VERSION)" "$(TRUN_COMMIT)" $(REL_OUT) $(B)/man
+
+REL_CFLAGS  := -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+REL_LDFLAGS := -Wl,-z,relro -Wl,-z,now
+REL_PROGS   := trun trun-store trun-topo trun-preflight
+release-bin: CFLAGS += $(REL_CFLAGS)
+release-bin: $(REL_PROGS:%=$(B)/release-bin/%)
+$(B)/release-bin/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
+$(B)/release-bin/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
+$(B)/release-bin/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+$(B)/release-bin/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
+$(REL_PROGS:%=$(B)/release-bin/%):
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $(REL_LDFLAGS) -o $@ $^ $(STATIC_LIBS)
+	strip $@
