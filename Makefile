@@ -235,3 +235,14 @@ $(REL_PROGS:%=$(B)/release-bin/%):
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(REL_LDFLAGS) -o $@ $^ $(STATIC_LIBS)
 	strip $@
+
+# ---- make wheel: dist/trun-VERSION-py3-none-manylinux_2_31_x86_64.whl (packaging/wheel/) --------------------
+# The release tarball's programs as the wheel's scripts (pip puts them in the environment's bin/), its man
+# pages as data, and the `trun` Python package (`python -m trun`); zipped by the standard library, offline.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || stat -c %Y VERSION)
+WHEEL := dist/trun-$(VERSION)-py3-none-manylinux_2_31_x86_64.whl
+.PHONY: wheel
+wheel: $(WHEEL)
+$(WHEEL): $(TARBALL) $(wildcard packaging/wheel/*.py packaging/wheel/trun/*.py)
+	@rm -rf $(B)/wheel && mkdir -p $(B)/wheel && tar -C $(B)/wheel -xzf $(TARBALL)
+	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) python3 packaging/wheel/build_wheel.py $(B)/wheel/$(REL_NAME) $(VERSION) dist
