@@ -231,10 +231,10 @@ $(B)/release-bin/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
 $(B)/release-bin/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
 $(B)/release-bin/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
 $(B)/release-bin/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
-$(REL_PROGS:%=$(B)/release-bin/%):
+$(REL_PROGS:%=$(B)/release-bin/%): Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(OPT) $(REL_LDFLAGS) -o $@ $^ $(STATIC_LIBS)
-	strip $@
+	$(CC) $(OPT) $(REL_LDFLAGS) -o $@ $(filter-out Makefile,$^) $(STATIC_LIBS)
+	strip --remove-section=.comment --remove-section=.note $@
 
 # ---- make wheel: dist/trun-VERSION-py3-none-manylinux_2_31_x86_64.whl (packaging/wheel/) --------------------
 # The release tarball's programs as the wheel's scripts (pip puts them in the environment's bin/), its man
@@ -246,3 +246,13 @@ wheel: $(WHEEL)
 $(WHEEL): $(TARBALL) $(wildcard packaging/wheel/*.py packaging/wheel/trun/*.py)
 	@rm -rf $(B)/wheel && mkdir -p $(B)/wheel && tar -C $(B)/wheel -xzf $(TARBALL)
 	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) python3 packaging/wheel/build_wheel.py $(B)/wheel/$(REL_NAME) $(VERSION) dist
+
+# ---- make deb: dist/trun_VERSION_amd64.deb (scripts/deb.sh, packaging/deb/) --------------------------------
+# The release tarball's files under /usr; Depends: libc6 (>= 2.31) only (all the programs link); lintian
+# runs on it and an error fails the build.
+DEB := dist/trun_$(VERSION)_amd64.deb
+.PHONY: deb
+deb: $(DEB)
+$(DEB): $(TARBALL) $(wildcard packaging/deb/*) scripts/deb.sh
+	@rm -rf $(B)/deb && mkdir -p $(B)/deb && tar -C $(B)/deb -xzf $(TARBALL)
+	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(VERSION) $(B)/deb/$(REL_NAME) dist

@@ -3,7 +3,9 @@
 # with libuv, jansson and libyaml linked statically and glibc dynamically (NVML, CUDA, NCCL and libcurl are
 # dlopen'ed, which a static glibc cannot do); fails when a program needs a GLIBC_ symbol version above 2.31.
 # Then the tree the tarball, the wheel and the .deb are made from, and the tarball:
-#   OUT/stage/trun-VERSION-linux-x86_64/{bin/,share/man/man1/*.1.gz,README.md,LICENSE}
+#   OUT/stage/trun-VERSION-linux-x86_64/{bin/,share/man/man1/*.1.gz,share/doc/trun/third-party/,README.md,LICENSE}
+# (third-party/: the Debian copyright files of the libuv, jansson and libyaml linked in, whose licenses ask
+# for their notices in binary copies)
 #   dist/trun-VERSION-linux-x86_64.tar.gz
 # The root is cached (scripts/debroot.sh; /var/cache/trun/bullseye-build, TRUN_RELEASE_ROOT names another);
 # the build runs in a throwaway overlay of it (scripts/root-run.sh) with the source tree bound at /src and
@@ -47,6 +49,12 @@ for p in "${progs[@]}"; do
   chmod 0644 "$stage/share/man/man1/$p.1.gz"
 done
 install -m 0644 "$repo/README.md" "$repo/LICENSE" "$stage/"
+mkdir -p "$stage/share/doc/trun/third-party"
+for lib in libuv:libuv1-dev jansson:libjansson-dev libyaml:libyaml-dev; do
+  src=$root/usr/share/doc/${lib#*:}/copyright
+  [ -f "$src" ] || die "no $src in the build root (its -dev package's copyright file)"
+  install -m 0644 "$src" "$stage/share/doc/trun/third-party/${lib%%:*}.copyright"
+done
 
 mkdir -p "$repo/dist"
 tarball=$repo/dist/$name.tar.gz

@@ -9,7 +9,7 @@ OUTDIR/trun-VERSION-py3-none-manylinux_2_31_x86_64.whl:
   trun/__init__.py, trun/__main__.py         the package (`python -m trun`, trun.program())
   trun-VERSION.data/scripts/<program>          the four programs -> the environment's bin/
   trun-VERSION.data/data/share/man/man1/*.gz   the man pages    -> the environment's share/man/man1/
-  trun-VERSION.dist-info/{METADATA,WHEEL,LICENSE,top_level.txt,RECORD}
+  trun-VERSION.dist-info/{METADATA,WHEEL,LICENSE,third-party/*.copyright,top_level.txt,RECORD}
 The tag: any Python 3 (the package is pure Python), the programs need glibc >= 2.31 on x86-64. Entries
 are sorted and dated SOURCE_DATE_EPOCH (else 1980-01-01) so that the same tree gives the same bytes.
 Exit: 0 written; 1 the tree lacks a file (named); 2 usage.
@@ -79,6 +79,9 @@ def main(argv):
     files.append((f"{info}/WHEEL", wheel_file(), False))
     files.append((f"{info}/top_level.txt", b"trun\n", False))
     add_file(f"{info}/LICENSE", os.path.join(stage, "LICENSE"))
+    for lib in ("libuv", "jansson", "libyaml"):  # linked into the programs: their notices travel with them
+        add_file(f"{info}/third-party/{lib}.copyright",
+                 os.path.join(stage, "share", "doc", "trun", "third-party", f"{lib}.copyright"))
 
     record = []
     for arc, body, _ in files:

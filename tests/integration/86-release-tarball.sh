@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make release: dist/trun-VERSION-linux-x86_64.tar.gz, built in the Debian bullseye root (glibc 2.31).
 #  1. The tarball holds exactly bin/{trun,trun-store,trun-topo,trun-preflight}, share/man/man1/*.1.gz,
-#     README.md and LICENSE under trun-VERSION-linux-x86_64/; no program needs a GLIBC_ version above 2.31
+#     share/doc/trun/third-party/{libuv,jansson,libyaml}.copyright, README.md and LICENSE under
+#     trun-VERSION-linux-x86_64/; no program needs a GLIBC_ version above 2.31
 #     (scripts/glibc-check.sh, objdump -T) nor any shared library but glibc's (libuv, jansson, libyaml are
 #     inside; NVML, CUDA, NCCL, libcurl are dlopen'ed).
 #  2. In a plain Debian bullseye root (debootstrap minbase: glibc 2.31, no libuv, no Python), the tarball's
@@ -28,6 +29,7 @@ tar -tzf "$tarball" | grep -v '/$' | sort >"$tmp/list"
   printf '%s/LICENSE\n%s/README.md\n' "$name" "$name"
   printf "$name/bin/%s\n" "${progs[@]}"
   printf "$name/share/man/man1/%s.1.gz\n" "${progs[@]}"
+  printf "$name/share/doc/trun/third-party/%s.copyright\n" libuv jansson libyaml
 } | sort >"$tmp/want"
 diff -u "$tmp/want" "$tmp/list" || fail "the tarball holds other files than expected"
 mkdir -p "$tmp/x"

@@ -70,7 +70,8 @@ LC_ALL=C comm -13 "$tmp/before.files" "$tmp/installed.files" | grep -v '/__pycac
 } | LC_ALL=C sort >"$tmp/want-outside"
 grep -v '/site-packages/' "$tmp/added" | LC_ALL=C sort | diff -u "$tmp/want-outside" - || fail "pip put unexpected files outside site-packages"
 grep '/site-packages/' "$tmp/added" | sed 's,.*/site-packages/,,' | LC_ALL=C sort >"$tmp/added-sp"
-printf '%s\n' trun/__init__.py trun/__main__.py "trun-$version.dist-info/"{INSTALLER,LICENSE,METADATA,RECORD,REQUESTED,WHEEL,direct_url.json,top_level.txt} |
+printf '%s\n' trun/__init__.py trun/__main__.py "trun-$version.dist-info/"{INSTALLER,LICENSE,METADATA,RECORD,REQUESTED,WHEEL,direct_url.json,top_level.txt} \
+  "trun-$version.dist-info/third-party/"{libuv,jansson,libyaml}.copyright |
   LC_ALL=C sort | diff -u - "$tmp/added-sp" || fail "pip put unexpected files in site-packages"
 for p in trun trun-store trun-topo trun-preflight; do
   cmp "$tmp/$p" "$tmp/rel/trun-$version-linux-x86_64/bin/$p" || fail "V/bin/$p is not the release binary"
