@@ -256,3 +256,10 @@ deb: $(DEB)
 $(DEB): $(TARBALL) $(wildcard packaging/deb/*) scripts/deb.sh
 	@rm -rf $(B)/deb && mkdir -p $(B)/deb && tar -C $(B)/deb -xzf $(TARBALL)
 	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(VERSION) $(B)/deb/$(REL_NAME) dist
+
+# `make deps` also readies the packaging's tools and roots (scripts/deps-release.sh: lintian, man-db, the
+# bullseye build and plain roots, the fresh bookworm root; each built once per machine).
+.PHONY: deps-release
+deps: deps-release
+deps-release:
+	@scripts/deps-release.sh
