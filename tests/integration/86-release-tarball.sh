@@ -2,9 +2,9 @@
 # make release: dist/trun-VERSION-linux-x86_64.tar.gz, built in the Debian bullseye root (glibc 2.31).
 #  1. The tarball holds exactly bin/{trun,trun-store,trun-topo,trun-preflight}, share/man/man1/*.1.gz,
 #     share/doc/trun/third-party/{libuv,jansson,libyaml}.copyright, README.md and LICENSE under
-#     trun-VERSION-linux-x86_64/; no program needs a GLIBC_ version above 2.31
-#     (scripts/glibc-check.sh, objdump -T) nor any shared library but glibc's (libuv, jansson, libyaml are
-#     inside; NVML, CUDA, NCCL, libcurl are dlopen'ed).
+#     trun-VERSION-linux-x86_64/; no program needs a GLIBC_ version above 2.31 (scripts/glibc-check.sh,
+#     objdump -T; it rejects build/trun when the host's glibc is newer) nor any shared library but glibc's
+#     (libuv, jansson, libyaml are inside; NVML, CUDA, NCCL, libcurl are dlopen'ed).
 #  2. In a plain Debian bullseye root (debootstrap minbase: glibc 2.31, no libuv, no Python), the tarball's
 #     trun prints its version and runs a no-op 2-worker job (--standalone --no-python /bin/sh).
 #  3. In the torch 2.6 trixie root, the tarball's trun runs a 2-worker gloo all-reduce (examples/allreduce.py).
@@ -36,6 +36,14 @@ mkdir -p "$tmp/x"
 tar -C "$tmp/x" -xzf "$tarball"
 top=$tmp/x/$name
 "$repo/scripts/glibc-check.sh" 2.31 "${progs[@]/#/$top/bin/}" || fail "a program needs a glibc above 2.31"
+# The check can fail: a program built on this host needs this host's newer glibc (2.34+ on bookworm).
+host_glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+if [ "$(printf '%s\n' "$host_glibc" 2.31 | sort -V | tail -n 1)" != 2.31 ] && [ -x "$build/trun" ]; then
+  rc=0
+  "$repo/scripts/glibc-check.sh" 2.31 "$build/trun" >"$tmp/gc.out" 2>&1 || rc=$?
+  [ $rc -eq 1 ] || fail "glibc-check passed $build/trun, built against glibc $host_glibc: $(cat "$tmp/gc.out")"
+  echo "ok: glibc-check rejects build/trun (host glibc $host_glibc): $(grep -m1 needs "$tmp/gc.out")"
+fi
 for p in "${progs[@]}"; do
   needed=$(objdump -p "$top/bin/$p" | awk '$1 == "NEEDED" { print $2 }' | sort | tr '\n' ' ')
   for lib in $needed; do
