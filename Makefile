@@ -263,3 +263,7 @@ $(DEB): $(TARBALL) $(wildcard packaging/deb/*) scripts/deb.sh
 deps: deps-release
 deps-release:
 	@scripts/deps-release.sh
+.PHONY: clean-dist
+clean: clean-dist
+clean-dist:
+	rm -rf dist
