@@ -31,14 +31,17 @@ export USE_LIBUV=0 # Debian's torch 2.6 has no libuv TCPStore (scripts/chroot-pa
 apt() { apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends python3-venv >/t/apt.log 2>&1; }
 apt || { apt-get -qq update >>/t/apt.log 2>&1 && apt; } || { cat /t/apt.log; echo "inner: cannot install python3-venv"; exit 3; }
 snap() { (cd /opt/V && find . ! -type d | LC_ALL=C sort >"/t/$1.files" && find . -type d | LC_ALL=C sort >"/t/$1.dirs"); }
+echo '$ python3 -m venv --system-site-packages /opt/V'
 python3 -m venv --system-site-packages /opt/V
 snap before
+echo "\$ /opt/V/bin/pip install --no-index /trun/dist/$WHEEL"
 /opt/V/bin/pip install --no-index "/trun/dist/$WHEEL" >/t/pip-install.log 2>&1 || { cat /t/pip-install.log; exit 4; }
 tail -n 1 /t/pip-install.log
 snap installed
 cp /opt/V/bin/trun /opt/V/bin/trun-store /opt/V/bin/trun-topo /opt/V/bin/trun-preflight /t/
 command -v python3 >/t/path-python3
-/opt/V/bin/trun --version >/t/version
+echo '$ /opt/V/bin/trun --version'
+/opt/V/bin/trun --version | tee /t/version
 cat >/opt/prefix.py <<'PY'
 import os, sys
 with open(os.path.join(sys.argv[1], "w" + os.environ["RANK"]), "w") as f:
@@ -46,11 +49,16 @@ with open(os.path.join(sys.argv[1], "w" + os.environ["RANK"]), "w") as f:
 PY
 mkdir -p /t/p1 /t/p2
 cd /opt
+echo "\$ /opt/V/bin/trun --standalone --nproc-per-node 2 /trun/examples/allreduce.py    # python3 on PATH: $(command -v python3)"
 /opt/V/bin/trun --standalone --nproc-per-node 2 /trun/examples/allreduce.py >/t/run1.out 2>&1 || { cat /t/run1.out; exit 5; }
+grep '^rank' /t/run1.out | sort
 /opt/V/bin/trun --standalone --nproc-per-node 2 /opt/prefix.py /t/p1 >/t/p1.out 2>&1 || { cat /t/p1.out; exit 5; }
+echo '$ /opt/V/bin/python -m trun --standalone --nproc-per-node 2 /trun/examples/allreduce.py'
 /opt/V/bin/python -m trun --standalone --nproc-per-node 2 /trun/examples/allreduce.py >/t/run2.out 2>&1 || { cat /t/run2.out; exit 6; }
+grep '^rank' /t/run2.out | sort
 /opt/V/bin/python -m trun --standalone --nproc-per-node 2 /opt/prefix.py /t/p2 >/t/p2.out 2>&1 || { cat /t/p2.out; exit 6; }
 /opt/V/bin/python -m trun --version >/t/version2
+echo '$ /opt/V/bin/pip uninstall -y trun'
 /opt/V/bin/pip uninstall -y trun >/t/pip-uninstall.log 2>&1 || { cat /t/pip-uninstall.log; exit 7; }
 tail -n 1 /t/pip-uninstall.log
 snap after
@@ -89,6 +97,7 @@ for r in 0 1; do
   [ "$(cat "$tmp/p1/w$r")" = "/opt/V /opt/V/bin/python3" ] || fail "V/bin/trun: worker $r ran '$(cat "$tmp/p1/w$r")', want V's python3"
   [ "$(cat "$tmp/p2/w$r")" = "/opt/V /opt/V/bin/python" ] || fail "python -m trun: worker $r ran '$(cat "$tmp/p2/w$r")', want V/bin/python"
 done
+echo "    workers' sys.prefix sys.executable: V/bin/trun: $(cat "$tmp/p1/w0"); python -m trun: $(cat "$tmp/p2/w0")"
 echo "ok: V/bin/trun -> workers on /opt/V/bin/python3; V/bin/python -m trun -> workers on /opt/V/bin/python"
 
 echo "== 4. pip uninstall"
