@@ -184,3 +184,103 @@ format:
 
 clean:
 	rm -rf $(B)
+
+# ---- Version, install, release tarball, wheel, .deb (packaging/, docs/man/) ------------------------------
+# The version lives in VERSION; the commit comes from git when this is a checkout (TRUN_COMMIT=... gives it
+# where there is no .git, as in the release build). Only the programs' main files see them, through
+# $(B)/gen/trun_version.h, which is rewritten only when its text changes: a new commit relinks, no more.
+VERSION := $(shell cat VERSION 2>/dev/null)
+ifeq ($(origin TRUN_COMMIT),undefined)
+TRUN_COMMIT := $(shell [ -e .git ] && command -v git >/dev/null && \
+  echo "$$(git rev-parse --short=12 HEAD 2>/dev/null)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)")
+endif
+VERSION_STRING := $(VERSION)$(if $(TRUN_COMMIT), (git $(TRUN_COMMIT)))
+MAIN_OBJ := $(B)/obj/launcher/main.o $(B)/obj/store/main.o $(B)/obj/tools/topo.o $(B)/obj/tools/preflight.o
+$(MAIN_OBJ): $(B)/gen/trun_version.h
+$(MAIN_OBJ): CFLAGS_ALL += -include $(B)/gen/trun_version.h
+.PHONY: version-header
+$(B)/gen/trun_version.h: version-header
+	@mkdir -p $(dir $@)
+	@[ -n "$(VERSION)" ] || { echo "make: no VERSION file at the top of the tree" >&2; exit 2; }
+	@printf '/* Written by the Makefile from VERSION and git. */\n#define TRUN_VERSION_STRING "%s"\n' \
+	  '$(VERSION_STRING)' >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+# Man pages (docs/man/*.1, hand-written roff) with the version and the date of the last commit filled in.
+MAN_DATE  := $(shell git log -1 --format=%cs 2>/dev/null || date -r VERSION +%F 2>/dev/null)
+MAN_PAGES := $(patsubst docs/man/%,$(B)/man/%,$(wildcard docs/man/*.1))
+.PHONY: man install uninstall
+man: $(MAN_PAGES)
+$(B)/man/%.1: docs/man/%.1 VERSION
+	@mkdir -p $(dir $@)
+	@sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@DATE@/$(MAN_DATE)/g' $< >$@
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the four programs into PREFIX/bin, man pages into
+# PREFIX/share/man/man1 (scripts/install.sh; a PREFIX that cannot be written is named and fails).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL_PROGS := $(B)/trun $(B)/trun-store $(B)/trun-topo $(B)/trun-preflight
+install: $(INSTALL_PROGS) $(MAN_PAGES)
+	@scripts/install.sh install "$(DESTDIR)$(PREFIX)" $(B)
+uninstall:
+	@scripts/install.sh uninstall "$(DESTDIR)$(PREFIX)" $(B)
+
+# ---- make release: dist/trun-VERSION-linux-x86_64.tar.gz (scripts/release.sh) ----------------------------
+# Built in a cached Debian bullseye root (glibc 2.31) from this tree; libuv (bullseye's 1.40), jansson and
+# libyaml static, glibc dynamic; no program may need a GLIBC_ version above 2.31 (scripts/glibc-check.sh).
+# release-bin is what runs inside the root (B=/out there).
+REL_OUT  := $(B)/release
+REL_NAME := trun-$(VERSION)-linux-x86_64
+TARBALL  := dist/$(REL_NAME).tar.gz
+REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/preflight.c
+.PHONY: release release-bin
+release: $(TARBALL)
+$(TARBALL): $(REL_SRC) $(B)/gen/trun_version.h $(MAN_PAGES) README.md LICENSE Makefile scripts/release.sh \
+            packaging/bullseye-build.list
+	@scripts/release.sh "$(VERSION)" "$(TRUN_COMMIT)" $(REL_OUT) $(B)/man
+
+REL_CFLAGS  := -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+REL_LDFLAGS := -Wl,-z,relro -Wl,-z,now
+REL_PROGS   := trun trun-store trun-topo trun-preflight
+release-bin: CFLAGS += $(REL_CFLAGS)
+release-bin: $(REL_PROGS:%=$(B)/release-bin/%)
+$(B)/release-bin/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
+$(B)/release-bin/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
+$(B)/release-bin/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+$(B)/release-bin/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
+$(REL_PROGS:%=$(B)/release-bin/%): Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $(REL_LDFLAGS) -o $@ $(filter-out Makefile,$^) $(STATIC_LIBS)
+	strip --remove-section=.comment --remove-section=.note $@
+
+# ---- make wheel: dist/trun-VERSION-py3-none-manylinux_2_31_x86_64.whl (packaging/wheel/) --------------------
+# The release tarball's programs as the wheel's scripts (pip puts them in the environment's bin/), its man
+# pages as data, and the `trun` Python package (`python -m trun`); zipped by the standard library, offline.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || stat -c %Y VERSION)
+WHEEL := dist/trun-$(VERSION)-py3-none-manylinux_2_31_x86_64.whl
+.PHONY: wheel
+wheel: $(WHEEL)
+$(WHEEL): $(TARBALL) $(wildcard packaging/wheel/*.py packaging/wheel/trun/*.py)
+	@rm -rf $(B)/wheel && mkdir -p $(B)/wheel && tar -C $(B)/wheel -xzf $(TARBALL)
+	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) python3 packaging/wheel/build_wheel.py $(B)/wheel/$(REL_NAME) $(VERSION) dist
+
+# ---- make deb: dist/trun_VERSION_amd64.deb (scripts/deb.sh, packaging/deb/) --------------------------------
+# The release tarball's files under /usr; Depends: libc6 (>= 2.31) only (all the programs link); lintian
+# runs on it and an error fails the build.
+DEB := dist/trun_$(VERSION)_amd64.deb
+.PHONY: deb
+deb: $(DEB)
+$(DEB): $(TARBALL) $(wildcard packaging/deb/*) scripts/deb.sh
+	@rm -rf $(B)/deb && mkdir -p $(B)/deb && tar -C $(B)/deb -xzf $(TARBALL)
+	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(VERSION) $(B)/deb/$(REL_NAME) dist
+
+# `make deps` also readies the packaging's tools and roots (scripts/deps-release.sh: lintian, man-db, the
+# bullseye build and plain roots, the fresh bookworm root; each built once per machine).
+.PHONY: deps-release
+deps: deps-release
+deps-release:
+	@scripts/deps-release.sh
+.PHONY: clean-dist
+clean: clean-dist
+clean-dist:
+	rm -rf dist

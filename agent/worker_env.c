@@ -1,9 +1,11 @@
 #include "worker_env.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/nccl/nccl.h"
 #include "store/store.h"
@@ -175,13 +177,36 @@ static char *subst_local_rank(const char *arg, int local_rank) {
   return out;
 }
 
+int trun_env_python(const char *exe, char *out, size_t len) {
+  const char *slash = strrchr(exe, '/');
+  if (slash == NULL || slash == exe) return -1;
+  int dir = (int)(slash - exe);
+  char probe[PATH_MAX];
+  int n = snprintf(probe, sizeof(probe), "%.*s/../pyvenv.cfg", dir, exe);
+  if (n < 0 || (size_t)n >= sizeof(probe)) return -1;
+  int in_env = access(probe, F_OK) == 0;
+  if (!in_env) {
+    snprintf(probe, sizeof(probe), "%.*s/../conda-meta", dir, exe);
+    in_env = access(probe, F_OK) == 0;
+  }
+  if (!in_env) return -1;
+  n = snprintf(out, len, "%.*s/python3", dir, exe);
+  if (n < 0 || (size_t)n >= len || access(out, X_OK) != 0) return -1;
+  return 0;
+}
+
 char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank) {
   size_t n = (size_t)cfg->nscript_args + 8;
   char **v = calloc(n, sizeof(char *));
   if (v == NULL) return NULL;
   size_t i = 0;
   const char *python = trun_strv_getenv(envp, "PYTHON_EXEC");
-  if (python == NULL || python[0] == '\0') python = "python3";
+  char exe[PATH_MAX], env_python[PATH_MAX];
+  if (python == NULL || python[0] == '\0') {
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len > 0) exe[len] = '\0';
+    python = len > 0 && trun_env_python(exe, env_python, sizeof(env_python)) == 0 ? env_python : "python3";
+  }
   int ok = 1;
   if (cfg->run_path) {
     /* torchrun runs runpy.run_path in a child interpreter; so does this. */

@@ -23,7 +23,13 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
                         int restart_count, const char *error_file);
 /* The cpulist a worker with environment envp is to be pinned to (TRUN_CPU_AFFINITY), or NULL. */
 const char *trun_worker_cpus(char *const *envp);
-/* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced. */
+/* The Python of the environment trun is installed in, as torchrun runs its workers with the Python that
+ * started it: when the program at exe lives in a venv's or conda environment's bin/ (../pyvenv.cfg or
+ * ../conda-meta exists) and that directory holds an executable python3, out = that path and 0; else -1. */
+int trun_env_python(const char *exe, char *out, size_t len);
+/* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced.
+ * python: $PYTHON_EXEC, else the Python of the environment this trun is installed in (trun_env_python of
+ * /proc/self/exe), else python3 from PATH. */
 char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank);
 
 #endif

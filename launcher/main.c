@@ -15,8 +15,8 @@
 #include "platform.h"
 #include "store/store.h"
 
-#ifndef TRUN_VERSION
-#define TRUN_VERSION "0.1.0"
+#ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
+#define TRUN_VERSION_STRING "unknown"
 #endif
 
 extern char **environ;
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cl.version) {
-    printf("trun %s (torchrun-compatible command line and worker environment)\n", TRUN_VERSION);
+    printf("trun %s\n", TRUN_VERSION_STRING);
     return 0;
   }
   trun_platform plat;

@@ -40,12 +40,22 @@ state=$(mktemp -d /var/tmp/trun-root.XXXXXX)
 cleanup() { [ -n "$keep" ] && { mkdir -p "$keep"; cp -a "$state/upper/." "$keep/"; }; rm -rf "$state"; }
 trap cleanup EXIT
 mkdir -p "$state/upper" "$state/work" "$state/merged"
+# Inside another overlay (make check-fresh runs make check in one) an upper layer cannot live there: the
+# command's changes then go to a tmpfs (mounted below, in the namespace), which --keep-upper cannot keep.
+if [ "$(stat -f -c %T "$state")" = overlayfs ] && [ -n "$keep" ]; then
+  echo "root-run: --keep-upper needs /var/tmp on a real file system, not an overlay" >&2
+  exit 125
+fi
 
 rc=0
 unshare --mount --uts --pid --fork --propagation private -- /bin/bash -euo pipefail -c '
   root=$1 state=$2 name=$3; shift 3
   binds=(); while [ "$1" != "--" ]; do binds+=("$1"); shift; done; shift
   m=$state/merged
+  if [ "$(stat -f -c %T "$state")" = overlayfs ]; then
+    mount -t tmpfs -o mode=700 trun-upper "$state" || die "cannot mount a tmpfs for the upper layer at $state"
+    mkdir -p "$state/upper" "$state/work" "$m"
+  fi
   die() { echo "root-run: $*" >&2; exit 125; }
   mount -t overlay trun-root -o "lowerdir=$root,upperdir=$state/upper,workdir=$state/work" "$m" ||
     die "cannot mount an overlay over $root (kernel without overlayfs?)"

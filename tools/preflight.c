@@ -19,6 +19,10 @@
 #include "agent/nccl/nccl.h"
 #include "store/store.h"
 
+#ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
+#define TRUN_VERSION_STRING "unknown"
+#endif
+
 extern char **environ;
 
 /* ---- the few CUDA runtime / NCCL prototypes ----------------------------------------------------------- */
@@ -125,7 +129,7 @@ typedef struct {
 
 static const char *usage =
     "usage: trun-preflight [--min-bytes N] [--max-bytes N] [--step-factor F] [--iters N] [--warmup N]\n"
-    "                      [--pass GBPS] [--warn GBPS] [--timeout S] [--json FILE]\n"
+    "                      [--pass GBPS] [--warn GBPS] [--timeout S] [--json FILE] [--version]\n"
     "  NCCL all-reduce (float, sum, out of place) over every rank of the job, nccl-tests style:\n"
     "  sizes from --min-bytes (8) to --max-bytes (1073741824) times --step-factor (2), --warmup (5) then\n"
     "  --iters (20) timed iterations per size; busbw = algbw * 2(n-1)/n. Verdict on the peak busbw:\n"
@@ -140,6 +144,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
     const char *k = argv[i];
     if (strcmp(k, "-h") == 0 || strcmp(k, "--help") == 0) {
       fputs(usage, stdout);
+      exit(0);
+    }
+    if (strcmp(k, "--version") == 0) {
+      printf("trun-preflight %s\n", TRUN_VERSION_STRING);
       exit(0);
     }
     if (i + 1 >= argc) {

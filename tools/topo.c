@@ -1,7 +1,8 @@
 /* build/trun-topo: what trun sees on this node. Without options a table like `nvidia-smi topo -m` (the GPUs
  * the workers see after CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, renumbered as they see them, then
  * one NIC row and column per RDMA device with its PCIe distance to each GPU); --json the same for tools.
- * Options: --json, --no-imds (no instance-metadata request), -h/--help. Exit 0, or 2 for a bad option.
+ * Options: --json, --no-imds (no instance-metadata request), -h/--help, --version. Exit 0, or 2 for a bad
+ * option.
  * A discovery problem (a CUDA_VISIBLE_DEVICES entry that names no GPU, a broken NVML) is reported on stderr
  * and what was found is still printed. Test hooks: see agent/discover/discover.h. */
 #include <jansson.h>
@@ -12,6 +13,10 @@
 
 #include "agent/discover/discover.h"
 #include "agent/nccl/nccl.h"
+
+#ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
+#define TRUN_VERSION_STRING "unknown"
+#endif
 
 extern char **environ;
 
@@ -38,7 +43,8 @@ static const char *usage =
     "              --json: {communicators:[{nranks,nnodes,local_ranks,transports,verdicts,...}]};\n"
     "              --efa: EFA devices existed where the log was written (else: the log's NET/OFI lines)\n"
     "  preflight   run build/trun-preflight for this node's GPUs (NCCL all-reduce 8 B..1 GiB, busbw\n"
-    "              verdict); see trun-preflight --help\n";
+    "              verdict); see trun-preflight --help\n"
+    "  --version   print trun-topo's version and exit\n";
 
 typedef struct {
   char gpu_path[TRUN_MAX_GPUS][PATH_MAX];
@@ -253,6 +259,10 @@ int main(int argc, char **argv) {
       no_imds = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       fputs(usage, stdout);
+      free(files);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("trun-topo %s\n", TRUN_VERSION_STRING);
       free(files);
       return 0;
     } else {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "nvml.h"
+#include "store/store.h"
 
 #define MAX_GPUS 64
 
@@ -40,7 +41,7 @@ static void sample(int out, const char (*uuids)[96], int n, double interval) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   if (dup2(out, 3) < 0) _exit(1);
-  closefrom(4);
+  trun_closefrom(4);
   const char *lib = getenv("TRUN_NVML_LIBRARY");
   if (!lib || !*lib) lib = "libnvidia-ml.so.1";
   void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

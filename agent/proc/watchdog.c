@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/store.h"
+
 #define MAX_SESSIONS 65536
 
 static int in_set(const pid_t *set, size_t n, pid_t v) {
@@ -85,7 +87,7 @@ int trun_watchdog_start(trun_watchdog *w) {
     sigprocmask(SIG_SETMASK, &none, NULL);
     /* Every inherited descriptor but the pipe, whatever the open-file limit (one close_range call). */
     if (p[0] != 3 && dup2(p[0], 3) < 0) _exit(1);
-    closefrom(4);
+    trun_closefrom(4);
     guard(3);
   }
   close(p[0]);

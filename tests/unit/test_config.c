@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
@@ -294,6 +296,52 @@ START_TEST(worker_argv) {
 }
 END_TEST
 
+/* A file at path (made executable when mode has x bits). */
+static void touch(const char *path, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(env_python) {
+  char root[] = "/tmp/trun-envpy.XXXXXX", p[512], out[512];
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  snprintf(p, sizeof(p), "%s/bin", root);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof(p), "%s/bin/trun", root);
+  touch(p, 0755);
+  /* bin/python3 but no pyvenv.cfg / conda-meta (/usr/bin/trun next to /usr/bin/python3): PATH's python3. */
+  char py[512];
+  snprintf(py, sizeof(py), "%s/bin/python3", root);
+  touch(py, 0755);
+  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), -1);
+  char cfg[512];
+  snprintf(cfg, sizeof(cfg), "%s/pyvenv.cfg", root);
+  touch(cfg, 0644);
+  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), 0);
+  ck_assert_str_eq(out, py);
+  /* A python3 that cannot be run is not taken. */
+  ck_assert_int_eq(chmod(py, 0644), 0);
+  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), -1);
+  ck_assert_int_eq(chmod(py, 0755), 0);
+  /* conda: ../conda-meta instead of ../pyvenv.cfg. */
+  ck_assert_int_eq(unlink(cfg), 0);
+  snprintf(cfg, sizeof(cfg), "%s/conda-meta", root);
+  ck_assert_int_eq(mkdir(cfg, 0755), 0);
+  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), 0);
+  ck_assert_str_eq(out, py);
+  ck_assert_int_eq(trun_env_python(p, out, 8), -1); /* too long for out */
+  ck_assert_int_eq(trun_env_python("trun", out, sizeof(out)), -1);
+  ck_assert_int_eq(rmdir(cfg), 0);
+  ck_assert_int_eq(unlink(py), 0);
+  ck_assert_int_eq(unlink(p), 0);
+  snprintf(p, sizeof(p), "%s/bin", root);
+  ck_assert_int_eq(rmdir(p), 0);
+  ck_assert_int_eq(rmdir(root), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -308,6 +356,7 @@ int main(void) {
   tcase_add_test(tc, worker_environment);
   tcase_add_test(tc, virtual_local_rank_gpus);
   tcase_add_test(tc, worker_argv);
+  tcase_add_test(tc, env_python);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
