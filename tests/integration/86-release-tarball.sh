@@ -12,7 +12,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
-have_chroot || fail "no torch 2.6 trixie root at $chroot_dir; run 'make deps'"
+need_chroot
 plain=${TRUN_BULLSEYE_ROOT:-/var/cache/trun/bullseye}
 [ -f "$plain/.trun-ready" ] || fail "no plain bullseye root at $plain; run 'make deps' (scripts/debroot.sh bullseye $plain)"
 version=$(cat "$repo/VERSION")

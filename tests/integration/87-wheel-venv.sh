@@ -13,7 +13,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../agent/lib.sh"
-have_chroot || fail "no torch 2.6 trixie root at $chroot_dir; run 'make deps'"
+need_chroot
 version=$(cat "$repo/VERSION")
 wheel=$repo/dist/trun-$version-py3-none-manylinux_2_31_x86_64.whl
 debs=/var/cache/trun/apt-archives/trixie
