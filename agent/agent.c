@@ -152,6 +152,13 @@ static void on_signal(uv_signal_t *h, int sig) {
   }
   a->signal_seen = sig;
   a->result = OUT_SIGNALED;
+  /* The other nodes go on (or end) at once instead of after the heartbeat expiry. Only while the workers run:
+   * otherwise the agent may be inside a request on this connection. */
+  if (a->in_round) {
+    char why[64];
+    snprintf(why, sizeof(why), "stopped by %s", name);
+    trun_rdzv_leave_now(&a->rdzv, why);
+  }
   trun_warn("%s: forwarding it to the workers; SIGKILL in %.0f s (send it again to kill now)", name,
             a->cfg->shutdown_timeout);
   begin_stop(a, sig, 1);
@@ -163,16 +170,43 @@ static void *watch_end(void *arg) {
   agent *a = arg;
   int round = a->round;
   trun_rdzv_end_wait(&a->rdzv, a->watch_client, round, a->end_value, sizeof(a->end_value));
+  /* A lost node: its record, read here on this connection (the loop never waits on the store). */
+  if (strncmp(a->end_value, "gone:", 5) == 0)
+    a->lost_known = trun_rdzv_loss_of(&a->rdzv, a->watch_client, atoi(a->end_value + 5), &a->lost) == 0;
   a->end_round = round;
   a->end_seen = 1;
   uv_async_send(&a->remote);
   return NULL;
 }
 
+/* The end key said "gone:<g>": node g of this round is lost. */
+static void peer_gone(agent *a) {
+  int g = atoi(a->end_value + 5);
+  if (!a->lost_known || a->lost.node != g) {
+    memset(&a->lost, 0, sizeof(a->lost));
+    a->lost.node = g;
+    snprintf(a->lost.addr, sizeof(a->lost.addr), "?");
+    snprintf(a->lost.cause, sizeof(a->lost.cause), "no record of the cause");
+    a->lost.at = trun__agent_now();
+    a->lost_known = 1;
+  }
+  trun_obs_node_lost(a->obs, &a->lost);
+  if (g == a->rdzv.group_rank) return; /* this node left the job (trun_rdzv_leave_now): it stops anyway */
+  trun_warn("node rank %d (%s) is lost: %s; stopping this node's workers to go on without it", g,
+            a->lost.addr, a->lost.cause);
+  a->result = OUT_PEER_LOST;
+  begin_stop(a, SIGTERM, 1);
+}
+
 static void on_remote(uv_async_t *h) {
   agent *a = h->data;
   /* A late wake-up from an earlier round's watcher, or the round is over (agent_main reads end_value). */
   if (!a->in_round || !a->end_seen || a->end_round != a->round) return;
+  if (strncmp(a->end_value, "gone:", 5) == 0 && !a->phase_stopping) {
+    peer_gone(a);
+    maybe_finish(a);
+    return;
+  }
   if (strncmp(a->end_value, "fail:", 5) == 0 && !a->phase_stopping) {
     trun_warn("node %s failed: stopping this node's workers to restart together", a->end_value + 5);
     a->result = OUT_REMOTE_FAILED;
@@ -189,17 +223,40 @@ static void on_remote(uv_async_t *h) {
   maybe_finish(a);
 }
 
+/* ---- liveness: this node cut off ---------------------------------------------------------------------- */
+
+/* While the workers run: has the rendezvous store stopped answering this node's liveness heartbeats? */
+static void on_live_timer(uv_timer_t *t) {
+  agent *a = t->data;
+  if (!a->in_round || a->phase_stopping || a->result != OUT_NONE) return;
+  if (!trun_rdzv_cut_off(&a->rdzv, a->cut_why, sizeof(a->cut_why))) return;
+  trun_error(
+      "node rank %d is cut off from the job: %s; stopping the workers and exiting %d so that the "
+      "scheduler replaces this node",
+      a->rdzv.group_rank, a->cut_why, TRUN_EXIT_CUT_OFF);
+  a->result = OUT_CUT_OFF;
+  begin_stop(a, SIGTERM, 1);
+}
+
 /* ---- c10d membership ------------------------------------------------------------------------------ */
 
-/* While the workers run (trun_rdzv_tick_ms): the backend's heartbeats; nodes waiting to join mean a new
- * world, so the workers stop and every agent joins the next round (not counted as a restart); a node of
- * this round that left it to rejoin had a failure, which every node counts. */
-static void on_member_tick(uv_timer_t *t) {
-  agent *a = t->data;
-  if (a->phase_stopping || a->running == 0) return;
-  int nodes;
-  trun_rdzv_news news = trun_rdzv_tick(&a->rdzv, &nodes);
-  if (news == TRUN_RDZV_STEADY || a->phase_stopping || a->result != OUT_NONE) return;
+/* From the rendezvous's thread while the workers run (rdzv.h on_news): kept for the loop. */
+static void on_news(void *arg, int news, int nodes) {
+  agent *a = arg;
+  a->news_nodes = nodes;
+  __atomic_store_n(&a->news, news, __ATOMIC_RELEASE);
+  uv_async_send(&a->news_async);
+}
+
+/* Nodes waiting to join mean a new world: the workers stop and every agent joins the next round (not
+ * counted as a restart); a node of this round that left it to rejoin had a failure, which every node
+ * counts. */
+static void on_news_async(uv_async_t *h) {
+  agent *a = h->data;
+  int news = __atomic_exchange_n(&a->news, TRUN_RDZV_STEADY, __ATOMIC_ACQUIRE), nodes = a->news_nodes;
+  if (news == TRUN_RDZV_STEADY || !a->in_round || a->phase_stopping || a->running == 0 ||
+      a->result != OUT_NONE)
+    return;
   if (news == TRUN_RDZV_NEW_NODES) {
     trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world", nodes,
               trun_rdzv_backend_name(&a->rdzv));
@@ -281,14 +338,20 @@ static void run_round(agent *a) {
   }
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
+  if (a->recovery_from > 0) {
+    double s = trun__agent_now() - a->recovery_from;
+    trun_info("recovered: the workers run again in a world of %d (%d node(s)), %.2f s after the loss",
+              a->rdzv.world_size, a->rdzv.group_world_size, s);
+    trun_obs_recovered(a->obs, a->rdzv.world_size, a->rdzv.group_world_size, s);
+  }
   a->in_round = 1;
-  uint64_t every = (uint64_t)trun_rdzv_tick_ms(&a->rdzv);
-  if (every > 0) uv_timer_start(&a->member_timer, on_member_tick, every, every);
+  uint64_t live = (uint64_t)trun_rdzv_live_ms(&a->rdzv);
+  if (live > 0) uv_timer_start(&a->live_timer, on_live_timer, live, live);
   maybe_finish(a); /* a worker may have failed to start */
   trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
   uv_run(a->loop, UV_RUN_DEFAULT);
   trun_nccl_report_finish(rep);
-  uv_timer_stop(&a->member_timer);
+  uv_timer_stop(&a->live_timer);
   trun_stall_end(a->stall);
   a->in_round = 0;
 }
@@ -323,8 +386,9 @@ static void teardown(agent *a) {
   for (int i = 0; i < a->nsigs; i++) close_handle((uv_handle_t *)&a->sigs[i]);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
-  close_handle((uv_handle_t *)&a->member_timer);
   close_handle((uv_handle_t *)&a->remote);
+  close_handle((uv_handle_t *)&a->live_timer);
+  close_handle((uv_handle_t *)&a->news_async);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
 }
@@ -342,6 +406,9 @@ static void close_streams(agent *a) {
  * returns; if the store is unreachable it returns with an error. A bounded join guards the rest. */
 static void join_watcher(agent *a) {
   if (!a->watcher_on) return;
+  /* c10d sets the end key only when the liveness finds a node lost: after a round without one nothing
+   * wakes the watcher, so its connection is cut now (a new one comes with the next round). */
+  if (!trun_rdzv_ends_by_key(&a->rdzv) && !a->end_seen) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += 15;
@@ -438,12 +505,15 @@ static int meet(agent *a) {
   char err[512];
   a->rdzv.poll = poll_signals;
   a->rdzv.poll_arg = a;
+  a->rdzv.on_news = on_news;
+  a->rdzv.on_news_arg = a;
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
   }
   trun_obs_set_rdzv(a->obs, &a->rdzv);
-  if (trun_rdzv_ends_by_key(&a->rdzv)) {
+  /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
+  if (trun_rdzv_ends_by_key(&a->rdzv) || a->rdzv.live) {
     int rc = trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client);
     if (rc < 0) {
       trun_error("cannot open the failure-watch connection to the rendezvous store (port %d): %s",
@@ -467,6 +537,16 @@ static int before_round(agent *a) {
   a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
   reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
+  /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
+   * loss): said here; the recovery is timed from the earliest. */
+  a->recovery_from = 0;
+  for (int i = 0; i < a->rdzv.n_prev_lost; i++) {
+    const trun_rdzv_loss *l = &a->rdzv.prev_lost[i];
+    if (!(a->lost_known && a->lost.node == l->node && a->lost.round_id == l->round_id))
+      trun_obs_node_lost(a->obs, l);
+    if (a->recovery_from == 0 || l->at < a->recovery_from) a->recovery_from = l->at;
+  }
+  a->lost_known = 0;
   trun_doctor_outcome doc;
   int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
   trun_obs_doctor(a->obs, a->round, &doc);
@@ -482,7 +562,23 @@ static int before_round(agent *a) {
 static void after_round(agent *a) {
   close_streams(a);
   kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-  if (trun_rdzv_ends_by_key(&a->rdzv)) end_round_multinode(a);
+  if (a->result == OUT_CUT_OFF) {
+    /* Nothing of the store answers: no announcement, no waiting for the end key. */
+    trun_rdzv_abandon(&a->rdzv);
+    if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+  }
+  trun_rdzv_round_done(&a->rdzv); /* liveness: this node leaves the round cleanly */
+  if (trun_rdzv_ends_by_key(&a->rdzv) && a->result != OUT_CUT_OFF)
+    end_round_multinode(a);
+  else
+    join_watcher(a);
+  /* The round's end says a node was lost, though this node's workers may have failed first (a crashed peer
+   * resets their connections): the loss is the cause. */
+  if (strncmp(a->end_value, "gone:", 5) == 0 && a->result != OUT_SIGNALED && a->result != OUT_CUT_OFF &&
+      a->result != OUT_PEER_LOST) {
+    peer_gone(a);
+    if (atoi(a->end_value + 5) != a->rdzv.group_rank) a->result = OUT_PEER_LOST;
+  }
   if (a->result == OUT_FAILED) membership_or_failure(a);
 }
 
@@ -496,6 +592,15 @@ static int rounds(agent *a) {
     after_round(a);
     if (a->result == OUT_MEMBERSHIP) continue;
     if (a->result == OUT_SUCCESS) return 0;
+    if (a->result == OUT_CUT_OFF) {
+      trun__agent_report_failures(a, 0);
+      return TRUN_EXIT_CUT_OFF;
+    }
+    if (a->result == OUT_PEER_LOST && !trun_rdzv_elastic(&a->rdzv)) {
+      /* A fixed-size job (static) cannot go on without the node. */
+      trun__agent_report_failures(a, 1);
+      return 1;
+    }
     if (a->result == OUT_SIGNALED) {
       trun__agent_report_failures(a, 0);
       return 1;
@@ -512,7 +617,8 @@ static int rounds(agent *a) {
 static int agent_main(agent *a) {
   if (plan(a) < 0 || meet(a) < 0) return 1;
   int code = rounds(a);
-  trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED);
+  /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. */
+  if (code != TRUN_EXIT_CUT_OFF) trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED);
   return code;
 }
 
@@ -570,11 +676,14 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
         "their own children may not be");
   uv_timer_init(a.loop, &a.kill_timer);
   uv_timer_init(a.loop, &a.drain_timer);
-  uv_timer_init(a.loop, &a.member_timer);
-  a.kill_timer.data = a.drain_timer.data = a.member_timer.data = &a;
+  a.kill_timer.data = a.drain_timer.data = &a;
   a.on_stream_eof = on_stream_eof;
   uv_async_init(a.loop, &a.remote, on_remote);
   a.remote.data = &a;
+  uv_timer_init(a.loop, &a.live_timer);
+  a.live_timer.data = &a;
+  uv_async_init(a.loop, &a.news_async, on_news_async);
+  a.news_async.data = &a;
   if (setup_signals(&a) < 0) {
     trun_error("cannot install signal handlers");
     return 1;

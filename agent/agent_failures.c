@@ -49,10 +49,30 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
   return n;
 }
 
+/* A node of the round was lost (liveness): it is the root cause; this node's workers that failed with it
+ * (a crashed peer resets their connections) are bystanders. */
+static size_t add_lost_node(agent *a, trun_failure *fs, size_t n) {
+  if (a->result != OUT_PEER_LOST || !a->lost_known) return n;
+  for (size_t i = 0; i < n; i++) fs[i].torn_down = 1;
+  trun_failure *f = &fs[n];
+  memset(f, 0, sizeof(*f));
+  f->global_rank = -1;
+  f->local_rank = -1;
+  f->group_rank = a->lost.node;
+  f->node_lost = 1;
+  f->timestamp = a->lost.at;
+  f->host = strdup(a->lost.addr);
+  if (asprintf(&f->message, "node rank %d (%s) was lost: %s (seen by %s)", a->lost.node, a->lost.addr,
+               a->lost.cause,
+               strcmp(a->lost.by, "store") == 0 ? "the rendezvous store's host" : a->lost.by) < 0)
+    f->message = NULL;
+  return n + 1;
+}
+
 void trun__agent_report_failures(agent *a, int final) {
-  trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size, sizeof(*fs));
+  trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size + 1, sizeof(*fs));
   if (fs == NULL) return;
-  size_t n = collect_failures(a, fs);
+  size_t n = add_lost_node(a, fs, collect_failures(a, fs));
   int root;
   if (final && a->result == OUT_REMOTE_FAILED && a->rdzv.group_rank != 0) {
     fprintf(stderr,
@@ -63,8 +83,10 @@ void trun__agent_report_failures(agent *a, int final) {
                 : "the store was lost");
     final = 0;
   }
-  if (final && trun_rdzv_ends_by_key(&a->rdzv) && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0) {
-    /* Job-wide: add the other nodes' root causes. */
+  /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others
+   * published none: every node prints the same root cause). */
+  if (final && trun_rdzv_ends_by_key(&a->rdzv) && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0 &&
+      a->result != OUT_PEER_LOST) {
     char **remote = NULL;
     int nr = 0;
     if (trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {

@@ -25,8 +25,13 @@ typedef enum {
   OUT_FAILED,
   OUT_SIGNALED,
   OUT_REMOTE_FAILED,
-  OUT_MEMBERSHIP
+  OUT_MEMBERSHIP,
+  OUT_PEER_LOST, /* the liveness found a node of the round gone ("gone:<g>"): counted like a failure */
+  OUT_CUT_OFF /* this node lost the rendezvous store for the liveness window: it exits (TRUN_EXIT_CUT_OFF) */
 } outcome;
+
+/* Exit codes beyond torchrun's 0 / 1 / 2 (docs/supervision.md): a scheduler replaces the node. */
+#define TRUN_EXIT_CUT_OFF 4
 
 typedef struct agent agent;
 
@@ -70,7 +75,8 @@ struct agent {
   int nsigs;
   uv_timer_t kill_timer;
   uv_timer_t drain_timer;
-  uv_timer_t member_timer; /* c10d: heartbeats and the wait list while the workers run */
+  uv_async_t news_async; /* the rendezvous's thread has news (on_news) */
+  int news, news_nodes;
   /* Multi-node: a thread waits for the round's end key on its own connection. */
   uv_async_t remote;
   pthread_t watcher;
@@ -83,8 +89,14 @@ struct agent {
   trun_obs *obs;                    /* events and metrics (agent/observe/obs.h) */
   trun_stall *stall;                /* --stall-timeout (agent/observe/stall.h), NULL when off */
   void (*on_stream_eof)(void *arg); /* a worker's stream reached EOF (agent.c: the round may end); arg: a */
-  struct rlimit nofile;             /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;                /* the agent raised its soft limit to the hard one */
+  /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
+  trun_rdzv_loss lost;
+  int lost_known;
+  double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
+  uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
+  char cut_why[512];
+  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;    /* the agent raised its soft limit to the hard one */
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or

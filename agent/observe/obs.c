@@ -23,6 +23,8 @@ struct trun_obs {
   unsigned long restarts;
   int running, succeeded, failed, stopped;
   unsigned long stalls;
+  unsigned long nodes_lost;
+  double recovery_s; /* the last recovery, -1: none yet */
   struct {
     char label[32];
     unsigned long n;
@@ -64,6 +66,11 @@ static void render(void *arg, trun_buf *out) {
   trun_metrics_sample(out, "trun_rendezvous_duration_seconds", NULL, o->rdzv_duration);
   trun_metrics_header(out, "trun_stalls_total", "counter", "Workers found stalled by --stall-timeout.");
   trun_metrics_sample(out, "trun_stalls_total", NULL, (double)o->stalls);
+  trun_metrics_header(out, "trun_nodes_lost_total", "counter", "Nodes of this node's rounds found lost.");
+  trun_metrics_sample(out, "trun_nodes_lost_total", NULL, (double)o->nodes_lost);
+  trun_metrics_header(out, "trun_recovery_seconds", "gauge",
+                      "Seconds from the last node loss until this node's workers ran again (-1: none yet).");
+  trun_metrics_sample(out, "trun_recovery_seconds", NULL, o->recovery_s);
   trun_server_stats sum = {0};
   const trun_store_host *hosts[2] = {o->r ? o->r->host : NULL, o->r ? o->r->worker_host : NULL};
   for (int i = 0; i < 2; i++) {
@@ -96,6 +103,7 @@ int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, tru
     return -1;
   }
   o->round = -1;
+  o->recovery_s = -1;
   if (cfg->events && trun_events_open(cfg->events, host, &o->ev, err, errlen) < 0) {
     free(o);
     return -1;
@@ -212,6 +220,22 @@ void trun_obs_membership(trun_obs *o, int waiting) {
   trun_events_emit(o->ev, "membership_change", json_pack("{s:i}", "waiting", waiting));
 }
 
+void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l) {
+  if (o == NULL) return;
+  o->nodes_lost++;
+  trun_events_emit(o->ev, "node_lost",
+                   json_pack("{s:i,s:I,s:s,s:s,s:s,s:f}", "node", l->node, "round", (json_int_t)l->round_id,
+                             "address", l->addr, "cause", l->cause, "seen_by", l->by, "detected_at", l->at));
+}
+
+void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds) {
+  if (o == NULL) return;
+  o->recovery_s = seconds;
+  trun_events_emit(
+      o->ev, "recovered",
+      json_pack("{s:i,s:i,s:f}", "world_size", world_size, "nnodes", nnodes, "seconds", seconds));
+}
+
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal) {
   if (o == NULL) return;
   o->stalls++;
@@ -263,7 +287,9 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
   json_t *j = json_pack("{s:b,s:i,s:i,s:i,s:i,s:s}", "final", final, "rank", f->global_rank, "local_rank",
                         f->local_rank, "node_rank", f->group_rank, "pid", (int)f->pid, "root_host",
                         f->host ? f->host : "");
-  if (f->exit_code >= 0)
+  if (f->node_lost)
+    json_object_set_new(j, "node_lost", json_true());
+  else if (f->exit_code >= 0)
     json_object_set_new(j, "exit_code", json_integer(f->exit_code));
   else
     json_object_set_new(j, "signal", json_string(label));

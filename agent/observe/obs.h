@@ -30,6 +30,10 @@ void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int
 void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down);
 void trun_obs_restart(trun_obs *o, int attempt, int remaining);
 void trun_obs_membership(trun_obs *o, int waiting);
+/* A node of the round is lost (the liveness record, agent/rdzv/rdzv.h). */
+void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l);
+/* The workers run again after a loss: world, nodes, and seconds from the loss to this moment. */
+void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds);
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
 /* The split-pod doctor's verdict after a rendezvous round (agent/nccl/doctor.h). */
 void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);

@@ -296,9 +296,15 @@ static char *trun_format_failure(size_t idx, const trun_failure *f, size_t *widt
   fprintf(m, "[%zu]:\n", idx);
   fprintf(m, "  time      : %s\n", when);
   fprintf(m, "  host      : %s\n", f->host ? f->host : TRUN_NOT_AVAILABLE);
-  fprintf(m, "  rank      : %d (local_rank: %d)\n", f->global_rank, f->local_rank);
-  fprintf(m, "  exitcode  : %d (pid: %ld)%s\n", f->exit_code, (long)f->pid,
-          f->torn_down ? TRUN_TORN_DOWN_LABEL : "");
+  if (f->node_lost)
+    fprintf(m, "  rank      : %s (every rank of node rank %d)\n", TRUN_NOT_AVAILABLE, f->group_rank);
+  else
+    fprintf(m, "  rank      : %d (local_rank: %d)\n", f->global_rank, f->local_rank);
+  if (f->node_lost)
+    fprintf(m, "  exitcode  : %s (node rank %d lost)\n", TRUN_NOT_AVAILABLE, f->group_rank);
+  else
+    fprintf(m, "  exitcode  : %d (pid: %ld)%s\n", f->exit_code, (long)f->pid,
+            f->torn_down ? TRUN_TORN_DOWN_LABEL : "");
   fprintf(m, "  error_file: %s\n", f->error_file ? f->error_file : TRUN_NOT_AVAILABLE);
   if (f->log_path) fprintf(m, "  log       : %s\n", f->log_path);
   fputs("  traceback : ", m);

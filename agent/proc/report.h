@@ -19,6 +19,8 @@ typedef struct {
   char *traceback;  /* extraInfo.py_callstack, or NULL */
   char *log_path;   /* stderr log file when redirected, or NULL */
   int torn_down;    /* 1: killed by the agent's teardown after another worker failed */
+  int node_lost;    /* 1: not a worker: the node group_rank was lost (its workers' fate is unknown);
+                       exit_code and pid do not apply */
 } trun_failure;
 
 void trun_failure_free(trun_failure *f);

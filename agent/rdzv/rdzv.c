@@ -1,6 +1,7 @@
 /* The rendezvous interface (agent/rdzv/rdzv.h): picks the backend and hands every call to it, with what is
  * the same for all of them around the calls (the --store-allow-peers steps of a round). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rdzv_int.h"
@@ -12,27 +13,37 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
     if (cfg->backend == TRUN_RDZV_FAST) be = &trun__rdzv_trun;
   }
   trun__rdzv_reset(r, cfg, nproc, be);
-  return be->init(r, err, errlen);
+  if (be->init(r, err, errlen) < 0) return -1;
+  if (trun__rdzv_live_start(r) < 0) {
+    snprintf(err, errlen, "out of memory starting the liveness thread");
+    trun_rdzv_close(r);
+    return -1;
+  }
+  return 0;
+}
+
+/* The losses of the round before this one (the records lost/<g> in its key space), for the agent's
+ * node_lost / recovered reports. */
+static void read_prev_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
+  r->n_prev_lost = 0;
+  if (prev_ks[0] == '\0' || prev_world < 2) return;
+  if (r->prev_lost == NULL && (r->prev_lost = calloc(TRUN_RDZV_MAX_LOSSES, sizeof(*r->prev_lost))) == NULL)
+    return;
+  r->n_prev_lost = trun__rdzv_losses(r, prev_ks, prev_world, r->prev_lost, TRUN_RDZV_MAX_LOSSES);
 }
 
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
+  char prev_ks[sizeof(r->key_space)];
+  int prev_world = r->group_world_size;
+  snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
   if (r->be->publish_addr && r->be->publish_addr(r, round) < 0)
     trun_debug("could not publish this node's address for --store-allow-peers");
   if (r->be->next_round(r, round, err, errlen) < 0) return -1;
   if (r->cfg->store_allow_peers && r->be->admit_round && r->be->admit_round(r, round, err, errlen) < 0)
     return -1;
+  read_prev_losses(r, prev_ks, prev_world);
+  trun__rdzv_live_round(r);
   return 0;
-}
-
-int trun_rdzv_tick_ms(const trun_rdzv *r) {
-  if (r->be == NULL || r->be->tick == NULL || r->be->tick_ms == NULL) return 0;
-  int ms = r->be->tick_ms(r);
-  return ms < 100 ? 100 : ms;
-}
-
-trun_rdzv_news trun_rdzv_tick(trun_rdzv *r, int *nodes) {
-  *nodes = 0;
-  return r->be && r->be->tick ? r->be->tick(r, nodes) : TRUN_RDZV_STEADY;
 }
 
 int trun_rdzv_new_nodes_waiting(trun_rdzv *r) {
@@ -46,6 +57,10 @@ void trun_rdzv_finish(trun_rdzv *r, int code, int signaled) {
 }
 
 void trun_rdzv_close(trun_rdzv *r) {
+  trun__rdzv_live_stop(r); /* first: it leaves its round cleanly while the store is still there */
+  free(r->prev_lost);
+  r->prev_lost = NULL;
+  r->n_prev_lost = 0;
   if (r->be && r->be->close)
     r->be->close(r);
   else
@@ -53,3 +68,5 @@ void trun_rdzv_close(trun_rdzv *r) {
 }
 
 const char *trun_rdzv_backend_name(const trun_rdzv *r) { return r->be ? r->be->name : "none"; }
+
+int trun_rdzv_elastic(const trun_rdzv *r) { return r->be && r->be->elastic; }

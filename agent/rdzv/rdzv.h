@@ -34,15 +34,42 @@ typedef struct trun_rdzv {
   trun_store_host *host;  /* the rendezvous store, when this agent serves it */
   trun_store_host *worker_host; /* the workers' store, when this agent serves one of its own (c10d) */
   trun_client *client;          /* this agent's connection to the rendezvous store (raw keys) */
+  char store_addr[256];         /* where this agent reaches the rendezvous store */
+  int store_port;
+  trun_gen store_gen; /* its wire generation */
   /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
    * (the agent lets its loop handle signals there). May be NULL. */
   int (*poll)(void *arg);
   void *poll_arg;
   const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
   void *state;             /* the backend's own state */
+  struct trun_live *live;  /* liveness (rdzv_live.c), NULL for a single node */
+  /* While the workers run, the backend's news (nodes waiting to join, a peer that restarted): called from
+   * the rendezvous's thread (set before trun_rdzv_init; NULL: none). The agent's loop never waits on the
+   * store while the workers run: the thread does the backend's keep-alive and the liveness heartbeats on
+   * a connection of its own. */
+  void (*on_news)(void *arg, int news, int nodes);
+  void *on_news_arg;
+  /* Losses of the last round this one followed, read at the start of this round (recovery). */
+  int n_prev_lost;
+  struct trun_rdzv_loss *prev_lost;
 } trun_rdzv;
 
-/* What the agent learns while its workers run (trun_rdzv_tick). */
+#define TRUN_RDZV_MAX_LOSSES 16 /* the losses of one round that trun_rdzv keeps */
+
+/* A node the liveness of a round found gone (the record lost/<g> in the round's key space). */
+typedef struct trun_rdzv_loss {
+  int node;           /* its group rank in that round */
+  long long round_id; /* that round */
+  char addr[256];     /* its address */
+  char id[320];       /* its identity in the rendezvous: "addr pid local_id" */
+  char cause[256];    /* "its connection to the rendezvous store closed (from A)", "3 heartbeats missed
+                         (3.2 s without one)", "it left the job: WHY" */
+  char by[16];        /* who saw it: "store" (the store host) or a group rank */
+  double at;          /* wall-clock seconds when it was seen */
+} trun_rdzv_loss;
+
+/* What the agent learns while its workers run (on_news). */
 typedef enum {
   TRUN_RDZV_STEADY = 0,   /* nothing changed */
   TRUN_RDZV_NEW_NODES,    /* nodes wait to join: restart the workers into a new world (no restart used) */
@@ -59,10 +86,6 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
  * r->round): joins, waits for the other nodes, assigns ranks and the workers' store; with
  * --store-allow-peers the stores this node hosts then admit only the round's nodes. 0 or -1 with a reason. */
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
-/* How often trun_rdzv_tick wants to run while the workers do, in ms (0: never). */
-int trun_rdzv_tick_ms(const trun_rdzv *r);
-/* While the workers run: heartbeats and membership. *nodes: how many nodes the news is about. */
-trun_rdzv_news trun_rdzv_tick(trun_rdzv *r, int *nodes);
 /* After a worker failed: nodes that wait to join and were not in this round (c10d), which made another
  * agent stop its workers and broke ours; > 0 makes the failure a membership change. */
 int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
@@ -75,8 +98,9 @@ int trun_rdzv_ends_by_key(const trun_rdzv *r);
 /* A second connection to the rendezvous store, for a thread that waits for the end (trun_rdzv_end_wait).
  * 0 or a negative errno. */
 int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out);
-/* Blocks on c until round's end key exists; its value into value ("lost:<errno>" when the store is gone).
- * Thread-safe against the agent's own connection. */
+/* Blocks on c until the end key of the round (in r->key_space) exists; its value into value ("lost:<errno>"
+ * when the store is gone). Thread-safe against the agent's own connection. Every backend: c10d's end key
+ * is set only when a node is lost ("gone:<g>"). */
 void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len);
 /* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (its
  * value reaches the watcher, trun_rdzv_end_wait). 0, -EINTR (poll), or another negative errno. */
@@ -87,6 +111,25 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
  * array. Waits at most timeout_ms for missing ones; *n = how many were read. */
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
 
+/* ---- liveness (rdzv_live.c) ---- */
+/* The round's workers stopped on this node: it leaves the round cleanly (its alive key goes, so no watcher
+ * calls it lost). */
+void trun_rdzv_round_done(trun_rdzv *r);
+/* After the end watcher read "gone:<g>" on its connection c: what the record says of node g. 0 or a negative
+ * errno. */
+int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);
+/* This node is cut off: any request of the rendezvous's thread stuck on the dead connection returns now. */
+void trun_rdzv_abandon(trun_rdzv *r);
+/* While the workers run, every trun_rdzv_live_ms: 1 with the cause in why when this node's liveness
+ * heartbeats have had no answer from the rendezvous store for twice the liveness window
+ * (trun_heartbeat_interval x trun_heartbeat_misses): it is cut off from the job. */
+int trun_rdzv_cut_off(trun_rdzv *r, char *why, size_t len);
+/* How often to ask trun_rdzv_cut_off, in ms (0: no liveness). */
+int trun_rdzv_live_ms(const trun_rdzv *r);
+/* This node leaves the job now (a hardware fault, a stop signal): its loss record with why, and the
+ * round's end, so that the others go on at once instead of after the heartbeat expiry. 0 or -errno. */
+int trun_rdzv_leave_now(trun_rdzv *r, const char *why);
+
 /* The job is over (code: the agent's exit code; signaled: it was stopped by a signal): the backend's exit
  * barrier and, where the backend has one, its shutdown, as torchrun does them. */
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled);
@@ -94,5 +137,7 @@ void trun_rdzv_finish(trun_rdzv *r, int code, int signaled);
 void trun_rdzv_close(trun_rdzv *r);
 /* The name of the backend in use: "static", "c10d" or "trun". */
 const char *trun_rdzv_backend_name(const trun_rdzv *r);
+/* 1 when a round may go on without a node of the last one (c10d, trun); 0 for the static backend. */
+int trun_rdzv_elastic(const trun_rdzv *r);
 
 #endif

@@ -26,6 +26,8 @@ typedef struct {
   char round_prefix[400];  /* "/torch.rendezvous.<run_id>.<round>/" */
   char cached_master[256]; /* the workers' store of an earlier round (torch caches it) */
   int cached_port;
+  char prev_ks[512]; /* the key space of the round before the one being joined ("": none) */
+  long long prev_round;
 } c10d_state;
 
 static c10d_state *st(const trun_rdzv *r) { return r->state; }
@@ -362,11 +364,39 @@ static int master_113(trun_rdzv *r, int timeout_ms) {
   return read_master(r, timeout_ms);
 }
 
+/* The losses recorded in the last round's key space (rdzv_live.c): those nodes are dropped from the state at
+ * once, and the survivors are what the next round waits for instead of the last call. */
+static void learn_losses(void *arg) {
+  trun_rdzv *r = arg;
+  c10d_state *c = st(r);
+  if (c->prev_ks[0] == '\0' || c->dyn.n_roster < 2) return;
+  trun_rdzv_loss lost[TRUN_RDZV_MAX_LOSSES];
+  int n = trun__rdzv_losses(r, c->prev_ks, (int)c->dyn.n_roster, lost, TRUN_RDZV_MAX_LOSSES);
+  for (int i = 0; i < n; i++) {
+    char addr[256];
+    long long pid = 0, local = 0;
+    if (sscanf(lost[i].id, "%255s %lld %lld", addr, &pid, &local) != 3) continue;
+    trun_rdzv_node dead = {.addr = addr, .pid = pid, .local_id = local};
+    if (trun_dyn_find_node(c->dyn.roster, c->dyn.n_roster, &dead) < 0) continue;
+    if (trun_dyn_mark_dead(&c->dyn, &dead) == 0)
+      trun_info(
+          "c10d rendezvous: node rank %d of round %lld (%s) is lost (%s): the next round goes on with the "
+          "%zu other node(s) as soon as they are back",
+          lost[i].node, c->prev_round, addr, lost[i].cause, c->dyn.n_expect);
+  }
+}
+
 static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   (void)agent_round; /* the store's round counter decides */
+  snprintf(st(r)->prev_ks, sizeof(st(r)->prev_ks), "%s", r->key_space);
+  st(r)->prev_round = r->round_id;
+  learn_losses(r);
+  st(r)->dyn.refresh = learn_losses;
+  st(r)->dyn.refresh_arg = r;
   int rank = 0, world = 0;
   int64_t round = 0;
   int rc = trun_dyn_next(&st(r)->dyn, &rank, &world, &round);
+  st(r)->dyn.refresh = NULL;
   if (rc < 0) {
     snprintf(err, errlen, "c10d rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
              rc == -EINTR ? "interrupted by a signal" : st(r)->dyn.err);
@@ -432,17 +462,24 @@ static void wipe_worker_store(trun_rdzv *r) {
  * world. Only nodes that were not in this round are new members: a peer of this round in the wait list
  * restarted after a failure, which every node counts, so that all agents keep one restart count (torch
  * <= 2.5 workers prefix their store keys with it). */
-static trun_rdzv_news c10d_tick(trun_rdzv *r, int *nodes) {
+static trun_rdzv_news c10d_tick(trun_rdzv *r, trun_client *c, int *nodes) {
+  trun_dyn *d = &st(r)->dyn;
+  trun_client *own = d->c;
+  trun_rdzv_news news = TRUN_RDZV_STEADY;
   *nodes = 0;
-  if (trun_dyn_keep_alive(&st(r)->dyn) < 0) {
-    trun_warn("c10d heartbeat failed: %s", st(r)->dyn.err);
-    return TRUN_RDZV_STEADY;
+  d->c = c;
+  if (trun_dyn_keep_alive(d) < 0) {
+    trun_warn("c10d heartbeat failed: %s", d->err);
+  } else {
+    int waiting = trun_dyn_num_waiting(d, 0);
+    int fresh = waiting > 0 ? trun_dyn_num_new_waiting(d, 0) : 0;
+    if (waiting > 0) {
+      *nodes = fresh > 0 ? fresh : waiting;
+      news = fresh > 0 ? TRUN_RDZV_NEW_NODES : TRUN_RDZV_PEER_RESTART;
+    }
   }
-  int waiting = trun_dyn_num_waiting(&st(r)->dyn, 0);
-  if (waiting <= 0) return TRUN_RDZV_STEADY;
-  int fresh = trun_dyn_num_new_waiting(&st(r)->dyn, 0);
-  *nodes = fresh > 0 ? fresh : waiting;
-  return fresh > 0 ? TRUN_RDZV_NEW_NODES : TRUN_RDZV_PEER_RESTART;
+  d->c = own;
+  return news;
 }
 
 static int c10d_tick_ms(const trun_rdzv *r) { return (int)(r->cfg->monitor_interval * 1000); }
@@ -513,6 +550,7 @@ static int c10d_admit(trun_rdzv *r, int round, char *err, size_t errlen) {
 
 const trun_rdzv_ops trun__rdzv_c10d = {
     .name = "c10d",
+    .elastic = 1,
     .init = c10d_init,
     .next_round = c10d_round,
     .admit_round = c10d_admit,

@@ -54,8 +54,9 @@ int trun__rdzv_conf_bool(const char *conf, const char *key) {
 }
 
 static const char *const int_keys[] = {
-    "join_timeout",        "last_call_timeout",      "close_timeout", "heartbeat_timeout",
-    "keep_alive_interval", "keep_alive_max_attempt", "read_timeout",  "timeout"};
+    "join_timeout",         "last_call_timeout",      "close_timeout", "heartbeat_timeout",
+    "keep_alive_interval",  "keep_alive_max_attempt", "read_timeout",  "timeout",
+    "trun_heartbeat_misses"};
 
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen) {
   const char *conf = cfg->rdzv_conf;
@@ -82,11 +83,22 @@ int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen) {
         long x = strtol(v, &e, 10);
         if (*v == '\0' || *e != '\0' || x <= 0) {
           snprintf(err, errlen, "--rdzv-conf %s=%s: must be a positive whole number of %s", k, v,
-                   strcmp(k, "keep_alive_max_attempt") == 0 ? "attempts" : "seconds");
+                   strcmp(k, "keep_alive_max_attempt") == 0  ? "attempts"
+                   : strcmp(k, "trun_heartbeat_misses") == 0 ? "heartbeats"
+                                                             : "seconds");
           return -1;
         }
       }
-    if (strcmp(k, "is_host") == 0) {
+    if (strcmp(k, "trun_heartbeat_interval") == 0) {
+      known = 1;
+      char *e;
+      double x = strtod(v, &e);
+      if (*v == '\0' || *e != '\0' || !(x >= 0.05 && x <= 3600)) {
+        snprintf(err, errlen, "--rdzv-conf trun_heartbeat_interval=%s: give seconds between 0.05 and 3600",
+                 v);
+        return -1;
+      }
+    } else if (strcmp(k, "is_host") == 0) {
       known = 1;
       if (trun__rdzv_conf_bool(conf, "is_host") == -2) {
         snprintf(err, errlen, "--rdzv-conf is_host=%s: use true or false (1/0, yes/no)", v);

@@ -288,6 +288,29 @@ int trun_dyn_sanitize(trun_rdzv_state *st, const trun_dyn_settings *s, int64_t n
   return dropped;
 }
 
+int trun_dyn_prune(trun_rdzv_state *st, const trun_rdzv_node *dead, size_t n_dead,
+                   const trun_dyn_settings *s) {
+  int dropped = 0, participant_removed = 0;
+  for (size_t i = 0; i < n_dead; i++) {
+    int p = entry_remove(st->participants, &st->n_participants, &dead[i]);
+    participant_removed |= p;
+    dropped += p + node_remove(st->wait_list, &st->n_wait, &dead[i]) +
+               node_remove(st->redundancy_list, &st->n_redundancy, &dead[i]) +
+               entry_remove(st->heartbeats, &st->n_heartbeats, &dead[i]);
+  }
+  if (participant_removed) remove_participant_epilogue(st, s);
+  return dropped;
+}
+
+int trun_dyn_expected_in(const trun_rdzv_state *st, const trun_rdzv_node *expect, size_t n_expect,
+                         const trun_dyn_settings *s, int64_t now_us) {
+  if (n_expect == 0 || st->complete || st->closed || !st->has_deadline || st->deadline_us < now_us) return 0;
+  if (st->n_participants < (size_t)s->min_nodes || st->n_participants > (size_t)s->max_nodes) return 0;
+  for (size_t i = 0; i < n_expect; i++)
+    if (trun_dyn_find_entry(st->participants, st->n_participants, &expect[i]) < 0) return 0;
+  return 1;
+}
+
 /* ---- executor ---------------------------------------------------------------------------------------- */
 
 int trun_dyn_init(trun_dyn *d, trun_client *c, const char *run_id, const char *addr, int64_t pid,
@@ -332,8 +355,28 @@ static int roster_save(trun_dyn *d) {
   return 0;
 }
 
+static void nodes_free(trun_rdzv_node **l, size_t *n) {
+  for (size_t i = 0; i < *n; i++) free((*l)[i].addr);
+  free(*l);
+  *l = NULL;
+  *n = 0;
+}
+
+int trun_dyn_mark_dead(trun_dyn *d, const trun_rdzv_node *n) {
+  if (trun_dyn_find_node(d->dead, d->n_dead, n) >= 0) return 1;
+  if (node_add(&d->dead, &d->n_dead, n) < 0) return -ENOMEM;
+  nodes_free(&d->expect, &d->n_expect);
+  for (size_t i = 0; i < d->n_roster; i++)
+    if (trun_dyn_find_node(d->dead, d->n_dead, &d->roster[i]) < 0 &&
+        node_add(&d->expect, &d->n_expect, &d->roster[i]) < 0)
+      return -ENOMEM;
+  return 0;
+}
+
 void trun_dyn_free(trun_dyn *d) {
   roster_free(d);
+  nodes_free(&d->dead, &d->n_dead);
+  nodes_free(&d->expect, &d->n_expect);
   trun_rdzv_state_free(&d->st);
   free(d->token);
   free(d->me.addr);
@@ -421,18 +464,25 @@ int trun_dyn_sync(trun_dyn *d) {
   d->last_sync = trun_dyn_mono();
   int dropped = trun_dyn_sanitize(&d->st, &d->s, trun_dyn_utc_us());
   if (dropped) trun_debug("rendezvous %s: %d node(s) without a heartbeat dropped", d->run_id, dropped);
+  if (d->n_dead && trun_dyn_prune(&d->st, d->dead, d->n_dead, &d->s) > 0) {
+    trun_debug("rendezvous %s: the lost node(s) dropped from the state", d->run_id);
+    d->dirty = true; /* written with this node's next action, or now if it has none */
+  }
   return has_set;
 }
 
 typedef trun_dyn_action (*op_fn)(const trun_dyn_ctx *c);
 
-/* Sleeps about a second between syncs, calling d->poll every 100 ms. */
+/* Sleeps about a second between syncs (a tenth of that while survivors of a lost node regroup), calling
+ * d->poll every 100 ms and d->refresh once. */
 static int pause_1s(trun_dyn *d) {
-  for (int i = 0; i < 10; i++) {
+  int slices = d->n_expect ? 1 : 10;
+  for (int i = 0; i < slices; i++) {
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
     if (d->poll && d->poll(d->poll_arg)) return -EINTR;
   }
+  if (d->refresh) d->refresh(d->refresh_arg);
   return 0;
 }
 
@@ -442,6 +492,15 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
   for (;;) {
     int rc = trun_dyn_sync(d);
     if (rc < 0) return rc;
+    if (op == trun_dyn_join_action &&
+        trun_dyn_expected_in(&d->st, d->expect, d->n_expect, &d->s, trun_dyn_utc_us())) {
+      /* Every survivor of the last round is back and the lost are known: no one else is coming. */
+      trun_debug("rendezvous %s round %lld: every survivor rejoined: ending the last call now", d->run_id,
+                 (long long)d->st.round);
+      d->st.deadline_us = trun_dyn_utc_us() - 1;
+      d->dirty = true;
+      continue;
+    }
     trun_dyn_ctx c = {.st = &d->st,
                       .me = &d->me,
                       .s = &d->s,
@@ -495,6 +554,7 @@ int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
   *rank = (int)d->st.participants[i].v;
   *world = (int)d->st.n_participants;
   *round = d->st.round;
+  nodes_free(&d->expect, &d->n_expect); /* this round is formed: the next one waits as usual */
   return roster_save(d);
 }
 

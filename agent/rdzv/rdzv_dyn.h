@@ -92,6 +92,16 @@ typedef struct trun_dyn {
   void *poll_arg;
   trun_rdzv_node *roster; /* the participants of the round trun_dyn_next joined (addr owned) */
   size_t n_roster;
+  /* Recovery (issue 22): nodes known lost (pruned from every state this node reads, as torch's sanitizer
+   * prunes nodes whose heartbeat expired), and the survivors of the last round: once they are all
+   * participants again (and at least MIN), the last call ends at once. Both owned; empty: none. */
+  trun_rdzv_node *dead;
+  size_t n_dead;
+  trun_rdzv_node *expect;
+  size_t n_expect;
+  /* Called about every second while a join waits (NULL: none): the caller may mark nodes dead. */
+  void (*refresh)(void *arg);
+  void *refresh_arg;
   uint64_t bytes_out, bytes_in, ops; /* store traffic of this node's rendezvous */
   char err[768];                     /* the last failure's reason */
 } trun_dyn;
@@ -115,6 +125,19 @@ int trun_dyn_num_waiting(trun_dyn *d, int fresh);
 /* Of those, the nodes that were not participants of this node's round: new members. A participant of the
  * round in the wait list is a peer that restarted after a failure. >= 0 or negative errno. */
 int trun_dyn_num_new_waiting(trun_dyn *d, int fresh);
+/* Node n (of the last round) is lost: dropped from the states this node reads from now on, and the survivors
+ * of the last round (its roster less the lost) are what the next round waits for instead of the last call.
+ * 0, 1 when n was already known, -ENOMEM. */
+int trun_dyn_mark_dead(trun_dyn *d, const trun_rdzv_node *n);
+/* Drops the dead nodes from st (participants, wait and redundancy lists, heartbeats), as torch's sanitizer
+ * drops expired ones. Returns how many entries went. */
+int trun_dyn_prune(trun_rdzv_state *st, const trun_rdzv_node *dead, size_t n_dead,
+                   const trun_dyn_settings *s);
+/* 1 when st is an incomplete round whose participants hold every expected node and at least MIN nodes while
+ * its last call still runs: the deadline may end now. */
+int trun_dyn_expected_in(const trun_rdzv_state *st, const trun_rdzv_node *expect, size_t n_expect,
+                         const trun_dyn_settings *s, int64_t now_us);
+
 /* shutdown(): marks the rendezvous closed (close op, close_timeout). 0 or negative errno. */
 int trun_dyn_close(trun_dyn *d);
 /* Syncs with the store once (get or compare_set). 1 set won, 0 lost or plain read, negative errno. */

@@ -12,16 +12,18 @@
 int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out) {
   trun_client_opts o;
   trun_client_opts_default(&o);
-  o.host = r->host ? trun_store_host_addr(r->host) : r->cfg->endpoint_host;
-  o.port = r->master_port; /* the rendezvous store's port, until the first round; then it stays so */
+  o.host = r->store_addr;
+  o.port = r->store_port;
+  o.gen = r->store_gen;
   o.key_prefix = "";
   o.connect_timeout_ms = timeout_ms;
   return trun_client_connect(&o, out);
 }
 
 void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len) {
-  char k[512];
-  trun__rdzv_round_key(r, round, "end", k, sizeof(k));
+  char k[600];
+  (void)round; /* the round's key space says it (static and trun: /trun/<run_id>/r<round>) */
+  snprintf(k, sizeof(k), "%s/end", r->key_space);
   trun_buf v = {0};
   int rc;
   while ((rc = trun_client_get(c, trun_str(k), &v, 3600 * 1000)) == -ETIMEDOUT) {

@@ -286,10 +286,44 @@ static int late(trun_fast *f, int64_t R, double deadline) {
   return op_cas(f, k, cur, next, v, sizeof(v));
 }
 
+/* Recovery (issue 22): the survivors of round prev (prev_world nodes) that liveness found short of some
+ * (lost_n in prev's key space, rdzv_live.c): how many nodes the next round needs before it commits without
+ * the last call; 0 when there is nothing to expect (no loss, or fewer than MIN would remain). */
+static int64_t survivors(trun_fast *f, int64_t prev, int prev_world) {
+  if (prev < 0 || prev_world < 2) return 0;
+  char k[320];
+  int64_t lost = 0;
+  key(f, k, sizeof(k), prev, "lost_n");
+  trun_slice s = trun_str(k);
+  if (trun_client_check(f->c, 1, &s) != 1 || op_add(f, k, 0, &lost) < 0 || lost <= 0) return 0;
+  int64_t e = prev_world - lost;
+  return e >= f->s.min_nodes ? e : 0;
+}
+
+/* Commits round R at once when every survivor of the last round joined it. 1 committed, 0 not yet, <0. */
+static int commit_survivors(trun_fast *f, int64_t R, int64_t expect) {
+  if (expect <= 0) return 0;
+  char k[320];
+  int64_t n = 0;
+  key(f, k, sizeof(k), R, "seq");
+  int rc = op_add(f, k, 0, &n);
+  if (rc < 0) return rc;
+  if (n < expect) return 0;
+  if (n > f->s.max_nodes) n = f->s.max_nodes;
+  trun_debug(
+      "rendezvous %s round %lld: the %lld survivor(s) of the last round are back: committing without the "
+      "last call",
+      f->base, (long long)R, (long long)expect);
+  rc = commit(f, R, (int)n);
+  return rc < 0 ? rc : 1;
+}
+
 int trun_fast_join(trun_fast *f) {
   char k[320], v[400], out[64];
   int rc;
   double deadline = mono() + f->s.join_timeout_ms / 1000.0;
+  int64_t prev = f->round;
+  int prev_world = f->group_world;
   f->coordinator = 0;
   if (f->round >= 0) {
     /* The last round is over for this node: the round counter moves on (the first to ask wins). */
@@ -345,8 +379,11 @@ int trun_fast_join(trun_fast *f) {
       goto assigned;
     }
 
-    /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. */
+    /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. After a loss,
+     * the survivors of the last round commit as soon as they are all back. */
     double last_call = i >= f->s.min_nodes ? mono() : -1;
+    int64_t expect = survivors(f, prev, prev_world);
+    if ((rc = commit_survivors(f, R, expect)) < 0) goto fail;
     key(f, k, sizeof(k), R, "commit");
     for (;;) {
       double now = mono();
@@ -360,7 +397,7 @@ int trun_fast_join(trun_fast *f) {
                  (long long)R, (long long)n, f->s.join_timeout_ms / 1000, f->s.min_nodes);
         return -ETIMEDOUT;
       }
-      int slice = 1000;
+      int slice = prev >= 0 ? 200 : 1000; /* a survivor looks again sooner */
       if (last_call >= 0) {
         int lc_left = (int)((last_call + f->s.last_call_ms / 1000.0 - now) * 1000);
         if (lc_left < slice) slice = lc_left > 0 ? lc_left : 0;
@@ -368,6 +405,16 @@ int trun_fast_join(trun_fast *f) {
       rc = slice > 0 ? op_wait(f, k, slice) : -ETIMEDOUT;
       if (rc == 0) break;
       if (rc != -ETIMEDOUT) goto fail;
+      if (prev >= 0) {
+        if (expect == 0)
+          expect = survivors(f, prev, prev_world); /* the loss may be recorded after the join */
+        int c = commit_survivors(f, R, expect);
+        if (c < 0) {
+          rc = c;
+          goto fail;
+        }
+        if (c == 1) break; /* the commit key exists now (ours or the winner's) */
+      }
       if (last_call >= 0 && mono() >= last_call + f->s.last_call_ms / 1000.0) {
         int64_t n = 0;
         key(f, v, sizeof(v), R, "seq");

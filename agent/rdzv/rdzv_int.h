@@ -9,6 +9,7 @@
 
 struct trun_rdzv_ops {
   const char *name;
+  int elastic; /* a round may go on with other nodes than the last one's */
   /* Hosts or reaches the store; sets everything init owes r. 0 or -1 with a reason. */
   int (*init)(trun_rdzv *r, char *err, size_t errlen);
   /* One round: sets the round's fields of r. 0 or -1 with a reason. */
@@ -17,9 +18,10 @@ struct trun_rdzv_ops {
    * from; after it the stores it hosts admit only the round's nodes. 0, or -1 with a reason. NULL: none. */
   int (*publish_addr)(trun_rdzv *r, int round);
   int (*admit_round)(trun_rdzv *r, int round, char *err, size_t errlen);
-  /* Tick interval in ms while the workers run (0 or NULL: no ticks), and the tick. */
+  /* Tick interval in ms while the workers run (0 or NULL: no ticks), and the tick, which the rendezvous's
+   * thread (rdzv_live.c) runs on its own connection c. */
   int (*tick_ms)(const trun_rdzv *r);
-  trun_rdzv_news (*tick)(trun_rdzv *r, int *nodes);
+  trun_rdzv_news (*tick)(trun_rdzv *r, trun_client *c, int *nodes);
   /* Nodes waiting that were not in the round (membership or failure); NULL: 0. */
   int (*new_nodes_waiting)(trun_rdzv *r);
   /* Whether a round ends through the end key (trun_rdzv_ends_by_key). */
@@ -38,8 +40,8 @@ int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
 int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
-/* Resets r for a backend's init, keeping poll / poll_arg; sets cfg, nproc, host_addr (--local-addr or the
- * FQDN). */
+/* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr
+ * (--local-addr or the FQDN). */
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
 /* The elastic backends' store: served here when this host is the endpoint (is_host, or torch's guess:
  * the endpoint names this host), then reached with wire generation gen. 0 or -1 with a reason. */
@@ -49,6 +51,17 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
+
+/* ---- rdzv_live.c ---- */
+/* Starts the liveness thread (several nodes only) and, where this agent hosts the store, its owned keys. */
+int trun__rdzv_live_start(trun_rdzv *r);
+/* The round r settled: heartbeat and watch in its key space. */
+void trun__rdzv_live_round(trun_rdzv *r);
+void trun__rdzv_live_stop(trun_rdzv *r);
+double trun__rdzv_live_interval(const trun_config *cfg);
+int trun__rdzv_live_misses(const trun_config *cfg);
+/* The loss records of key space ks (a round of world nodes), at most max, into out: how many. */
+int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max);
 
 /* ---- rdzv_end.c ---- */
 /* The exit barrier: every node counts itself out of round; the host waits (bounded) for the others so that

@@ -58,6 +58,8 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   trun_client_opts_default(&o);
   o.host = connect_host;
   o.port = port;
+  snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
+  r->store_port = port;
   o.key_prefix = "";
   o.timeout_ms = join_timeout_ms(cfg);
   o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */

@@ -18,12 +18,17 @@
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be) {
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
+  void (*on_news)(void *, int, int) = r->on_news;
+  void *on_news_arg = r->on_news_arg;
   memset(r, 0, sizeof(*r));
   r->poll = poll;
   r->poll_arg = poll_arg;
+  r->on_news = on_news;
+  r->on_news_arg = on_news_arg;
   r->cfg = cfg;
   r->nproc = nproc;
   r->be = be;
+  r->store_gen = TRUN_GEN_V2; /* the elastic backends choose theirs in trun__rdzv_elastic_connect */
   if (cfg->local_addr)
     snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
   else
@@ -164,10 +169,13 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   trun_client_opts_default(&o);
   o.host = connect_host;
   o.port = port;
+  snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
+  r->store_port = port;
   o.key_prefix = "";
   o.timeout_ms = (int)trun__rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000;
   o.quiet_connect = 1;
   o.gen = gen;
+  r->store_gen = gen;
   int rc = trun__rdzv_connect_polling(r, &o, (int)trun__rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000);
   if (rc < 0) {
     snprintf(err, errlen,

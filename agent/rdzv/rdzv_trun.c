@@ -76,9 +76,12 @@ static int trun_tick_ms(const trun_rdzv *r) {
 
 /* Heartbeat, and watch the node ranked before this one: a lost node ends the round in the store, and the
  * agent's end watcher stops the workers. */
-static trun_rdzv_news trun_tick(trun_rdzv *r, int *nodes) {
+static trun_rdzv_news trun_tick(trun_rdzv *r, trun_client *c, int *nodes) {
+  trun_client *own = fst(r)->c;
   *nodes = 0;
+  fst(r)->c = c;
   trun_fast_tick(fst(r));
+  fst(r)->c = own;
   return TRUN_RDZV_STEADY;
 }
 
@@ -97,6 +100,7 @@ static void trun_finish(trun_rdzv *r, int code, int signaled) {
 
 const trun_rdzv_ops trun__rdzv_trun = {
     .name = "trun",
+    .elastic = 1,
     .init = trun_init,
     .next_round = trun_round,
     .publish_addr = trun__rdzv_publish_addr,

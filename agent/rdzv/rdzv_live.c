@@ -1,0 +1,563 @@
+/* Liveness (agent/rdzv/rdzv.h, issue 22): knowing within seconds that a node of the round is gone, and
+ * saying so once in the store so that every survivor acts on the same fact.
+ *
+ * While a round's workers run, a thread of each agent, on a connection of its own to the rendezvous store,
+ * writes in the round's key space (r->key_space):
+ *   alive/<g>  "addr pid local_id", set once per round on that connection: the store host's server owns it
+ *              to the connection (trun_server_own_keys), so a crash (the kernel closes the socket) is seen
+ *              at once by an agent that hosts the store; deleted when the node leaves the round cleanly;
+ *   live/<g>   a counter it bumps every trun_heartbeat_interval (1 s).
+ * Each agent also watches the next node of the round that has an alive key (a ring; torchrun agents in a
+ * c10d fleet write none and are skipped): a counter that stays still for trun_heartbeat_misses (3) intervals
+ * is a silent loss (power, NIC, kernel panic). The first to see a loss writes
+ *   lost/<g>   {"node": g, "addr": ..., "id": ..., "cause": ..., "by": g or "store", "at": seconds}
+ *              (compare-and-set: one record per node), bumps lost_n (and left, so that the static
+ *              backend's exit barrier does not wait for it), and ends the round: end = "gone:<g>"
+ *              (compare-and-set: the first announcement of the round wins, as for "ok" and "fail:<g>").
+ * The agent's end watcher wakes on that value. Two rules keep a slow store (thousands of connections, a
+ * busy box) from being taken for a lost node: a watcher calls its successor lost only after it made
+ * trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
+ * connection is never closed for a slow answer (closing it would look like a crash to the store's host).
+ * An agent whose own heartbeats got no answer for twice the liveness window is the one cut off
+ * (trun_rdzv_cut_off, asked by the agent's loop): it stops its workers and exits with its own code instead
+ * of hanging in a collective. */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdzv_int.h"
+
+typedef struct trun_live {
+  trun_rdzv *r; /* cfg, key space, identity: read under mu */
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* under mu */
+  int stop;
+  int active;      /* a round's workers run */
+  unsigned epoch;  /* bumped by every new round */
+  int release;     /* the agent asks the thread to leave the round cleanly (delete alive/<g>) */
+  char leave[160]; /* trun_rdzv_leave_now's reason, for the thread to publish ("": none) */
+  int fd;          /* the thread's connection, for trun_rdzv_abandon (-1: none) */
+  int released;    /* done */
+  char ks[512];    /* the round's key space */
+  int g, world;    /* this node in it */
+  char id[320];    /* "addr pid local_id" */
+  double interval; /* seconds */
+  int misses;
+  double last_ok; /* when a heartbeat of the active round was last answered (monotonic) */
+  /* the thread's own */
+  trun_client *c;
+} trun_live;
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double trun__rdzv_live_interval(const trun_config *cfg) {
+  return trun__rdzv_conf_seconds(cfg, "trun_heartbeat_interval", 1.0);
+}
+
+int trun__rdzv_live_misses(const trun_config *cfg) {
+  return (int)trun__rdzv_conf_seconds(cfg, "trun_heartbeat_misses", 3);
+}
+
+/* ---- the loss record ------------------------------------------------------------------------------ */
+
+/* {"node": g, "addr": ..., "id": ..., "cause": ..., "by": ..., "at": ...} (malloc'ed) or NULL. */
+static char *loss_json(int g, const char *id, const char *cause, const char *by, double at) {
+  char addr[256] = "";
+  sscanf(id, "%255s", addr);
+  json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:f}", "node", g, "addr", addr, "id", id, "cause", cause,
+                        "by", by, "at", at);
+  char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  return s;
+}
+
+/* "<ks>/<what>/<g>" or "<ks>/<what>". */
+static void ks_key(const char *ks, const char *what, int g, char *out, size_t len) {
+  if (g >= 0)
+    snprintf(out, len, "%s/%s/%d", ks, what, g);
+  else
+    snprintf(out, len, "%s/%s", ks, what);
+}
+
+/* The store host's server found an owner connection gone (trun_server_own_keys): key "<ks>/alive/<g>"
+ * with value "addr pid local_id". Runs on the server's thread with the key space locked. */
+static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
+  (void)arg;
+  static const char tag[] = "/alive/";
+  char k[600], id[320], ks[512];
+  if (key.n >= sizeof(k) || value.n >= sizeof(id)) return;
+  memcpy(k, key.p, key.n);
+  k[key.n] = '\0';
+  memcpy(id, value.p, value.n);
+  id[value.n] = '\0';
+  char *at = strstr(k, tag);
+  if (at == NULL || (size_t)(at - k) >= sizeof(ks)) return;
+  int g = atoi(at + strlen(tag));
+  memcpy(ks, k, (size_t)(at - k));
+  ks[at - k] = '\0';
+  char cause[128];
+  snprintf(cause, sizeof(cause), "its connection to the rendezvous store closed (from %s)", peer);
+  char *rec = loss_json(g, id, cause, "store", wall());
+  if (rec == NULL) return;
+  trun_kv *kv = trun_server_kv(s);
+  trun_slice reply;
+  ks_key(ks, "lost", g, k, sizeof(k));
+  if (trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(rec), &reply) == 0 &&
+      reply.n == strlen(rec) && memcmp(reply.p, rec, reply.n) == 0) {
+    int64_t n;
+    char end[32];
+    ks_key(ks, "lost_n", -1, k, sizeof(k));
+    trun_kv_add(kv, trun_str(k), 1, &n);
+    ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
+    trun_kv_add(kv, trun_str(k), 1, &n);
+    ks_key(ks, "end", -1, k, sizeof(k));
+    snprintf(end, sizeof(end), "gone:%d", g);
+    trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
+  }
+  free(rec);
+}
+
+/* Writes the loss of node g on client c (first record wins) and ends the round. 1 when this call wrote
+ * the record, 0 when there was one, negative errno. */
+static int publish_loss(trun_client *c, const char *ks, int g, const char *id, const char *cause,
+                        const char *by) {
+  char k[600], end[32];
+  char *rec = loss_json(g, id, cause, by, wall());
+  if (rec == NULL) return -ENOMEM;
+  trun_buf out = {0};
+  ks_key(ks, "lost", g, k, sizeof(k));
+  int rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(rec), &out);
+  int won = rc == 0 && out.len == strlen(rec) && memcmp(out.data, rec, out.len) == 0;
+  free(rec);
+  if (won) {
+    int64_t n;
+    ks_key(ks, "lost_n", -1, k, sizeof(k));
+    rc = trun_client_add(c, trun_str(k), 1, &n);
+    ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
+    if (rc == 0) rc = trun_client_add(c, trun_str(k), 1, &n);
+    ks_key(ks, "end", -1, k, sizeof(k));
+    snprintf(end, sizeof(end), "gone:%d", g);
+    if (rc == 0) rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(end), &out);
+  }
+  trun_buf_free(&out);
+  return rc < 0 ? rc : won;
+}
+
+/* Reads lost/<g> of key space ks. 0, -ENOENT (no record), or another negative errno. */
+static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
+  char k[600];
+  memset(out, 0, sizeof(*out));
+  out->node = g;
+  ks_key(ks, "lost", g, k, sizeof(k));
+  trun_slice key = trun_str(k);
+  if (c == NULL || trun_client_check(c, 1, &key) != 1) return -ENOENT;
+  trun_buf v = {0};
+  int rc = trun_client_get(c, key, &v, 5000);
+  json_t *o = rc == 0 ? json_loadb((const char *)v.data, v.len, 0, NULL) : NULL;
+  trun_buf_free(&v);
+  if (o == NULL) return rc < 0 ? rc : -EBADMSG;
+  const char *addr = NULL, *id = NULL, *cause = NULL, *by = NULL;
+  double at = 0;
+  if (json_unpack(o, "{s?s, s?s, s?s, s?s, s?F}", "addr", &addr, "id", &id, "cause", &cause, "by", &by, "at",
+                  &at) == 0) {
+    snprintf(out->addr, sizeof(out->addr), "%s", addr ? addr : "?");
+    snprintf(out->id, sizeof(out->id), "%s", id ? id : "");
+    snprintf(out->cause, sizeof(out->cause), "%s", cause ? cause : "?");
+    snprintf(out->by, sizeof(out->by), "%s", by ? by : "?");
+    out->at = at;
+  }
+  json_decref(o);
+  return 0;
+}
+
+int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out) {
+  int rc = loss_read(c, r->key_space, g, out);
+  out->round_id = r->round_id;
+  return rc;
+}
+
+int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max) {
+  char k[600];
+  int64_t n = 0;
+  ks_key(ks, "lost_n", -1, k, sizeof(k));
+  trun_slice key = trun_str(k);
+  if (r->client == NULL || ks[0] == '\0' || trun_client_check(r->client, 1, &key) != 1) return 0;
+  if (trun_client_add(r->client, key, 0, &n) < 0 || n <= 0) return 0;
+  int found = 0;
+  for (int g = 0; g < world && found < max && found < n; g++)
+    if (loss_read(r->client, ks, g, &out[found]) == 0) found++;
+  return found;
+}
+
+int trun_rdzv_leave_now(trun_rdzv *r, const char *why) {
+  trun_live *l = r->live;
+  if (l == NULL) return 0;
+  pthread_mutex_lock(&l->mu);
+  int in_round = l->active && !l->release;
+  if (in_round) {
+    snprintf(l->leave, sizeof(l->leave), "%s", why);
+    pthread_cond_broadcast(&l->cv);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return in_round ? 0 : -EAGAIN;
+}
+
+static int connect_once(trun_live *l);
+
+/* ---- the thread ----------------------------------------------------------------------------------- */
+
+static int ensure_connected(trun_live *l) {
+  if (l->c) return 0;
+  int rc = connect_once(l);
+  pthread_mutex_lock(&l->mu);
+  l->fd = rc == 0 ? trun_client_fd(l->c) : -1;
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
+static int connect_once(trun_live *l) {
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = l->r->store_addr;
+  o.port = l->r->store_port;
+  o.gen = l->r->store_gen;
+  o.key_prefix = "";
+  /* A slow answer is waited for (a time-out would close the connection, which the store's host takes for
+   * a crash); trun_rdzv_cut_off judges the silence. Connecting is retried every interval. */
+  o.timeout_ms = 60000;
+  o.connect_timeout_ms = (int)(l->interval * 1000) > 100 ? (int)(l->interval * 1000) : 100;
+  o.quiet_connect = 1;
+  return trun_client_connect(&o, &l->c);
+}
+
+static void drop_connection(trun_live *l) {
+  pthread_mutex_lock(&l->mu);
+  l->fd = -1;
+  pthread_mutex_unlock(&l->mu);
+  if (l->c) trun_client_close(l->c);
+  l->c = NULL;
+}
+
+typedef struct {
+  unsigned epoch;
+  int owned;         /* alive/<g> written on this connection */
+  int succ;          /* the node watched, -1 none */
+  int64_t succ_seen; /* its counter */
+  int own_beats;     /* this node's answered heartbeats since the successor's counter last moved */
+  double succ_since; /* when it last moved (monotonic) */
+  char succ_id[320];
+} round_view;
+
+/* The node this one watches: the next of the ring that has an alive key, looked for at every heartbeat (a
+ * node whose key is not there yet is taken as soon as it is; torchrun agents in a c10d fleet never write
+ * one and are passed over; a node that left cleanly deleted its key). *out: its group rank, -1 none.
+ * 0 or a negative errno. */
+static int successor(trun_live *l, const char *ks, int g, int world, int *out) {
+  *out = -1;
+  for (int i = 1; i < world; i++) {
+    int s = (g + i) % world;
+    char k[600];
+    ks_key(ks, "alive", s, k, sizeof(k));
+    trun_slice key = trun_str(k);
+    int rc = trun_client_check(l->c, 1, &key);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+      *out = s;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* Starts watching node s: its identity for the loss record. 0 or a negative errno. */
+static int watch(trun_live *l, round_view *v, const char *ks, int s) {
+  char k[600];
+  ks_key(ks, "alive", s, k, sizeof(k));
+  trun_buf b = {0};
+  int rc = trun_client_get(l->c, trun_str(k), &b, 60000); /* it exists: no wait */
+  if (rc == 0) {
+    size_t n = b.len < sizeof(v->succ_id) - 1 ? b.len : sizeof(v->succ_id) - 1;
+    memcpy(v->succ_id, b.data, n);
+    v->succ_id[n] = '\0';
+    v->succ = s;
+    v->succ_seen = -1;
+    v->own_beats = 0;
+    v->succ_since = mono();
+  }
+  trun_buf_free(&b);
+  return rc;
+}
+
+/* One heartbeat of this node and one look at its successor. 0, or the negative errno of a store request
+ * that failed (the connection is then dropped and made again). */
+static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, const char *id) {
+  char k[600];
+  double now = mono();
+  int rc;
+  if (!v->owned) {
+    ks_key(ks, "alive", g, k, sizeof(k));
+    if ((rc = trun_client_set(l->c, trun_str(k), trun_str(id))) < 0) return rc;
+    v->owned = 1;
+  }
+  int64_t n;
+  ks_key(ks, "live", g, k, sizeof(k));
+  if ((rc = trun_client_add(l->c, trun_str(k), 1, &n)) < 0) return rc;
+  pthread_mutex_lock(&l->mu);
+  l->last_ok = mono();
+  pthread_mutex_unlock(&l->mu);
+  v->own_beats++;
+  if (world < 2) return 0;
+  int s;
+  if ((rc = successor(l, ks, g, world, &s)) < 0) return rc;
+  if (s < 0) {
+    v->succ = -1;
+    return 0;
+  }
+  if (s != v->succ) return watch(l, v, ks, s);
+  ks_key(ks, "live", v->succ, k, sizeof(k));
+  if ((rc = trun_client_add(l->c, trun_str(k), 0, &n)) < 0) return rc;
+  if (n != v->succ_seen) {
+    v->succ_seen = n;
+    v->succ_since = now;
+    v->own_beats = 0;
+    return 0;
+  }
+  /* Silent while this node's own heartbeats went through: misses + 1 of them, one interval apart. */
+  if (v->own_beats <= l->misses) return 0;
+  double quiet = now - v->succ_since;
+  char cause[128], by[16];
+  snprintf(cause, sizeof(cause), "%d heartbeats missed (%.1f s without one)", v->own_beats, quiet);
+  snprintf(by, sizeof(by), "%d", g);
+  if ((rc = publish_loss(l->c, ks, v->succ, v->succ_id, cause, by)) == 1)
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, v->succ_id, cause);
+  v->succ = -1;
+  return rc < 0 ? rc : 0;
+}
+
+/* The absolute time mono() + secs for pthread_cond_timedwait (CLOCK_REALTIME). */
+static struct timespec abs_in(double secs) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (secs > 0 ? secs : 0);
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+  return ts;
+}
+
+static void *live_main(void *arg) {
+  trun_live *l = arg;
+  trun_rdzv *r = l->r;
+  round_view v = {.succ = -1};
+  char ks[512], id[320], leave[160];
+  int g = 0, world = 0;
+  double tick_every = r->be->tick && r->be->tick_ms ? r->be->tick_ms(r) / 1000.0 : 0;
+  if (tick_every > 0 && tick_every < 0.1) tick_every = 0.1;
+  double next_beat = 0, next_tick = 0;
+  pthread_mutex_lock(&l->mu);
+  while (!l->stop) {
+    int active = l->active, release = l->release;
+    leave[0] = '\0';
+    if (l->leave[0]) {
+      snprintf(leave, sizeof(leave), "%s", l->leave);
+      l->leave[0] = '\0';
+    }
+    if (l->epoch != v.epoch) {
+      v = (round_view){.epoch = l->epoch, .succ = -1};
+      snprintf(ks, sizeof(ks), "%s", l->ks);
+      snprintf(id, sizeof(id), "%s", l->id);
+      g = l->g, world = l->world;
+      next_beat = next_tick = mono();
+    }
+    pthread_mutex_unlock(&l->mu);
+    if ((active || release || leave[0]) && ensure_connected(l) < 0) drop_connection(l);
+    double now = mono();
+    if (release) {
+      if (l->c && v.owned) {
+        char k[600];
+        ks_key(ks, "alive", g, k, sizeof(k));
+        if (trun_client_delete(l->c, trun_str(k)) < 0) drop_connection(l);
+      }
+      v.owned = 0;
+    } else if (active && l->c) {
+      if (leave[0]) {
+        char cause[200], by[16];
+        snprintf(cause, sizeof(cause), "it left the job: %s", leave);
+        snprintf(by, sizeof(by), "%d", g);
+        if (publish_loss(l->c, ks, g, id, cause, by) < 0) drop_connection(l);
+      }
+      if (l->c && now >= next_beat) {
+        next_beat = now + l->interval;
+        if (beat(l, &v, ks, g, world, id) < 0) {
+          drop_connection(l);
+          v.owned = 0; /* a new connection must own alive/<g> again */
+        }
+      }
+      if (l->c && tick_every > 0 && now >= next_tick) {
+        /* The backend's own keep-alive and membership watch, on this thread's connection: the agent's loop
+         * never waits on the store while the workers run. */
+        next_tick = now + tick_every;
+        int nodes = 0;
+        trun_rdzv_news news = r->be->tick(r, l->c, &nodes);
+        if (news != TRUN_RDZV_STEADY && r->on_news) r->on_news(r->on_news_arg, news, nodes);
+        if (trun_client_fd(l->c) < 0) drop_connection(l);
+      }
+    }
+    pthread_mutex_lock(&l->mu);
+    if (release && l->release) {
+      l->release = 0;
+      l->active = 0;
+      l->released = 1;
+      pthread_cond_broadcast(&l->cv);
+    }
+    if (l->stop) break;
+    if (l->active && !l->release) {
+      double until = next_beat;
+      if (tick_every > 0 && next_tick < until) until = next_tick;
+      struct timespec ts = abs_in(until - mono());
+      if (!l->leave[0]) pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    } else if (!l->release && !l->stop) {
+      pthread_cond_wait(&l->cv, &l->mu);
+    }
+  }
+  pthread_mutex_unlock(&l->mu);
+  if (l->c && v.owned) {
+    char k[600];
+    ks_key(ks, "alive", g, k, sizeof(k));
+    trun_client_delete(l->c, trun_str(k)); /* leaving for good: not a loss */
+  }
+  drop_connection(l);
+  return NULL;
+}
+
+/* ---- the interface (rdzv_int.h) -------------------------------------------------------------------- */
+
+int trun__rdzv_live_start(trun_rdzv *r) {
+  if (r->cfg->standalone || r->cfg->max_nodes < 2 || r->store_port <= 0) return 0;
+  trun_live *l = calloc(1, sizeof(*l));
+  if (l == NULL) return -ENOMEM;
+  l->r = r;
+  l->fd = -1;
+  l->interval = trun__rdzv_live_interval(r->cfg);
+  l->misses = trun__rdzv_live_misses(r->cfg);
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  if (r->host) {
+    int rc = trun_server_own_keys(trun_store_host_server(r->host), "/alive/", on_owner_gone, NULL);
+    if (rc < 0)
+      trun_warn("liveness: the store cannot own keys (%s): crashes are seen by heartbeats only",
+                strerror(-rc));
+  }
+  /* The thread takes no process signals: the agent's loop handles them. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&l->thread, NULL, live_main, l);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+    trun_warn("liveness: cannot start its thread (%s): a lost node is seen only by the backend's keep-alive",
+              strerror(rc));
+    return 0;
+  }
+  l->started = 1;
+  r->live = l;
+  return 0;
+}
+
+void trun__rdzv_live_round(trun_rdzv *r) {
+  trun_live *l = r->live;
+  if (l == NULL || r->group_world_size < 2) return;
+  pthread_mutex_lock(&l->mu);
+  l->epoch++;
+  snprintf(l->ks, sizeof(l->ks), "%s", r->key_space);
+  snprintf(l->id, sizeof(l->id), "%s %d 0", r->host_addr, (int)getpid());
+  l->g = r->group_rank;
+  l->world = r->group_world_size;
+  l->last_ok = mono();
+  l->active = 1;
+  l->release = 0;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+void trun_rdzv_round_done(trun_rdzv *r) {
+  trun_live *l = r->live;
+  if (l == NULL) return;
+  pthread_mutex_lock(&l->mu);
+  if (!l->active) {
+    pthread_mutex_unlock(&l->mu);
+    return;
+  }
+  l->release = 1;
+  l->released = 0;
+  pthread_cond_broadcast(&l->cv);
+  /* Until the thread is out of the round: it may be inside the backend's tick (its state is the agent's
+   * again afterwards). A store that does not answer holds it at most one request time-out; a cut-off agent
+   * calls trun_rdzv_abandon first. */
+  while (!l->released) pthread_cond_wait(&l->cv, &l->mu);
+  l->active = 0;
+  pthread_mutex_unlock(&l->mu);
+}
+
+void trun_rdzv_abandon(trun_rdzv *r) {
+  trun_live *l = r->live;
+  if (l == NULL) return;
+  pthread_mutex_lock(&l->mu);
+  if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&l->mu);
+}
+
+int trun_rdzv_live_ms(const trun_rdzv *r) { return r->live ? (int)(r->live->interval * 1000) : 0; }
+
+int trun_rdzv_cut_off(trun_rdzv *r, char *why, size_t len) {
+  trun_live *l = r->live;
+  if (l == NULL) return 0;
+  pthread_mutex_lock(&l->mu);
+  double silent = l->active && !l->release ? mono() - l->last_ok : 0;
+  double window = 2 * l->interval * l->misses;
+  pthread_mutex_unlock(&l->mu);
+  if (silent <= window) return 0;
+  snprintf(
+      why, len,
+      "no answer from the rendezvous store at %s:%d for %.1f s (twice the liveness window of %d heartbeats "
+      "of %.1f s)",
+      r->store_addr, r->store_port, silent, l->misses, l->interval);
+  return 1;
+}
+
+void trun__rdzv_live_stop(trun_rdzv *r) {
+  trun_live *l = r->live;
+  if (l == NULL) return;
+  pthread_mutex_lock(&l->mu);
+  l->stop = 1;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+  if (l->started) pthread_join(l->thread, NULL);
+  pthread_mutex_destroy(&l->mu);
+  pthread_cond_destroy(&l->cv);
+  free(l);
+  r->live = NULL;
+}
