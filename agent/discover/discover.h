@@ -2,9 +2,10 @@
  * short-lived child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs), the
  * instance's identity (IMDSv2, DMI fallback) and what AWS instance types have (instance_types.h), the CPUs
  * this process may use (cgroup quota) and CPU lists (cpulist.h), this host's name, GPU utilisation
- * sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid watcher (xid_watch.h). NVML's prototypes (nvml.h) and the library loaders stay inside.
- * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT,
- * TRUN_IMDS_ENDPOINT, TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md.
+ * sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid watcher (xid_watch.h).
+ * NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks (environment):
+ * TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
+ * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm). Facts: shared/spec/gpu-efa-nccl.md.
  * May use: store (log). Used by every other agent module, the launcher and the tools. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
@@ -116,5 +117,6 @@ void trun_fqdn(char *out, size_t len);
 #include "gpu_util.h"
 #include "health.h"
 #include "instance_types.h"
+#include "xid_watch.h"
 
 #endif

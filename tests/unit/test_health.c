@@ -374,6 +374,74 @@ START_TEST(check_lists) {
 }
 END_TEST
 
+/* Reads the watcher until cond or about 10 s (a safety limit, not a timing assertion). */
+static int watch_until(trun_xid_watch *w, trun_xid_event *ev, int *ready, int want_events, char *e,
+                       size_t elen) {
+  for (int i = 0; i < 1000; i++) {
+    int n = trun_xid_watch_read(w, ev, 4, ready, e, elen);
+    if (n != 0 || (!want_events && *ready)) return n;
+    usleep(10000);
+  }
+  return 0;
+}
+
+START_TEST(xid_watcher) {
+  use_fixture("h200x2");
+  char xf[] = "/tmp/trun-xid-XXXXXX";
+  int fd = mkstemp(xf);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  setenv("TRUN_FAKE_NVML_XID", xf, 1);
+  const char uuids[2][96] = {"GPU-975b78a1-6a65-a1da-4756-7a34bbfb8bee",
+                             "GPU-cc1980a5-ea8b-6221-86ef-d9c8546cd156"};
+  trun_xid_watch *w = trun_xid_watch_start(uuids, 2);
+  ck_assert_ptr_nonnull(w);
+  ck_assert_int_ge(trun_xid_watch_fd(w), 0);
+  trun_xid_event ev[4];
+  int ready = 0;
+  char e[256] = "";
+  ck_assert_int_eq(watch_until(w, ev, &ready, 0, e, sizeof(e)), 0);
+  ck_assert_int_eq(ready, 1);
+  FILE *f = fopen(xf, "a"); /* NVML index 1 is the second GPU given */
+  fputs("1 79\n", f);
+  fclose(f);
+  ck_assert_int_eq(watch_until(w, ev, &ready, 1, e, sizeof(e)), 1);
+  ck_assert_int_eq(ev[0].gpu, 1);
+  ck_assert_uint_eq(ev[0].xid, 79);
+  ck_assert(ev[0].time > 1e9);
+  f = fopen(xf, "a");
+  fputs("0 13\n", f);
+  fclose(f);
+  ck_assert_int_eq(watch_until(w, ev, &ready, 1, e, sizeof(e)), 1);
+  ck_assert_int_eq(ev[0].gpu, 0);
+  ck_assert_uint_eq(ev[0].xid, 13);
+  trun_xid_watch_stop(w);
+  unlink(xf);
+  unsetenv("TRUN_FAKE_NVML_XID");
+  /* No NVML library: the watcher ends and says why. */
+  setenv("TRUN_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  w = trun_xid_watch_start(uuids, 1);
+  ck_assert_ptr_nonnull(w);
+  ck_assert_int_eq(watch_until(w, ev, &ready, 1, e, sizeof(e)), -1);
+  ck_assert_ptr_nonnull(strstr(e, "cannot load NVML /nonexistent/libnvidia-ml.so.1"));
+  trun_xid_watch_stop(w);
+  ck_assert_ptr_null(trun_xid_watch_start(uuids, 0));
+  /* Meanings: the hardware's Xids and the application's. */
+  int hw = -1;
+  ck_assert_str_eq(trun_xid_meaning(79, &hw), "GPU has fallen off the bus");
+  ck_assert_int_eq(hw, 1);
+  const unsigned long long hard[] = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154};
+  for (size_t i = 0; i < sizeof(hard) / sizeof(hard[0]); i++) {
+    trun_xid_meaning(hard[i], &hw);
+    ck_assert_msg(hw == 1, "Xid %llu is the hardware's", hard[i]);
+  }
+  trun_xid_meaning(13, &hw);
+  ck_assert_int_eq(hw, 0);
+  ck_assert_ptr_nonnull(strstr(trun_xid_meaning(12345, &hw), "does not know"));
+  ck_assert_int_eq(hw, 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("health");
   TCase *tc = tcase_create("checks");
@@ -385,6 +453,8 @@ int main(void) {
   tcase_add_test(tc, gpu_count_sources);
   tcase_add_test(tc, pcie_idle_and_nvlink_layouts);
   tcase_add_test(tc, check_lists);
+  tcase_add_test(tc, xid_watcher);
+  tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
