@@ -340,6 +340,7 @@ static void check_gpu_count(const trun_node *node, const trun_health_env *env, v
   trun_health_check *c = v->c;
   const char *nvd = env->nvidia_visible;
   const char *type = node->instance.instance_type;
+  snprintf(c->threshold, sizeof(c->threshold), ">= the instance type's GPUs (or NVIDIA_VISIBLE_DEVICES's)");
   if (node->gpus_listed < 0) {
     snprintf(c->value, sizeof(c->value), "no NVML");
     snprintf(c->reason, sizeof(c->reason), "cannot run: NVML does not list the GPUs here.");
@@ -371,8 +372,8 @@ static void check_gpu_count(const trun_node *node, const trun_health_env *env, v
       return;
     }
     want = info->gpus;
-    snprintf(from, sizeof(from), "the %d GPU(s) of a %s (the whole node: NVIDIA_VISIBLE_DEVICES %s)", want,
-             type, nvd ? "=all" : "unset");
+    snprintf(from, sizeof(from), "the %d GPU(s) of a %s (the whole node: NVIDIA_VISIBLE_DEVICES%s)", want,
+             type, nvd ? "=all" : " unset");
   }
   snprintf(c->threshold, sizeof(c->threshold), ">= %d", want);
   snprintf(c->value, sizeof(c->value), "%d", node->gpus_listed);
@@ -686,13 +687,14 @@ static void check_efa_count(const trun_node *node, verdict *v) {
   const char *type = node->instance.instance_type;
   const trun_instance_info *info = trun_instance_lookup(type);
   snprintf(c->value, sizeof(c->value), "%d", n);
+  snprintf(c->threshold, sizeof(c->threshold), ">= the instance type's EFA devices");
   if (!type[0] || info == NULL) {
     snprintf(c->reason, sizeof(c->reason), "cannot run: %s%s.",
              type[0] ? "trun's table has no EFA count for " : "the instance type is unknown",
              type[0] ? type : "");
     return;
   }
-  snprintf(c->threshold, sizeof(c->threshold), "= %d (%s)", info->efa, type);
+  snprintf(c->threshold, sizeof(c->threshold), ">= %d (%s)", info->efa, type);
   if (n >= info->efa) {
     c->status = TRUN_HEALTH_PASS;
     snprintf(c->reason, sizeof(c->reason), "%d EFA device(s), as a %s has.", n, type);

@@ -272,6 +272,11 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
   trun_events_emit(o->ev, "failure", j);
 }
 
+json_t *trun_obs_health_json(const trun_health_check *c) {
+  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "name", c->name, "status", trun_health_status_name(c->status),
+                   "value", c->value, "threshold", c->threshold, "reason", c->reason, "source", c->source);
+}
+
 void trun_obs_close(trun_obs *o, int code) {
   if (o == NULL) return;
   size_t dropped = trun_events_dropped(o->ev);

@@ -4,6 +4,7 @@
 #ifndef TRUN_OBS_H
 #define TRUN_OBS_H
 
+#include <jansson.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -37,6 +38,9 @@ void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
 void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p);
 /* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure". */
 void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final);
+/* One health check as JSON: name, status, value, threshold, reason, source (the "health" event's fields and
+ * trun-topo health --json's entries). */
+json_t *trun_obs_health_json(const trun_health_check *c);
 /* Emits job_end, closes the endpoint and the stream (run the loop afterwards to release handles). */
 void trun_obs_close(trun_obs *o, int code);
 

@@ -279,7 +279,7 @@ START_TEST(gpu_count_sources) {
   STATUS("gpu-count", TRUN_HEALTH_FAIL);
   check_node((char *[]){"NVIDIA_VISIBLE_DEVICES=all", NULL}, 2 * GIB);
   STATUS("gpu-count", TRUN_HEALTH_FAIL);
-  REASON_HAS("gpu-count", "NVIDIA_VISIBLE_DEVICES =all");
+  REASON_HAS("gpu-count", "NVIDIA_VISIBLE_DEVICES=all");
   check_node((char *[]){"NVIDIA_VISIBLE_DEVICES=void", NULL}, 2 * GIB);
   STATUS("gpu-count", TRUN_HEALTH_SKIP);
   REASON_HAS("gpu-count", "CDI");
