@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,164 +391,181 @@ static void check_gpu_count(const trun_node *node, const trun_health_env *env, v
   }
 }
 
-static void check_row_remap(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "no remapping pending or failed");
+/* A GPU check that judges each probed GPU alone: the fact's return code (by offset in trun_gpu_health), the
+ * NVML call to name when it cannot be read, and the judge of a GPU whose fact was read (PASS when fine, else
+ * its status with val and why filled in). */
+typedef trun_health_status (*gpu_judge)(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                        size_t wlen);
+typedef struct {
+  const char *threshold;
+  size_t rc_offset;
+  const char *call, *unsupported; /* unsupported: what NOT_SUPPORTED means there, or NULL */
+  gpu_judge judge;
+  const char *pass_value; /* printf format with the count of GPUs that passed */
+  const char *pass_reason;
+} gpu_check;
+
+static void judge_gpus(const trun_node *node, verdict *v, const gpu_check *gc) {
+  snprintf(v->c->threshold, sizeof(v->c->threshold), "%s", gc->threshold);
   if (!gpus_probed(node, v)) return;
   int ok = 0;
   for (int i = 0; i < node->ngpu; i++) {
     const trun_gpu *g = &node->gpus[i];
     const trun_gpu_health *h = &g->health;
     if (!h->probed ||
-        unreadable(v, g, h->remap_rc, "nvmlDeviceGetRemappedRows", " (row remapping came with A100)"))
+        unreadable(v, g, *(const int *)((const char *)h + gc->rc_offset), gc->call, gc->unsupported))
       continue;
     char lab[160], val[384], why[512];
     gpu_label(g, lab, sizeof(lab));
-    if (h->remap_failure || h->remap_pending) {
-      snprintf(val, sizeof(val), "%s: %s%s (%u rows remapped for uncorrectable, %u for correctable errors)",
-               lab, h->remap_failure ? "remapping failed" : "", h->remap_failure ? "" : "remapping pending",
-               h->remap_unc, h->remap_corr);
-      snprintf(why, sizeof(why), "%s: %s", lab,
-               h->remap_failure
-                   ? "a row remapping failed: the GPU's memory cannot be repaired; replace the GPU."
-                   : "a row remapping is pending: reset the GPU (or reboot) to apply it before it "
-                     "runs a job.");
-      subject(v, TRUN_HEALTH_FAIL, val, why);
-    } else {
+    trun_health_status st = gc->judge(g, lab, val, sizeof(val), why, sizeof(why));
+    if (st == TRUN_HEALTH_PASS)
       ok++;
-    }
+    else
+      subject(v, st, val, why);
   }
   if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s): none pending or failed", ok);
-  finish(v, pv, "No row remapping pending or failed.");
+  char pv[96];
+  snprintf(pv, sizeof(pv), gc->pass_value, ok);
+  finish(v, pv, gc->pass_reason);
 }
 
-static void check_retired(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "no page retirement pending");
-  if (!gpus_probed(node, v)) return;
-  int ok = 0;
-  for (int i = 0; i < node->ngpu; i++) {
-    const trun_gpu *g = &node->gpus[i];
-    const trun_gpu_health *h = &g->health;
-    if (!h->probed || unreadable(v, g, h->retired_rc, "nvmlDeviceGetRetiredPagesPendingStatus",
-                                 " (GPUs from A100 on remap rows instead: see row-remap)"))
-      continue;
-    char lab[160], val[384], why[384];
-    gpu_label(g, lab, sizeof(lab));
-    if (h->retired_pending) {
-      snprintf(val, sizeof(val), "%s: retirement pending", lab);
-      snprintf(why, sizeof(why), "%s: memory pages wait to be retired: reboot the node (or reset the GPU).",
-               lab);
-      subject(v, TRUN_HEALTH_FAIL, val, why);
-    } else {
-      ok++;
-    }
-  }
-  if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s): none pending", ok);
-  finish(v, pv, "No page retirement pending.");
+static trun_health_status judge_remap(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                      size_t wlen) {
+  const trun_gpu_health *h = &g->health;
+  if (!h->remap_failure && !h->remap_pending) return TRUN_HEALTH_PASS;
+  snprintf(val, vlen, "%s: %s (%u rows remapped for uncorrectable, %u for correctable errors)", lab,
+           h->remap_failure ? "remapping failed" : "remapping pending", h->remap_unc, h->remap_corr);
+  snprintf(why, wlen, "%s: %s", lab,
+           h->remap_failure
+               ? "a row remapping failed: the GPU's memory cannot be repaired; replace the GPU."
+               : "a row remapping is pending: reset the GPU (or reboot) to apply it before it runs "
+                 "a job.");
+  return TRUN_HEALTH_FAIL;
 }
 
-static void check_ecc(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "0 volatile uncorrected");
-  if (!gpus_probed(node, v)) return;
-  int ok = 0;
-  for (int i = 0; i < node->ngpu; i++) {
-    const trun_gpu *g = &node->gpus[i];
-    const trun_gpu_health *h = &g->health;
-    if (!h->probed ||
-        unreadable(v, g, h->ecc_rc, "nvmlDeviceGetTotalEccErrors", " (or ECC is off: nvidia-smi -q -d ECC)"))
-      continue;
-    char lab[160], val[384], why[384];
-    gpu_label(g, lab, sizeof(lab));
-    if (h->ecc_volatile_unc > 0) {
-      snprintf(val, sizeof(val), "%s: %llu", lab, h->ecc_volatile_unc);
-      snprintf(
-          why, sizeof(why),
-          "%s: %llu uncorrectable ECC error(s) since the driver loaded: its memory is failing; reset the "
-          "GPU, replace it if they come back.",
-          lab, h->ecc_volatile_unc);
-      subject(v, TRUN_HEALTH_FAIL, val, why);
-    } else {
-      ok++;
-    }
-  }
-  if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s): 0", ok);
-  finish(v, pv, "No uncorrectable ECC error since the driver loaded.");
+static trun_health_status judge_retired(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                        size_t wlen) {
+  if (!g->health.retired_pending) return TRUN_HEALTH_PASS;
+  snprintf(val, vlen, "%s: retirement pending", lab);
+  snprintf(why, wlen, "%s: memory pages wait to be retired: reboot the node (or reset the GPU).", lab);
+  return TRUN_HEALTH_FAIL;
 }
 
-static void check_clocks(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "no HW slowdown, HW thermal or HW power brake");
-  if (!gpus_probed(node, v)) return;
+static trun_health_status judge_ecc(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                    size_t wlen) {
+  unsigned long long n = g->health.ecc_volatile_unc;
+  if (n == 0) return TRUN_HEALTH_PASS;
+  snprintf(val, vlen, "%s: %llu", lab, n);
+  snprintf(
+      why, wlen,
+      "%s: %llu uncorrectable ECC error(s) since the driver loaded: its memory is failing; reset the GPU, "
+      "replace it if they come back.",
+      lab, n);
+  return TRUN_HEALTH_FAIL;
+}
+
+static trun_health_status judge_clocks(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                       size_t wlen) {
+  unsigned long long r = g->health.clock_reasons;
   const unsigned long long bad = TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN |
                                  TRUN_NVML_CLOCKS_EVENT_HW_THERMAL_SLOWDOWN |
                                  TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN;
-  int ok = 0;
-  for (int i = 0; i < node->ngpu; i++) {
-    const trun_gpu *g = &node->gpus[i];
-    const trun_gpu_health *h = &g->health;
-    if (!h->probed || unreadable(v, g, h->clocks_rc, "nvmlDeviceGetCurrentClocksEventReasons", NULL))
-      continue;
-    if (!(h->clock_reasons & bad)) {
-      ok++;
-      continue;
-    }
-    char lab[160], val[384], why[512], what[96] = "";
-    gpu_label(g, lab, sizeof(lab));
-    if (h->clock_reasons & TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN) appendf(what, sizeof(what), "HW slowdown");
-    if (h->clock_reasons & TRUN_NVML_CLOCKS_EVENT_HW_THERMAL_SLOWDOWN)
-      appendf(what, sizeof(what), "%sHW thermal slowdown", what[0] ? ", " : "");
-    if (h->clock_reasons & TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN)
-      appendf(what, sizeof(what), "%sHW power brake", what[0] ? ", " : "");
-    snprintf(val, sizeof(val), "%s: %s (reasons 0x%llx)", lab, what, h->clock_reasons);
-    snprintf(
-        why, sizeof(why),
-        "%s: %s engaged while idle: its clocks are cut by half or more (overheating, or the power supply "
-        "asserts the brake); check cooling and power (nvidia-smi -q -d PERFORMANCE).",
-        lab, what);
-    subject(v, TRUN_HEALTH_FAIL, val, why);
-  }
-  if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s): none", ok);
-  finish(v, pv, "No hardware slowdown.");
+  if (!(r & bad)) return TRUN_HEALTH_PASS;
+  char what[96] = "";
+  if (r & TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN) appendf(what, sizeof(what), "HW slowdown");
+  if (r & TRUN_NVML_CLOCKS_EVENT_HW_THERMAL_SLOWDOWN)
+    appendf(what, sizeof(what), "%sHW thermal slowdown", what[0] ? ", " : "");
+  if (r & TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN)
+    appendf(what, sizeof(what), "%sHW power brake", what[0] ? ", " : "");
+  snprintf(val, vlen, "%s: %s (reasons 0x%llx)", lab, what, r);
+  snprintf(why, wlen,
+           "%s: %s engaged while idle: its clocks are cut by half or more (overheating, or the power supply "
+           "asserts the brake); check cooling and power (nvidia-smi -q -d PERFORMANCE).",
+           lab, what);
+  return TRUN_HEALTH_FAIL;
 }
 
-static void check_pcie(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "width = max; generation = max unless idle");
-  if (!gpus_probed(node, v)) return;
-  int ok = 0;
-  for (int i = 0; i < node->ngpu; i++) {
-    const trun_gpu *g = &node->gpus[i];
-    const trun_gpu_health *h = &g->health;
-    if (!h->probed || unreadable(v, g, h->pcie_rc, "nvmlDeviceGetCurrPcieLinkWidth", NULL)) continue;
-    int idle = h->clocks_rc == 0 && (h->clock_reasons & TRUN_NVML_CLOCKS_EVENT_GPU_IDLE);
-    int narrow = h->pcie_width < h->pcie_width_max;
-    int slow = h->pcie_gen < h->pcie_gen_max && !idle;
-    if (!narrow && !slow) {
-      ok++;
-      continue;
-    }
-    char lab[160], val[384], why[512];
-    gpu_label(g, lab, sizeof(lab));
-    snprintf(val, sizeof(val), "%s: Gen%u x%u of Gen%u x%u", lab, h->pcie_gen, h->pcie_width, h->pcie_gen_max,
-             h->pcie_width_max);
-    snprintf(
-        why, sizeof(why),
-        "%s: its PCIe link runs %s (Gen%u x%u, the maximum is Gen%u x%u): host transfers and GPUDirect RDMA "
-        "slow down; re-seat the GPU or its riser, check lspci -vv for the link.",
-        lab, narrow ? "narrower than it can" : "at a lower generation while busy", h->pcie_gen, h->pcie_width,
-        h->pcie_gen_max, h->pcie_width_max);
-    subject(v, TRUN_HEALTH_WARN, val, why);
-  }
-  if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s) at full width", ok);
-  finish(v, pv, "Every PCIe link at its full width (a lower generation while idle is power saving).");
+static trun_health_status judge_pcie(const trun_gpu *g, const char *lab, char *val, size_t vlen, char *why,
+                                     size_t wlen) {
+  const trun_gpu_health *h = &g->health;
+  int idle = h->clocks_rc == 0 && (h->clock_reasons & TRUN_NVML_CLOCKS_EVENT_GPU_IDLE);
+  int narrow = h->pcie_width < h->pcie_width_max;
+  int slow = h->pcie_gen < h->pcie_gen_max && !idle;
+  if (!narrow && !slow) return TRUN_HEALTH_PASS;
+  snprintf(val, vlen, "%s: Gen%u x%u of Gen%u x%u", lab, h->pcie_gen, h->pcie_width, h->pcie_gen_max,
+           h->pcie_width_max);
+  snprintf(
+      why, wlen,
+      "%s: its PCIe link runs %s (Gen%u x%u, the maximum is Gen%u x%u): host transfers and GPUDirect RDMA "
+      "slow down; re-seat the GPU or its riser, check lspci -vv for the link.",
+      lab, narrow ? "narrower than it can" : "at a lower generation while busy", h->pcie_gen, h->pcie_width,
+      h->pcie_gen_max, h->pcie_width_max);
+  return TRUN_HEALTH_WARN;
 }
+
+static const char *recovery_words(unsigned a) {
+  switch (a) {
+    case TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET: return "a GPU reset (GPU_RESET)";
+    case TRUN_NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: return "a reboot of the node (NODE_REBOOT)";
+    case TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: return "draining peer-to-peer traffic (DRAIN_P2P)";
+    case TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+      return "a drain and a reset: it runs at reduced capacity (DRAIN_AND_RESET)";
+    case TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET_BUS: return "a reset of its bus (GPU_RESET_BUS)";
+    default: return "an action trun does not know";
+  }
+}
+
+static trun_health_status judge_recovery(const trun_gpu *g, const char *lab, char *val, size_t vlen,
+                                         char *why, size_t wlen) {
+  unsigned a = g->health.recovery_action;
+  if (a == TRUN_NVML_GPU_RECOVERY_ACTION_NONE) return TRUN_HEALTH_PASS;
+  snprintf(val, vlen, "%s: %u", lab, a);
+  snprintf(why, wlen, "%s: the driver asks for %s before it runs work again.", lab, recovery_words(a));
+  return TRUN_HEALTH_FAIL;
+}
+
+#define RC(field) offsetof(trun_gpu_health, field)
+static const gpu_check remap_check = {
+    "no remapping pending or failed",     RC(remap_rc), "nvmlDeviceGetRemappedRows",
+    " (row remapping came with A100)",    judge_remap,  "%d GPU(s): none pending or failed",
+    "No row remapping pending or failed."};
+static const gpu_check retired_check = {"no page retirement pending",
+                                        RC(retired_rc),
+                                        "nvmlDeviceGetRetiredPagesPendingStatus",
+                                        " (GPUs from A100 on remap rows instead: see row-remap)",
+                                        judge_retired,
+                                        "%d GPU(s): none pending",
+                                        "No page retirement pending."};
+static const gpu_check ecc_check = {"0 volatile uncorrected",
+                                    RC(ecc_rc),
+                                    "nvmlDeviceGetTotalEccErrors",
+                                    " (or ECC is off: nvidia-smi -q -d ECC)",
+                                    judge_ecc,
+                                    "%d GPU(s): 0",
+                                    "No uncorrectable ECC error since the driver loaded."};
+static const gpu_check clocks_check = {"no HW slowdown, HW thermal or HW power brake",
+                                       RC(clocks_rc),
+                                       "nvmlDeviceGetCurrentClocksEventReasons",
+                                       NULL,
+                                       judge_clocks,
+                                       "%d GPU(s): none",
+                                       "No hardware slowdown."};
+static const gpu_check pcie_check = {
+    "width = max; generation = max unless idle",
+    RC(pcie_rc),
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    NULL,
+    judge_pcie,
+    "%d GPU(s) at full width",
+    "Every PCIe link at its full width (a lower generation while idle is power saving)."};
+static const gpu_check recovery_check = {"NONE (0)",
+                                         RC(recovery_rc),
+                                         "the GPU recovery action field (driver r570 or later)",
+                                         " (this driver does not report it)",
+                                         judge_recovery,
+                                         "%d GPU(s): NONE",
+                                         "The driver asks for no recovery action."};
+#undef RC
 
 static void check_nvlink(const trun_node *node, verdict *v) {
   snprintf(v->c->threshold, sizeof(v->c->threshold), "every NVLink active");
@@ -597,45 +615,6 @@ static void check_nvlink(const trun_node *node, verdict *v) {
   char pv[64];
   snprintf(pv, sizeof(pv), "%d GPU(s), %d links active", ok, total);
   finish(v, pv, "Every NVLink active.");
-}
-
-static const char *recovery_words(unsigned a) {
-  switch (a) {
-    case TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET: return "a GPU reset (GPU_RESET)";
-    case TRUN_NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: return "a reboot of the node (NODE_REBOOT)";
-    case TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: return "draining peer-to-peer traffic (DRAIN_P2P)";
-    case TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
-      return "a drain and a reset: it runs at reduced capacity (DRAIN_AND_RESET)";
-    case TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET_BUS: return "a reset of its bus (GPU_RESET_BUS)";
-    default: return "an action trun does not know";
-  }
-}
-
-static void check_recovery(const trun_node *node, verdict *v) {
-  snprintf(v->c->threshold, sizeof(v->c->threshold), "NONE (0)");
-  if (!gpus_probed(node, v)) return;
-  int ok = 0;
-  for (int i = 0; i < node->ngpu; i++) {
-    const trun_gpu *g = &node->gpus[i];
-    const trun_gpu_health *h = &g->health;
-    if (!h->probed || unreadable(v, g, h->recovery_rc, "the GPU recovery action field (driver r570 or later)",
-                                 " (this driver does not report it)"))
-      continue;
-    if (h->recovery_action == TRUN_NVML_GPU_RECOVERY_ACTION_NONE) {
-      ok++;
-      continue;
-    }
-    char lab[160], val[384], why[384];
-    gpu_label(g, lab, sizeof(lab));
-    snprintf(val, sizeof(val), "%s: %u", lab, h->recovery_action);
-    snprintf(why, sizeof(why), "%s: the driver asks for %s before it runs work again.", lab,
-             recovery_words(h->recovery_action));
-    subject(v, TRUN_HEALTH_FAIL, val, why);
-  }
-  if (ok) worsen(v, TRUN_HEALTH_PASS);
-  char pv[64];
-  snprintf(pv, sizeof(pv), "%d GPU(s): NONE", ok);
-  finish(v, pv, "The driver asks for no recovery action.");
 }
 
 static void check_efa_ports(const trun_node *node, const trun_health_env *env, verdict *v) {
@@ -767,13 +746,13 @@ void trun_health_judge(const trun_node *node, const trun_health_env *env, unsign
     switch ((trun_health_id)id) {
       case TRUN_HC_NVML: check_nvml(node, env, &v); break;
       case TRUN_HC_GPU_COUNT: check_gpu_count(node, env, &v); break;
-      case TRUN_HC_ROW_REMAP: check_row_remap(node, &v); break;
-      case TRUN_HC_RETIRED_PAGES: check_retired(node, &v); break;
-      case TRUN_HC_ECC: check_ecc(node, &v); break;
-      case TRUN_HC_CLOCKS: check_clocks(node, &v); break;
-      case TRUN_HC_PCIE: check_pcie(node, &v); break;
+      case TRUN_HC_ROW_REMAP: judge_gpus(node, &v, &remap_check); break;
+      case TRUN_HC_RETIRED_PAGES: judge_gpus(node, &v, &retired_check); break;
+      case TRUN_HC_ECC: judge_gpus(node, &v, &ecc_check); break;
+      case TRUN_HC_CLOCKS: judge_gpus(node, &v, &clocks_check); break;
+      case TRUN_HC_PCIE: judge_gpus(node, &v, &pcie_check); break;
       case TRUN_HC_NVLINK: check_nvlink(node, &v); break;
-      case TRUN_HC_RECOVERY: check_recovery(node, &v); break;
+      case TRUN_HC_RECOVERY: judge_gpus(node, &v, &recovery_check); break;
       case TRUN_HC_EFA_PORTS: check_efa_ports(node, env, &v); break;
       case TRUN_HC_EFA_COUNT: check_efa_count(node, &v); break;
       case TRUN_HC_SHM: check_shm(env, &v); break;
