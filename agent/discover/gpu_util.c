@@ -19,8 +19,6 @@
 struct trun_gpu_util {
   trun__nvml_child child;
   int n;
-  char err[256];
-  int ended; /* an "E" line or EOF */
   int *util; /* trun_gpu_util_read's output while it parses */
   int got;
 };
@@ -85,15 +83,10 @@ trun_gpu_util *trun_gpu_util_start(const char (*uuids)[96], int n, double interv
   return g;
 }
 
-/* One complete line: a sample into g->util, or the sampler's reason to end. */
+/* One complete line: a sample into g->util. */
 static void parse(void *arg, char *line) {
   trun_gpu_util *g = arg;
-  if (line[0] == 'E') {
-    snprintf(g->err, sizeof(g->err), "%s", line[1] ? line + 2 : "the GPU sampler failed");
-    g->ended = 1;
-    return;
-  }
-  if (line[0] != 'U' || g->ended) return;
+  if (line[0] != 'U') return;
   int v[MAX_GPUS];
   char *p = line + 1;
   for (int i = 0; i < g->n; i++) {
@@ -111,13 +104,10 @@ int trun_gpu_util_read(trun_gpu_util *g, int *util, char *err, size_t errlen) {
   if (g == NULL) return 0;
   g->util = util;
   g->got = 0;
-  if (!g->ended && trun__nvml_child_read(&g->child, parse, g) < 0 && !g->ended) {
-    if (!g->err[0]) snprintf(g->err, sizeof(g->err), "the GPU sampler (pid %d) exited", (int)g->child.pid);
-    g->ended = 1;
-  }
+  int rc = trun__nvml_child_read(&g->child, "the GPU sampler", parse, g);
   if (g->got) return 1;
-  if (g->ended) {
-    if (err && errlen) snprintf(err, errlen, "%s", g->err);
+  if (rc < 0) {
+    if (err && errlen) snprintf(err, errlen, "%s", g->child.err);
     return -1;
   }
   return 0;

@@ -50,21 +50,28 @@ int trun__nvml_child_start(trun__nvml_child *c, void (*body)(void *arg), void *a
   return 0;
 }
 
-int trun__nvml_child_read(trun__nvml_child *c, void (*on_line)(void *arg, char *line), void *arg) {
+int trun__nvml_child_read(trun__nvml_child *c, const char *what, void (*on_line)(void *arg, char *line),
+                          void *arg) {
   while (!c->ended) {
     ssize_t r = read(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) break; /* EAGAIN: nothing more now */
     if (r == 0) {
+      snprintf(c->err, sizeof(c->err), "%s (pid %d) exited", what, (int)c->pid);
       c->ended = 1;
       break;
     }
     c->len += (size_t)r;
     c->buf[c->len] = '\0';
     char *start = c->buf, *nl;
-    while ((nl = strchr(start, '\n')) != NULL) {
+    while (!c->ended && (nl = strchr(start, '\n')) != NULL) {
       *nl = '\0';
-      on_line(arg, start);
+      if (start[0] == 'E') {
+        snprintf(c->err, sizeof(c->err), "%s", start[1] ? start + 2 : what);
+        c->ended = 1;
+      } else {
+        on_line(arg, start);
+      }
       start = nl + 1;
     }
     c->len -= (size_t)(start - c->buf);

@@ -23,8 +23,6 @@ struct trun_xid_watch {
   trun__nvml_child child;
   int n;
   int ready;
-  int ended;
-  char err[256];
   trun_xid_event *ev; /* trun_xid_watch_read's output while it parses */
   int nev, max;
 };
@@ -128,10 +126,7 @@ static double now_s(void) {
 
 static void parse(void *arg, char *line) {
   trun_xid_watch *w = arg;
-  if (line[0] == 'E') {
-    snprintf(w->err, sizeof(w->err), "%s", line[1] ? line + 2 : "the Xid watcher failed");
-    w->ended = 1;
-  } else if (line[0] == 'R') {
+  if (line[0] == 'R') {
     w->ready = 1;
   } else if (line[0] == 'X' && w->nev < w->max) {
     int gpu;
@@ -150,14 +145,11 @@ int trun_xid_watch_read(trun_xid_watch *w, trun_xid_event *ev, int max, int *rea
   w->ev = ev;
   w->max = max;
   w->nev = 0;
-  if (!w->ended && trun__nvml_child_read(&w->child, parse, w) < 0 && !w->ended) {
-    if (!w->err[0]) snprintf(w->err, sizeof(w->err), "the Xid watcher (pid %d) exited", (int)w->child.pid);
-    w->ended = 1;
-  }
+  int rc = trun__nvml_child_read(&w->child, "the Xid watcher", parse, w);
   if (ready) *ready = w->ready;
   if (w->nev > 0) return w->nev;
-  if (w->ended) {
-    if (err && errlen) snprintf(err, errlen, "%s", w->err);
+  if (rc < 0) {
+    if (err && errlen) snprintf(err, errlen, "%s", w->child.err);
     return -1;
   }
   return 0;
