@@ -144,9 +144,10 @@ demo:
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
 STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lpthread -ldl -lrt -lm
-portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/preflight.o $(B)/libtrun.a
+TOPO_OBJ := $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/topo_health.o
+portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(TOPO_OBJ) $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
-	$(CC) $(OPT) -o $(B)/portable/trun-topo $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(STATIC_LIBS)
+	$(CC) $(OPT) -o $(B)/portable/trun-topo $(TOPO_OBJ) $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun-preflight $(B)/obj/tools/preflight.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun $(B)/obj/launcher/main.o $(B)/libtrun.a $(STATIC_LIBS)
 	$(CC) $(OPT) -o $(B)/portable/trun-store $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a $(STATIC_LIBS)
@@ -156,8 +157,8 @@ portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/
 all: $(B)/trun-topo $(B)/trun-preflight $(B)/libnvidia-ml-fake.so $(B)/libcuda-nccl-fake.so
 asan: $(B)/libnvidia-ml-fake.so $(B)/libcuda-nccl-fake.so
 
-$(B)/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
-	$(CC) $(OPT) -o $@ $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
+$(B)/trun-topo: $(TOPO_OBJ) $(B)/libtrun.a
+	$(CC) $(OPT) -o $@ $(TOPO_OBJ) $(B)/libtrun.a $(PKG_LIBS) -ldl -lpthread -lm
 
 # trun-preflight: the NCCL all-reduce check (libcudart / libnccl by dlopen at run time; nothing to link).
 $(B)/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a

@@ -307,6 +307,16 @@ static void on_stall(void *arg, int local_rank, double idle_s, int sig, int stop
   w->torn_down = 0; /* the root cause, not a bystander */
 }
 
+/* A hardware Xid (agent_health.c) in a round: the workers stop like after a failure of the worker on that
+ * GPU (the root cause), and no restart follows: rounds() ends and the agent exits TRUN_EXIT_UNHEALTHY. */
+static void on_unhealthy(agent *a) {
+  if (a->phase_stopping) return;
+  a->result = OUT_FAILED;
+  a->first_failed = a->unhealthy_lr;
+  begin_stop(a, SIGTERM, 1);
+  if (a->unhealthy_lr >= 0) a->w[a->unhealthy_lr].torn_down = 0;
+}
+
 /* One attempt: start every local worker and supervise them until the round ends. */
 static void run_round(agent *a) {
   char attempt_dir[PATH_MAX] = "";
@@ -456,7 +466,7 @@ static void end_round_multinode(agent *a) {
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
-  return a->signal_seen != 0;
+  return a->signal_seen != 0 || a->unhealthy;
 }
 
 /* --preflight: local rank lr's trun-preflight gets the environment its worker would get. */
@@ -470,11 +480,11 @@ static char **preflight_env(void *arg, int lr) {
 /* What the node has, the workers' base environment (NCCL / EFA decisions included) and the run
  * directory. 0, or -1 (said on stderr). */
 static int plan(agent *a) {
-  char err[512];
+  char *err = a->discover_err; /* kept for the health gate */
   int omp_forced = 0;
   if ((a->node = calloc(1, sizeof(*a->node))) != NULL &&
       trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds, err,
-                         sizeof(err)) < 0)
+                         sizeof(a->discover_err)) < 0)
     trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
   a->env = trun_agent_env(a->env, a->cfg, a->nproc, a->node, &omp_forced);
   if (a->env == NULL) {
@@ -547,6 +557,7 @@ static int before_round(agent *a) {
     if (a->recovery_from == 0 || l->at < a->recovery_from) a->recovery_from = l->at;
   }
   a->lost_known = 0;
+  trun__agent_health_news(a, NULL, NULL, 0); /* nodes that left unhealthy: node rank 0 names them */
   trun_doctor_outcome doc;
   int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
   trun_obs_doctor(a->obs, a->round, &doc);
@@ -587,9 +598,10 @@ static void after_round(agent *a) {
 static int rounds(agent *a) {
   int remaining = a->cfg->max_restarts;
   for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0) return 1;
+    if (before_round(a) < 0 || a->unhealthy) return 1; /* unhealthy: agent_main's exit */
     run_round(a);
     after_round(a);
+    if (a->unhealthy) return 1;
     if (a->result == OUT_MEMBERSHIP) continue;
     if (a->result == OUT_SUCCESS) return 0;
     if (a->result == OUT_CUT_OFF) {
@@ -615,10 +627,13 @@ static int rounds(agent *a) {
 }
 
 static int agent_main(agent *a) {
-  if (plan(a) < 0 || meet(a) < 0) return 1;
-  int code = rounds(a);
-  /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. */
-  if (code != TRUN_EXIT_CUT_OFF) trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED);
+  if (plan(a) < 0) return 1;
+  if (trun__agent_health_gate(a) < 0) return TRUN_EXIT_UNHEALTHY; /* before joining: the node stays out */
+  int code = meet(a) < 0 ? 1 : rounds(a);
+  if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
+  /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
+   * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
+  if (code != TRUN_EXIT_CUT_OFF) trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }
 
@@ -655,7 +670,16 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
+  unsigned checks;
+  char herr[512];
+  if (cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
+      trun_health_parse_checks(cfg->health_checks, &checks, herr, sizeof(herr)) < 0) {
+    fprintf(stderr, "trun: error: --health-checks: %s\n", herr);
+    return 2;
+  }
   trun_fqdn(a.host, sizeof(a.host));
+  a.unhealthy_lr = -1;
+  a.on_unhealthy = on_unhealthy;
   raise_nofile(&a);
   a.w = calloc((size_t)a.nproc, sizeof(worker));
   a.loop = malloc(sizeof(uv_loop_t));
@@ -695,6 +719,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   a.stall = trun_stall_new(a.loop, cfg->stall_timeout, cfg->stall_signal, on_stall, &a);
   char **orig_env = a.env;
   int code = agent_main(&a);
+  trun__agent_health_close(&a);
   join_watcher(&a);
   if (a.watch_client) trun_client_close(a.watch_client);
   trun_obs_close(a.obs, code);

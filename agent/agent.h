@@ -4,13 +4,18 @@
  * --explain in explain.c).
  * May use: store, config, discover, proc, rdzv, nccl, observe. Used by the launcher.
  * Exit codes (torchrun's): 0 every worker succeeded, 1 a worker failed (restarts used up), the agent was
- * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's). */
+ * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's); and trun's own 3
+ * (TRUN_EXIT_UNHEALTHY): this node is unhealthy (--health-check fail found a failed check before joining, or
+ * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md). */
 #ifndef TRUN_AGENT_H
 #define TRUN_AGENT_H
 
 #include <stdio.h>
 
 #include "config/config.h"
+
+/* The node is unhealthy: a failed health check with --health-check fail, or a hardware Xid. */
+#define TRUN_EXIT_UNHEALTHY 3
 
 /* Runs the job described by cfg with envp as the base environment; returns the exit code. */
 int trun_agent_run(const trun_config *cfg, char **envp);

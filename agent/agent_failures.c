@@ -37,6 +37,16 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
       if (rc == -EBADMSG)
         trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
     }
+    if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed) {
+      /* A hardware Xid on this worker's GPU: the root cause, not the signal that stopped the worker. */
+      char *msg = NULL;
+      if (asprintf(&msg, "%s%s%s", a->unhealthy_msg, f->message ? "; then: " : "",
+                   f->message ? f->message : "") >= 0) {
+        free(f->message);
+        f->message = msg;
+      }
+      f->timestamp = a->unhealthy_time;
+    }
     if (w->stalled_s > 0) {
       char *msg = NULL;
       if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,
@@ -69,8 +79,12 @@ static size_t add_lost_node(agent *a, trun_failure *fs, size_t n) {
   return n + 1;
 }
 
+/* Room for the other nodes' health records (agent_health.c) in one report. */
+#define HEALTH_NEWS_MAX 16
+
 void trun__agent_report_failures(agent *a, int final) {
-  trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size + 1, sizeof(*fs));
+  size_t cap = (size_t)a->nproc + (size_t)a->rdzv.group_world_size + HEALTH_NEWS_MAX + 1; /* + a lost node */
+  trun_failure *fs = calloc(cap, sizeof(*fs));
   if (fs == NULL) return;
   size_t n = add_lost_node(a, fs, collect_failures(a, fs));
   int root;
@@ -103,6 +117,8 @@ void trun__agent_report_failures(agent *a, int final) {
       free(remote);
     }
   }
+  /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
+  trun__agent_health_news(a, fs, &n, cap);
   trun_obs_failure(a->obs, fs, n, final);
   if (final && n > 0) {
     trun_report_print(stderr, a->cfg->script, fs, n);
@@ -124,17 +140,20 @@ void trun__agent_announce_failure(agent *a) {
     json = trun_failure_to_json(&fs[root]);
   } else {
     trun_failure f;
-    char name[32], msg[256];
+    char name[32], msg[640];
     memset(&f, 0, sizeof(f));
     f.global_rank = a->rdzv.base_rank;
     f.local_rank = -1;
     f.group_rank = a->rdzv.group_rank;
     f.pid = getpid();
-    f.exit_code = a->signal_seen ? -a->signal_seen : 1;
-    f.timestamp = trun__agent_now();
+    f.exit_code = a->unhealthy ? TRUN_EXIT_UNHEALTHY : a->signal_seen ? -a->signal_seen : 1;
+    f.timestamp = a->unhealthy ? a->unhealthy_time : trun__agent_now();
     f.host = a->host;
-    snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s", a->rdzv.group_rank,
-             a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
+    if (a->unhealthy)
+      snprintf(msg, sizeof(msg), "%s", a->unhealthy_msg);
+    else
+      snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s", a->rdzv.group_rank,
+               a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
     f.message = msg;
     json = trun_failure_to_json(&f);
   }

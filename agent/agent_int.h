@@ -95,8 +95,20 @@ struct agent {
   double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
   uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
   char cut_why[512];
-  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;    /* the agent raised its soft limit to the hard one */
+  struct rlimit nofile;             /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;                /* the agent raised its soft limit to the hard one */
+  /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
+  char discover_err[512];         /* GPU discovery's complaint in plan ("" none) */
+  trun_xid_watch *xid;            /* the Xid watcher child, NULL when off or ended */
+  uv_poll_t xid_poll;             /* readable: the watcher wrote */
+  int xid_poll_on;                /* xid_poll was initialised (close it at the end) */
+  int unhealthy;                  /* a hardware Xid: this node leaves the job and exits 3 */
+  char unhealthy_msg[512];        /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
+  int unhealthy_lr;               /* the local rank whose GPU it was, -1 */
+  double unhealthy_time;          /* when the agent read it (unix seconds) */
+  int left;                       /* trun__agent_leave_unhealthy ran */
+  int health_seen;                /* other nodes' health records already read from the store */
+  void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -117,5 +129,22 @@ void trun__agent_report_failures(agent *a, int final);
 /* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
  * round for every node: "fail:<group rank>" in the round's end key. */
 void trun__agent_announce_failure(agent *a);
+
+/* agent_health.c: the node health gate before the first rendezvous (--health-check): runs the checks on the
+ * node plan discovered, reports them (stderr, "health" events, trun_health_failed) and, with fail and a
+ * failed check, tells the other nodes through the rendezvous store and returns -1 (exit 3, not joining);
+ * then starts the Xid watcher on the agent's loop. 0 to go on. */
+int trun__agent_health_gate(agent *a);
+/* Other nodes' health records (a failed gate, a hardware Xid) the store holds and this agent has not read:
+ * node rank 0 prints each; with fs, each is also added to fs[*n..cap) as a failure record (the root cause
+ * of this round when it came first). */
+void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap);
+/* This node leaves the job because it is unhealthy: the single place that does it (see there). */
+void trun__agent_leave_unhealthy(agent *a);
+/* The job ends for an unhealthy node: it leaves (if not yet), prints its failure report and returns
+ * TRUN_EXIT_UNHEALTHY. */
+int trun__agent_unhealthy_exit(agent *a);
+/* Stops the Xid watcher (before the loop is torn down). */
+void trun__agent_health_close(agent *a);
 
 #endif

@@ -44,7 +44,8 @@ out:
 }
 
 int trun_agent_discover_flags(const trun_config *cfg) {
-  return TRUN_IDENTITY_IF_EFA | (cfg->numa_binding ? 0 : TRUN_DISCOVER_NO_AFFINITY);
+  return TRUN_IDENTITY_IF_EFA | (cfg->numa_binding ? 0 : TRUN_DISCOVER_NO_AFFINITY) |
+         (cfg->health_check != TRUN_HEALTH_CHECK_OFF ? TRUN_DISCOVER_HEALTH : 0);
 }
 
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node,

@@ -14,7 +14,8 @@
  * per-local-rank CPU lists in TRUN_NUMA_PLAN ("list0;list1;..."), which trun_worker_envp consumes. */
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node, int *omp_forced);
 /* trun_discover_node's identity/flags for the agent: instance identity only with usable EFA, per-GPU CPU
- * affinity only for --numa-binding. node NULL above: trun_agent_env discovers with these itself. */
+ * affinity only for --numa-binding, the GPUs' health facts unless --health-check off. node NULL above:
+ * trun_agent_env discovers with these itself. */
 int trun_agent_discover_flags(const trun_config *cfg);
 
 /* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off.

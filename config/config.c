@@ -313,6 +313,15 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)
     return fail(err, errlen, cl, TRUN_OPT_ON_SPLIT_PODS, "--on-split-pods '%s' must be warn or fail", osp);
   cfg->on_split_pods_fail = osp && strcmp(osp, "fail") == 0;
+  const char *hc = VAL(TRUN_OPT_HEALTH_CHECK);
+  cfg->health_check = TRUN_HEALTH_CHECK_WARN;
+  if (hc && strcmp(hc, "off") == 0)
+    cfg->health_check = TRUN_HEALTH_CHECK_OFF;
+  else if (hc && strcmp(hc, "fail") == 0)
+    cfg->health_check = TRUN_HEALTH_CHECK_FAIL;
+  else if (hc && strcmp(hc, "warn") != 0)
+    return fail(err, errlen, cl, TRUN_OPT_HEALTH_CHECK, "--health-check '%s' must be off, warn or fail", hc);
+  cfg->health_checks = VAL(TRUN_OPT_HEALTH_CHECKS) ? VAL(TRUN_OPT_HEALTH_CHECKS) : "all";
   cfg->nccl_report = VAL(TRUN_OPT_NCCL_REPORT) && strcmp(VAL(TRUN_OPT_NCCL_REPORT), "0") != 0;
   cfg->preflight = VAL(TRUN_OPT_PREFLIGHT) && strcmp(VAL(TRUN_OPT_PREFLIGHT), "0") != 0;
   cfg->preflight_pass = cfg->preflight_warn = -1;

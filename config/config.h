@@ -15,6 +15,9 @@
 #define TRUN_MAX_LOCAL 1024
 #define TRUN_MAX_SIGNALS 16
 
+/* --health-check: what a failed node health check does (agent/discover/health.h). */
+enum { TRUN_HEALTH_CHECK_OFF = 0, TRUN_HEALTH_CHECK_WARN, TRUN_HEALTH_CHECK_FAIL };
+
 /* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv/rdzv_fast.h), --rdzv-backend trun. */
 typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_FAST } trun_rdzv_backend;
 
@@ -64,6 +67,8 @@ typedef struct {
   int stall_signal;            /* --stall-signal, 0: none */
   int store_allow_peers;       /* --store-allow-peers */
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
+  int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
+  const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
   const char *script;
   char **script_args;
   int nscript_args;

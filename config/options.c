@@ -190,6 +190,15 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
         {"store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
          "Threads (event loops) of the TCPStore servers this agent hosts, 1-64. auto: 4 "
          "with 32 or more usable CPUs, 2 with 8 or more, else 1. (default: auto)"},
+    [TRUN_OPT_HEALTH_CHECK] =
+        {"health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", TRUN_G_TRUN, "{off,warn,fail}",
+         "Before the first rendezvous, check this node (GPU count, memory errors, clocks, PCIe, NVLink, "
+         "the driver's recovery action, EFA ports, /dev/shm) and during the job watch for hardware Xids: "
+         "warn, or fail (exit 3 before joining, so that the scheduler replaces the node), or off."},
+    [TRUN_OPT_HEALTH_CHECKS] = {"health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS",
+                                TRUN_G_TRUN, "LIST",
+                                "The checks --health-check runs: all, or names separated by commas; -name "
+                                "leaves one out (e.g. -pcie,-shm). See trun-topo health."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

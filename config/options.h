@@ -60,6 +60,8 @@ typedef enum {
   TRUN_OPT_STALL_SIGNAL,      /* --stall-signal SIG: sent to a stalled worker before the restart */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
+  TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
+  TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

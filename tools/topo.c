@@ -2,7 +2,8 @@
  * the workers see after CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, renumbered as they see them, then
  * one NIC row and column per RDMA device with its PCIe distance to each GPU); --json the same for tools.
  * Options: --json, --no-imds (no instance-metadata request), -h/--help, --version. Exit 0, or 2 for a bad
- * option.
+ * option. Subcommands: preflight (topo_preflight.c), health (topo_health.c: the node health checks, exit 3
+ * on a failed one).
  * A discovery problem (a CUDA_VISIBLE_DEVICES entry that names no GPU, a broken NVML) is reported on stderr
  * and what was found is still printed. Test hooks: see agent/discover/discover.h. */
 #include <jansson.h>
@@ -29,6 +30,7 @@ static const char *usage =
     "usage: trun-topo [--json] [--no-imds]\n"
     "       trun-topo --nccl-log FILE... [--efa] [--json]\n"
     "       trun-topo preflight [trun-preflight options]\n"
+    "       trun-topo health [--json] [--no-imds] [--checks LIST]\n"
     "  Shows the GPUs the workers would see (NVML; the CUDA runtime where NVML is missing), the RDMA/EFA\n"
     "  devices (sysfs) and how they connect, like `nvidia-smi topo -m` with NIC columns, and the P2P read\n"
     "  status of each GPU pair like `nvidia-smi topo -p2p r`.\n"
@@ -44,6 +46,8 @@ static const char *usage =
     "              --efa: EFA devices existed where the log was written (else: the log's NET/OFI lines)\n"
     "  preflight   run build/trun-preflight for this node's GPUs (NCCL all-reduce 8 B..1 GiB, busbw\n"
     "              verdict); see trun-preflight --help\n"
+    "  health      the node health checks of trun's gate (--health-check), each with its status and\n"
+    "              reason; exit 3 when one failed; see trun-topo health --help\n"
     "  --version   print trun-topo's version and exit\n";
 
 typedef struct {
@@ -238,10 +242,12 @@ static int nccl_log_main(char **files, int nfiles, int as_json, int efa) {
 }
 
 int trun_topo_preflight(int argc, char **argv); /* tools/topo_preflight.c */
+int trun_topo_health(int argc, char **argv);    /* tools/topo_health.c */
 
 int main(int argc, char **argv) {
   int as_json = 0, no_imds = 0, efa = 0, nfiles = 0, nccl_log = 0;
   if (argc > 1 && strcmp(argv[1], "preflight") == 0) return trun_topo_preflight(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "health") == 0) return trun_topo_health(argc - 1, argv + 1);
   char **files = calloc((size_t)argc, sizeof(char *));
   if (files == NULL) {
     fprintf(stderr, "trun-topo: out of memory (calloc of %d argument slots)\n", argc);

@@ -1,10 +1,11 @@
 /* discover: what the node has. GPUs (NVML by dlopen; the CUDA runtime by dlopen as the fallback, in a
  * short-lived child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs), the
  * instance's identity (IMDSv2, DMI fallback) and what AWS instance types have (instance_types.h), the CPUs
- * this process may use (cgroup quota) and CPU lists (cpulist.h), this host's name, and GPU utilisation
- * sampled in a child (gpu_util.h). NVML's prototypes (nvml.h) and the library loaders stay inside.
- * Test hooks (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT,
- * TRUN_IMDS_ENDPOINT, TRUN_CGROUP_ROOT. Facts: shared/spec/gpu-efa-nccl.md.
+ * this process may use (cgroup quota) and CPU lists (cpulist.h), this host's name, GPU utilisation
+ * sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid watcher (xid_watch.h).
+ * NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks (environment):
+ * TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
+ * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm). Facts: shared/spec/gpu-efa-nccl.md.
  * May use: store (log). Used by every other agent module, the launcher and the tools. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
@@ -15,6 +16,30 @@
 #define TRUN_MAX_GPUS 64
 #define TRUN_MAX_RDMA 64
 
+/* What the discovery child read from NVML for the health checks (agent/discover/health.h), per visible GPU,
+ * when asked (TRUN_GPU_HEALTH). Each *_rc is the NVML return code of its call, TRUN_HF_MISSING when the
+ * driver's library lacks the function (an older driver) or probed is 0; the values mean something only
+ * when their rc is 0. */
+#define TRUN_HF_MISSING (-1)
+typedef struct {
+  int probed;
+  int remap_rc; /* nvmlDeviceGetRemappedRows */
+  unsigned remap_corr, remap_unc, remap_pending, remap_failure;
+  int retired_rc; /* nvmlDeviceGetRetiredPagesPendingStatus */
+  int retired_pending;
+  int ecc_rc; /* nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE) */
+  unsigned long long ecc_volatile_unc;
+  int clocks_rc; /* nvmlDeviceGetCurrentClocksEventReasons (or ...ThrottleReasons) */
+  unsigned long long clock_reasons;
+  int pcie_rc; /* nvmlDeviceGetCurrPcieLinkGeneration / Width and the Max ones */
+  unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
+  int nvlink_rc;                       /* nvmlDeviceGetNvLinkState: 0 when the GPU has NVLinks */
+  int nvlink_links;                    /* links the GPU has */
+  unsigned long long nvlink_down_mask; /* bit n: link n is not active */
+  int recovery_rc;                     /* field 230 of nvmlDeviceGetFieldValues (r570+) */
+  unsigned recovery_action;            /* nvmlDeviceGpuRecoveryAction_t */
+} trun_gpu_health;
+
 typedef struct {
   int index;         /* NVML index on the host; -1 when found through the CUDA runtime */
   int visible_index; /* index as the workers see it (after CUDA_VISIBLE_DEVICES), -1 when hidden */
@@ -24,6 +49,7 @@ typedef struct {
   int numa_node;          /* -1 unknown; sysfs -1 (VMs) is derived from cpu_affinity, see discover_gpu.c */
   char cpu_affinity[256]; /* cpulist, e.g. 0-47,96-143 */
   uint64_t memory_bytes;
+  trun_gpu_health health; /* TRUN_GPU_HEALTH only */
 } trun_gpu;
 
 typedef struct {
@@ -51,6 +77,7 @@ typedef struct {
   char p2p[TRUN_MAX_GPUS][TRUN_MAX_GPUS][4];   /* P2P read status: "X", "OK", "CNS", "GNS", "TNS", "DR",
                                                   "NS", "U" (nvidia-smi topo -p2p r words), "N/A" */
   const char *gpu_source;                      /* "nvml", "cudart", "none" */
+  int gpus_listed; /* devices NVML listed before CUDA_ / NVIDIA_VISIBLE_DEVICES (-1: not through NVML) */
   int nrdma;
   trun_rdma rdma[TRUN_MAX_RDMA];
   trun_instance instance;
@@ -67,6 +94,8 @@ int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t err
  * agent needs it only for --numa-binding) unless the NUMA node must be derived from it. NVML runs in a
  * short-lived child process either way. */
 #define TRUN_GPU_NO_AFFINITY 1u
+/* TRUN_GPU_HEALTH: the child also reads each visible GPU's health facts (trun_gpu.health). */
+#define TRUN_GPU_HEALTH 2u
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen);
 /* Fills node->rdma from TRUN_SYSFS_ROOT (default /sys)/class/infiniband and /dev/infiniband. */
 int trun_discover_rdma(trun_node *node);
@@ -86,6 +115,8 @@ void trun_fqdn(char *out, size_t len);
 
 #include "cpulist.h"
 #include "gpu_util.h"
+#include "health.h"
 #include "instance_types.h"
+#include "xid_watch.h"
 
 #endif

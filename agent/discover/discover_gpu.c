@@ -31,6 +31,9 @@
  * own NUMA id (only where the GPU memory is a NUMA node, Grace), else (VMs, where sysfs says -1) the node
  * whose cpulist holds the GPU's CPU affinity, or the only node (trun_numa_of_cpulist).
  *
+ * With TRUN_GPU_HEALTH the same child reads each visible GPU's health facts (health_gpu.c; for a MIG device
+ * its parent's), so that the gate's checks cost no second NVML start.
+ *
  * No NVML library at all: the CUDA runtime in the same child (discover_cudart.c), never in the agent. */
 #include <ctype.h>
 #include <dlfcn.h>
@@ -358,10 +361,12 @@ static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev 
 }
 
 /* cudart: whether the CUDA runtime may be tried when no NVML library loads (only in the child). */
-static int discover_here(trun_node *node, char *const *envp, int affinity, int cudart, char *err,
+static int discover_here(trun_node *node, char *const *envp, unsigned flags, int cudart, char *err,
                          size_t errlen) {
+  int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
   if (err && errlen) err[0] = '\0';
   node->ngpu = 0;
+  node->gpus_listed = -1;
   node->gpu_source = "none";
   memset(node->links, 0, sizeof(node->links));
   memset(node->p2p, 0, sizeof(node->p2p));
@@ -390,6 +395,7 @@ static int discover_here(trun_node *node, char *const *envp, int affinity, int c
     return -1;
   }
   if (count > TRUN_MAX_GPUS) count = TRUN_MAX_GPUS;
+  node->gpus_listed = (int)count;
   trun_nvml_dev *all = calloc(TRUN_MAX_GPUS, sizeof(*all));
   if (!all) {
     seterr(err, errlen, "out of memory listing GPUs");
@@ -467,6 +473,12 @@ static int discover_here(trun_node *node, char *const *envp, int affinity, int c
     }
   }
   for (int v = 0; v < node->ngpu; v++) node->gpus[v].visible_index = v;
+  if (flags & TRUN_GPU_HEALTH) {
+    trun__gpu_health_fns hf;
+    trun__gpu_health_load(n.dl, &hf);
+    for (int v = 0; v < node->ngpu; v++)
+      if (src[v] >= 0) trun__gpu_health_read(&hf, all[src[v]].dev, &node->gpus[v].health);
+  }
 
   /* Links between visible GPUs. */
   int want[TRUN_MAX_GPUS] = {0};
@@ -526,28 +538,28 @@ static int driver_present(void) {
 }
 
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
-  int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
   if (!driver_present()) {
     if (err && errlen) err[0] = '\0';
     node->ngpu = 0;
+    node->gpus_listed = -1;
     node->gpu_source = "none";
     memset(node->links, 0, sizeof(node->links));
     memset(node->p2p, 0, sizeof(node->p2p));
     return 0;
   }
   shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) return discover_here(node, envp, affinity, 0, err, errlen);
+  if (sh == MAP_FAILED) return discover_here(node, envp, flags, 0, err, errlen);
   memcpy(&sh->node, node, sizeof(*node));
   sh->rc = -1;
   snprintf(sh->err, sizeof(sh->err), "GPU discovery child ended without a result");
   pid_t pid = fork();
   if (pid == 0) {
-    sh->rc = discover_here(&sh->node, envp, affinity, 1, sh->err, sizeof(sh->err));
+    sh->rc = discover_here(&sh->node, envp, flags, 1, sh->err, sizeof(sh->err));
     _exit(0);
   }
   int rc;
   if (pid < 0) {
-    rc = discover_here(node, envp, affinity, 0, err, errlen);
+    rc = discover_here(node, envp, flags, 0, err, errlen);
   } else {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {

@@ -28,4 +28,21 @@ const char *trun_pci_distance(const char *path_a, int numa_a, const char *path_b
  * "cudart", or untouched when no runtime / no device), or -1 with a reason in err. */
 int trun_discover_cudart(trun_node *node, char *const *envp, int affinity, char *err, size_t errlen);
 
+/* From agent/discover/health_gpu.c: the NVML calls behind the health facts (trun_gpu_health), looked up in
+ * the discovery child's NVML library dl; a function the library lacks stays NULL (its fact: TRUN_HF_MISSING).
+ */
+#include "nvml.h"
+typedef struct {
+  trun_nvmlDeviceGetRemappedRows_fn remapped_rows;
+  trun_nvmlDeviceGetRetiredPagesPendingStatus_fn retired_pending;
+  trun_nvmlDeviceGetTotalEccErrors_fn total_ecc;
+  trun_nvmlDeviceGetClocksReasons_fn clock_reasons;
+  trun_nvmlDeviceGetPcieLink_fn pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
+  trun_nvmlDeviceGetNvLinkState_fn nvlink_state;
+  trun_nvmlDeviceGetFieldValues_fn field_values;
+} trun__gpu_health_fns;
+void trun__gpu_health_load(void *dl, trun__gpu_health_fns *f);
+/* Reads the facts of one GPU (dev: the GPU itself; for a MIG device its parent) into h (probed = 1). */
+void trun__gpu_health_read(const trun__gpu_health_fns *f, trun_nvmlDevice_t dev, trun_gpu_health *h);
+
 #endif

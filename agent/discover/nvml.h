@@ -1,7 +1,8 @@
 /* The few NVML types and entry points trun uses, declared here (never from NVIDIA's nvml.h, so the build
- * needs no NVIDIA headers). Values and layouts: shared/spec/gpu-efa-nccl.md §5 (from go-nvml's nvml.h).
- * trun resolves the versioned exports with dlsym at run time; tests/fakes/nvml_shim.c implements the same
- * prototypes for the tests. */
+ * needs no NVIDIA headers). Values and layouts: shared/spec/gpu-efa-nccl.md §5 (from go-nvml's nvml.h); those
+ * of the health checks and events (remapped rows, ECC, clock event reasons, PCIe link, field values, event
+ * sets) from NVIDIA's public nvml.h of the r570 drivers. trun resolves the versioned exports with dlsym at
+ * run time; tests/fakes/nvml_shim.c implements the same prototypes for the tests. */
 #ifndef TRUN_NVML_H
 #define TRUN_NVML_H
 
@@ -16,6 +17,7 @@ enum {
   TRUN_NVML_ERROR_NOT_FOUND = 6,
   TRUN_NVML_ERROR_INSUFFICIENT_SIZE = 7,
   TRUN_NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  TRUN_NVML_ERROR_TIMEOUT = 10,
   TRUN_NVML_ERROR_LIBRARY_NOT_FOUND = 12,
   TRUN_NVML_ERROR_FUNCTION_NOT_FOUND = 13,
   TRUN_NVML_ERROR_GPU_IS_LOST = 15,
@@ -80,6 +82,58 @@ typedef struct {
   unsigned int memory;
 } trun_nvmlUtilization_t;
 
+/* nvmlMemoryErrorType_t, nvmlEccCounterType_t (nvmlDeviceGetTotalEccErrors) */
+enum { TRUN_NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum { TRUN_NVML_VOLATILE_ECC = 0 };
+
+/* nvmlClocksEventReasons (the older name: nvmlClocksThrottleReasons), bits of one unsigned long long */
+#define TRUN_NVML_CLOCKS_EVENT_GPU_IDLE 0x1ULL
+#define TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN 0x8ULL
+#define TRUN_NVML_CLOCKS_EVENT_HW_THERMAL_SLOWDOWN 0x40ULL
+#define TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN 0x80ULL
+
+/* nvmlDeviceGpuRecoveryAction_t, read through nvmlDeviceGetFieldValues with field 230
+ * (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, drivers r570 and later) */
+#define TRUN_NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+enum {
+  TRUN_NVML_GPU_RECOVERY_ACTION_NONE = 0,
+  TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET = 1,
+  TRUN_NVML_GPU_RECOVERY_ACTION_NODE_REBOOT = 2,
+  TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 3,
+  TRUN_NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4,
+  TRUN_NVML_GPU_RECOVERY_ACTION_GPU_RESET_BUS = 5,
+};
+
+/* nvmlFieldValue_t (40 bytes): the value is a union of 8 bytes; valueType says which member (1 = unsigned
+ * int). */
+typedef struct {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;
+  trun_nvmlReturn_t nvmlReturn;
+  union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+  } value;
+} trun_nvmlFieldValue_t;
+
+/* Events: nvmlEventTypeXidCriticalError; nvmlEventData_t (v2 layout, 32 bytes; eventData is the Xid, 999 for
+ * an unknown one). nvmlEventSetWait_v2 returns TRUN_NVML_ERROR_TIMEOUT when nothing came. */
+#define TRUN_NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
+typedef struct trun_nvmlEventSet_st *trun_nvmlEventSet_t; /* opaque */
+typedef struct {
+  trun_nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} trun_nvmlEventData_t;
+
 /* Prototypes, by exported symbol name (used as function pointer types). */
 typedef trun_nvmlReturn_t (*trun_nvmlInit_v2_fn)(void);
 typedef trun_nvmlReturn_t (*trun_nvmlShutdown_fn)(void);
@@ -106,5 +160,26 @@ typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)(trun_nvmlD
                                                                       trun_nvmlPciInfo_t *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)(trun_nvmlDevice_t, unsigned int,
                                                                          int *);
+/* The health checks (agent/discover/health_gpu.c) and the Xid watcher (xid_watch.c). */
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetRemappedRows_fn)(trun_nvmlDevice_t, unsigned int *corr,
+                                                               unsigned int *unc, unsigned int *pending,
+                                                               unsigned int *failure);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetRetiredPagesPendingStatus_fn)(trun_nvmlDevice_t,
+                                                                            int *pending); /* enable state */
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetTotalEccErrors_fn)(trun_nvmlDevice_t, int error_type,
+                                                                 int counter_type, unsigned long long *count);
+/* nvmlDeviceGetCurrentClocksEventReasons (r535+) or nvmlDeviceGetCurrentClocksThrottleReasons (older) */
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetClocksReasons_fn)(trun_nvmlDevice_t, unsigned long long *);
+/* nvmlDeviceGetCurrPcieLinkGeneration, ...GetMaxPcieLinkGeneration, ...GetCurrPcieLinkWidth,
+ * ...GetMaxPcieLinkWidth */
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetPcieLink_fn)(trun_nvmlDevice_t, unsigned int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetFieldValues_fn)(trun_nvmlDevice_t, int count,
+                                                              trun_nvmlFieldValue_t *values);
+typedef trun_nvmlReturn_t (*trun_nvmlEventSetCreate_fn)(trun_nvmlEventSet_t *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceRegisterEvents_fn)(trun_nvmlDevice_t, unsigned long long types,
+                                                              trun_nvmlEventSet_t);
+typedef trun_nvmlReturn_t (*trun_nvmlEventSetWait_fn)(trun_nvmlEventSet_t, trun_nvmlEventData_t *,
+                                                      unsigned int timeout_ms);
+typedef trun_nvmlReturn_t (*trun_nvmlEventSetFree_fn)(trun_nvmlEventSet_t);
 
 #endif

@@ -307,9 +307,10 @@ int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_
   node->instance.source = "none";
   node->gpu_source = "none";
   err[0] = '\0';
-  int rc = trun_discover_gpus_flags(
-      node, envp, (identity & TRUN_DISCOVER_NO_AFFINITY) ? TRUN_GPU_NO_AFFINITY : 0, err, errlen);
-  identity &= ~TRUN_DISCOVER_NO_AFFINITY;
+  unsigned flags = ((identity & TRUN_DISCOVER_NO_AFFINITY) ? TRUN_GPU_NO_AFFINITY : 0) |
+                   ((identity & TRUN_DISCOVER_HEALTH) ? TRUN_GPU_HEALTH : 0);
+  int rc = trun_discover_gpus_flags(node, envp, flags, err, errlen);
+  identity &= ~(TRUN_DISCOVER_NO_AFFINITY | TRUN_DISCOVER_HEALTH);
   trun_discover_rdma(node);
   int efa = 0;
   for (int r = 0; r < node->nrdma; r++) efa += node->rdma[r].is_efa && node->rdma[r].usable;

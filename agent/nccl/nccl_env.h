@@ -59,6 +59,8 @@ int trun_nproc_auto(const trun_node *node);
  * (no per-GPU CPU affinity: see trun_discover_gpus_flags). */
 enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
 #define TRUN_DISCOVER_NO_AFFINITY 0x100
+/* Or'ed in: the GPUs' health facts too (TRUN_GPU_HEALTH, for the node health checks). */
+#define TRUN_DISCOVER_HEALTH 0x200
 /* Fills node (zeroed first): GPUs from NVML honouring envp's CUDA_VISIBLE_DEVICES, RDMA devices, the
  * instance identity per identity (IMDS unless no_imds, then DMI), usable CPUs. 0, or -1 with err set when
  * GPU discovery reported a problem (what was found is kept). */

@@ -11,6 +11,7 @@
 #include "store/store.h"
 
 #define MAX_CODES 64
+#define MAX_HEALTH 16
 
 struct trun_obs {
   trun_events *ev;
@@ -30,7 +31,24 @@ struct trun_obs {
     unsigned long n;
   } codes[MAX_CODES];
   int ncodes;
+  struct {
+    const char *check; /* a static name (health.c's table, or "xid") */
+    int failed;
+  } health[MAX_HEALTH];
+  int nhealth;
 };
+
+/* trun_health_failed{check}: set (or add) the check's value. */
+static void health_metric(trun_obs *o, const char *check, int failed) {
+  int i;
+  for (i = 0; i < o->nhealth && strcmp(o->health[i].check, check) != 0; i++) {
+  }
+  if (i == o->nhealth) {
+    if (o->nhealth == MAX_HEALTH) return;
+    o->health[o->nhealth++].check = check;
+  }
+  o->health[i].failed = failed;
+}
 
 static double mono_s(void) {
   struct timespec ts;
@@ -88,6 +106,15 @@ static void render(void *arg, trun_buf *out) {
   trun_metrics_header(out, "trun_store_refused_total", "counter",
                       "Connections the hosted store(s) refused (allow-list, per-peer limit).");
   trun_metrics_sample(out, "trun_store_refused_total", NULL, (double)sum.refused);
+  if (o->nhealth) {
+    trun_metrics_header(
+        out, "trun_health_failed", "gauge",
+        "1 when this node failed the health check (the gate's checks, and xid: a hardware Xid).");
+    for (int i = 0; i < o->nhealth; i++) {
+      snprintf(lab, sizeof(lab), "check=\"%s\"", o->health[i].check);
+      trun_metrics_sample(out, "trun_health_failed", lab, o->health[i].failed);
+    }
+  }
   trun_metrics_header(out, "trun_worker_exit_total", "counter", "Worker exits by exit code or signal name.");
   for (int i = 0; i < o->ncodes; i++) {
     snprintf(lab, sizeof(lab), "code=\"%s\"", o->codes[i].label);
@@ -296,6 +323,36 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
   if (f->message) json_object_set_new(j, "message", json_string(f->message));
   json_object_set_new(j, "failures", json_integer((json_int_t)n));
   trun_events_emit(o->ev, "failure", j);
+}
+
+void trun_obs_health(trun_obs *o, const trun_health *h) {
+  if (o == NULL || h == NULL) return;
+  for (int i = 0; i < h->n; i++) {
+    health_metric(o, h->c[i].name, h->c[i].status == TRUN_HEALTH_FAIL);
+    trun_events_emit(o->ev, "health", trun_obs_health_json(&h->c[i]));
+  }
+}
+
+void trun_obs_xid(trun_obs *o, int gpu, const char *uuid, unsigned long long xid, const char *meaning,
+                  int hardware) {
+  if (o == NULL) return;
+  if (hardware) health_metric(o, "xid", 1);
+  trun_events_emit(
+      o->ev, "xid",
+      json_pack("{s:i,s:s,s:I,s:s,s:b,s:s}", "gpu", gpu, "uuid", uuid ? uuid : "", "xid", (json_int_t)xid,
+                "meaning", meaning, "hardware", hardware, "action", hardware ? "leave" : "none"));
+}
+
+void trun_obs_node_unhealthy(trun_obs *o, const trun_failure *f) {
+  if (o == NULL || f == NULL) return;
+  trun_events_emit(o->ev, "node_unhealthy",
+                   json_pack("{s:s,s:i,s:f,s:s}", "root_host", f->host ? f->host : "", "node_rank",
+                             f->group_rank, "time", f->timestamp, "message", f->message ? f->message : ""));
+}
+
+json_t *trun_obs_health_json(const trun_health_check *c) {
+  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "name", c->name, "status", trun_health_status_name(c->status),
+                   "value", c->value, "threshold", c->threshold, "reason", c->reason, "source", c->source);
 }
 
 void trun_obs_close(trun_obs *o, int code) {

@@ -4,6 +4,7 @@
 #ifndef TRUN_OBS_H
 #define TRUN_OBS_H
 
+#include <jansson.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -41,6 +42,19 @@ void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
 void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p);
 /* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure". */
 void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final);
+/* The node health checks before the first rendezvous (agent/discover/health.h): one "health" event per check,
+ * and trun_health_failed{check} = 1 for each failed one (0 for the others). */
+void trun_obs_health(trun_obs *o, const trun_health *h);
+/* An Xid on visible GPU gpu (-1 unknown) of this node; hardware: it means the hardware and the node leaves
+ * the job ("xid" event; trun_health_failed{check="xid"} = 1). */
+void trun_obs_xid(trun_obs *o, int gpu, const char *uuid, unsigned long long xid, const char *meaning,
+                  int hardware);
+/* Another node left the job unhealthy (a failed gate or a hardware Xid; node rank 0 learns it from the
+ * store): "node_unhealthy" event with its host, node rank and cause. */
+void trun_obs_node_unhealthy(trun_obs *o, const trun_failure *f);
+/* One health check as JSON: name, status, value, threshold, reason, source (the "health" event's fields and
+ * trun-topo health --json's entries). */
+json_t *trun_obs_health_json(const trun_health_check *c);
 /* Emits job_end, closes the endpoint and the stream (run the loop afterwards to release handles). */
 void trun_obs_close(trun_obs *o, int code);
 

@@ -10,18 +10,38 @@
  *    "topology": [["X", "PHB", ...], ...],  PCIe level per pair: X PIX PXB PHB NODE SYS
  *    "p2p": [["X", "OK", "NS", ...], ...]}  optional: P2P read status per pair (nvidia-smi topo -p2p r
  *                                           words OK CNS GNS TNS DR NS U); absent: NOT_SUPPORTED
- * Links are numbered nvswitch_links first, then nvlinks; up to 18 links exist (then INVALID_ARGUMENT).
- * It implements exactly the entry points agent/discover/discover_gpu.c looks up. A test fake, so plain
- * globals. */
+ * Links are numbered nvswitch_links first, then nvlinks; a link beyond them answers INVALID_ARGUMENT (no such
+ * link). A GPU without links answers INVALID_ARGUMENT for link 0.
+ *
+ * Faults for the health checks (agent/discover/health_gpu.c), per GPU, all optional (absent: healthy):
+ *    "remapped_rows": [corr, unc, pending, failure],   nvmlDeviceGetRemappedRows (default 0 0 0 0)
+ *    "retired_pages_pending": 0|1,      nvmlDeviceGetRetiredPagesPendingStatus (absent: NOT_SUPPORTED, as
+ *                                       on GPUs that remap rows instead)
+ *    "ecc_volatile_uncorrected": N,     nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE) (default 0)
+ *    "clock_event_reasons": BITS,       nvmlDeviceGetCurrentClocksEventReasons (default 1: GPU idle)
+ *    "pcie": [gen, gen_max, width, width_max],  (default 4 4 16 16)
+ *    "nvlinks_down": [link, ...],       links that exist but are not active
+ *    "recovery_action": N,              field 230 of nvmlDeviceGetFieldValues (default 0: none)
+ *    "lost": true                       nvmlDeviceGetHandleByIndex_v2 answers GPU_IS_LOST for it
+ * and at the top level "missing": ["nvmlDeviceGetRemappedRows", ...]: those calls answer FUNCTION_NOT_FOUND
+ * (an older driver), "unsupported": [...]: NOT_SUPPORTED.
+ *
+ * A live Xid: TRUN_FAKE_NVML_XID names a file of lines "<NVML index> <xid>"; nvmlEventSetWait_v2 polls it
+ * (every 20 ms up to its time-out) and delivers each line once, for GPUs registered with
+ * nvmlEventTypeXidCriticalError.
+ *
+ * It implements exactly the entry points agent/discover/ looks up. A test fake, so plain globals. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvml.h"
 
 #define FAKE_MAX 64
 #define FAKE_LINKS 18
+#define FAKE_CALLS 16
 
 struct trun_nvmlDevice_st {
   int is_mig;
@@ -34,14 +54,72 @@ struct trun_nvmlDevice_st {
   int numa_id; /* -1 none */
   int nlinks;
   char link_remote[FAKE_LINKS][32];
+  /* health faults */
+  unsigned remap[4];
+  int retired_pending; /* -1: NOT_SUPPORTED */
+  unsigned long long ecc_unc;
+  unsigned long long clocks;
+  unsigned pcie[4];
+  unsigned long long down; /* bit n: link n not active */
+  unsigned recovery;
+  int lost;
+  int xid_registered;
 };
 
 static struct trun_nvmlDevice_st fake_gpu[FAKE_MAX], fake_mig[FAKE_MAX];
 static int fake_ngpu, fake_nmig, fake_init;
 static int fake_level[FAKE_MAX][FAKE_MAX];
 static int fake_p2p[FAKE_MAX][FAKE_MAX]; /* nvmlGpuP2PStatus_t, -1 = no matrix */
-
 static void cp(char *dst, size_t n, const char *src) { snprintf(dst, n, "%s", src ? src : ""); }
+
+static char fake_missing[FAKE_CALLS][64], fake_unsupported[FAKE_CALLS][64];
+static int fake_nmissing, fake_nunsupported;
+
+/* The answer of a health call that the fixture marks missing or unsupported, else 0. */
+static trun_nvmlReturn_t fault_of(const char *call) {
+  for (int i = 0; i < fake_nmissing; i++)
+    if (strcmp(fake_missing[i], call) == 0) return TRUN_NVML_ERROR_FUNCTION_NOT_FOUND;
+  for (int i = 0; i < fake_nunsupported; i++)
+    if (strcmp(fake_unsupported[i], call) == 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  return TRUN_NVML_SUCCESS;
+}
+
+static int read_names(json_t *arr, char (*out)[64]) {
+  size_t i;
+  json_t *v;
+  int n = 0;
+  json_array_foreach(arr, i, v) {
+    if (n < FAKE_CALLS) cp(out[n++], 64, json_string_value(v));
+  }
+  return n;
+}
+
+/* Unsigned values of a JSON array into out[0..n) (absent entries keep out's defaults). */
+static void read_uints(json_t *arr, unsigned *out, size_t n) {
+  for (size_t i = 0; i < n && i < json_array_size(arr); i++)
+    out[i] = (unsigned)json_integer_value(json_array_get(arr, i));
+}
+
+static void read_health(json_t *g, struct trun_nvmlDevice_st *d) {
+  memset(d->remap, 0, sizeof(d->remap));
+  read_uints(json_object_get(g, "remapped_rows"), d->remap, 4);
+  json_t *rp = json_object_get(g, "retired_pages_pending");
+  d->retired_pending = json_is_integer(rp) ? (int)json_integer_value(rp) : -1;
+  d->ecc_unc = (unsigned long long)json_integer_value(json_object_get(g, "ecc_volatile_uncorrected"));
+  json_t *ck = json_object_get(g, "clock_event_reasons");
+  d->clocks = json_is_integer(ck) ? (unsigned long long)json_integer_value(ck) : 1;
+  unsigned pcie[4] = {4, 4, 16, 16};
+  read_uints(json_object_get(g, "pcie"), pcie, 4);
+  memcpy(d->pcie, pcie, sizeof(pcie));
+  size_t k;
+  json_t *l;
+  json_array_foreach(json_object_get(g, "nvlinks_down"), k, l) {
+    json_int_t n = json_integer_value(l);
+    if (n >= 0 && n < FAKE_LINKS) d->down |= 1ULL << n;
+  }
+  d->recovery = (unsigned)json_integer_value(json_object_get(g, "recovery_action"));
+  d->lost = json_is_true(json_object_get(g, "lost"));
+}
 
 static int level_of(const char *s) {
   static const struct {
@@ -88,6 +166,7 @@ trun_nvmlReturn_t nvmlInit_v2(void) {
     d->memory = (unsigned long long)json_integer_value(json_object_get(g, "memory"));
     json_t *numa = json_object_get(g, "numa_id");
     d->numa_id = json_is_integer(numa) ? (int)json_integer_value(numa) : -1;
+    read_health(g, d);
     int nsw = (int)json_integer_value(json_object_get(g, "nvswitch_links"));
     for (int k = 0; k < nsw && d->nlinks < FAKE_LINKS; k++) d->link_remote[d->nlinks++][0] = '\0';
     size_t k;
@@ -114,6 +193,8 @@ trun_nvmlReturn_t nvmlInit_v2(void) {
   for (int a = 0; a < fake_ngpu; a++)
     for (int b = 0; b < fake_ngpu; b++)
       fake_p2p[a][b] = p2p_of(json_string_value(json_array_get(json_array_get(p2p, (size_t)a), (size_t)b)));
+  fake_nmissing = read_names(json_object_get(root, "missing"), fake_missing);
+  fake_nunsupported = read_names(json_object_get(root, "unsupported"), fake_unsupported);
   json_decref(root);
   if (rc == 0) fake_init = 1;
   return rc;
@@ -133,6 +214,7 @@ const char *nvmlErrorString(trun_nvmlReturn_t rc) {
     case TRUN_NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case TRUN_NVML_ERROR_NOT_FOUND: return "Not Found";
     case TRUN_NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case TRUN_NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
   }
 }
@@ -152,6 +234,7 @@ trun_nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) {
 trun_nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, trun_nvmlDevice_t *d) {
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   if (i >= (unsigned)fake_ngpu) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  if (fake_gpu[i].lost) return TRUN_NVML_ERROR_GPU_IS_LOST;
   *d = &fake_gpu[i];
   return TRUN_NVML_SUCCESS;
 }
@@ -267,8 +350,8 @@ trun_nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(trun_nvmlDevice_t a, trun_
 
 trun_nvmlReturn_t nvmlDeviceGetNvLinkState(trun_nvmlDevice_t d, unsigned int link, int *active) {
   CHECK_DEV(d);
-  if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
-  *active = (int)link < d->nlinks;
+  if (link >= FAKE_LINKS || (int)link >= d->nlinks) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  *active = !(d->down >> link & 1);
   return TRUN_NVML_SUCCESS;
 }
 
@@ -276,7 +359,7 @@ trun_nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(trun_nvmlDevice_t d, unsig
                                                       trun_nvmlPciInfo_t *p) {
   CHECK_DEV(d);
   if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
-  if ((int)link >= d->nlinks) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  if ((int)link >= d->nlinks || (d->down >> link & 1)) return TRUN_NVML_ERROR_NOT_SUPPORTED;
   fill_pci(d->link_remote[link], p);
   return TRUN_NVML_SUCCESS;
 }
@@ -289,4 +372,154 @@ trun_nvmlReturn_t nvmlDeviceGetP2PStatus(trun_nvmlDevice_t a, trun_nvmlDevice_t 
   if (st < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
   *status = st;
   return TRUN_NVML_SUCCESS;
+}
+
+/* ---- health checks ---------------------------------------------------------------------------- */
+
+#define FAULT(call)                         \
+  do {                                      \
+    trun_nvmlReturn_t f_ = fault_of(call);  \
+    if (f_ != TRUN_NVML_SUCCESS) return f_; \
+  } while (0)
+
+trun_nvmlReturn_t nvmlDeviceGetRemappedRows(trun_nvmlDevice_t d, unsigned int *corr, unsigned int *unc,
+                                            unsigned int *pending, unsigned int *failure) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetRemappedRows");
+  *corr = d->remap[0], *unc = d->remap[1], *pending = d->remap[2], *failure = d->remap[3];
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(trun_nvmlDevice_t d, int *pending) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetRetiredPagesPendingStatus");
+  if (d->retired_pending < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  *pending = d->retired_pending;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetTotalEccErrors(trun_nvmlDevice_t d, int type, int counter,
+                                              unsigned long long *count) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetTotalEccErrors");
+  if (type != TRUN_NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counter != TRUN_NVML_VOLATILE_ECC)
+    return TRUN_NVML_ERROR_INVALID_ARGUMENT; /* trun asks for the volatile uncorrected count only */
+  *count = d->ecc_unc;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(trun_nvmlDevice_t d, unsigned long long *r) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetCurrentClocksEventReasons");
+  *r = d->clocks;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(trun_nvmlDevice_t d, unsigned long long *r) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetCurrentClocksThrottleReasons");
+  *r = d->clocks;
+  return TRUN_NVML_SUCCESS;
+}
+
+static trun_nvmlReturn_t pcie(trun_nvmlDevice_t d, const char *call, int i, unsigned int *v) {
+  CHECK_DEV(d);
+  FAULT(call);
+  *v = d->pcie[i];
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(trun_nvmlDevice_t d, unsigned int *v) {
+  return pcie(d, "nvmlDeviceGetCurrPcieLinkGeneration", 0, v);
+}
+trun_nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(trun_nvmlDevice_t d, unsigned int *v) {
+  return pcie(d, "nvmlDeviceGetMaxPcieLinkGeneration", 1, v);
+}
+trun_nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(trun_nvmlDevice_t d, unsigned int *v) {
+  return pcie(d, "nvmlDeviceGetCurrPcieLinkWidth", 2, v);
+}
+trun_nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(trun_nvmlDevice_t d, unsigned int *v) {
+  return pcie(d, "nvmlDeviceGetMaxPcieLinkWidth", 3, v);
+}
+
+/* Field 230 (the GPU recovery action) only; other fields answer NOT_SUPPORTED in their nvmlReturn. */
+trun_nvmlReturn_t nvmlDeviceGetFieldValues(trun_nvmlDevice_t d, int n, trun_nvmlFieldValue_t *v) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceGetFieldValues");
+  for (int i = 0; i < n; i++) {
+    if (v[i].fieldId != TRUN_NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+      v[i].nvmlReturn = TRUN_NVML_ERROR_NOT_SUPPORTED;
+      continue;
+    }
+    v[i].nvmlReturn = TRUN_NVML_SUCCESS;
+    v[i].valueType = 1; /* unsigned int */
+    v[i].value.uiVal = d->recovery;
+  }
+  return TRUN_NVML_SUCCESS;
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+struct trun_nvmlEventSet_st {
+  int delivered; /* lines of the Xid file delivered so far */
+};
+static struct trun_nvmlEventSet_st fake_set;
+
+trun_nvmlReturn_t nvmlEventSetCreate(trun_nvmlEventSet_t *set) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  FAULT("nvmlEventSetCreate");
+  fake_set.delivered = 0;
+  *set = &fake_set;
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceRegisterEvents(trun_nvmlDevice_t d, unsigned long long types,
+                                           trun_nvmlEventSet_t set) {
+  CHECK_DEV(d);
+  FAULT("nvmlDeviceRegisterEvents");
+  if (set != &fake_set) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  if (types & TRUN_NVML_EVENT_TYPE_XID_CRITICAL_ERROR) fake_gpu[d->gpu].xid_registered = 1;
+  return TRUN_NVML_SUCCESS;
+}
+
+/* The line after the ones delivered: 1 and its GPU / Xid, or 0 when there is none yet. */
+static int next_xid(int *gpu, unsigned long long *xid) {
+  const char *path = getenv("TRUN_FAKE_NVML_XID");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (f == NULL) return 0;
+  char line[128];
+  int n = 0, found = 0;
+  while (!found && fgets(line, sizeof(line), f)) {
+    if (strchr(line, '\n') == NULL) break; /* a line still being written */
+    if (n++ < fake_set.delivered) continue;
+    found = sscanf(line, "%d %llu", gpu, xid) == 2;
+    fake_set.delivered = n;
+  }
+  fclose(f);
+  return found;
+}
+
+trun_nvmlReturn_t nvmlEventSetWait_v2(trun_nvmlEventSet_t set, trun_nvmlEventData_t *data, unsigned int ms) {
+  if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
+  if (set != &fake_set) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned waited = 0;; waited += 20) {
+    int gpu;
+    unsigned long long xid;
+    while (next_xid(&gpu, &xid))
+      if (gpu >= 0 && gpu < fake_ngpu && fake_gpu[gpu].xid_registered) {
+        memset(data, 0, sizeof(*data));
+        data->device = &fake_gpu[gpu];
+        data->eventType = TRUN_NVML_EVENT_TYPE_XID_CRITICAL_ERROR;
+        data->eventData = xid;
+        data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+        return TRUN_NVML_SUCCESS;
+      }
+    if (waited >= ms) return TRUN_NVML_ERROR_TIMEOUT;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+trun_nvmlReturn_t nvmlEventSetFree(trun_nvmlEventSet_t set) {
+  return set == &fake_set ? TRUN_NVML_SUCCESS : TRUN_NVML_ERROR_INVALID_ARGUMENT;
 }

@@ -127,6 +127,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
     {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", "trun"},
+    {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
+    {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
@@ -294,7 +296,7 @@ START_TEST(test_unique_prefixes) {
   ck_assert_int_eq(parse(ARGV("--duplicate-stdo", "x", "--duplicate_stde=y", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_DUPLICATE_STDOUT_FILTERS, "x");
   assert_cli(TRUN_OPT_DUPLICATE_STDERR_FILTERS, "y");
-  ck_assert_int_eq(parse(ARGV("--he"), NOENV), 0); /* "--h": --help or --hostfile */
+  ck_assert_int_eq(parse(ARGV("--hel"), NOENV), 0); /* "--h": --help, --hostfile or --health-check* */
   ck_assert_int_eq(cl.help, 1);
   ck_assert_int_eq(parse(ARGV("--vers"), NOENV), 0);
   ck_assert_int_eq(cl.version, 1);

@@ -171,6 +171,32 @@ START_TEST(preflight_thresholds) {
 }
 END_TEST
 
+/* --health-check off|warn|fail (default warn, TRUN_HEALTH_CHECK) and --health-checks (kept as written: the
+ * agent checks the names, agent/discover/health.h). */
+START_TEST(health_check) {
+  trun_config c;
+  PARSE_OK(&c, "t.py");
+  ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_WARN);
+  ck_assert_str_eq(c.health_checks, "all");
+  PARSE_OK(&c, "--health-check", "fail", "--health-checks", "-pcie,-shm", "t.py");
+  ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_FAIL);
+  ck_assert_str_eq(c.health_checks, "-pcie,-shm");
+  PARSE_OK(&c, "--health_check=off", "t.py");
+  ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_OFF);
+  char *env[] = {"TRUN_HEALTH_CHECK=fail", "TRUN_HEALTH_CHECKS=ecc", NULL};
+  static const char *const a[] = {"t.py", NULL};
+  char err[512];
+  ck_assert_int_eq(parse(&c, err, a, env), 0);
+  ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_FAIL);
+  ck_assert_str_eq(c.health_checks, "ecc");
+  parse_err("--health-check 'maybe' must be off, warn or fail", NULL,
+            (const char *const[]){"--health-check", "maybe", "t.py", NULL});
+  char *bad_env[] = {"TRUN_HEALTH_CHECK=on", NULL};
+  parse_err("--health-check 'on' must be off, warn or fail (from TRUN_HEALTH_CHECK=on)", bad_env,
+            (const char *const[]){"t.py", NULL});
+}
+END_TEST
+
 /* --store-threads: 1-64 or auto (0); auto's rule from the usable CPUs. */
 START_TEST(store_threads) {
   trun_config c;
@@ -357,6 +383,7 @@ int main(void) {
   tcase_add_test(tc, virtual_local_rank_gpus);
   tcase_add_test(tc, worker_argv);
   tcase_add_test(tc, env_python);
+  tcase_add_test(tc, health_check);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

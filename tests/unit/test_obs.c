@@ -369,6 +369,99 @@ START_TEST(test_obs_doctor_other_rank_and_skip) {
 }
 END_TEST
 
+static void health_checks(trun_health *h) {
+  memset(h, 0, sizeof(*h));
+  h->n = 2;
+  h->c[0] = (trun_health_check){.name = "nvml", .source = "NVML", .status = TRUN_HEALTH_PASS};
+  snprintf(h->c[0].value, sizeof(h->c[0].value), "1 GPU(s) listed, 1 visible");
+  snprintf(h->c[0].threshold, sizeof(h->c[0].threshold), "NVML loads");
+  snprintf(h->c[0].reason, sizeof(h->c[0].reason), "NVML works.");
+  h->c[1] = (trun_health_check){.name = "ecc", .source = "ECC", .status = TRUN_HEALTH_FAIL};
+  snprintf(h->c[1].value, sizeof(h->c[1].value), "GPU 0 GPU-a: 2");
+  snprintf(h->c[1].threshold, sizeof(h->c[1].threshold), "0");
+  snprintf(h->c[1].reason, sizeof(h->c[1].reason), "failing memory");
+}
+
+static void emit_health(trun_obs *o) {
+  trun_health h;
+  health_checks(&h);
+  trun_obs_health(o, &h);
+  trun_obs_xid(o, 1, "GPU-b", 79, "GPU has fallen off the bus", 1);
+  trun_failure f = {.host = "10.0.0.3", .group_rank = 2, .timestamp = 1.5, .message = "GPU 0 GPU-c Xid 95"};
+  trun_obs_node_unhealthy(o, &f);
+}
+
+/* The health hooks' events, exactly: one "health" per check, "xid", "node_unhealthy". */
+START_TEST(test_obs_health_events) {
+  char *text = obs_events("n", emit_health);
+  check_event(
+      text, "health",
+      "{\"event\":\"health\",\"host\":\"n\",\"name\":\"nvml\",\"status\":\"pass\","
+      "\"value\":\"1 GPU(s) listed, 1 visible\",\"threshold\":\"NVML loads\",\"reason\":\"NVML works.\","
+      "\"source\":\"NVML\"}");
+  ck_assert_ptr_nonnull(strstr(text, "\"name\":\"ecc\",\"status\":\"fail\",\"value\":\"GPU 0 GPU-a: 2\""));
+  check_event(text, "xid",
+              "{\"event\":\"xid\",\"host\":\"n\",\"gpu\":1,\"uuid\":\"GPU-b\",\"xid\":79,"
+              "\"meaning\":\"GPU has fallen off the bus\",\"hardware\":true,\"action\":\"leave\"}");
+  check_event(text, "node_unhealthy",
+              "{\"event\":\"node_unhealthy\",\"host\":\"n\",\"root_host\":\"10.0.0.3\",\"node_rank\":2,"
+              "\"time\":1.5,\"message\":\"GPU 0 GPU-c Xid 95\"}");
+}
+END_TEST
+
+/* trun_health_failed{check} on a real endpoint: 1 for the failed check and a hardware Xid, 0 otherwise. */
+static http_case metrics_case;
+START_TEST(test_obs_health_metric) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  char path[] = "/tmp/trun-events-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  cfg.events = path;
+  cfg.metrics_port = 0;
+  trun_obs *o = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_obs_open(&cfg, &loop, "n", &o, err, sizeof(err)), 0);
+  trun_health h;
+  health_checks(&h);
+  trun_obs_health(o, &h);
+  trun_obs_xid(o, 0, "GPU-b", 13, "graphics engine exception", 0); /* not the hardware's: no metric */
+  char *text = read_all(path);
+  const char *port = strstr(text, "\"port\":");
+  ck_assert_ptr_nonnull(port);
+  http_case *c = &metrics_case;
+  memset(c, 0, sizeof(*c));
+  c->port = atoi(port + 7);
+  snprintf(c->req, sizeof(c->req), "GET /metrics HTTP/1.1\r\n\r\n");
+  c->reqlen = strlen(c->req);
+  uv_async_t done;
+  uv_async_init(&loop, &done, on_done);
+  c->done = &done;
+  pthread_t t;
+  pthread_create(&t, NULL, client, c);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  ck_assert_ptr_nonnull(strstr(c->reply, "# TYPE trun_health_failed gauge\n"));
+  ck_assert_ptr_nonnull(strstr(c->reply, "trun_health_failed{check=\"nvml\"} 0\n"));
+  ck_assert_ptr_nonnull(strstr(c->reply, "trun_health_failed{check=\"ecc\"} 1\n"));
+  ck_assert_ptr_null(strstr(c->reply, "check=\"xid\""));
+  trun_obs_xid(o, 0, "GPU-b", 79, "GPU has fallen off the bus", 1);
+  memset(c->reply, 0, sizeof(c->reply));
+  pthread_create(&t, NULL, client, c);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  ck_assert_ptr_nonnull(strstr(c->reply, "trun_health_failed{check=\"xid\"} 1\n"));
+  trun_obs_close(o, 0);
+  uv_close((uv_handle_t *)&done, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  unlink(path);
+}
+END_TEST
+
 /* The fake NVML (build/libnvidia-ml-fake.so) with the h200x2 fixture's GPUs; utilisation from *util_file. */
 static void fake_nvml(char uuids[2][96], const char *util_file) {
   const char *r = getenv("TRUN_REPO"), *b = getenv("TRUN_BUILD");
@@ -515,6 +608,8 @@ static Suite *obs_suite(void) {
   tcase_add_test(tc, test_events_broken);
   tcase_add_test(tc, test_obs_doctor_preflight);
   tcase_add_test(tc, test_obs_doctor_other_rank_and_skip);
+  tcase_add_test(tc, test_obs_health_events);
+  tcase_add_test(tc, test_obs_health_metric);
   suite_add_tcase(s, tc);
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);

@@ -1,0 +1,293 @@
+/* Node health for the agent (agent/agent_int.h): the gate before the first rendezvous (--health-check), the
+ * Xid watcher during the job, the records that tell the other nodes why this node left, and the other
+ * nodes' records as node rank 0 reads them.
+ *
+ * Records are failure records (agent/proc/report.h) as JSON in the rendezvous store, one job-wide list:
+ * /trun/<run_id>/health/n counts them (ADD), /trun/<run_id>/health/<i> (i = 1..n) holds each. A node that
+ * never joined (a failed gate: it connects to the store only to write its record) and one that leaves in
+ * the middle of a round (a hardware Xid) are found the same way; every agent remembers how many it has read.
+ * A record's host is the node's --local-addr (else its FQDN); its node rank is -1 for a failed gate. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/proc/proc.h"
+#include "agent_int.h"
+#include "store/store.h"
+
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* How the other nodes know this one: its rendezvous address, else its FQDN. */
+static const char *node_name(const agent *a) { return a->cfg->local_addr ? a->cfg->local_addr : a->host; }
+
+/* This node's health record: the cause in message, exit code 3. */
+static char *record_json(agent *a, int local_rank, double t, const char *message) {
+  trun_failure f;
+  memset(&f, 0, sizeof(f));
+  int joined = a->rdzv.group_world_size > 0;
+  f.global_rank = joined && local_rank >= 0 ? a->rdzv.base_rank + local_rank : -1;
+  f.local_rank = local_rank;
+  f.group_rank = joined ? a->rdzv.group_rank : -1;
+  f.pid = getpid();
+  f.exit_code = TRUN_EXIT_UNHEALTHY;
+  f.timestamp = t;
+  f.host = (char *)node_name(a);
+  f.message = (char *)message;
+  return trun_failure_to_json(&f);
+}
+
+/* Appends json to the job's health list on c. 0 or a negative errno. */
+static int publish(trun_client *c, const char *run_id, const char *json) {
+  char k[512];
+  int64_t i = 0;
+  snprintf(k, sizeof(k), "/trun/%s/health/n", run_id);
+  int rc = trun_client_add(c, trun_str(k), 1, &i);
+  if (rc < 0) return rc;
+  snprintf(k, sizeof(k), "/trun/%s/health/%lld", run_id, (long long)i);
+  return trun_client_set(c, trun_str(k), trun_str(json));
+}
+
+/* ---- the gate ----------------------------------------------------------------------------------- */
+
+/* A node that fails the gate never joins: it reaches the rendezvous store only to leave its record, so
+ * that node rank 0 can name it and the failed checks. */
+static void publish_gate(agent *a, const trun_health *h) {
+  const trun_config *cfg = a->cfg;
+  if (cfg->max_nodes <= 1 || cfg->standalone || cfg->endpoint_port <= 0) return;
+  char summary[2048], msg[2304];
+  trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
+  snprintf(msg, sizeof(msg), "failed the health gate (--health-check=fail): %s", summary);
+  char *json = record_json(a, -1, trun__agent_now(), msg);
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = cfg->endpoint_host;
+  o.port = cfg->endpoint_port;
+  o.key_prefix = "";
+  o.connect_timeout_ms = 5000;
+  o.timeout_ms = 5000;
+  o.quiet_connect = 1;
+  trun_client *c = NULL;
+  int rc = json ? trun_client_connect(&o, &c) : -ENOMEM;
+  if (rc == 0) rc = publish(c, cfg->run_id, json);
+  if (rc < 0)
+    trun_warn(
+        "health: could not tell the other nodes why this node stays out (rendezvous store %s:%d: %s); node "
+        "rank 0 will not name it",
+        cfg->endpoint_host, cfg->endpoint_port, strerror(-rc));
+  if (c) trun_client_close(c);
+  free(json);
+}
+
+static void on_xid_readable(uv_poll_t *h, int status, int events);
+
+/* The Xid watcher, where NVML lists the GPUs: a child that dies with the agent; its pipe on the loop. */
+static void start_xid_watch(agent *a) {
+  const trun_node *n = a->node;
+  if (strcmp(n->gpu_source ? n->gpu_source : "none", "nvml") != 0 || n->ngpu == 0) {
+    trun_debug("health: no Xid watch (no GPU listed by NVML)");
+    return;
+  }
+  char(*uuids)[96] = calloc((size_t)n->ngpu, sizeof(*uuids));
+  if (uuids == NULL) return;
+  for (int i = 0; i < n->ngpu; i++) snprintf(uuids[i], sizeof(uuids[i]), "%s", n->gpus[i].uuid);
+  a->xid = trun_xid_watch_start((const char(*)[96])uuids, n->ngpu);
+  free(uuids);
+  if (a->xid == NULL) {
+    trun_warn("health: cannot start the Xid watcher (fork: %s); hardware Xids during the job go unnoticed",
+              strerror(errno));
+    return;
+  }
+  uv_poll_init(a->loop, &a->xid_poll, trun_xid_watch_fd(a->xid));
+  a->xid_poll.data = a;
+  a->xid_poll_on = 1;
+  uv_poll_start(&a->xid_poll, UV_READABLE, on_xid_readable);
+}
+
+int trun__agent_health_gate(agent *a) {
+  const trun_config *cfg = a->cfg;
+  if (cfg->health_check == TRUN_HEALTH_CHECK_OFF || a->node == NULL) return 0;
+  unsigned mask = TRUN_HEALTH_ALL;
+  char err[512];
+  if (trun_health_parse_checks(cfg->health_checks, &mask, err, sizeof(err)) < 0) mask = TRUN_HEALTH_ALL;
+  trun_health *h = malloc(sizeof(*h));
+  if (h == NULL) return 0;
+  double t0 = mono_ms();
+  /* The GPU count wants the instance type even without EFA (plan asks IMDS only with EFA): DMI is a file. */
+  if (!a->node->instance.instance_type[0]) trun_discover_instance(a->node, 1);
+  trun_health_run(a->node, a->env, a->discover_err, mask, h);
+  h->elapsed_ms = mono_ms() - t0;
+  trun_obs_health(a->obs, h);
+  int fails = 0, warns = 0;
+  for (int i = 0; i < h->n; i++) {
+    const trun_health_check *c = &h->c[i];
+    if (c->status == TRUN_HEALTH_FAIL) fails++;
+    if (c->status == TRUN_HEALTH_WARN) warns++;
+    if (c->status == TRUN_HEALTH_FAIL || c->status == TRUN_HEALTH_WARN)
+      fprintf(stderr, "trun: health: %s %s [%s]: %s\n", c->status == TRUN_HEALTH_FAIL ? "FAIL" : "WARN",
+              c->name, c->value, c->reason);
+  }
+  trun_debug(
+      "health: %d check(s) in %.1f ms (checks only; GPU discovery read the facts): %d failed, %d warned",
+      h->n, h->elapsed_ms, fails, warns);
+  if (fails && cfg->health_check == TRUN_HEALTH_CHECK_FAIL) {
+    fprintf(stderr,
+            "trun: health: %d check(s) failed: node %s does not join the job (--health-check=fail); exit %d, "
+            "so that the scheduler replaces it (docs/health.md)\n",
+            fails, node_name(a), TRUN_EXIT_UNHEALTHY);
+    publish_gate(a, h);
+    free(h);
+    return -1;
+  }
+  if (fails)
+    fprintf(stderr,
+            "trun: health: %d check(s) failed; continuing (--health-check=warn; --health-check=fail keeps an "
+            "unhealthy node out of the job)\n",
+            fails);
+  free(h);
+  start_xid_watch(a);
+  return 0;
+}
+
+/* ---- Xids during the job ------------------------------------------------------------------------ */
+
+static void on_xid(agent *a, const trun_xid_event *e) {
+  int hardware = 0;
+  const char *meaning = trun_xid_meaning(e->xid, &hardware);
+  const trun_gpu *g = e->gpu >= 0 && e->gpu < a->node->ngpu ? &a->node->gpus[e->gpu] : NULL;
+  char what[512];
+  if (g)
+    snprintf(what, sizeof(what), "GPU %d %s Xid %llu: %s", g->visible_index, g->uuid, e->xid, meaning);
+  else
+    snprintf(what, sizeof(what), "a GPU (NVML did not say which) Xid %llu: %s", e->xid, meaning);
+  trun_obs_xid(a->obs, g ? g->visible_index : -1, g ? g->uuid : "", e->xid, meaning, hardware);
+  if (!hardware) {
+    trun_warn("%s (not the hardware's: the job's own failure handling applies)", what);
+    return;
+  }
+  if (a->unhealthy) {
+    trun_error("also %s", what);
+    return;
+  }
+  a->unhealthy = 1;
+  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg), "%s", what);
+  a->unhealthy_lr = g && g->visible_index < a->nproc ? g->visible_index : -1;
+  a->unhealthy_time = e->time;
+  trun_error("%s: node %s leaves the job and exits %d, so that the scheduler replaces it", what, node_name(a),
+             TRUN_EXIT_UNHEALTHY);
+  /* In a round the loop runs on its own: leave now, then stop the workers. Otherwise the agent waits on
+   * the store (its connection busy): rounds() sees a->unhealthy when the wait returns. */
+  if (a->in_round) {
+    trun__agent_leave_unhealthy(a);
+    a->on_unhealthy(a);
+  }
+}
+
+static void on_xid_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  agent *a = h->data;
+  trun_xid_event ev[8];
+  int ready = 0, n;
+  char err[256] = "";
+  while ((n = trun_xid_watch_read(a->xid, ev, 8, &ready, err, sizeof(err))) > 0)
+    for (int i = 0; i < n; i++) on_xid(a, &ev[i]);
+  if (n < 0) {
+    trun_warn("health: the Xid watcher ended (%s); hardware Xids during the job go unnoticed", err);
+    uv_poll_stop(h);
+    trun_xid_watch_stop(a->xid);
+    a->xid = NULL;
+  } else if (ready) {
+    trun_debug("health: watching %d GPU(s) for Xid events", a->node->ngpu);
+  }
+}
+
+/* ==== The single place where this node leaves the job because it is unhealthy (a hardware Xid) ==== */
+void trun__agent_leave_unhealthy(agent *a) {
+  if (a->left || !a->unhealthy) return;
+  a->left = 1;
+  if (a->cfg->max_nodes > 1 && a->rdzv.client) {
+    char *json = record_json(a, a->unhealthy_lr, a->unhealthy_time, a->unhealthy_msg);
+    int rc = json ? publish(a->rdzv.client, a->cfg->run_id, json) : -ENOMEM;
+    if (rc < 0)
+      trun_warn("health: could not publish this node's cause in the rendezvous store: %s", strerror(-rc));
+    free(json);
+  }
+  /* The other nodes start their next round at once instead of after this node's heartbeat expires: its
+   * loss record names the Xid (rdzv_live.c; in a round only: between rounds the rendezvous notices). */
+  if (trun_rdzv_leave_now(&a->rdzv, a->unhealthy_msg) < 0)
+    trun_debug("health: not in a round: the other nodes notice this node's absence at the next rendezvous");
+}
+
+int trun__agent_unhealthy_exit(agent *a) {
+  trun__agent_leave_unhealthy(a);
+  trun__agent_report_failures(a, 1);
+  fprintf(stderr,
+          "trun: node %s is unhealthy: %s; exit %d, so that the scheduler replaces it (docs/health.md)\n",
+          node_name(a), a->unhealthy_msg, TRUN_EXIT_UNHEALTHY);
+  return TRUN_EXIT_UNHEALTHY;
+}
+
+/* ---- what the other nodes published ------------------------------------------------------------- */
+
+/* 1 when fs[0..n) already holds this record (the static backend's collected root cause of the same node). */
+static int known(const trun_failure *fs, size_t n, const trun_failure *f) {
+  for (size_t i = 0; i < n; i++)
+    if (fs[i].message && f->message && strcmp(fs[i].message, f->message) == 0 && fs[i].host && f->host &&
+        strcmp(fs[i].host, f->host) == 0)
+      return 1;
+  return 0;
+}
+
+void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) {
+  trun_client *c = a->rdzv.client;
+  if (a->cfg->max_nodes <= 1 || c == NULL || a->cfg->health_check == TRUN_HEALTH_CHECK_OFF) return;
+  char k[512];
+  int64_t count = 0;
+  snprintf(k, sizeof(k), "/trun/%s/health/n", a->cfg->run_id);
+  if (trun_client_add(c, trun_str(k), 0, &count) < 0) return;
+  for (int64_t i = a->health_seen + 1; i <= count; i++) {
+    trun_buf v = {0};
+    snprintf(k, sizeof(k), "/trun/%s/health/%lld", a->cfg->run_id, (long long)i);
+    if (trun_client_get(c, trun_str(k), &v, 2000) < 0) { /* written right after the count: next time */
+      trun_buf_free(&v);
+      break;
+    }
+    a->health_seen = (int)i;
+    trun_failure f;
+    memset(&f, 0, sizeof(f));
+    int ok = trun_failure_from_json((const char *)v.data, v.len, &f) == 0;
+    trun_buf_free(&v);
+    if (!ok || (f.pid == getpid() && f.host && strcmp(f.host, node_name(a)) == 0)) {
+      trun_failure_free(&f);
+      continue;
+    }
+    if (a->rdzv.group_rank == 0) {
+      char who[64] = "";
+      if (f.group_rank >= 0) snprintf(who, sizeof(who), "node rank %d, ", f.group_rank);
+      fprintf(stderr, "trun: health: node %s (%sexit %d) left the job: %s\n", f.host ? f.host : "?", who,
+              f.exit_code, f.message ? f.message : "unhealthy");
+      trun_obs_node_unhealthy(a->obs, &f);
+    }
+    if (fs && n && *n < cap && !known(fs, *n, &f))
+      fs[(*n)++] = f;
+    else
+      trun_failure_free(&f);
+  }
+}
+
+void trun__agent_health_close(agent *a) {
+  if (a->xid_poll_on) {
+    uv_poll_stop(&a->xid_poll);
+    uv_close((uv_handle_t *)&a->xid_poll, NULL);
+    a->xid_poll_on = 0;
+  }
+  trun_xid_watch_stop(a->xid);
+  a->xid = NULL;
+}
