@@ -118,7 +118,7 @@ void trun__agent_report_failures(agent *a, int final) {
     }
   }
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
-  trun__agent_health_news(a, fs, &n, cap);
+  if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
   trun_obs_failure(a->obs, fs, n, final);
   if (final && n > 0) {
     trun_report_print(stderr, a->cfg->script, fs, n);
