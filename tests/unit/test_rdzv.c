@@ -1,7 +1,7 @@
 /* Elastic rendezvous: torchelastic's decision table (agent/rdzv/rdzv_dyn.c) case by case, the state mutations
  * and dead-node pruning, and both executors (c10d and trun's fast backend) with many agents as threads
  * against an in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank hints,
- * corrupt states.
+ * corrupt states, and the survivors of a lost node regrouping without the last call (issue 22).
  */
 #include "client.h"
 #include "rdzv_dyn.h"
@@ -133,6 +133,42 @@ START_TEST(test_sanitize) {
   ck_assert_int_eq(trun_dyn_sanitize(&st, &s, NOW_US + 16000000), 1);
   ck_assert(!st.complete);
   ck_assert_int_eq(st.round, 1);
+  trun_rdzv_state_free(&st);
+}
+END_TEST
+
+/* Recovery (issue 22): a node known lost is pruned as an expired one would be, and a round that holds every
+ * survivor of the last one may end its last call at once. */
+START_TEST(test_prune_and_expect) {
+  trun_dyn_settings s = settings(2, 3);
+  trun_rdzv_state st;
+  memset(&st, 0, sizeof(st));
+  trun_rdzv_node a = node("a", 1), b = node("b", 2), c = node("c", 3);
+  for (int i = 0; i < 3; i++) {
+    trun_rdzv_node *n = i == 0 ? &a : i == 1 ? &b : &c;
+    ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_ADD_TO_PARTICIPANTS, n, &s, NOW_US), 0);
+  }
+  ck_assert(st.complete);
+  /* c is lost: pruned; the complete round keeps a and b */
+  ck_assert_int_eq(trun_dyn_prune(&st, &c, 1, &s), 2); /* participant + heartbeat */
+  ck_assert_int_eq(st.n_participants, 2);
+  ck_assert_int_eq(trun_dyn_prune(&st, &c, 1, &s), 0);
+  /* the survivors leave the round to rejoin: the last one out moves it on */
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_REMOVE_FROM_PARTICIPANTS, &a, &s, NOW_US), 0);
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_REMOVE_FROM_PARTICIPANTS, &b, &s, NOW_US), 0);
+  ck_assert(!st.complete);
+  ck_assert_int_eq(st.round, 1);
+  trun_rdzv_node survivors[2] = {a, b}, all[3] = {a, b, c};
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_ADD_TO_PARTICIPANTS, &a, &s, NOW_US), 0);
+  ck_assert(!trun_dyn_expected_in(&st, survivors, 2, &s, NOW_US)); /* b not back, below MIN */
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_ADD_TO_PARTICIPANTS, &b, &s, NOW_US), 0);
+  ck_assert(st.has_deadline); /* MIN reached: the last call runs */
+  ck_assert(trun_dyn_expected_in(&st, survivors, 2, &s, NOW_US));
+  ck_assert(!trun_dyn_expected_in(&st, all, 3, &s, NOW_US));                   /* c is not back */
+  ck_assert(!trun_dyn_expected_in(&st, survivors, 0, &s, NOW_US));             /* nothing expected */
+  ck_assert(!trun_dyn_expected_in(&st, survivors, 2, &s, st.deadline_us + 1)); /* already over */
+  st.deadline_us = NOW_US - 1;                                                 /* what the executor writes */
+  ck_assert_int_eq(decide(&st, &a, &s, true, 10, 100), TRUN_DYN_MARK_COMPLETE);
   trun_rdzv_state_free(&st);
 }
 END_TEST
@@ -334,6 +370,92 @@ START_TEST(test_fast_late_joiner) {
 }
 END_TEST
 
+/* Three agents form round 0; one is lost (what liveness writes); the two survivors rejoin and form a world of
+ * 2 at once although the last call is ten minutes and the join time-out one: without the recovery rule they
+ * would time out. */
+typedef struct {
+  trun_client *c;
+  trun_fast f;
+  trun_dyn d;
+  int fast, rc, rank, world;
+  int64_t round;
+} survivor;
+
+static void *survivor_join(void *p) {
+  survivor *v = p;
+  if (v->fast) {
+    v->rc = trun_fast_join(&v->f);
+    v->rank = v->f.group_rank, v->world = v->f.group_world, v->round = v->f.round;
+  } else {
+    v->rc = trun_dyn_next(&v->d, &v->rank, &v->world, &v->round);
+  }
+  return NULL;
+}
+
+static void join_all(survivor *v, int n) {
+  pthread_t th[3];
+  for (int i = 0; i < n; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, survivor_join, &v[i]), 0);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < n; i++) ck_assert_msg(v[i].rc == 0, "agent %d: %s", i, strerror(-v[i].rc));
+}
+
+static void survivors_regroup(int fast) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  survivor v[3];
+  memset(v, 0, sizeof(v));
+  const char *addr[3] = {"host-a", "host-b", "host-c"};
+  for (int i = 0; i < 3; i++) {
+    v[i].fast = fast;
+    v[i].c = connect_raw(us.port);
+    if (fast) {
+      trun_fast_settings s = {.min_nodes = 2,
+                              .max_nodes = 3,
+                              .join_timeout_ms = 60000,
+                              .last_call_ms = 600000,
+                              .keep_alive_ms = 1000,
+                              .keep_alive_max_attempt = 3};
+      trun_fast_init(&v[i].f, v[i].c, "job", addr[i], 100 + i, 1, -1, &s);
+    } else {
+      trun_dyn_settings s = settings(2, 3);
+      s.join_timeout_us = 60000000;
+      s.last_call_us = 600000000;
+      trun_rdzv_layout lay = {TRUN_RDZV_KEY_ADDR, true, TRUN_RDZV_TZ_AWARE, 4};
+      ck_assert_int_eq(trun_dyn_init(&v[i].d, v[i].c, "job", addr[i], 100 + i, 0, &s, &lay), 0);
+    }
+  }
+  join_all(v, 3); /* max 3: complete at once */
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(v[i].world, 3);
+  /* host-c is lost */
+  if (fast) {
+    int64_t n;
+    ck_assert_int_eq(trun_client_add(v[0].c, trun_str("/trun/job/r0/lost_n"), 1, &n), 0);
+  } else {
+    trun_rdzv_node lost = node("host-c", 102);
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(trun_dyn_mark_dead(&v[i].d, &lost), 0);
+    ck_assert_int_eq(v[0].d.n_expect, 2);
+  }
+  join_all(v, 2);
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(v[i].world, 2);
+    ck_assert_int_eq(v[i].round, 1);
+  }
+  ck_assert_int_ne(v[0].rank, v[1].rank);
+  for (int i = 0; i < 3; i++) {
+    if (!fast) trun_dyn_free(&v[i].d);
+    trun_client_close(v[i].c);
+  }
+  unit_server_stop(&us);
+}
+
+START_TEST(test_fast_survivors) { survivors_regroup(1); }
+END_TEST
+
+START_TEST(test_c10d_survivors) { survivors_regroup(0); }
+END_TEST
+
 /* a state that is not a pickle torch writes: a clear error, no crash */
 START_TEST(test_c10d_corrupt_state) {
   unit_server us;
@@ -363,6 +485,7 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_join_table);
   tcase_add_test(tc, test_ranks_sorted);
   tcase_add_test(tc, test_sanitize);
+  tcase_add_test(tc, test_prune_and_expect);
   suite_add_tcase(s, tc);
   tc = tcase_create("store");
   tcase_set_timeout(tc, 120);
@@ -373,6 +496,8 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_fast_hints);
   tcase_add_test(tc, test_fast_late_joiner);
   tcase_add_test(tc, test_c10d_corrupt_state);
+  tcase_add_test(tc, test_fast_survivors);
+  tcase_add_test(tc, test_c10d_survivors);
   suite_add_tcase(s, tc);
   return s;
 }
