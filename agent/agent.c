@@ -584,9 +584,15 @@ static void after_round(agent *a) {
   else
     join_watcher(a);
   /* The round's end says a node was lost, though this node's workers may have failed first (a crashed peer
-   * resets their connections): the loss is the cause. */
-  if (strncmp(a->end_value, "gone:", 5) == 0 && a->result != OUT_SIGNALED && a->result != OUT_CUT_OFF &&
-      a->result != OUT_PEER_LOST) {
+   * resets their connections): the loss is the cause. Workers that all succeeded did this node's part of
+   * the job: a node lost after that is said, not taken for their failure (torchrun's agents, too, exit 0
+   * once their own workers succeeded). */
+  if (strncmp(a->end_value, "gone:", 5) == 0 && a->result == OUT_SUCCESS) {
+    if (atoi(a->end_value + 5) != a->rdzv.group_rank)
+      trun_warn("node rank %d was lost after this node's workers succeeded; this node's part is done",
+                atoi(a->end_value + 5));
+  } else if (strncmp(a->end_value, "gone:", 5) == 0 && a->result != OUT_SIGNALED &&
+             a->result != OUT_CUT_OFF && a->result != OUT_PEER_LOST) {
     peer_gone(a);
     if (atoi(a->end_value + 5) != a->rdzv.group_rank) a->result = OUT_PEER_LOST;
   }

@@ -290,13 +290,22 @@ static int successor(trun_live *l, const char *ks, int g, int world, int *out) {
   return 0;
 }
 
-/* Starts watching node s: its identity for the loss record. 0 or a negative errno. */
+/* Starts watching node s: its identity for the loss record. 0 or a negative errno. The key was there a
+ * moment ago, but node s may have just left the round cleanly (deleted it): a short wait, and a key gone
+ * by then means no successor for this heartbeat (a wait for the whole request time-out would hold the
+ * thread, and with it this node's own end of the round, for a minute). */
 static int watch(trun_live *l, round_view *v, const char *ks, int s) {
   char k[600];
   ks_key(ks, "alive", s, k, sizeof(k));
   trun_buf b = {0};
-  int rc = trun_client_get(l->c, trun_str(k), &b, 60000); /* it exists: no wait */
-  if (rc == 0) {
+  v->succ = -1;
+  int rc = trun_client_get(l->c, trun_str(k), &b, 200);
+  pthread_mutex_lock(&l->mu);
+  l->fd = trun_client_fd(l->c); /* a store without CANCEL_WAIT reconnected after the time-out */
+  pthread_mutex_unlock(&l->mu);
+  if (rc == -ETIMEDOUT)
+    rc = 0;
+  else if (rc == 0) {
     size_t n = b.len < sizeof(v->succ_id) - 1 ? b.len : sizeof(v->succ_id) - 1;
     memcpy(v->succ_id, b.data, n);
     v->succ_id[n] = '\0';
