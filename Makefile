@@ -247,7 +247,7 @@ release-bin: CFLAGS += $(REL_CFLAGS)
 release-bin: $(REL_PROGS:%=$(B)/release-bin/%)
 $(B)/release-bin/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
 $(B)/release-bin/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
-$(B)/release-bin/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+$(B)/release-bin/trun-topo: $(TOPO_OBJ) $(B)/libtrun.a
 $(B)/release-bin/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
 $(REL_PROGS:%=$(B)/release-bin/%): Makefile
 	@mkdir -p $(dir $@)

@@ -4,9 +4,11 @@ Contenders run interleaved (A B C A B C ...) so that drift on the machine hits t
 is the median of the repetitions and every comparison is a ratio measured in this one run.
 Writes bench/results/<date>-cpu.json and prints the tables. Run through `make bench`.
 
-Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|rdzv] [--out-dir DIR]
+Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|rdzv|recovery] [--out-dir DIR]
 --quick (`BENCH_QUICK=1 make bench`): every benchmark once at its smallest size, to check the whole chain
 (bench.py -> JSON -> plots.py -> readme.py) in about a minute; bench/run.sh sends it to build/bench-quick/.
+The recovery benchmark (bench/recovery.py: a node lost from a job of 3, crash and silent, trun's two elastic
+backends against torchrun 1.13) needs root for its network namespaces; --quick times trun's crash case once.
 """
 import argparse
 import datetime
@@ -400,6 +402,22 @@ def summarize(res):
             if "trun" in by and other in by:
                 lines.append(f"ratio {other}/trun restart: "
                              f"x{ratio(by[other]['crash_to_restart_ms'], by['trun']['crash_to_restart_ms'])}")
+    rc = res.get("recovery", [])
+    if rc:
+        lines.append("Recovery: node 2 of 3 lost, until both survivors all-reduce in a world of 2 (median):")
+        by = {(r["launcher"], r["kind"]): r for r in rc}
+        for r in rc:
+            got = (f"{r['seconds']:.2f} s" if r["seconds"] is not None else
+                   f"no recovery in {r['cap_seconds']:.0f} s in {r['reps'] - r['recovered']} of {r['reps']} runs")
+            lines.append(f"recovery {r['launcher']:14s} {r['kind']:6s}: {got}")
+        for kind in ("crash", "silent"):
+            for mine in ("trun-c10d", "trun-trun"):
+                t, o = by.get((mine, kind)), by.get(("torchrun-1.13", kind))
+                if t and o and t["seconds"]:
+                    other = (f"x{ratio(o['seconds'], t['seconds'])}" if o["seconds"] is not None else
+                             f"more than x{ratio(o['cap_seconds'], t['seconds'])} (torchrun: none in "
+                             f"{o['cap_seconds']:.0f} s)")
+                    lines.append(f"ratio torchrun-1.13/{mine} recovery {kind}: time {other}")
     return "\n".join(lines)
 
 
@@ -407,7 +425,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "rdzv"])
+    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "rdzv", "recovery"])
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
@@ -427,6 +445,14 @@ def main():
     if args.only in (None, "rdzv"):
         res["rdzv"] = rdzv_bench(reps, (8,) if quick else (8, 64, 256, 1000, 10000))
         res["rdzv_failed"] = RDZV_FAILED
+    if args.only in (None, "recovery"):
+        import recovery  # bench/recovery.py
+        if os.geteuid() != 0:
+            log("recovery: skipped (needs root for its network namespaces)")
+        elif quick:
+            res["recovery"] = recovery.recovery_bench(1, ("trun-c10d", "trun-trun"), ("crash",))
+        else:
+            res["recovery"] = recovery.recovery_bench(reps)
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-cpu.json")
     if args.only and os.path.exists(path):

@@ -180,6 +180,21 @@ def targets(res, path, gpus):
                 parts.append(f"{o} did not finish")
         rows.append(("trun's c10d rendezvous no slower than torchrun's at 256 agents (issue 4)",
                      f"trun-c10d {c10d['seconds']:.2f} s; " + "; ".join(parts) + f" ({cpu})", verdict(ok)))
+    rc = {(r["launcher"], r["kind"]): r for r in res.get("recovery", [])}
+    for kind, goal in (("crash", 3), ("silent", 8)):
+        mine = [(b, rc[(b, kind)]) for b in ("trun-c10d", "trun-trun") if (b, kind) in rc]
+        if mine:
+            o = rc.get(("torchrun-1.13", kind))
+            other = ""
+            if o:
+                other = ("; torchrun-1.13 " + (f"{o['seconds']:.1f} s" if o["seconds"] is not None else
+                                               f"none in {o['cap_seconds']:.0f} s"))
+            rows.append((f"A node lost by {kind}: survivors train in the smaller world within {goal} s, "
+                         "default settings, both backends (issue 22)",
+                         "; ".join(f"{b} " + (f"{r['seconds']:.2f} s" if r["seconds"] is not None else
+                                              f"none in {r['cap_seconds']:.0f} s") for b, r in mine) +
+                         other + f" ({cpu})",
+                         verdict(all(r["seconds"] is not None and r["seconds"] <= goal for _, r in mine))))
     for g in gpus:
         st = json.load(open(g))["steps"]
         f = label(g)
@@ -305,6 +320,33 @@ def render(res, path, readme_dir):
                        "each, and takes the median.")
         out.append("")
         out += plot(path[:-5] + "-rdzv.png", "Rendezvous time vs agents, log-log", path, readme_dir)
+    rc = res.get("recovery", [])
+    if rc:
+        by = {(r["launcher"], r["kind"]): r for r in rc}
+        kinds = [k for k in ("crash", "silent") if any(r["kind"] == k for r in rc)]
+        names = {"crash": "crash (every process of the node SIGKILLed)",
+                 "silent": "silent (the node's link down: nothing reset)"}
+        out += ["**Recovery**: 3 nodes in network namespaces, `--nnodes 2:3 --max-restarts 3`, default settings, "
+                "gloo workers doing an all-reduce every 0.1 s (`bench/recovery.py`); node 2 is lost; time until "
+                "both survivors' workers all-reduce in a world of 2 (median):", "",
+                "| launcher | " + " | ".join(names[k] for k in kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        for b in ("torchrun-1.13", "trun-c10d", "trun-trun"):
+            if not any((b, k) in by for k in kinds):
+                continue
+            cells = []
+            for k in kinds:
+                r, o = by.get((b, k)), by.get(("torchrun-1.13", k))
+                if r is None:
+                    cells.append("")
+                    continue
+                c = (f"{r['seconds']:.2f} s" if r["seconds"] is not None else
+                     f"none in {r['cap_seconds']:.0f} s ({r['recovered']} of {r['reps']} recovered)")
+                if b != "torchrun-1.13" and o and r["seconds"]:
+                    c += (f" ({ratio(o['seconds'], r['seconds'])} faster)" if o["seconds"] is not None else
+                          f" (torchrun: none in {o['cap_seconds']:.0f} s)")
+                cells.append(c)
+            out.append(f"| {b} | " + " | ".join(cells) + " |")
+        out.append("")
     for r in res.get("conns", []):
         out.append(f"- {r['server']}: {r['connections']} connections each with a pending WAIT: "
                    f"{r['rss_held_kb'] / 1024:.1f} MiB RSS; all {r['released']} released by one SET.")
