@@ -455,11 +455,19 @@ def main():
             res["recovery"] = recovery.recovery_bench(reps)
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-cpu.json")
-    if args.only and os.path.exists(path):
-        # One part re-measured: keep the day's other parts.
-        old = json.load(open(path))
-        old.update({k: v for k, v in res.items() if k.startswith(args.only) or k in ("date", "machine")})
-        res = old
+    parts = ("store", "conns", "launch", "restart", "rdzv", "recovery")
+    if args.only:
+        # One part re-measured: keep the other parts of the day's file, or of the newest earlier one, each
+        # with the date it was measured on (readme.py says which).
+        older = sorted(f for f in os.listdir(args.out_dir) if f.endswith("-cpu.json"))
+        base = path if os.path.exists(path) else (os.path.join(args.out_dir, older[-1]) if older else None)
+        if base:
+            old = json.load(open(base))
+            measured = old.get("measured") or {p: old["date"] for p in parts if p in old}
+            old.update({k: v for k, v in res.items() if k.startswith(args.only) or k in ("date", "machine")})
+            measured[args.only] = res["date"]
+            old["measured"] = measured
+            res = old
     res["summary"] = summarize(res)
     with open(path, "w") as f:
         json.dump(res, f, indent=1)

@@ -21,6 +21,9 @@ both can be copied into bench/results/ and committed as they are; prints a summa
      step times.
   9. stall: hang detection: a hung NCCL all-reduce (bench/stall_nccl.py) under trun --stall-timeout 15: which rank is
      flagged, after how long, whether attempt 1 succeeds; the event stream and /proc CPU of the waiting ranks.
+ 11. health: the node health gate on real GPUs (issue 20): `trun-topo health --json` 5 times (its checks, each
+     one's status, the gate's elapsed_ms), and trun --health-check fail --standalone with one no-op worker, 5
+     times (the gate's cost inside a launch, vs the same launch with --health-check off).
  10. onegpu (only when named, GPU_STEPS=onegpu, a call of its own: ~8 min): two pods on GPU 0 (NCCL_HOSTID
      apart, NCCL over sockets): preflight vs torch's all-reduce in that layout, and the DDP example under trun
      vs torchrun 2.11: what a 1-GPU box can show of the 2-GPU comparisons of steps 6 and 8.
@@ -597,6 +600,46 @@ def onegpu():
     out["ddp"] = ddp_pairs(run, 5, "onegpu-ddp")
 
 
+def health():
+    out = res["steps"]["health"] = {}
+    topo = os.path.join(BIN, "trun-topo")
+    runs = []
+    for i in range(5):
+        t0 = time.time()
+        r = sh([topo, "health", "--json"], timeout=120)
+        wall = (time.time() - t0) * 1000
+        open(os.path.join(LOGS, f"health-{i}.json"), "w").write(r.stdout + r.stderr)
+        try:
+            h = json.loads(r.stdout)
+        except ValueError:
+            raise RuntimeError(f"trun-topo health --json exited {r.returncode}: {r.stderr[-400:]}")
+        runs.append({"exit": r.returncode, "status": h["status"], "elapsed_ms": h["elapsed_ms"], "wall_ms": wall})
+        if i == 0:
+            out["checks"] = [{k: c.get(k) for k in ("name", "status", "value", "reason")} for c in h["checks"]]
+            out["gpus"], out["gpu_source"], out["instance_type"] = h["gpus"], h["gpu_source"], h["instance_type"]
+    out["runs"] = runs
+    out["elapsed_ms_median"] = statistics.median(r["elapsed_ms"] for r in runs)
+    out["wall_ms_median"] = statistics.median(r["wall_ms"] for r in runs)
+    log(f"health: {out['gpus']} GPU(s) via {out['gpu_source']}: status {runs[0]['status']}, gate "
+        f"{out['elapsed_ms_median']:.1f} ms (median of 5; trun-topo's wall {out['wall_ms_median']:.1f} ms); "
+        + ", ".join(f"{c['name']}={c['status']}" for c in out["checks"]))
+    # The gate inside a launch: trun --health-check fail vs off, one no-op worker, interleaved.
+    launch = {"fail": [], "off": []}
+    for i in range(5):
+        for mode in ("fail", "off"):
+            t0 = time.time()
+            r = sh([os.path.join(BIN, "trun"), "--standalone", "--nproc-per-node", "1", "--health-check", mode,
+                    "--no-python", "/bin/true"], timeout=120)
+            launch[mode].append({"exit": r.returncode, "wall_ms": (time.time() - t0) * 1000})
+            if i == 0:
+                open(os.path.join(LOGS, f"health-launch-{mode}.log"), "w").write(r.stdout + r.stderr)
+    out["launch"] = {m: {"runs": v, "wall_ms_median": statistics.median(x["wall_ms"] for x in v)}
+                     for m, v in launch.items()}
+    log(f"health: launch to exit with --health-check fail {out['launch']['fail']['wall_ms_median']:.1f} ms, "
+        f"off {out['launch']['off']['wall_ms_median']:.1f} ms (median of 5; exits "
+        f"{[x['exit'] for x in launch['fail']]} / {[x['exit'] for x in launch['off']]})")
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     result = os.path.join(OUT, NAME + ".json")
@@ -614,7 +657,7 @@ def main():
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     res["gpu_steps"] = os.environ.get("GPU_STEPS") or "all"
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, onegpu)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, health, onegpu)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

@@ -220,6 +220,11 @@ def targets(res, path, gpus):
                          f"{text} ({f})",
                          ("met from %d MiB up; **not shown** below" % (big[0]['bytes'] >> 20)) if ok_big and small
                          else verdict(ok_big)))
+        if st.get("health"):
+            h = st["health"]
+            rows.append(("Node health gate on a real GPU box well under a second per node (issue 20)",
+                         f"{h['elapsed_ms_median']:.1f} ms, {len(h['checks'])} checks, status "
+                         f"{h['runs'][0]['status']} ({f})", verdict(h["elapsed_ms_median"] < 1000)))
         if st.get("ddp"):
             rows.append(ddp_row(st["ddp"], f, ""))
         og = st.get("onegpu", {})
@@ -247,6 +252,9 @@ def render_targets(res, path, gpus):
 def render(res, path, readme_dir):
     out = [f"Measured by `{res.get('command', 'make bench')}` on {res['date']} ({res['machine']['cpus']} CPUs, no GPU); "
            f"file `{os.path.relpath(path, REPO)}`. Contenders ran interleaved; each cell is a median.", ""]
+    if res.get("measured"):
+        out[0] = out[0][:-1] + ("; parts measured on: " +
+                                ", ".join(f"{k} {v[:10]}" for k, v in sorted(res["measured"].items())) + ".")
     la = res.get("launch", [])
     if la:
         by = {(r["launcher"], r["nproc"]): r for r in la}
@@ -383,6 +391,14 @@ def render_gpu(path, readme_dir):
                        "decides for this node (`--explain`): " + ", ".join(f"`{v}`" for v in only_trun) + ".")
         else:
             out.append("- Worker environment differences from torchrun 2.11: " + "; ".join(diffs) + ".")
+    if "health" in st:
+        h = st["health"]
+        la = h.get("launch", {})
+        out.append(f"- Node health gate (`trun-topo health --json`, median of 5): {h['elapsed_ms_median']:.1f} ms for "
+                   f"{len(h['checks'])} checks on {h['gpus']} GPU(s) (" +
+                   ", ".join(f"{c['name']} {c['status']}" for c in h["checks"]) + ")" +
+                   (f"; launch to exit with `--health-check fail` {la['fail']['wall_ms_median']:.1f} ms vs off "
+                    f"{la['off']['wall_ms_median']:.1f} ms" if "fail" in la and "off" in la else "") + ".")
     if "nccl" in st and st["nccl"].get("gpus", 2) >= 2:
         for name in ("trun", "torchrun-2.11"):
             n = st["nccl"].get(name)
