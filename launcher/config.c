@@ -359,6 +359,11 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
       cfg->endpoint_port = cfg->master_port;
     }
+  } else if (v[TRUN_OPT_MASTER_ADDR].src == TRUN_SRC_DETECTED) {
+    /* A dynamic backend without an endpoint on a detected platform (Slurm's first host, ...): the nodes
+     * meet at the master the platform named, on c10d's default port, instead of each at its own localhost. */
+    snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
+    cfg->endpoint_port = 29400;
   } else {
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
     cfg->endpoint_port = 29400;
