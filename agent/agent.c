@@ -227,7 +227,12 @@ static void *watch_end(void *arg) {
       memcpy(a->end_value, v.data, n);
     else
       snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
-    if (rc == 0) a->end_value[n] = '\0';
+    if (rc == 0) {
+      a->end_value[n] = '\0';
+      /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
+      trun_rdzv_seen_end_key(&a->rdzv, round, a->rdzv.group_rank, k, sizeof(k));
+      trun_client_set(a->watch_client, trun_str(k), trun_str("1"));
+    }
     break;
   }
   trun_buf_free(&v);
@@ -586,7 +591,8 @@ static int agent_main(agent *a) {
       trun_rdzv_c10d_exit_barrier(&a->rdzv, 300000);
     if (a->rdzv.client && a->result != OUT_SIGNALED) trun_rdzv_c10d_shutdown(&a->rdzv);
   } else if (a->rdzv.client) {
-    trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000);
+    /* After a failure (not a signal: then every node is being stopped) wait for node rank 0's report. */
+    trun_rdzv_leave(&a->rdzv, a->round, code == 0 ? 300000 : 5000, code == 0 || a->signal_seen ? 0 : 15000);
     if (a->rdzv.fast && code == 0) trun_rdzv_fast_shutdown(&a->rdzv);
   }
   return code;

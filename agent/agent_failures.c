@@ -42,6 +42,42 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
   return n;
 }
 
+/* Static rendezvous, job-wide report: a node that neither reported a failure (seen[g]) nor saw the round
+ * end is lost (its agent was killed, crashed, or its host or network went down before it could say
+ * anything). One
+ * record per lost node, appended at fs[n]; as the first failure (its loss is what broke the others'
+ * collectives) it becomes the root cause. Returns how many were added. */
+static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n) {
+  double first = trun__agent_now();
+  for (size_t i = 0; i < n; i++)
+    if (fs[i].timestamp < first) first = fs[i].timestamp;
+  size_t added = 0;
+  int base = 0;
+  for (int g = 0; g < a->rdzv.group_world_size; g++) {
+    int alive = 0, nproc = 0;
+    char host[256], msg[512];
+    if (trun_rdzv_node_end(&a->rdzv, a->round, g, &alive, &nproc, host, sizeof(host)) < 0) break;
+    if (!seen[g] && !alive) {
+      trun_failure *f = &fs[n + added++];
+      memset(f, 0, sizeof(*f));
+      f->global_rank = base;
+      f->local_rank = -1;
+      f->group_rank = g;
+      f->exit_code = 1;
+      f->timestamp = first - 0.001;
+      f->host = strdup(host);
+      snprintf(msg, sizeof(msg),
+               "node rank %d (ranks %d-%d) on host %s was lost: its trun agent did not see the round end (it "
+               "was killed, crashed, or its host or network went down)",
+               g, base, base + (nproc > 0 ? nproc : 1) - 1, host);
+      f->message = strdup(msg);
+      trun_warn("%s", msg);
+    }
+    base += nproc;
+  }
+  return added;
+}
+
 void trun__agent_report_failures(agent *a, int final) {
   trun_failure *fs = calloc((size_t)a->nproc + (size_t)a->rdzv.group_world_size, sizeof(*fs));
   if (fs == NULL) return;
@@ -59,19 +95,25 @@ void trun__agent_report_failures(agent *a, int final) {
     /* Job-wide: add the other nodes' root causes. */
     char **remote = NULL;
     int nr = 0;
-    if (trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
+    char *seen = calloc((size_t)a->rdzv.group_world_size, 1);
+    if (seen && trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
       for (int i = 0; i < nr; i++) {
         trun_failure f;
         memset(&f, 0, sizeof(f));
         if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
-            f.group_rank != a->rdzv.group_rank)
+            f.group_rank != a->rdzv.group_rank) {
+          if (f.group_rank >= 0 && f.group_rank < a->rdzv.group_world_size) seen[f.group_rank] = 1;
           fs[n++] = f;
-        else
+        } else {
           trun_failure_free(&f);
+        }
         free(remote[i]);
       }
       free(remote);
+      seen[a->rdzv.group_rank] = 1;
+      n += lost_nodes(a, seen, fs, n);
     }
+    free(seen);
   }
   trun_obs_failure(a->obs, fs, n, final);
   if (final && n > 0) {

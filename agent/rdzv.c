@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -210,6 +211,9 @@ int trun_rdzv_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->group_rank);
   snprintf(v, sizeof(v), "%d", r->nproc);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
+  /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
+  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->group_rank);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
   int64_t joined;
   key(r, round, "joined", k, sizeof(k));
   if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
@@ -318,16 +322,25 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   return rc;
 }
 
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n) {
   int world = r->group_world_size;
   char **res = calloc((size_t)world, sizeof(char *));
   if (res == NULL) return -ENOMEM;
   *n = 0;
+  /* One deadline for all: with several nodes lost, each would otherwise cost the whole wait. */
+  double deadline = mono_ms() + timeout_ms;
   for (int g = 0; g < world; g++) {
     char k[512];
     snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
     trun_buf v = {0};
-    int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : timeout_ms);
+    int left = (int)(deadline - mono_ms());
+    int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : left > 1 ? left : 1);
     if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
       res[(*n)++] = (char *)v.data;
     else
@@ -338,9 +351,63 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   return 0;
 }
 
-void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms) {
+void trun_rdzv_seen_end_key(const trun_rdzv *r, int round, int g, char *k, size_t len) {
+  snprintf(k, len, "/trun/%s/r%d/seen_end/%d", r->cfg->run_id, round, g);
+}
+
+/* The value of key, cut to len - 1 bytes ("" when absent). 0 or a negative errno. */
+static int get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
+  trun_slice ks = trun_str(k);
+  trun_buf v = {0};
+  out[0] = '\0';
+  int rc = trun_client_check(r->client, 1, &ks);
+  if (rc == 1) rc = trun_client_get(r->client, ks, &v, 1000);
+  if (rc < 0) return rc;
+  size_t n = v.len < len - 1 ? v.len : len - 1;
+  if (n) memcpy(out, v.data, n);
+  out[n] = '\0';
+  trun_buf_free(&v);
+  return 0;
+}
+
+int trun_rdzv_node_end(trun_rdzv *r, int round, int g, int *seen_end, int *nproc, char *host,
+                       size_t hostlen) {
+  char k[512], name[256], addr[64], n[32];
+  trun_rdzv_seen_end_key(r, round, g, k, sizeof(k));
+  trun_slice ks = trun_str(k);
+  int rc = trun_client_check(r->client, 1, &ks);
+  if (rc < 0) return rc;
+  *seen_end = rc;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, g);
+  if ((rc = get_text(r, k, name, sizeof(name))) < 0) return rc;
+  trun_store_acl_addr_key(r, round, g, k, sizeof(k));
+  if ((rc = get_text(r, k, addr, sizeof(addr))) < 0) return rc;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, g);
+  if ((rc = get_text(r, k, n, sizeof(n))) < 0) return rc;
+  *nproc = atoi(n);
+  const char *a = strncmp(addr, "::ffff:", 7) == 0 && strchr(addr, '.') ? addr + 7 : addr; /* v4-mapped */
+  if (name[0] && a[0] && strcmp(name, a) != 0)
+    snprintf(host, hostlen, "%s (%s)", name, a);
+  else
+    snprintf(host, hostlen, "%s", name[0] ? name : a[0] ? a : "?");
+  return 0;
+}
+
+void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms) {
   char k[512];
   int64_t left = 0;
+  if (r->host) {
+    /* The host has printed the job's failure report (if any) by now: the others may go. */
+    key(r, round, "host_left", k, sizeof(k));
+    trun_client_set(r->client, trun_str(k), trun_str("1"));
+  } else if (host_wait_ms > 0) {
+    /* A failed job: stay until the host has printed the job-wide report (before "left", which lets the
+     * host close the store). Where the scheduler ends the whole job when one task exits (srun
+     * --kill-on-bad-exit), leaving first would kill the report. */
+    key(r, round, "host_left", k, sizeof(k));
+    if (trun_rdzv_wait_key(r, k, host_wait_ms) == -ETIMEDOUT)
+      trun_debug("node rank 0 did not finish its failure report within %d s; leaving", host_wait_ms / 1000);
+  }
   key(r, round, "left", k, sizeof(k));
   if (trun_client_add(r->client, trun_str(k), 1, &left) < 0) return;
   if (left == r->group_world_size) {

@@ -61,9 +61,16 @@ void trun_rdzv_end_key(const trun_rdzv *r, int round, char *key, size_t len);
 /* Failure reports published by every node for `round` (JSON objects); the caller frees each string
  * and the array. Waits at most timeout_ms for missing ones; *n = how many were read. */
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
+/* The key node g sets once it has seen the end of `round` (its end-of-round watcher): a node that never
+ * does is lost. */
+void trun_rdzv_seen_end_key(const trun_rdzv *r, int round, int g, char *key, size_t len);
+/* What the store knows of node g in `round`: *seen_end (it saw the round end), its workers and the host it
+ * joined from ("?" if it did not say). 0 or a negative errno. */
+int trun_rdzv_node_end(trun_rdzv *r, int round, int g, int *seen_end, int *nproc, char *host, size_t hostlen);
 /* Exit barrier: every agent calls it once the job is over; the host waits (bounded) for the others
- * so that it does not take the store away while they still read from it. */
-void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
+ * so that it does not take the store away while they still read from it. host_wait_ms > 0 (a failed job):
+ * the others wait (bounded) for the host to get there, i.e. to have printed the job's failure report. */
+void trun_rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms);
 void trun_rdzv_close(trun_rdzv *r);
 /* ---- c10d dynamic rendezvous (rdzv_c10d.c) ---- */
 /* Checks --rdzv-conf for the c10d backend: 0, or -1 with the reason (the caller exits 2). */

@@ -86,7 +86,7 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
   return 0;
 }
 
-static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
+void trun_store_acl_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
 }
 
@@ -103,7 +103,7 @@ int trun_store_acl_publish(trun_rdzv *r, int round) {
   else
     return -EAFNOSUPPORT;
   char k[512];
-  addr_key(r, round, r->group_rank, k, sizeof(k));
+  trun_store_acl_addr_key(r, round, r->group_rank, k, sizeof(k));
   return trun_client_set(r->client, trun_str(k), trun_str(text));
 }
 
@@ -174,7 +174,7 @@ int trun_store_acl_apply(trun_rdzv *r, int round, char *err, size_t errlen) {
   }
   for (int g = 0; g < r->group_world_size; g++) {
     char k[512];
-    addr_key(r, round, g, k, sizeof(k));
+    trun_store_acl_addr_key(r, round, g, k, sizeof(k));
     trun_buf v = {0};
     rc = trun_client_get(r->client, trun_str(k), &v, 30000);
     if (rc < 0) {

@@ -45,6 +45,8 @@ int trun_store_acl_allow_local(trun_server *s);
 int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen);
 /* Every agent, before joining a static round: publishes the address its store connection comes from. */
 int trun_store_acl_publish(trun_rdzv *r, int round);
+/* The key node g publishes it under. */
+void trun_store_acl_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len);
 /* The hosting agent with --store-allow-peers, after a round completed: admits the joined agents'
  * addresses (plus loopback and this host) and turns enforcement on (c10d: on the workers' store of group
  * rank 0, by the participants' names). 0 or -1 with a reason. */
