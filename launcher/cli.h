@@ -58,6 +58,7 @@ typedef enum {
   TRUN_OPT_STALL_SIGNAL,      /* --stall-signal SIG: sent to a stalled worker before the restart */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
+  TRUN_OPT_WATCH_STDIN,       /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

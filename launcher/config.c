@@ -308,6 +308,7 @@ int trun_config_from_cmdline(const trun_cmdline *cl, char **envp, trun_config *c
   cfg->log_line_prefix = VAL(TRUN_OPT_LOG_LINE_PREFIX);
   cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
+  cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
   cfg->numa_binding = VAL(TRUN_OPT_NUMA_BINDING);
   const char *osp = VAL(TRUN_OPT_ON_SPLIT_PODS);
   if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)

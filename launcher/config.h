@@ -58,6 +58,7 @@ typedef struct {
   int stall_signal;            /* --stall-signal, 0: none */
   int store_allow_peers;       /* --store-allow-peers */
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
+  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
   const char *script;
   char **script_args;
   int nscript_args;
