@@ -83,6 +83,7 @@ deps:
 	@scripts/deps.sh
 	@scripts/chroot.sh
 	@scripts/deps-k8s.sh
+	@scripts/deps-sched.sh
 
 unit: all
 	@scripts/run-unit.sh $(UNIT_BIN)

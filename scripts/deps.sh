@@ -18,8 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq || { echo "deps: apt-get update failed; check network/apt sources" >&2; exit 1; }
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq || { echo "deps: apt-get update failed; check network/apt sources" >&2; exit 1; }
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
     || { echo "deps: apt-get install ${need[*]} failed; install them by hand, then run make again" >&2; exit 1; }
 fi
 exit 0
