@@ -4,6 +4,8 @@
 # when the caller is SIGKILLed). Inside, /run is a private tmpfs (sockets, pid files, state, /run/netns: the
 # "hosts" vanish with it) and /etc files are replaced by private bind mounts: nothing of the machine changes,
 # and two clones can run at once. Sourced; bash.
+#   sandbox_need PACKAGES TOOL...  outside: exit 1 naming the missing TOOL (a command, or a path) and the
+#                                  Debian PACKAGES that `make deps` installs for it
 #   sandbox_enter SCRIPT ARGS...   outside: checks root and namespaces (exit 77 with a reason where refused),
 #                                  then execs SCRIPT ARGS as PID 1 of the sandbox; inside: returns
 #   sandbox_init NET NAME          inside: /run private, this namespace is host NAME = NET.1/24 on a bridge
@@ -14,7 +16,20 @@
 #                                  host name NAME (exec: CMD keeps the pid)
 #   sandbox_down                   deletes the host namespaces (the rest goes with the sandbox)
 sb_say() { echo "${SB_NAME:-sandbox}: $*" >&2; }
+sb_die() { sb_say "error: $*"; exit 1; }
 SB_HOSTS=()
+
+sandbox_need() { # PACKAGES TOOL...
+  local pkgs=$1 t
+  shift
+  [ "${TRUN_SANDBOX:-}" = 1 ] && [ $$ = 1 ] && return 0
+  for t in "$@"; do
+    case $t in
+    /*) [ -x "$t" ] ;;
+    *) command -v "$t" >/dev/null ;;
+    esac || sb_die "'$t' is missing: run 'make deps' (installs $pkgs)"
+  done
+}
 
 sandbox_enter() {
   local script=$1

@@ -40,16 +40,8 @@ done
 
 SB_NAME=slurm_cluster
 . "$(dirname "$0")/sandbox_lib.sh"
-say() { sb_say "$*"; }
-die() { say "error: $*"; exit 1; }
-
-# ---- outside: check the tools, then enter the sandbox ------------------------------------------------------
-if [ "${TRUN_SANDBOX:-}" != 1 ] || [ $$ != 1 ]; then
-  for t in slurmctld slurmd slurmstepd munged mungekey munge unmunge srun sbatch scontrol sinfo squeue scancel \
-    ip unshare nsenter mknod; do
-    command -v "$t" >/dev/null || die "'$t' is missing: run 'make deps' (installs slurm-wlm, munge, iproute2)"
-  done
-fi
+sandbox_need "slurm-wlm, munge, iproute2" slurmctld slurmd slurmstepd munged mungekey munge unmunge srun sbatch \
+  scontrol sinfo squeue scancel ip unshare nsenter mknod
 sandbox_enter "$0" --nodes "$nodes" --cpus "$cpus" --gpus "$gpus" --net "$net" -- "$@"
 
 # ---- inside: PID 1 of the sandbox, host "ctl" ----------------------------------------------------------------
@@ -77,7 +69,7 @@ IgnoreSystemd=yes" ;;
 tmpfs) cgroup_conf="CgroupPlugin=cgroup/v1
 CgroupMountpoint=/sys/fs/cgroup
 CgroupAutomount=no" ;;
-*) die "/sys/fs/cgroup is '$cg_type': neither cgroup v1 (tmpfs) nor v2 (cgroup2fs); slurmd needs one" ;;
+*) sb_die "/sys/fs/cgroup is '$cg_type': neither cgroup v1 (tmpfs) nor v2 (cgroup2fs); slurmd needs one" ;;
 esac
 
 mkdir -p "$state/etc/slurm"
@@ -161,7 +153,7 @@ teardown() {
   if [ "${#pids_daemons[@]}" -gt 0 ] && squeue -h -o %i >/dev/null 2>&1; then
     local jobs; jobs=$(squeue -h -o %i 2>/dev/null | tr '\n' ' ')
     if [ -n "${jobs// /}" ]; then
-      say "cancelling jobs left running: $jobs"
+      sb_say "cancelling jobs left running: $jobs"
       # shellcheck disable=SC2086
       scancel $jobs 2>/dev/null || true
       for _ in $(seq 1 100); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
@@ -185,7 +177,7 @@ teardown() {
   fi
   # Whatever is left (a stuck slurmstepd, job processes) dies with this PID namespace when we exit.
   left=$(ps -e -o pid=,comm= | awk -v me=$$ '$1 != me && $1 != 1 && $2 ~ /^(slurm|munged)/' | wc -l)
-  [ "$left" = 0 ] || say "$left Slurm/munge process(es) did not stop on SIGTERM; the namespace's end kills them"
+  [ "$left" = 0 ] || sb_say "$left Slurm/munge process(es) did not stop on SIGTERM; the namespace's end kills them"
   sandbox_down
   exit $rc
 }
@@ -193,14 +185,14 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mungekey -c -k "$state/munge.key" 2>/dev/null || die "mungekey -c -k $state/munge.key failed"
+mungekey -c -k "$state/munge.key" 2>/dev/null || sb_die "mungekey -c -k $state/munge.key failed"
 chmod 400 "$state/munge.key"
 munged --foreground --force --key-file="$state/munge.key" --log-file="$state/logs/munged.log" \
   --pid-file="$state/munged.pid" --seed-file="$state/munged.seed" --socket=/run/munge/munge.socket.2 \
   >>"$state/logs/munged.log" 2>&1 &
 pids_daemons+=($!)
 for _ in $(seq 1 50); do [ -S /run/munge/munge.socket.2 ] && break; sleep 0.1; done
-munge -n </dev/null | unmunge >/dev/null 2>&1 || die "munged does not answer (see $state/logs/munged.log)"
+munge -n </dev/null | unmunge >/dev/null 2>&1 || sb_die "munged does not answer (see $state/logs/munged.log)"
 
 slurmctld -D -i >>"$state/logs/slurmctld.stderr" 2>&1 &
 pids_daemons+=($!)
@@ -216,13 +208,13 @@ until [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 == "idle"' | wc -l)" = "
   for p in "${pids_daemons[@]}"; do
     kill -0 "$p" 2>/dev/null || {
       cat "$state"/logs/*.stderr >&2 2>/dev/null
-      die "a daemon exited at start-up (pid $p); see the logs above"
+      sb_die "a daemon exited at start-up (pid $p); see the logs above"
     }
   done
-  [ $(($(date +%s) - t0)) -lt 60 ] || { sinfo -N >&2 || true; die "the nodes are not idle 60 s after start"; }
+  [ $(($(date +%s) - t0)) -lt 60 ] || { sinfo -N >&2 || true; sb_die "the nodes are not idle 60 s after start"; }
   sleep 0.3
 done
-say "up in $(($(date +%s) - t0)) s: ctl $net.1, nodes ${node_names[*]} ($cpus CPUs each, cgroup ${cgroup_conf%%$'\n'*})"
+sb_say "up in $(($(date +%s) - t0)) s: ctl $net.1, nodes ${node_names[*]} ($cpus CPUs each, cgroup ${cgroup_conf%%$'\n'*})"
 
 export SLURM_CLUSTER_NODES="${node_names[*]}" SLURM_CLUSTER_NET=$net SLURM_CLUSTER_STATE=$state
 export PATH=$state/bin:$PATH

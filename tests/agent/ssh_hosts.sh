@@ -36,15 +36,7 @@ done
 
 SB_NAME=ssh_hosts
 . "$(dirname "$0")/sandbox_lib.sh"
-say() { sb_say "$*"; }
-die() { say "error: $*"; exit 1; }
-
-if [ "${TRUN_SANDBOX:-}" != 1 ] || [ $$ != 1 ]; then
-  [ -x /usr/sbin/sshd ] || die "/usr/sbin/sshd is missing: run 'make deps' (installs openssh-server)"
-  for t in ssh ssh-keygen ssh-keyscan ip unshare nsenter; do
-    command -v "$t" >/dev/null || die "'$t' is missing: run 'make deps' (installs openssh-client, iproute2)"
-  done
-fi
+sandbox_need "openssh-server, openssh-client, iproute2" /usr/sbin/sshd ssh ssh-keygen ip unshare nsenter
 sandbox_enter "$0" --hosts "$hosts" --net "$net" -- "$@"
 
 # ---- inside: PID 1 of the sandbox, host "login" ------------------------------------------------------------
@@ -74,11 +66,11 @@ if [ -r /etc/shadow ] && awk -F: '$1 == "root" && $2 ~ /^!/ { f = 1 } END { exit
 fi
 
 # Keys: the user's, and one per host (known_hosts lists them under the host's name and address).
-ssh-keygen -q -t ed25519 -N '' -C "trun-test@login" -f "$home/.ssh/id_ed25519" || die "ssh-keygen (user key)"
+ssh-keygen -q -t ed25519 -N '' -C "trun-test@login" -f "$home/.ssh/id_ed25519" || sb_die "ssh-keygen (user key)"
 cp "$home/.ssh/id_ed25519.pub" "$home/.ssh/authorized_keys"
 : >"$home/.ssh/known_hosts"
 for n in "${names[@]}"; do
-  ssh-keygen -q -t ed25519 -N '' -C "$n" -f "$state/$n.host_key" || die "ssh-keygen (host key of $n)"
+  ssh-keygen -q -t ed25519 -N '' -C "$n" -f "$state/$n.host_key" || sb_die "ssh-keygen (host key of $n)"
   echo "$n,$net.$((10 + ${n#h})) $(cut -d' ' -f1,2 "$state/$n.host_key.pub")" >>"$home/.ssh/known_hosts"
 done
 : >"$home/.ssh/environment"
@@ -142,11 +134,11 @@ done
 t0=$(date +%s)
 for n in "${names[@]}"; do
   until out=$(ssh -o BatchMode=yes -o ConnectTimeout=2 "$n" hostname 2>&1) && [ "$out" = "$n" ]; do
-    [ $(($(date +%s) - t0)) -lt 30 ] || die "host $n does not answer ssh within 30 s: $out"
+    [ $(($(date +%s) - t0)) -lt 30 ] || sb_die "host $n does not answer ssh within 30 s: $out"
     sleep 0.2
   done
 done
-say "up in $(($(date +%s) - t0)) s: login $net.1, sshd on ${names[*]} ($net.11..)"
+sb_say "up in $(($(date +%s) - t0)) s: login $net.1, sshd on ${names[*]} ($net.11..)"
 
 export SSH_HOSTS="${names[*]}" SSH_HOSTS_NET=$net SSH_HOSTS_STATE=$state
 export PATH=$state/bin:$PATH

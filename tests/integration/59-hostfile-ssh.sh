@@ -16,8 +16,8 @@
 #                 other two agents (a static job cannot start without h3) and exits 1 naming h3; nothing is
 #                 left on h1 and h2. The time to exit is printed (documented: ssh's ConnectTimeout, 10 s in
 #                 the default --rsh, at most; a refused connection at once).
-# After the hosts are gone: no process of the test (TRUN_TEST_MARKER), no new network namespace, /etc/hosts
-# and /etc/passwd unchanged. Each scenario prints "TIME <name> <seconds>". Exit 0 pass, 77 skip, else fail.
+# After the hosts are gone: no process of the test (TRUN_TEST_MARKER), no network namespace of its hosts in
+# the machine's /run/netns, /etc/hosts and /etc/passwd unchanged. Each scenario prints "TIME <name> <seconds>". Exit 0 pass, 77 skip, else fail.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -27,8 +27,7 @@ if [ "${1:-}" != --in-sandbox ]; then
   need_torch
   tmp=$(mktemp -d /tmp/trun-59.XXXXXX)
   trap 'kill_marked; rm -rf "$tmp"' EXIT
-  etc_before=$(cat /etc/hosts /etc/passwd | md5sum)
-  netns_before=$(ip netns list 2>/dev/null | sort)
+  sandbox_snapshot
   mkdir -p "$tmp/tmpdir"
   t0=$(now)
   # What the hosts' sessions get (~/.ssh/environment): the workers' Python, trun's log dirs, the marker.
@@ -36,11 +35,8 @@ if [ "${1:-}" != --in-sandbox ]; then
     "$TRUN_REPO/tests/agent/ssh_hosts.sh" --hosts 3 bash "$0" --in-sandbox
   rc=$?
   echo "TIME sandbox-total $(elapsed "$t0")"
-  left=$(marked_pids)
-  [ -z "$left" ] || { show_marked; fail "processes of the test outlived the sandbox: $left"; }
-  [ "$(cat /etc/hosts /etc/passwd | md5sum)" = "$etc_before" ] || fail "/etc/hosts or /etc/passwd changed"
-  [ "$(ip netns list 2>/dev/null | sort)" = "$netns_before" ] || fail "network namespaces left: $(ip netns list)"
-  if [ $rc = 0 ]; then echo "PASS: 4 ssh scenarios; nothing left behind"; fi
+  sandbox_left h1 h2 h3
+  [ $rc != 0 ] || echo "PASS: 4 ssh scenarios; nothing left behind"
   exit $rc
 fi
 
