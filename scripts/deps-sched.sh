@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the schedulers the tests run for real, only where missing (`make deps`): Debian's slurm-wlm (slurmctld,
-# slurmd, srun, sbatch, scancel, scontrol) and munge for tests/integration/58-slurm.sh, openssh-server and
+# slurmd, srun, sbatch, scancel, scontrol) and munge for tests/integration/56-slurm.sh, openssh-server and
 # openssh-client for tests/integration/59-hostfile-ssh.sh. The tests start their own daemons in namespaces; the
 # packages' services must not start on the machine: while installing, a policy-rc.d that forbids starting
 # services is put in place where none exists (and removed after).

@@ -162,7 +162,7 @@ make_netns_hosts() {
   done
 }
 
-# Around a run in tests/agent/sandbox_lib.sh's sandbox (tests 58, 59): sandbox_snapshot before it;
+# Around a run in tests/agent/sandbox_lib.sh's sandbox (tests 56, 59): sandbox_snapshot before it;
 # sandbox_left NAME... after it fails the test if a process of the test (the marker), a network namespace of
 # the machine named like one of the sandbox's hosts (NAME...), or a change to /etc/hosts or /etc/passwd
 # outlived it.

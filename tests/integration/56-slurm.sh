@@ -34,11 +34,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" != --in-cluster ]; then
   . "$here/../agent/mn_lib.sh"
   need_torch
-  tmp=$(mktemp -d /tmp/trun-58.XXXXXX)
+  tmp=$(mktemp -d /tmp/trun-56.XXXXXX)
   trap 'kill_marked; rm -rf "$tmp"' EXIT
   sandbox_snapshot
   t0=$(now)
-  T58_TMP=$tmp MARKER=$MARKER "$TRUN_REPO/tests/agent/slurm_cluster.sh" --nodes 3 --cpus 2 --gpus 2 \
+  T56_TMP=$tmp MARKER=$MARKER "$TRUN_REPO/tests/agent/slurm_cluster.sh" --nodes 3 --cpus 2 --gpus 2 \
     bash "$0" --in-cluster
   rc=$?
   echo "TIME cluster-total $(elapsed "$t0")"
@@ -49,7 +49,7 @@ fi
 
 # ---- inside: the login node of the cluster --------------------------------------------------------------
 . "$here/../agent/mn_lib.sh"
-tmp=$T58_TMP
+tmp=$T56_TMP
 export TMPDIR=$tmp/tmpdir # trun's torchelastic_* log directories
 mkdir -p "$TMPDIR"
 export TRUN PYTHON_EXEC # every task inherits the environment (srun/sbatch --export=ALL)
