@@ -88,6 +88,7 @@ deps:
 	@scripts/deps.sh
 	@scripts/chroot.sh
 	@scripts/deps-k8s.sh
+	@scripts/deps-sched.sh
 
 # The module rules: an include of another module names its public header, and only a module the includer's
 # public header lists under "May use" (scripts/check-layers.py; test 05 shows it rejects breaches).
