@@ -6,7 +6,8 @@
  * Exit codes (torchrun's): 0 every worker succeeded, 1 a worker failed (restarts used up), the agent was
  * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's); and trun's own 3
  * (TRUN_EXIT_UNHEALTHY): this node is unhealthy (--health-check fail found a failed check before joining, or
- * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md). */
+ * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md); 4 (TRUN_EXIT_CUT_OFF):
+ * this node lost the rendezvous store for the liveness window. */
 #ifndef TRUN_AGENT_H
 #define TRUN_AGENT_H
 
@@ -16,6 +17,8 @@
 
 /* The node is unhealthy: a failed health check with --health-check fail, or a hardware Xid. */
 #define TRUN_EXIT_UNHEALTHY 3
+/* The node is cut off from the job: no answer from the rendezvous store for twice the liveness window. */
+#define TRUN_EXIT_CUT_OFF 4
 
 /* Runs the job described by cfg with envp as the base environment; returns the exit code. */
 int trun_agent_run(const trun_config *cfg, char **envp);

@@ -30,9 +30,6 @@ typedef enum {
   OUT_CUT_OFF /* this node lost the rendezvous store for the liveness window: it exits (TRUN_EXIT_CUT_OFF) */
 } outcome;
 
-/* Exit codes beyond torchrun's 0 / 1 / 2 (docs/supervision.md): a scheduler replaces the node. */
-#define TRUN_EXIT_CUT_OFF 4
-
 typedef struct agent agent;
 
 typedef struct {
@@ -100,8 +97,8 @@ struct agent {
   double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
   uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
   char cut_why[512];
-  struct rlimit nofile;             /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;                /* the agent raised its soft limit to the hard one */
+  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;    /* the agent raised its soft limit to the hard one */
   /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
   char discover_err[512];         /* GPU discovery's complaint in plan ("" none) */
   trun_xid_watch *xid;            /* the Xid watcher child, NULL when off or ended */

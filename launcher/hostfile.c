@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "agent/agent.h"
 #include "agent/proc/proc.h"
 #include "store/store.h"
 
@@ -470,8 +471,9 @@ static void hf_node_exited(launcher *l, hf_node *nd, int status) {
     else
       trun_warn("host %s (node rank %zu): the agent exited %d", nd->h->host, nd->rank, nd->code);
     if (l->code == 0) {
-      /* trun's codes: an agent's 1 or 2 as they are; anything else (ssh's 255, a signal) is a failure, 1. */
-      l->code = nd->code == 1 || nd->code == 2 ? nd->code : 1;
+      /* trun's codes: an agent's own (1, 2, 3 unhealthy, 4 cut off) as they are, so that a scheduler still
+       * replaces the node; anything else (ssh's 255, a signal) is a failure, 1. */
+      l->code = nd->code >= 1 && nd->code <= TRUN_EXIT_CUT_OFF ? nd->code : 1;
       l->first_bad = (size_t)(nd - l->nodes);
       if (l->is_static && l->running > 0 && !l->signal_seen) {
         if (unreachable) {
