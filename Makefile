@@ -234,7 +234,8 @@ uninstall:
 REL_OUT  := $(B)/release
 REL_NAME := trun-$(VERSION)-linux-x86_64
 TARBALL  := dist/$(REL_NAME).tar.gz
-REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/preflight.c
+REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/topo_health.c \
+            tools/preflight.c
 .PHONY: release release-bin
 release: $(TARBALL)
 $(TARBALL): $(REL_SRC) $(B)/gen/trun_version.h $(MAN_PAGES) README.md LICENSE Makefile scripts/release.sh \
@@ -248,7 +249,7 @@ release-bin: CFLAGS += $(REL_CFLAGS)
 release-bin: $(REL_PROGS:%=$(B)/release-bin/%)
 $(B)/release-bin/trun: $(B)/obj/launcher/main.o $(B)/libtrun.a
 $(B)/release-bin/trun-store: $(STORE_TOOL:%.c=$(B)/obj/%.o) $(B)/libtrun.a
-$(B)/release-bin/trun-topo: $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/libtrun.a
+$(B)/release-bin/trun-topo: $(TOPO_OBJ) $(B)/libtrun.a
 $(B)/release-bin/trun-preflight: $(B)/obj/tools/preflight.o $(B)/libtrun.a
 $(REL_PROGS:%=$(B)/release-bin/%): Makefile
 	@mkdir -p $(dir $@)
