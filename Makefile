@@ -88,6 +88,7 @@ deps:
 	@scripts/deps.sh
 	@scripts/chroot.sh
 	@scripts/deps-k8s.sh
+	@scripts/deps-sched.sh
 
 # The module rules: an include of another module names its public header, and only a module the includer's
 # public header lists under "May use" (scripts/check-layers.py; test 05 shows it rejects breaches).
@@ -233,7 +234,8 @@ uninstall:
 REL_OUT  := $(B)/release
 REL_NAME := trun-$(VERSION)-linux-x86_64
 TARBALL  := dist/$(REL_NAME).tar.gz
-REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/preflight.c
+REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c tools/topo_preflight.c tools/topo_health.c \
+            tools/preflight.c
 .PHONY: release release-bin
 release: $(TARBALL)
 $(TARBALL): $(REL_SRC) $(B)/gen/trun_version.h $(MAN_PAGES) README.md LICENSE Makefile scripts/release.sh \

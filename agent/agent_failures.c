@@ -1,5 +1,6 @@
 /* The round's failures (agent/agent_int.h): one record per failed local worker (exit code, error file,
  * stall), the job's failure report, and the announcement that ends the round on the other nodes. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,24 +60,68 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
   return n;
 }
 
+/* Node g of the round, lost: one record, the root cause (its loss is what broke the others' collectives).
+ * The cause is the liveness record lost/<g> when there is one (l: authoritative, rdzv_live.c), else the
+ * static job's inference (a node that neither reported a failure nor saw the round end). Where the store
+ * says so (static), the record names the node's ranks, its host and the address it joined from. */
+static void lost_record(agent *a, int g, const trun_rdzv_loss *l, double at, trun_failure *f) {
+  trun_rdzv_node_info nd;
+  if (trun_rdzv_node_end(&a->rdzv, a->round, g, &nd) < 0) memset(&nd, 0, sizeof(nd));
+  const char *host = nd.host[0] ? nd.host : l && l->addr[0] ? l->addr : "?";
+  char where[448], cause[400];
+  if (nd.nproc > 0)
+    snprintf(where, sizeof(where), "(ranks %d-%d) on host %s", nd.base_rank, nd.base_rank + nd.nproc - 1,
+             host);
+  else
+    snprintf(where, sizeof(where), "(%s)", host);
+  if (l)
+    snprintf(cause, sizeof(cause), "%s (seen by %s)", l->cause,
+             strcmp(l->by, "store") == 0 ? "the rendezvous store's host" : l->by);
+  else
+    snprintf(cause, sizeof(cause),
+             "its trun agent did not see the round end (it was killed, crashed, or its host or network went "
+             "down)");
+  memset(f, 0, sizeof(*f));
+  f->global_rank = -1;
+  f->local_rank = -1;
+  f->group_rank = g;
+  f->node_lost = 1;
+  f->timestamp = at;
+  f->host = strdup(host);
+  if (asprintf(&f->message, "node rank %d %s was lost: %s", g, where, cause) < 0) f->message = NULL;
+}
+
 /* A node of the round was lost (liveness): it is the root cause; this node's workers that failed with it
  * (a crashed peer resets their connections) are bystanders. */
 static size_t add_lost_node(agent *a, trun_failure *fs, size_t n) {
   if (a->result != OUT_PEER_LOST || !a->lost_known) return n;
   for (size_t i = 0; i < n; i++) fs[i].torn_down = 1;
-  trun_failure *f = &fs[n];
-  memset(f, 0, sizeof(*f));
-  f->global_rank = -1;
-  f->local_rank = -1;
-  f->group_rank = a->lost.node;
-  f->node_lost = 1;
-  f->timestamp = a->lost.at;
-  f->host = strdup(a->lost.addr);
-  if (asprintf(&f->message, "node rank %d (%s) was lost: %s (seen by %s)", a->lost.node, a->lost.addr,
-               a->lost.cause,
-               strcmp(a->lost.by, "store") == 0 ? "the rendezvous store's host" : a->lost.by) < 0)
-    f->message = NULL;
+  lost_record(a, a->lost.node, &a->lost, a->lost.at, &fs[n]);
   return n + 1;
+}
+
+/* Node rank 0's job-wide report of a round that ended by a failure: a node that reported none (seen[g]) was
+ * lost if the liveness recorded it (lost/<g>; it ended the round too late to be its end) or, without a
+ * record, if it did not see the round end (its agent was killed, crashed, or its host or network went down
+ * before it could say anything). One record per lost node, appended at fs[n], timed before the first
+ * failure so that it is the root cause. Returns how many were added. */
+static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n) {
+  double first = trun__agent_now();
+  for (size_t i = 0; i < n; i++)
+    if (fs[i].timestamp < first) first = fs[i].timestamp;
+  size_t added = 0;
+  for (int g = 0; g < a->rdzv.group_world_size; g++) {
+    if (seen[g]) continue;
+    trun_rdzv_loss l;
+    trun_rdzv_node_info nd;
+    int rc = trun_rdzv_loss_of(&a->rdzv, a->rdzv.client, g, &l);
+    if (rc != 0 && rc != -ENOENT) break; /* the store is gone */
+    if (rc == -ENOENT && (trun_rdzv_node_end(&a->rdzv, a->round, g, &nd) < 0 || nd.seen_end)) continue;
+    trun_failure *f = &fs[n + added++];
+    lost_record(a, g, rc == 0 ? &l : NULL, rc == 0 && l.at < first ? l.at : first - 0.001, f);
+    if (f->message) trun_warn("%s", f->message);
+  }
+  return added;
 }
 
 /* Room for the other nodes' health records (agent_health.c) in one report. */
@@ -103,19 +148,25 @@ void trun__agent_report_failures(agent *a, int final) {
       a->result != OUT_PEER_LOST) {
     char **remote = NULL;
     int nr = 0;
-    if (trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
+    char *seen = calloc((size_t)a->rdzv.group_world_size, 1);
+    if (seen && trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
       for (int i = 0; i < nr; i++) {
         trun_failure f;
         memset(&f, 0, sizeof(f));
         if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
-            f.group_rank != a->rdzv.group_rank)
+            f.group_rank != a->rdzv.group_rank) {
+          if (f.group_rank >= 0 && f.group_rank < a->rdzv.group_world_size) seen[f.group_rank] = 1;
           fs[n++] = f;
-        else
+        } else {
           trun_failure_free(&f);
+        }
         free(remote[i]);
       }
       free(remote);
+      seen[a->rdzv.group_rank] = 1;
+      n += lost_nodes(a, seen, fs, n);
     }
+    free(seen);
   }
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
   if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */

@@ -70,6 +70,11 @@ struct agent {
   uv_signal_t sigchld;
   uv_signal_t sigs[TRUN_MAX_SIGNALS];
   int nsigs;
+  /* --watch-stdin: the launcher's session (agent.c, watch_stdin). */
+  uv_poll_t stdin_poll;
+  int stdin_on, stdin_hello;
+  char stdin_line[64];
+  size_t stdin_len;
   uv_timer_t kill_timer;
   uv_timer_t drain_timer;
   uv_async_t news_async; /* the rendezvous's thread has news (on_news) */

@@ -308,6 +308,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->log_line_prefix = VAL(TRUN_OPT_LOG_LINE_PREFIX);
   cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
+  cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
   cfg->numa_binding = VAL(TRUN_OPT_NUMA_BINDING);
   const char *osp = VAL(TRUN_OPT_ON_SPLIT_PODS);
   if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)
@@ -368,6 +369,11 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
       cfg->endpoint_port = cfg->master_port;
     }
+  } else if (v[TRUN_OPT_MASTER_ADDR].src == TRUN_SRC_DETECTED) {
+    /* A dynamic backend without an endpoint on a detected platform (Slurm's first host, ...): the nodes
+     * meet at the master the platform named, on c10d's default port, instead of each at its own localhost. */
+    snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
+    cfg->endpoint_port = 29400;
   } else {
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
     cfg->endpoint_port = 29400;

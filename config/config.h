@@ -69,6 +69,7 @@ typedef struct {
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
+  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
   const char *script;
   char **script_args;
   int nscript_args;

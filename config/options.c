@@ -139,7 +139,9 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                            "Start one agent per host of this file (lines 'host [slots=N]', '#' comments) "
                            "through --rsh, with this command line plus --nnodes, --node-rank and "
                            "--master-addr (the first host); output lines get a '[host] ' prefix."},
-    [TRUN_OPT_RSH] = {"rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, TRUN_G_TRUN, "CMD",
+    [TRUN_OPT_RSH] = {"rsh", NULL, 0, 0,
+                      "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10", NULL,
+                      TRUN_G_TRUN, "CMD",
                       "Remote shell command of --hostfile, split on blanks, run as CMD HOST TRUN ARGS... "
                       "(arguments quoted for the remote shell)."},
     [TRUN_OPT_ON_SPLIT_PODS] =
@@ -199,6 +201,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                 TRUN_G_TRUN, "LIST",
                                 "The checks --health-check runs: all, or names separated by commas; -name "
                                 "leaves one out (e.g. -pcie,-shm). See trun-topo health."},
+    [TRUN_OPT_WATCH_STDIN] = {"watch-stdin", "watch_stdin", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
+                              "Tie the job to stdin (--hostfile gives it to every host's agent): once the "
+                              "launcher's first line came, the end of stdin (the ssh session is gone) stops "
+                              "the job as SIGHUP would, and a line naming a signal (SIGINT, SIGTERM, SIGHUP, "
+                              "SIGQUIT) acts as that signal."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

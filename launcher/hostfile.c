@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "agent/agent.h"
 #include "agent/proc/proc.h"
 #include "store/store.h"
 
@@ -22,6 +23,10 @@
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long
  * afterwards (e.g. waiting for a host whose rsh never started an agent) are stopped. */
 #define TRUN_HOSTFILE_GRACE_MS 60000
+/* The first line each host's agent reads on stdin (--watch-stdin, agent/agent.c): the launcher is there. */
+#define TRUN_HOSTFILE_HELLO "trun-watch-stdin 1\n"
+/* ssh's own exit code: it could not reach the host, log in, or lost the connection. */
+#define TRUN_RSH_UNREACHABLE 255
 /* After every child is reaped: how long output still held open by a leftover process is read. */
 #define TRUN_HOSTFILE_DRAIN_MS 2000
 
@@ -300,11 +305,15 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
   }
   push_raw(&b, strdup(hf->h[i].host));
   push_raw(&b, trun_shell_quote(trun_path));
+  /* The agent is tied to this launcher through its stdin (the ssh session): signals as lines, and the
+   * end of stdin (launcher or session gone) stops it. */
+  push_opt(&b, "watch-stdin", NULL);
   int is_static = cfg->backend == TRUN_RDZV_STATIC;
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     const trun_opt_val *v = &cl->v[id];
     if (v->src != TRUN_SRC_CLI || !v->val) continue;
-    if (id == TRUN_OPT_HOSTFILE || id == TRUN_OPT_RSH || id == TRUN_OPT_DRY_RUN) continue;
+    if (id == TRUN_OPT_HOSTFILE || id == TRUN_OPT_RSH || id == TRUN_OPT_DRY_RUN || id == TRUN_OPT_WATCH_STDIN)
+      continue;
     if (is_static && (id == TRUN_OPT_NNODES || id == TRUN_OPT_NODE_RANK || id == TRUN_OPT_MASTER_ADDR ||
                       id == TRUN_OPT_MASTER_PORT))
       continue;
@@ -364,7 +373,8 @@ typedef struct {
   size_t rank;
   pid_t pid;
   int running;
-  int code; /* exit code, or 128 + signal */
+  int code;  /* exit code, or 128 + signal */
+  int in_fd; /* the write end of its stdin pipe (the agent's --watch-stdin), -1 once closed */
   trun_stream *out, *err;
 } hf_node;
 
@@ -378,6 +388,7 @@ struct launcher {
   size_t first_bad; /* node of the first non-zero exit */
   int is_static;
   int signal_seen;
+  const char *rsh0; /* the --rsh program, for messages */
   uv_signal_t sigchld;
   uv_signal_t sigs[4];
   uv_timer_t drain, grace;
@@ -415,9 +426,19 @@ static void hf_maybe_finish(launcher *l) {
   uv_stop(&l->loop);
 }
 
-static void hf_kill_all(launcher *l, int sig) {
-  for (size_t i = 0; i < l->n; i++)
-    if (l->nodes[i].running) kill(l->nodes[i].pid, sig);
+/* Forwards sig to every running host: as a line on its agent's stdin (the agent acts on it and reports, and
+ * ssh stays up to carry the report back), and with to_rsh also to the rsh process itself (for an --rsh
+ * that does not pass stdin on, and when the stop must not depend on the remote side). */
+static void hf_forward(launcher *l, int sig, int to_rsh) {
+  char line[40], name[32];
+  int n = snprintf(line, sizeof(line), "%s\n", trun_signal_name(sig, name, sizeof(name)));
+  for (size_t i = 0; i < l->n; i++) {
+    hf_node *nd = &l->nodes[i];
+    if (!nd->running) continue;
+    if (nd->in_fd >= 0 && write(nd->in_fd, line, (size_t)n) != n)
+      trun_debug("host %s: could not write %s to its agent's stdin: %s", nd->h->host, name, strerror(errno));
+    if (to_rsh) kill(nd->pid, sig);
+  }
 }
 
 static void hf_on_grace(uv_timer_t *t) {
@@ -425,27 +446,44 @@ static void hf_on_grace(uv_timer_t *t) {
   trun_warn(
       "the agent of host %s (node rank %zu) exited %d %d s ago and %zu host(s) still run: sending them "
       "SIGTERM",
-      l->nodes[l->first_bad].h->host, l->first_bad, l->code, TRUN_HOSTFILE_GRACE_MS / 1000, l->running);
-  hf_kill_all(l, SIGTERM);
+      l->nodes[l->first_bad].h->host, l->first_bad, l->nodes[l->first_bad].code,
+      TRUN_HOSTFILE_GRACE_MS / 1000, l->running);
+  hf_forward(l, SIGTERM, 1);
 }
 
 static void hf_node_exited(launcher *l, hf_node *nd, int status) {
   nd->running = 0;
   l->running--;
+  if (nd->in_fd >= 0) close(nd->in_fd);
+  nd->in_fd = -1;
   nd->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (nd->code != 0) {
     char name[32];
+    int unreachable = nd->code == TRUN_RSH_UNREACHABLE;
     if (WIFSIGNALED(status))
       trun_warn("host %s (node rank %zu): the remote command was killed by %s", nd->h->host, nd->rank,
                 trun_signal_name(WTERMSIG(status), name, sizeof(name)));
+    else if (unreachable)
+      trun_warn(
+          "host %s (node rank %zu): %s exited 255: it could not reach the host, log in or run trun there, "
+          "or lost the connection (its message is above; check the host, its sshd and --rsh)",
+          nd->h->host, nd->rank, l->rsh0);
     else
-      trun_warn("host %s (node rank %zu): the agent exited %d%s", nd->h->host, nd->rank, nd->code,
-                nd->code == 255 ? " (255: ssh could not run it there? check the host and --rsh)" : "");
+      trun_warn("host %s (node rank %zu): the agent exited %d", nd->h->host, nd->rank, nd->code);
     if (l->code == 0) {
-      l->code = nd->code;
+      /* trun's codes: an agent's own (1, 2, 3 unhealthy, 4 cut off) as they are, so that a scheduler still
+       * replaces the node; anything else (ssh's 255, a signal) is a failure, 1. */
+      l->code = nd->code >= 1 && nd->code <= TRUN_EXIT_CUT_OFF ? nd->code : 1;
       l->first_bad = (size_t)(nd - l->nodes);
-      if (l->is_static && l->running > 0 && !l->signal_seen)
+      if (l->is_static && l->running > 0 && !l->signal_seen) {
+        if (unreachable) {
+          /* A static job cannot go on without that host: the others would wait for it in the rendezvous. */
+          trun_warn("the static job cannot start or go on without host %s: stopping the %zu other host(s)",
+                    nd->h->host, l->running);
+          hf_forward(l, SIGTERM, 0);
+        }
         uv_timer_start(&l->grace, hf_on_grace, TRUN_HOSTFILE_GRACE_MS, 0);
+      }
     }
   }
   hf_maybe_finish(l);
@@ -467,11 +505,14 @@ static void hf_on_sigchld(uv_signal_t *h, int signum) {
 static void hf_on_signal(uv_signal_t *h, int sig) {
   launcher *l = h->data;
   char name[32];
-  trun_warn("%s: forwarding it to the %zu running host command(s)%s",
-            trun_signal_name(sig, name, sizeof(name)), l->running, l->signal_seen ? " again" : "");
+  int again = l->signal_seen != 0;
+  trun_warn("%s: forwarding it to the %zu running host(s)%s", trun_signal_name(sig, name, sizeof(name)),
+            l->running,
+            again ? " again, also to their --rsh processes"
+                  : " (a line on each agent's stdin; again: also to --rsh)");
   l->signal_seen = sig;
   uv_timer_stop(&l->grace);
-  hf_kill_all(l, sig);
+  hf_forward(l, sig, again);
 }
 
 static void hf_close_cb(uv_handle_t *h) { (void)h; }
@@ -482,6 +523,21 @@ static int hf_start(launcher *l, size_t i, char **argv, char **envp, int *bad_in
   char prefix[300];
   int ofd = -1, efd = -1;
   snprintf(prefix, sizeof(prefix), "[%s] ", nd->h->host);
+  /* stdin: a pipe that this launcher holds open for the job's life (--watch-stdin on the host); its
+   * first line says so. O_CLOEXEC: no other host's rsh inherits this one's end. */
+  int in[2];
+  if (pipe2(in, O_CLOEXEC) < 0) {
+    trun_error("host %s: cannot make its stdin pipe: %s", nd->h->host, strerror(errno));
+    return -1;
+  }
+  if (write(in[1], TRUN_HOSTFILE_HELLO, strlen(TRUN_HOSTFILE_HELLO)) < 0 ||
+      fcntl(in[1], F_SETFL, O_NONBLOCK) < 0) {
+    trun_error("host %s: cannot prepare its stdin pipe: %s", nd->h->host, strerror(errno));
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  nd->in_fd = in[1];
   int rc = trun_stream_open(&l->loop, 1, -1, prefix, &nd->out, &ofd);
   if (rc == 0) {
     trun_stream_on_eof(nd->out, hf_on_stream_eof, l);
@@ -494,12 +550,14 @@ static int hf_start(launcher *l, size_t i, char **argv, char **envp, int *bad_in
   }
   if (rc < 0) {
     if (ofd >= 0) close(ofd);
+    close(in[0]);
     trun_error("host %s: cannot open the output pipes: %s", nd->h->host, strerror(-rc));
     return -1;
   }
-  trun_spawn_req req = {.argv = argv, .envp = envp, .stdout_fd = ofd, .stderr_fd = efd};
+  trun_spawn_req req = {.argv = argv, .envp = envp, .stdin_fd = in[0], .stdout_fd = ofd, .stderr_fd = efd};
   const char *what = "";
   rc = trun_spawn(&req, &nd->pid, &what);
+  close(in[0]);
   close(ofd);
   close(efd);
   if (rc < 0 || nd->pid <= 0) {
@@ -561,7 +619,9 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
       free(l.nodes);
       code = 1;
     } else {
-      for (size_t i = 0; i < hf.n; i++) l.nodes[i] = (hf_node){.l = &l, .h = &hf.h[i], .rank = i};
+      for (size_t i = 0; i < hf.n; i++)
+        l.nodes[i] = (hf_node){.l = &l, .h = &hf.h[i], .rank = i, .in_fd = -1};
+      l.rsh0 = argvs[0][0];
       uv_signal_init(&l.loop, &l.sigchld);
       l.sigchld.data = &l;
       uv_signal_start(&l.sigchld, hf_on_sigchld, SIGCHLD);
@@ -578,23 +638,25 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
       int start_failed = 0, bad_input = 0;
       for (size_t i = 0; i < hf.n && !start_failed; i++)
         if (hf_start(&l, i, argvs[i], envp, &bad_input) < 0) start_failed = 1;
-      if (start_failed) hf_kill_all(&l, SIGTERM);
+      if (start_failed) hf_forward(&l, SIGTERM, 1);
       hf_maybe_finish(&l);
       if (l.running > 0 || l.open_streams > 0) uv_run(&l.loop, UV_RUN_DEFAULT);
       code = start_failed ? (bad_input ? 2 : 1) : l.code;
       char name[32];
+      const hf_node *bad = &l.nodes[l.first_bad];
+      const char *why = bad->code == TRUN_RSH_UNREACHABLE ? ": ssh could not reach it or lost it" : "";
       if (!start_failed && code != 0 && l.signal_seen)
         trun_error(
             "the job was stopped by %s (forwarded to every host); the first host to end was %s (node "
-            "rank %zu, exit %d)",
-            trun_signal_name(l.signal_seen, name, sizeof(name)), l.nodes[l.first_bad].h->host, l.first_bad,
-            code);
+            "rank %zu, exit %d%s)",
+            trun_signal_name(l.signal_seen, name, sizeof(name)), bad->h->host, l.first_bad, bad->code, why);
       else if (!start_failed && code != 0)
-        trun_error("the job failed: the first host to fail was %s (node rank %zu, exit %d)",
-                   l.nodes[l.first_bad].h->host, l.first_bad, code);
+        trun_error("the job failed: the first host to fail was %s (node rank %zu, exit %d%s)", bad->h->host,
+                   l.first_bad, bad->code, why);
       for (size_t i = 0; i < hf.n; i++) {
         if (l.nodes[i].out) trun_stream_close(l.nodes[i].out);
         if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);
+        if (l.nodes[i].in_fd >= 0) close(l.nodes[i].in_fd);
       }
       uv_close((uv_handle_t *)&l.sigchld, hf_close_cb);
       for (int s = 0; s < 4; s++) uv_close((uv_handle_t *)&l.sigs[s], hf_close_cb);

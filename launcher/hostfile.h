@@ -17,7 +17,7 @@
 #include "config/config.h"
 
 #define TRUN_HOSTFILE_MAX_HOSTS 4096
-#define TRUN_RSH_DEFAULT "ssh -o BatchMode=yes"
+#define TRUN_RSH_DEFAULT "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10"
 
 typedef struct {
   char *host; /* as written ("user@name" allowed); never starts with '-' */

@@ -237,15 +237,31 @@ static int trun_missing(trun_pctx *c, const char *platform, const char *vars) {
   return trun_perr(c->err, c->errlen, "TRUN_PLATFORM=%s but the environment lacks %s", platform, vars);
 }
 
+/* Entries of a comma-separated list ("0,1,3": 3); 0 for NULL or "". */
+static long trun_list_len(const char *s) {
+  if (!s || !*s) return 0;
+  long n = 1;
+  for (; *s; s++) n += *s == ',';
+  return n;
+}
+
 static int trun_detect_slurm(trun_pctx *c, trun_platform *p) {
   const char *nn_var = ENV("SLURM_NNODES") ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES";
   const char *list_var = ENV("SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
   if (!ENV("SLURM_JOB_ID") || !ENV(nn_var) || !ENV("SLURM_NODEID") || !ENV(list_var))
     return trun_missing(c, "slurm", "SLURM_JOB_ID, SLURM_NNODES, SLURM_NODEID or SLURM_JOB_NODELIST");
   p->name = "slurm";
-  long nnodes, rank, v;
-  if (trun_need_int(c, nn_var, 1, 1000000, &nnodes) < 0 ||
-      trun_need_int(c, "SLURM_NODEID", 0, nnodes - 1, &rank) < 0)
+  /* Under srun (a job step) every task is one agent: the step's tasks are the job's nodes and SLURM_PROCID
+   * is this agent's rank, so that --ntasks-per-node=K gives the K agents of a node distinct ranks (with one
+   * task per node these equal SLURM_NNODES and SLURM_NODEID). Outside a step (the batch script, salloc's
+   * shell) the allocation's nodes count. */
+  int step = ENV("SLURM_STEP_NUM_TASKS") && ENV("SLURM_PROCID");
+  const char *count_var = step ? "SLURM_STEP_NUM_TASKS" : nn_var;
+  const char *rank_var = step ? "SLURM_PROCID" : "SLURM_NODEID";
+  if (step && ENV("SLURM_STEP_NODELIST")) list_var = "SLURM_STEP_NODELIST";
+  long nnodes, rank, v, step_nodes;
+  if (trun_need_int(c, count_var, 1, 1000000, &nnodes) < 0 ||
+      trun_need_int(c, rank_var, 0, nnodes - 1, &rank) < 0)
     return -1;
   char **hosts;
   int nh;
@@ -253,18 +269,27 @@ static int trun_detect_slurm(trun_pctx *c, trun_platform *p) {
   if (trun_hostlist_expand(ENV(list_var), &hosts, &nh, why, sizeof(why)) < 0)
     return trun_perr(c->err, c->errlen, "%s='%s': %s (set TRUN_PLATFORM=none to skip platform detection)",
                      list_var, ENV(list_var), why);
-  int rc = trun_pset(
-      p, TRUN_OPT_MASTER_ADDR,
-      strcmp(list_var, "SLURM_NODELIST") ? "SLURM_JOB_NODELIST, first host" : "SLURM_NODELIST, first host",
-      "%s", hosts[0]);
-  if (nh != nnodes) trun_pnote(p, "%s has %d hosts but %s=%ld", list_var, nh, nn_var, nnodes);
+  const char *master_why = !strcmp(list_var, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST, first host"
+                           : !strcmp(list_var, "SLURM_NODELIST")    ? "SLURM_NODELIST, first host"
+                                                                    : "SLURM_JOB_NODELIST, first host";
+  int rc = trun_pset(p, TRUN_OPT_MASTER_ADDR, master_why, "%s", hosts[0]);
+  if (!step && nh != nnodes) trun_pnote(p, "%s has %d hosts but %s=%ld", list_var, nh, nn_var, nnodes);
+  if (step && trun_pint(ENV("SLURM_STEP_NUM_NODES"), 1, 1000000, &step_nodes) == 0 && nh != step_nodes)
+    trun_pnote(p, "%s has %d hosts but SLURM_STEP_NUM_NODES=%ld", list_var, nh, step_nodes);
   trun_hostlist_free(hosts, nh);
-  rc |= trun_pset(p, TRUN_OPT_NNODES, nn_var, "%ld", nnodes);
-  rc |= trun_pset(p, TRUN_OPT_NODE_RANK, "SLURM_NODEID", "%ld", rank);
+  rc |= trun_pset(p, TRUN_OPT_NNODES, count_var, "%ld", nnodes);
+  rc |= trun_pset(p, TRUN_OPT_NODE_RANK, rank_var, "%ld", rank);
   rc |= trun_pset(p, TRUN_OPT_RDZV_ID, "SLURM_JOB_ID", "%s", ENV("SLURM_JOB_ID"));
-  if (trun_pint(ENV("SLURM_GPUS_ON_NODE"), 1, 1024, &v) == 0)
+  /* SLURM_GPUS_ON_NODE counts the node's GPUs of the job, also when each task has its own
+   * (--gpus-per-task): this task's are in SLURM_STEP_GPUS. */
+  long mine = step ? trun_list_len(ENV("SLURM_STEP_GPUS")) : 0;
+  if (trun_pint(ENV("SLURM_GPUS_ON_NODE"), 1, 1024, &v) == 0 && mine > 0 && mine < v)
+    rc |= trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "SLURM_STEP_GPUS", "%ld", mine);
+  else if (trun_pint(ENV("SLURM_GPUS_ON_NODE"), 1, 1024, &v) == 0)
     rc |= trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "SLURM_GPUS_ON_NODE", "%ld", v);
-  else if (trun_pint(ENV("SLURM_NTASKS_PER_NODE"), 1, 1024, &v) == 0)
+  else if (!step && trun_pint(ENV("SLURM_NTASKS_PER_NODE"), 1, 1024, &v) == 0)
+    /* One agent for the allocation (started by the batch script): its tasks per node are the workers. In
+     * a step each task is an agent, so the count says nothing about workers. */
     rc |= trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "SLURM_NTASKS_PER_NODE", "%ld", v);
   return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
 }

@@ -117,8 +117,9 @@ static int by_rank(const void *x, const void *y) {
   "    vs 2.9 GB/s as two pods (NCCL 2.28, 1 GiB); Llama-3-8B on one p4d: 1 pod x 4 GPUs 16:21 vs\n"       \
   "    4 pods x 1 GPU 39:32.\n"                                                                            \
   "    Fix: one pod (one trun agent) per node with --nproc-per-node = the node's GPUs (k8s: request all\n" \
-  "    of the node's nvidia.com/gpu in one pod, as k8s/indexed-job does), and --nnodes = the number of "   \
-  "hosts."
+  "    of the node's nvidia.com/gpu in one pod, as k8s/indexed-job does; Slurm: srun "                     \
+  "--ntasks-per-node=1\n"                                                                                  \
+  "    with --gpus-per-node), and --nnodes = the number of hosts."
 
 void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *out) {
   memset(out, 0, sizeof(*out));

@@ -83,11 +83,11 @@ static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, 
   if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STEP_PDEATHSIG, errno);
   if (getppid() != agent) _exit(1); /* the agent died before the request took effect */
-  int in = open("/dev/null", O_RDONLY);
+  int in = req->stdin_fd > 0 ? req->stdin_fd : open("/dev/null", O_RDONLY);
   if (in < 0) child_fail(errfd, STEP_STDIN, errno);
   if (in != 0) {
     if (dup2(in, 0) < 0) child_fail(errfd, STEP_STDIN, errno);
-    close(in);
+    if (in > 2) close(in);
   }
   if (req->stdout_fd >= 0 && dup2(req->stdout_fd, 1) < 0) child_fail(errfd, STEP_STDOUT, errno);
   if (req->stderr_fd >= 0 && dup2(req->stderr_fd, 2) < 0) child_fail(errfd, STEP_STDERR, errno);

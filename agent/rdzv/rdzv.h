@@ -108,8 +108,17 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round);
 /* Publishes this node's failure records (a JSON object, NULL: none) and ends round for every node. */
 int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
 /* Failure records published by every node for round (JSON objects); the caller frees each string and the
- * array. Waits at most timeout_ms for missing ones; *n = how many were read. */
+ * array. Waits at most timeout_ms (for all of them together) for missing ones; *n = how many were read. */
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
+/* What the store knows of node g in a round of the static backend, for a failure report that names it. */
+typedef struct trun_rdzv_node_info {
+  int seen_end;   /* its end watcher saw the round end (alive then): a node without it was lost */
+  int base_rank;  /* its first global rank */
+  int nproc;      /* its workers (0: it did not say) */
+  char host[336]; /* "name (address its store connection came from)", "name" or "" when unknown */
+} trun_rdzv_node_info;
+/* 0 or a negative errno (the store is gone). */
+int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out);
 
 /* ---- liveness (rdzv_live.c) ---- */
 /* The round's workers stopped on this node: it leaves the round cleanly (its alive key goes, so no watcher

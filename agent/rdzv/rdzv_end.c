@@ -1,11 +1,13 @@
 /* The end of a round across nodes, shared by the static and trun backends (agent/rdzv/rdzv.h): one key per
  * round ("end") that the first announcement sets, "ok" once every node's workers succeeded, the nodes'
- * failure records beside it, and the exit barrier ("left", "all_left") that keeps the store up until every
- * node has read what it needs. */
+ * failure records beside it, "seen_end/<g>" from every node that was alive to see the end (a node without
+ * it and without a record was lost), and the exit barrier ("host_left", "left", "all_left") that keeps the
+ * store up until every node has read what it needs. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rdzv_int.h"
 
@@ -32,6 +34,11 @@ void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *val
     size_t n = v.len < len - 1 ? v.len : len - 1;
     memcpy(value, v.data, n);
     value[n] = '\0';
+    if (trun_rdzv_ends_by_key(r)) {
+      /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
+      snprintf(k, sizeof(k), "%s/seen_end/%d", r->key_space, r->group_rank);
+      trun_client_set(c, trun_str(k), trun_str("1"));
+    }
   } else {
     snprintf(value, len, "lost:%d", -rc);
   }
@@ -68,16 +75,25 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   return trun__rdzv_wait_key(r, k, 7 * 24 * 3600 * 1000);
 }
 
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n) {
   int world = r->group_world_size;
   char **res = calloc((size_t)world, sizeof(char *));
   if (res == NULL) return -ENOMEM;
   *n = 0;
+  /* One deadline for all: with several nodes lost, each would otherwise cost the whole wait. */
+  double deadline = mono_ms() + timeout_ms;
   for (int g = 0; g < world; g++) {
     char k[512];
     snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
     trun_buf v = {0};
-    int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : timeout_ms);
+    int left = (int)(deadline - mono_ms());
+    int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : left > 1 ? left : 1);
     if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
       res[(*n)++] = (char *)v.data;
     else
@@ -88,9 +104,70 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   return 0;
 }
 
-void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms) {
+/* The value of key, cut to len - 1 bytes ("" when absent). 0 or a negative errno. */
+static int get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
+  trun_slice ks = trun_str(k);
+  trun_buf v = {0};
+  out[0] = '\0';
+  int rc = trun_client_check(r->client, 1, &ks);
+  if (rc == 1) rc = trun_client_get(r->client, ks, &v, 1000);
+  if (rc < 0) return rc;
+  size_t n = v.len < len - 1 ? v.len : len - 1;
+  if (n) memcpy(out, v.data, n);
+  out[n] = '\0';
+  trun_buf_free(&v);
+  return 0;
+}
+
+/* "/trun/<run_id>/r<round>/<what>/<g>": node g's key of the round. */
+static void node_key(const trun_rdzv *r, int round, const char *what, int g, char *out, size_t len) {
+  snprintf(out, len, "/trun/%s/r%d/%s/%d", r->cfg->run_id, round, what, g);
+}
+
+int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out) {
+  char k[512], name[256], addr[64], n[32];
+  memset(out, 0, sizeof(*out));
+  node_key(r, round, "seen_end", g, k, sizeof(k));
+  trun_slice ks = trun_str(k);
+  int rc = trun_client_check(r->client, 1, &ks);
+  if (rc < 0) return rc;
+  out->seen_end = rc;
+  node_key(r, round, "host", g, k, sizeof(k));
+  if ((rc = get_text(r, k, name, sizeof(name))) < 0) return rc;
+  trun__rdzv_addr_key(r, round, g, k, sizeof(k));
+  if ((rc = get_text(r, k, addr, sizeof(addr))) < 0) return rc;
+  /* Its first global rank: the worker counts of the nodes before it ("nproc/<g>"). */
+  for (int i = 0; i <= g; i++) {
+    node_key(r, round, "nproc", i, k, sizeof(k));
+    if ((rc = get_text(r, k, n, sizeof(n))) < 0) return rc;
+    if (i < g) out->base_rank += atoi(n);
+  }
+  out->nproc = atoi(n);
+  const char *a = strncmp(addr, "::ffff:", 7) == 0 && strchr(addr, '.') ? addr + 7 : addr; /* v4-mapped */
+  if (name[0] && a[0] && strcmp(name, a) != 0)
+    snprintf(out->host, sizeof(out->host), "%s (%s)", name, a);
+  else
+    snprintf(out->host, sizeof(out->host), "%s", name[0] ? name : a);
+  return 0;
+}
+
+int trun__rdzv_host_wait_ms(int code, int signaled) { return code == 0 || signaled ? 0 : 15000; }
+
+void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms) {
   char k[512];
   int64_t left = 0;
+  if (r->host) {
+    /* The host has printed the job's failure report (if any) by now: the others may go. */
+    trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
+    trun_client_set(r->client, trun_str(k), trun_str("1"));
+  } else if (host_wait_ms > 0) {
+    /* A failed job: stay until the host has printed the job-wide report (before "left", which lets the
+     * host close the store). Where the scheduler ends the whole job when one task exits (srun
+     * --kill-on-bad-exit), leaving first would kill the report. */
+    trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
+    if (trun__rdzv_wait_key(r, k, host_wait_ms) == -ETIMEDOUT)
+      trun_debug("node rank 0 did not finish its failure report within %d s; leaving", host_wait_ms / 1000);
+  }
   trun__rdzv_round_key(r, round, "left", k, sizeof(k));
   if (trun_client_add(r->client, trun_str(k), 1, &left) < 0) return;
   if (left == r->group_world_size) {

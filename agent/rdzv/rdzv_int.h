@@ -65,14 +65,20 @@ int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *o
 
 /* ---- rdzv_end.c ---- */
 /* The exit barrier: every node counts itself out of round; the host waits (bounded) for the others so that
- * it does not take the store away while they still read from it. */
-void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms);
+ * it does not take the store away while they still read from it. host_wait_ms > 0 (a failed job): the others
+ * first wait (bounded) for the host to get there, i.e. to have printed the job's failure report. */
+void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms);
+/* How long the nodes other than the host wait for the job's failure report before they leave: after a
+ * failure, not after a signal (then every node is being stopped). */
+int trun__rdzv_host_wait_ms(int code, int signaled);
 
 /* ---- store_acl.c ---- */
 /* --store-allow-peers by published addresses (static, trun): every node publishes the address its store
  * connection comes from; the hosting node then admits those, loopback and its own. */
 int trun__rdzv_publish_addr(trun_rdzv *r, int round);
 int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen);
+/* The round's key of node g's published address. */
+void trun__rdzv_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len);
 
 /* ---- rdzv_conf.c ---- */
 /* Finds key in "k=v,k=v" (--rdzv-conf); copies its value into out. 1 found, 0 absent. */

@@ -290,22 +290,22 @@ static int successor(trun_live *l, const char *ks, int g, int world, int *out) {
   return 0;
 }
 
-/* Starts watching node s: its identity for the loss record. 0 or a negative errno. The key was there a
- * moment ago, but node s may have just left the round cleanly (deleted it): a short wait, and a key gone
- * by then means no successor for this heartbeat (a wait for the whole request time-out would hold the
- * thread, and with it this node's own end of the round, for a minute). */
+/* Starts watching node s: its identity for the loss record. Its key was just seen, but the node may leave the
+ * round cleanly (deleting it) at any moment, and a GET would then wait for a key that does not come back (a
+ * time-out drops this connection, which the store's host takes for this node's crash). So it is read without
+ * waiting: COMPARE_SET with an expected value no key holds stores nothing and answers the value, or that
+ * expected value when the key is gone (then no successor for now). 0 or a negative errno. */
 static int watch(trun_live *l, round_view *v, const char *ks, int s) {
+  static const char none[] = "\x01trun-live:no-value";
   char k[600];
   ks_key(ks, "alive", s, k, sizeof(k));
   trun_buf b = {0};
-  v->succ = -1;
-  int rc = trun_client_get(l->c, trun_str(k), &b, 200);
-  pthread_mutex_lock(&l->mu);
-  l->fd = trun_client_fd(l->c); /* a store without CANCEL_WAIT reconnected after the time-out */
-  pthread_mutex_unlock(&l->mu);
-  if (rc == -ETIMEDOUT)
-    rc = 0;
-  else if (rc == 0) {
+  int rc = trun_client_compare_set(l->c, trun_str(k), trun_str(none), trun_str(none), &b);
+  if (rc == 0 && b.len == strlen(none) && memcmp(b.data, none, b.len) == 0) {
+    v->succ = -1; /* gone meanwhile */
+    rc = 1;
+  }
+  if (rc == 0) {
     size_t n = b.len < sizeof(v->succ_id) - 1 ? b.len : sizeof(v->succ_id) - 1;
     memcpy(v->succ_id, b.data, n);
     v->succ_id[n] = '\0';
@@ -315,7 +315,7 @@ static int watch(trun_live *l, round_view *v, const char *ks, int s) {
     v->succ_since = mono();
   }
   trun_buf_free(&b);
-  return rc;
+  return rc < 0 ? rc : 0;
 }
 
 /* One heartbeat of this node and one look at its successor. 0, or the negative errno of a store request

@@ -89,6 +89,9 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->group_rank);
   snprintf(v, sizeof(v), "%d", r->nproc);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
+  /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
+  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->group_rank);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
   int64_t joined;
   trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
   if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
@@ -170,8 +173,8 @@ store_failed:
 static int static_ends_by_key(const trun_rdzv *r) { return r->group_world_size > 1; }
 
 static void static_finish(trun_rdzv *r, int code, int signaled) {
-  (void)signaled;
-  if (r->client) trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000);
+  if (r->client)
+    trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000, trun__rdzv_host_wait_ms(code, signaled));
 }
 
 const trun_rdzv_ops trun__rdzv_static = {

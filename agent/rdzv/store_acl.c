@@ -111,8 +111,7 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
   return 0;
 }
 
-/* The round's key of node g's address: beside the round's other keys (trun__rdzv_round_key's layout). */
-static void addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
+void trun__rdzv_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/addr/%d", r->cfg->run_id, round, g);
 }
 
@@ -124,7 +123,7 @@ int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
   if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
   if (sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
   char k[512];
-  addr_key(r, round, r->group_rank, k, sizeof(k));
+  trun__rdzv_addr_key(r, round, r->group_rank, k, sizeof(k));
   return trun_client_set(r->client, trun_str(k), trun_str(text));
 }
 
@@ -166,7 +165,7 @@ int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen
   }
   for (int g = 0; g < r->group_world_size; g++) {
     char k[512];
-    addr_key(r, round, g, k, sizeof(k));
+    trun__rdzv_addr_key(r, round, g, k, sizeof(k));
     trun_buf v = {0};
     rc = trun_client_get(r->client, trun_str(k), &v, 30000);
     if (rc < 0) {

@@ -159,3 +159,18 @@ make_netns_hosts() {
     ip -n "$br" link set vb$i up || fail "vb$i up"
   done
 }
+
+# Around a run in tests/agent/sandbox_lib.sh's sandbox (tests 56, 59): sandbox_snapshot before it;
+# sandbox_left NAME... after it fails the test if a process of the test (the marker), a network namespace of
+# the machine named like one of the sandbox's hosts (NAME...), or a change to /etc/hosts or /etc/passwd
+# outlived it.
+sandbox_snapshot() { SB_ETC=$(cat /etc/hosts /etc/passwd | md5sum); }
+sandbox_left() {
+  local left n
+  left=$(marked_pids)
+  [ -z "$left" ] || { show_marked; fail "processes of the test outlived the sandbox: $left"; }
+  [ "$(cat /etc/hosts /etc/passwd | md5sum)" = "$SB_ETC" ] || fail "/etc/hosts or /etc/passwd changed"
+  for n in br "$@"; do
+    ! ip netns list 2>/dev/null | grep -q "^$n\( \|$\)" || fail "network namespace $n is left in the machine's /run/netns"
+  done
+}

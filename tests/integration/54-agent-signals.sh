@@ -15,6 +15,10 @@
 #     10 s); then SIGTERM to the agent: worker 1 records it, the agent (and unshare) exit 1.
 #  6. Multi-node (static, 2 agents on 127.0.0.1, 1 worker each): SIGTERM to node 1's agent: its worker records
 #     SIGTERM and the agent exits 1 (safety limit 60 s with --shutdown-timeout 5). Node 0 is not checked.
+#  7. --watch-stdin (stdin a FIFO this test writes, as trun --hostfile's pipe): (a) the hello line, then
+#     "SIGTERM": the workers record SIGTERM, the agent exits 1; (b) the hello, then the end of stdin: the
+#     workers record SIGHUP, the agent exits 1; (c) the end of stdin before any hello: the agent warns that it
+#     is not tied to stdin and the workers keep running (SIGTERM ends them); (d) stdin /dev/null: the same.
 # Time-outs are safety limits only; measured times are printed.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
@@ -189,5 +193,62 @@ for n in 0 1; do dump_agent "multinode agent $n" "$D/agent$n.out" "$D/agent$n.er
 kill_marked
 for p in "${mpids[@]}"; do wait "$p" 2>/dev/null; done
 
+# ---- 7. --watch-stdin ----
+# watch_job NAME STDIN: like start_job (modes term,term), with --watch-stdin and STDIN as the agent's stdin
+# ("fifo": $D/in, which this shell opens as fd 7 once the agent is started).
+watch_job() {
+  D=$tmp/$1
+  mkdir -p "$D/out"
+  note "scenario $1: --watch-stdin, stdin $2"
+  local in=/dev/null
+  if [ "$2" = fifo ]; then mkfifo "$D/in"; in=$D/in; fi
+  SIG_OUT=$D/out TRUN_LOG_LEVEL=debug "$TRUN" --nproc-per-node 2 --log-dir "$D/logs" --watch-stdin \
+    "$TRUN_REPO/tests/agent/sig_worker.py" term,term <"$in" >"$D/agent.out" 2>"$D/agent.err" &
+  agent=$!
+  if [ "$2" = fifo ]; then exec 7>"$D/in"; fi
+}
+watch_ready() {
+  wait_for '[ -f "$D/out/ready.0" ] && [ -f "$D/out/ready.1" ]' 60 ||
+    { dump_agent "$(basename "$D") agent" "$D/agent.out" "$D/agent.err"; fail "$(basename "$D"): no workers"; }
+}
+recorded() { # SIGNUM: both workers recorded it
+  local lr
+  for lr in 0 1; do
+    grep -q "^$1 " "$D/out/term.$lr" 2>/dev/null || bad "$(basename "$D"): worker $lr recorded no signal $1"
+  done
+}
+hello="trun-watch-stdin 1"
+watch_job watch-term fifo
+echo "$hello" >&7
+watch_ready
+echo SIGTERM >&7
+finish_job 1
+exec 7>&-
+recorded 15
+grep -q "trun: info: --watch-stdin: the launcher sent SIGTERM" "$D/agent.err" || bad "watch-term: no 'sent SIGTERM' line"
+
+watch_job watch-eof fifo
+echo "$hello" >&7
+watch_ready
+exec 7>&-
+finish_job 1
+recorded 1
+grep -q "stdin ended: the launcher or its ssh session is gone; stopping as on SIGHUP" "$D/agent.err" ||
+  bad "watch-eof: the agent does not say why it stopped"
+
+for how in fifo devnull; do
+  watch_job "watch-nohello-$how" $how
+  [ $how = fifo ] && exec 7>&-
+  watch_ready
+  wait_for "grep -q -e 'stdin ended before the launcher' -e 'cannot watch stdin' '$D/agent.err'" 30 ||
+    bad "watch-nohello-$how: no warning that the agent is not tied to stdin"
+  n0=$(lines "$D/out/tick.0")
+  sleep 1
+  [ "$(lines "$D/out/tick.0")" -gt "$n0" ] || bad "watch-nohello-$how: the workers stopped"
+  kill -TERM "$agent"
+  finish_job 1
+  recorded 15
+done
+
 [ $failures = 0 ] || fail "$failures check(s) failed"
-echo "PASS: SIGTERM forwarding, SIGKILL after the shutdown timeout, second SIGTERM, SIGUSR1 forwarding, PID 1 reaping, multi-node SIGTERM"
+echo "PASS: SIGTERM forwarding, SIGKILL after the shutdown timeout, second SIGTERM, SIGUSR1 forwarding, PID 1 reaping, multi-node SIGTERM, --watch-stdin"

@@ -6,8 +6,9 @@
 #      rank's result, each line of output prefixed with the host it ran on ([10.251.0.N] [defaultL]:rank R).
 #   2. rank 3 fails with exit code 7: trun exits with the agents' failure code (1), node 0's report (with the
 #      [10.251.0.1] prefix) names rank 3 and exit code 7.
-#   3. SIGINT to trun while every rank trains (tests/agent/loop_worker.py): it reaches every remote agent,
-#      trun exits 1 and no process of the job is left (TRUN_TEST_MARKER).
+#   3. SIGINT to trun while every rank trains (tests/agent/loop_worker.py): it reaches every remote agent as a
+#      line on its stdin (--watch-stdin), trun exits 1 and no process of the job is left (TRUN_TEST_MARKER).
+# tests/integration/59-hostfile-ssh.sh runs the same launcher over real sshd.
 set -u
 . "$(dirname "$0")/../agent/mn_lib.sh"
 . "$TRUN_REPO/tests/agent/netns_lib.sh"
@@ -91,6 +92,8 @@ launcher=""
 dump_agent "trun --hostfile (3)" "$tmp/3.out" "$tmp/3.err"
 [ $rc = 1 ] || fail "trun exited $rc after SIGINT, want 1"
 for h in 1 2 3; do
+  grep -q "^\[10\.251\.0\.$h\] trun: info: --watch-stdin: the launcher sent SIGINT" "$tmp/3.err" ||
+    fail "the agent of 10.251.0.$h did not get the SIGINT on its stdin"
   grep -q "^\[10\.251\.0\.$h\] .*SIGINT: forwarding it to the workers" "$tmp/3.err" ||
     fail "the agent of 10.251.0.$h did not get the SIGINT"
 done

@@ -12,7 +12,7 @@
 #   link            eth0 of a random node down for 2 s, then up: training goes on (every rank's step count
 #                   grows), then SIGTERM
 #   agent-kill      SIGKILL a random agent while it trains: the survivor exits 1 with a named cause (node 1:
-#                   "lost the rendezvous store"; node 0: the failure report of its workers)
+#                   "lost the rendezvous store"; node 0: the failure report, whose root cause is node 1, lost)
 #   rdzv-agent      --nnodes 3 (static, c10d or trun backend, random): agents 0 and 1 wait in the rendezvous for node 2;
 #                   SIGKILL a random one of them. Node 0 killed (the store host): agent 1 exits 1 naming
 #                   the lost store. Node 1 killed: agent 0 waits on; a new agent 1 and node 2 join and every
@@ -274,6 +274,11 @@ for ((r = 0; r < rounds; r++)); do
       grep -q "lost the rendezvous store" "$d/a1.err" || fail "round $r: agent 1 does not name the lost store"
     else
       grep -q "^Root Cause (first observed failure):" "$d/a0.err" || fail "round $r: agent 0 printed no failure report"
+      # Node 0's report names the killed node lost, as the root cause: the store's host saw its connection
+      # close (liveness), or (no record) it never saw the round end.
+      sed -n '/^Root Cause (first observed failure):/,/^=/p' "$d/a0.err" |
+        grep -E -q "traceback : node rank 1 \(ranks $nproc-$((2 * nproc - 1))\) on host .* \($net\.2\) was lost: (its connection to the rendezvous store closed|its trun agent did not see the round end)" ||
+        fail "round $r: agent 0's report does not name the lost node rank 1 as the root cause"
     fi
     ;;
   rdzv-agent)

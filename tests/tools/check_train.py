@@ -2,7 +2,8 @@
 
   check_train.py STDOUT STEPS WORLD [--json PATTERN] [--margin M] [--same-as JSON [--tol T]]
 
-STDOUT: the launcher's captured stdout. Every rank prints `step N loss X` for N = 1..STEPS and one
+STDOUT: the launcher's captured stdout; "-" checks the --json files alone (a run whose stdout also holds an
+earlier attempt's lines): the losses and checksum are then rank 0's file's. Every rank prints `step N loss X` for N = 1..STEPS and one
 `params checksum C` line; the loss printed is the mean over the ranks, so all ranks must print the same value
 for each step, and the checksums must match (replicas in sync). The loss must go down: mean of the last 5
 steps < mean of the first 5 minus M (default 0.5 nats). --json PATTERN ({rank} in it): each rank's --out
@@ -32,7 +33,14 @@ def main():
     ap.add_argument("--tol", type=float, default=0.01)
     a = ap.parse_args()
     per_step, sums = {}, []
-    with open(a.stdout, errors="replace") as f:
+    if a.stdout == "-":
+        if not a.json:
+            fail("STDOUT '-' needs --json")
+        with open(a.json.replace("{rank}", "0")) as f:
+            first = json.load(f)
+        per_step = {n + 1: [repr(x)] * a.world for n, x in enumerate(first["losses"])}
+        sums = [first["params_checksum"]] * a.world
+    with open(a.stdout if a.stdout != "-" else "/dev/null", errors="replace") as f:
         for line in f:
             m = re.search(r"\bstep (\d+) loss ([-+0-9.eEnaif]+)\s*$", line)
             if m:

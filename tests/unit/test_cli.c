@@ -114,7 +114,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_CONFIG, "config", NULL, 0, 0, NULL, "TRUN_CONFIG", "trun"},
     {TRUN_OPT_PRINT_CONFIG, "print-config", "print_config", 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_HOSTFILE, "hostfile", NULL, 0, 0, NULL, NULL, "trun"},
-    {TRUN_OPT_RSH, "rsh", NULL, 0, 0, "ssh -o BatchMode=yes", NULL, "trun"},
+    {TRUN_OPT_RSH, "rsh", NULL, 0, 0, "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10",
+     NULL, "trun"},
     {TRUN_OPT_ON_SPLIT_PODS, "on-split-pods", "on_split_pods", 0, 0, "warn", "TRUN_ON_SPLIT_PODS", "trun"},
     {TRUN_OPT_NCCL_REPORT, "nccl-report", "nccl_report", 0, 1, NULL, "TRUN_NCCL_REPORT", "trun"},
     {TRUN_OPT_PREFLIGHT, "preflight", NULL, 0, 1, NULL, "TRUN_PREFLIGHT", "trun"},
@@ -129,6 +130,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", "trun"},
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
+    {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "platform.h"
 #include "rdzv.h"
 #include "store_acl.h"
 #include "worker_env.h"
@@ -86,6 +87,34 @@ START_TEST(standalone_and_endpoints) {
   ck_assert_int_eq(c.endpoint_port, 29400);
   PARSE_OK(&c, "--master-addr", "[fe80::1]", "--master-port", "5000", "--nnodes", "2", "t.py");
   ck_assert_str_eq(c.endpoint_host, "fe80::1");
+}
+END_TEST
+
+/* c10d without --rdzv-endpoint: localhost (torchrun's rule), unless a platform detected the master. */
+START_TEST(dynamic_endpoint_from_platform) {
+  char *env[] = {"SLURM_JOB_ID=5",
+                 "SLURM_NNODES=3",
+                 "SLURM_NODEID=2",
+                 "SLURM_JOB_NODELIST=n[1-3]",
+                 "SLURM_PROCID=2",
+                 "SLURM_STEP_NUM_TASKS=3",
+                 NULL};
+  static char *argv[] = {"trun", "--nnodes", "2:3", "--rdzv-backend", "c10d", "t.py", NULL};
+  static trun_settings cl;
+  char err[512] = "";
+  trun_config c;
+  ck_assert_msg(trun_cli_parse(6, argv, env, &cl, err, sizeof(err)) == 0, "%s", err);
+  trun_platform plat;
+  trun_platform_host h = {.hostname = "n3", .fqdn = "n3", .mpi_hostfile = "/nonexistent"};
+  ck_assert_msg(trun_platform_detect(env, &h, &plat, err, sizeof(err)) == 0, "%s", err);
+  trun_platform_apply(&plat, &cl);
+  ck_assert_msg(trun_config_from_settings(&cl, env, &c, err, sizeof(err)) == 0, "%s", err);
+  ck_assert_str_eq(c.endpoint_host, "n1");
+  ck_assert_int_eq(c.endpoint_port, 29400);
+  ck_assert_str_eq(c.run_id, "5");
+  trun_platform_free(&plat);
+  PARSE_OK(&c, "--nnodes", "2:3", "--rdzv-backend", "c10d", "--master-addr", "head", "t.py");
+  ck_assert_str_eq(c.endpoint_host, "localhost");
 }
 END_TEST
 
@@ -374,6 +403,7 @@ int main(void) {
   tcase_add_test(tc, defaults_single_node);
   tcase_add_test(tc, static_multi_node);
   tcase_add_test(tc, standalone_and_endpoints);
+  tcase_add_test(tc, dynamic_endpoint_from_platform);
   tcase_add_test(tc, redirects_tee_filter);
   tcase_add_test(tc, signals_and_timeouts);
   tcase_add_test(tc, bad_inputs);

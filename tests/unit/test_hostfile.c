@@ -154,21 +154,24 @@ START_TEST(test_argv_static) {
       ARGV("--hostfile", "h.txt", "--nproc_per_node", "2", "--nnodes", "7", "--node-rank=5", "--master-port",
            "29511", "--max-restarts=1", "-m", "--rsh", "my rsh", "train", "--name", "a b", "it's"),
       "u@h0\nh1 slots=8\nh2\n", 1);
-  ck_assert_str_eq(joined(b.argv),
-                   "my rsh h1 '/opt/trun bin/trun' '--nproc-per-node=2' '--max-restarts=1' '--module' "
-                   "'--nnodes=3' '--node-rank=1' '--master-addr=h0' '--master-port=29511' 'train' '--name' "
-                   "'a b' 'it'\\''s'");
+  ck_assert_str_eq(
+      joined(b.argv),
+      "my rsh h1 '/opt/trun bin/trun' '--watch-stdin' '--nproc-per-node=2' '--max-restarts=1' '--module' "
+      "'--nnodes=3' '--node-rank=1' '--master-addr=h0' '--master-port=29511' 'train' '--name' "
+      "'a b' 'it'\\''s'");
   release(&b);
   /* slots= gives the worker count when the command line does not; the default port; --master-addr wins. */
   build(&b, ARGV("--hostfile", "h.txt", "--master-addr", "10.0.0.9", "-", "x"), "h0\nh1 slots=8\n", 1);
   ck_assert_str_eq(joined(b.argv),
-                   "ssh -o BatchMode=yes h1 '/opt/trun bin/trun' '--nproc-per-node=8' "
+                   "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10 h1 '/opt/trun "
+                   "bin/trun' '--watch-stdin' '--nproc-per-node=8' "
                    "'--nnodes=2' '--node-rank=1' '--master-addr=10.0.0.9' '--master-port=29500' "
                    "'--' '-' 'x'");
   release(&b);
   build(&b, ARGV("--hostfile", "h.txt", "--", "-weird.py"), "h0\n", 0);
   ck_assert_str_eq(joined(b.argv),
-                   "ssh -o BatchMode=yes h0 '/opt/trun bin/trun' '--nnodes=1' '--node-rank=0' "
+                   "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10 h0 '/opt/trun "
+                   "bin/trun' '--watch-stdin' '--nnodes=1' '--node-rank=0' "
                    "'--master-addr=h0' '--master-port=29500' '--' '-weird.py'");
   release(&b);
 }
@@ -179,7 +182,8 @@ START_TEST(test_argv_c10d) {
   build(&b, ARGV("--hostfile", "h.txt", "--rdzv-backend", "c10d", "--master-port", "1234", "t.py"),
         "h0 slots=2\n[::1]\n", 1);
   ck_assert_str_eq(joined(b.argv),
-                   "ssh -o BatchMode=yes [::1] '/opt/trun bin/trun' '--rdzv-backend=c10d' "
+                   "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10 [::1] '/opt/trun "
+                   "bin/trun' '--watch-stdin' '--rdzv-backend=c10d' "
                    "'--master-port=1234' '--nnodes=2' '--rdzv-endpoint=h0:1234' 't.py'");
   release(&b);
   build(&b,
@@ -187,7 +191,8 @@ START_TEST(test_argv_c10d) {
              "t.py"),
         "h0\nh1\n", 0);
   ck_assert_str_eq(joined(b.argv),
-                   "ssh -o BatchMode=yes h0 '/opt/trun bin/trun' '--nnodes=1:3' "
+                   "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=10 h0 '/opt/trun "
+                   "bin/trun' '--watch-stdin' '--nnodes=1:3' "
                    "'--rdzv-backend=c10d' '--rdzv-endpoint=e:1' 't.py'");
   release(&b);
 }
@@ -200,9 +205,9 @@ START_TEST(test_argv_survives_remote_shell) {
         "h0\n", 0);
   int n = 0;
   while (b.argv[n]) n++;
-  char *out = through_shell(b.argv + 5, n - 5); /* after "ssh -o BatchMode=yes h0" and trun's path */
+  char *out = through_shell(b.argv + 9, n - 9); /* after the default rsh (7 words), h0 and trun's path */
   ck_assert_str_eq(out,
-                   "<--role=it's>\n<--log-dir=/tmp/a b/$X>\n<--nnodes=1>\n<--node-rank=0>\n"
+                   "<--watch-stdin>\n<--role=it's>\n<--log-dir=/tmp/a b/$X>\n<--nnodes=1>\n<--node-rank=0>\n"
                    "<--master-addr=h0>\n<--master-port=29500>\n<s.py>\n<`x`>\n<>\n<a  b>\n");
   release(&b);
 }
@@ -217,7 +222,9 @@ START_TEST(test_argv_bad_rsh) {
   ck_assert_int_eq(trun_config_from_settings(&cl, NOENV, &cfg, err, sizeof(err)), 0);
   ck_assert_int_eq(parse_text("h0\n", &hf), 0);
   ck_assert_int_eq(trun_hostfile_argv(&cl, &cfg, &hf, 0, "  \t", "/t", &argv, err, sizeof(err)), -1);
-  ck_assert_str_eq(err, "--rsh is empty: give the remote shell command, e.g. --rsh 'ssh -o BatchMode=yes'");
+  ck_assert_str_eq(err,
+                   "--rsh is empty: give the remote shell command, e.g. --rsh 'ssh -o BatchMode=yes -o "
+                   "ConnectTimeout=10 -o ServerAliveInterval=10'");
   ck_assert_ptr_null(argv);
   trun_hostfile_free(&hf);
 }

@@ -151,6 +151,53 @@ START_TEST(test_slurm) {
 }
 END_TEST
 
+/* Inside srun every task is an agent. The environments are those Slurm 22.05 gave the tasks of
+ * `srun -N2 --ntasks-per-node=2 [--gpus-per-task=1]` on the test cluster (tests/agent/slurm_cluster.sh). */
+START_TEST(test_slurm_step) {
+  /* task 3 of 4, the second on n2: node rank = SLURM_PROCID, nodes = the step's tasks; no GPUs, and the
+   * step's tasks per node (agents) are no worker count */
+  detect_ok(ENV("SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=n[1-3]", "SLURM_JOB_NUM_NODES=3", "SLURM_NNODES=2",
+                "SLURM_NODEID=1", "SLURM_LOCALID=1", "SLURM_PROCID=3", "SLURM_NTASKS=4",
+                "SLURM_NTASKS_PER_NODE=2", "SLURM_STEP_NODELIST=n[2-3]", "SLURM_STEP_NUM_NODES=2",
+                "SLURM_STEP_NUM_TASKS=4", "SLURM_STEP_TASKS_PER_NODE=2(x2)"),
+            NULL);
+  expect("slurm", 4, TRUN_OPT_NNODES, "4", TRUN_OPT_NODE_RANK, "3", TRUN_OPT_MASTER_ADDR, "n2",
+         TRUN_OPT_RDZV_ID, "9");
+  ck_assert_str_eq(plat.why[TRUN_OPT_NODE_RANK], "SLURM_PROCID");
+  ck_assert_str_eq(plat.why[TRUN_OPT_MASTER_ADDR], "SLURM_STEP_NODELIST, first host");
+  ck_assert_str_eq(plat.note, "");
+  /* --gpus-per-task=1: SLURM_GPUS_ON_NODE=2 counts the node's, SLURM_STEP_GPUS this task's */
+  detect_ok(
+      ENV("SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=n1", "SLURM_NNODES=1", "SLURM_NODEID=0", "SLURM_PROCID=1",
+          "SLURM_STEP_NODELIST=n1", "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=2",
+          "SLURM_GPUS_ON_NODE=2", "SLURM_STEP_GPUS=1", "CUDA_VISIBLE_DEVICES=1"),
+      NULL);
+  expect("slurm", 5, TRUN_OPT_NNODES, "2", TRUN_OPT_NODE_RANK, "1", TRUN_OPT_MASTER_ADDR, "n1",
+         TRUN_OPT_RDZV_ID, "9", TRUN_OPT_NPROC_PER_NODE, "1");
+  ck_assert_str_eq(plat.why[TRUN_OPT_NPROC_PER_NODE], "SLURM_STEP_GPUS");
+  /* one task per node with all of the node's GPUs: SLURM_GPUS_ON_NODE */
+  detect_ok(
+      ENV("SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=g[1-2]", "SLURM_NNODES=2", "SLURM_NODEID=1", "SLURM_PROCID=1",
+          "SLURM_STEP_NUM_TASKS=2", "SLURM_GPUS_ON_NODE=8", "SLURM_STEP_GPUS=0,1,2,3,4,5,6,7"),
+      NULL);
+  expect("slurm", 5, TRUN_OPT_NNODES, "2", TRUN_OPT_NODE_RANK, "1", TRUN_OPT_MASTER_ADDR, "g1",
+         TRUN_OPT_RDZV_ID, "9", TRUN_OPT_NPROC_PER_NODE, "8");
+  ck_assert_str_eq(plat.why[TRUN_OPT_NPROC_PER_NODE], "SLURM_GPUS_ON_NODE");
+  ck_assert_str_eq(plat.why[TRUN_OPT_MASTER_ADDR], "SLURM_JOB_NODELIST, first host");
+  /* a step list that disagrees with the step's node count is noted; a PROCID past the tasks is an error */
+  detect_ok(
+      ENV("SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=n[1-3]", "SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_PROCID=0",
+          "SLURM_STEP_NODELIST=n1", "SLURM_STEP_NUM_NODES=2", "SLURM_STEP_NUM_TASKS=2"),
+      NULL);
+  ck_assert_str_eq(plat.note, "SLURM_STEP_NODELIST has 1 hosts but SLURM_STEP_NUM_NODES=2");
+  detect_fail(
+      ENV("SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=n[1-3]", "SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_PROCID=4",
+          "SLURM_STEP_NUM_TASKS=4"),
+      NULL,
+      "SLURM_PROCID='4' is not an integer from 0 to 3 (set TRUN_PLATFORM=none to skip platform detection)");
+}
+END_TEST
+
 START_TEST(test_slurm_errors) {
   detect_fail(
       ENV("SLURM_JOB_ID=1", "SLURM_NNODES=2", "SLURM_NODEID=2", "SLURM_JOB_NODELIST=a[1-2]"), NULL,
@@ -310,6 +357,7 @@ static Suite *platform_suite(void) {
   tcase_add_loop_test(tc, test_hostlist_errors, 0, (int)(sizeof(bad_lists) / sizeof(bad_lists[0])));
   tcase_add_test(tc, test_none);
   tcase_add_test(tc, test_slurm);
+  tcase_add_test(tc, test_slurm_step);
   tcase_add_test(tc, test_slurm_errors);
   tcase_add_test(tc, test_pytorchjob_v1);
   tcase_add_test(tc, test_trainer_v2);
