@@ -24,8 +24,12 @@ static double mono_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* How the other nodes know this one: its rendezvous address, else its FQDN. */
-static const char *node_name(const agent *a) { return a->cfg->local_addr ? a->cfg->local_addr : a->host; }
+/* How the other nodes know this one: its rendezvous address (--local-addr, or what auto found once the
+ * rendezvous store was reached), else its FQDN. */
+static const char *node_name(const agent *a) {
+  if (a->cfg->local_addr) return a->cfg->local_addr;
+  return a->cfg->local_addr_auto && a->rdzv.host_addr[0] ? a->rdzv.host_addr : a->host;
+}
 
 /* This node's health record: the cause in message, exit code 3. */
 static char *record_json(agent *a, int local_rank, double t, const char *message) {

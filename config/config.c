@@ -270,6 +270,12 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 VAL(TRUN_OPT_MASTER_PORT));
   cfg->master_port_given = v[TRUN_OPT_MASTER_PORT].src != TRUN_SRC_DEFAULT;
   cfg->local_addr = VAL(TRUN_OPT_LOCAL_ADDR);
+  if (cfg->local_addr && (cfg->local_addr[0] == '\0' || strlen(cfg->local_addr) > 255))
+    return fail(err, errlen, cl, TRUN_OPT_LOCAL_ADDR,
+                "--local-addr '%s' must be an address, a host name (at most 255 bytes) or auto",
+                cfg->local_addr);
+  cfg->local_addr_auto = cfg->local_addr && strcmp(cfg->local_addr, "auto") == 0;
+  if (cfg->local_addr_auto) cfg->local_addr = NULL; /* the FQDN until the rendezvous store is reached */
 
   cfg->signals_text = VAL(TRUN_OPT_SIGNALS_TO_HANDLE);
   if (parse_signals(cfg->signals_text, cfg) < 0)

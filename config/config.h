@@ -44,7 +44,8 @@ typedef struct {
   char master_addr[256];
   int master_port;
   int master_port_given;
-  const char *local_addr;
+  const char *local_addr; /* NULL: the FQDN, or auto (local_addr_auto) until the agent has connected */
+  int local_addr_auto;    /* --local-addr auto: the local address of the rendezvous store connection */
   int signals[TRUN_MAX_SIGNALS];
   int nsignals;
   const char *signals_text;

@@ -94,8 +94,10 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                               "training; static backend only."},
     [TRUN_OPT_LOCAL_ADDR] = {"local-addr", "local_addr", 0, 0, NULL, "PET_LOCAL_ADDR", TRUN_G_COMPAT,
                              "LOCAL_ADDR",
-                             "Address of the local node; used as its rendezvous identity. Unset: the "
-                             "fully qualified host name."},
+                             "Address of the local node; used as its rendezvous identity and, where it "
+                             "hosts the workers' store, as their MASTER_ADDR. Unset: the fully qualified "
+                             "host name. auto: the local address of its connection to the rendezvous "
+                             "store (no DNS needed: containers, pods without a headless Service)."},
     [TRUN_OPT_LOGS_SPECS] = {"logs-specs", "logs_specs", 0, 0, NULL, NULL, TRUN_G_COMPAT, "LOGS_SPECS",
                              "torchrun.logs_specs group entrypoint name (a LogsSpecs plugin)."},
     [TRUN_OPT_NUMA_BINDING] = {"numa-binding", "numa_binding", 0, 0, NULL, NULL, TRUN_G_COMPAT, "{node}",

@@ -4,6 +4,8 @@
 #ifndef TRUN_RDZV_INT_H
 #define TRUN_RDZV_INT_H
 
+#include <sys/socket.h>
+
 #include "rdzv.h"
 #include "store_acl.h"
 
@@ -36,7 +38,8 @@ extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
  * -EINTR or another negative errno. */
 int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
-/* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. */
+/* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. Connected,
+ * it settles --local-addr auto (trun__rdzv_auto_addr). */
 int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
@@ -51,6 +54,15 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
+
+/* ---- rdzv_addr.c ---- */
+/* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
+int trun__rdzv_sa_text(const struct sockaddr *sa, char *text, size_t len);
+/* 1 for 127.0.0.0/8, ::1 and IPv4-mapped 127/8. */
+int trun__rdzv_sa_loopback(const struct sockaddr *sa);
+/* --local-addr auto, once r->client is connected: r->host_addr becomes the local address of that connection;
+ * where it is loopback (this node serves the rendezvous store), the source of the route to the endpoint. */
+void trun__rdzv_auto_addr(trun_rdzv *r);
 
 /* ---- rdzv_live.c ---- */
 /* Starts the liveness thread (several nodes only) and, where this agent hosts the store, its owned keys. */

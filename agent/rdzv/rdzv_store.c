@@ -58,6 +58,7 @@ int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms
     o->connect_timeout_ms = timeout_ms - waited < SLICE_MS ? timeout_ms - waited : SLICE_MS;
     if (o->connect_timeout_ms <= 0) return -ETIMEDOUT;
     int rc = trun_client_connect(o, &r->client);
+    if (rc == 0 && r->cfg->local_addr_auto) trun__rdzv_auto_addr(r);
     if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) return rc;
     if (r->poll && r->poll(r->poll_arg)) return -EINTR;
   }

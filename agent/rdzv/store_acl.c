@@ -15,30 +15,13 @@
 #include "rdzv_int.h"
 #include "store/store.h"
 
-/* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
-static int sa_text(const struct sockaddr *sa, char *text, size_t len) {
-  if (sa->sa_family == AF_INET)
-    return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, text, len) ? 0 : -1;
-  if (sa->sa_family == AF_INET6)
-    return inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, text, len) ? 0 : -1;
-  return -1;
-}
-
-static int is_loopback(const struct sockaddr *sa) {
-  if (sa->sa_family == AF_INET)
-    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-  if (sa->sa_family != AF_INET6) return 0;
-  const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-}
-
 int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max) {
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
   if (host == NULL || getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) return 0;
   int n = 0;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     char text[INET6_ADDRSTRLEN] = "";
-    if (!is_loopback(ai->ai_addr) || sa_text(ai->ai_addr, text, sizeof(text)) < 0) {
+    if (!trun__rdzv_sa_loopback(ai->ai_addr) || trun__rdzv_sa_text(ai->ai_addr, text, sizeof(text)) < 0) {
       n = 0; /* an address off this host: a loopback listener would not serve every worker */
       break;
     }
@@ -63,7 +46,7 @@ int trun_store_acl_allow_local(trun_server *s) {
   for (struct ifaddrs *i = ifs; rc == 0 && i; i = i->ifa_next) {
     if (i->ifa_addr == NULL) continue;
     char text[INET6_ADDRSTRLEN];
-    if (sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = trun_server_allow(s, text);
+    if (trun__rdzv_sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = trun_server_allow(s, text);
   }
   if (ifs) freeifaddrs(ifs);
   return rc;
@@ -121,7 +104,7 @@ int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
   socklen_t len = sizeof(ss);
   char text[INET6_ADDRSTRLEN] = "";
   if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
-  if (sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
+  if (trun__rdzv_sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
   char k[512];
   trun__rdzv_addr_key(r, round, r->group_rank, k, sizeof(k));
   return trun_client_set(r->client, trun_str(k), trun_str(text));
@@ -141,7 +124,7 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
     }
     for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
       char text[INET6_ADDRSTRLEN] = "";
-      if (sa_text(ai->ai_addr, text, sizeof(text)) < 0) continue;
+      if (trun__rdzv_sa_text(ai->ai_addr, text, sizeof(text)) < 0) continue;
       rc = trun_server_allow(s, text);
       if (rc == 0) trun_debug("the workers' store admits participant %s at %s", names[i], text);
     }
