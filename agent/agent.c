@@ -632,6 +632,18 @@ static int before_round(agent *a) {
   }
   a->lost_known = 0;
   trun__agent_health_news(a, NULL, NULL, 0); /* nodes that left unhealthy: node rank 0 names them */
+  char master_err[1024];
+  if (trun_rdzv_check_master(&a->rdzv, master_err, sizeof(master_err)) < 0) {
+    /* A name the workers cannot use would hold every node for torch's 30 minutes: the job stops now. */
+    trun_error("%s", master_err);
+    char why[160];
+    snprintf(why, sizeof(why),
+             "its workers could not use MASTER_ADDR %.64s there (it does not resolve, or leads to loopback)",
+             a->rdzv.master_addr);
+    if (trun_rdzv_leave_job(&a->rdzv, why, 10000) < 0)
+      trun_warn("could not tell the other nodes that this node leaves; they notice when it is gone");
+    return -1;
+  }
   trun_doctor_outcome doc;
   int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
   trun_obs_doctor(a->obs, a->round, &doc);

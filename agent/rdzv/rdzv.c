@@ -50,6 +50,15 @@ int trun_rdzv_new_nodes_waiting(trun_rdzv *r) {
   return r->be && r->be->new_nodes_waiting ? r->be->new_nodes_waiting(r) : 0;
 }
 
+int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms) {
+  if (r->live == NULL) return 0;
+  int rc = trun_rdzv_leave_now(r, why);
+  if (rc < 0) return rc;
+  char k[sizeof(r->key_space) + 8];
+  snprintf(k, sizeof(k), "%s/end", r->key_space); /* the loss record ends the round (rdzv_live.c) */
+  return trun__rdzv_wait_key(r, k, timeout_ms);
+}
+
 int trun_rdzv_ends_by_key(const trun_rdzv *r) { return r->be && r->be->ends_by_key && r->be->ends_by_key(r); }
 
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled) {

@@ -139,6 +139,15 @@ int trun_rdzv_live_ms(const trun_rdzv *r);
  * round's end, so that the others go on at once instead of after the heartbeat expiry. 0 or -errno. */
 int trun_rdzv_leave_now(trun_rdzv *r, const char *why);
 
+/* Before the round's workers start: the MASTER_ADDR they are about to get resolves here and, where it
+ * resolves only to loopback on a node of several, something serves the workers' store there (rdzv_addr.c).
+ * 0, or -1 with the cause and the fix in err (--local-addr auto, a headless Service). */
+int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen);
+/* This node leaves the job before its workers ran (trun_rdzv_leave_now with why), and waits at most
+ * timeout_ms until the round's end says so, so that the other nodes stop at once even when this agent
+ * exits right after. 0 (also with one node: nothing to tell), or a negative errno. */
+int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms);
+
 /* The job is over (code: the agent's exit code; signaled: it was stopped by a signal): the backend's exit
  * barrier and, where the backend has one, its shutdown, as torchrun does them. */
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled);

@@ -1,6 +1,8 @@
 /* The addresses the nodes give each other (agent/rdzv/rdzv.h): --local-addr auto, this node's identity
- * taken from its connection to the rendezvous store instead of DNS (a container's or a pod's host name
- * resolves only inside it unless a headless Service names the pods). */
+ * taken from its connection to the rendezvous store instead of DNS; and the check, before the workers
+ * start, that the MASTER_ADDR they are about to get leads somewhere from this node. Without it a name that
+ * only resolves on the node that published it (a container's or a pod's host name without a headless
+ * Service) leaves the workers retrying for torch's 30-minute time-out. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -107,4 +109,75 @@ void trun__rdzv_auto_addr(trun_rdzv *r) {
   }
   snprintf(r->host_addr, sizeof(r->host_addr), "%s", text);
   trun_info("--local-addr auto: this node is %s (%s)", r->host_addr, how);
+}
+
+/* ---- the workers' MASTER_ADDR ----------------------------------------------------------------------- */
+
+/* Where MASTER_ADDR comes from and how to give the nodes addresses that work: for err. */
+static const char *master_fix(const trun_rdzv *r) {
+  if (strcmp(r->master_addr, r->cfg->endpoint_host) == 0)
+    return "it is the rendezvous endpoint's host (--master-addr / --rdzv-endpoint): give one every node "
+           "resolves, an address or a DNS name (Kubernetes: a headless Service and the pods' subdomain)";
+  return "it is the address node rank 0 published: its --local-addr, else its host name. Run every node with "
+         "--local-addr auto (PET_LOCAL_ADDR=auto: its address on the route to the rendezvous endpoint), or "
+         "give the nodes names the others resolve (Kubernetes: a headless Service and the pods' subdomain)";
+}
+
+/* 1 when something listens at port on ai's loopback address (connect() answers at once there). */
+static int loopback_listens(const struct addrinfo *ai, int port) {
+  struct sockaddr_storage ss;
+  memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+  if (ss.ss_family == AF_INET)
+    ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1; /* cannot tell: let the workers try */
+  int ok = connect(fd, (struct sockaddr *)&ss, ai->ai_addrlen) == 0 || errno != ECONNREFUSED;
+  close(fd);
+  return ok;
+}
+
+int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc;
+  /* A resolver that cannot answer now (EAI_AGAIN: no DNS server reached) gets a few more seconds. */
+  for (int tries = 0; (rc = getaddrinfo(r->master_addr, NULL, &hints, &res)) == EAI_AGAIN && tries < 5;
+       tries++) {
+    if (r->poll && r->poll(r->poll_arg)) break;
+    sleep(1);
+  }
+  if (rc != 0) {
+    snprintf(
+        err, errlen,
+        "the workers' MASTER_ADDR '%s' does not resolve on this node (%s, node rank %d: %s), so its workers "
+        "would retry it until torch's 30-minute time-out; %s",
+        r->master_addr, r->host_addr, r->group_rank, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc),
+        master_fix(r));
+    return -1;
+  }
+  /* Only loopback addresses: right for the node whose agent (or worker, torch 1.13's c10d) serves the
+   * workers' store and for nodes on that same host; elsewhere the workers would wait for themselves. */
+  const struct addrinfo *lo = NULL;
+  for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    if (!trun__rdzv_sa_loopback(ai->ai_addr)) {
+      lo = NULL;
+      break;
+    }
+    if (lo == NULL) lo = ai;
+  }
+  rc = 0;
+  if (lo && r->group_world_size > 1 && !r->workers_host_store && r->master_port > 0 &&
+      !loopback_listens(lo, r->master_port)) {
+    char text[INET6_ADDRSTRLEN] = "?";
+    trun__rdzv_sa_text(lo->ai_addr, text, sizeof(text));
+    snprintf(
+        err, errlen,
+        "the workers' MASTER_ADDR '%s' resolves to the loopback address %s on this node (%s, node rank %d), "
+        "where nothing serves the workers' store (port %d): its workers would wait for themselves; %s",
+        r->master_addr, text, r->host_addr, r->group_rank, r->master_port, master_fix(r));
+    rc = -1;
+  }
+  freeaddrinfo(res);
+  return rc;
 }

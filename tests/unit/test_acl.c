@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include "rdzv.h"
 #include "store_acl.h"
 #include "unit.h"
 
@@ -176,6 +177,58 @@ START_TEST(test_loopback_addrs) {
   for (int i = 0; i < n; i++)
     ck_assert_msg(strcmp(a[i], "127.0.0.1") == 0 || strcmp(a[i], "::1") == 0, "localhost -> %s", a[i]);
   ck_assert_int_eq(trun_store_loopback_addrs("localhost", a, 0), 0);
+}
+END_TEST
+
+/* The workers' MASTER_ADDR checked before they start (rdzv_addr.c): a name that does not resolve fails with
+ * the fix; loopback fails on a node of several where nothing listens on the workers' store port, and passes
+ * where something does (the store host itself, or agents sharing a host), with one node, or when torch
+ * 1.13's workers serve the store themselves; an address off this host passes. */
+START_TEST(test_check_master) {
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "10.0.0.1");
+  trun_rdzv r;
+  memset(&r, 0, sizeof(r));
+  r.cfg = &cfg;
+  r.group_rank = 1;
+  r.group_world_size = 2;
+  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  char err[1024];
+  snprintf(r.master_addr, sizeof(r.master_addr), "no-such-host.invalid"); /* RFC 6761: never resolves */
+  r.master_port = 29500;
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), -1);
+  ck_assert_msg(strstr(err,
+                       "the workers' MASTER_ADDR 'no-such-host.invalid' does not resolve on this node "
+                       "(10.0.0.2, node rank 1: ") != NULL,
+                "%s", err);
+  ck_assert_msg(strstr(err, "Run every node with --local-addr auto") && strstr(err, "headless Service"), "%s",
+                err);
+  /* A free port on loopback: bound, then closed. */
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage ss;
+  sin4(&ss, "127.0.0.1");
+  socklen_t n = sizeof(struct sockaddr_in);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&ss, n), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&ss, &n), 0);
+  r.master_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  snprintf(r.master_addr, sizeof(r.master_addr), "127.0.0.1");
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), -1);
+  ck_assert_msg(strstr(err,
+                       "resolves to the loopback address 127.0.0.1 on this node (10.0.0.2, node rank 1), "
+                       "where nothing serves the workers' store") != NULL,
+                "%s", err);
+  ck_assert_int_eq(listen(fd, 4), 0); /* now something serves it */
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
+  close(fd);
+  r.workers_host_store = 1; /* torch 1.13's workers serve it: not there yet */
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
+  r.workers_host_store = 0;
+  r.group_world_size = 1;
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
+  r.group_world_size = 2;
+  snprintf(r.master_addr, sizeof(r.master_addr), "10.0.0.1"); /* the endpoint's host: the other fix */
+  ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
 }
 END_TEST
 
@@ -400,6 +453,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_rules_match);
   tcase_add_test(tc, test_allow_names);
   tcase_add_test(tc, test_loopback_addrs);
+  tcase_add_test(tc, test_check_master);
   tcase_add_test(tc, test_listen_hosts);
   tcase_add_test(tc, test_refused_at_accept);
   tcase_add_test(tc, test_enforced_later);
