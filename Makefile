@@ -89,6 +89,7 @@ deps:
 	@scripts/chroot.sh
 	@scripts/deps-k8s.sh
 	@scripts/deps-sched.sh
+	@scripts/deps-podman.sh
 
 # The module rules: an include of another module names its public header, and only a module the includer's
 # public header lists under "May use" (scripts/check-layers.py; test 05 shows it rejects breaches).
@@ -276,6 +277,17 @@ deb: $(DEB)
 $(DEB): $(TARBALL) $(wildcard packaging/deb/*) scripts/deb.sh
 	@rm -rf $(B)/deb && mkdir -p $(B)/deb && tar -C $(B)/deb -xzf $(TARBALL)
 	@SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(VERSION) $(B)/deb/$(REL_NAME) dist
+
+# ---- make image [BASE=<image>] [IMAGE=<name:tag>]: the container image (packaging/container/Containerfile) --
+# trun from the release tarball on PATH as the entrypoint, examples/ at /opt/trun/examples, on BASE (an image
+# with python3 and torch; default: the offline Debian bookworm + python3-torch base, localhost/trun-base:
+# bookworm-torch, made by scripts/image-base.sh when missing), tagged IMAGE (default trun:VERSION); built with
+# podman, else docker (scripts/image.sh). Only the command line sets BASE and IMAGE, never the environment.
+BASE  := localhost/trun-base:bookworm-torch
+IMAGE := trun:$(VERSION)
+.PHONY: image
+image: $(TARBALL)
+	@scripts/image.sh "$(BASE)" "$(IMAGE)" "$(VERSION)"
 
 # `make deps` also readies the packaging's tools and roots (scripts/deps-release.sh: lintian, man-db, the
 # bullseye build and plain roots, the fresh bookworm root; each built once per machine).
