@@ -353,8 +353,11 @@ static int fail(trun_client *c, int rc, trun_op op, trun_slice key, const char *
                            "missing key in GET, or ADD on a non-number)"
                      : rc == -ETIMEDOUT ? "no reply in time; the connection was closed, reconnect"
                                         : "the connection was closed; reconnect";
-  trun_error("TCPStore %s: %s%s: %s: %s; %s", c->where, trun_proto_op_name(op), kt, what, strerror(-rc),
-             hint);
+  if (c->o.quiet_errors)
+    trun_debug("TCPStore %s: %s%s: %s: %s", c->where, trun_proto_op_name(op), kt, what, strerror(-rc));
+  else
+    trun_error("TCPStore %s: %s%s: %s: %s; %s", c->where, trun_proto_op_name(op), kt, what, strerror(-rc),
+               hint);
   close_fd(c);
   return rc;
 }

@@ -27,6 +27,7 @@ typedef struct {
   int backoff_max_ms;     /* retry delay cap (default 5000) */
   const char *key_prefix; /* default "/"; "" for raw wire keys */
   int quiet_connect;      /* 1: a connect time-out is returned without logging (the caller reports it) */
+  int quiet_errors;       /* 1: a failed request is logged at debug level only (the caller reports it) */
 } trun_client_opts;
 
 void trun_client_opts_default(trun_client_opts *o);
