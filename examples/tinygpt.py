@@ -176,3 +176,16 @@ def write_out(args, rank, result):
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1)
     os.replace(tmp, path)
+
+
+def finish():
+    """Ends the process group after the last collective (every rank calls it after dist.barrier()).
+
+    It first pauses 0.2 s without the GIL: torch 1.13's gloo worker threads release the last collectives'
+    tensors after the ranks already left them, and that needs the GIL. A process group destroyed meanwhile
+    (at the interpreter's exit, with the GIL held) joins those threads and waits forever: a hang at exit
+    seen once in our Slurm test (the main thread in ~ProcessGroupGloo, a gloo thread in
+    PyEval_AcquireThread).
+    """
+    time.sleep(0.2)
+    dist.destroy_process_group()

@@ -71,7 +71,7 @@ def main():
     print(f"params checksum {result['params_checksum']}", flush=True)
     tinygpt.write_out(args, rank, result)
     dist.barrier()
-    dist.destroy_process_group()
+    tinygpt.finish()
     return 0
 
 
