@@ -164,7 +164,13 @@ START_TEST(identity_round_trip_and_boot_id) {
   json_t *bad = json_string("x");
   ck_assert_int_eq(trun_doctor_identity_from_json(bad, &back), -1);
   json_decref(bad);
-  remove(p);
+  remove(p); /* the file, then its directories up to the temporary one: nothing left in /tmp */
+  static const char *const subdirs[] = {"/sys/kernel/random", "/sys/kernel", "/sys"};
+  for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
+    snprintf(p, sizeof(p), "%s%s", dir, subdirs[i]);
+    ck_assert_int_eq(rmdir(p), 0);
+  }
+  ck_assert_int_eq(rmdir(dir), 0);
   free(node);
 }
 END_TEST
