@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from recovery import firsts, wait_until  # bench/recovery.py: the same worker files and polling
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
 WORKER = os.path.join(REPO, "bench", "recovery_worker.py")
@@ -45,24 +47,6 @@ def tree(pid):
         out.append(p)
         todo += kids.get(p, [])
     return out
-
-
-def firsts(d, node):
-    try:
-        with open(os.path.join(d, f"first.node{node}")) as f:
-            return [(int(w), float(t)) for w, t in (ln.split() for ln in f if ln.strip())]
-    except (OSError, ValueError):
-        return []
-
-
-def wait_until(pred, limit):
-    end = time.time() + limit
-    while time.time() < end:
-        v = pred()
-        if v is not None:
-            return v
-        time.sleep(0.05)
-    return None
 
 
 def cmd(launcher, port, run_id):
