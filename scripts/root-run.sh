@@ -5,6 +5,7 @@
 # killed when it ends), the host's /dev and /sys (cgroups included), a fresh /proc, /run and /dev/shm, the
 # host's network, DNS settings and CA bundle, the host name NAME and a standard Debian /etc/hosts
 # ("127.0.1.1 NAME", as Debian's and Ubuntu's installers write it).
+# The root is pivot_root'ed to (not chroot'ed): tools that join its mount namespace (runc exec) stay inside it.
 # Usage: scripts/root-run.sh [--hostname NAME] [--bind SRC:DST]... [--keep-upper DIR] ROOT CMD [ARGS...]
 #   --bind        bind-mounts host path SRC at DST inside the root (DST is created)
 #   --keep-upper  keeps the overlay's upper layer (what the command changed) in DIR instead of deleting it
@@ -52,11 +53,11 @@ unshare --mount --uts --pid --fork --propagation private -- /bin/bash -euo pipef
   root=$1 state=$2 name=$3; shift 3
   binds=(); while [ "$1" != "--" ]; do binds+=("$1"); shift; done; shift
   m=$state/merged
+  die() { echo "root-run: $*" >&2; exit 125; }
   if [ "$(stat -f -c %T "$state")" = overlayfs ]; then
     mount -t tmpfs -o mode=700 trun-upper "$state" || die "cannot mount a tmpfs for the upper layer at $state"
     mkdir -p "$state/upper" "$state/work" "$m"
   fi
-  die() { echo "root-run: $*" >&2; exit 125; }
   mount -t overlay trun-root -o "lowerdir=$root,upperdir=$state/upper,workdir=$state/work" "$m" ||
     die "cannot mount an overlay over $root (kernel without overlayfs?)"
   mount -t proc proc "$m/proc" || die "mount proc"
@@ -82,13 +83,22 @@ unshare --mount --uts --pid --fork --propagation private -- /bin/bash -euo pipef
     mkdir -p "$m$dst"
     mount --rbind "$src" "$m$dst" || die "bind $src at $dst"
   done
-  # Not exec: this shell stays PID 1 of the namespace and reaps orphans while the command runs.
+  # Not exec (the "|| exit" below keeps bash from running its last command by exec): this shell stays PID 1 of the
+  # namespace and reaps orphans while the command runs.
   # Clients that take the CA bundle from the environment (node and npm, curl, git, Python) keep doing so.
   ca=()
   for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE REQUESTS_CA_BUNDLE GIT_SSL_CAINFO PIP_CERT; do
     [ -n "${!v:-}" ] && [ -e "$m${!v}" ] && ca+=("$v=${!v}")
   done
-  chroot "$m" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} "${ca[@]}" "$@"
+  # pivot_root, not chroot: the root becomes the mount namespace'"'"'s own root. Under a chroot the namespace'"'"'s
+  # root stays the host'"'"'s, and whatever joins a mount namespace made from here (setns: nsenter -m, runc exec,
+  # podman exec) lands in the host'"'"'s / and sees the host'"'"'s /proc. The old root, stacked over the new one by
+  # `pivot_root . .`, is then detached.
+  cd "$m" || die "cd $m"
+  pivot_root . . || die "pivot_root into $m"
+  umount -l . || die "cannot detach the host root after pivot_root"
+  cd /
+  /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" ${CI:+CI=$CI} "${ca[@]}" "$@" || exit $?
 ' root-run "$root" "$state" "$name" "${binds[@]}" -- "$@" || rc=$?
 exit $rc
