@@ -240,7 +240,7 @@ REL_SRC  := $(LIB_SRC) $(HEADERS) launcher/main.c $(STORE_TOOL) tools/topo.c too
 .PHONY: release release-bin
 release: $(TARBALL)
 $(TARBALL): $(REL_SRC) $(B)/gen/trun_version.h $(MAN_PAGES) README.md LICENSE Makefile scripts/release.sh \
-            packaging/bullseye-build.list
+            scripts/root-run.sh packaging/bullseye-build.list
 	@scripts/release.sh "$(VERSION)" "$(TRUN_COMMIT)" $(REL_OUT) $(B)/man
 
 REL_CFLAGS  := -D_FORTIFY_SOURCE=2 -fstack-protector-strong
