@@ -41,11 +41,11 @@ def tree(pid):
             except (OSError, IndexError, ValueError):
                 continue
             kids.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
+    out, pending = [], [pid]
+    while pending:
+        p = pending.pop()
         out.append(p)
-        todo += kids.get(p, [])
+        pending += kids.get(p, [])
     return out
 
 
