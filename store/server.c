@@ -51,6 +51,7 @@ static void on_reap(uv_idle_t *h) {
   }
   sh->ndoomed = 0;
   uv_idle_stop(h);
+  trun__shard_flush_woken(sh);
 }
 
 /* From inside a wake or watch callback the key space is mid-iteration: closing now would free the
@@ -197,7 +198,8 @@ static void conn_gone(conn *c) {
   trun_slice v;
   if (c->owned.len == 0 || !s->own_gone || s->closing) return;
   trun_slice k = {c->owned.data, c->owned.len};
-  if (!trun_kv_get(s->kv, k, &v) || v.n != c->owned_val.len || memcmp(v.p, c->owned_val.data, v.n) != 0)
+  if (!trun_kv_get(s->kv, k, &v) || v.n != c->owned_val.len ||
+      (v.n > 0 && memcmp(v.p, c->owned_val.data, v.n) != 0)) /* an empty value has no buffer */
     return;
   s->cur = c->sh;
   s->own_gone(s->own_arg, s, k, (trun_slice){c->owned_val.data, c->owned_val.len}, c->peer);
@@ -273,7 +275,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_GETNUMKEYS: rc = trun_buf_append_u64(out, trun_kv_num_keys(kv)); break;
     case TRUN_OP_DELETE_KEY:
-      if (c->owned.len == r->key.n && memcmp(c->owned.data, r->key.p, r->key.n) == 0)
+      if (c->owned.len > 0 && c->owned.len == r->key.n && memcmp(c->owned.data, r->key.p, r->key.n) == 0)
         c->owned.len = c->owned_val.len = 0;
       rc = trun_buf_append_u64(out, (uint64_t)trun_kv_delete(kv, r->key));
       break;
@@ -373,6 +375,7 @@ void trun__conn_close(conn *c, const char *why) {
   pthread_mutex_lock(&c->sh->mu);
   trun__xq_unlink(c);
   pthread_mutex_unlock(&c->sh->mu);
+  trun__conn_unqueue_flush(c); /* freed once libuv lets go: nothing may point at it */
   conn_unlist(c);
   STAT_ADD(s, connections, -1);
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
@@ -396,14 +399,15 @@ static void update_reading(conn *c) {
 
 static void on_write(uv_write_t *req, int status) {
   conn *c = req->data;
+  shard *sh = c->sh;
   c->writing = 0;
   c->wbuf.len = 0;
   if (c->closing) return;
-  if (status < 0) {
-    trun__conn_close(c, NULL); /* peer went away; nothing to report */
-    return;
-  }
-  trun__conn_flush(c);
+  if (status < 0)
+    trun__conn_close(c, NULL); /* peer went away; nothing to report (its end may wake waiters) */
+  else
+    trun__conn_flush(c);
+  trun__shard_flush_woken(sh);
 }
 
 void trun__conn_flush(conn *c) {
@@ -538,26 +542,25 @@ static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   conn *c = (conn *)st;
+  shard *sh = c->sh;
   if (c->closing) return;
   unsigned gen = __atomic_load_n(&c->srv->acl_gen, __ATOMIC_ACQUIRE);
   if (gen != c->acl_gen) {
     /* The rules changed since this connection was admitted (the job's hosts became known). */
     c->acl_gen = gen;
-    if (!trun__addr_allowed(c->srv, &c->addr)) {
+    if (!trun__addr_allowed(c->srv, &c->addr))
       refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
-      return;
-    }
   }
-  if (nread < 0) {
-    if (nread == UV_ENOBUFS)
-      trun__conn_close(c, "out of memory for the input buffer");
-    else
-      trun__conn_close(c, NULL);    /* EOF or reset: the client left */
-    trun__shard_flush_woken(c->sh); /* its end may have woken waiters (owned keys) */
-    return;
-  }
-  if (nread > 0) read_data(c, nread, b);
-  trun__shard_flush_woken(c->sh);
+  if (c->closing)
+    ;
+  else if (nread == UV_ENOBUFS)
+    trun__conn_close(c, "out of memory for the input buffer");
+  else if (nread < 0)
+    trun__conn_close(c, NULL); /* EOF or reset: the client left */
+  else if (nread > 0)
+    read_data(c, nread, b);
+  /* The requests, or the end of a connection that owned keys, may have woken waiters of this loop. */
+  trun__shard_flush_woken(sh);
 }
 
 /* Closes a connection the access rules do not admit: counted, and logged for the first few only (a

@@ -45,7 +45,8 @@ struct shard {
   uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
   int ndoomed;
   conn *conns;  /* modified by this shard's thread only, under srv->conns_mu */
-  conn *flushq; /* connections of this shard woken by a request it is handling: flushed after it */
+  conn *flushq; /* connections of this shard that got bytes outside their own request: flushed before the
+                   callback that queued them returns (trun__shard_flush_woken) */
   unsigned acl_seen;
   pthread_mutex_t mu; /* guards everything below */
   int *fds;           /* accepted sockets for this shard to adopt */
@@ -101,9 +102,10 @@ struct conn {
   int writing;
   int reading;
   int closing;
-  const char *doomed; /* close reason set inside a key-space callback */
-  conn *fnext;        /* in sh->flushq while fqueued */
+  const char *doomed;  /* close reason set inside a key-space callback */
+  conn *fprev, *fnext; /* in sh->flushq while fqueued; a closing connection is never there */
   int fqueued;
+  conn *anext;         /* in on_shard_async's local list of connections with replies from other threads */
   trun_buf xout;       /* under sh->mu: replies queued by other shards' threads */
   conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
   int xqueued;
@@ -140,8 +142,13 @@ void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key
 void trun__xq_unlink(conn *c);
 /* Owner thread: moves what other threads queued for c into its output. 0, or -1 when c has to close. */
 int trun__conn_take_remote(conn *c);
-/* Owner thread: c got bytes while its shard handled another connection's request; flushed after it. */
+/* Owner thread: c got bytes outside its own request (a wake-up or watch update from another connection's
+ * request or end): flushed when the shard's current callback ends. */
 void trun__conn_queue_flush(conn *c);
+/* Owner thread: takes c off the flush queue (c closes). */
+void trun__conn_unqueue_flush(conn *c);
+/* Owner thread: flushes every queued connection. Every callback of a shard's loop that may run a request or
+ * close a connection (a close wakes the waiters of the keys it owned) ends with it. */
 void trun__shard_flush_woken(shard *sh);
 /* Closes every connection of sh and the sockets waiting to be adopted. */
 void trun__shard_close_all(shard *sh);

@@ -60,21 +60,34 @@ int trun__conn_take_remote(conn *c) {
   return rc < 0 ? -1 : 0;
 }
 
-/* Owner thread: c got bytes while its shard handled another connection's request; flush after it. */
+/* Owner thread: c got bytes outside its own request; flushed when the shard's callback ends. */
 void trun__conn_queue_flush(conn *c) {
-  if (c->fqueued) return;
+  if (c->fqueued || c->closing) return;
+  shard *sh = c->sh;
   c->fqueued = 1;
-  c->fnext = c->sh->flushq;
-  c->sh->flushq = c;
+  c->fprev = NULL;
+  c->fnext = sh->flushq;
+  if (sh->flushq) sh->flushq->fprev = c;
+  sh->flushq = c;
+}
+
+void trun__conn_unqueue_flush(conn *c) {
+  if (!c->fqueued) return;
+  if (c->fprev)
+    c->fprev->fnext = c->fnext;
+  else
+    c->sh->flushq = c->fnext;
+  if (c->fnext) c->fnext->fprev = c->fprev;
+  c->fprev = c->fnext = NULL;
+  c->fqueued = 0;
 }
 
 void trun__shard_flush_woken(shard *sh) {
+  /* A flush may close its connection (a write error), whose end may queue others: take one at a time. */
   while (sh->flushq) {
     conn *c = sh->flushq;
-    sh->flushq = c->fnext;
-    c->fqueued = 0;
-    c->fnext = NULL;
-    trun__conn_flush(c); /* skips closing connections; their memory lives until the loop's close phase */
+    trun__conn_unqueue_flush(c);
+    trun__conn_flush(c);
   }
 }
 
@@ -155,7 +168,7 @@ static void on_shard_async(uv_async_t *a) {
     c->xout.len = 0;
     trun__xq_unlink(c);
     if (failed) c->doomed = c->doomed ? c->doomed : "out of memory queueing a reply";
-    c->fnext = woken;
+    c->anext = woken;
     woken = c;
   }
   pthread_mutex_unlock(&sh->mu);
@@ -166,9 +179,11 @@ static void on_shard_async(uv_async_t *a) {
       trun__shard_adopt(sh, fds[i]);
   }
   free(fds);
+  /* The list has its own link: closing one of them may wake others onto the flush queue meanwhile. A
+   * connection closed meanwhile is still allocated (freed in the loop's close phase). */
   for (conn *c = woken, *next; c; c = next) {
-    next = c->fnext;
-    c->fnext = NULL;
+    next = c->anext;
+    c->anext = NULL;
     if (c->closing) continue;
     if (c->doomed)
       trun__conn_close(c, c->doomed);
@@ -176,6 +191,7 @@ static void on_shard_async(uv_async_t *a) {
       trun__conn_flush(c);
   }
   trun__shard_recheck_acl(sh);
+  trun__shard_flush_woken(sh);
   if (stop) {
     trun__shard_close_all(sh);
     uv_close((uv_handle_t *)&sh->reaper, trun__on_shard_handle_closed);

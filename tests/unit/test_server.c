@@ -1057,6 +1057,71 @@ START_TEST(test_waiter_gone) {
 }
 END_TEST
 
+/* ---- connections closed on paths other than a read ------------------------------------------------ */
+
+/* Sends v as the value of SET key without waiting for anything back. */
+static void set_big(int fd, const char *key, size_t n) {
+  msg m = {0};
+  m_u64(m_str(m_u8(&m, 1), key), n);
+  m_grow(&m, n);
+  memset(m.b + m.n, 'b', n);
+  m.n += n;
+  send_msg(fd, &m);
+  m_free(&m);
+}
+
+static void reset_conn(int fd) {
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+  close(fd);
+}
+
+/* Two connections each own a liveness key, wait on "/o/end" and ask for a large value they never read: the
+ * server stops reading them with replies pending. Both reset: the server learns it on the write path, and
+ * the first one's end (the gone callback writes "/o/end") wakes the other just before that one closes too.
+ * The woken connection must leave no stale entry in its shard's flush queue once it is freed: the next
+ * request on that loop (a PING from a third connection) walked freed memory before (ASan). */
+START_TEST(test_owners_reset_with_reply_pending) {
+  static int gone;
+  gone = 0;
+  unit_server_call(&us, own_on, &gone);
+  int c = connect_v2();
+  set_big(c, "/big", 8u << 20);
+  ping(c, 1);
+  uint64_t base = stats().ops;
+  int fd[2];
+  msg m = {0};
+  for (int i = 0; i < 2; i++) {
+    char key[32];
+    snprintf(key, sizeof(key), "/o/alive/%d", i);
+    fd[i] = connect_v2();
+    m_str(m_str(m_u8(&m, 1), key), "me");               /* SET: owned */
+    m_str(m_u64(m_u8(&m, 6), 1), "/o/end");             /* WAIT */
+    m_str(m_u8(m_str(m_u8(&m, 3), "/big"), 3), "/big"); /* GET, GET: never read */
+    send_msg(fd[i], &m);
+  }
+  until_waiting(2);
+  /* Each connection's handshake PING, SET, WAIT and at least one GET have run. */
+  while (stats().ops < base + 2 * 4) usleep(1000);
+  reset_conn(fd[0]);
+  reset_conn(fd[1]);
+  until_connections(1);
+  for (uint32_t i = 0; i < 20; i++) ping(c, 100 + i);
+  ck_assert_int_eq(gone, 2);
+  ck_assert_uint_eq(stats().waiting, 0);
+  send_msg(c, m_str(m_u8(&m, 3), "/o/end"));
+  msg want = {0};
+  m_str(&want, "gone:/o/alive/0");
+  uint8_t got[32];
+  ck_assert_int_eq(unit_recv(c, got, want.n), 0); /* either key's end wrote last */
+  ck_assert_msg(memcmp(got, want.b, 8) == 0 && memcmp(got + 8, "gone:/o/alive/", 14) == 0, "got %s",
+                unit_hex(got, want.n));
+  close(c);
+  m_free(&want);
+  m_free(&m);
+}
+END_TEST
+
 /* ---- threads ----------------------------------------------------------------------------------- */
 
 /* 64 connections over 4 loops: one SET wakes every waiter whatever its thread, and 3,200 pipelined ADDs
@@ -1136,7 +1201,8 @@ static Suite *server_suite(void) {
                                test_queue_push_wakes_one,
                                test_watcher_gone,
                                test_waiter_gone,
-                               test_owned_key_gone};
+                               test_owned_key_gone,
+                               test_owners_reset_with_reply_pending};
   const TTest *const input[] = {test_bad_input_closes, test_add_non_integer, test_bytewise, test_pipelined,
                                 test_large_values};
   Suite *s = suite_create("server");
