@@ -12,12 +12,19 @@ void trun_buf_free(trun_buf *b) {
   b->len = b->cap = 0;
 }
 
-int trun_buf_reserve(trun_buf *b, size_t extra) {
-  if (extra > SIZE_MAX - b->len) return -EOVERFLOW;
+size_t trun_buf_cap_after(const trun_buf *b, size_t extra) {
+  if (extra > SIZE_MAX - b->len) return 0;
   size_t need = b->len + extra;
-  if (need <= b->cap) return 0;
+  if (need <= b->cap) return b->cap;
   size_t cap = b->cap ? b->cap : 256;
   while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  return cap;
+}
+
+int trun_buf_reserve(trun_buf *b, size_t extra) {
+  if (extra > SIZE_MAX - b->len) return -EOVERFLOW;
+  if (b->len + extra <= b->cap) return 0;
+  size_t cap = trun_buf_cap_after(b, extra);
   uint8_t *p = realloc(b->data, cap);
   if (p == NULL) return -ENOMEM;
   b->data = p;

@@ -13,6 +13,9 @@ typedef struct {
 
 void trun_buf_free(trun_buf *b);
 int trun_buf_reserve(trun_buf *b, size_t extra);
+/* The capacity trun_buf_reserve(b, extra) would leave (b->cap when it has room); 0 on overflow (or for an
+ * empty buffer asked for nothing). */
+size_t trun_buf_cap_after(const trun_buf *b, size_t extra);
 int trun_buf_append(trun_buf *b, const void *p, size_t n);
 int trun_buf_append_u8(trun_buf *b, uint8_t v);
 int trun_buf_append_u32(trun_buf *b, uint32_t v);

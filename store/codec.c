@@ -27,6 +27,7 @@ typedef struct {
   size_t need; /* set when a read ran past len */
   const trun_limits *lim;
   trun_req *req;
+  trun_req_state *st; /* NULL, or where a list's parse resumes and is left */
 } cursor;
 
 enum { CUR_OK = 0, CUR_MORE = 1 };
@@ -95,10 +96,20 @@ static int cur_list(cursor *c, int pairs) {
   }
   c->req->count = n;
   c->req->items = c->buf + c->pos;
-  for (uint64_t i = 0; i < n; i++) {
+  uint64_t i = 0;
+  if (c->st && c->st->pos > c->pos && c->st->pos <= c->len && c->st->done <= n) {
+    c->pos = c->st->pos; /* the items before were checked by an earlier call */
+    i = c->st->done;
+  }
+  for (; i < n; i++) {
+    size_t at = c->pos;
     trun_slice s;
-    if ((rc = cur_key(c, &s)) != CUR_OK) return rc;
-    if (pairs && (rc = cur_val(c, &s)) != CUR_OK) return rc;
+    if ((rc = cur_key(c, &s)) == CUR_OK && pairs) rc = cur_val(c, &s);
+    if (rc == CUR_MORE && c->st) {
+      c->st->pos = at;
+      c->st->done = i;
+    }
+    if (rc != CUR_OK) return rc;
   }
   return CUR_OK;
 }
@@ -140,30 +151,38 @@ static int parse_fields(cursor *c, trun_req *r) {
   }
 }
 
-ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim, trun_req *req,
-                       size_t *need) {
+ssize_t trun_req_parse_resume(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim,
+                              trun_req *req, size_t *need, trun_req_state *st) {
   memset(req, 0, sizeof(*req));
   *need = 1;
   if (len == 0) return 0;
   int op = trun_proto_op(gen, buf[0]);
   if (op < 0) {
     req->err = "unknown query type";
+    if (st) memset(st, 0, sizeof(*st));
     return -EBADMSG;
   }
   if (op == TRUN_OP_VALIDATE) {
     /* The handshake is taken by trun_gen_detect; a later VALIDATE is refused as torch's servers do. */
     req->err = "VALIDATE after the first message";
+    if (st) memset(st, 0, sizeof(*st));
     return -EBADMSG;
   }
   req->op = (trun_op)op;
-  cursor c = {.buf = buf, .len = len, .pos = 1, .need = 0, .lim = lim, .req = req};
+  cursor c = {.buf = buf, .len = len, .pos = 1, .need = 0, .lim = lim, .req = req, .st = st};
   int rc = parse_fields(&c, req);
-  if (rc < 0) return rc;
   if (rc == CUR_MORE) {
     *need = c.need;
     return 0;
   }
+  if (st) memset(st, 0, sizeof(*st));
+  if (rc < 0) return rc;
   return (ssize_t)c.pos;
+}
+
+ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim, trun_req *req,
+                       size_t *need) {
+  return trun_req_parse_resume(gen, buf, len, lim, req, need, NULL);
 }
 
 trun_slice trun_req_item(const uint8_t **pos) {

@@ -47,11 +47,23 @@ void trun_limits_default(trun_limits *lim);
  * more bytes are needed to tell. */
 trun_gen trun_gen_detect(const uint8_t *buf, size_t len, trun_gen legacy, size_t *consumed);
 
+/* Where the parse of an unfinished CHECK / WAIT / MULTI_GET / MULTI_SET stopped, so that the next parse of
+ * the same request (more bytes appended to the same buffer) goes on from there instead of walking every
+ * item again: a list trickled in pieces is parsed once. Zeroed: nothing to go on from. */
+typedef struct {
+  size_t pos;    /* offset from the request's first byte of the first item not yet whole; 0: none */
+  uint64_t done; /* items (keys, or pairs) whole before pos */
+} trun_req_state;
+
 /* Parses one request of generation gen from buf[0..len). Returns the bytes it takes (> 0), 0 when more bytes
  * are needed (*need = a lower bound of the request's total size), or a negative errno with req->err set:
  * -EBADMSG for an unknown code or a malformed field, -EMSGSIZE for a field over a limit. */
 ssize_t trun_req_parse(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim, trun_req *req,
                        size_t *need);
+/* The same, resuming from *st (an earlier call on the same request, fewer bytes) and leaving there where a
+ * later call may resume; *st is zeroed once the request is whole or bad. */
+ssize_t trun_req_parse_resume(trun_gen gen, const uint8_t *buf, size_t len, const trun_limits *lim,
+                              trun_req *req, size_t *need, trun_req_state *st);
 
 /* Returns the list item at *pos and advances *pos past it. Only for items of a parsed request. */
 trun_slice trun_req_item(const uint8_t **pos);

@@ -69,8 +69,16 @@ void trun_server_opts_default(trun_server_opts *o) {
   trun_limits_default(&o->limits);
   o->legacy = TRUN_GEN_LEGACY113;
   o->max_pending_out = 4u << 20;
+  o->max_reply = TRUN_SERVER_DEFAULT_MAX_REPLY;
+  o->max_input_total = TRUN_SERVER_DEFAULT_MAX_INPUT;
   o->threads = 1;
 }
+
+size_t trun__push_limit(const trun_server *s) {
+  return s->opts.max_reply ? s->opts.max_pending_out + s->opts.max_reply : 0;
+}
+
+static size_t pending_out(const conn *c) { return c->out.len + c->wbuf.len; }
 
 int trun_server_port(const trun_server *s) { return s->port; }
 trun_kv *trun_server_kv(trun_server *s) { return s->kv; }
@@ -81,6 +89,7 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->ops = __atomic_load_n(&s->stats.ops, __ATOMIC_RELAXED);
   st->waiting = __atomic_load_n(&s->stats.waiting, __ATOMIC_RELAXED);
   st->refused = __atomic_load_n(&s->stats.refused, __ATOMIC_RELAXED);
+  st->input_bytes = __atomic_load_n(&s->stats.input_bytes, __ATOMIC_RELAXED);
 }
 
 static int somaxconn(void) {
@@ -146,6 +155,11 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
     return;
   }
   if (c->closing) return;
+  size_t limit = trun__push_limit(c->srv);
+  if (limit > 0 && pending_out(c) + 25 + key.n + old.n + new_.n > limit) {
+    conn_doom(c, "watch updates not read: unsent replies over the output limit");
+    return;
+  }
   if (trun_buf_append_u8(&c->out, type) < 0 || trun_buf_append_str(&c->out, key.p, key.n) < 0 ||
       trun_buf_append_str(&c->out, old.p, old.n) < 0 || trun_buf_append_str(&c->out, new_.p, new_.n) < 0) {
     conn_doom(c, "out of memory queueing a watch update");
@@ -157,11 +171,19 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
 typedef struct {
   trun_buf *out;
   uint64_t n;
+  size_t bytes;
 } list_acc;
 
 static int list_count(void *arg, trun_slice key) {
-  (void)key;
   ((list_acc *)arg)->n++;
+  ((list_acc *)arg)->bytes += 8 + key.n;
+  return 0;
+}
+
+/* Whether a reply of n bytes is within the reply limit; else *why says so (the request closes c). */
+static int reply_fits(conn *c, size_t n, const char **why) {
+  if (c->srv->opts.max_reply == 0 || n <= c->srv->opts.max_reply) return 1;
+  *why = "reply over the reply limit";
   return 0;
 }
 
@@ -222,11 +244,13 @@ static int handle(conn *c, const trun_req *r, const char **why) {
     case TRUN_OP_APPEND: rc = trun_kv_append(kv, r->key, r->val); break;
     case TRUN_OP_COMPARE_SET:
       rc = trun_kv_compare_set(kv, r->key, r->val, r->val2, &v);
+      if (rc == 0 && !reply_fits(c, 8 + v.n, why)) return -EMSGSIZE;
       if (rc == 0) rc = trun_buf_append_str(out, v.p, v.n);
       break;
     case TRUN_OP_GET:
       /* libuv server's rule: a missing key reads as empty (torch clients WAIT before GET). */
       if (!trun_kv_get(kv, r->key, &v)) v.n = 0;
+      if (!reply_fits(c, 8 + v.n, why)) return -EMSGSIZE;
       rc = trun_buf_append_str(out, v.p, v.n);
       break;
     case TRUN_OP_ADD:
@@ -281,6 +305,11 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_MULTI_GET: {
       const uint8_t *pos = r->items;
+      size_t total = 0; /* first the reply's size: nothing is queued when it is over the limit */
+      for (uint64_t i = 0; i < r->count; i++)
+        total += 8 + (trun_kv_get(kv, trun_req_item(&pos), &v) ? v.n : 0);
+      if (!reply_fits(c, total, why)) return -EMSGSIZE;
+      pos = r->items;
       for (uint64_t i = 0; i < r->count && rc == 0; i++) {
         trun_slice key = trun_req_item(&pos);
         if (!trun_kv_get(kv, key, &v)) v.n = 0;
@@ -313,8 +342,9 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_QUEUE_LEN: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key)); break;
     case TRUN_OP_LIST: {
-      list_acc acc = {out, 0};
+      list_acc acc = {out, 0, 8};
       trun_kv_foreach(kv, list_count, &acc);
+      if (!reply_fits(c, acc.bytes, why)) return -EMSGSIZE;
       rc = trun_buf_append_u64(out, acc.n);
       if (rc == 0) rc = trun_kv_foreach(kv, list_put, &acc);
       break;
@@ -331,11 +361,50 @@ static int handle(conn *c, const trun_req *r, const char **why) {
 
 /* ---- connection I/O --------------------------------------------------------------------------- */
 
+/* Gives c's input buffer back, and its share of the server's input budget. */
+static void conn_in_release(conn *c) {
+  __atomic_sub_fetch(&c->srv->stats.input_bytes, c->in_acct, __ATOMIC_RELAXED);
+  c->in_acct = 0;
+  trun_buf_free(&c->in);
+}
+
+/* Makes room for extra more input bytes in c->in within the server's input budget, counted before any
+ * allocation. 0, -ENOBUFS over the budget, -ENOMEM. */
+static int conn_in_reserve(conn *c, size_t extra) {
+  trun_server *s = c->srv;
+  size_t cap = trun_buf_cap_after(&c->in, extra);
+  if (cap == 0) return -ENOMEM;
+  if (cap == c->in.cap) return 0;
+  size_t grow = cap - c->in_acct;
+  size_t total = __atomic_add_fetch(&s->stats.input_bytes, grow, __ATOMIC_RELAXED);
+  if (s->opts.max_input_total > 0 && total > s->opts.max_input_total) {
+    __atomic_sub_fetch(&s->stats.input_bytes, grow, __ATOMIC_RELAXED);
+    return -ENOBUFS;
+  }
+  if (trun_buf_reserve(&c->in, extra) < 0) {
+    __atomic_sub_fetch(&s->stats.input_bytes, grow, __ATOMIC_RELAXED);
+    return -ENOMEM;
+  }
+  c->in_acct = cap;
+  return 0;
+}
+
+static void in_refused(conn *c, int rc) {
+  char why[200];
+  if (rc == -ENOBUFS)
+    snprintf(why, sizeof(why),
+             "the store's input budget of %zu bytes (all connections' unfinished requests) is spent",
+             c->srv->opts.max_input_total);
+  else
+    snprintf(why, sizeof(why), "out of memory for the input buffer");
+  trun__conn_close(c, why);
+}
+
 static void on_conn_closed(uv_handle_t *h) {
   conn *c = (conn *)h;
   trun_server *s = c->srv;
   int on_caller_loop = c->sh->index == 0;
-  trun_buf_free(&c->in);
+  conn_in_release(c);
   trun_buf_free(&c->out);
   trun_buf_free(&c->wbuf);
   trun_buf_free(&c->xout);
@@ -383,14 +452,18 @@ void trun__conn_close(conn *c, const char *why) {
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static size_t process(conn *c, const uint8_t *data, size_t len);
+static void conn_write(conn *c);
 
+/* Reads while c's requests may run: none is held and the unsent replies are under max_pending_out (once
+ * stopped, under half of it). */
 static void update_reading(conn *c) {
-  size_t pending = c->out.len + c->wbuf.len;
+  size_t pending = pending_out(c), max = c->srv->opts.max_pending_out;
   if (c->closing || c->doomed) return;
-  if (c->reading && pending > c->srv->opts.max_pending_out) {
+  if (c->reading && (c->held || pending > max)) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
-  } else if (!c->reading && pending <= c->srv->opts.max_pending_out / 2) {
+  } else if (!c->reading && !c->held && pending <= max / 2) {
     c->reading = 1;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc < 0) trun__conn_close(c, uv_strerror(rc));
@@ -410,11 +483,27 @@ static void on_write(uv_write_t *req, int status) {
   trun__shard_flush_woken(sh);
 }
 
+/* Runs the requests held in c->in now that the output drained below half of max_pending_out. */
+static void conn_resume(conn *c) {
+  c->held = 0;
+  size_t used = process(c, c->in.data, c->in.len);
+  if (c->closing) return;
+  trun_buf_consume(&c->in, used);
+  if (c->in.len == 0) conn_in_release(c); /* an idle connection holds no buffer */
+}
+
+/* Hands c's replies to the kernel or libuv; runs held requests as the output drains; then reads or not. */
 void trun__conn_flush(conn *c) {
-  if (c->closing || c->writing || c->out.len == 0) {
-    if (!c->closing) update_reading(c);
-    return;
+  while (!c->closing) {
+    if (!c->writing && c->out.len > 0) conn_write(c);
+    if (c->closing || !c->held || c->doomed || pending_out(c) > c->srv->opts.max_pending_out / 2) break;
+    conn_resume(c);
   }
+  if (!c->closing) update_reading(c);
+}
+
+/* Writes c->out: what the kernel takes now, the rest through libuv (on_write). */
+static void conn_write(conn *c) {
   uv_buf_t b =
       uv_buf_init((char *)c->out.data, (unsigned)(c->out.len > 0x7fffffff ? 0x7fffffff : c->out.len));
   int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
@@ -436,7 +525,6 @@ void trun__conn_flush(conn *c) {
     }
     c->writing = 1;
   }
-  update_reading(c);
 }
 
 /* Reads land in the shard's shared buffer while a connection has no partial request; only the bytes of
@@ -450,7 +538,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   }
   size_t want = READ_CHUNK;
   if (c->need > c->in.len && c->need - c->in.len > want) want = c->need - c->in.len;
-  if (trun_buf_reserve(&c->in, want) < 0) {
+  int rc = conn_in_reserve(c, want);
+  if (rc < 0) {
+    c->in_over = rc;
     *b = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
     return;
   }
@@ -464,7 +554,7 @@ static int handle_locked(conn *c, const trun_req *r, const char **why) {
   pthread_mutex_lock(&s->kv_mu);
   if (trun__conn_take_remote(c) < 0) {
     pthread_mutex_unlock(&s->kv_mu);
-    *why = "out of memory queueing a reply";
+    *why = c->xfail;
     return -ENOMEM;
   }
   s->cur = c->sh;
@@ -487,10 +577,15 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     c->need = 0;
   }
   while (off < len && !c->closing && !c->doomed) {
+    if (pending_out(c) > s->opts.max_pending_out) {
+      c->held = 1; /* back-pressure: the rest waits in c->in until the client reads */
+      break;
+    }
     if (len - off < c->need) break;
     trun_req r;
     size_t need;
-    ssize_t n = trun_req_parse(c->gen, data + off, len - off, &s->opts.limits, &r, &need);
+    /* A list request that arrives in pieces is parsed on from where the last piece left it (c->ps). */
+    ssize_t n = trun_req_parse_resume(c->gen, data + off, len - off, &s->opts.limits, &r, &need, &c->ps);
     if (n < 0) {
       char why[160];
       snprintf(why, sizeof(why), "%s (byte 0x%02x)", r.err ? r.err : "malformed request", data[off]);
@@ -507,12 +602,23 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
         trun__conn_close(c, why);
         return off;
       }
+      size_t used = __atomic_load_n(&s->stats.input_bytes, __ATOMIC_RELAXED);
+      if (s->opts.max_input_total > 0 && need > c->in_acct &&
+          need - c->in_acct > (used < s->opts.max_input_total ? s->opts.max_input_total - used : 0)) {
+        in_refused(c, -ENOBUFS); /* before its bytes come: the budget would not hold them */
+        return off;
+      }
       break;
     }
     const char *why = NULL;
-    if (handle_locked(c, &r, &why) < 0) {
+    int rc = handle_locked(c, &r, &why);
+    if (rc < 0) {
       char msg[200];
-      snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
+      if (rc == -EMSGSIZE)
+        snprintf(msg, sizeof(msg), "%s of %zu bytes in %s (a request for less at a time fits)", why,
+                 s->opts.max_reply, trun_proto_op_name(r.op));
+      else
+        snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
       trun__conn_close(c, msg);
       return off;
     }
@@ -524,18 +630,22 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
 
 static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
   if ((uint8_t *)b->base == c->sh->rbuf) {
-    size_t used = process(c, c->sh->rbuf, (size_t)nread);
-    if (!c->closing && used < (size_t)nread &&
-        trun_buf_append(&c->in, c->sh->rbuf + used, (size_t)nread - used) < 0) {
-      trun__conn_close(c, "out of memory for the input buffer");
-      return;
+    size_t used = process(c, c->sh->rbuf, (size_t)nread), rest = (size_t)nread - used;
+    if (c->closing) return;
+    if (rest > 0) {
+      int rc = conn_in_reserve(c, rest);
+      if (rc < 0) {
+        in_refused(c, rc);
+        return;
+      }
+      trun_buf_append(&c->in, c->sh->rbuf + used, rest);
     }
   } else {
     c->in.len += (size_t)nread;
     size_t used = process(c, c->in.data, c->in.len);
     if (c->closing) return;
     trun_buf_consume(&c->in, used);
-    if (c->in.len == 0 && c->in.cap > READ_CHUNK) trun_buf_free(&c->in); /* give a large value's room back */
+    if (c->in.len == 0) conn_in_release(c); /* an idle connection holds no buffer */
   }
   if (!c->closing) trun__conn_flush(c);
 }
@@ -554,7 +664,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   if (c->closing)
     ;
   else if (nread == UV_ENOBUFS)
-    trun__conn_close(c, "out of memory for the input buffer");
+    in_refused(c, c->in_over);
   else if (nread < 0)
     trun__conn_close(c, NULL); /* EOF or reset: the client left */
   else if (nread > 0)

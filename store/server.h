@@ -12,6 +12,10 @@
 typedef struct trun_server trun_server;
 
 #define TRUN_SERVER_MAX_LISTENERS 8
+/* Defaults of trun_server_opts_default: one reply at most 128 MiB (two largest values), the input all
+ * connections buffer together at most 1 GiB. */
+#define TRUN_SERVER_DEFAULT_MAX_REPLY ((size_t)128 << 20)
+#define TRUN_SERVER_DEFAULT_MAX_INPUT ((size_t)1 << 30)
 
 typedef struct {
   const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
@@ -23,7 +27,12 @@ typedef struct {
   trun_limits limits;
   trun_gen legacy;        /* generation of connections that do not start with VALIDATE */
   int backlog;            /* 0: net.core.somaxconn */
-  size_t max_pending_out; /* stop reading a connection whose unsent replies exceed this */
+  size_t max_pending_out; /* a connection whose unsent replies exceed this: its requests wait (none is run
+                             or read) until they drain to half of it */
+  size_t max_reply;       /* 0: no limit; else a request whose reply would be larger closes the conn, and
+                             so do pushed watch updates beyond max_pending_out + max_reply unread */
+  size_t max_input_total; /* 0: no limit; else the input buffered by all connections together; a
+                             connection whose request would take it beyond is closed */
   int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
   int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
@@ -40,6 +49,7 @@ typedef struct {
   uint64_t ops;         /* requests handled */
   uint64_t waiting;     /* connections with a pending WAIT */
   uint64_t refused;     /* closed by the access rules (allow-list, per-peer limit) */
+  uint64_t input_bytes; /* input buffered now by every connection (partial requests, held requests) */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);

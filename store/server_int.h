@@ -94,10 +94,14 @@ struct conn {
   conn *prev, *next;
   int listed; /* in sh->conns */
   trun_gen gen;
-  trun_buf in;   /* bytes not yet parsed */
-  size_t need;   /* do not parse again before in.len reaches this */
-  trun_buf out;  /* replies not yet handed to the kernel or libuv */
-  trun_buf wbuf; /* bytes of the write in flight */
+  trun_buf in;       /* bytes not yet parsed */
+  size_t in_acct;    /* in.cap as counted in srv->stats.input_bytes */
+  int in_over;       /* on_alloc refused to grow `in` (the server's input budget) */
+  size_t need;       /* do not parse again before in.len reaches this */
+  trun_req_state ps; /* where the parse of the request at in[0] goes on */
+  int held;          /* requests wait in `in` until the output drains (max_pending_out) */
+  trun_buf out;      /* replies not yet handed to the kernel or libuv */
+  trun_buf wbuf;     /* bytes of the write in flight */
   uv_write_t wreq;
   int writing;
   int reading;
@@ -109,7 +113,7 @@ struct conn {
   trun_buf xout;       /* under sh->mu: replies queued by other shards' threads */
   conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
   int xqueued;
-  int xfail; /* under sh->mu: queueing a reply from another thread ran out of memory */
+  const char *xfail; /* under sh->mu: why replies queued by another thread were lost (c closes) */
   trun_waiter w;
   char peer[64];
   acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
@@ -138,6 +142,8 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
  * strings, key, old and new_ follow p as protocol strings (a WATCH_KEY update). */
 void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
                              trun_slice new_, int strings);
+/* The unsent replies that a push (wake-up, watch update) may take a connection's output to. */
+size_t trun__push_limit(const trun_server *s);
 /* Owner thread, sh->mu held: takes c off its shard's queue. */
 void trun__xq_unlink(conn *c);
 /* Owner thread: moves what other threads queued for c into its output. 0, or -1 when c has to close. */

@@ -17,13 +17,19 @@ void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key
                              trun_slice new_, int strings) {
   shard *sh = c->sh;
   pthread_mutex_lock(&sh->mu);
-  int rc = trun_buf_append(&c->xout, p, n);
+  size_t total = n + (strings ? 24 + key.n + old.n + new_.n : 0);
+  size_t limit = trun__push_limit(c->srv);
+  int rc = 0;
+  if (c->xfail == NULL && limit > 0 && c->xout.len + total > limit)
+    c->xfail = "watch updates not read: unsent replies over the output limit";
+  if (c->xfail == NULL) rc = trun_buf_append(&c->xout, p, n);
   if (rc == 0 && strings) {
     rc = trun_buf_append_str(&c->xout, key.p, key.n);
     if (rc == 0) rc = trun_buf_append_str(&c->xout, old.p, old.n);
     if (rc == 0) rc = trun_buf_append_str(&c->xout, new_.p, new_.n);
   }
-  if (rc < 0) c->xfail = 1;
+  if (rc < 0) c->xfail = "out of memory queueing a reply";
+  if (c->xfail) c->xout.len = 0;
   if (!c->xqueued) {
     c->xprev = NULL;
     c->xnext = sh->xq;
@@ -54,6 +60,7 @@ int trun__conn_take_remote(conn *c) {
   shard *sh = c->sh;
   pthread_mutex_lock(&sh->mu);
   int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
+  if (c->xfail == NULL && rc < 0) c->xfail = "out of memory queueing a reply";
   c->xout.len = 0;
   trun__xq_unlink(c);
   pthread_mutex_unlock(&sh->mu);
@@ -164,10 +171,11 @@ static void on_shard_async(uv_async_t *a) {
   conn *woken = NULL;
   while (sh->xq) {
     conn *c = sh->xq;
-    int failed = c->xfail || trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0;
+    if (c->xfail == NULL && trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0)
+      c->xfail = "out of memory queueing a reply";
     c->xout.len = 0;
     trun__xq_unlink(c);
-    if (failed) c->doomed = c->doomed ? c->doomed : "out of memory queueing a reply";
+    if (c->xfail && !c->doomed) c->doomed = c->xfail;
     c->anext = woken;
     woken = c;
   }

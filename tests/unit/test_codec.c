@@ -197,7 +197,53 @@ static void bytewise(trun_gen gen, const uint8_t *buf, size_t len, const trun_li
     last = need;
   }
   ck_assert_int_eq(trun_req_parse(gen, buf, len, lim, &r, &need), (ssize_t)len);
+  /* The same, resuming each time where the last parse left a list: the same answers, and the state goes
+   * forward only (a trickled list is walked once). */
+  trun_req_state st = {0};
+  last = 0;
+  for (size_t i = 0; i < len; i++) {
+    trun_req_state before = st;
+    ssize_t n = trun_req_parse_resume(gen, buf, i, lim, &r, &need, &st);
+    ck_assert_msg(n == 0, "resumed prefix %zu of %zu: parse returned %zd", i, len, n);
+    ck_assert_msg(need > i && need <= len, "resumed prefix %zu of %zu: need %zu", i, len, need);
+    ck_assert_uint_ge(need, last);
+    last = need;
+    ck_assert_uint_ge(st.pos, before.pos);
+    ck_assert_uint_ge(st.done, before.done);
+    ck_assert_uint_le(st.pos, i);
+  }
+  ck_assert_int_eq(trun_req_parse_resume(gen, buf, len, lim, &r, &need, &st), (ssize_t)len);
+  ck_assert_uint_eq(st.pos, 0);
 }
+
+/* A list of n empty keys fed 16 keys at a time with the state kept: each call starts at the first item not
+ * yet whole, so the state's position is exactly the bytes of the whole items. */
+START_TEST(test_list_resume) {
+  trun_limits lim = deflim();
+  enum { N = 1000 }; /* 8009 bytes: within enc */
+  static enc e;
+  e.n = 0;
+  e_u8(&e, 0x06); /* V2 WAIT */
+  e_u64(&e, N);
+  for (int i = 0; i < N; i++) e_u64(&e, 0);
+  trun_req_state st = {0};
+  trun_req r;
+  size_t need;
+  for (size_t k = 0; k < N; k += 16) {
+    ck_assert_int_eq(trun_req_parse_resume(TRUN_GEN_V2, e.b, 9 + k * 8 + 3, &lim, &r, &need, &st), 0);
+    ck_assert_uint_eq(st.done, k);
+    ck_assert_uint_eq(st.pos, 9 + k * 8);
+    ck_assert_uint_eq(need, 9 + k * 8 + 8);
+  }
+  ck_assert_int_eq(trun_req_parse_resume(TRUN_GEN_V2, e.b, e.n, &lim, &r, &need, &st), (ssize_t)e.n);
+  ck_assert_uint_eq(r.count, N);
+  ck_assert_uint_eq(st.pos, 0);
+  /* A state from another request is ignored where it cannot fit (past the bytes there are). */
+  st.pos = e.n + 100;
+  st.done = 3;
+  ck_assert_int_eq(trun_req_parse_resume(TRUN_GEN_V2, e.b, e.n, &lim, &r, &need, &st), (ssize_t)e.n);
+}
+END_TEST
 
 static void check_table(const gen_table *t) {
   trun_limits lim = deflim();
@@ -820,6 +866,7 @@ static Suite *codec_suite(void) {
   tcase_add_test(tc, test_ops_legacy113);
   tcase_add_test(tc, test_ops_legacy21);
   tcase_add_test(tc, test_begin_unsupported);
+  tcase_add_test(tc, test_list_resume);
   tcase_add_loop_test(tc, test_pipelined, 0, 3);
   tcase_add_test(tc, test_unknown_code);
   tcase_add_test(tc, test_validate_refused);

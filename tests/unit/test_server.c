@@ -1122,6 +1122,92 @@ START_TEST(test_owners_reset_with_reply_pending) {
 }
 END_TEST
 
+/* ---- bounded work per connection ----------------------------------------------------------------- */
+
+/* A client that pipelines 200 GETs of a 1 MiB value and does not read: the server stops running its
+ * requests once 4 MiB of replies wait (the rest of the input is held, counted in input_bytes), then runs
+ * them as the client reads; every reply arrives, in order. */
+START_TEST(test_backpressure_holds_requests) {
+  enum { N = 200 };
+  size_t n = 1u << 20;
+  int w = connect_v2(), r = connect_v2();
+  set_big(w, "/m", n);
+  ping(w, 1);
+  uint64_t base = stats().ops;
+  msg m = {0};
+  for (int i = 0; i < N; i++) m_str(m_u8(&m, 3), "/m");
+  send_msg(r, &m);
+  while (stats().input_bytes == 0) usleep(1000); /* held: the requests wait in the input buffer */
+  ck_assert_uint_lt(stats().ops, base + N);
+  ping(w, 2); /* others are served meanwhile */
+  uint8_t *got = malloc(8 + n);
+  ck_assert_ptr_nonnull(got);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(unit_recv(r, got, 8 + n), 0);
+    ck_assert_uint_eq(trun_get_u64(got), n);
+    ck_assert_int_eq(got[8 + i * 4099 % n], 'b');
+  }
+  free(got);
+  ping(r, 3);
+  ck_assert_uint_eq(stats().ops, base + N + 2);
+  ck_assert_uint_eq(stats().input_bytes, 0);
+  close(w);
+  close(r);
+  m_free(&m);
+}
+END_TEST
+
+/* A reply over max_reply closes its connection (logged) before anything is queued; GET of a value within
+ * it works, and so does everyone else. */
+START_TEST(test_reply_cap) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.max_reply = 1u << 20;
+  start_with(&o);
+  int w = connect_v2();
+  set_big(w, "/v", 600u << 10);
+  ping(w, 1);
+  msg m = {0};
+  int a = connect_v2();
+  send_msg(a, m_str(m_str(m_u64(m_u8(&m, 10), 2), "/v"), "/v")); /* MULTI_GET: 1.2 MiB */
+  expect_eof(a);
+  close(a);
+  a = connect_v2();
+  send_msg(a, m_str(m_u8(&m, 3), "/v"));
+  uint8_t *got = malloc(8 + (600u << 10));
+  ck_assert_ptr_nonnull(got);
+  ck_assert_int_eq(unit_recv(a, got, 8 + (600u << 10)), 0);
+  free(got);
+  ping(w, 2);
+  ck_assert_uint_eq(stats().rejected, 1);
+  close(a);
+  close(w);
+  m_free(&m);
+}
+END_TEST
+
+/* The input all connections buffer together is bounded: with a 256 KiB budget, a request that needs more
+ * closes its connection; a small one on another connection is served. */
+START_TEST(test_input_budget) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.max_input_total = 256u << 10;
+  start_with(&o);
+  int w = connect_v2(), a = connect_v2();
+  msg m = {0};
+  m_u64(m_str(m_u8(&m, 1), "/huge"), 1u << 20); /* SET of 1 MiB: only the header is sent */
+  m_mem(&m, "xx", 2);
+  send_msg(a, &m);
+  expect_eof(a);
+  close(a);
+  ping(w, 1);
+  until_connections(1);
+  ck_assert_uint_eq(stats().input_bytes, 0);
+  close(w);
+  m_free(&m);
+}
+END_TEST
+
 /* ---- threads ----------------------------------------------------------------------------------- */
 
 /* 64 connections over 4 loops: one SET wakes every waiter whatever its thread, and 3,200 pipelined ADDs
@@ -1203,8 +1289,9 @@ static Suite *server_suite(void) {
                                test_waiter_gone,
                                test_owned_key_gone,
                                test_owners_reset_with_reply_pending};
-  const TTest *const input[] = {test_bad_input_closes, test_add_non_integer, test_bytewise, test_pipelined,
-                                test_large_values};
+  const TTest *const input[] = {test_bad_input_closes, test_add_non_integer,
+                                test_bytewise,         test_pipelined,
+                                test_large_values,     test_backpressure_holds_requests};
   Suite *s = suite_create("server");
   TCase *tc = tcase_create("replay");
   tcase_add_checked_fixture(tc, setup, teardown);
@@ -1216,6 +1303,8 @@ static Suite *server_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_legacy21);
   tcase_add_test(tc, test_limits_close);
+  tcase_add_test(tc, test_reply_cap);
+  tcase_add_test(tc, test_input_budget);
   suite_add_tcase(s, tc);
   tc = tcase_create("wait");
   tcase_add_checked_fixture(tc, setup, teardown);
