@@ -5,6 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
 
 typedef struct qitem {
   struct qitem *next;
@@ -41,21 +46,56 @@ struct trun_kv {
   size_t nslots;
   uint64_t nkeys;
   size_t bytes;
+  uint64_t seed[2]; /* the hash's key */
 };
 
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 1099511628211ull;
+/* SipHash-1-3 keyed with a random 128-bit key per key space: a client that picks keys cannot predict
+ * their buckets (unkeyed FNV-1a let one build keys that all chain in one bucket: hash flooding). */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                            \
+  do {                                                                                      \
+    v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32), v2 += v3, v3 = ROTL(v3, 16);  \
+    v3 ^= v2, v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0, v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2; \
+    v2 = ROTL(v2, 32);                                                                      \
+  } while (0)
+
+static uint64_t hash_bytes(const trun_kv *kv, const uint8_t *p, size_t n) {
+  uint64_t v0 = kv->seed[0] ^ 0x736f6d6570736575ull, v1 = kv->seed[1] ^ 0x646f72616e646f6dull;
+  uint64_t v2 = kv->seed[0] ^ 0x6c7967656e657261ull, v3 = kv->seed[1] ^ 0x7465646279746573ull;
+  uint64_t b = (uint64_t)n << 56, m;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    m = 0;
+    for (int k = 7; k >= 0; k--) m = m << 8 | p[i + (size_t)k];
+    v3 ^= m;
+    SIPROUND;
+    v0 ^= m;
   }
-  h ^= h >> 29; /* spread the high bits into the bucket index */
-  return h;
+  for (int k = 0; i + (size_t)k < n; k++) b |= (uint64_t)p[i + (size_t)k] << (8 * k);
+  v3 ^= b;
+  SIPROUND;
+  v0 ^= b;
+  v2 ^= 0xff;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The key of the hash: getrandom, else (no entropy yet at early boot) the clock, the pid and an address. */
+static void seed_hash(trun_kv *kv) {
+  if (getrandom(kv->seed, sizeof(kv->seed), GRND_NONBLOCK) == (ssize_t)sizeof(kv->seed)) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 48 ^ (uintptr_t)kv;
+  kv->seed[0] = trun_rng_next(&x) | 1;
+  kv->seed[1] = trun_rng_next(&x);
 }
 
 trun_kv *trun_kv_new(void) {
   trun_kv *kv = calloc(1, sizeof(*kv));
   if (kv == NULL) return NULL;
+  seed_hash(kv);
   kv->nbuckets = 64;
   kv->buckets = calloc(kv->nbuckets, sizeof(slot *));
   if (kv->buckets == NULL) {
@@ -125,7 +165,7 @@ static slot **find_link(trun_kv *kv, trun_slice key, uint64_t h) {
   return link;
 }
 
-static slot *find(trun_kv *kv, trun_slice key) { return *find_link(kv, key, hash_bytes(key.p, key.n)); }
+static slot *find(trun_kv *kv, trun_slice key) { return *find_link(kv, key, hash_bytes(kv, key.p, key.n)); }
 
 static void grow(trun_kv *kv) {
   size_t nb = kv->nbuckets * 2;
@@ -146,7 +186,7 @@ static void grow(trun_kv *kv) {
 }
 
 static slot *find_or_add(trun_kv *kv, trun_slice key) {
-  uint64_t h = hash_bytes(key.p, key.n);
+  uint64_t h = hash_bytes(kv, key.p, key.n);
   slot **link = find_link(kv, key, h);
   if (*link) return *link;
   slot *s = calloc(1, sizeof(*s));
