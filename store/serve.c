@@ -5,11 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "log.h"
 #include "server.h"
 #include "tool.h"
+
+/* Defaults of serve's limits (the agent's stores use the same, agent/rdzv/store_acl.h). */
+#define SERVE_FD_RESERVE 64
+#define SERVE_MAX_CONNS_PER_PEER 4096
+#define SERVE_MAX_CONN_MEMORY ((size_t)80 << 20)
 
 typedef struct {
   trun_server *srv;
@@ -30,6 +36,8 @@ static void serve_usage(FILE *f) {
   fprintf(f,
           "usage: trun-store serve [--host H] [--port P] [--ready-file F] [--legacy 1.13|2.1]\n"
           "                        [--max-key-bytes N] [--max-value-bytes N] [--max-keys N] [--threads N]\n"
+          "                        [--max-conns N] [--max-conns-per-peer N] [--max-conn-memory N]\n"
+          "                        [--max-input-bytes N] [--max-reply-bytes N]\n"
           "  --host H          address to listen on (default: :: dual-stack, else 0.0.0.0)\n"
           "  --port P          TCP port; 0 picks a free one (default 29500)\n"
           "  --ready-file F    write the port to F once listening\n"
@@ -39,15 +47,28 @@ static void serve_usage(FILE *f) {
           "  --max-keys        keys in one CHECK/WAIT/MULTI request (default %u)\n"
           "  --threads N       event loops, one per thread, sharing the connections (1..%d, default 1);\n"
           "                    the key space is shared, WAIT wake-ups cross threads\n"
+          "  --max-conns N     connections at once (default: the open-file limit less %d)\n"
+          "  --max-conns-per-peer N  connections from one address (default %d; 0: no limit)\n"
+          "  --max-conn-memory N     input one connection's request may buffer (default %zu)\n"
+          "  --max-input-bytes N     input all connections buffer together (default %zu; 0: no limit)\n"
+          "  --max-reply-bytes N     one reply, e.g. a MULTI_GET (default %zu; 0: no limit)\n"
           "Prints 'trun-store: listening on HOST:PORT' on stdout once ready.\n",
-          TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS, TRUN_SERVER_MAX_THREADS);
+          TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS, TRUN_SERVER_MAX_THREADS,
+          SERVE_FD_RESERVE, SERVE_MAX_CONNS_PER_PEER, SERVE_MAX_CONN_MEMORY, TRUN_SERVER_DEFAULT_MAX_INPUT,
+          TRUN_SERVER_DEFAULT_MAX_REPLY);
 }
 
 int trun_store_serve_main(int argc, char **argv) {
   trun_server_opts o;
   trun_server_opts_default(&o);
   o.port = 29500;
+  o.max_conns_per_peer = SERVE_MAX_CONNS_PER_PEER;
+  o.max_conn_memory = SERVE_MAX_CONN_MEMORY;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 1u << 30)
+    o.max_conns = rl.rlim_cur > 2 * SERVE_FD_RESERVE ? (int)rl.rlim_cur - SERVE_FD_RESERVE : 64;
   const char *ready = NULL;
+  int mem_set = 0;
   static const struct option opts[] = {{"host", required_argument, 0, 'h'},
                                        {"port", required_argument, 0, 'p'},
                                        {"ready-file", required_argument, 0, 'r'},
@@ -56,6 +77,11 @@ int trun_store_serve_main(int argc, char **argv) {
                                        {"max-value-bytes", required_argument, 0, 'V'},
                                        {"max-keys", required_argument, 0, 'N'},
                                        {"threads", required_argument, 0, 'T'},
+                                       {"max-conns", required_argument, 0, 'C'},
+                                       {"max-conns-per-peer", required_argument, 0, 'P'},
+                                       {"max-conn-memory", required_argument, 0, 'M'},
+                                       {"max-input-bytes", required_argument, 0, 'I'},
+                                       {"max-reply-bytes", required_argument, 0, 'R'},
                                        {"help", no_argument, 0, 'H'},
                                        {0, 0, 0, 0}};
   int ch;
@@ -96,10 +122,38 @@ int trun_store_serve_main(int argc, char **argv) {
           return trun_tool_bad_arg("--threads (1..64)", optarg);
         o.threads = (int)v;
         break;
+      case 'C':
+        if (trun_tool_parse_ll(optarg, 1, 1 << 30, &v) < 0) return trun_tool_bad_arg("--max-conns", optarg);
+        o.max_conns = (int)v;
+        break;
+      case 'P':
+        if (trun_tool_parse_ll(optarg, 0, 1 << 30, &v) < 0)
+          return trun_tool_bad_arg("--max-conns-per-peer", optarg);
+        o.max_conns_per_peer = (int)v;
+        break;
+      case 'M':
+        if (trun_tool_parse_ll(optarg, 1024, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-conn-memory (1024 or more)", optarg);
+        o.max_conn_memory = (size_t)v;
+        mem_set = 1;
+        break;
+      case 'I':
+        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-input-bytes", optarg);
+        o.max_input_total = (size_t)v;
+        break;
+      case 'R':
+        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-reply-bytes", optarg);
+        o.max_reply = (size_t)v;
+        break;
       case 'H': serve_usage(stdout); return 0;
       default: serve_usage(stderr); return 2;
     }
   }
+  /* The default input limit of one connection holds the largest request the limits allow. */
+  if (!mem_set && o.max_conn_memory < o.limits.max_value + o.limits.max_key + 64)
+    o.max_conn_memory = o.limits.max_value + o.limits.max_key + 64;
   if (optind < argc) {
     fprintf(stderr, "trun-store serve: unexpected argument '%s'; see trun-store serve --help\n",
             argv[optind]);
