@@ -8,7 +8,8 @@
  *   limits max_key = 4 << (b & 7), max_value = 4 << ((b >> 3) & 7), max_keys = 1 + 2 * (b >> 6): small, so
  *          that the limit checks are reached
  *   conns  which simulated connection runs each request
- * Checks (abort on failure): chunked parsing gives exactly the requests of a one-shot parse, `need` is a
+ * Checks (abort on failure): chunked parsing, resumed where each chunk left a list (trun_req_parse_resume),
+ * gives exactly the requests of a one-shot parse, `need` is a
  * sane lower bound, values read back as written, the server's `waiting` bookkeeping never goes negative
  * and matches every waiter's state, and (by ASan/LSan) no bad access and no leak. */
 #include <errno.h>
@@ -309,6 +310,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t fed = start;
   uint32_t rnd = (uint32_t)(mode >> 2) * 2654435761u + 1;
   int got = 0, done = 0;
+  trun_req_state st = {0};
   while (!done && fed < len) {
     rnd = rnd * 1103515245u + 12345u;
     size_t chunk = 1 + ((rnd >> 16) % ((mode >> 2) % 4 == 0 ? 1 : (mode >> 2) % 4 == 1 ? 7 : 300));
@@ -323,7 +325,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (;;) {
       trun_req r;
       size_t need = 0;
-      ssize_t n = trun_req_parse(gen, in + used, in_len - used, &lim, &r, &need);
+      /* As the server parses: a list goes on from where the last chunk left it (st). */
+      ssize_t n = trun_req_parse_resume(gen, in + used, in_len - used, &lim, &r, &need, &st);
       size_t at = in_off + used;
       if (n < 0) {
         CHECK(got == nref && end_rc == n && at == ref_end);

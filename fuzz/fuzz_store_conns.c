@@ -8,12 +8,15 @@
  * back-pressure, reply caps and input budgets reachable with small values.
  *
  * Input: [config][actions...]
- *   config bits 0-2: max_pending_out = 512 << b; bit 3: legacy numbering 2.1 (else 1.13); bits 4-5: the
- *          reply cap and the input budgets (small or default); bits 6-7: max_value = 1 KiB << (3 * b)
+ *   config bits 0-2: max_pending_out = 512 << b; bit 3: legacy numbering 2.1 (else 1.13); bit 4: small
+ *          input limits (64 KiB a connection, 256 KiB in all) and a 256 KiB reply cap; bit 5: two loops
+ *          (connections dealt over the caller's loop and a thread of the server's: wake-ups and owners'
+ *          ends cross threads; such runs are only as deterministic as that thread); bits 6-7:
+ *          max_value = 1 KiB << (3 * b)
  *   action byte a: kind = a & 7, connection = (a >> 3) % NCONN, then the kind's argument bytes.
- * The loop runs without blocking after every action, so a run is deterministic. After the last action
- * every client resets; the server must then hold no connection and no waiter, answer a new client's PING,
- * and close cleanly (ASan/LSan: no bad access, no leak). */
+ * The loop runs without blocking after every action, so a one-loop run is deterministic. After the last
+ * action every client resets; the server must then hold no connection and no waiter, answer a new client's
+ * PING, and close cleanly (ASan/LSan: no bad access, no leak). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -236,7 +239,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.legacy = (cfg & 8) ? TRUN_GEN_LEGACY21 : TRUN_GEN_LEGACY113;
   o.limits.max_value = (uint64_t)1024 << (3 * (cfg >> 6));
   o.limits.max_keys = 8;
-  if (cfg & 16) o.max_conn_memory = 64 * 1024;
+  if (cfg & 16) {
+    o.max_conn_memory = 64 * 1024;
+    o.max_input_total = 256 * 1024;
+    o.max_reply = 256 * 1024;
+  }
+  if (cfg & 32) o.threads = 2;
+  int wait_us = (cfg & 32) ? 1000 : 0; /* the other loop's thread: give it time to catch up */
   trun_server *s;
   if (trun_server_start(&g_loop, &o, &s) != 0) return 0; /* no port left: not the server's fault */
   CHECK(trun_server_own_keys(s, "/alive/", on_gone, NULL) == 0);
@@ -244,14 +253,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(trun_server_allow(s, "127.0.0.2/32") == 0);
   fclient cl[NCONN];
   for (int i = 0; i < NCONN; i++) cl[i] = (fclient){.fd = -1};
-  while (in.n) act(s, cl, (cfg & 8) != 0, &in);
+  while (in.n) {
+    act(s, cl, (cfg & 8) != 0, &in);
+    if (wait_us) usleep((useconds_t)wait_us / 10);
+  }
   for (int i = 0; i < NCONN; i++) drop(&cl[i]);
   trun_server_allow_enforce(s, 0);
   trun_server_stats st;
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < (wait_us ? 5000 : 100); i++) {
     spin();
     trun_server_get_stats(s, &st);
-    if (st.connections == 0) break;
+    if (st.connections == 0 && st.waiting == 0) break;
+    if (wait_us) usleep((useconds_t)wait_us);
   }
   CHECK(st.connections == 0); /* every reset was noticed, whatever the connection was doing */
   CHECK(st.waiting == 0);
@@ -262,8 +275,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(send(fd, ping, sizeof(ping), MSG_NOSIGNAL) == (ssize_t)sizeof(ping));
   uint8_t got[4];
   size_t have = 0;
-  for (int i = 0; i < 100 && have < 4; i++) {
+  for (int i = 0; i < (wait_us ? 5000 : 100) && have < 4; i++) {
     spin();
+    if (wait_us) usleep((useconds_t)wait_us);
     ssize_t k = recv(fd, got + have, 4 - have, MSG_DONTWAIT);
     if (k > 0) have += (size_t)k;
   }

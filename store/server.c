@@ -661,14 +661,14 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
     if (!trun__addr_allowed(c->srv, &c->addr))
       refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
   }
-  if (c->closing)
-    ;
-  else if (nread == UV_ENOBUFS)
-    in_refused(c, c->in_over);
-  else if (nread < 0)
-    trun__conn_close(c, NULL); /* EOF or reset: the client left */
-  else if (nread > 0)
-    read_data(c, nread, b);
+  if (!c->closing) {
+    if (nread == UV_ENOBUFS)
+      in_refused(c, c->in_over);
+    else if (nread < 0)
+      trun__conn_close(c, NULL); /* EOF or reset: the client left */
+    else if (nread > 0)
+      read_data(c, nread, b);
+  }
   /* The requests, or the end of a connection that owned keys, may have woken waiters of this loop. */
   trun__shard_flush_woken(sh);
 }

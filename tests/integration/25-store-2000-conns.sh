@@ -20,28 +20,12 @@ fi
 echo "# RLIMIT_NOFILE soft $(ulimit -n) hard $(ulimit -Hn); somaxconn $(cat /proc/sys/net/core/somaxconn)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/trun-25.XXXXXX")
-store_pid=
-cleanup() {
-  if [ -n "$store_pid" ]; then
-    kill -TERM -- "-$store_pid" 2>/dev/null
-    sleep 0.3
-    kill -KILL -- "-$store_pid" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. "$TRUN_REPO/tests/store/serve_lib.sh"
+trap 'store_cleanup; rm -rf "$work"' EXIT
 
 # run_once THREADS: the whole check against trun-store --threads THREADS.
 run_once() {
-  rm -f "$work/port"
-  setsid "$STORE" serve --host 127.0.0.1 --port 0 --threads "$1" --ready-file "$work/port" >"$work/store.log" 2>&1 </dev/null &
-  store_pid=$!
-  for ((i = 0; i < 300; i++)); do
-    [ -s "$work/port" ] && break
-    kill -0 $store_pid 2>/dev/null || { cat "$work/store.log"; echo "trun-store died" >&2; exit 1; }
-    sleep 0.1
-  done
-  PORT=$(cat "$work/port")
+  store_start --threads "$1"
   echo "# trun-store --threads $1: pid $store_pid port $PORT"
 
   timeout --kill-after=5 300 "$TRUN_HOST_PY" "$TRUN_REPO/tests/store/many_conns.py" 127.0.0.1 "$PORT" "$store_pid" "$N"
@@ -53,11 +37,7 @@ run_once() {
     exit 1
   fi
   # A clean stop on SIGTERM (exit 0, documented in store/serve.c) after the load.
-  kill -TERM $store_pid
-  wait $store_pid
-  src=$?
-  store_pid=
-  [ $src -eq 0 ] || { echo "FAIL: trun-store exit $src on SIGTERM"; exit 1; }
+  store_stop
   [ $rc -eq 77 ] && { echo "many_conns.py could not get enough file descriptors" >&2; exit 77; }
   [ $rc -eq 0 ] || { echo "FAIL: many_conns.py exit $rc"; exit 1; }
 }

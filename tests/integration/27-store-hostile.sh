@@ -15,39 +15,11 @@ STORE=$TRUN_BUILD/trun-store
 [ -x "$STORE" ] || { echo "no $STORE: run make first" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/trun-27.XXXXXX")
-store_pid=
-cleanup() {
-  if [ -n "$store_pid" ]; then
-    kill -TERM -- "-$store_pid" 2>/dev/null
-    sleep 0.3
-    kill -KILL -- "-$store_pid" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-start_store() {
-  rm -f "$work/port"
-  setsid "$STORE" serve --host 127.0.0.1 --port 0 --threads "$1" --ready-file "$work/port" >"$work/store.log" 2>&1 </dev/null &
-  store_pid=$!
-  for ((i = 0; i < 300; i++)); do
-    [ -s "$work/port" ] && break
-    kill -0 $store_pid 2>/dev/null || { cat "$work/store.log"; echo "FAIL: trun-store died at start" >&2; exit 1; }
-    sleep 0.1
-  done
-  PORT=$(cat "$work/port")
-}
-
-stop_store() {
-  kill -TERM $store_pid
-  wait $store_pid
-  local rc=$?
-  store_pid=
-  [ $rc -eq 0 ] || { echo "FAIL: trun-store exit $rc on SIGTERM"; exit 1; }
-}
+. "$TRUN_REPO/tests/store/serve_lib.sh"
+trap 'store_cleanup; rm -rf "$work"' EXIT
 
 for threads in 1 4; do
-  start_store $threads
+  store_start --threads "$threads"
   echo "# trun-store --threads $threads: pid $store_pid port $PORT"
   for c in multiget pipeline "trickle 65536" resets many; do
     read -r name arg <<<"$c"
@@ -62,6 +34,6 @@ for threads in 1 4; do
     kill -0 $store_pid 2>/dev/null || { sed 's/^/   /' "$work/store.log"; echo "FAIL: trun-store is gone after '$c'"; exit 1; }
   done
   grep -q "reply over the reply limit" "$work/store.log" || { sed 's/^/   /' "$work/store.log"; echo "FAIL: the reply cap was not logged"; exit 1; }
-  stop_store
+  store_stop
 done
 echo "passed"

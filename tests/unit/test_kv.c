@@ -96,6 +96,37 @@ static void teardown(void) {
   trun_buf_free(&kl.b);
 }
 
+/* ---- the hash is keyed ------------------------------------------------------------------------ */
+
+static int collect(void *arg, trun_slice key) {
+  trun_buf_append_str(arg, key.p, key.n);
+  return 0;
+}
+
+/* Buckets follow a random key per key space: two key spaces holding the same 200 keys list them in
+ * different orders (with an unkeyed hash the orders were always equal, and a client could compute
+ * colliding keys). */
+START_TEST(test_hash_keyed) {
+  trun_kv *a = trun_kv_new(), *b = trun_kv_new();
+  ck_assert(a && b);
+  for (int i = 0; i < 200; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "/k%d", i);
+    ck_assert_int_eq(trun_kv_set(a, S(k), S("v")), 0);
+    ck_assert_int_eq(trun_kv_set(b, S(k), S("v")), 0);
+  }
+  trun_buf la = {0}, lb = {0};
+  trun_kv_foreach(a, collect, &la);
+  trun_kv_foreach(b, collect, &lb);
+  ck_assert_uint_eq(la.len, lb.len);
+  ck_assert_msg(memcmp(la.data, lb.data, la.len) != 0, "two key spaces hash alike");
+  trun_buf_free(&la);
+  trun_buf_free(&lb);
+  trun_kv_free(a);
+  trun_kv_free(b);
+}
+END_TEST
+
 /* ---- values ----------------------------------------------------------------------------------- */
 
 START_TEST(test_set_get) {
@@ -671,6 +702,7 @@ static Suite *kv_suite(void) {
   TCase *tc = tcase_create("values");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_set_get);
+  tcase_add_test(tc, test_hash_keyed);
   tcase_add_test(tc, test_append);
   tcase_add_test(tc, test_compare_set);
   tcase_add_test(tc, test_compare_set_wakes);
