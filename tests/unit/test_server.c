@@ -1059,16 +1059,18 @@ END_TEST
 
 /* ---- connections closed on paths other than a read ------------------------------------------------ */
 
-/* Sends v as the value of SET key without waiting for anything back. */
-static void set_big(int fd, const char *key, size_t n) {
+/* Sends SET key = n bytes of 'b' (code: the generation's SET) without waiting for anything back. */
+static void set_big_code(int fd, uint8_t code, const char *key, size_t n) {
   msg m = {0};
-  m_u64(m_str(m_u8(&m, 1), key), n);
+  m_u64(m_str(m_u8(&m, code), key), n);
   m_grow(&m, n);
   memset(m.b + m.n, 'b', n);
   m.n += n;
   send_msg(fd, &m);
   m_free(&m);
 }
+
+static void set_big(int fd, const char *key, size_t n) { set_big_code(fd, 1, key, n); }
 
 static void reset_conn(int fd) {
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
@@ -1182,6 +1184,32 @@ START_TEST(test_reply_cap) {
   ck_assert_uint_eq(stats().rejected, 1);
   close(a);
   close(w);
+  m_free(&m);
+}
+END_TEST
+
+/* A 1.13 watcher that never reads its updates: once they pass max_pending_out + max_reply unsent, the
+ * server closes it (a slow consumer) instead of buffering every value ever written; the writer goes on. */
+START_TEST(test_watcher_slow_consumer) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.max_reply = 1u << 20;
+  start_with(&o);
+  int w = connect_legacy(), l = connect_legacy();
+  int rcv = 4096;
+  ck_assert_int_eq(setsockopt(w, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv)), 0);
+  msg m = {0};
+  send_msg(w, m_str(m_u8(&m, 7), "/w"));
+  expect_hex(w, "03");
+  for (int i = 0; i < 40; i++) {
+    set_big_code(l, 0, "/w", 512u << 10); /* 1.13 SET */
+    send_msg(l, m_u8(&m, 6));             /* GETNUMKEYS: the SET is done */
+    expect_hex(l, "0100000000000000");
+  }
+  until_connections(1);
+  ck_assert_uint_eq(stats().rejected, 1);
+  close(w);
+  close(l);
   m_free(&m);
 }
 END_TEST
@@ -1305,6 +1333,7 @@ static Suite *server_suite(void) {
   tcase_add_test(tc, test_limits_close);
   tcase_add_test(tc, test_reply_cap);
   tcase_add_test(tc, test_input_budget);
+  tcase_add_test(tc, test_watcher_slow_consumer);
   suite_add_tcase(s, tc);
   tc = tcase_create("wait");
   tcase_add_checked_fixture(tc, setup, teardown);
