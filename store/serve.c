@@ -47,7 +47,8 @@ static void serve_usage(FILE *f) {
           "  --max-keys        keys in one CHECK/WAIT/MULTI request (default %u)\n"
           "  --threads N       event loops, one per thread, sharing the connections (1..%d, default 1);\n"
           "                    the key space is shared, WAIT wake-ups cross threads\n"
-          "  --max-conns N     connections at once (default: the open-file limit less %d)\n"
+          "  --max-conns N     connections at once (default: the open-file limit, raised to its hard\n"
+          "                    limit, less %d)\n"
           "  --max-conns-per-peer N  connections from one address (default %d; 0: no limit)\n"
           "  --max-conn-memory N     input one connection's request may buffer (default %zu)\n"
           "  --max-input-bytes N     input all connections buffer together (default %zu; 0: no limit)\n"
@@ -64,7 +65,13 @@ int trun_store_serve_main(int argc, char **argv) {
   o.port = 29500;
   o.max_conns_per_peer = SERVE_MAX_CONNS_PER_PEER;
   o.max_conn_memory = SERVE_MAX_CONN_MEMORY;
+  /* Every connection is a descriptor: take the hard open-file limit (as the agent does), and refuse
+   * connections before the last 64 descriptors are gone. */
   struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    struct rlimit raised = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 1u << 30)
     o.max_conns = rl.rlim_cur > 2 * SERVE_FD_RESERVE ? (int)rl.rlim_cur - SERVE_FD_RESERVE : 64;
   const char *ready = NULL;

@@ -4,9 +4,9 @@
 # RSS must stay within RSS_BOUND_MB of where it was: the reply cap closes it), 400 pipelined GETs of 1 MiB
 # never read (held, RSS bounded, then all read back in order), a CHECK of 65,536 empty keys trickled 16 keys
 # a write (the answer; the server's CPU seconds are printed, not asserted), 30 clients that reset
-# mid-reply (some owning keys and waiting), 200 clients at once. After each case the server must still be
-# running and answering; at the end SIGTERM stops it with exit 0. Fails on the tree before issue 28's fixes
-# (400 MB RSS).
+# mid-reply (20 of them waiting on a key), 200 clients at once. After each case the server must still be
+# running and answering; at the end SIGTERM stops it with exit 0. A bad value of a limit option exits 2.
+# Fails on the tree before issue 28's fixes (400 MB RSS).
 set -u
 TRUN_REPO=${TRUN_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 TRUN_BUILD=${TRUN_BUILD:-$TRUN_REPO/build}
@@ -17,6 +17,13 @@ STORE=$TRUN_BUILD/trun-store
 work=$(mktemp -d "${TMPDIR:-/tmp}/trun-27.XXXXXX")
 . "$TRUN_REPO/tests/store/serve_lib.sh"
 trap 'store_cleanup; rm -rf "$work"' EXIT
+
+# The limits' options: a bad value exits 2 naming the option.
+for opt in --max-conns --max-conns-per-peer --max-conn-memory --max-input-bytes --max-reply-bytes; do
+  "$STORE" serve --port 0 "$opt" 12x >/dev/null 2>"$work/err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$opt" "$work/err" || { cat "$work/err"; echo "FAIL: serve $opt 12x: exit $rc"; exit 1; }
+done
 
 for threads in 1 4; do
   store_start --threads "$threads"

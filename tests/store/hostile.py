@@ -9,8 +9,8 @@ Cases (each prints '# ...' lines with the figures it measured and exits 0 when t
              requests (RSS bounded as above) and runs them as the client reads; all 400 replies arrive.
   trickle N  CHECK of N empty keys sent 16 keys a write, 0.2 ms apart (TCP_NODELAY); prints the server's CPU seconds
              (utime + stime from /proc/PID/stat) the request cost; the answer must be NOT_READY.
-  resets     30 clients each ask for 8 MiB of replies and reset the connection mid-reply; 10 of them own
-             nothing, the rest wait on a key first. The server must keep answering and drop them all.
+  resets     30 clients each ask for 8 MiB of replies and reset the connection mid-reply; the last 20
+             SET a key and WAIT on another first. The server must keep answering.
   many       200 clients at once: half never read a 1 MiB GET, half PING; every PING answered.
 The V2 wire format: VALIDATE handshake, then one code byte, u64 lengths, little-endian."""
 import os
