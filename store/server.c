@@ -390,10 +390,11 @@ static int conn_in_reserve(conn *c, size_t extra) {
 }
 
 static void in_refused(conn *c, int rc) {
-  char why[200];
+  char why[256];
   if (rc == -ENOBUFS)
     snprintf(why, sizeof(why),
-             "the store's input budget of %zu bytes (all connections' unfinished requests) is spent",
+             "the store's input budget of %zu bytes (all connections' unfinished requests) is spent; "
+             "retry, or raise it (trun-store serve --max-input-bytes)",
              c->srv->opts.max_input_total);
   else
     snprintf(why, sizeof(why), "out of memory for the input buffer");
@@ -613,10 +614,12 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     const char *why = NULL;
     int rc = handle_locked(c, &r, &why);
     if (rc < 0) {
-      char msg[200];
+      char msg[256];
       if (rc == -EMSGSIZE)
-        snprintf(msg, sizeof(msg), "%s of %zu bytes in %s (a request for less at a time fits)", why,
-                 s->opts.max_reply, trun_proto_op_name(r.op));
+        snprintf(msg, sizeof(msg),
+                 "%s of %zu bytes in %s: ask for fewer or smaller values at a time (trun-store serve: "
+                 "--max-reply-bytes)",
+                 why, s->opts.max_reply, trun_proto_op_name(r.op));
       else
         snprintf(msg, sizeof(msg), "%s in %s", why, trun_proto_op_name(r.op));
       trun__conn_close(c, msg);
