@@ -78,8 +78,6 @@ size_t trun__push_limit(const trun_server *s) {
   return s->opts.max_reply ? s->opts.max_pending_out + s->opts.max_reply : 0;
 }
 
-static size_t pending_out(const conn *c) { return c->out.len + c->wbuf.len; }
-
 int trun_server_port(const trun_server *s) { return s->port; }
 trun_kv *trun_server_kv(trun_server *s) { return s->kv; }
 void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
@@ -156,7 +154,7 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
   }
   if (c->closing) return;
   size_t limit = trun__push_limit(c->srv);
-  if (limit > 0 && pending_out(c) + 25 + key.n + old.n + new_.n > limit) {
+  if (limit > 0 && trun__pending_out(c) + 25 + key.n + old.n + new_.n > limit) {
     conn_doom(c, "watch updates not read: unsent replies over the output limit");
     return;
   }
@@ -459,7 +457,7 @@ static void conn_write(conn *c);
 /* Reads while c's requests may run: none is held and the unsent replies are under max_pending_out (once
  * stopped, under half of it). */
 static void update_reading(conn *c) {
-  size_t pending = pending_out(c), max = c->srv->opts.max_pending_out;
+  size_t pending = trun__pending_out(c), max = c->srv->opts.max_pending_out;
   if (c->closing || c->doomed) return;
   if (c->reading && (c->held || pending > max)) {
     uv_read_stop((uv_stream_t *)&c->tcp);
@@ -497,7 +495,7 @@ static void conn_resume(conn *c) {
 void trun__conn_flush(conn *c) {
   while (!c->closing) {
     if (!c->writing && c->out.len > 0) conn_write(c);
-    if (c->closing || !c->held || c->doomed || pending_out(c) > c->srv->opts.max_pending_out / 2) break;
+    if (c->closing || !c->held || c->doomed || trun__pending_out(c) > c->srv->opts.max_pending_out / 2) break;
     conn_resume(c);
   }
   if (!c->closing) update_reading(c);
@@ -578,7 +576,7 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     c->need = 0;
   }
   while (off < len && !c->closing && !c->doomed) {
-    if (pending_out(c) > s->opts.max_pending_out) {
+    if (trun__pending_out(c) > s->opts.max_pending_out) {
       c->held = 1; /* back-pressure: the rest waits in c->in until the client reads */
       break;
     }

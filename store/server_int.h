@@ -114,6 +114,7 @@ struct conn {
   conn *xprev, *xnext; /* in sh->xq while xqueued (under sh->mu; read without it as an atomic hint) */
   int xqueued;
   const char *xfail; /* under sh->mu: why replies queued by another thread were lost (c closes) */
+  int xwatch;        /* under sh->mu: xout holds a watch update (bounded by trun__push_limit) */
   trun_waiter w;
   char peer[64];
   acl_entry addr; /* the peer's address (prefix unused); family 0 when unknown */
@@ -142,8 +143,10 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
  * strings, key, old and new_ follow p as protocol strings (a WATCH_KEY update). */
 void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
                              trun_slice new_, int strings);
-/* The unsent replies that a push (wake-up, watch update) may take a connection's output to. */
+/* The unsent replies that a push (wake-up, watch update) may take a connection's output to; 0: no limit. */
 size_t trun__push_limit(const trun_server *s);
+/* Owner thread: c's replies not yet sent. */
+static inline size_t trun__pending_out(const conn *c) { return c->out.len + c->wbuf.len; }
 /* Owner thread, sh->mu held: takes c off its shard's queue. */
 void trun__xq_unlink(conn *c);
 /* Owner thread: moves what other threads queued for c into its output. 0, or -1 when c has to close. */

@@ -30,6 +30,7 @@ void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key
   }
   if (rc < 0) c->xfail = "out of memory queueing a reply";
   if (c->xfail) c->xout.len = 0;
+  c->xwatch |= strings;
   if (!c->xqueued) {
     c->xprev = NULL;
     c->xnext = sh->xq;
@@ -53,14 +54,25 @@ void trun__xq_unlink(conn *c) {
   __atomic_store_n(&c->xqueued, 0, __ATOMIC_RELEASE);
 }
 
+/* Owner thread, sh->mu held, after moving xout into c's output: watch updates queued by other threads
+ * took the unsent replies over trun__push_limit (a watcher that does not read). Wake-ups never do. */
+static int watch_over(conn *c) {
+  size_t limit = trun__push_limit(c->srv);
+  int over = c->xfail == NULL && c->xwatch && limit > 0 && trun__pending_out(c) > limit;
+  c->xwatch = 0;
+  if (over) c->xfail = "watch updates not read: unsent replies over the output limit";
+  return over;
+}
+
 /* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
- * close (a reply was lost to memory). */
+ * close (c->xfail: a reply was lost to memory, or c does not read its watch updates). */
 int trun__conn_take_remote(conn *c) {
   if (!__atomic_load_n(&c->xqueued, __ATOMIC_ACQUIRE)) return 0;
   shard *sh = c->sh;
   pthread_mutex_lock(&sh->mu);
   int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
   if (c->xfail == NULL && rc < 0) c->xfail = "out of memory queueing a reply";
+  if (watch_over(c)) rc = -1;
   c->xout.len = 0;
   trun__xq_unlink(c);
   pthread_mutex_unlock(&sh->mu);
@@ -173,6 +185,7 @@ static void on_shard_async(uv_async_t *a) {
     conn *c = sh->xq;
     if (c->xfail == NULL && trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0)
       c->xfail = "out of memory queueing a reply";
+    watch_over(c);
     c->xout.len = 0;
     trun__xq_unlink(c);
     if (c->xfail && !c->doomed) c->doomed = c->xfail;

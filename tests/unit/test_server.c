@@ -1189,11 +1189,13 @@ START_TEST(test_reply_cap) {
 END_TEST
 
 /* A 1.13 watcher that never reads its updates: once they pass max_pending_out + max_reply unsent, the
- * server closes it (a slow consumer) instead of buffering every value ever written; the writer goes on. */
+ * server closes it (a slow consumer) instead of buffering every value ever written; the writer goes on.
+ * With one loop, and with four (the writer's updates cross threads). */
 START_TEST(test_watcher_slow_consumer) {
   trun_server_opts o;
   trun_server_opts_default(&o);
   o.max_reply = 1u << 20;
+  o.threads = _i ? 4 : 1;
   start_with(&o);
   int w = connect_legacy(), l = connect_legacy();
   int rcv = 4096;
@@ -1333,7 +1335,7 @@ static Suite *server_suite(void) {
   tcase_add_test(tc, test_limits_close);
   tcase_add_test(tc, test_reply_cap);
   tcase_add_test(tc, test_input_budget);
-  tcase_add_test(tc, test_watcher_slow_consumer);
+  tcase_add_loop_test(tc, test_watcher_slow_consumer, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("wait");
   tcase_add_checked_fixture(tc, setup, teardown);
