@@ -407,6 +407,7 @@ static void run_round(agent *a) {
     if (!a->watcher_on) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
   }
   trun_stall_begin(a->stall, a->nproc);
+  trun__agent_torchwatch_round(a);
   for (int i = 0; i < a->nproc; i++) {
     a->w[i].a = a;
     a->w[i].local_rank = i;
@@ -578,6 +579,7 @@ static int plan(agent *a) {
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
     return -1;
   }
+  if (trun__agent_torchwatch_open(a) < 0) return -1;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
   return 0;
@@ -813,6 +815,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   char **orig_env = a.env;
   int code = agent_main(&a);
   trun__agent_health_close(&a);
+  trun__agent_torchwatch_close(&a);
   join_watcher(&a);
   if (a.watch_client) trun_client_close(a.watch_client);
   trun_obs_close(a.obs, code);
