@@ -552,8 +552,8 @@ static char **preflight_env(void *arg, int lr) {
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
 
-/* What the node has, the workers' base environment (NCCL / EFA decisions included) and the run
- * directory. 0, or -1 (said on stderr). */
+/* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,
+ * torch's watchdog and health port. 0, or -1 / -2 (bad input) said on stderr. */
 static int plan(agent *a) {
   char *err = a->discover_err; /* kept for the health gate */
   int omp_forced = 0;
@@ -579,7 +579,7 @@ static int plan(agent *a) {
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
     return -1;
   }
-  if (trun__agent_torchwatch_open(a) < 0) return -1;
+  if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
   return 0;
@@ -721,7 +721,8 @@ static int rounds(agent *a) {
 }
 
 static int agent_main(agent *a) {
-  if (plan(a) < 0) return 1;
+  int prc = plan(a);
+  if (prc < 0) return prc == -2 ? 2 : 1;                          /* -2: bad input (agent_torchwatch.c) */
   if (trun__agent_health_gate(a) < 0) return TRUN_EXIT_UNHEALTHY; /* before joining: the node stays out */
   int code = meet(a) < 0 ? 1 : rounds(a);
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);

@@ -115,6 +115,7 @@ struct agent {
   int health_seen;                /* other nodes' health records already read from the store */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
+  trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -153,10 +154,13 @@ int trun__agent_unhealthy_exit(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
 
+/* torch's agent gives its health-check server this timeout (seconds) over the watchdog's last progress. */
+#define TRUN_HEALTH_PORT_TIMEOUT_S 60
 /* agent_torchwatch.c: torch's file-timer watchdog, with TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent's
  * environment: makes the FIFO (TORCHELASTIC_TIMER_FILE or a fresh /tmp/watchdog_timer_<hex>) and puts its
- * path into a->env for the workers; an expired scope signals the worker (named in its failure record). 0,
- * or -1 (said on stderr). */
+ * path into a->env for the workers; an expired scope signals the worker (named in its failure record). And
+ * with TORCHELASTIC_HEALTH_CHECK_PORT, the health probe on that port. 0, -1 (said on stderr), or -2 for a
+ * bad TORCHELASTIC_HEALTH_CHECK_PORT (said; the agent exits 2). */
 int trun__agent_torchwatch_open(agent *a);
 /* A new round: the last round's timers go. */
 void trun__agent_torchwatch_round(agent *a);

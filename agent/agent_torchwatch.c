@@ -74,7 +74,7 @@ static int default_path(agent *a, char *out, size_t len) {
   return trun__agent_pathf(out, len, "%s/watchdog_timer_%s", tmp && tmp[0] ? tmp : "/tmp", hex);
 }
 
-int trun__agent_torchwatch_open(agent *a) {
+static int file_timer(agent *a) {
   const char *on = trun_strv_getenv(a->env, "TORCHELASTIC_ENABLE_FILE_TIMER");
   if (on == NULL || strcmp(on, "1") != 0) return 0;
   char path[PATH_MAX], err[512];
@@ -100,9 +100,52 @@ int trun__agent_torchwatch_open(agent *a) {
   return 0;
 }
 
+/* torch's alive callback: the watchdog's last progress time (now without a watchdog); alive within the
+ * timeout torch's agent gives its health-check server. */
+static int probe(void *arg, trun_buf *out) {
+  agent *a = arg;
+  double now = trun__agent_now(), last = a->ftimer ? trun_ftimer_last_progress(a->ftimer) : now;
+  int alive = now - last <= TRUN_HEALTH_PORT_TIMEOUT_S;
+  char body[192];
+  int n = snprintf(body, sizeof(body),
+                   "{\"alive\": %s, \"last_progress_time\": %lld, \"timeout_s\": %d, \"file_timer\": %s}\n",
+                   alive ? "true" : "false", (long long)last, TRUN_HEALTH_PORT_TIMEOUT_S,
+                   a->ftimer ? "true" : "false");
+  trun_buf_append(out, body, (size_t)n);
+  return alive;
+}
+
+static int health_port(agent *a) {
+  const char *v = trun_strv_getenv(a->env, "TORCHELASTIC_HEALTH_CHECK_PORT");
+  if (v == NULL) return 0;
+  char *end = NULL;
+  errno = 0;
+  long port = strtol(v, &end, 10);
+  if (v[0] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535) {
+    trun_error(
+        "TORCHELASTIC_HEALTH_CHECK_PORT='%.40s' is not a port 0-65535 (0: a free one); fix or unset it", v);
+    return -2;
+  }
+  int got = 0, rc = trun_metrics_start_probe(a->loop, NULL, (int)port, probe, a, &a->probe, &got);
+  if (rc < 0) {
+    trun_error("TORCHELASTIC_HEALTH_CHECK_PORT=%ld: cannot listen: %s; pick another port (0: a free one)",
+               port, uv_strerror(rc));
+    return -2;
+  }
+  trun_info("answering health probes on port %d (TORCHELASTIC_HEALTH_CHECK_PORT; 200 alive, 503 not)", got);
+  return 0;
+}
+
 void trun__agent_torchwatch_round(agent *a) { trun_ftimer_clear(a->ftimer); }
+
+int trun__agent_torchwatch_open(agent *a) {
+  int rc = file_timer(a);
+  return rc < 0 ? rc : health_port(a);
+}
 
 void trun__agent_torchwatch_close(agent *a) {
   trun_ftimer_close(a->ftimer);
   a->ftimer = NULL;
+  trun_metrics_close(a->probe);
+  a->probe = NULL;
 }
