@@ -49,7 +49,8 @@ typedef struct {
   int signals[TRUN_MAX_SIGNALS];
   int nsignals;
   const char *signals_text;
-  double shutdown_timeout; /* seconds between the forwarded signal and SIGKILL */
+  double shutdown_timeout;     /* seconds between the forwarded signal and SIGKILL */
+  double exit_barrier_timeout; /* seconds the exit barrier waits for the other agents (default 300) */
   int virtual_local_rank;
   int dry_run;
   int explain;                 /* --explain: print the node and the environment decisions, start nothing */
