@@ -49,8 +49,10 @@ PYTHON_EXEC=$host_py setsid "$trun" --standalone --nproc-per-node 1 --max-restar
   --metrics-port 0 "$worker" "$tmp/$name" hang wait >"$tmp/$name.out" 2>"$tmp/$name.err" &
 pid=$!
 _bg_pgids+=("$pid")
+t=0
 until [ -f "$tmp/$name/restarted.0" ]; do
   kill -0 "$pid" 2>/dev/null || { cat "$tmp/$name.err" >&2; fail "$name: trun ended before the restarted worker"; }
+  [ $((t += 1)) -lt 600 ] || { cat "$tmp/$name.err" >&2; fail "$name: no restarted worker within 120 s"; }
   sleep 0.2
 done
 port=$(sed -n 's/.*serving Prometheus metrics on port \([0-9]*\).*/\1/p' "$tmp/$name.err" | head -n1)

@@ -34,8 +34,10 @@ start() {
     "$tmp/wait.py" "$tmp/$name.go" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   job=$!
   _bg_pgids+=("$job")
+  local t=0
   until grep -q 'answering health probes on port' "$tmp/$name.err"; do
     kill -0 "$job" 2>/dev/null || { cat "$tmp/$name.err" >&2; fail "$name: trun ended before the probe port"; }
+    [ $((t += 1)) -lt 600 ] || fail "$name: no 'answering health probes on port' line within 120 s"
     sleep 0.2
   done
   port=$(sed -n 's/.*answering health probes on port \([0-9]*\).*/\1/p' "$tmp/$name.err" | head -n1)
