@@ -15,6 +15,7 @@
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
 #include "agent_int.h"
+#include "config/config.h"
 #include "store/store.h"
 
 /* The local worker whose process group pid belongs to (the worker itself or a process it started), NULL. */
@@ -57,21 +58,18 @@ static void on_expired(void *arg, pid_t pid, const char *scope, int sig) {
     trun_error("file-timer watchdog: kill(%d, %s): %s", (int)pid, sname, strerror(errno));
 }
 
-/* A path like torch's /tmp/watchdog_timer_<uuid4> (under $TMPDIR when set). */
+/* torch's /tmp/watchdog_timer_<uuid4>, under $TMPDIR when set. */
 static int default_path(agent *a, char *out, size_t len) {
-  unsigned char r[16];
-  FILE *f = fopen("/dev/urandom", "re");
-  size_t got = f ? fread(r, 1, sizeof(r), f) : 0;
-  if (f) fclose(f);
-  if (got != sizeof(r)) {
-    trun_error("file-timer watchdog: cannot read /dev/urandom for the FIFO's name: %s",
-               f ? "short read" : strerror(errno));
+  const char *tmp = trun_strv_getenv(a->env, "TMPDIR");
+  char id[40];
+  trun_uuid4(id, sizeof(id));
+  if (trun__agent_pathf(out, len, "%s/watchdog_timer_%s", tmp && tmp[0] ? tmp : "/tmp", id) < 0) {
+    trun_error(
+        "file-timer watchdog: the FIFO's path under TMPDIR=%.200s is too long; set TORCHELASTIC_TIMER_FILE",
+        tmp ? tmp : "");
     return -1;
   }
-  const char *tmp = trun_strv_getenv(a->env, "TMPDIR");
-  char hex[33];
-  for (size_t i = 0; i < sizeof(r); i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
-  return trun__agent_pathf(out, len, "%s/watchdog_timer_%s", tmp && tmp[0] ? tmp : "/tmp", hex);
+  return 0;
 }
 
 static int file_timer(agent *a) {

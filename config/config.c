@@ -174,7 +174,7 @@ static int parse_signals(const char *s, trun_config *cfg) {
   return 0;
 }
 
-static void uuid4(char *out, size_t len) {
+void trun_uuid4(char *out, size_t len) {
   unsigned char b[16];
   if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
     for (size_t i = 0; i < sizeof(b); i++) b[i] = (unsigned char)(rand() ^ (int)i);
@@ -378,7 +378,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     cfg->min_nodes = cfg->max_nodes = 1;
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
     cfg->endpoint_port = 0;
-    uuid4(cfg->run_id, sizeof(cfg->run_id));
+    trun_uuid4(cfg->run_id, sizeof(cfg->run_id));
   } else if (ep && ep[0]) {
     if (parse_endpoint(ep, cfg->endpoint_host, sizeof(cfg->endpoint_host), &cfg->endpoint_port) < 0 ||
         cfg->endpoint_host[0] == '\0')
@@ -393,7 +393,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
       /* One node and no port asked for: a private store on a free port, like torchrun's newest. */
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
       cfg->endpoint_port = 0;
-      if (v[TRUN_OPT_RDZV_ID].src == TRUN_SRC_DEFAULT) uuid4(cfg->run_id, sizeof(cfg->run_id));
+      if (v[TRUN_OPT_RDZV_ID].src == TRUN_SRC_DEFAULT) trun_uuid4(cfg->run_id, sizeof(cfg->run_id));
     } else {
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
       cfg->endpoint_port = cfg->master_port;
