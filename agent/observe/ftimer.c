@@ -19,6 +19,8 @@
 #define MAX_SAID 10
 /* The watchdog's pass runs at least this often (dead pids, the health probe's progress time). */
 #define PASS_MS 1000
+/* Reads of the FIFO (8 KiB each) per wake-up of the loop. */
+#define READS_PER_WAKEUP 8
 
 struct trun_ftimer {
   uv_loop_t *loop;
@@ -97,11 +99,12 @@ static void pass(trun_ftimer *t) {
   double now = wall_s();
   t->last_progress = now;
   for (size_t i = 0; i < t->n;) {
+    if (kill(t->t[i].pid, 0) < 0 && errno == ESRCH) { /* gone: nothing to reap (torch skips it too) */
+      drop(t, i);
+      continue;
+    }
     if (t->t[i].expiration_time > now) {
-      if (kill(t->t[i].pid, 0) < 0 && errno == ESRCH)
-        drop(t, i);
-      else
-        i++;
+      i++;
       continue;
     }
     pid_t pid = t->t[i].pid;
@@ -176,9 +179,14 @@ static void on_readable(uv_poll_t *h, int status, int events) {
   trun_ftimer *t = h->data;
   if (status < 0) return;
   char buf[8192];
-  for (;;) {
+  /* At most READS_PER_WAKEUP reads, so that a writer that never stops cannot hold the loop: the poll is
+   * level-triggered and comes back on the next iteration. */
+  for (int reads = 0; reads < READS_PER_WAKEUP; reads++) {
     ssize_t got = read(t->rfd, buf, sizeof(buf));
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EINTR) {
+      reads--;
+      continue;
+    }
     if (got <= 0) break; /* EAGAIN: drained (our own write end keeps EOF away) */
     for (ssize_t i = 0; i < got; i++) {
       if (buf[i] == '\n') {

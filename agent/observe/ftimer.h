@@ -3,8 +3,9 @@
  * {"version": 1, "pid": P, "scope_id": "S", "expiration_time": T, "signal": N}; T is a wall-clock time
  * (time.time()), a negative T releases (pid, scope). A (pid, scope) whose time passes is handed to the
  * callback with the first expired signal > 0 (by expiration time) and every timer of that pid is dropped,
- * as torch's server does; so are timers of pids that no longer exist. Malformed lines are logged (a few)
- * and skipped; at most TRUN_FTIMER_MAX_TIMERS timers are kept. */
+ * as torch's server does; timers of pids that no longer exist are dropped without a call. Malformed lines
+ * are logged (a few) and skipped; at most TRUN_FTIMER_MAX_TIMERS timers are kept; one wake-up of the loop
+ * reads at most 64 KiB, so a writer that never stops cannot hold the loop. */
 #ifndef TRUN_FTIMER_H
 #define TRUN_FTIMER_H
 

@@ -201,6 +201,46 @@ START_TEST(test_serve) {
 }
 END_TEST
 
+/* A writer that keeps the FIFO full cannot hold the loop: one wake-up reads at most 64 KiB. 3000 requests
+ * (~300 KiB, in a FIFO grown to hold them) take several turns of the loop, not one. */
+START_TEST(test_reads_bounded_per_wakeup) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  char dir[] = "/tmp/trun-ftimer-XXXXXX", path[128], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/timer", dir);
+  seen s = {0};
+  trun_ftimer *t = trun_ftimer_open(&loop, path, on_expired, &s, err, sizeof(err));
+  ck_assert_msg(t != NULL, "%s", err);
+  pid_t a = sleeper();
+  int fd = open(path, O_WRONLY | O_NONBLOCK);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_ge(fcntl(fd, F_SETPIPE_SZ, 1 << 20), 1 << 20);
+  size_t total = 0;
+  for (int i = 0; i < 3000; i++) {
+    char line[200];
+    int n = snprintf(line, sizeof(line),
+                     "{\"version\": 1, \"pid\": %d, \"scope_id\": \"s%d\", \"expiration_time\": %.3f, "
+                     "\"signal\": 9}\n",
+                     (int)a, i, wall() + 600);
+    ck_assert_int_eq(write(fd, line, (size_t)n), n);
+    total += (size_t)n;
+  }
+  ck_assert_uint_gt(total, 4 * 65536);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  size_t first = trun_ftimer_count(t);
+  ck_assert_msg(first > 0 && first < 3000, "one turn of the loop read %zu of 3000 requests", first);
+  RUN_UNTIL(&loop, trun_ftimer_count(t) == 3000);
+  ck_assert_int_eq(trun_ftimer_count(t), 3000);
+  close(fd);
+  reap(a);
+  trun_ftimer_close(t);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_open_errors) {
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -220,6 +260,7 @@ static Suite *ftimer_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_parse);
   tcase_add_test(tc, test_serve);
+  tcase_add_test(tc, test_reads_bounded_per_wakeup);
   tcase_add_test(tc, test_open_errors);
   suite_add_tcase(s, tc);
   return s;
