@@ -407,6 +407,7 @@ static void run_round(agent *a) {
     if (!a->watcher_on) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
   }
   trun_stall_begin(a->stall, a->nproc);
+  trun__agent_torchwatch_round(a);
   for (int i = 0; i < a->nproc; i++) {
     a->w[i].a = a;
     a->w[i].local_rank = i;
@@ -551,8 +552,8 @@ static char **preflight_env(void *arg, int lr) {
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
 
-/* What the node has, the workers' base environment (NCCL / EFA decisions included) and the run
- * directory. 0, or -1 (said on stderr). */
+/* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,
+ * torch's watchdog and health port. 0, or -1 / -2 (bad input) said on stderr. */
 static int plan(agent *a) {
   char *err = a->discover_err; /* kept for the health gate */
   int omp_forced = 0;
@@ -578,6 +579,7 @@ static int plan(agent *a) {
                a->cfg->log_dir ? a->cfg->log_dir : "/tmp", strerror(-rc));
     return -1;
   }
+  if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
   return 0;
@@ -719,7 +721,8 @@ static int rounds(agent *a) {
 }
 
 static int agent_main(agent *a) {
-  if (plan(a) < 0) return 1;
+  int prc = plan(a);
+  if (prc < 0) return prc == -2 ? 2 : 1;                          /* -2: bad input (agent_torchwatch.c) */
   if (trun__agent_health_gate(a) < 0) return TRUN_EXIT_UNHEALTHY; /* before joining: the node stays out */
   int code = meet(a) < 0 ? 1 : rounds(a);
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
@@ -813,6 +816,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   char **orig_env = a.env;
   int code = agent_main(&a);
   trun__agent_health_close(&a);
+  trun__agent_torchwatch_close(&a);
   join_watcher(&a);
   if (a.watch_client) trun_client_close(a.watch_client);
   trun_obs_close(a.obs, code);

@@ -48,6 +48,15 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
       }
       f->timestamp = a->unhealthy_time;
     }
+    if (w->timer_scope[0]) {
+      char *msg = NULL, sig[32];
+      if (asprintf(&msg, "torch's file-timer watchdog: scope '%s' expired, killed with %s%s%s",
+                   w->timer_scope, trun_signal_name(w->timer_signal, sig, sizeof(sig)),
+                   f->message ? "; then: " : "", f->message ? f->message : "") >= 0) {
+        free(f->message);
+        f->message = msg;
+      }
+    }
     if (w->stalled_s > 0) {
       char *msg = NULL;
       if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,

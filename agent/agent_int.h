@@ -1,6 +1,7 @@
 /* Internals of the agent shared by its files (libuv's convention: trun__ names are private): agent.c (life
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
- * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes). */
+ * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
+ * agent_torchwatch.c (torch's file-timer watchdog and health-check port). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
 
@@ -43,7 +44,9 @@ typedef struct {
   trun_stream *out, *err;
   char error_file[PATH_MAX];
   char log_out[PATH_MAX], log_err[PATH_MAX];
-  double stalled_s; /* --stall-timeout found it stalled for this long (0: not) */
+  double stalled_s;      /* --stall-timeout found it stalled for this long (0: not) */
+  char timer_scope[128]; /* torch's file-timer watchdog killed it: the expired scope ("" not) */
+  int timer_signal;
 } worker;
 
 struct agent {
@@ -111,6 +114,8 @@ struct agent {
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
+  trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
+  trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -148,5 +153,18 @@ void trun__agent_leave_unhealthy(agent *a);
 int trun__agent_unhealthy_exit(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
+
+/* torch's agent gives its health-check server this timeout (seconds) over the watchdog's last progress. */
+#define TRUN_HEALTH_PORT_TIMEOUT_S 60
+/* agent_torchwatch.c: torch's file-timer watchdog, with TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent's
+ * environment: makes the FIFO (TORCHELASTIC_TIMER_FILE or a fresh /tmp/watchdog_timer_<hex>) and puts its
+ * path into a->env for the workers; an expired scope signals the worker (named in its failure record). And
+ * with TORCHELASTIC_HEALTH_CHECK_PORT, the health probe on that port. 0, -1 (said on stderr), or -2 for a
+ * bad TORCHELASTIC_HEALTH_CHECK_PORT (said; the agent exits 2). */
+int trun__agent_torchwatch_open(agent *a);
+/* A new round: the last round's timers go. */
+void trun__agent_torchwatch_round(agent *a);
+/* Removes the FIFO (before the loop is torn down). */
+void trun__agent_torchwatch_close(agent *a);
 
 #endif

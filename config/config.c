@@ -174,7 +174,7 @@ static int parse_signals(const char *s, trun_config *cfg) {
   return 0;
 }
 
-static void uuid4(char *out, size_t len) {
+void trun_uuid4(char *out, size_t len) {
   unsigned char b[16];
   if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
     for (size_t i = 0; i < sizeof(b); i++) b[i] = (unsigned char)(rand() ^ (int)i);
@@ -288,6 +288,29 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (st && parse_double(st, &cfg->shutdown_timeout) < 0)
     return fail(err, errlen, cl, TRUN_OPT_SHUTDOWN_TIMEOUT,
                 "--shutdown-timeout '%s' must be a number of seconds >= 0", st);
+  const char *eb = VAL(TRUN_OPT_EXIT_BARRIER_TIMEOUT);
+  if (eb == NULL) eb = env_get(envp, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT");
+  cfg->exit_barrier_timeout = 300;
+  if (eb && (parse_double(eb, &cfg->exit_barrier_timeout) < 0 || isnan(cfg->exit_barrier_timeout)))
+    return fail(
+        err, errlen, cl, TRUN_OPT_EXIT_BARRIER_TIMEOUT, "%s '%s' must be a number of seconds >= 0",
+        VAL(TRUN_OPT_EXIT_BARRIER_TIMEOUT) ? "--exit-barrier-timeout" : "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT",
+        eb);
+  /* torchrun refuses names it cannot find (torch.distributed.elastic.events.handlers, the torchrun.logs_specs
+   * entry points); trun has torch's built-in ones and loads no Python plugins. */
+  const char *elh = VAL(TRUN_OPT_EVENT_LOG_HANDLER);
+  if (elh && strcmp(elh, "null") != 0 && strcmp(elh, "console") != 0 &&
+      strcmp(elh, "dynamic_rendezvous") != 0)
+    return fail(
+        err, errlen, cl, TRUN_OPT_EVENT_LOG_HANDLER,
+        "--event-log-handler '%s' is not an event log handler: use null, console or dynamic_rendezvous", elh);
+  const char *ls = VAL(TRUN_OPT_LOGS_SPECS);
+  if (ls && strcmp(ls, "default") != 0)
+    return fail(
+        err, errlen, cl, TRUN_OPT_LOGS_SPECS,
+        "--logs-specs '%s' is not a torchrun.logs_specs entry point trun has: only 'default' (trun loads "
+        "no Python plugins; use --log-dir, --redirects and --tee)",
+        ls);
   /* Observability and hardening (issue 8). */
   cfg->events = VAL(TRUN_OPT_EVENTS);
   if (cfg->events && cfg->events[0] == '\0')
@@ -355,7 +378,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     cfg->min_nodes = cfg->max_nodes = 1;
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
     cfg->endpoint_port = 0;
-    uuid4(cfg->run_id, sizeof(cfg->run_id));
+    trun_uuid4(cfg->run_id, sizeof(cfg->run_id));
   } else if (ep && ep[0]) {
     if (parse_endpoint(ep, cfg->endpoint_host, sizeof(cfg->endpoint_host), &cfg->endpoint_port) < 0 ||
         cfg->endpoint_host[0] == '\0')
@@ -370,7 +393,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
       /* One node and no port asked for: a private store on a free port, like torchrun's newest. */
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
       cfg->endpoint_port = 0;
-      if (v[TRUN_OPT_RDZV_ID].src == TRUN_SRC_DEFAULT) uuid4(cfg->run_id, sizeof(cfg->run_id));
+      if (v[TRUN_OPT_RDZV_ID].src == TRUN_SRC_DEFAULT) trun_uuid4(cfg->run_id, sizeof(cfg->run_id));
     } else {
       snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "%s", cfg->master_addr);
       cfg->endpoint_port = cfg->master_port;

@@ -49,7 +49,8 @@ typedef struct {
   int signals[TRUN_MAX_SIGNALS];
   int nsignals;
   const char *signals_text;
-  double shutdown_timeout; /* seconds between the forwarded signal and SIGKILL */
+  double shutdown_timeout;     /* seconds between the forwarded signal and SIGKILL */
+  double exit_barrier_timeout; /* seconds the exit barrier waits for the other agents (default 300) */
   int virtual_local_rank;
   int dry_run;
   int explain;                 /* --explain: print the node and the environment decisions, start nothing */
@@ -82,6 +83,9 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                               size_t errlen);
 /* Streams (bit 1 stdout, bit 2 stderr) redirected to files / tee'd for a local rank. */
 int trun_config_redirects(const trun_config *cfg, int local_rank);
+/* A random UUID (version 4) as text, as Python's str(uuid.uuid4()): --standalone's run id, the watchdog's
+ * FIFO. */
+void trun_uuid4(char *out, size_t len);
 int trun_config_tee(const trun_config *cfg, int local_rank);
 int trun_config_console_shows(const trun_config *cfg, int local_rank);
 

@@ -208,6 +208,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                               "launcher's first line came, the end of stdin (the ssh session is gone) stops "
                               "the job as SIGHUP would, and a line naming a signal (SIGINT, SIGTERM, SIGHUP, "
                               "SIGQUIT) acts as that signal."},
+    [TRUN_OPT_EXIT_BARRIER_TIMEOUT] =
+        {"exit-barrier-timeout", "exit_barrier_timeout", 0, 0, NULL, "PET_EXIT_BARRIER_TIMEOUT",
+         TRUN_G_COMPAT, "EXIT_BARRIER_TIMEOUT",
+         "Seconds the agents wait for each other at the end of the job (the exit "
+         "barrier). Unset: $TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT, else 300."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

@@ -63,6 +63,7 @@ typedef enum {
   TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
   TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
   TRUN_OPT_WATCH_STDIN,   /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
+  TRUN_OPT_EXIT_BARRIER_TIMEOUT, /* --exit-barrier-timeout S: the exit barrier's wait (pytorch#157318) */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

@@ -13,6 +13,7 @@ typedef struct mconn mconn;
 struct trun_metrics {
   uv_tcp_t listener;
   trun_metrics_render render;
+  trun_metrics_probe probe; /* set: a health probe (trun_metrics_start_probe) instead of /metrics */
   void *arg;
   mconn *conns;
   int nconns;
@@ -105,6 +106,18 @@ static void serve(mconn *c) {
   }
   char *q = strchr(target, '?');
   if (q) *q = '\0';
+  if (c->m->probe && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)) {
+    trun_buf body = {0};
+    int alive = c->m->probe(c->m->arg, &body);
+    if (strcmp(method, "HEAD") == 0) body.len = 0;
+    reply(c, alive ? 200 : 503, alive ? "OK" : "Service Unavailable", "application/json", &body);
+    trun_buf_free(&body);
+    return;
+  }
+  if (c->m->probe) {
+    reply(c, 405, "Method Not Allowed", "text/plain; charset=utf-8", NULL);
+    return;
+  }
   if (strcmp(target, "/metrics") != 0) {
     reply(c, 404, "Not Found", "text/plain; charset=utf-8", NULL);
     return;
@@ -163,6 +176,13 @@ static void on_connection(uv_stream_t *l, int status) {
   if (m->conns) m->conns->prev = c;
   m->conns = c;
   m->nconns++;
+  if (m->probe && m->nconns > TRUN_METRICS_MAX_CONNS) {
+    /* A probe must get through a crowd of idle clients: the oldest unanswered connection goes instead. */
+    mconn *old = c;
+    while (old->next) old = old->next;
+    while (old != c && old->answered) old = old->prev;
+    if (old != c) conn_close(old);
+  }
   if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || m->nconns > TRUN_METRICS_MAX_CONNS) {
     conn_close(c);
     return;
@@ -173,11 +193,12 @@ static void on_connection(uv_stream_t *l, int status) {
 
 static void on_listener_closed(uv_handle_t *h) { release(h->data); }
 
-int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render, void *arg,
-                       trun_metrics **out, int *port_out) {
+static int start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render,
+                 trun_metrics_probe probe, void *arg, trun_metrics **out, int *port_out) {
   trun_metrics *m = calloc(1, sizeof(*m));
   if (m == NULL) return UV_ENOMEM;
   m->render = render;
+  m->probe = probe;
   m->arg = arg;
   int rc = uv_tcp_init(loop, &m->listener);
   if (rc < 0) {
@@ -210,6 +231,16 @@ int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics
                                              : ((struct sockaddr_in *)&ss)->sin_port);
   *out = m;
   return 0;
+}
+
+int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render, void *arg,
+                       trun_metrics **out, int *port_out) {
+  return start(loop, host, port, render, NULL, arg, out, port_out);
+}
+
+int trun_metrics_start_probe(uv_loop_t *loop, const char *host, int port, trun_metrics_probe probe, void *arg,
+                             trun_metrics **out, int *port_out) {
+  return start(loop, host, port, NULL, probe, arg, out, port_out);
 }
 
 void trun_metrics_close(trun_metrics *m) {

@@ -18,6 +18,13 @@ typedef void (*trun_metrics_render)(void *arg, trun_buf *out);
 /* Listens on host:port (NULL host: every address, port 0: a free one). 0 or a negative libuv error. */
 int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render, void *arg,
                        trun_metrics **out, int *port_out);
+/* A health probe on the same server (TORCHELASTIC_HEALTH_CHECK_PORT): GET or HEAD of any path answers
+ * probe's body (JSON) with 200 when probe returns 1, 503 when 0; other methods get 405. When
+ * TRUN_METRICS_MAX_CONNS connections are open, a new one closes the oldest unanswered one (a crowd of idle
+ * clients cannot lock a probe out). */
+typedef int (*trun_metrics_probe)(void *arg, trun_buf *out);
+int trun_metrics_start_probe(uv_loop_t *loop, const char *host, int port, trun_metrics_probe probe, void *arg,
+                             trun_metrics **out, int *port_out);
 /* Closes the listener and every connection; memory goes once the loop has run the close callbacks. */
 void trun_metrics_close(trun_metrics *m);
 /* Appends "name{labels} value\n" (labels may be NULL or ""). */

@@ -12,6 +12,8 @@
 
 #define MAX_CODES 64
 #define MAX_HEALTH 16
+/* Scopes counted by trun_timer_expired_total (more go to the last one, scope="(other)"). */
+#define MAX_SCOPES 32
 
 struct trun_obs {
   trun_events *ev;
@@ -24,6 +26,11 @@ struct trun_obs {
   unsigned long restarts;
   int running, succeeded, failed, stopped;
   unsigned long stalls;
+  struct {
+    char scope[96]; /* escaped for a label value */
+    unsigned long n;
+  } scopes[MAX_SCOPES];
+  int nscopes;
   unsigned long nodes_lost;
   double recovery_s; /* the last recovery, -1: none yet */
   struct {
@@ -84,6 +91,14 @@ static void render(void *arg, trun_buf *out) {
   trun_metrics_sample(out, "trun_rendezvous_duration_seconds", NULL, o->rdzv_duration);
   trun_metrics_header(out, "trun_stalls_total", "counter", "Workers found stalled by --stall-timeout.");
   trun_metrics_sample(out, "trun_stalls_total", NULL, (double)o->stalls);
+  trun_metrics_header(
+      out, "trun_timer_expired_total", "counter",
+      "Workers killed by torch's file-timer watchdog (TORCHELASTIC_ENABLE_FILE_TIMER), by scope.");
+  for (int i = 0; i < o->nscopes; i++) {
+    char slab[128];
+    snprintf(slab, sizeof(slab), "scope=\"%s\"", o->scopes[i].scope);
+    trun_metrics_sample(out, "trun_timer_expired_total", slab, (double)o->scopes[i].n);
+  }
   trun_metrics_header(out, "trun_nodes_lost_total", "counter", "Nodes of this node's rounds found lost.");
   trun_metrics_sample(out, "trun_nodes_lost_total", NULL, (double)o->nodes_lost);
   trun_metrics_header(out, "trun_recovery_seconds", "gauge",
@@ -274,6 +289,47 @@ void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idl
     json_object_set_new(f, "signal", json_string(name));
   }
   trun_events_emit(o->ev, "stall", f);
+}
+
+/* A scope as a Prometheus label value: \\, \" and \n escaped, cut to fit (never inside an escape). */
+static void label_value(const char *in, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = in; *p; p++) {
+    const char *rep = *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : NULL;
+    size_t need = rep ? 2 : 1;
+    if (o + need + 1 > len) break;
+    if (rep)
+      memcpy(out + o, rep, 2);
+    else
+      out[o] = *p;
+    o += need;
+  }
+  out[o] = '\0';
+}
+
+void trun_obs_timer_expired(trun_obs *o, pid_t pid, int rank, int local_rank, const char *scope, int signal) {
+  if (o == NULL) return;
+  char lab[sizeof(o->scopes[0].scope)];
+  label_value(scope, lab, sizeof(lab));
+  int i;
+  for (i = 0; i < o->nscopes && strcmp(o->scopes[i].scope, lab) != 0; i++) {
+  }
+  if (i == o->nscopes) {
+    if (o->nscopes == MAX_SCOPES) snprintf(lab, sizeof(lab), "(other)");
+    for (i = 0; i < o->nscopes && strcmp(o->scopes[i].scope, lab) != 0; i++) {
+    }
+    if (i == o->nscopes && o->nscopes == MAX_SCOPES) i = MAX_SCOPES - 1;
+    if (i == o->nscopes) snprintf(o->scopes[o->nscopes++].scope, sizeof(lab), "%s", lab);
+  }
+  o->scopes[i].n++;
+  json_t *f =
+      json_pack("{s:i,s:i,s:i,s:s}", "pid", (int)pid, "rank", rank, "local_rank", local_rank, "scope", scope);
+  if (signal > 0) {
+    char name[32];
+    trun_signal_name(signal, name, sizeof(name));
+    json_object_set_new(f, "signal", json_string(name));
+  }
+  trun_events_emit(o->ev, "timer_expired", f);
 }
 
 void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d) {

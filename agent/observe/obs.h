@@ -36,6 +36,10 @@ void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l);
 /* The workers run again after a loss: world, nodes, and seconds from the loss to this moment. */
 void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds);
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
+/* torch's file-timer watchdog (ftimer.h) expired scope in worker pid (rank, local_rank; -1 -1: a process
+ * of a worker's group) and sends it signal (0: none): "timer_expired" event,
+ * trun_timer_expired_total{scope}. */
+void trun_obs_timer_expired(trun_obs *o, pid_t pid, int rank, int local_rank, const char *scope, int signal);
 /* The split-pod doctor's verdict after a rendezvous round (agent/nccl/doctor.h). */
 void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
 /* The --preflight verdict (agent/nccl/preflight.h). */

@@ -512,7 +512,7 @@ static void exit_barrier(trun_rdzv *r, int timeout_ms) {
  * rendezvous for good unless the agent was stopped by a signal. */
 static void c10d_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client == NULL) return;
-  if (code == 0 || (st(r)->gen113 && !signaled)) exit_barrier(r, 300000);
+  if (code == 0 || (st(r)->gen113 && !signaled)) exit_barrier(r, trun__rdzv_exit_barrier_ms(r));
   if (!signaled && trun_dyn_close(&st(r)->dyn) < 0)
     trun_warn("could not close the c10d rendezvous: %s", st(r)->dyn.err);
 }

@@ -4,6 +4,7 @@
  * it and without a record was lost), and the exit barrier ("host_left", "left", "all_left") that keeps the
  * store up until every node has read what it needs. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,11 @@ int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out)
   else
     snprintf(out->host, sizeof(out->host), "%s", name[0] ? name : a);
   return 0;
+}
+
+int trun__rdzv_exit_barrier_ms(const trun_rdzv *r) {
+  double ms = r->cfg->exit_barrier_timeout * 1000;
+  return ms >= INT_MAX ? INT_MAX : (int)ms;
 }
 
 int trun__rdzv_host_wait_ms(int code, int signaled) { return code == 0 || signaled ? 0 : 15000; }

@@ -83,6 +83,8 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
 /* How long the nodes other than the host wait for the job's failure report before they leave: after a
  * failure, not after a signal (then every node is being stopped). */
 int trun__rdzv_host_wait_ms(int code, int signaled);
+/* --exit-barrier-timeout in ms (INT_MAX at most): how long a successful job's exit barrier waits. */
+int trun__rdzv_exit_barrier_ms(const trun_rdzv *r);
 
 /* ---- store_acl.c ---- */
 /* --store-allow-peers by published addresses (static, trun): every node publishes the address its store

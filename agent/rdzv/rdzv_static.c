@@ -174,7 +174,8 @@ static int static_ends_by_key(const trun_rdzv *r) { return r->group_world_size >
 
 static void static_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client)
-    trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000, trun__rdzv_host_wait_ms(code, signaled));
+    trun__rdzv_leave(r, r->round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
+                     trun__rdzv_host_wait_ms(code, signaled));
 }
 
 const trun_rdzv_ops trun__rdzv_static = {

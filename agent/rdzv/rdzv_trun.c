@@ -92,7 +92,8 @@ static int trun_ends_by_key(const trun_rdzv *r) {
 
 static void trun_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client == NULL) return;
-  trun__rdzv_leave(r, r->round, code == 0 ? 300000 : 5000, trun__rdzv_host_wait_ms(code, signaled));
+  trun__rdzv_leave(r, r->round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
+                   trun__rdzv_host_wait_ms(code, signaled));
   /* The job is over: later joiners give up. */
   if (code == 0 && trun_fast_close(fst(r)) < 0) trun_warn("could not close the trun rendezvous");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trun's command line: bad command lines exit 2 with exactly one stderr line naming the problem (and start
 # nothing); --help (exit 0, options in groups); --version; --dry-run prints each local rank's RANK/LOCAL_RANK/
-# WORLD_SIZE and argv and starts nothing; PET_NPROC_PER_NODE is the fallback and the command line beats it.
+# WORLD_SIZE and argv and starts nothing; PET_NPROC_PER_NODE is the fallback and the command line beats it;
+# torch's built-in --event-log-handler (null, console, dynamic_rendezvous) and --logs-specs (default) names run.
 # Workers are tests/agent/touch.py (creates ran.<local_rank>: proof that something ran). No torch needed.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
@@ -38,6 +39,9 @@ bad node-rank "--node-rank.*3" --node-rank 3 --nnodes 2 "$w" "$out"
 bad missing-script "training_script" --nproc-per-node 2
 bad missing-script-none "training_script"
 bad nproc-0 "--nproc-per-node.*'?0'?" --nproc-per-node 0 "$w" "$out"
+bad event-log-handler "--event-log-handler 'file' is not an event log handler" --event-log-handler file "$w" "$out"
+bad logs-specs "--logs-specs 'mine' is not a torchrun.logs_specs" --logs-specs mine "$w" "$out"
+bad exit-barrier-timeout "--exit-barrier-timeout '-3'" --exit-barrier-timeout -3 "$w" "$out"
 bad nproc-word "--nproc-per-node" --nproc-per-node lots "$w" "$out"
 bad redirects-5 "--redirects.*5" --redirects 5 "$w" "$out"
 bad redirects-junk "--redirects.*bad" --redirects bad "$w" "$out"
@@ -145,4 +149,13 @@ grep -q '"WORLD_SIZE": "1"' "$out/ran.0" || fail "--nproc-per-node 1: worker saw
 PET_NPROC_PER_NODE=3 trun_run --dry-run --nproc-per-node=2 "$w" "$out" >"$tmp/dry2" 2>&1 || fail "dry-run with PET_NPROC_PER_NODE failed"
 [ "$(grep -c '^local rank' "$tmp/dry2")" -eq 2 ] || fail "--nproc-per-node=2 does not beat PET_NPROC_PER_NODE=3 in --dry-run"
 echo "ok: PET_NPROC_PER_NODE"
+# torch's built-in --event-log-handler and --logs-specs names keep working.
+for elh in null console dynamic_rendezvous; do
+  rm -f "$out"/*
+  rc=0
+  trun_run --event-log-handler "$elh" --logs-specs default "$w" "$out" x >"$tmp/names.out" 2>&1 || rc=$?
+  [ $rc -eq 0 ] || fail "--event-log-handler $elh --logs-specs default: exit $rc: $(cat "$tmp/names.out")"
+  [ "$(ls "$out")" = "ran.0" ] || fail "--event-log-handler $elh --logs-specs default ran: $(ls "$out")"
+done
+echo "ok: built-in --event-log-handler / --logs-specs names"
 echo PASS

@@ -131,6 +131,8 @@ static const expect_desc expected[] = {
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_EXIT_BARRIER_TIMEOUT, "exit-barrier-timeout", "exit_barrier_timeout", 0, 0, NULL,
+     "PET_EXIT_BARRIER_TIMEOUT", "Backwards compatible parameters with caffe2.distributed.launch"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

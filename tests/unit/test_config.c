@@ -145,6 +145,39 @@ START_TEST(signals_and_timeouts) {
 }
 END_TEST
 
+/* --exit-barrier-timeout (pytorch#157318): option > PET_ / TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT > 300; torch's
+ * event log handler and logs specs names, others exit 2. */
+START_TEST(exit_barrier_and_names) {
+  trun_config c;
+  PARSE_OK(&c, "t.py");
+  ck_assert_double_eq_tol(c.exit_barrier_timeout, 300, 1e-9);
+  PARSE_OK(&c, "--exit-barrier-timeout", "2.5", "--event-log-handler", "console", "--logs-specs", "default",
+           "t.py");
+  ck_assert_double_eq_tol(c.exit_barrier_timeout, 2.5, 1e-9);
+  PARSE_OK(&c, "--exit_barrier_timeout=0", "--event_log_handler", "dynamic_rendezvous", "t.py");
+  ck_assert_double_eq_tol(c.exit_barrier_timeout, 0, 1e-9);
+  char *env[] = {"TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT=7", NULL};
+  static const char *const a[] = {"t.py", NULL};
+  static const char *const b[] = {"--exit-barrier-timeout", "9", "t.py", NULL};
+  char err[512];
+  ck_assert_int_eq(parse(&c, err, a, env), 0);
+  ck_assert_double_eq_tol(c.exit_barrier_timeout, 7, 1e-9);
+  ck_assert_int_eq(parse(&c, err, b, env), 0);
+  ck_assert_double_eq_tol(c.exit_barrier_timeout, 9, 1e-9);
+  char *badenv[] = {"TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT=soon", NULL};
+  ck_assert_int_lt(parse(&c, err, a, badenv), 0);
+  ck_assert_ptr_nonnull(strstr(err, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT 'soon'"));
+  parse_err("--exit-barrier-timeout '-1'", NULL,
+            (const char *const[]){"--exit-barrier-timeout", "-1", "t.py", NULL});
+  parse_err("--exit-barrier-timeout 'nan'", NULL,
+            (const char *const[]){"--exit-barrier-timeout", "nan", "t.py", NULL});
+  parse_err("--event-log-handler 'file' is not an event log handler", NULL,
+            (const char *const[]){"--event-log-handler", "file", "t.py", NULL});
+  parse_err("--logs-specs 'mine' is not a torchrun.logs_specs entry point", NULL,
+            (const char *const[]){"--logs-specs", "mine", "t.py", NULL});
+}
+END_TEST
+
 START_TEST(bad_inputs) {
   parse_err("--nnodes '0'", NULL, (const char *const[]){"--nnodes", "0", "t.py", NULL});
   parse_err("--nnodes '3:2'", NULL, (const char *const[]){"--nnodes", "3:2", "t.py", NULL});
@@ -414,6 +447,7 @@ int main(void) {
   tcase_add_test(tc, worker_argv);
   tcase_add_test(tc, env_python);
   tcase_add_test(tc, health_check);
+  tcase_add_test(tc, exit_barrier_and_names);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

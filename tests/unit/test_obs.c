@@ -147,6 +147,7 @@ END_TEST
 
 typedef struct {
   int port;
+  int idle; /* connections held open (sending nothing) before the request */
   char req[16384];
   size_t reqlen;
   char reply[65536];
@@ -155,6 +156,9 @@ typedef struct {
 
 static void *client(void *arg) {
   http_case *c = arg;
+  int held[TRUN_METRICS_MAX_CONNS * 2];
+  for (int i = 0; i < c->idle; i++) held[i] = unit_connect(c->port);
+  if (c->idle) usleep(300000); /* the loop accepts them */
   int fd = unit_connect(c->port);
   size_t got = 0;
   if (fd >= 0) {
@@ -165,6 +169,8 @@ static void *client(void *arg) {
     close(fd);
   }
   c->reply[got] = '\0';
+  for (int i = 0; i < c->idle; i++)
+    if (held[i] >= 0) close(held[i]);
   uv_async_send(c->done);
   return NULL;
 }
@@ -178,8 +184,9 @@ static void render(void *arg, trun_buf *out) {
 
 static void on_done(uv_async_t *a) { uv_stop(a->loop); }
 
-/* One request against a fresh endpoint; the reply text. */
-static const char *http(const char *req, size_t len) {
+/* One request against a fresh endpoint (metrics, or with probe a health probe), after idle held
+ * connections; the reply text. */
+static const char *http_on(const char *req, size_t len, trun_metrics_probe probe, void *arg, int idle) {
   static http_case c;
   memset(&c, 0, sizeof(c));
   uv_loop_t loop;
@@ -187,10 +194,14 @@ static const char *http(const char *req, size_t len) {
   uv_async_t done;
   uv_async_init(&loop, &done, on_done);
   trun_metrics *m = NULL;
-  ck_assert_int_eq(trun_metrics_start(&loop, "127.0.0.1", 0, render, NULL, &m, &c.port), 0);
+  if (probe)
+    ck_assert_int_eq(trun_metrics_start_probe(&loop, "127.0.0.1", 0, probe, arg, &m, &c.port), 0);
+  else
+    ck_assert_int_eq(trun_metrics_start(&loop, "127.0.0.1", 0, render, NULL, &m, &c.port), 0);
   ck_assert_int_gt(c.port, 0);
   memcpy(c.req, req, len);
   c.reqlen = len;
+  c.idle = idle;
   c.done = &done;
   pthread_t t;
   pthread_create(&t, NULL, client, &c);
@@ -202,7 +213,7 @@ static const char *http(const char *req, size_t len) {
   ck_assert_int_eq(uv_loop_close(&loop), 0); /* every handle released */
   return c.reply;
 }
-#define HTTP(s) http(s, strlen(s))
+#define HTTP(s) http_on(s, strlen(s), NULL, NULL, 0)
 
 START_TEST(test_metrics_http) {
   const char *r = HTTP("GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
@@ -229,8 +240,40 @@ START_TEST(test_metrics_http) {
   static char big[TRUN_METRICS_MAX_REQUEST + 100];
   memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
   memset(big + 26, 'a', sizeof(big) - 26);
-  r = http(big, sizeof(big));
+  r = http_on(big, sizeof(big), NULL, NULL, 0);
   ck_assert_msg(strncmp(r, "HTTP/1.1 431", 12) == 0, "%s", r);
+}
+END_TEST
+
+/* The health probe (TORCHELASTIC_HEALTH_CHECK_PORT): any path answers the probe's JSON, 200 alive / 503 not,
+ * HEAD without a body, other methods 405; behind more idle clients than TRUN_METRICS_MAX_CONNS a probe still
+ * gets its answer (the oldest unanswered connection makes room). */
+static int probe(void *arg, trun_buf *out) {
+  int alive = *(int *)arg;
+  const char *body = alive ? "{\"alive\": true}\n" : "{\"alive\": false}\n";
+  trun_buf_append(out, body, strlen(body));
+  return alive;
+}
+#define PROBE(s, alive, idle) http_on(s, strlen(s), probe, &(int){alive}, idle)
+
+START_TEST(test_probe_http) {
+  const char *r = PROBE("GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 1, 0);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
+  ck_assert_ptr_nonnull(strstr(r, "Content-Type: application/json\r\n"));
+  ck_assert_ptr_nonnull(strstr(r, "\r\n\r\n{\"alive\": true}\n"));
+  r = PROBE("GET / HTTP/1.0\n\n", 0, 0);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0, "%s", r);
+  ck_assert_ptr_nonnull(strstr(r, "{\"alive\": false}"));
+  r = PROBE("HEAD /x HTTP/1.1\r\n\r\n", 1, 0);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200", 12) == 0, "%s", r);
+  ck_assert_ptr_null(strstr(r, "alive"));
+  r = PROBE("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 1, 0);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 405", 12) == 0, "%s", r);
+  r = PROBE("\x01\x02junk\r\n\r\n", 1, 0);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 400", 12) == 0, "%s", r);
+  r = PROBE("GET / HTTP/1.1\r\n\r\n", 1, TRUN_METRICS_MAX_CONNS + 20);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK", 15) == 0, "a probe behind %d idle clients got: '%s'",
+                TRUN_METRICS_MAX_CONNS + 20, r);
 }
 END_TEST
 
@@ -613,6 +656,7 @@ static Suite *obs_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);
+  tcase_add_test(tc, test_probe_http);
   suite_add_tcase(s, tc);
   tc = tcase_create("stall");
   tcase_set_timeout(tc, 30);
