@@ -124,11 +124,12 @@ static void on_sigchld(uv_signal_t *h, int signum) {
   pid_t pid;
   /* Reap everything: workers, and (as subreaper or PID 1) any orphan that was re-parented to us. */
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    for (int i = 0; i < a->nproc; i++)
-      if (a->w[i].pid == pid && a->w[i].running) {
-        worker_exited(a, &a->w[i], status);
-        break;
-      }
+    int i = 0;
+    while (i < a->nproc && !(a->w[i].pid == pid && a->w[i].running)) i++;
+    if (i < a->nproc)
+      worker_exited(a, &a->w[i], status);
+    else
+      trun_warm_reaped(a->warm, pid, status); /* a --warm-start pool process died before use */
   }
 }
 
@@ -419,6 +420,7 @@ static void run_round(agent *a) {
       break;
     }
   }
+  trun__agent_warm_fill(a); /* the next group's pool, while this one runs */
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   if (a->recovery_from > 0) {
@@ -580,6 +582,7 @@ static int plan(agent *a) {
   }
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
+  trun__agent_warm_fill(a); /* imports while the agent meets the other nodes */
   return 0;
 }
 
@@ -818,6 +821,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   trun_obs_close(a.obs, code);
   trun_stall_close(a.stall);
   trun_rdzv_close(&a.rdzv);
+  trun_warm_free(a.warm);
   teardown(&a);
   trun_watchdog_stop(&a.guard);
   if (a.env != orig_env) trun_strv_free(a.env);

@@ -131,6 +131,9 @@ static const expect_desc expected[] = {
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_WARM_START, "warm-start", "warm_start", 0, 1, NULL, "PET_WARM_START", "trun"},
+    {TRUN_OPT_WARM_START_MODULES, "warm-start-modules", "warm_start_modules", 0, 0, "torch,torch.distributed",
+     "PET_WARM_START_MODULES", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
