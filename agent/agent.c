@@ -912,6 +912,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     trun_strv_free(env);
   }
   fprintf(out, "(plus the rest of trun's environment, inherited unchanged)\n");
+  if (base) trun__agent_warm_describe(cfg, base, nproc, 0, out);
   trun_strv_free(base);
   return code;
 }

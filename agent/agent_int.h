@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -129,6 +130,9 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir);
 void trun__agent_warm_fill(agent *a);
 /* Starts worker w from the pool (w->pid set): 0; 1 when it must start cold (the reason said on stderr). */
 int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd);
+/* One line for --dry-run / --explain: whether the workers start warm, from what; measure: also start one pool
+ * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
+void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out);
 
 /* agent_failures.c: wall-clock seconds (exit and failure timestamps, as torchelastic's). */
 double trun__agent_now(void);

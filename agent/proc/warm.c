@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,6 +379,34 @@ int trun_warm_reaped(trun_warm *p, pid_t pid, int status) {
     return 1;
   }
   return 0;
+}
+
+int trun_warm_wait_ready(trun_warm *p, int slot, int timeout_ms, char *why, size_t len) {
+  if (p == NULL || slot < 0 || slot >= p->n || p->s[slot].pid <= 0) {
+    snprintf(why, len, "%s",
+             p && slot >= 0 && slot < p->n && p->s[slot].disabled ? p->s[slot].why : "no pool process");
+    return -1;
+  }
+  slot_t *s = &p->s[slot];
+  struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+  int rc;
+  do rc = poll(&pfd, 1, timeout_ms);
+  while (rc < 0 && errno == EINTR);
+  if (rc < 0) {
+    snprintf(why, len, "poll on the pool process's socket: %s", strerror(errno));
+    return -1;
+  }
+  if (rc == 0) {
+    snprintf(why, len, "the pool process was not ready in %d s", timeout_ms / 1000);
+    return -1;
+  }
+  int gone = read_news(s, slot);
+  if (s->ready) return 0;
+  snprintf(why, len, "%s",
+           s->disabled ? s->why
+           : gone      ? "the pool process exited"
+                       : "the pool process said nothing");
+  return -1;
 }
 
 long trun_warm_rss_kb(const trun_warm *p, int slot) {

@@ -55,6 +55,9 @@ int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp,
  * disabled with a line on stderr when it failed before), 0 when not one of the pool's. */
 int trun_warm_reaped(trun_warm *p, pid_t pid, int status);
 
+/* Waits up to timeout_ms for slot's pool process to have imported its modules: 0 ready, -1 with the reason in
+ * why (not ready in time, it failed, it exited). */
+int trun_warm_wait_ready(trun_warm *p, int slot, int timeout_ms, char *why, size_t len);
 /* Resident memory of slot's pool process in KiB (VmRSS), or -1 when it has none or it cannot be read. */
 long trun_warm_rss_kb(const trun_warm *p, int slot);
 /* The pid of slot's pool process, 0 when none. */

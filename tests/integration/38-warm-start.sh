@@ -115,4 +115,17 @@ grep -q 'local rank 0 starts cold: --no-python' "$tmp/nopy.err" || {
   cat "$tmp/nopy.err"
   fail "no-python: no line saying local rank 0 starts cold because of --no-python"
 }
+# --dry-run and --explain say whether the workers start warm; --explain measures a pool process's memory.
+PYTHON_EXEC=$host_py "$trun" --dry-run --warm-start --standalone --nproc-per-node 2 "$dump" >"$tmp/dry.out" ||
+  fail "--dry-run --warm-start exited $?"
+grep -q "^warm start: on: each of the 2 workers starts from a pool process ($host_py -u, importing torch,torch.distributed)" \
+  "$tmp/dry.out" || fail "--dry-run does not say the workers start warm: $(tail -2 "$tmp/dry.out")"
+"$trun" --dry-run --warm-start --no-python --standalone /bin/true | grep -q "^warm start: on, but every worker starts cold: --no-python" ||
+  fail "--dry-run --no-python does not say the workers start cold"
+"$trun" --dry-run --standalone "$dump" | grep -q "^warm start: off" || fail "--dry-run does not say warm start is off"
+PYTHON_EXEC=$host_py run_pg "$trun" --explain --warm-start --nproc-per-node 2 >"$tmp/explain.out" ||
+  fail "--explain --warm-start exited $?"
+grep -Eq "^  pool memory: [0-9]+ MiB resident per pool process .*, [0-9]+ MiB for this node's 2$" "$tmp/explain.out" ||
+  fail "--explain does not give the pool's memory: $(tail -2 "$tmp/explain.out")"
+grep "pool memory" "$tmp/explain.out"
 echo PASS
