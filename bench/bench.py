@@ -266,6 +266,8 @@ d = sys.argv[1]
 n = os.environ["TORCHELASTIC_RESTART_COUNT"]
 lr = os.environ["LOCAL_RANK"]
 import torch, torch.distributed as dist
+if os.environ.get("WARM_CUDA") == "1":  # bench/gpu_warm.py: CUDA set up as part of being ready
+    torch.ones(1, device="cuda").sum().item()
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
@@ -282,13 +284,13 @@ else:
 """
 
 
-def warm_bench(reps, settle=6.0):
+def warm_bench(reps, settle=6.0, names=None, py=HOST_PY, trun=os.path.join(BUILD, "trun"), extra_env=None):
     """Issue 31: a worker's crash until every replacement has imported torch, formed its gloo group and done one
     all-reduce (2 workers, rank 1 crashes `settle` s after the first all-reduce): trun cold, trun --warm-start,
-    torchrun 1.13; plus the pool's resident memory per worker (trun --explain --warm-start)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=HOST_PY)
-    names = {"trun": [os.path.join(BUILD, "trun")], "trun-warm": [os.path.join(BUILD, "trun"), "--warm-start"],
-             "torchrun-1.13": TORCHRUN113}
+    torchrun 1.13 (names: other launchers, e.g. on the GPU box); plus the pool's resident memory per worker
+    (trun --explain --warm-start)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=py, **(extra_env or {}))
+    names = names or {"trun": [trun], "trun-warm": [trun, "--warm-start"], "torchrun-1.13": TORCHRUN113}
     samples = {}
     for rep in range(reps):
         for name, base in names.items():
@@ -315,7 +317,7 @@ def warm_bench(reps, settle=6.0):
                       "crash_to_script_ms": statistics.median(y for _, y in s) * 1000, "reps": len(s),
                       "runs_ms": [round(x * 1000, 1) for x, _ in s],
                       "note": "2 workers, gloo; ready = imported torch, formed the group, one all-reduce"})
-    p = subprocess.run([os.path.join(BUILD, "trun"), "--explain", "--warm-start", "--nproc-per-node", "2"],
+    p = subprocess.run([trun, "--explain", "--warm-start", "--nproc-per-node", "2"],
                        env=env, capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.strip().startswith("pool memory:"):
