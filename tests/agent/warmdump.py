@@ -1,6 +1,6 @@
 # The shape of a worker's start, for tests/integration/38-warm-start.sh (a warm start must equal a cold one).
 # Usage: warmdump.py OUT_DIR CASE; CASE: dump (writes OUT_DIR/shape.<LOCAL_RANK>.json), raise (an uncaught
-# exception), exit3 (sys.exit(3)), record (an exception in a torchelastic @record main: the error file).
+# exception), exit3 (sys.exit(3)), kbint (an uncaught KeyboardInterrupt: python dies by SIGINT), record (an exception in a torchelastic @record main: the error file).
 # The first line on stdout says whether torch was already imported when the script began (a warm start).
 import sys
 
@@ -68,6 +68,8 @@ def main(out, case):
         raise RuntimeError("boom from rank %s" % os.environ["RANK"])
     elif case == "exit3":
         sys.exit(3)
+    elif case == "kbint":
+        raise KeyboardInterrupt
     elif case == "record":
         from torch.distributed.elastic.multiprocessing.errors import record
 

@@ -7,7 +7,7 @@
 #    -m module and for --run-path; torch 1.13 (host) and torch 2.6 (the trixie chroot, through a PYTHON_EXEC
 #    wrapper that execs the chroot's python3); CUDA never initialised by the pool;
 #  - an uncaught exception: exit code 1 in the report and the same traceback on stderr;
-#  - sys.exit(3): exit code 3 in the report;
+#  - sys.exit(3): exit code 3 in the report; an uncaught KeyboardInterrupt: the same end by SIGINT;
 #  - a torchelastic @record main: the same error file (message and call stack) and the report shows it;
 #  - --no-python with --warm-start starts cold and says why.
 # The warm run must really be warm: each worker prints whether torch was imported before its first line.
@@ -87,6 +87,17 @@ for mode in cold warm; do
   run exit3 $mode 1 "$host_py" /tmp --standalone --nproc-per-node 1 "$dump" "$tmp" exit3
   grep -Eq 'exitcode +: 3 ' "$tmp/exit3.$mode.err" || fail "exit3 ($mode): the report does not say exit code 3"
 done
+
+# An uncaught KeyboardInterrupt: python ends by SIGINT; the same report and traceback.
+for mode in cold warm; do
+  run kbint $mode 1 "$host_py" /tmp --standalone --nproc-per-node 1 "$dump" "$tmp" kbint
+  grep -E 'exitcode +: ' "$tmp/kbint.$mode.err" | sed 's/pid: [0-9]*/pid: N/' >"$tmp/kbint.$mode.code"
+  [ -s "$tmp/kbint.$mode.code" ] || fail "kbint ($mode): no exit code in the report"
+done
+diff "$tmp/kbint.cold.code" "$tmp/kbint.warm.code" || fail "kbint: the report's exit code differs (above)"
+grep -q ': -2 ' "$tmp/kbint.warm.code" || fail "kbint: the warm worker did not end by SIGINT: $(cat "$tmp/kbint.warm.code")"
+diff "$(logdir kbint cold)"attempt_0/0/stderr.log "$(logdir kbint warm)"attempt_0/0/stderr.log ||
+  fail "kbint: the traceback differs (above)"
 
 # @record: the same error file, shown by the report.
 for mode in cold warm; do
