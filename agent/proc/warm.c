@@ -17,6 +17,8 @@
 #include "store/store.h"
 #include "strv.h"
 
+/* How long the agent waits for a pool process to take a handover that does not fit the socket's buffer. */
+#define SEND_WAIT_MS 30000
 /* Replacements of a slot's pool process in a row (killed from outside) before the slot gives up. */
 #define MAX_REPLACED 3
 
@@ -305,12 +307,22 @@ static int send_worker(int fd, char *const *argv, char *const *envp, char *const
   c->cmsg_len = CMSG_LEN(sizeof(fds));
   memcpy(CMSG_DATA(c), fds, sizeof(fds));
   size_t sent = 0;
-  int rc = 0;
+  int rc = 0, waited_ms = 0;
   while (sent < total) {
-    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && waited_ms < SEND_WAIT_MS) {
+      /* A large environment and a pool process still importing: it reads once the import is done. */
+      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+      if (poll(&pfd, 1, 100) < 0 && errno != EINTR) {
+        rc = -errno;
+        break;
+      }
+      waited_ms += 100;
+      continue;
+    }
     if (n < 0) {
-      rc = -errno;
+      rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
       break;
     }
     sent += (size_t)n;
@@ -343,6 +355,8 @@ int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp,
   if (rc < 0) {
     snprintf(why, len, "handing the worker to pool process %d failed: sendmsg: %s", (int)s->pid,
              strerror(-rc));
+    /* Part of the handover may have gone: that process cannot be used; it is reaped and replaced. */
+    if (kill(-s->pid, SIGKILL) < 0) kill(s->pid, SIGKILL);
     return 1;
   }
   *pid = s->pid;

@@ -120,6 +120,35 @@ START_TEST(handover) {
 }
 END_TEST
 
+START_TEST(large_handover) {
+  /* 2 MiB of argv: more than the socket's buffer, sent in parts while the pool process reads. */
+  trun_warm *p = trun_warm_new(1, "", NULL, NULL);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  size_t big = 2u << 20;
+  char *arg = malloc(big + 1);
+  ck_assert_ptr_nonnull(arg);
+  memset(arg, 'x', big);
+  arg[big] = '\0';
+  int out[2];
+  ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+  char *argv[] = {PY, "-u", "-c", "import sys; print(len(sys.argv[1]))", arg, NULL};
+  char why[512] = "";
+  pid_t pid = 0;
+  ck_assert_msg(trun_warm_take(p, 0, argv, pool_env, out[1], -1, &pid, why, sizeof(why)) == 0, "%s", why);
+  close(out[1]);
+  int st = wait_for(pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char buf[64] = "";
+  ssize_t n = read(out[0], buf, sizeof(buf) - 1);
+  ck_assert_int_gt(n, 0);
+  buf[n] = '\0';
+  ck_assert_str_eq(buf, "2097152\n");
+  close(out[0]);
+  free(arg);
+  trun_warm_free(p);
+}
+END_TEST
+
 START_TEST(dies_before_use) {
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
   ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
@@ -180,6 +209,7 @@ int main(void) {
   tcase_add_test(tc, round_vars);
   tcase_add_test(tc, check_says_why);
   tcase_add_test(tc, handover);
+  tcase_add_test(tc, large_handover);
   tcase_add_test(tc, dies_before_use);
   tcase_add_test(tc, never_ready);
   suite_add_tcase(s, tc);
