@@ -12,6 +12,7 @@ const char trun__warm_boot[] =
     "    import array, os, signal, socket, sys\n"
     "    me = sys._getframe().f_code\n"
     "    ctl = socket.socket(fileno=int(sys.argv[2]))\n"
+    "    ctl.set_inheritable(False)  # not for what the imports or the worker start\n"
     "    err, m = None, \"\"\n"
     "    try:\n"
     "        import importlib\n"
