@@ -3,7 +3,8 @@ set up CUDA (a first tensor on GPU 0), formed their gloo group and all-reduced, 
 trun --warm-start vs torchrun (bench.py's warm part, CUDA visible); (2) the pool's resident memory per worker;
 (3) bench/gpu_recovery.py's node-loss recovery with and without --warm-start (GPU_REC_LAUNCHERS).
 Run on the GPU box: python3 bench/gpu_warm.py (TRUN_BIN: the directory of trun, default build/portable).
-Writes $OUT/<date>-gpu-warm.json; copy it into bench/results/.
+Writes $OUT/<date>-gpu-warm.json; copy it into bench/results/. On a CPU box, to try the script:
+GPU_WARM_CUDA=0 GPU_REC_BACKEND=gloo TRUN_BIN=build python3 bench/gpu_warm.py.
 """
 import datetime
 import json
@@ -28,7 +29,8 @@ def main():
            "torch": torch.__version__, "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
            "cpus": os.cpu_count()}
     res["warm"] = bench.warm_bench(reps, settle=8.0, names=names, py=sys.executable, trun=TRUN,
-                                   extra_env={"WARM_CUDA": "1", "CUDA_VISIBLE_DEVICES": "0", "NCCL_NVLS_ENABLE": "0"})
+                                   extra_env={"WARM_CUDA": os.environ.get("GPU_WARM_CUDA", "1"),
+                                              "CUDA_VISIBLE_DEVICES": "0", "NCCL_NVLS_ENABLE": "0"})
     path = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-warm.json")
     json.dump(res, open(path, "w"), indent=1)
     print(json.dumps(res["warm"], indent=1), flush=True)
