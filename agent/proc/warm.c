@@ -30,6 +30,7 @@ typedef struct {
   int replaced;  /* replacements since the last handover */
   char *python;  /* the interpreter it runs */
   char *cpus;    /* its CPU pinning, NULL none */
+  char *main;    /* the worker's script, "-m" or "-c": sys.path[0] for the imports */
   char **env;    /* the environment it was started with */
   char why[256]; /* why the slot is disabled */
 } slot_t;
@@ -78,6 +79,7 @@ void trun_warm_free(trun_warm *p) {
     }
     slot_drop(s);
     free(s->python);
+    free(s->main);
     free(s->cpus);
     trun_strv_free(s->env);
   }
@@ -108,7 +110,8 @@ static int spawn_slot(trun_warm *p, int slot) {
   }
   char fd_s[16];
   snprintf(fd_s, sizeof(fd_s), "%d", sv[1]);
-  char *argv[] = {s->python, "-u", "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s, p->modules, NULL};
+  char *argv[] = {s->python,  "-u",    "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s,
+                  p->modules, s->main, NULL};
   trun_spawn_req req = {.argv = argv,
                         .envp = s->env,
                         .stdout_fd = null,
@@ -139,25 +142,29 @@ static int spawn_slot(trun_warm *p, int slot) {
   return 0;
 }
 
-int trun_warm_fill(trun_warm *p, int slot, const char *python, const char *cpus, char *const *envp) {
+int trun_warm_fill(trun_warm *p, int slot, const char *python, const char *main, const char *cpus,
+                   char *const *envp) {
   if (p == NULL || slot < 0 || slot >= p->n) return 0;
   slot_t *s = &p->s[slot];
   if (s->disabled || s->pid > 0) return 0;
   char **env = trun_strv_dup(envp);
-  char *py = strdup(python);
+  char *py = strdup(python), *mn = strdup(main);
   char *c = cpus && cpus[0] ? strdup(cpus) : NULL;
-  if (env == NULL || py == NULL || (cpus && cpus[0] && c == NULL)) {
+  if (env == NULL || py == NULL || mn == NULL || (cpus && cpus[0] && c == NULL)) {
     trun_strv_free(env);
     free(py);
+    free(mn);
     free(c);
     disable(s, slot, "%s", "out of memory");
     return -1;
   }
   trun_strv_free(s->env);
   free(s->python);
+  free(s->main);
   free(s->cpus);
   s->env = env;
   s->python = py;
+  s->main = mn;
   s->cpus = c;
   return spawn_slot(p, slot);
 }
@@ -241,6 +248,10 @@ int trun_warm_check(const trun_warm *p, int slot, char *const *argv, char *const
       snprintf(why, len, "the script %s is not a Python source file", argv[2]);
       return 1;
     }
+  }
+  if (strcmp(argv[2], s->main) != 0) {
+    snprintf(why, len, "it runs %s, the pool process was started for %s", argv[2], s->main);
+    return 1;
   }
   if (env_differs(envp, s->env, "is not in the pool's environment (read at import time)", why, len) ||
       env_differs(s->env, envp, "is unset for the worker but was set for the pool", why, len))

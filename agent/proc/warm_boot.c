@@ -1,9 +1,10 @@
-/* The Python side of warm start (warm.h), run as `python -u -c <this> trun-warm-pool <fd> <modules>`: imports
- * the warm modules, says "ready" (or "error <why>") on the control socket <fd>, waits for the agent's
- * handover (the worker's argv and environment, its stdout and stderr as SCM_RIGHTS), then becomes that
- * worker: fds 1 and 2, os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a
- * fresh __main__ namespace, and runs the script, -m module or -c code as python would (tracebacks without
- * its own frame, exit 1 on an exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
+/* The Python side of warm start (warm.h), run as `python -u -c <this> trun-warm-pool <fd> <modules> <main>`
+ * (main: the worker's script, -m or -c): imports the warm modules with sys.path[0] already the worker's, says
+ * "ready" (or "error <why>") on the control socket <fd>, waits for the agent's handover (the worker's argv
+ * and environment changes, its stdout and stderr as SCM_RIGHTS), then becomes that worker: fds 1 and 2,
+ * os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a fresh __main__ namespace, and
+ * runs the script, -m module or -c code as python would (tracebacks without its own frame, exit 1 on an
+ * exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
 #include "warm.h"
 
 const char trun__warm_boot[] =
@@ -14,6 +15,11 @@ const char trun__warm_boot[] =
     "    ctl = socket.socket(fileno=int(sys.argv[2]))\n"
     "    ctl.set_inheritable(False)  # not for what the imports or the worker start\n"
     "    err, m = None, \"\"\n"
+    "    def path0_for(mode):  # sys.path[0] as python sets it for a script, -m or -c\n"
+    "        return \"\" if mode == \"-c\" else os.getcwd() if mode == \"-m\" else os.path.dirname(os.path.realpath(mode))\n"
+    "    safe = getattr(sys.flags, \"safe_path\", False)\n"
+    "    if not safe:  # the imports see the worker's sys.path[0], as the cold worker's imports do\n"
+    "        sys.path[0] = path0_for(sys.argv[4])\n"
     "    try:\n"
     "        import importlib\n"
     "        for m in filter(None, sys.argv[3].split(\",\")):\n"
@@ -71,18 +77,17 @@ const char trun__warm_boot[] =
     "    d.clear()\n"
     "    d.update(main0)\n"
     "    if mode == \"-c\":\n"
-    "        sys.argv, path0 = [\"-c\"] + rest[1:], \"\"\n"
+    "        sys.argv = [\"-c\"] + rest[1:]\n"
     "    elif mode == \"-m\":\n"
     "        import runpy\n"
-    "        sys.argv, path0 = [\"-m\"] + rest[1:], os.getcwd()\n"
+    "        sys.argv = [\"-m\"] + rest[1:]\n"
     "    else:\n"
     "        import importlib.machinery\n"
     "        sys.argv, path = argv[2:], os.path.abspath(mode)\n"
-    "        path0 = os.path.dirname(os.path.realpath(mode))\n"
     "        d.update(__file__=path, __cached__=None,\n"
     "                 __loader__=importlib.machinery.SourceFileLoader(\"__main__\", path))\n"
-    "    if not getattr(sys.flags, \"safe_path\", False):\n"
-    "        sys.path[0] = path0\n"
+    "    if not safe:\n"
+    "        sys.path[0] = path0_for(mode)\n"
     "    del f, env, eb, data, msg, anc, main0\n"
     "    try:\n"
     "        if mode == \"-c\":\n"

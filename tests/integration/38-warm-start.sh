@@ -9,7 +9,9 @@
 #  - an uncaught exception: exit code 1 in the report and the same traceback on stderr;
 #  - sys.exit(3): exit code 3 in the report; an uncaught KeyboardInterrupt: the same end by SIGINT;
 #  - a torchelastic @record main: the same error file (message and call stack) and the report shows it;
-#  - --no-python with --warm-start starts cold and says why.
+#  - the pool imports with the worker's sys.path[0] (a warm module beside the script is found);
+#  - --no-python with --warm-start starts cold and says why; --dry-run / --explain say warm or cold, and
+#    --explain gives a pool process's memory.
 # The warm run must really be warm: each worker prints whether torch was imported before its first line.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
@@ -126,6 +128,23 @@ grep -q 'local rank 0 starts cold: --no-python' "$tmp/nopy.err" || {
   cat "$tmp/nopy.err"
   fail "no-python: no line saying local rank 0 starts cold because of --no-python"
 }
+# The pool imports with the worker's sys.path[0] (the script's directory), as the cold worker's imports do:
+# a warm module that lives beside the script is found there (run from /tmp, not the script's directory).
+mkdir -p "$tmp/beside"
+echo 'WHERE = __file__' >"$tmp/beside/warmbeside.py"
+printf 'import sys\nprint("preloaded=%%s" %% ("warmbeside" in sys.modules))\nimport warmbeside\nprint(warmbeside.WHERE)\n' \
+  >"$tmp/beside/main.py"
+echo "== beside: trun --warm-start --warm-start-modules warmbeside $tmp/beside/main.py"
+(cd /tmp && PYTHON_EXEC=$host_py run_pg "$trun" --warm-start --warm-start-modules warmbeside --standalone \
+  --nproc-per-node 1 "$tmp/beside/main.py") >"$tmp/beside.out" 2>"$tmp/beside.err" || {
+  cat "$tmp/beside.err"
+  fail "beside: trun exited $?"
+}
+grep -qx "preloaded=True" "$tmp/beside.out" && grep -qx "$tmp/beside/warmbeside.py" "$tmp/beside.out" || {
+  cat "$tmp/beside.out" "$tmp/beside.err"
+  fail "beside: the pool did not import warmbeside from the script's directory"
+}
+
 # --dry-run and --explain say whether the workers start warm; --explain measures a pool process's memory.
 PYTHON_EXEC=$host_py "$trun" --dry-run --warm-start --standalone --nproc-per-node 2 "$dump" >"$tmp/dry.out" ||
   fail "--dry-run --warm-start exited $?"

@@ -51,7 +51,7 @@ START_TEST(check_says_why) {
   char why[512];
   char *argv_c[] = {PY, "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv_c, pool_env, why, sizeof(why)), 1); /* nothing started */
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
   ck_assert_int_eq(trun_warm_check(p, 0, argv_c, pool_env, why, sizeof(why)), 0);
   /* The round's variables may differ; others may not. */
   char *env_round[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "LANG=C.UTF-8", "RANK=4", NULL};
@@ -78,6 +78,9 @@ START_TEST(check_says_why) {
   ck_assert_int_eq(trun_warm_check(p, 0, argv_dir, pool_env, why, sizeof(why)), 1);
   char *argv_m[] = {PY, "-u", "-m", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv_m, pool_env, why, sizeof(why)), 1);
+  char *argv_mod[] = {PY, "-u", "-m", "mod", NULL}; /* the pool imported with -c's sys.path[0] */
+  ck_assert_int_eq(trun_warm_check(p, 0, argv_mod, pool_env, why, sizeof(why)), 1);
+  ck_assert_msg(strstr(why, "started for -c") != NULL, "%s", why);
   ck_assert_int_eq(trun_warm_check(p, 1, argv_c, pool_env, why, sizeof(why)), 1); /* no such slot */
   trun_warm_free(p);
 }
@@ -85,7 +88,7 @@ END_TEST
 
 START_TEST(handover) {
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
   pid_t pool = trun_warm_pid(p, 0);
   ck_assert_int_gt(pool, 0);
   int out[2];
@@ -123,7 +126,7 @@ END_TEST
 START_TEST(large_handover) {
   /* 2 MiB of argv: more than the socket's buffer, sent in parts while the pool process reads. */
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
   size_t big = 2u << 20;
   char *arg = malloc(big + 1);
   ck_assert_ptr_nonnull(arg);
@@ -151,7 +154,7 @@ END_TEST
 
 START_TEST(dies_before_use) {
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
   pid_t first = trun_warm_pid(p, 0);
   ck_assert_int_gt(trun_warm_rss_kb(p, 0), 0);
   ck_assert_int_eq(trun_warm_reaped(p, first + 100000, 0), 0); /* not one of the pool's */
@@ -180,7 +183,7 @@ END_TEST
 START_TEST(never_ready) {
   /* A module that cannot be imported: the pool process says why and the slot is disabled. */
   trun_warm *p = trun_warm_new(1, "trun_no_such_module", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
   pid_t pid = trun_warm_pid(p, 0);
   int st = wait_for(pid);
   ck_assert_int_eq(trun_warm_reaped(p, pid, st), 1);
@@ -188,12 +191,12 @@ START_TEST(never_ready) {
   char *argv[] = {PY, "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv, pool_env, why, sizeof(why)), 1);
   ck_assert_msg(strstr(why, "trun_no_such_module") != NULL, "%s", why);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, NULL, pool_env), 0); /* disabled: nothing started */
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0); /* disabled: nothing started */
   ck_assert_int_eq(trun_warm_pid(p, 0), 0);
   trun_warm_free(p);
   /* An interpreter that is not there. */
   p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, "/nonexistent/python3", NULL, pool_env), -1);
+  ck_assert_int_eq(trun_warm_fill(p, 0, "/nonexistent/python3", "-c", NULL, pool_env), -1);
   char *argv2[] = {"/nonexistent/python3", "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv2, pool_env, why, sizeof(why)), 1);
   ck_assert_msg(strstr(why, "cannot start the pool process") != NULL, "%s", why);
