@@ -55,7 +55,7 @@ void trun__agent_warm_fill(agent *a) {
     char **env = slot_env(a->env, a->cfg, a->nproc, lr);
     char **argv = env ? trun_worker_argv(a->cfg, env, lr) : NULL;
     if (argv && argv[1] && argv[2])
-      trun_warm_fill(a->warm, lr, argv[0], argv[2], trun_worker_cpus(env), env);
+      trun_warm_fill(a->warm, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
     else
       trun_warn("--warm-start: local rank %d: out of memory building its pool process; it starts cold", lr);
     trun_strv_free(argv);
@@ -107,7 +107,7 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
     trun_warm *p = trun_warm_new(1, cfg->warm_modules, NULL, NULL);
     char why[512] = "out of memory";
     double t0 = trun__agent_now();
-    if (p && argv[1] && argv[2] && trun_warm_fill(p, 0, argv[0], argv[2], trun_worker_cpus(env), env) == 0 &&
+    if (p && argv[1] && argv[2] && trun_warm_fill(p, 0, argv[0], argv + 2, trun_worker_cpus(env), env) == 0 &&
         trun_warm_wait_ready(p, 0, 300000, why, sizeof(why)) == 0) {
       long kb = trun_warm_rss_kb(p, 0);
       fprintf(

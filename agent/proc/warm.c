@@ -30,7 +30,7 @@ typedef struct {
   int replaced;  /* replacements since the last handover */
   char *python;  /* the interpreter it runs */
   char *cpus;    /* its CPU pinning, NULL none */
-  char *main;    /* the worker's script, "-m" or "-c": sys.path[0] for the imports */
+  char **tail;   /* the worker's argv after "<python> -u": its sys.argv and sys.path[0] for the imports */
   char **env;    /* the environment it was started with */
   char why[256]; /* why the slot is disabled */
 } slot_t;
@@ -79,7 +79,7 @@ void trun_warm_free(trun_warm *p) {
     }
     slot_drop(s);
     free(s->python);
-    free(s->main);
+    trun_strv_free(s->tail);
     free(s->cpus);
     trun_strv_free(s->env);
   }
@@ -110,8 +110,19 @@ static int spawn_slot(trun_warm *p, int slot) {
   }
   char fd_s[16];
   snprintf(fd_s, sizeof(fd_s), "%d", sv[1]);
-  char *argv[] = {s->python,  "-u",    "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s,
-                  p->modules, s->main, NULL};
+  size_t ntail = 0;
+  while (s->tail[ntail]) ntail++;
+  char **argv = calloc(ntail + 8, sizeof(char *));
+  if (argv == NULL) {
+    close(sv[0]);
+    close(sv[1]);
+    close(null);
+    disable(s, slot, "%s", "out of memory");
+    return -1;
+  }
+  char *head[] = {s->python, "-u", "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s, p->modules};
+  memcpy(argv, head, sizeof(head));
+  memcpy(argv + 7, s->tail, ntail * sizeof(char *));
   trun_spawn_req req = {.argv = argv,
                         .envp = s->env,
                         .stdout_fd = null,
@@ -122,6 +133,7 @@ static int spawn_slot(trun_warm *p, int slot) {
   const char *what = "";
   pid_t pid = 0;
   int rc = trun_spawn(&req, &pid, &what);
+  free(argv);
   close(null);
   close(sv[1]);
   if (rc < 0) {
@@ -142,29 +154,30 @@ static int spawn_slot(trun_warm *p, int slot) {
   return 0;
 }
 
-int trun_warm_fill(trun_warm *p, int slot, const char *python, const char *main, const char *cpus,
+int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail, const char *cpus,
                    char *const *envp) {
   if (p == NULL || slot < 0 || slot >= p->n) return 0;
   slot_t *s = &p->s[slot];
   if (s->disabled || s->pid > 0) return 0;
   char **env = trun_strv_dup(envp);
-  char *py = strdup(python), *mn = strdup(main);
+  char *py = strdup(python);
+  char **mn = tail && tail[0] ? trun_strv_dup(tail) : NULL;
   char *c = cpus && cpus[0] ? strdup(cpus) : NULL;
   if (env == NULL || py == NULL || mn == NULL || (cpus && cpus[0] && c == NULL)) {
     trun_strv_free(env);
     free(py);
-    free(mn);
+    trun_strv_free(mn);
     free(c);
     disable(s, slot, "%s", "out of memory");
     return -1;
   }
   trun_strv_free(s->env);
   free(s->python);
-  free(s->main);
+  trun_strv_free(s->tail);
   free(s->cpus);
   s->env = env;
   s->python = py;
-  s->main = mn;
+  s->tail = mn;
   s->cpus = c;
   return spawn_slot(p, slot);
 }
@@ -249,8 +262,14 @@ int trun_warm_check(const trun_warm *p, int slot, char *const *argv, char *const
       return 1;
     }
   }
-  if (strcmp(argv[2], s->main) != 0) {
-    snprintf(why, len, "it runs %s, the pool process was started for %s", argv[2], s->main);
+  if (strcmp(argv[2], s->tail[0]) != 0) {
+    snprintf(why, len, "it runs %s, the pool process was started for %s", argv[2], s->tail[0]);
+    return 1;
+  }
+  size_t k = 0;
+  while (argv[2 + k] && s->tail[k] && strcmp(argv[2 + k], s->tail[k]) == 0) k++;
+  if (argv[2 + k] || s->tail[k]) {
+    snprintf(why, len, "its arguments differ from the pool process's (argument %zu)", k + 2);
     return 1;
   }
   if (env_differs(envp, s->env, "is not in the pool's environment (read at import time)", why, len) ||

@@ -31,10 +31,11 @@ trun_warm *trun_warm_new(int nslots, const char *modules, const struct rlimit *n
 void trun_warm_free(trun_warm *p);
 
 /* Starts slot's pool process, if the slot has none and is not disabled: python (the worker's interpreter),
- * main (the worker's argv[2]: its script, "-m" or "-c"; the imports see the sys.path[0] it gives), cpus (the
- * slot's CPU pinning, NULL none), envp (the slot's environment before the rendezvous; copied). 0 started or
- * nothing to do, -1 (said on stderr; the slot is disabled and its workers start cold). */
-int trun_warm_fill(trun_warm *p, int slot, const char *python, const char *main, const char *cpus,
+ * tail (the worker's argv after "<python> -u": its script, -m module or -c code and their arguments; the
+ * imports see the sys.argv and sys.path[0] it gives, and only a worker with this argv starts warm), cpus
+ * (the slot's CPU pinning, NULL none), envp (the slot's environment before the rendezvous; copied). 0 started
+ * or nothing to do, -1 (said on stderr; the slot is disabled and its workers start cold). */
+int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail, const char *cpus,
                    char *const *envp);
 
 /* Whether environment variable NAME (with or without "=value") is one only the rendezvous decides (RANK,

@@ -1,10 +1,10 @@
-/* The Python side of warm start (warm.h), run as `python -u -c <this> trun-warm-pool <fd> <modules> <main>`
- * (main: the worker's script, -m or -c): imports the warm modules with sys.path[0] already the worker's, says
- * "ready" (or "error <why>") on the control socket <fd>, waits for the agent's handover (the worker's argv
- * and environment changes, its stdout and stderr as SCM_RIGHTS), then becomes that worker: fds 1 and 2,
- * os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a fresh __main__ namespace, and
- * runs the script, -m module or -c code as python would (tracebacks without its own frame, exit 1 on an
- * exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
+/* The Python side of warm start (warm.h), run as `python -u -c <this> trun-warm-pool <fd> <modules> <tail...>`
+ * (tail: the worker's argv after "python -u"): imports the warm modules with sys.argv and sys.path[0] already
+ * the worker's, says "ready" (or "error <why>") on the control socket <fd>, waits for the agent's handover
+ * (the worker's argv and environment changes, its stdout and stderr as SCM_RIGHTS), then becomes that
+ * worker: fds 1 and 2, os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a fresh
+ * __main__ namespace, and runs the script, -m module or -c code as python would (tracebacks without its own
+ * frame, exit 1 on an exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
 #include "warm.h"
 
 const char trun__warm_boot[] =
@@ -12,21 +12,25 @@ const char trun__warm_boot[] =
     "def _trun_warm(main0):\n"
     "    import array, os, signal, socket, sys\n"
     "    me = sys._getframe().f_code\n"
-    "    ctl = socket.socket(fileno=int(sys.argv[2]))\n"
+    "    fd, modules, tail = int(sys.argv[2]), sys.argv[3], sys.argv[4:]\n"
+    "    ctl = socket.socket(fileno=fd)\n"
     "    ctl.set_inheritable(False)  # not for what the imports or the worker start\n"
     "    err, m = None, \"\"\n"
     "    def path0_for(mode):  # sys.path[0] as python sets it for a script, -m or -c\n"
     "        return \"\" if mode == \"-c\" else os.getcwd() if mode == \"-m\" else os.path.dirname(os.path.realpath(mode))\n"
+    "    def argv_for(t):  # sys.argv as python sets it for \"<script> args\", \"-m mod args\" or \"-c code args\"\n"
+    "        return [t[0]] + t[2:] if t[0] in (\"-c\", \"-m\") else list(t)\n"
     "    safe = getattr(sys.flags, \"safe_path\", False)\n"
-    "    if not safe:  # the imports see the worker's sys.path[0], as the cold worker's imports do\n"
-    "        sys.path[0] = path0_for(sys.argv[4])\n"
+    "    if not safe:  # the imports see the worker's sys.path[0] and sys.argv, as the cold worker's imports do\n"
+    "        sys.path[0] = path0_for(tail[0])\n"
+    "    sys.argv = argv_for(tail)\n"
     "    try:\n"
     "        import importlib\n"
-    "        for m in filter(None, sys.argv[3].split(\",\")):\n"
+    "        for m in filter(None, modules.split(\",\")):\n"
     "            importlib.import_module(m)\n"
     "        t = sys.modules.get(\"torch\")\n"
     "        if t is not None and hasattr(t, \"cuda\") and t.cuda.is_initialized():\n"
-    "            err = \"importing %s initialised CUDA\" % sys.argv[3]\n"
+    "            err = \"importing %s initialised CUDA\" % modules\n"
     "    except BaseException as e:\n"
     "        err = \"import %s failed: %s: %s\" % (m, type(e).__name__, e)\n"
     "    try:\n"
@@ -76,14 +80,12 @@ const char trun__warm_boot[] =
     "    d = sys.modules[\"__main__\"].__dict__\n"
     "    d.clear()\n"
     "    d.update(main0)\n"
-    "    if mode == \"-c\":\n"
-    "        sys.argv = [\"-c\"] + rest[1:]\n"
-    "    elif mode == \"-m\":\n"
+    "    sys.argv = argv_for(argv[2:])\n"
+    "    if mode == \"-m\":\n"
     "        import runpy\n"
-    "        sys.argv = [\"-m\"] + rest[1:]\n"
-    "    else:\n"
+    "    elif mode != \"-c\":\n"
     "        import importlib.machinery\n"
-    "        sys.argv, path = argv[2:], os.path.abspath(mode)\n"
+    "        path = os.path.abspath(mode)\n"
     "        d.update(__file__=path, __cached__=None,\n"
     "                 __loader__=importlib.machinery.SourceFileLoader(\"__main__\", path))\n"
     "    if not safe:\n"

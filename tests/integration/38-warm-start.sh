@@ -9,7 +9,8 @@
 #  - an uncaught exception: exit code 1 in the report and the same traceback on stderr;
 #  - sys.exit(3): exit code 3 in the report; an uncaught KeyboardInterrupt: the same end by SIGINT;
 #  - a torchelastic @record main: the same error file (message and call stack) and the report shows it;
-#  - the pool imports with the worker's sys.path[0] (a warm module beside the script is found);
+#  - the pool imports with the worker's sys.path[0] and sys.argv (a warm module beside the script is found
+#    and sees the worker's argv);
 #  - --no-python with --warm-start starts cold and says why; --dry-run / --explain say warm or cold, and
 #    --explain gives a pool process's memory.
 # The warm run must really be warm: each worker prints whether torch was imported before its first line.
@@ -131,18 +132,19 @@ grep -q 'local rank 0 starts cold: --no-python' "$tmp/nopy.err" || {
 # The pool imports with the worker's sys.path[0] (the script's directory), as the cold worker's imports do:
 # a warm module that lives beside the script is found there (run from /tmp, not the script's directory).
 mkdir -p "$tmp/beside"
-echo 'WHERE = __file__' >"$tmp/beside/warmbeside.py"
-printf 'import sys\nprint("preloaded=%%s" %% ("warmbeside" in sys.modules))\nimport warmbeside\nprint(warmbeside.WHERE)\n' \
+printf 'import sys\nWHERE = __file__\nARGV = list(sys.argv)\n' >"$tmp/beside/warmbeside.py"
+printf 'import sys\nprint("preloaded=%%s" %% ("warmbeside" in sys.modules))\nimport warmbeside\nprint(warmbeside.WHERE)\nprint("argv at import %%s" %% ("same" if warmbeside.ARGV == sys.argv else warmbeside.ARGV))\n' \
   >"$tmp/beside/main.py"
 echo "== beside: trun --warm-start --warm-start-modules warmbeside $tmp/beside/main.py"
 (cd /tmp && PYTHON_EXEC=$host_py run_pg "$trun" --warm-start --warm-start-modules warmbeside --standalone \
-  --nproc-per-node 1 "$tmp/beside/main.py") >"$tmp/beside.out" 2>"$tmp/beside.err" || {
+  --nproc-per-node 1 "$tmp/beside/main.py" --lr 0.1) >"$tmp/beside.out" 2>"$tmp/beside.err" || {
   cat "$tmp/beside.err"
   fail "beside: trun exited $?"
 }
-grep -qx "preloaded=True" "$tmp/beside.out" && grep -qx "$tmp/beside/warmbeside.py" "$tmp/beside.out" || {
+grep -qx "preloaded=True" "$tmp/beside.out" && grep -qx "$tmp/beside/warmbeside.py" "$tmp/beside.out" &&
+  grep -qx "argv at import same" "$tmp/beside.out" || {
   cat "$tmp/beside.out" "$tmp/beside.err"
-  fail "beside: the pool did not import warmbeside from the script's directory"
+  fail "beside: the pool did not import warmbeside from the script's directory with the worker's sys.argv"
 }
 
 # --dry-run and --explain say whether the workers start warm; --explain measures a pool process's memory.

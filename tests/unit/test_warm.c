@@ -16,6 +16,7 @@
 
 #define PY "/usr/bin/python3"
 
+static char *pass_tail[] = {"-c", "pass", NULL};
 static char *pool_env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "MASTER_PORT=1", "LANG=C.UTF-8", NULL};
 
 /* Waits for pid with a limit (the pool's Python is slow on a busy box); its wait status. */
@@ -51,7 +52,7 @@ START_TEST(check_says_why) {
   char why[512];
   char *argv_c[] = {PY, "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv_c, pool_env, why, sizeof(why)), 1); /* nothing started */
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, argv_c + 2, NULL, pool_env), 0);
   ck_assert_int_eq(trun_warm_check(p, 0, argv_c, pool_env, why, sizeof(why)), 0);
   /* The round's variables may differ; others may not. */
   char *env_round[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "LANG=C.UTF-8", "RANK=4", NULL};
@@ -81,6 +82,9 @@ START_TEST(check_says_why) {
   char *argv_mod[] = {PY, "-u", "-m", "mod", NULL}; /* the pool imported with -c's sys.path[0] */
   ck_assert_int_eq(trun_warm_check(p, 0, argv_mod, pool_env, why, sizeof(why)), 1);
   ck_assert_msg(strstr(why, "started for -c") != NULL, "%s", why);
+  char *argv_more[] = {PY, "-u", "-c", "pass", "x", NULL};
+  ck_assert_int_eq(trun_warm_check(p, 0, argv_more, pool_env, why, sizeof(why)), 1);
+  ck_assert_msg(strstr(why, "arguments differ") != NULL, "%s", why);
   ck_assert_int_eq(trun_warm_check(p, 1, argv_c, pool_env, why, sizeof(why)), 1); /* no such slot */
   trun_warm_free(p);
 }
@@ -88,11 +92,6 @@ END_TEST
 
 START_TEST(handover) {
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
-  pid_t pool = trun_warm_pid(p, 0);
-  ck_assert_int_gt(pool, 0);
-  int out[2];
-  ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
   char *argv[] = {PY,
                   "-u",
                   "-c",
@@ -100,6 +99,11 @@ START_TEST(handover) {
                   "os.getpgid(0) == os.getpid()); sys.exit(7)",
                   "a b",
                   NULL};
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, argv + 2, NULL, pool_env), 0);
+  pid_t pool = trun_warm_pid(p, 0);
+  ck_assert_int_gt(pool, 0);
+  int out[2];
+  ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
   char *env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "LANG=C.UTF-8", "RANK=5", NULL};
   char why[512] = "";
   pid_t pid = 0;
@@ -124,20 +128,23 @@ START_TEST(handover) {
 END_TEST
 
 START_TEST(large_handover) {
-  /* 2 MiB of argv: more than the socket's buffer, sent in parts while the pool process reads. */
+  /* A 2 MiB environment change (a variable of the round): more than the socket's buffer, sent in parts while
+   * the pool process reads. */
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
+  char *argv[] = {PY, "-u", "-c", "import os; print(len(os.environ['MASTER_ADDR']))", NULL};
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, argv + 2, NULL, pool_env), 0);
   size_t big = 2u << 20;
-  char *arg = malloc(big + 1);
-  ck_assert_ptr_nonnull(arg);
-  memset(arg, 'x', big);
-  arg[big] = '\0';
+  char *var = malloc(big + 32);
+  ck_assert_ptr_nonnull(var);
+  strcpy(var, "MASTER_ADDR=");
+  memset(var + 12, 'x', big);
+  var[12 + big] = '\0';
+  char *env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "LANG=C.UTF-8", var, NULL};
   int out[2];
   ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
-  char *argv[] = {PY, "-u", "-c", "import sys; print(len(sys.argv[1]))", arg, NULL};
   char why[512] = "";
   pid_t pid = 0;
-  ck_assert_msg(trun_warm_take(p, 0, argv, pool_env, out[1], -1, &pid, why, sizeof(why)) == 0, "%s", why);
+  ck_assert_msg(trun_warm_take(p, 0, argv, env, out[1], -1, &pid, why, sizeof(why)) == 0, "%s", why);
   close(out[1]);
   int st = wait_for(pid);
   ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -147,14 +154,14 @@ START_TEST(large_handover) {
   buf[n] = '\0';
   ck_assert_str_eq(buf, "2097152\n");
   close(out[0]);
-  free(arg);
+  free(var);
   trun_warm_free(p);
 }
 END_TEST
 
 START_TEST(dies_before_use) {
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, pass_tail, NULL, pool_env), 0);
   pid_t first = trun_warm_pid(p, 0);
   ck_assert_int_gt(trun_warm_rss_kb(p, 0), 0);
   ck_assert_int_eq(trun_warm_reaped(p, first + 100000, 0), 0); /* not one of the pool's */
@@ -183,7 +190,7 @@ END_TEST
 START_TEST(never_ready) {
   /* A module that cannot be imported: the pool process says why and the slot is disabled. */
   trun_warm *p = trun_warm_new(1, "trun_no_such_module", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0);
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, pass_tail, NULL, pool_env), 0);
   pid_t pid = trun_warm_pid(p, 0);
   int st = wait_for(pid);
   ck_assert_int_eq(trun_warm_reaped(p, pid, st), 1);
@@ -191,12 +198,12 @@ START_TEST(never_ready) {
   char *argv[] = {PY, "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv, pool_env, why, sizeof(why)), 1);
   ck_assert_msg(strstr(why, "trun_no_such_module") != NULL, "%s", why);
-  ck_assert_int_eq(trun_warm_fill(p, 0, PY, "-c", NULL, pool_env), 0); /* disabled: nothing started */
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, pass_tail, NULL, pool_env), 0); /* disabled: nothing started */
   ck_assert_int_eq(trun_warm_pid(p, 0), 0);
   trun_warm_free(p);
   /* An interpreter that is not there. */
   p = trun_warm_new(1, "", NULL, NULL);
-  ck_assert_int_eq(trun_warm_fill(p, 0, "/nonexistent/python3", "-c", NULL, pool_env), -1);
+  ck_assert_int_eq(trun_warm_fill(p, 0, "/nonexistent/python3", pass_tail, NULL, pool_env), -1);
   char *argv2[] = {"/nonexistent/python3", "-u", "-c", "pass", NULL};
   ck_assert_int_eq(trun_warm_check(p, 0, argv2, pool_env, why, sizeof(why)), 1);
   ck_assert_msg(strstr(why, "cannot start the pool process") != NULL, "%s", why);
