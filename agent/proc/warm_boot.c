@@ -1,10 +1,11 @@
-/* The Python side of warm start (warm.h), run as `python -u -c <this> trun-warm-pool <fd> <modules> <tail...>`
- * (tail: the worker's argv after "python -u"): imports the warm modules with sys.argv and sys.path[0] already
- * the worker's, says "ready" (or "error <why>") on the control socket <fd>, waits for the agent's handover
- * (the worker's argv and environment changes, its stdout and stderr as SCM_RIGHTS), then becomes that
- * worker: fds 1 and 2, os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a fresh
- * __main__ namespace, and runs the script, -m module or -c code as python would (tracebacks without its own
- * frame, exit 1 on an exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
+/* The Python side of warm start (warm.h), run as
+ * `python -u -c <this> trun-warm-pool <fd> <modules> <tail...>` (tail: the worker's argv after "python -u"):
+ * imports the warm modules with sys.argv and sys.path[0] already the worker's, says "ready" (or
+ * "error <why>") on the control socket <fd>, waits for the agent's handover (the worker's argv and
+ * environment changes, its stdout and stderr as SCM_RIGHTS), then becomes that worker: fds 1 and 2,
+ * os.environ and the C environment, sys.argv / sys.orig_argv, sys.path[0], a fresh __main__ namespace, and
+ * runs the script, -m module or -c code as python would (tracebacks without its own frame, exit 1 on an
+ * exception, SystemExit as is, KeyboardInterrupt as SIGINT). */
 #include "warm.h"
 
 const char trun__warm_boot[] =
