@@ -124,11 +124,12 @@ static void on_sigchld(uv_signal_t *h, int signum) {
   pid_t pid;
   /* Reap everything: workers, and (as subreaper or PID 1) any orphan that was re-parented to us. */
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    for (int i = 0; i < a->nproc; i++)
-      if (a->w[i].pid == pid && a->w[i].running) {
-        worker_exited(a, &a->w[i], status);
-        break;
-      }
+    int i = 0;
+    while (i < a->nproc && !(a->w[i].pid == pid && a->w[i].running)) i++;
+    if (i < a->nproc)
+      worker_exited(a, &a->w[i], status);
+    else
+      trun_warm_reaped(a->warm, pid, status); /* a --warm-start pool process died before use */
   }
 }
 
@@ -420,6 +421,7 @@ static void run_round(agent *a) {
       break;
     }
   }
+  trun__agent_warm_fill(a); /* the next group's pool, while this one runs */
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   if (a->recovery_from > 0) {
@@ -582,6 +584,7 @@ static int plan(agent *a) {
   if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
+  trun__agent_warm_fill(a); /* imports while the agent meets the other nodes */
   return 0;
 }
 
@@ -822,6 +825,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   trun_obs_close(a.obs, code);
   trun_stall_close(a.stall);
   trun_rdzv_close(&a.rdzv);
+  trun_warm_free(a.warm);
   teardown(&a);
   trun_watchdog_stop(&a.guard);
   if (a.env != orig_env) trun_strv_free(a.env);
@@ -912,6 +916,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     trun_strv_free(env);
   }
   fprintf(out, "(plus the rest of trun's environment, inherited unchanged)\n");
+  if (base) trun__agent_warm_describe(cfg, base, nproc, 0, out);
   trun_strv_free(base);
   return code;
 }

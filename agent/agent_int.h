@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -116,6 +117,7 @@ struct agent {
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
   trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
+  trun_warm *warm;                /* --warm-start's pool (agent_warm.c), NULL when off */
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -127,6 +129,15 @@ int trun__agent_pathf(char *out, size_t len, const char *fmt, ...) __attribute__
 int trun__agent_mkdirs(const char *path);
 /* Starts local rank w->local_rank of this round, its files under attempt_dir. 0, or -1 (said on stderr). */
 int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir);
+
+/* agent_warm.c: --warm-start: starts the pool processes of the local slots that have none (once the
+ * workers' base environment is known, and after each group starts). */
+void trun__agent_warm_fill(agent *a);
+/* Starts worker w from the pool (w->pid set): 0; 1 when it must start cold (the reason said on stderr). */
+int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd);
+/* One line for --dry-run / --explain: whether the workers start warm, from what; measure: also start one pool
+ * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
+void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out);
 
 /* agent_failures.c: wall-clock seconds (exit and failure timestamps, as torchelastic's). */
 double trun__agent_now(void);

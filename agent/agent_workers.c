@@ -179,7 +179,8 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
                           .cpus = trun_worker_cpus(envp),
                           .nofile = a->nofile_raised ? &a->nofile : NULL};
     const char *what = "";
-    int src = trun_spawn(&req, &w->pid, &what);
+    int src =
+        trun__agent_warm_take(a, w, argv, envp, out_fd, err_fd) == 0 ? 0 : trun_spawn(&req, &w->pid, &what);
     if (src < 0 && w->pid <= 0) {
       trun_error("cannot start local rank %d (%s): %s failed: %s", lr, argv[0], what, strerror(-src));
     } else {

@@ -4,6 +4,8 @@
 
 #include "agent.h"
 #include "agent/nccl/nccl.h"
+#include "agent_int.h"
+#include "worker_env.h"
 
 static void print_summary(const trun_node *n, FILE *out) {
   const trun_instance *in = &n->instance;
@@ -73,7 +75,9 @@ int trun_explain(const trun_config *cfg, char **envp, FILE *out) {
   if (trun_discover_node(n, envp, TRUN_IDENTITY_ALWAYS, cfg->no_imds, err, sizeof(err)) < 0)
     fprintf(stderr, "trun: warning: GPU discovery: %s\n", err);
   trun_nccl_env_decide(n, envp, plan);
-  fprintf(out, "trun --explain: nothing is started\n");
+  fprintf(out, "trun --explain: %s\n",
+          cfg->warm_start ? "no worker is started (one --warm-start pool process is, to measure it)"
+                          : "nothing is started");
   print_summary(n, out);
   fprintf(out, "workers on this node: %d (--nproc-per-node %s; auto here = %d)\n", nproc, cfg->nproc_spec,
           trun_nproc_auto(n));
@@ -88,6 +92,10 @@ int trun_explain(const trun_config *cfg, char **envp, FILE *out) {
   fprintf(out, "environment decisions (%d):\n", plan->n);
   if (plan->n == 0) fprintf(out, "  none: no NVIDIA GPU and no usable EFA device here (§2, §3)\n");
   for (int i = 0; i < plan->n; i++) print_decision(&plan->d[i], out);
+  int omp_forced;
+  char **base = trun_agent_env(envp, cfg, nproc, n, &omp_forced);
+  if (base) trun__agent_warm_describe(cfg, base, nproc, 1, out);
+  trun_strv_free(base);
   free(plan);
   free(n);
   return 0;

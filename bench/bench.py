@@ -4,7 +4,7 @@ Contenders run interleaved (A B C A B C ...) so that drift on the machine hits t
 is the median of the repetitions and every comparison is a ratio measured in this one run.
 Writes bench/results/<date>-cpu.json and prints the tables. Run through `make bench`.
 
-Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|rdzv|recovery] [--out-dir DIR]
+Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|warm|rdzv|recovery] [--out-dir DIR]
 --quick (`BENCH_QUICK=1 make bench`): every benchmark once at its smallest size, to check the whole chain
 (bench.py -> JSON -> plots.py -> readme.py) in about a minute; bench/run.sh sends it to build/bench-quick/.
 The recovery benchmark (bench/recovery.py: a node lost from a job of 3, crash and silent, trun's two elastic
@@ -259,6 +259,73 @@ def restart_bench(reps):
     return table
 
 
+WARM_WORKER = r"""
+import os, sys, time
+t_start = time.time()
+d = sys.argv[1]
+n = os.environ["TORCHELASTIC_RESTART_COUNT"]
+lr = os.environ["LOCAL_RANK"]
+import torch, torch.distributed as dist
+if os.environ.get("WARM_CUDA") == "1":  # bench/gpu_warm.py: CUDA set up as part of being ready
+    torch.ones(1, device="cuda").sum().item()
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == int(os.environ["WORLD_SIZE"])
+if n == "0":
+    time.sleep(float(sys.argv[2]))  # the job runs a while: --warm-start refills its pool meanwhile
+    if lr == "1":
+        open(os.path.join(d, "crash"), "w").write(repr(time.time()))
+        os._exit(1)
+    time.sleep(60)
+else:
+    open(os.path.join(d, "ready." + lr), "w").write("%r %r" % (time.time(), t_start))
+    dist.barrier()
+"""
+
+
+def warm_bench(reps, settle=6.0, names=None, py=HOST_PY, trun=os.path.join(BUILD, "trun"), extra_env=None):
+    """Issue 31: a worker's crash until every replacement has imported torch, formed its gloo group and done one
+    all-reduce (2 workers, rank 1 crashes `settle` s after the first all-reduce): trun cold, trun --warm-start,
+    torchrun 1.13 (names: other launchers, e.g. on the GPU box); plus the pool's resident memory per worker
+    (trun --explain --warm-start)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=py, **(extra_env or {}))
+    names = names or {"trun": [trun], "trun-warm": [trun, "--warm-start"], "torchrun-1.13": TORCHRUN113}
+    samples = {}
+    for rep in range(reps):
+        for name, base in names.items():
+            with tempfile.TemporaryDirectory(prefix="trun-bench-warm.", dir="/tmp") as d:
+                script = os.path.join(d, "w.py")
+                open(script, "w").write(WARM_WORKER)
+                cmd = base + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                              "--monitor_interval", "0.1", script, d, str(settle)]
+                rc, _, _, err = run_launcher(cmd, env)
+                try:
+                    crash = float(open(os.path.join(d, "crash")).read())
+                    ready = [open(os.path.join(d, f"ready.{lr}")).read().split() for lr in (0, 1)]
+                except OSError:
+                    log(f"warm {name}: no measurement (exit {rc}): {err.strip()[-300:]}")
+                    continue
+                lat = max(float(r[0]) for r in ready) - crash
+                start = max(float(r[1]) for r in ready) - crash
+                samples.setdefault(name, []).append((lat, start))
+                log(f"warm {name:14s} rep={rep}: crash to replacements ready {lat * 1000:.1f} ms "
+                    f"(script running {start * 1000:.1f} ms)")
+    table = []
+    for name, s in samples.items():
+        table.append({"launcher": name, "crash_to_ready_ms": statistics.median(x for x, _ in s) * 1000,
+                      "crash_to_script_ms": statistics.median(y for _, y in s) * 1000, "reps": len(s),
+                      "runs_ms": [round(x * 1000, 1) for x, _ in s],
+                      "note": "2 workers, gloo; ready = imported torch, formed the group, one all-reduce"})
+    p = subprocess.run([trun, "--explain", "--warm-start", "--nproc-per-node", "2"],
+                       env=env, capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        if line.strip().startswith("pool memory:"):
+            table.append({"launcher": "trun-warm", "pool": line.strip()})
+            log("warm " + line.strip())
+    return table
+
+
 def rdzv_run(mode, n, run_id, torch_timeout=600):
     """One rendezvous of n agents on a fresh trun-store; bytes = the server's read+written syscall bytes."""
     srv = Server("trun")
@@ -402,6 +469,21 @@ def summarize(res):
             if "trun" in by and other in by:
                 lines.append(f"ratio {other}/trun restart: "
                              f"x{ratio(by[other]['crash_to_restart_ms'], by['trun']['crash_to_restart_ms'])}")
+    wm = [r for r in res.get("warm", []) if "crash_to_ready_ms" in r]
+    if wm:
+        lines.append("Warm start: worker crash until both replacements imported torch, formed the group, all-reduced (median):")
+        by = {r["launcher"]: r for r in wm}
+        for r in wm:
+            lines.append(f"warm {r['launcher']:14s}: {r['crash_to_ready_ms']:8.1f} ms (script running after "
+                         f"{r['crash_to_script_ms']:.1f} ms)")
+        if "trun" in by and "trun-warm" in by:
+            lines.append(f"ratio trun-warm/trun crash to ready: x{by['trun-warm']['crash_to_ready_ms'] / by['trun']['crash_to_ready_ms']:.2f}")
+        if "torchrun-1.13" in by and "trun-warm" in by:
+            lines.append(f"ratio torchrun-1.13/trun-warm crash to ready: "
+                         f"x{ratio(by['torchrun-1.13']['crash_to_ready_ms'], by['trun-warm']['crash_to_ready_ms'])}")
+    for r in res.get("warm", []):
+        if "pool" in r:
+            lines.append("warm start " + r["pool"])
     rc = res.get("recovery", [])
     if rc:
         lines.append("Recovery: node 2 of 3 lost, until both survivors all-reduce in a world of 2 (median):")
@@ -411,7 +493,7 @@ def summarize(res):
                    f"no recovery in {r['cap_seconds']:.0f} s in {r['reps'] - r['recovered']} of {r['reps']} runs")
             lines.append(f"recovery {r['launcher']:14s} {r['kind']:6s}: {got}")
         for kind in ("crash", "silent"):
-            for mine in ("trun-c10d", "trun-trun"):
+            for mine in ("trun-c10d", "trun-trun", "trun-c10d-warm", "trun-trun-warm"):
                 t, o = by.get((mine, kind)), by.get(("torchrun-1.13", kind))
                 if t and o and t["seconds"]:
                     other = (f"x{ratio(o['seconds'], t['seconds'])}" if o["seconds"] is not None else
@@ -425,7 +507,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "rdzv", "recovery"])
+    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "warm", "rdzv", "recovery"])
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
@@ -442,6 +524,8 @@ def main():
         res["launch"] = launch_bench(reps, (2,) if quick else (2, 8))
     if args.only in (None, "restart"):
         res["restart"] = restart_bench(reps)
+    if args.only in (None, "warm"):
+        res["warm"] = warm_bench(reps)
     if args.only in (None, "rdzv"):
         res["rdzv"] = rdzv_bench(reps, (8,) if quick else (8, 64, 256, 1000, 10000))
         res["rdzv_failed"] = RDZV_FAILED
@@ -450,12 +534,12 @@ def main():
         if os.geteuid() != 0:
             log("recovery: skipped (needs root for its network namespaces)")
         elif quick:
-            res["recovery"] = recovery.recovery_bench(1, ("trun-c10d", "trun-trun"), ("crash",))
+            res["recovery"] = recovery.recovery_bench(1, ("trun-c10d", "trun-trun", "trun-c10d-warm"), ("crash",))
         else:
             res["recovery"] = recovery.recovery_bench(reps)
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-cpu.json")
-    parts = ("store", "conns", "launch", "restart", "rdzv", "recovery")
+    parts = ("store", "conns", "launch", "restart", "warm", "rdzv", "recovery")
     if args.only:
         # One part re-measured: keep the other parts of the day's file, or of the newest earlier one, each
         # with the date it was measured on (readme.py says which).

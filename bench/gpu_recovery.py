@@ -5,7 +5,8 @@ bench/gpu.py's onegpu step), `--nnodes 1:2 --max-restarts 3`, default settings, 
 workers are SIGKILLed at once. Timed until node 0's worker all-reduces again in a world of 1; trun with both
 elastic backends against torchrun 2.11, once each, a run with no recovery within CAP seconds counts as none.
 The silent loss needs network namespaces, which the GPU box may not give: not run here.
-Run on the GPU box: python3 bench/gpu_recovery.py (TRUN_BIN: the directory of trun; default build/portable).
+Run on the GPU box: python3 bench/gpu_recovery.py (TRUN_BIN: the directory of trun; default build/portable;
+GPU_REC_LAUNCHERS: which, e.g. trun-c10d,trun-trun-warm: -warm is trun with --warm-start).
 Writes $OUT/<date>-gpu-recovery.json. GPU_REC_BACKEND=gloo tries the script on a CPU box.
 """
 import datetime
@@ -51,9 +52,10 @@ def tree(pid):
 
 def cmd(launcher, port, run_id):
     ep = f"127.0.0.1:{port}"
-    if launcher.startswith("trun-"):
-        return [os.path.join(BIN, "trun"), "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", launcher[5:],
-                "--rdzv-endpoint", ep, "--rdzv-id", run_id, "--max-restarts", "3", WORKER]
+    if launcher.startswith("trun-"):  # trun-<backend>[-warm]: -warm adds --warm-start (issue 31)
+        return [os.path.join(BIN, "trun"), "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend",
+                launcher[5:].split("-")[0], "--rdzv-endpoint", ep, "--rdzv-id", run_id, "--max-restarts", "3"] + \
+            (["--warm-start"] if launcher.endswith("-warm") else []) + [WORKER]
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", ep, "--rdzv_id", run_id, "--max_restarts", "3", WORKER]
 
@@ -114,7 +116,8 @@ def main():
            "torch": torch.__version__, "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "cap_seconds": CAP,
            "kind": "crash", "layout": "2 nodes on GPU 0, NCCL_HOSTID apart (NCCL over sockets)", "runs": []}
     port = 29800
-    for launcher in ("trun-c10d", "trun-trun", "torchrun-2.11"):
+    launchers = os.environ.get("GPU_REC_LAUNCHERS", "trun-c10d,trun-trun,torchrun-2.11").split(",")
+    for launcher in launchers:
         port += 1
         try:
             s = one_run(launcher, port, top)

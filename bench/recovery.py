@@ -10,7 +10,9 @@ worker each doing an all-reduce every 0.1 s (bench/recovery_worker.py). Then nod
 The time is from the loss to the later of the two survivors' first all-reduce in a world of 2, read from the
 workers' own clock (one machine, one clock); a run with no recovery within CAP seconds counts as none.
 Needs root (namespaces); used by bench.py (`make bench`, `--only recovery`), or alone:
-  recovery.py [--reps N] [--launchers trun-c10d,trun-trun,torchrun-1.13] [--kinds crash,silent]
+  recovery.py [--reps N] [--launchers trun-c10d,trun-trun,trun-c10d-warm,trun-trun-warm,torchrun-1.13]
+              [--kinds crash,silent]
+trun-<backend>-warm runs trun with --warm-start (issue 31): the survivors' new workers come from the pool.
 """
 import argparse
 import os
@@ -27,7 +29,7 @@ TRUN = os.path.join(REPO, "build", "trun")
 HOST_PY = os.environ.get("TRUN_HOST_PY", "/usr/bin/python3")
 WORKER = os.path.join(REPO, "bench", "recovery_worker.py")
 TORCHRUN113 = [HOST_PY, os.path.join(REPO, "tests", "tools", "torchrun113.py")]
-LAUNCHERS = ("trun-c10d", "trun-trun", "torchrun-1.13")
+LAUNCHERS = ("trun-c10d", "trun-trun", "trun-c10d-warm", "trun-trun-warm", "torchrun-1.13")
 KINDS = ("crash", "silent")
 NET = "10.252.0"
 CAP = 100.0  # seconds: the issue's measurements gave up at 100 s
@@ -99,8 +101,10 @@ class Cluster:
 def agent_cmd(launcher, n, port, run_id):
     ep = f"{NET}.1:{port}"
     if launcher.startswith("trun-"):
-        return [TRUN, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", launcher[5:], "--rdzv-endpoint",
-                ep, "--rdzv-id", run_id, "--max-restarts", "3", WORKER]
+        # trun-<backend>-warm: the same with --warm-start (issue 31).
+        backend, warm = launcher[5:].split("-")[0], launcher.endswith("-warm")
+        return [TRUN, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", backend, "--rdzv-endpoint",
+                ep, "--rdzv-id", run_id, "--max-restarts", "3"] + (["--warm-start"] if warm else []) + [WORKER]
     return TORCHRUN113 + ["--nnodes", "2:3", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
                           ep, "--rdzv_id", run_id, "--max_restarts", "3", "--monitor_interval", "0.1", WORKER]
 

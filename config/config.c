@@ -31,6 +31,24 @@ static int fail(char *err, size_t errlen, const trun_settings *cl, trun_opt_id i
   return -1;
 }
 
+/* "a.b,c": Python module names (dotted identifiers, ASCII) separated by commas; "" is none. */
+static int module_list_ok(const char *s) {
+  if (s == NULL) return 1;
+  for (int start = 1; *s; s++) {
+    int alpha = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
+    if (*s == ',' || *s == '.') {
+      if (start) return 0;
+      start = 1;
+    } else if (alpha || (!start && *s >= '0' && *s <= '9')) {
+      start = 0;
+    } else {
+      return 0;
+    }
+    if (s[1] == '\0' && start) return 0;
+  }
+  return 1;
+}
+
 static int parse_int(const char *s, long lo, long hi, int *out) {
   char *end;
   errno = 0;
@@ -338,6 +356,12 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
   cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
+  cfg->warm_start = VAL(TRUN_OPT_WARM_START) && strcmp(VAL(TRUN_OPT_WARM_START), "0") != 0;
+  cfg->warm_modules = VAL(TRUN_OPT_WARM_START_MODULES);
+  if (!module_list_ok(cfg->warm_modules))
+    return fail(err, errlen, cl, TRUN_OPT_WARM_START_MODULES,
+                "--warm-start-modules '%s' must be Python module names separated by commas (torch,numpy)",
+                cfg->warm_modules);
   cfg->numa_binding = VAL(TRUN_OPT_NUMA_BINDING);
   const char *osp = VAL(TRUN_OPT_ON_SPLIT_PODS);
   if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)

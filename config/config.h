@@ -72,6 +72,8 @@ typedef struct {
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
   int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
+  int warm_start;              /* --warm-start (agent/proc/warm.h) */
+  const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -213,6 +213,15 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
          TRUN_G_COMPAT, "EXIT_BARRIER_TIMEOUT",
          "Seconds the agents wait for each other at the end of the job (the exit "
          "barrier). Unset: $TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT, else 300."},
+    [TRUN_OPT_WARM_START] = {"warm-start", "warm_start", 0, 1, NULL, "PET_WARM_START", TRUN_G_TRUN, NULL,
+                             "Start workers from a pool of pre-started Pythons that have already imported "
+                             "--warm-start-modules (started with the agent and refilled after each start), "
+                             "so that first starts and restarts skip the import; a worker the pool cannot "
+                             "run exactly as a cold one starts cold, with the reason."},
+    [TRUN_OPT_WARM_START_MODULES] = {"warm-start-modules", "warm_start_modules", 0, 0,
+                                     "torch,torch.distributed", "PET_WARM_START_MODULES", TRUN_G_TRUN, "LIST",
+                                     "Modules the --warm-start pool imports, separated by commas (none may "
+                                     "initialise CUDA)."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

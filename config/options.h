@@ -64,6 +64,8 @@ typedef enum {
   TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
   TRUN_OPT_WATCH_STDIN,   /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
   TRUN_OPT_EXIT_BARRIER_TIMEOUT, /* --exit-barrier-timeout S: the exit barrier's wait (pytorch#157318) */
+  TRUN_OPT_WARM_START, /* --warm-start: workers from a pool of pre-started interpreters (agent/proc/warm.h) */
+  TRUN_OPT_WARM_START_MODULES, /* --warm-start-modules LIST: what the pool imports */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

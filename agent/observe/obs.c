@@ -32,7 +32,9 @@ struct trun_obs {
   } scopes[MAX_SCOPES];
   int nscopes;
   unsigned long nodes_lost;
-  double recovery_s; /* the last recovery, -1: none yet */
+  int cfg_warm;                           /* --warm-start: its metric is shown */
+  unsigned long starts_warm, starts_cold; /* --warm-start */
+  double recovery_s;                      /* the last recovery, -1: none yet */
   struct {
     char label[32];
     unsigned long n;
@@ -104,6 +106,13 @@ static void render(void *arg, trun_buf *out) {
   trun_metrics_header(out, "trun_recovery_seconds", "gauge",
                       "Seconds from the last node loss until this node's workers ran again (-1: none yet).");
   trun_metrics_sample(out, "trun_recovery_seconds", NULL, o->recovery_s);
+  if (o->cfg_warm) {
+    trun_metrics_header(
+        out, "trun_worker_starts_total", "counter",
+        "Workers started with --warm-start, by how (warm: from the pool; cold: a new Python).");
+    trun_metrics_sample(out, "trun_worker_starts_total", "start=\"warm\"", (double)o->starts_warm);
+    trun_metrics_sample(out, "trun_worker_starts_total", "start=\"cold\"", (double)o->starts_cold);
+  }
   trun_server_stats sum = {0};
   const trun_store_host *hosts[2] = {o->r ? o->r->host : NULL, o->r ? o->r->worker_host : NULL};
   for (int i = 0; i < 2; i++) {
@@ -146,6 +155,7 @@ int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, tru
   }
   o->round = -1;
   o->recovery_s = -1;
+  o->cfg_warm = cfg->warm_start;
   if (cfg->events && trun_events_open(cfg->events, host, &o->ev, err, errlen) < 0) {
     free(o);
     return -1;
@@ -223,6 +233,14 @@ void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int
   trun_events_emit(o->ev, "worker_start",
                    json_pack("{s:i,s:i,s:i,s:i}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
                              "attempt", attempt));
+}
+
+void trun_obs_warm_start(trun_obs *o, int warm) {
+  if (o == NULL) return;
+  if (warm)
+    o->starts_warm++;
+  else
+    o->starts_cold++;
 }
 
 void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down) {

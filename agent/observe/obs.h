@@ -27,6 +27,8 @@ void trun_obs_rdzv_start(trun_obs *o, int round);
 /* error: NULL on success. */
 void trun_obs_rdzv_end(trun_obs *o, int round, const char *error);
 void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt);
+/* --warm-start: a worker started warm (from the pool) or cold: trun_worker_starts_total{start}. */
+void trun_obs_warm_start(trun_obs *o, int warm);
 /* status: exit code, or -signal; torn_down: stopped by the agent. */
 void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down);
 void trun_obs_restart(trun_obs *o, int attempt, int remaining);

@@ -29,6 +29,7 @@ enum {
   STEP_SIGNALS,
   STEP_AFFINITY,
   STEP_RLIMIT,
+  STEP_INHERIT,
   STEP_EXEC
 };
 
@@ -42,6 +43,7 @@ static const char *step_name(int step) {
     case STEP_SIGNALS: return "reset signals";
     case STEP_AFFINITY: return "sched_setaffinity (--numa-binding)";
     case STEP_RLIMIT: return "setrlimit(RLIMIT_NOFILE) back to the limit trun was started with";
+    case STEP_INHERIT: return "fcntl(F_SETFD) on the fd the child keeps";
     case STEP_EXEC: return "exec";
     default: return "?";
   }
@@ -107,6 +109,7 @@ static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, 
   if (cpus &&
       sched_setaffinity(0, TRUN_CPU_LONGS * sizeof(unsigned long), (const cpu_set_t *)(const void *)cpus) < 0)
     child_fail(errfd, STEP_AFFINITY, errno);
+  if (req->inherit_fd > 2 && fcntl(req->inherit_fd, F_SETFD, 0) < 0) child_fail(errfd, STEP_INHERIT, errno);
   if (req->nofile && setrlimit(RLIMIT_NOFILE, req->nofile) < 0) child_fail(errfd, STEP_RLIMIT, errno);
   execve(path, req->argv, req->envp);
   child_fail(errfd, STEP_EXEC, errno);

@@ -12,6 +12,7 @@ typedef struct {
   int stdin_fd;         /* > 0: becomes the child's fd 0; 0 (the default) = /dev/null */
   int stdout_fd;        /* becomes the child's fd 1; -1 = inherit */
   int stderr_fd;        /* becomes the child's fd 2; -1 = inherit */
+  int inherit_fd;       /* > 2: a close-on-exec fd the child keeps across exec (warm.h's control socket) */
   const int *close_fds; /* fds the child must not keep (besides O_CLOEXEC ones); may be NULL */
   size_t nclose_fds;
   const char *cpus; /* cpulist the child is pinned to (sched_setaffinity before exec); NULL = inherit */

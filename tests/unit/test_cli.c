@@ -133,6 +133,9 @@ static const expect_desc expected[] = {
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_EXIT_BARRIER_TIMEOUT, "exit-barrier-timeout", "exit_barrier_timeout", 0, 0, NULL,
      "PET_EXIT_BARRIER_TIMEOUT", "Backwards compatible parameters with caffe2.distributed.launch"},
+    {TRUN_OPT_WARM_START, "warm-start", "warm_start", 0, 1, NULL, "PET_WARM_START", "trun"},
+    {TRUN_OPT_WARM_START_MODULES, "warm-start-modules", "warm_start_modules", 0, 0, "torch,torch.distributed",
+     "PET_WARM_START_MODULES", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

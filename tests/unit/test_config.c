@@ -180,6 +180,23 @@ END_TEST
 
 START_TEST(bad_inputs) {
   parse_err("--nnodes '0'", NULL, (const char *const[]){"--nnodes", "0", "t.py", NULL});
+  parse_err("--warm-start-modules 'torch,,x'", NULL,
+            (const char *const[]){"--warm-start-modules", "torch,,x", "t.py", NULL});
+  parse_err("--warm-start-modules 'os;rm'", NULL,
+            (const char *const[]){"--warm-start-modules", "os;rm", "t.py", NULL});
+  parse_err("--warm-start-modules 'a.'", NULL,
+            (const char *const[]){"--warm-start-modules", "a.", "t.py", NULL});
+  parse_err("--warm-start-modules '1a'", NULL,
+            (const char *const[]){"--warm-start-modules", "1a", "t.py", NULL});
+  {
+    trun_config ok;
+    PARSE_OK(&ok, "--warm-start", "--warm-start-modules", "torch,numpy.linalg,_x1", "t.py");
+    ck_assert(ok.warm_start);
+    ck_assert_str_eq(ok.warm_modules, "torch,numpy.linalg,_x1");
+    PARSE_OK(&ok, "t.py");
+    ck_assert(!ok.warm_start);
+    ck_assert_str_eq(ok.warm_modules, "torch,torch.distributed");
+  }
   parse_err("--nnodes '3:2'", NULL, (const char *const[]){"--nnodes", "3:2", "t.py", NULL});
   parse_err("--node-rank 2 must be below --nnodes 2", NULL,
             (const char *const[]){"--nnodes", "2", "--node-rank", "2", "t.py", NULL});

@@ -1,0 +1,125 @@
+/* --warm-start on the agent's side (agent/proc/warm.h, docs/warm-start.md): the pool's slot environments,
+ * filling it as soon as the workers' base environment is known and after each group starts, and taking a
+ * worker from it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "agent_int.h"
+#include "store/store.h"
+#include "worker_env.h"
+
+/* Slot lr's environment before the rendezvous: the worker's, without what only the rendezvous decides
+ * (those variables are left as the agent's own environment has them). NULL when out of memory. */
+static char **slot_env(char **base, const trun_config *cfg, int nproc, int lr) {
+  trun_rdzv r;
+  memset(&r, 0, sizeof(r));
+  r.cfg = cfg;
+  r.nproc = nproc;
+  char **v = trun_worker_envp(base, cfg, &r, lr, 0, "");
+  for (size_t i = 0; v && v[i];) {
+    size_t n = strcspn(v[i], "=");
+    char name[256];
+    if (!trun_warm_round_var(v[i]) || n >= sizeof(name)) {
+      i++;
+      continue;
+    }
+    memcpy(name, v[i], n);
+    name[n] = '\0';
+    const char *own = trun_strv_getenv(base, name);
+    if (own == NULL) {
+      trun_strv_unsetenv(v, name); /* shifts the rest down: look at i again */
+    } else if (strcmp(own, v[i] + n + 1) != 0) {
+      if (trun_strv_setenv(&v, name, own) < 0) {
+        trun_strv_free(v);
+        return NULL;
+      }
+      i++;
+    } else {
+      i++;
+    }
+  }
+  return v;
+}
+
+void trun__agent_warm_fill(agent *a) {
+  if (!a->cfg->warm_start || a->cfg->no_python) return;
+  if (a->warm == NULL) {
+    a->warm = trun_warm_new(a->nproc, a->cfg->warm_modules, a->nofile_raised ? &a->nofile : NULL, &a->guard);
+    if (a->warm == NULL) {
+      trun_warn("--warm-start: out of memory for the pool; workers start cold");
+      return;
+    }
+  }
+  for (int lr = 0; lr < a->nproc; lr++) {
+    if (trun_warm_pid(a->warm, lr) > 0) continue;
+    char **env = slot_env(a->env, a->cfg, a->nproc, lr);
+    char **argv = env ? trun_worker_argv(a->cfg, env, lr) : NULL;
+    if (argv && argv[1] && argv[2])
+      trun_warm_fill(a->warm, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
+    else
+      trun_warn("--warm-start: local rank %d: out of memory building its pool process; it starts cold", lr);
+    trun_strv_free(argv);
+    trun_strv_free(env);
+  }
+}
+
+int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd) {
+  if (!a->cfg->warm_start) return 1;
+  char why[512];
+  if (a->cfg->no_python)
+    snprintf(why, sizeof(why), "--no-python workers are not Python");
+  else if (trun_warm_take(a->warm, w->local_rank, argv, envp, out_fd, err_fd, &w->pid, why, sizeof(why)) ==
+           0) {
+    trun_debug("local rank %d starts warm (pool process %d)", w->local_rank, (int)w->pid);
+    trun_obs_warm_start(a->obs, 1);
+    return 0;
+  }
+  trun_info("--warm-start: local rank %d starts cold: %s", w->local_rank, why);
+  trun_obs_warm_start(a->obs, 0);
+  return 1;
+}
+
+void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out) {
+  if (!cfg->warm_start) {
+    fprintf(out, "warm start: off (workers start cold; --warm-start starts them from a pool)\n");
+    return;
+  }
+  if (cfg->no_python) {
+    fprintf(out, "warm start: on, but every worker starts cold: --no-python workers are not Python\n");
+    return;
+  }
+  trun_config c = *cfg; /* --explain may come without a script: only the interpreter matters here */
+  if (c.script == NULL) c.script = "script.py", c.nscript_args = 0;
+  char **env = slot_env(base, cfg, nproc, 0);
+  char **argv = env ? trun_worker_argv(&c, env, 0) : NULL;
+  if (argv == NULL) {
+    fprintf(out, "warm start: on (out of memory describing it)\n");
+    trun_strv_free(env);
+    return;
+  }
+  fprintf(
+      out,
+      "warm start: on: each of the %d workers starts from a pool process (%s -u, importing %s) started with "
+      "the agent and refilled after each start; a worker that cannot start exactly as a cold one starts "
+      "cold with the reason\n",
+      nproc, argv[0], cfg->warm_modules[0] ? cfg->warm_modules : "nothing");
+  if (measure) {
+    trun_warm *p = trun_warm_new(1, cfg->warm_modules, NULL, NULL);
+    char why[512] = "out of memory";
+    double t0 = trun__agent_now();
+    if (p && argv[1] && argv[2] && trun_warm_fill(p, 0, argv[0], argv + 2, trun_worker_cpus(env), env) == 0 &&
+        trun_warm_wait_ready(p, 0, 300000, why, sizeof(why)) == 0) {
+      long kb = trun_warm_rss_kb(p, 0);
+      fprintf(
+          out,
+          "  pool memory: %.0f MiB resident per pool process (measured now: one started, ready in %.1f s, "
+          "stopped), %.0f MiB for this node's %d\n",
+          kb / 1024.0, trun__agent_now() - t0, kb * (double)nproc / 1024.0, nproc);
+    } else {
+      fprintf(out, "  pool memory: not measured: %s; the workers would start cold\n", why);
+    }
+    trun_warm_free(p);
+  }
+  trun_strv_free(argv);
+  trun_strv_free(env);
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# --warm-start across a restart (trun --standalone --nproc-per-node 2 --max-restarts 1, torch 1.13, gloo):
+#  - the first workers start warm (the pool was started with the agent);
+#  - right after they start, the pool is refilled: one fresh pool process per slot;
+#  - one of them is killed (SIGKILL) before use: the agent says so and starts another;
+#  - local rank 1 then crashes (exit 3): the restarted workers start warm, from the pool processes present
+#    at that moment (the replacement included: same pids), and all-reduce again; trun exits 0;
+#  - the metrics say 4 warm starts, 0 cold; when trun ends no pool process is left.
+# Exit: 0 pass, anything else fail.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../agent/lib.sh"
+need_trun
+need_host_torch
+out=$tmp/out
+mkdir -p "$out"
+
+# wait_until SECONDS CMD...: polls CMD every 0.1 s.
+wait_until() {
+  local limit=$1 i
+  shift
+  for ((i = 0; i < limit * 10; i++)); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# pool_pids: the agent's children that are pool processes not yet handed over (their cmdline carries the
+# bootstrap's marker; a worker's does too, so the workers of the current attempt are left out).
+pool_pids() {
+  local p
+  for p in $(pgrep -P "$agent" 2>/dev/null); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q 'trun-warm-pool' || continue
+    grep -qx "$p" "$tmp/workers" 2>/dev/null && continue
+    echo "$p"
+  done | sort -n
+}
+count_is() { [ "$(pool_pids | wc -l)" -eq "$1" ]; }
+started() { [ -f "$out/start.$1.0" ] && [ -f "$out/start.$1.1" ]; }
+
+port=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+echo "== trun --warm-start --max-restarts 1 (metrics on port $port)"
+PYTHON_EXEC=$host_py setsid "$trun" --warm-start --standalone --nproc-per-node 2 --max-restarts 1 \
+  --metrics-port "$port" "$repo/tests/agent/warmcrash.py" "$out" >"$tmp/trun.out" 2>"$tmp/trun.err" &
+agent=$!
+_bg_pgids+=("$agent")
+show() {
+  sed 's/^/    out| /' "$tmp/trun.out"
+  sed 's/^/    err| /' "$tmp/trun.err"
+}
+
+wait_until 180 started 0 || { show; fail "the first workers did not start in 180 s"; }
+for lr in 0 1; do
+  grep -q '^preloaded=True ' "$out/start.0.$lr" || fail "attempt 0 local rank $lr did not start warm: $(cat "$out/start.0.$lr")"
+  sed -n 's/.* pid=//p' "$out/start.0.$lr" >>"$tmp/workers"
+done
+wait_until 60 count_is 2 || { show; fail "the pool was not refilled after the first start: $(pool_pids | xargs)"; }
+victim=$(pool_pids | head -1)
+echo "killing pool process $victim before use"
+kill -KILL "$victim"
+wait_until 60 grep -q "pool process $victim was killed by signal 9 before use; starting another" "$tmp/trun.err" ||
+  { show; fail "the agent did not say it replaces pool process $victim"; }
+wait_until 60 count_is 2 || { show; fail "pool process $victim was not replaced: $(pool_pids | xargs)"; }
+pool=$(pool_pids | xargs)
+echo "pool before the crash: $pool"
+case " $pool " in *" $victim "*) fail "the killed pool process $victim is still listed" ;; esac
+
+touch "$out/go" # local rank 1 crashes
+wait_until 180 started 1 || { show; fail "the workers did not restart in 180 s"; }
+restarted=""
+for lr in 0 1; do
+  grep -q '^preloaded=True ' "$out/start.1.$lr" || fail "attempt 1 local rank $lr did not start warm: $(cat "$out/start.1.$lr")"
+  restarted="$restarted $(sed -n 's/.* pid=//p' "$out/start.1.$lr")"
+done
+[ "$(echo $restarted | tr ' ' '\n' | sort -n | xargs)" = "$pool" ] ||
+  fail "the restarted workers' pids ($restarted) are not the pool's ($pool)"
+metrics=$(curl -s "http://127.0.0.1:$port/metrics" || true)
+touch "$out/end"
+rc=0
+wait "$agent" || rc=$?
+show
+[ $rc -eq 0 ] || fail "trun exited $rc, want 0"
+grep -q "crashing attempt 0 on purpose" "$tmp/trun.out" || fail "local rank 1 did not crash attempt 0"
+for r in 0 1; do [ -f "$out/ok.1.$r" ] || fail "rank $r did not all-reduce in attempt 1"; done
+grep -q 'trun_worker_starts_total{start="warm"} 4' <<<"$metrics" &&
+  grep -q 'trun_worker_starts_total{start="cold"} 0' <<<"$metrics" ||
+  fail "the metrics do not say 4 warm and 0 cold starts: $(grep worker_starts <<<"$metrics")"
+for p in $pool $victim; do
+  [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && fail "process $p outlived trun"
+done
+echo PASS
