@@ -75,11 +75,19 @@ static void kill_groups(agent *a, int sig) {
 
 static void on_kill_timer(uv_timer_t *t) {
   agent *a = t->data;
+  if (a->killed) { /* TRUN_STUCK_WAIT_S after SIGKILL: whoever still runs cannot be ended */
+    for (int i = 0; i < a->nproc; i++)
+      if (a->w[i].running) trun__agent_worker_stuck(a, &a->w[i]);
+    maybe_finish(a);
+    return;
+  }
   for (int i = 0; i < a->nproc; i++)
     if (a->w[i].running)
       trun_warn("rank %d (local %d, pid %d) still runs %.0f s after the stop signal: sending SIGKILL",
                 a->rdzv.base_rank + i, i, (int)a->w[i].pid, a->cfg->shutdown_timeout);
   kill_groups(a, SIGKILL);
+  a->killed = 1;
+  uv_timer_start(&a->kill_timer, on_kill_timer, TRUN_STUCK_WAIT_S * 1000, 0);
 }
 
 /* Stops every running worker: sig to its process group, SIGKILL after the shutdown timeout. */
@@ -396,6 +404,7 @@ static void run_round(agent *a) {
   a->result = OUT_NONE;
   a->first_failed = -1;
   a->phase_stopping = 0;
+  a->killed = 0;
   a->end_seen = 0;
   a->end_value[0] = '\0';
   memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);

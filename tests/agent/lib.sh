@@ -52,3 +52,18 @@ run_pg() {
 
 # trun with the host's torch python for the workers (trun, like torchrun, uses $PYTHON_EXEC).
 trun_run() { PYTHON_EXEC=$host_py run_pg "$trun" "$@"; }
+
+# root_cause NAME: the "Root Cause" block of the failure report in $tmp/NAME.err.
+root_cause() { sed -n '/^Root Cause (first observed failure):/,/^=====/p' "$tmp/$1.err"; }
+
+# expect_root NAME REGEX...: each extended regex must match a line of the root-cause block of NAME.
+expect_root() {
+  local name=$1 block
+  shift
+  block=$(root_cause "$name")
+  [ -n "$block" ] || fail "$name: no 'Root Cause (first observed failure):' block on stderr"
+  for re in "$@"; do
+    grep -Eq -- "$re" <<<"$block" || fail "$name: the root-cause block has no line matching /$re/:
+$block"
+  done
+}
