@@ -71,6 +71,10 @@ typedef struct {
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
   int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
+  double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
+  int crash_loop_rounds;       /* --crash-loop K, 0: off */
+  double crash_loop_window;    /* --crash-loop SECONDS */
+  int restart_offset;          /* --restart-offset, -1: unset ($SLURM_RESTART_COUNT, else 0) */
   const char *script;
   char **script_args;
   int nscript_args;

@@ -60,9 +60,12 @@ typedef enum {
   TRUN_OPT_STALL_SIGNAL,      /* --stall-signal SIG: sent to a stalled worker before the restart */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
-  TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
-  TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
-  TRUN_OPT_WATCH_STDIN,   /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
+  TRUN_OPT_HEALTH_CHECK,    /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
+  TRUN_OPT_HEALTH_CHECKS,   /* --health-checks LIST: which checks the gate runs */
+  TRUN_OPT_WATCH_STDIN,     /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
+  TRUN_OPT_RESTART_BACKOFF, /* --restart-backoff S: wait before restarting after a fast failure */
+  TRUN_OPT_CRASH_LOOP,      /* --crash-loop K:S: K failed rounds in a row, each within S s: stop (exit 5) */
+  TRUN_OPT_RESTART_OFFSET,  /* --restart-offset N: restarts the job used before (requeues) */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

@@ -131,6 +131,10 @@ static const expect_desc expected[] = {
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_RESTART_BACKOFF, "restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF",
+     "trun"},
+    {TRUN_OPT_CRASH_LOOP, "crash-loop", "crash_loop", 0, 0, "3:60", "PET_CRASH_LOOP", "trun"},
+    {TRUN_OPT_RESTART_OFFSET, "restart-offset", "restart_offset", 0, 0, NULL, "PET_RESTART_OFFSET", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 
