@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restarts that know when to stop (trun --standalone --nproc-per-node 2; torch 1.13 workers of
-# tests/agent/startup_fail.py: they import torch, count the attempt, then fail with an import error):
+# tests/agent/startup_fail.py: they record the attempt, import torch, then fail with an import error):
 #  1. The defaults (--restart-backoff 1, --crash-loop 3:60) with --max-restarts 10: three failed rounds,
 #     waits of 1 s and 2 s between them, then "crash loop" and exit 5 (do not requeue); the report names the
 #     import error; 2 restart events, not 10.
@@ -34,10 +34,10 @@ run() {
   grep -v '^\[default[0-9]\]:\|^  File\|^    \|^Traceback' "$tmp/$name.err" | sed 's/^/    err| /'
   [ $rc -eq "$want" ] || fail "$name: exited $rc, want $want"
 }
-# attempts NAME WANT: the script counted WANT starts in NAME.
+# attempts NAME WANT: the script recorded WANT distinct attempts in NAME.
 attempts() {
   local n
-  n=$(wc -l <"$tmp/$1.count" 2>/dev/null || echo 0)
+  n=$(cut -d' ' -f2 "$tmp/$1.count" 2>/dev/null | sort -u | wc -l)
   echo "    $1: $n attempt(s)"
   [ "$n" -eq "$2" ] || fail "$1: $n attempts, want $2"
 }
