@@ -67,3 +67,15 @@ expect_root() {
 $block"
   done
 }
+
+# run_case NAME WANT_RC CMD...: runs CMD with its output in $tmp/NAME.{out,err}, shows both, and fails unless
+# it exited WANT_RC.
+run_case() {
+  local name=$1 want=$2 rc=0
+  shift 2
+  echo "== $name"
+  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  sed 's/^/    out| /' "$tmp/$name.out"
+  sed 's/^/    err| /' "$tmp/$name.err"
+  [ $rc -eq "$want" ] || fail "$name: exited $rc, want $want"
+}

@@ -64,16 +64,6 @@ echo "memory cgroup: $memcg (limit 768 MiB)"
 # in_memcg CMD...: runs CMD inside the memory cgroup (its own process group, the safety limit of run_pg).
 in_memcg() { run_pg sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$memcg" "$@"; }
 
-# run NAME WANT_RC CMD...: output in $tmp/NAME.{out,err}, shown.
-run() {
-  local name=$1 want=$2 rc=0
-  shift 2
-  echo "== $name"
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  sed 's/^/    out| /' "$tmp/$name.out"
-  sed 's/^/    err| /' "$tmp/$name.err"
-  [ $rc -eq "$want" ] || fail "$name: exited $rc, want $want"
-}
 # expect_event NAME KIND: the events file of NAME has a "failure" event with cause_kind KIND.
 expect_event() {
   "$host_py" - "$tmp/$1.events" "$2" <<'PY' || fail "$1: no failure event with cause_kind $2"
@@ -94,7 +84,7 @@ oom_count() {
 }
 before=$(oom_count)
 mkdir -p "$tmp/d1"
-run oom 1 in_memcg "$trun" "${trun_args[@]}" --events "$tmp/oom.events" "$worker" oom "$tmp/d1"
+run_case oom 1 in_memcg "$trun" "${trun_args[@]}" --events "$tmp/oom.events" "$worker" oom "$tmp/d1"
 after=$(oom_count)
 echo "    the cgroup's oom_kill counter: $before -> $after"
 [ "$after" -gt "$before" ] || fail "oom: the kernel's OOM killer did not act in $memcg (counter $before -> $after)"
@@ -107,19 +97,19 @@ fi
 
 # torchrun 1.13 in the same cgroup, for the comparison (its words are printed; it names a signal, no cause).
 mkdir -p "$tmp/d1t"
-run torchrun_oom 1 in_memcg "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 "$worker" oom "$tmp/d1t"
+run_case torchrun_oom 1 in_memcg "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 "$worker" oom "$tmp/d1t"
 grep -q 'Signal 9 (SIGKILL) received by PID' "$tmp/torchrun_oom.err" || fail "torchrun 1.13's report changed: no 'Signal 9 (SIGKILL)'"
 echo "    torchrun 1.13 says: $(grep -m1 -o 'Signal 9 (SIGKILL) received by PID [0-9]*' "$tmp/torchrun_oom.err"); trun says: $(root_cause oom | grep -o 'cause     : .*' | cut -c1-60)..."
 
 # ---- 2. SIGKILL from elsewhere ----------------------------------------------------------------------------
 mkdir -p "$tmp/d2"
-run kill 1 in_memcg "$trun" "${trun_args[@]}" --events "$tmp/kill.events" "$worker" kill "$tmp/d2"
+run_case kill 1 in_memcg "$trun" "${trun_args[@]}" --events "$tmp/kill.events" "$worker" kill "$tmp/d2"
 expect_root kill 'exitcode  : -9 \(pid' 'cause     : killed by SIGKILL \(signal 9\); no OOM kill recorded in its memory cgroup'
 expect_event kill signal
 
 # ---- 3. an import error -----------------------------------------------------------------------------------
 mkdir -p "$tmp/d3"
-run import 1 run_pg "$trun" "${trun_args[@]}" --events "$tmp/import.events" "$worker" import "$tmp/d3"
+run_case import 1 run_pg "$trun" "${trun_args[@]}" --events "$tmp/import.events" "$worker" import "$tmp/d3"
 expect_root import 'exitcode  : 1 \(pid' "cause     : the script failed at start-up: ModuleNotFoundError: No module named 'nonexistent_module_for_trun_test'"
 expect_event import startup_error
 
@@ -138,7 +128,7 @@ mkdir -p "$tmp/d4"
   touch "$tmp/d4/go"
 ) &
 freezer_job=$!
-run stuck 3 run_pg "$trun" "${trun_args[@]}" --events "$tmp/stuck.events" "$worker" stuck "$tmp/d4"
+run_case stuck 3 run_pg "$trun" "${trun_args[@]}" --events "$tmp/stuck.events" "$worker" stuck "$tmp/d4"
 wait "$freezer_job" || fail "stuck: rank 1 never wrote its pid, or the freezer did not freeze it"
 grep -Eq "rank 1 \(local 1, pid [0-9]+\) is still in state D \(uninterruptible sleep\)( in [a-z_]+)? 10 s after SIGKILL: SIGKILL cannot end it" "$tmp/stuck.err" ||
   fail "stuck: trun did not say that rank 1 is stuck in state D"

@@ -24,16 +24,6 @@ need_host_torch
 script=$repo/tests/agent/startup_fail.py
 export PYTHON_EXEC=$host_py
 
-# run NAME WANT_RC CMD...: output in $tmp/NAME.{out,err}, shown.
-run() {
-  local name=$1 want=$2 rc=0
-  shift 2
-  echo "== $name"
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
-  sed 's/^/    out| /' "$tmp/$name.out"
-  grep -v '^\[default[0-9]\]:\|^  File\|^    \|^Traceback' "$tmp/$name.err" | sed 's/^/    err| /'
-  [ $rc -eq "$want" ] || fail "$name: exited $rc, want $want"
-}
 # attempts NAME WANT: the script recorded WANT distinct attempts in NAME.
 attempts() {
   local n
@@ -45,7 +35,7 @@ has() { grep -Eq -- "$2" "$tmp/$1.err" || fail "$1: stderr has no line matching 
 T=(--standalone --nproc-per-node 2)
 
 # ---- 1. the defaults stop a crash loop ----------------------------------------------------------------------
-run defaults 5 run_pg "$trun" "${T[@]}" --max-restarts 10 --events "$tmp/defaults.ev" "$script" "$tmp/defaults.count" 0
+run_case defaults 5 run_pg "$trun" "${T[@]}" --max-restarts 10 --events "$tmp/defaults.ev" "$script" "$tmp/defaults.count" 0
 attempts defaults 3
 has defaults 'waiting 1\.0 s before the restart \(--restart-backoff\)'
 has defaults 'waiting 2\.0 s before the restart'
@@ -55,25 +45,25 @@ n=$(grep -c '"event": *"restart"' "$tmp/defaults.ev" || true)
 [ "$n" -eq 2 ] || fail "defaults: $n restart events, want 2"
 
 # ---- 2. back-off 0 and no crash-loop check: torchrun's count ----------------------------------------------------
-run torchrun_like 1 run_pg "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/torchrun_like.count" 0
+run_case torchrun_like 1 run_pg "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/torchrun_like.count" 0
 attempts torchrun_like 4
 grep -q 'waiting .* before the restart' "$tmp/torchrun_like.err" && fail "torchrun_like: waited with --restart-backoff 0"
-run torchrun113 1 run_pg "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 --max_restarts 3 "$script" "$tmp/torchrun113.count" 0
+run_case torchrun113 1 run_pg "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 --max_restarts 3 "$script" "$tmp/torchrun113.count" 0
 attempts torchrun113 4
 
 # ---- 3. requeues count against --max-restarts ----------------------------------------------------------------------
-run slurm2 5 run_pg env SLURM_RESTART_COUNT=2 "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/slurm2.count" 0
+run_case slurm2 5 run_pg env SLURM_RESTART_COUNT=2 "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/slurm2.count" 0
 attempts slurm2 2
 has slurm2 'SLURM_RESTART_COUNT=2: the job used 2 restart\(s\) before this run; 1 of --max-restarts 3 left'
 has slurm2 "the job's --max-restarts 3 are spent, 2 of them by requeues \(SLURM_RESTART_COUNT\): exit 5 \(do not requeue\)"
-run jobset1 5 run_pg env PET_RESTART_OFFSET=1 SLURM_RESTART_COUNT=9 "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/jobset1.count" 0
+run_case jobset1 5 run_pg env PET_RESTART_OFFSET=1 SLURM_RESTART_COUNT=9 "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/jobset1.count" 0
 attempts jobset1 3
 has jobset1 '\(--restart-offset\): exit 5'
-run slurm0 1 run_pg env SLURM_RESTART_COUNT=0 "$trun" "${T[@]}" --max-restarts 1 --restart-backoff 0 "$script" "$tmp/slurm0.count" 0
+run_case slurm0 1 run_pg env SLURM_RESTART_COUNT=0 "$trun" "${T[@]}" --max-restarts 1 --restart-backoff 0 "$script" "$tmp/slurm0.count" 0
 attempts slurm0 2
 
 # ---- 4. slow failures are no crash loop ----------------------------------------------------------------------------
-run slow 1 run_pg "$trun" "${T[@]}" --max-restarts 2 --crash-loop 2:1 "$script" "$tmp/slow.count" 2
+run_case slow 1 run_pg "$trun" "${T[@]}" --max-restarts 2 --crash-loop 2:1 "$script" "$tmp/slow.count" 2
 attempts slow 3
 grep -q 'crash loop' "$tmp/slow.err" && fail "slow: failures after 2 s taken for a crash loop with a 1 s window"
 grep -q 'waiting .* before the restart' "$tmp/slow.err" && fail "slow: waited after failures outside the window"
