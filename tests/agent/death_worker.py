@@ -3,6 +3,7 @@
 #   kill   SIGKILL itself (not the OOM killer)
 #   import fail at start-up with an import error
 #   stuck  wait for <dir>/go (rank 1 writes its pid to <dir>/pid.1 and waits; the test freezes it), exit 1
+#   say    copy the file <dir>/say.txt (a real error's text: tests/fixtures/causes) to stderr, exit 1
 # The other local ranks wait (sleep) until the agent stops them.
 import os, signal, sys, time
 
@@ -17,6 +18,9 @@ if how == "import":
     import nonexistent_module_for_trun_test  # noqa: F401
 if how == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
+if how == "say":
+    sys.stderr.write(open(os.path.join(d, "say.txt")).read())
+    sys.exit(1)
 if how == "stuck":
     while not os.path.exists(os.path.join(d, "go")):
         time.sleep(0.1)

@@ -10,7 +10,9 @@
 #     comparison (it says "Signal 9 (SIGKILL)" and nothing else: checked, so that a change shows here).
 #  2. A worker that SIGKILLs itself in the same cgroup: "killed by SIGKILL", "no OOM kill recorded" (the
 #     cgroup's counter did not move): a SIGKILL alone is not taken for memory.
-#  3. An import error at start-up: cause "the script failed at start-up: ModuleNotFoundError: ...".
+#  3. An import error at start-up: cause "the script failed at start-up: ModuleNotFoundError: ...". Real
+#     torch error texts (tests/fixtures/causes) written to stderr are named: a CUDA OOM read from the console
+#     stream, an NCCL error read back from a --redirects 2 log file.
 #  4. A worker SIGKILL cannot end: rank 1 is frozen in a cgroup v1 freezer (the kernel shows it in state D,
 #     and it ignores SIGKILL until thawed); rank 0 then exits 1; after --shutdown-timeout 1 and SIGKILL trun
 #     waits 10 s, says rank 1 is stuck in state D, stops waiting and exits 3 (this node is unhealthy), with
@@ -112,6 +114,15 @@ mkdir -p "$tmp/d3"
 run_case import 1 run_pg "$trun" "${trun_args[@]}" --events "$tmp/import.events" "$worker" import "$tmp/d3"
 expect_root import 'exitcode  : 1 \(pid' "cause     : the script failed at start-up: ModuleNotFoundError: No module named 'nonexistent_module_for_trun_test'"
 expect_event import startup_error
+
+# ---- 3b. the last stderr lines: through the console stream, and from a --redirects log ----------------------
+mkdir -p "$tmp/d3b"
+cp "$repo/tests/fixtures/causes/cuda_oom_torch26.txt" "$tmp/d3b/say.txt"
+run_case say_console 1 run_pg "$trun" "${trun_args[@]}" "$worker" say "$tmp/d3b"
+expect_root say_console 'cause     : CUDA out of memory on its GPU: \[rank0\]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB'
+cp "$repo/tests/fixtures/causes/nccl_torch113.txt" "$tmp/d3b/say.txt"
+run_case say_redirected 1 run_pg "$trun" "${trun_args[@]}" --redirects 2 --log-dir "$tmp/d3b/logs" "$worker" say "$tmp/d3b"
+expect_root say_redirected 'cause     : NCCL error: ncclUnhandledCudaError: Call to CUDA function failed.' 'log       : .*/stderr.log'
 
 # ---- 4. a worker SIGKILL cannot end (frozen: state D) -------------------------------------------------------
 fzmnt=$(awk '$9 == "cgroup" && $NF ~ /(^|,)freezer(,|$)/ {print $5; exit}' /proc/self/mountinfo)
