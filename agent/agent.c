@@ -24,6 +24,7 @@
 #include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
 #include "agent_int.h"
+#include "restart_policy.h"
 #include "store/store.h"
 #include "worker_env.h"
 
@@ -75,11 +76,19 @@ static void kill_groups(agent *a, int sig) {
 
 static void on_kill_timer(uv_timer_t *t) {
   agent *a = t->data;
+  if (a->killed) { /* TRUN_STUCK_WAIT_S after SIGKILL: whoever still runs cannot be ended */
+    for (int i = 0; i < a->nproc; i++)
+      if (a->w[i].running) trun__agent_worker_stuck(a, &a->w[i]);
+    maybe_finish(a);
+    return;
+  }
   for (int i = 0; i < a->nproc; i++)
     if (a->w[i].running)
       trun_warn("rank %d (local %d, pid %d) still runs %.0f s after the stop signal: sending SIGKILL",
                 a->rdzv.base_rank + i, i, (int)a->w[i].pid, a->cfg->shutdown_timeout);
   kill_groups(a, SIGKILL);
+  a->killed = 1;
+  uv_timer_start(&a->kill_timer, on_kill_timer, TRUN_STUCK_WAIT_S * 1000, 0);
 }
 
 /* Stops every running worker: sig to its process group, SIGKILL after the shutdown timeout. */
@@ -397,6 +406,7 @@ static void run_round(agent *a) {
   a->result = OUT_NONE;
   a->first_failed = -1;
   a->phase_stopping = 0;
+  a->killed = 0;
   a->end_seen = 0;
   a->end_value[0] = '\0';
   memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
@@ -473,6 +483,7 @@ static void teardown(agent *a) {
   stdin_stop(a);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
+  close_handle((uv_handle_t *)&a->backoff_timer);
   close_handle((uv_handle_t *)&a->remote);
   close_handle((uv_handle_t *)&a->live_timer);
   close_handle((uv_handle_t *)&a->news_async);
@@ -690,15 +701,41 @@ static void after_round(agent *a) {
   if (a->result == OUT_FAILED) membership_or_failure(a);
 }
 
+static void on_backoff_done(uv_timer_t *t) { uv_stop(t->loop); }
+
+/* --restart-backoff: waits s seconds on the loop; a stop signal ends the wait (maybe_finish stops the loop).
+ * 0, or -1 when a signal came. */
+static int backoff_wait(agent *a, double s) {
+  trun_info("waiting %.1f s before the restart (--restart-backoff)", s);
+  a->phase_stopping = 0; /* a stop signal now goes through begin_stop, whose maybe_finish stops the loop */
+  uv_timer_start(&a->backoff_timer, on_backoff_done, (uint64_t)(s * 1000), 0);
+  if (!a->signal_seen) uv_run(a->loop, UV_RUN_DEFAULT);
+  uv_timer_stop(&a->backoff_timer);
+  return a->signal_seen ? -1 : 0;
+}
+
 /* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
- * code. A membership change starts a new round with the same attempt number, like torchrun. */
+ * code. A membership change starts a new round with the same attempt number, like torchrun. The restart
+ * policy (restart_policy.h) counts requeues against --max-restarts, waits before a restart after a fast
+ * failure and stops a crash loop. */
 static int rounds(agent *a) {
-  int remaining = a->cfg->max_restarts;
+  trun_restart_policy pol;
+  trun_restart_policy_init(&pol, a->cfg, a->env);
+  int remaining = trun_restart_policy_remaining(&pol);
+  if (pol.offset > 0)
+    trun_info("%s=%d: the job used %d restart(s) before this run; %d of --max-restarts %d left",
+              pol.offset_from, pol.offset, pol.offset, remaining, pol.max_restarts);
   for (a->round = 0;; a->round++) {
     if (before_round(a) < 0 || a->unhealthy) return 1; /* unhealthy: agent_main's exit */
+    double started = trun__agent_now();
     run_round(a);
     after_round(a);
     if (a->unhealthy) return 1;
+    int loop = 0;
+    if (a->result == OUT_FAILED || a->result == OUT_REMOTE_FAILED)
+      loop = trun_restart_policy_failed(&pol, trun__agent_now() - started);
+    else
+      trun_restart_policy_reset(&pol);
     if (a->result == OUT_MEMBERSHIP) continue;
     if (a->result == OUT_SUCCESS) return 0;
     if (a->result == OUT_CUT_OFF) {
@@ -714,12 +751,28 @@ static int rounds(agent *a) {
       trun__agent_report_failures(a, 0);
       return 1;
     }
-    trun__agent_report_failures(a, remaining == 0);
-    if (remaining == 0) return 1;
+    trun__agent_report_failures(a, remaining == 0 || loop);
+    if (loop) {
+      trun_error(
+          "crash loop: %d failed rounds in a row, each within %.0f s of the workers' start (--crash-loop); "
+          "restarts make no progress: exit %d (do not requeue); fix the cause above",
+          pol.fast_streak, pol.loop_window, TRUN_EXIT_NO_PROGRESS);
+      return TRUN_EXIT_NO_PROGRESS;
+    }
+    if (remaining == 0) {
+      int code = trun_restart_policy_exhausted_code(&pol);
+      if (code == TRUN_EXIT_NO_PROGRESS)
+        trun_error(
+            "the job's --max-restarts %d are spent, %d of them by requeues (%s): exit %d (do not requeue)",
+            pol.max_restarts, pol.offset, pol.offset_from, code);
+      return code;
+    }
     remaining--;
     a->restart_count++;
     trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
     trun_obs_restart(a->obs, a->restart_count, remaining);
+    double delay = trun_restart_policy_delay(&pol);
+    if (delay > 0 && backoff_wait(a, delay) < 0) return 1; /* stopped by a signal while waiting */
   }
 }
 
@@ -798,7 +851,8 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
         "their own children may not be");
   uv_timer_init(a.loop, &a.kill_timer);
   uv_timer_init(a.loop, &a.drain_timer);
-  a.kill_timer.data = a.drain_timer.data = &a;
+  uv_timer_init(a.loop, &a.backoff_timer);
+  a.kill_timer.data = a.drain_timer.data = a.backoff_timer.data = &a;
   a.on_stream_eof = on_stream_eof;
   uv_async_init(a.loop, &a.remote, on_remote);
   a.remote.data = &a;

@@ -8,7 +8,8 @@
  * (TRUN_EXIT_UNHEALTHY): this node is unhealthy (--health-check fail found a failed check before joining, or
  * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md); 4 (TRUN_EXIT_CUT_OFF):
  * this node lost the rendezvous store for twice the liveness window while its workers ran, stopped them and
- * left (docs/rendezvous.md#recovery). */
+ * left (docs/rendezvous.md#recovery); 5 (TRUN_EXIT_NO_PROGRESS, restart_policy.h): restarts make no progress
+ * (a crash loop, or the job's restarts spent after a requeue): do not requeue (docs/supervision.md#restarts). */
 #ifndef TRUN_AGENT_H
 #define TRUN_AGENT_H
 

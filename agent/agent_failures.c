@@ -1,6 +1,7 @@
 /* The round's failures (agent/agent_int.h): one record per failed local worker (exit code, error file,
  * stall), the job's failure report, and the announcement that ends the round on the other nodes. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,72 @@ double trun__agent_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Why worker i died, in one line (proc/cause.h): f->cause and f->cause_kind. A worker the teardown stopped
+ * gets one only when it says more than its signal. */
+static void set_cause(agent *a, int i, trun_failure *f) {
+  worker *w = &a->w[i];
+  char tail[TRUN_TAIL_MAX], kern[512] = "", cause[1024];
+  if (w->timer_scope[0]) { /* the watchdog's own kill: not memory, not a plain signal */
+    char sig[32];
+    snprintf(cause, sizeof(cause), "torch's file-timer watchdog: scope '%s' expired, killed with %s",
+             w->timer_scope, trun_signal_name(w->timer_signal, sig, sizeof(sig)));
+    f->cause = strdup(cause);
+    f->cause_kind = strdup(trun_cause_name(TRUN_CAUSE_TIMER));
+    return;
+  }
+  if (w->err_tail.total == 0 && w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2))
+    (void)trun_tail_from_file(&w->err_tail, w->log_err); /* a --redirects log: best effort */
+  trun_tail_text(&w->err_tail, tail, sizeof(tail));
+  trun_cause_in in = {.exit_code = w->status,
+                      .stderr_tail = tail,
+                      .message = f->message,
+                      .oom_kills = -1,
+                      .memcg_limit = -1,
+                      .stalled_s = w->stalled_s,
+                      .stuck = w->stuck[0] ? w->stuck : NULL};
+  long long kills;
+  if (w->memcg_ok && trun_memcg_oom_kills(&w->memcg, &kills) == 0) {
+    in.oom_kills = kills - w->oom_base;
+    in.memcg = w->memcg.dir;
+    in.memcg_limit = trun_memcg_limit(&w->memcg);
+  }
+  if (w->status == -SIGKILL && trun_kmsg_oom_kill("/dev/kmsg", w->pid, w->start_us, kern, sizeof(kern)) == 1)
+    in.oom_kernel = kern;
+  if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed && !w->stuck[0]) in.xid = a->unhealthy_msg;
+  trun_cause_kind k = trun_cause_describe(&in, cause, sizeof(cause));
+  if (k == TRUN_CAUSE_NONE || (f->torn_down && (k == TRUN_CAUSE_SIGNAL || k == TRUN_CAUSE_EXIT))) return;
+  f->cause = strdup(cause);
+  f->cause_kind = strdup(trun_cause_name(k));
+}
+
+void trun__agent_worker_stuck(agent *a, worker *w) {
+  char st = '?', wchan[128] = "";
+  int rank = a->rdzv.base_rank + w->local_rank;
+  if (trun_proc_state("/proc", w->pid, &st, wchan, sizeof(wchan)) == 0 && st == 'Z')
+    return; /* SIGCHLD comes */
+  snprintf(w->stuck, sizeof(w->stuck), "still in state %c%s%s%s %d s after SIGKILL", st,
+           st == 'D' ? " (uninterruptible sleep)" : "", wchan[0] ? " in " : "", wchan, TRUN_STUCK_WAIT_S);
+  trun_error(
+      "rank %d (local %d, pid %d) is %s: SIGKILL cannot end it (a driver or file system hang); not waiting "
+      "for it any longer: this node leaves the job and exits %d",
+      rank, w->local_rank, (int)w->pid, w->stuck, TRUN_EXIT_UNHEALTHY);
+  w->running = 0;
+  a->running--;
+  w->exit_time = trun__agent_now();
+  if (w->status == 0) w->status = -SIGKILL;
+  trun_obs_worker_exit(a->obs, w->pid, rank, w->local_rank, w->status, w->torn_down);
+  trun_obs_stuck(a->obs, w->pid, rank, w->local_rank, w->stuck);
+  trun_stall_exited(a->stall, w->local_rank);
+  if (a->unhealthy) return;
+  a->unhealthy = 1;
+  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
+           "rank %d (local %d, pid %d) on %s: SIGKILL did not end it: %.200s", rank, w->local_rank,
+           (int)w->pid, a->host, w->stuck);
+  a->unhealthy_lr = w->local_rank;
+  a->unhealthy_time = w->exit_time;
+  trun__agent_leave_unhealthy(a);
 }
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
@@ -57,6 +124,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
         f->message = msg;
       }
     }
+    set_cause(a, i, f);
     if (w->stalled_s > 0) {
       char *msg = NULL;
       if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,
@@ -180,6 +248,10 @@ void trun__agent_report_failures(agent *a, int final) {
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
   if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
   trun_obs_failure(a->obs, fs, n, final);
+  root = trun_failure_root(fs, n);
+  if (root >= 0 && fs[root].cause && !fs[root].node_lost)
+    trun_warn("root cause: rank %d (local %d, pid %d) on %s: %s", fs[root].global_rank, fs[root].local_rank,
+              (int)fs[root].pid, fs[root].host ? fs[root].host : "?", fs[root].cause);
   if (final && n > 0) {
     trun_report_print(stderr, a->cfg->script, fs, n);
     const char *parent = getenv("TORCHELASTIC_ERROR_FILE");

@@ -48,6 +48,13 @@ typedef struct {
   double stalled_s;      /* --stall-timeout found it stalled for this long (0: not) */
   char timer_scope[128]; /* torch's file-timer watchdog killed it: the expired scope ("" not) */
   int timer_signal;
+  /* Why it died (agent_failures.c, proc/cause.h): its last stderr lines, its memory cgroup's OOM kills. */
+  trun_tail err_tail;
+  trun_memcg memcg;
+  int memcg_ok;                /* memcg and oom_base were read when it started */
+  long long oom_base;          /* the cgroup's oom_kill counter then */
+  unsigned long long start_us; /* CLOCK_MONOTONIC microseconds at its start (the kernel log's clock) */
+  char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
 } worker;
 
 struct agent {
@@ -80,8 +87,10 @@ struct agent {
   char stdin_line[64];
   size_t stdin_len;
   uv_timer_t kill_timer;
+  int killed; /* this round's SIGKILL went out: kill_timer now waits TRUN_STUCK_WAIT_S for stuck workers */
   uv_timer_t drain_timer;
-  uv_async_t news_async; /* the rendezvous's thread has news (on_news) */
+  uv_timer_t backoff_timer; /* --restart-backoff: the wait before a restart (agent.c, backoff_wait) */
+  uv_async_t news_async;    /* the rendezvous's thread has news (on_news) */
   int news, news_nodes;
   /* Multi-node: a thread waits for the round's end key on its own connection. */
   uv_async_t remote;
@@ -147,6 +156,12 @@ void trun__agent_report_failures(agent *a, int final);
 /* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
  * round for every node: "fail:<group rank>" in the round's end key. */
 void trun__agent_announce_failure(agent *a);
+
+/* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */
+#define TRUN_STUCK_WAIT_S 10
+/* agent_failures.c: a worker that SIGKILL did not end within TRUN_STUCK_WAIT_S: says so, stops waiting for
+ * it (the round can end) and makes this node unhealthy (it leaves the job and exits 3). */
+void trun__agent_worker_stuck(agent *a, worker *w);
 
 /* agent_health.c: the node health gate before the first rendezvous (--health-check): runs the checks on the
  * node plan discovered, reports them (stderr, "health" events, trun_health_failed) and, with fail and a

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/nccl/nccl.h"
@@ -135,10 +136,12 @@ static int setup_stream(agent *a, worker *w, int which, const char *path, int *c
   }
   trun_stream_on_eof(s, a->on_stream_eof, a);
   a->open_streams++;
-  if (which == 1)
+  if (which == 1) {
     w->out = s;
-  else
+  } else {
     w->err = s;
+    trun_stream_keep_tail(s, &w->err_tail);
+  }
   return 0;
 }
 
@@ -187,6 +190,12 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
       if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
       w->running = 1;
       a->running++;
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      w->start_us = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+      /* Its memory cgroup's OOM kills so far: a SIGKILL with more of them later was the OOM killer. */
+      w->memcg_ok =
+          trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;
       trun_watchdog_add(&a->guard, w->pid);
       trun_obs_worker_start(a->obs, w->pid, a->rdzv.base_rank + lr, lr, a->restart_count);
       trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);

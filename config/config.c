@@ -68,6 +68,23 @@ static int parse_double(const char *s, double *out) {
   return 0;
 }
 
+/* --crash-loop: "0" (off) or "K:SECONDS". */
+static int parse_crash_loop(const char *s, trun_config *cfg) {
+  char k[16];
+  const char *colon = strchr(s, ':');
+  cfg->crash_loop_rounds = 0;
+  cfg->crash_loop_window = 60; /* off: failures within 60 s still count for --restart-backoff */
+  if (colon == NULL) return strcmp(s, "0") == 0 ? 0 : -1;
+  if ((size_t)(colon - s) >= sizeof(k)) return -1;
+  memcpy(k, s, (size_t)(colon - s));
+  k[colon - s] = '\0';
+  if (parse_int(k, 1, 1000, &cfg->crash_loop_rounds) < 0 ||
+      parse_double(colon + 1, &cfg->crash_loop_window) < 0 || !isfinite(cfg->crash_loop_window) ||
+      cfg->crash_loop_window <= 0)
+    return -1;
+  return 0;
+}
+
 /* A finite bandwidth >= 0 (parse_double also takes "inf" and "nan"). */
 static int parse_gbps(const char *s, double *out) {
   double v;
@@ -329,6 +346,20 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
         "--logs-specs '%s' is not a torchrun.logs_specs entry point trun has: only 'default' (trun loads "
         "no Python plugins; use --log-dir, --redirects and --tee)",
         ls);
+  /* The restart policy (agent/restart_policy.h). */
+  if (parse_double(VAL(TRUN_OPT_RESTART_BACKOFF), &cfg->restart_backoff) < 0 ||
+      !isfinite(cfg->restart_backoff) || cfg->restart_backoff > 3600)
+    return fail(err, errlen, cl, TRUN_OPT_RESTART_BACKOFF, "--restart-backoff '%s' must be 0-3600 seconds",
+                VAL(TRUN_OPT_RESTART_BACKOFF));
+  if (parse_crash_loop(VAL(TRUN_OPT_CRASH_LOOP), cfg) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_CRASH_LOOP,
+                "--crash-loop '%s' must be K:SECONDS (K 1-1000 failed rounds, SECONDS > 0) or 0 (off)",
+                VAL(TRUN_OPT_CRASH_LOOP));
+  cfg->restart_offset = -1;
+  if (VAL(TRUN_OPT_RESTART_OFFSET) &&
+      parse_int(VAL(TRUN_OPT_RESTART_OFFSET), 0, 1000000, &cfg->restart_offset) < 0)
+    return fail(err, errlen, cl, TRUN_OPT_RESTART_OFFSET,
+                "--restart-offset '%s' must be an integer 0-1000000", VAL(TRUN_OPT_RESTART_OFFSET));
   /* Observability and hardening (issue 8). */
   cfg->events = VAL(TRUN_OPT_EVENTS);
   if (cfg->events && cfg->events[0] == '\0')

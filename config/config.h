@@ -74,6 +74,10 @@ typedef struct {
   int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
   int warm_start;              /* --warm-start (agent/proc/warm.h) */
   const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
+  double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
+  int crash_loop_rounds;       /* --crash-loop K, 0: off */
+  double crash_loop_window;    /* --crash-loop SECONDS */
+  int restart_offset;          /* --restart-offset, -1: unset ($SLURM_RESTART_COUNT, else 0) */
   const char *script;
   char **script_args;
   int nscript_args;

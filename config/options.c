@@ -222,6 +222,19 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                      "torch,torch.distributed", "PET_WARM_START_MODULES", TRUN_G_TRUN, "LIST",
                                      "Modules the --warm-start pool imports, separated by commas (none may "
                                      "initialise CUDA)."},
+    [TRUN_OPT_RESTART_BACKOFF] =
+        {"restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF", TRUN_G_TRUN, "SECONDS",
+         "Wait before restarting workers that failed within the --crash-loop window: SECONDS, doubled for "
+         "each such failure in a row, at most 60 s. 0: restart at once (torchrun)."},
+    [TRUN_OPT_CRASH_LOOP] = {"crash-loop", "crash_loop", 0, 0, "3:60", "PET_CRASH_LOOP", TRUN_G_TRUN,
+                             "K:SECONDS",
+                             "Stop with exit code 5 (do not requeue) after K failed rounds in a row whose "
+                             "workers all ended within SECONDS of their start. 0: off (the back-off still "
+                             "counts failures within 60 s)."},
+    [TRUN_OPT_RESTART_OFFSET] = {"restart-offset", "restart_offset", 0, 0, NULL, "PET_RESTART_OFFSET",
+                                 TRUN_G_TRUN, "N",
+                                 "Restarts the job already used before this run (scheduler requeues), "
+                                 "counted against --max-restarts. Unset: $SLURM_RESTART_COUNT, else 0."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

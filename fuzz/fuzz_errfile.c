@@ -23,7 +23,8 @@ static int same(const trun_failure *a, const trun_failure *b) {
          a->group_rank == b->group_rank && a->pid == b->pid && a->exit_code == b->exit_code &&
          a->timestamp == b->timestamp && a->torn_down == b->torn_down && same_str(a->host, b->host) &&
          same_str(a->error_file, b->error_file) && same_str(a->message, b->message) &&
-         same_str(a->traceback, b->traceback) && same_str(a->log_path, b->log_path);
+         same_str(a->traceback, b->traceback) && same_str(a->log_path, b->log_path) &&
+         same_str(a->cause, b->cause) && same_str(a->cause_kind, b->cause_kind);
 }
 
 static void print_report(const trun_failure *fs, size_t n) {

@@ -40,6 +40,7 @@ struct trun_obs {
     unsigned long n;
   } codes[MAX_CODES];
   int ncodes;
+  unsigned long causes[TRUN_CAUSE__COUNT]; /* root causes of failed rounds, by kind (proc/cause.h) */
   struct {
     const char *check; /* a static name (health.c's table, or "xid") */
     int failed;
@@ -138,6 +139,13 @@ static void render(void *arg, trun_buf *out) {
       snprintf(lab, sizeof(lab), "check=\"%s\"", o->health[i].check);
       trun_metrics_sample(out, "trun_health_failed", lab, o->health[i].failed);
     }
+  }
+  trun_metrics_header(out, "trun_failure_causes_total", "counter",
+                      "Deaths by cause: each failed round's root cause by kind (oom_kill, cuda_oom, "
+                      "nccl_error, ...), and each worker SIGKILL could not end (stuck).");
+  for (int k = 1; k < TRUN_CAUSE__COUNT; k++) {
+    snprintf(lab, sizeof(lab), "cause=\"%s\"", trun_cause_name((trun_cause_kind)k));
+    trun_metrics_sample(out, "trun_failure_causes_total", lab, (double)o->causes[k]);
   }
   trun_metrics_header(out, "trun_worker_exit_total", "counter", "Worker exits by exit code or signal name.");
   for (int i = 0; i < o->ncodes; i++) {
@@ -296,6 +304,14 @@ void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds)
       json_pack("{s:i,s:i,s:f}", "world_size", world_size, "nnodes", nnodes, "seconds", seconds));
 }
 
+void trun_obs_stuck(trun_obs *o, pid_t pid, int rank, int local_rank, const char *state) {
+  if (o == NULL) return;
+  o->causes[TRUN_CAUSE_STUCK]++;
+  trun_events_emit(o->ev, "worker_stuck",
+                   json_pack("{s:i,s:i,s:i,s:s}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
+                             "state", state ? state : ""));
+}
+
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal) {
   if (o == NULL) return;
   o->stalls++;
@@ -379,10 +395,13 @@ void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p) {
 }
 
 void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) {
-  if (o == NULL || o->ev == NULL || n == 0) return;
+  if (o == NULL || n == 0) return;
   int root = trun_failure_root(fs, n);
   if (root < 0) return;
   const trun_failure *f = &fs[root];
+  for (int k = 1; f->cause_kind && k < TRUN_CAUSE__COUNT; k++)
+    if (strcmp(f->cause_kind, trun_cause_name((trun_cause_kind)k)) == 0) o->causes[k]++;
+  if (o->ev == NULL) return;
   char label[32];
   status_label(f->exit_code, label, sizeof(label));
   json_t *j = json_pack("{s:b,s:i,s:i,s:i,s:i,s:s}", "final", final, "rank", f->global_rank, "local_rank",
@@ -395,6 +414,8 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
   else
     json_object_set_new(j, "signal", json_string(label));
   if (f->message) json_object_set_new(j, "message", json_string(f->message));
+  if (f->cause) json_object_set_new(j, "cause", json_string(f->cause));
+  if (f->cause_kind) json_object_set_new(j, "cause_kind", json_string(f->cause_kind));
   json_object_set_new(j, "failures", json_integer((json_int_t)n));
   trun_events_emit(o->ev, "failure", j);
 }

@@ -37,6 +37,9 @@ void trun_obs_membership(trun_obs *o, int waiting);
 void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l);
 /* The workers run again after a loss: world, nodes, and seconds from the loss to this moment. */
 void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds);
+/* A worker SIGKILL did not end (state: "still in state D ..."): "worker_stuck" event, and
+ * trun_failure_causes_total{cause="stuck"}. */
+void trun_obs_stuck(trun_obs *o, pid_t pid, int rank, int local_rank, const char *state);
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
 /* torch's file-timer watchdog (ftimer.h) expired scope in worker pid (rank, local_rank; -1 -1: a process
  * of a worker's group) and sends it signal (0: none): "timer_expired" event,

@@ -10,6 +10,53 @@
 
 #define MAX_LINE (64 * 1024)
 
+void trun_tail_add(trun_tail *t, const void *p, size_t n) {
+  const char *c = p;
+  if (n > TRUN_TAIL_MAX) c += n - TRUN_TAIL_MAX, t->total += n - TRUN_TAIL_MAX, n = TRUN_TAIL_MAX;
+  for (size_t i = 0; i < n; i++) t->ring[(t->total + i) % TRUN_TAIL_MAX] = c[i];
+  t->total += n;
+}
+
+void trun_tail_text(const trun_tail *t, char *out, size_t len) {
+  if (len == 0) return;
+  size_t have = t->total < TRUN_TAIL_MAX ? (size_t)t->total : TRUN_TAIL_MAX;
+  size_t take = have < len - 1 ? have : len - 1;
+  uint64_t from = t->total - take;
+  for (size_t i = 0; i < take; i++) { /* a NUL in the worker's output would end the text early */
+    char c = t->ring[(from + i) % TRUN_TAIL_MAX];
+    out[i] = c == '\0' ? ' ' : c;
+  }
+  out[take] = '\0';
+  if (take < t->total) { /* cut: start at the first whole line */
+    char *nl = memchr(out, '\n', take);
+    if (nl && nl[1] != '\0') memmove(out, nl + 1, strlen(nl + 1) + 1); /* else it is the only line */
+  }
+}
+
+int trun_tail_from_file(trun_tail *t, const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return -errno;
+  off_t end = lseek(fd, 0, SEEK_END);
+  if (end < 0 || lseek(fd, end > TRUN_TAIL_MAX ? end - TRUN_TAIL_MAX : 0, SEEK_SET) < 0) {
+    int e = -errno;
+    close(fd);
+    return e;
+  }
+  char buf[TRUN_TAIL_MAX];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = -errno;
+      close(fd);
+      return e;
+    }
+    trun_tail_add(t, buf, (size_t)n);
+  }
+  close(fd);
+  return 0;
+}
+
 struct trun_stream {
   uv_pipe_t pipe;
   int console_fd;
@@ -20,7 +67,8 @@ struct trun_stream {
   int open;
   void (*eof_cb)(void *arg);
   void *eof_arg;
-  uint64_t bytes; /* read from the pipe so far (the stall detector's output activity) */
+  trun_tail *tail; /* the caller's copy of the last lines, or NULL */
+  uint64_t bytes;  /* read from the pipe so far (the stall detector's output activity) */
   char rbuf[16384];
 };
 
@@ -40,6 +88,7 @@ static void write_all(int fd, const void *p, size_t n) {
 /* Emits one line (with its newline) to the file as is and to the console with the prefix, in one write
  * each so that lines of different workers never interleave. */
 static void emit(trun_stream *s, const uint8_t *p, size_t n) {
+  if (s->tail) trun_tail_add(s->tail, p, n);
   if (s->file_fd >= 0) write_all(s->file_fd, p, n);
   if (s->console_fd < 0) return;
   if (s->prefix_len == 0) {
@@ -144,6 +193,8 @@ int trun_stream_open(uv_loop_t *loop, int console_fd, int file_fd, const char *p
   *child_fd = fds[1];
   return 0;
 }
+
+void trun_stream_keep_tail(trun_stream *s, trun_tail *t) { s->tail = t; }
 
 void trun_stream_on_eof(trun_stream *s, void (*cb)(void *arg), void *arg) {
   s->eof_cb = cb;

@@ -1,14 +1,16 @@
 /* proc: processes the agent starts and watches, as torch's elastic multiprocessing does. Fork + exec
  * without a shell, in a session of its own, with CPU affinity and resource limits (spawn.h); their output
  * read line by line, prefixed, tee'd and logged (output.h); the torchelastic error files and the failure
- * report (report.h); the guard process that kills every worker session if the agent dies (watchdog.h);
- * environments and argument lists as string vectors (strv.h); the warm-start pool of pre-started
- * interpreters (warm.h).
+ * report (report.h) with each death's one-line cause (cause.h; memory cgroups' OOM kills: memcg.h); the guard
+ * process that kills every worker session if the agent dies (watchdog.h); environments and argument lists as
+ * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h).
  * May use: store (log, buffers), discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
 #ifndef TRUN_PROC_H
 #define TRUN_PROC_H
 
+#include "cause.h"
+#include "memcg.h"
 #include "output.h"
 #include "report.h"
 #include "spawn.h"

@@ -3,8 +3,9 @@
  * The banner reproduces torch 1.13's ChildFailedError.format_msg (see tests/fixtures/errfiles/
  * torchrun113-banner.txt for real output) without the blank line torchrun prints after "ChildFailedError: ".
  * Differences, all deliberate: a "  log       : <path>" line after error_file when the worker's stderr was
- * redirected, " (terminated by trun after the first failure)" after the pid of a torn-down worker, and a
- * plain-string error file message is indented like a traceback. */
+ * redirected, a "  cause     : <one line>" after exitcode when the death's cause is known (cause.h), "
+ * (terminated by trun after the first failure)" after the pid of a torn-down worker, and a plain-string error
+ * file message is indented like a traceback. */
 #include "report.h"
 
 #include <errno.h>
@@ -33,7 +34,9 @@ void trun_failure_free(trun_failure *f) {
   free(f->message);
   free(f->traceback);
   free(f->log_path);
-  f->host = f->error_file = f->message = f->traceback = f->log_path = NULL;
+  free(f->cause);
+  free(f->cause_kind);
+  f->host = f->error_file = f->message = f->traceback = f->log_path = f->cause = f->cause_kind = NULL;
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -305,6 +308,7 @@ static char *trun_format_failure(size_t idx, const trun_failure *f, size_t *widt
   else
     fprintf(m, "  exitcode  : %d (pid: %ld)%s\n", f->exit_code, (long)f->pid,
             f->torn_down ? TRUN_TORN_DOWN_LABEL : "");
+  if (f->cause) fprintf(m, "  cause     : %s\n", f->cause);
   fprintf(m, "  error_file: %s\n", f->error_file ? f->error_file : TRUN_NOT_AVAILABLE);
   if (f->log_path) fprintf(m, "  log       : %s\n", f->log_path);
   fputs("  traceback : ", m);
@@ -390,6 +394,8 @@ char *trun_failure_to_json(const trun_failure *f) {
             trun_set(o, "message", trun_json_string_or_null(f->message)) |
             trun_set(o, "traceback", trun_json_string_or_null(f->traceback)) |
             trun_set(o, "log_path", trun_json_string_or_null(f->log_path)) |
+            trun_set(o, "cause", trun_json_string_or_null(f->cause)) |
+            trun_set(o, "cause_kind", trun_json_string_or_null(f->cause_kind)) |
             trun_set(o, "torn_down", json_boolean(f->torn_down));
   /* JSON_REAL_PRECISION(17) is jansson's default: doubles round-trip exactly. */
   char *s = bad ? NULL : json_dumps(o, JSON_COMPACT);
@@ -437,7 +443,9 @@ int trun_failure_from_json(const char *json, size_t len, trun_failure *f) {
       (rc = trun_opt_string(o, "error_file", &t.error_file)) < 0 ||
       (rc = trun_opt_string(o, "message", &t.message)) < 0 ||
       (rc = trun_opt_string(o, "traceback", &t.traceback)) < 0 ||
-      (rc = trun_opt_string(o, "log_path", &t.log_path)) < 0)
+      (rc = trun_opt_string(o, "log_path", &t.log_path)) < 0 ||
+      (rc = trun_opt_string(o, "cause", &t.cause)) < 0 ||
+      (rc = trun_opt_string(o, "cause_kind", &t.cause_kind)) < 0)
     goto out;
   *f = t;
   json_decref(o);

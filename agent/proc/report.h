@@ -19,6 +19,8 @@ typedef struct {
   char *traceback;  /* extraInfo.py_callstack, or NULL */
   char *log_path;   /* stderr log file when redirected, or NULL */
   int torn_down;    /* 1: killed by the agent's teardown after another worker failed */
+  char *cause;      /* one line: why it died (cause.h), or NULL */
+  char *cause_kind; /* trun_cause_name() of it, or NULL */
   int node_lost;    /* 1: not a worker: the node group_rank was lost (its workers' fate is unknown);
                        exit_code and pid do not apply */
 } trun_failure;
@@ -37,7 +39,8 @@ int trun_failure_root(const trun_failure *fs, size_t n);
 
 /* torchrun's banner: '=' rule, "<script> FAILED", Failures (the others or <NO_OTHER_FAILURES>),
  * "Root Cause (first observed failure):" block with time/host/rank/exitcode/error_file/traceback, where a
- * negative exit code reads "Signal N (SIGNAME) received by PID p", torn-down workers are labelled
+ * negative exit code reads "Signal N (SIGNAME) received by PID p", a "  cause     : " line says why it died
+ * (when known), torn-down workers are labelled
  * "(terminated by trun after the first failure)" and a log path is named. */
 void trun_report_print(FILE *out, const char *script, const trun_failure *fs, size_t n);
 

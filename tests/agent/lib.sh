@@ -52,3 +52,30 @@ run_pg() {
 
 # trun with the host's torch python for the workers (trun, like torchrun, uses $PYTHON_EXEC).
 trun_run() { PYTHON_EXEC=$host_py run_pg "$trun" "$@"; }
+
+# root_cause NAME: the "Root Cause" block of the failure report in $tmp/NAME.err.
+root_cause() { sed -n '/^Root Cause (first observed failure):/,/^=====/p' "$tmp/$1.err"; }
+
+# expect_root NAME REGEX...: each extended regex must match a line of the root-cause block of NAME.
+expect_root() {
+  local name=$1 block
+  shift
+  block=$(root_cause "$name")
+  [ -n "$block" ] || fail "$name: no 'Root Cause (first observed failure):' block on stderr"
+  for re in "$@"; do
+    grep -Eq -- "$re" <<<"$block" || fail "$name: the root-cause block has no line matching /$re/:
+$block"
+  done
+}
+
+# run_case NAME WANT_RC CMD...: runs CMD with its output in $tmp/NAME.{out,err}, shows both, and fails unless
+# it exited WANT_RC.
+run_case() {
+  local name=$1 want=$2 rc=0
+  shift 2
+  echo "== $name"
+  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  sed 's/^/    out| /' "$tmp/$name.out"
+  sed 's/^/    err| /' "$tmp/$name.err"
+  [ $rc -eq "$want" ] || fail "$name: exited $rc, want $want"
+}

@@ -28,21 +28,6 @@ run() {
   [ $rc -eq "$want" ] || fail "$name: trun exited $rc, want $want"
 }
 
-# root_cause NAME: the "Root Cause" block of the failure report in NAME's stderr.
-root_cause() { sed -n '/^Root Cause (first observed failure):/,/^=====/p' "$tmp/$1.err"; }
-
-# expect_root NAME REGEX...: each extended regex must match a line of the root-cause block.
-expect_root() {
-  local name=$1 block
-  shift
-  block=$(root_cause "$name")
-  [ -n "$block" ] || fail "$name: no 'Root Cause (first observed failure):' block on stderr"
-  for re in "$@"; do
-    grep -Eq -- "$re" <<<"$block" || fail "$name: the root-cause block has no line matching /$re/:
-$block"
-  done
-}
-
 # expect_ok NAME ATTEMPT NPROC: every rank left ok.ATTEMPT.<rank>.
 expect_ok() {
   for ((r = 0; r < $3; r++)); do

@@ -9,21 +9,11 @@
 
 #include "cli.h"
 #include "config.h"
+#include "config_parse.h"
 #include "platform.h"
 #include "rdzv.h"
 #include "store_acl.h"
 #include "worker_env.h"
-
-static int parse(trun_config *cfg, char *err, const char *const *args, char **envp) {
-  static char *argv[64]; /* cfg keeps pointers into it */
-  int argc = 0;
-  argv[argc++] = "trun";
-  for (; args[argc - 1]; argc++) argv[argc] = (char *)args[argc - 1];
-  argv[argc] = NULL;
-  static trun_settings cl; /* cfg keeps pointers into it */
-  if (trun_cli_parse(argc, argv, envp, &cl, err, 512) < 0) return -1;
-  return trun_config_from_settings(&cl, envp, cfg, err, 512);
-}
 
 #define PARSE_OK(cfg, ...)                                                \
   do {                                                                    \

@@ -1,0 +1,43 @@
+/* The restart policy of the agent (agent.c's rounds): how many restarts this run may still use when the job
+ * was requeued before (--restart-offset, else $SLURM_RESTART_COUNT: each requeue counts as one restart, so
+ * that --max-restarts is the job's total), the back-off before a restart (--restart-backoff), and the crash
+ * loop verdict (--crash-loop K:SECONDS: K failed rounds in a row, each ended within SECONDS of its start).
+ * docs/supervision.md#restarts. Part of the agent module (its own header like worker_env.h). */
+#ifndef TRUN_RESTART_POLICY_H
+#define TRUN_RESTART_POLICY_H
+
+#include "config/config.h"
+
+/* Restarts make no progress (a crash loop, or the job's restart budget spent after a requeue): the agent
+ * exits with this code so that the scheduler does not requeue the job (Slurm: not in RequeueExit;
+ * Kubernetes: podFailurePolicy FailJob onExitCodes [5]). */
+#define TRUN_EXIT_NO_PROGRESS 5
+/* The longest back-off (unless --restart-backoff itself is longer). */
+#define TRUN_BACKOFF_MAX_S 60.0
+
+typedef struct {
+  int max_restarts;     /* --max-restarts: the job's total */
+  int offset;           /* restarts used before this run (requeues) */
+  char offset_from[48]; /* where offset came from: "--restart-offset", "SLURM_RESTART_COUNT", "" (none) */
+  double backoff;       /* --restart-backoff */
+  int loop_rounds;      /* --crash-loop K, 0: off */
+  double loop_window;   /* --crash-loop SECONDS (60 when off): a failure within it is fast */
+  int fast_streak;      /* failed rounds in a row that ended within loop_window of their start */
+} trun_restart_policy;
+
+/* From the configuration and the agent's environment (SLURM_RESTART_COUNT when --restart-offset is unset;
+ * a malformed value is said on stderr and taken as 0). */
+void trun_restart_policy_init(trun_restart_policy *p, const trun_config *cfg, char **envp);
+/* Restarts this run may use: --max-restarts less the offset, at least 0. */
+int trun_restart_policy_remaining(const trun_restart_policy *p);
+/* A round failed after ran_s seconds of its workers: 1 when that makes a crash loop (stop), else 0. */
+int trun_restart_policy_failed(trun_restart_policy *p, double ran_s);
+/* A round ended otherwise (a node lost, a membership change): the streak starts again. */
+void trun_restart_policy_reset(trun_restart_policy *p);
+/* Seconds to wait before the next restart: backoff x 2^(streak - 1) after a fast failure, else 0. */
+double trun_restart_policy_delay(const trun_restart_policy *p);
+/* The exit code once no restart is left: TRUN_EXIT_NO_PROGRESS when requeues spent part of the budget
+ * (another requeue cannot restart anything), else 1 (torchrun's). */
+int trun_restart_policy_exhausted_code(const trun_restart_policy *p);
+
+#endif
