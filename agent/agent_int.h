@@ -111,6 +111,9 @@ struct agent {
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
+  /* agent_wait.c: the wait for workers after the stop signal, reported every second while due. */
+  trun_wait stop_wait;
+  uv_timer_t stop_wait_timer;
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -148,5 +151,11 @@ void trun__agent_leave_unhealthy(agent *a);
 int trun__agent_unhealthy_exit(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
+
+/* agent_wait.c: every wait's report as the "waiting" event and metric (a trun_wait_hook, arg: the agent); the
+ * wait for the workers after the stop signal sig (begin_stop), ended once they are all reaped. */
+void trun__agent_wait_hook(void *arg, const trun_wait_info *w);
+void trun__agent_stop_wait_begin(agent *a, int sig);
+void trun__agent_stop_wait_end(agent *a);
 
 #endif

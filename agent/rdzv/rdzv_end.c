@@ -61,6 +61,26 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
   return rc < 0 ? rc : rc2;
 }
 
+/* What the wait for the round's end has: how many nodes' workers succeeded. */
+static void done_have(trun_rdzv *r) {
+  char k[512];
+  int64_t done = 0;
+  trun__rdzv_round_key(r, r->round, "done", k, sizeof(k));
+  if (trun_client_add(r->client, trun_str(k), 0, &done) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes done", (long long)done,
+             r->group_world_size);
+}
+
+/* What the exit barrier has: how many nodes left. */
+static void left_have(trun_rdzv *r) {
+  char k[512];
+  int64_t left = 0;
+  trun__rdzv_round_key(r, r->round, "left", k, sizeof(k));
+  if (trun_client_add(r->client, trun_str(k), 0, &left) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes left", (long long)left,
+             r->group_world_size);
+}
+
 int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   char k[512];
   int64_t done;
@@ -75,7 +95,11 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
     if (rc < 0) return rc;
   }
   /* This node is done; the round is done when every node is, or when one failed. */
-  return trun__rdzv_wait_key(r, k, 7 * 24 * 3600 * 1000);
+  int waiting = trun__rdzv_wait_begin(r, "round_end", 0, NULL, done_have,
+                                      "the other nodes' workers to finish round %d", round);
+  rc = trun__rdzv_wait_key(r, k, 7 * 24 * 3600 * 1000);
+  trun__rdzv_wait_end(r, waiting);
+  return rc;
 }
 
 static double mono_ms(void) {
@@ -159,6 +183,7 @@ int trun__rdzv_host_wait_ms(int code, int signaled) { return code == 0 || signal
 void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms) {
   char k[512];
   int64_t left = 0;
+  int rc;
   if (r->host) {
     /* The host has printed the job's failure report (if any) by now: the others may go. */
     trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
@@ -168,7 +193,11 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
      * host close the store). Where the scheduler ends the whole job when one task exits (srun
      * --kill-on-bad-exit), leaving first would kill the report. */
     trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
-    if (trun__rdzv_wait_key(r, k, host_wait_ms) == -ETIMEDOUT)
+    int waiting = trun__rdzv_wait_begin(r, "exit_barrier", host_wait_ms / 1000.0, NULL, NULL,
+                                        "node rank 0 to print the job's failure report (exit barrier)");
+    rc = trun__rdzv_wait_key(r, k, host_wait_ms);
+    trun__rdzv_wait_end(r, waiting);
+    if (rc == -ETIMEDOUT)
       trun_debug("node rank 0 did not finish its failure report within %d s; leaving", host_wait_ms / 1000);
   }
   trun__rdzv_round_key(r, round, "left", k, sizeof(k));
@@ -180,7 +209,12 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
   }
   if (r->host && r->group_world_size > 1) {
     trun__rdzv_round_key(r, round, "all_left", k, sizeof(k));
-    if (trun__rdzv_wait_key(r, k, timeout_ms) == -ETIMEDOUT)
+    int waiting = trun__rdzv_wait_begin(
+        r, "exit_barrier", timeout_ms / 1000.0, NULL, left_have,
+        "the other nodes to leave round %d before the store closes (exit barrier)", round);
+    rc = trun__rdzv_wait_key(r, k, timeout_ms);
+    trun__rdzv_wait_end(r, waiting);
+    if (rc == -ETIMEDOUT)
       trun_warn("exit barrier: not every node left within %d s; closing the store anyway", timeout_ms / 1000);
   }
 }

@@ -55,6 +55,19 @@ void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char 
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
 
+/* ---- rdzv_wait.c ---- */
+/* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
+ * it with trun__rdzv_wait_end), 0 not. have: refreshes r->wait.have before each report (NULL: none). */
+int trun__rdzv_wait_begin(trun_rdzv *r, const char *kind, double timeout_s, const char *timeout_key,
+                          void (*have)(trun_rdzv *r), const char *what_fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void trun__rdzv_wait_end(trun_rdzv *r, int started);
+/* Between the slices of a wait: reports r->wait when due, then asks r->poll. Non-zero: interrupted. As a
+ * poll hook (trun_dyn, trun_fast): arg is r. */
+int trun__rdzv_poll(void *arg);
+/* A trun_client_opts.on_connect_error for r's store connections (arg r): the cause of r->wait. */
+void trun__rdzv_connect_error(void *arg, int stage, int err, const char *said);
+
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
 int trun__rdzv_sa_text(const struct sockaddr *sa, char *text, size_t len);

@@ -2,8 +2,10 @@
  * store host rules as c10d; the workers then use the agents' store, and a round ends for all nodes through
  * the static backend's end key (rdzv_end.c), which the fast protocol itself also sets when a node's
  * heartbeat stops ("member:lost:<g>"). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "rdzv_fast.h"
@@ -40,19 +42,67 @@ static int trun_init(trun_rdzv *r, char *err, size_t errlen) {
   /* --node-rank is a hint here (torchrun's c10d ignores it): honoured when given explicitly. */
   int hint = cfg->node_rank_given ? cfg->node_rank : -1;
   trun_fast_init(fst(r), r->client, cfg->run_id, r->host_addr, getpid(), r->nproc, hint, &s);
-  fst(r)->poll = r->poll;
-  fst(r)->poll_arg = r->poll_arg;
+  fst(r)->poll = trun__rdzv_poll; /* r->poll, and the wait's reports */
+  fst(r)->poll_arg = r;
   fst(r)->on_commit = wipe_on_commit;
   fst(r)->on_commit_arg = r;
   return 0;
 }
 
+/* The value of key k ("" when absent or on error). */
+static void get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
+  trun_slice ks = trun_str(k);
+  trun_buf v = {0};
+  out[0] = '\0';
+  if (trun_client_check(r->client, 1, &ks) == 1 && trun_client_get(r->client, ks, &v, 1000) == 0) {
+    size_t n = v.len < len - 1 ? v.len : len - 1;
+    memcpy(out, v.data, n);
+    out[n] = '\0';
+  }
+  trun_buf_free(&v);
+}
+
+/* What the join's wait has (trun__rdzv_wait_begin): the store's current round, the nodes that joined it by
+ * address (node/<i>: "nproc hint pid addr"), whether it is committed. */
+static void trun_have(trun_rdzv *r) {
+  enum { NAMED = 8 };
+  const trun_fast *f = fst(r);
+  char k[512], v[400], names[600] = "";
+  size_t nl = 0;
+  snprintf(k, sizeof(k), "%sround", f->base);
+  get_text(r, k, v, sizeof(v));
+  if (v[0] == '\0' || strcmp(v, "closed") == 0) return;
+  long long R = atoll(v), seq = 0;
+  snprintf(k, sizeof(k), "%sr%lld/seq", f->base, R);
+  get_text(r, k, v, sizeof(v));
+  seq = atoll(v);
+  for (long long i = 1; i <= seq && i <= NAMED && nl < sizeof(names); i++) {
+    char addr[300] = "";
+    snprintf(k, sizeof(k), "%sr%lld/node/%lld", f->base, R, i);
+    get_text(r, k, v, sizeof(v));
+    if (sscanf(v, "%*d %*d %*d %299s", addr) == 1)
+      nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", addr);
+  }
+  snprintf(k, sizeof(k), "%sr%lld/commit", f->base, R);
+  get_text(r, k, v, sizeof(v));
+  snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s", R, seq,
+           f->s.min_nodes, f->s.max_nodes, nl ? ": " : "", names, seq > NAMED ? ", ..." : "",
+           v[0] ? "; committed, this node joins the next round" : "");
+}
+
 static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   (void)agent_round; /* the store decides trun's rounds */
+  int waiting = trun__rdzv_wait_begin(r, "round", fst(r)->s.join_timeout_ms / 1000.0, "join_timeout",
+                                      trun_have, "the other nodes of the trun rendezvous '%s' at %s:%d",
+                                      r->cfg->run_id, r->store_addr, r->store_port);
   int rc = trun_fast_join(fst(r));
+  if (rc == -EINTR) trun_have(r);
+  trun__rdzv_wait_end(r, waiting);
   if (rc < 0) {
     snprintf(err, errlen, "trun rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
-             fst(r)->err);
+             rc == -EINTR ? "interrupted by a signal" : fst(r)->err);
+    if (rc == -EINTR && r->wait.have[0])
+      snprintf(err + strlen(err), errlen - strlen(err), " (%s)", r->wait.have);
     return -1;
   }
   r->group_rank = fst(r)->group_rank;
