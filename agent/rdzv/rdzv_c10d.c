@@ -52,14 +52,19 @@ static void layout_hint(const trun_config *cfg, trun_rdzv_layout *lay) {
 
 static void c10d_close(trun_rdzv *r);
 
-static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
-  const trun_config *cfg = r->cfg;
-  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
+trun_gen trun__rdzv_c10d_gen(const trun_config *cfg) {
   trun_gen gen = TRUN_GEN_V2;
   char ver[32];
   if (cfg->rdzv_conf && trun__rdzv_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
       (strcmp(ver, "1.13") == 0 || strcmp(ver, "2.0") == 0 || strcmp(ver, "2.1") == 0))
     trun_client_parse_gen(ver, &gen);
+  return gen;
+}
+
+static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
+  const trun_config *cfg = r->cfg;
+  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
+  trun_gen gen = trun__rdzv_c10d_gen(cfg);
   if ((r->state = calloc(1, sizeof(c10d_state))) == NULL) {
     snprintf(err, errlen, "out of memory");
     return -1;

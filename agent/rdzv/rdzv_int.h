@@ -55,6 +55,11 @@ void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char 
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
 
+/* ---- rdzv_c10d.c ---- */
+/* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1
+ * had no VALIDATE), else V2. */
+trun_gen trun__rdzv_c10d_gen(const trun_config *cfg);
+
 /* ---- rdzv_wait.c ---- */
 /* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
  * it with trun__rdzv_wait_end), 0 not. have: refreshes r->wait.have before each report (NULL: none). */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <uv.h>
 
 #include "rdzv_int.h"
@@ -128,6 +129,12 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
   snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->group_rank);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
+  /* When it joined (wall-clock seconds), for trun --rdzv-status (rdzv_status.c). */
+  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->group_rank);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  snprintf(v, sizeof(v), "%.3f", (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
   int64_t joined;
   trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
   if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
@@ -207,7 +214,9 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
 store_failed:
   trun__rdzv_wait_end(r, waiting);
   if (rc == -EINTR) {
-    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes", round);
+    static_have(r);
+    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes (%s)", round,
+             r->wait.have);
     return -1;
   }
   snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,

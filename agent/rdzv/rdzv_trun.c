@@ -71,8 +71,8 @@ static void trun_have(trun_rdzv *r) {
   size_t nl = 0;
   snprintf(k, sizeof(k), "%sround", f->base);
   get_text(r, k, v, sizeof(v));
-  if (v[0] == '\0' || strcmp(v, "closed") == 0) return;
-  long long R = atoll(v), seq = 0;
+  if (strcmp(v, "closed") == 0) return;
+  long long R = atoll(v), seq = 0; /* absent: a first join goes straight for round 0 */
   snprintf(k, sizeof(k), "%sr%lld/seq", f->base, R);
   get_text(r, k, v, sizeof(v));
   seq = atoll(v);
@@ -85,9 +85,13 @@ static void trun_have(trun_rdzv *r) {
   }
   snprintf(k, sizeof(k), "%sr%lld/commit", f->base, R);
   get_text(r, k, v, sizeof(v));
+  int last_call = !v[0] && seq >= f->s.min_nodes && f->s.min_nodes < f->s.max_nodes;
+  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", last_call ? "last_call" : "round");
   snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s", R, seq,
            f->s.min_nodes, f->s.max_nodes, nl ? ": " : "", names, seq > NAMED ? ", ..." : "",
-           v[0] ? "; committed, this node joins the next round" : "");
+           v[0]        ? "; committed, this node joins the next round"
+           : last_call ? "; the last call runs (last_call_timeout) before the round commits"
+                       : "");
 }
 
 static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
