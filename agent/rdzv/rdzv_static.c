@@ -93,7 +93,7 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
 static void static_have(trun_rdzv *r) {
   enum { NAMED = 8 };
   int world = r->group_world_size, joined = 0, nmissing = 0, nnamed = 0;
-  char k[512], names[512] = "", missing[256] = "";
+  char k[512], names[400] = "", missing[200] = "";
   size_t nl = 0, ml = 0;
   for (int g = 0; g < world; g++) {
     snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, r->round, g);

@@ -67,7 +67,7 @@ static void get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
 static void trun_have(trun_rdzv *r) {
   enum { NAMED = 8 };
   const trun_fast *f = fst(r);
-  char k[512], v[400], names[600] = "";
+  char k[512], v[400], names[500] = "";
   size_t nl = 0;
   snprintf(k, sizeof(k), "%sround", f->base);
   get_text(r, k, v, sizeof(v));
