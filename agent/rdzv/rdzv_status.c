@@ -48,7 +48,7 @@ static void print_losses(view *v, const char *ks, int world, const char *round) 
   int n = trun__rdzv_losses(&v->r, ks, world, lost, TRUN_RDZV_MAX_LOSSES);
   for (int i = 0; i < n; i++)
     fprintf(v->out, "  round %s: node %d (%s), %s, seen by %s %.0f s ago\n", round, lost[i].node,
-            lost[i].addr, lost[i].cause, lost[i].by, v->now - lost[i].at);
+            lost[i].addr, lost[i].cause, lost[i].by, v->now > lost[i].at ? v->now - lost[i].at : 0.0);
   if (n == 0) fprintf(v->out, "  round %s: none\n", round);
 }
 
@@ -117,7 +117,7 @@ static int status_c10d(view *v) {
     const trun_rdzv_entry *p = &st.participants[i];
     int64_t hb = heartbeat_of(&st, &p->node);
     fprintf(v->out, "  rank %lld: %s pid %lld", (long long)p->v, p->node.addr, (long long)p->node.pid);
-    if (hb) fprintf(v->out, ", last heartbeat %.0f s ago", (double)(now_us - hb) / 1e6);
+    if (hb) fprintf(v->out, ", last heartbeat %.0f s ago", now_us > hb ? (double)(now_us - hb) / 1e6 : 0.0);
     fputc('\n', v->out);
   }
   if (st.n_participants > NAMED) fprintf(v->out, "  ... %zu more\n", st.n_participants - NAMED);
@@ -255,7 +255,7 @@ static int status_static(view *v) {
     snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", cfg->run_id, R, g);
     if ((rc = get_text(v, k, at, sizeof(at))) < 0) goto store;
     fprintf(v->out, "  node rank %d: %s", g, val);
-    if (at[0]) fprintf(v->out, ", joined %.0f s ago", v->now - atof(at));
+    if (at[0]) fprintf(v->out, ", joined %.0f s ago", v->now > atof(at) ? v->now - atof(at) : 0.0);
     fputc('\n', v->out);
   }
   if (joined > NAMED) fprintf(v->out, "  ... %d more\n", joined - NAMED);
