@@ -61,25 +61,17 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
   return rc < 0 ? rc : rc2;
 }
 
-/* What the wait for the round's end has: how many nodes' workers succeeded. */
-static void done_have(trun_rdzv *r) {
+/* What the wait for the round's end or the exit barrier has: how many nodes counted themselves in key. */
+static void count_have(trun_rdzv *r, const char *key) {
   char k[512];
-  int64_t done = 0;
-  trun__rdzv_round_key(r, r->round, "done", k, sizeof(k));
-  if (trun_client_add(r->client, trun_str(k), 0, &done) == 0)
-    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes done", (long long)done,
-             r->group_world_size);
+  int64_t n = 0;
+  trun__rdzv_round_key(r, r->round, key, k, sizeof(k));
+  if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes %s", (long long)n, r->group_world_size,
+             key);
 }
-
-/* What the exit barrier has: how many nodes left. */
-static void left_have(trun_rdzv *r) {
-  char k[512];
-  int64_t left = 0;
-  trun__rdzv_round_key(r, r->round, "left", k, sizeof(k));
-  if (trun_client_add(r->client, trun_str(k), 0, &left) == 0)
-    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes left", (long long)left,
-             r->group_world_size);
-}
+static void done_have(trun_rdzv *r) { count_have(r, "done"); }
+static void left_have(trun_rdzv *r) { count_have(r, "left"); }
 
 int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   char k[512];
@@ -131,21 +123,6 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   return 0;
 }
 
-/* The value of key, cut to len - 1 bytes ("" when absent). 0 or a negative errno. */
-static int get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
-  trun_slice ks = trun_str(k);
-  trun_buf v = {0};
-  out[0] = '\0';
-  int rc = trun_client_check(r->client, 1, &ks);
-  if (rc == 1) rc = trun_client_get(r->client, ks, &v, 1000);
-  if (rc < 0) return rc;
-  size_t n = v.len < len - 1 ? v.len : len - 1;
-  if (n) memcpy(out, v.data, n);
-  out[n] = '\0';
-  trun_buf_free(&v);
-  return 0;
-}
-
 /* "/trun/<run_id>/r<round>/<what>/<g>": node g's key of the round. */
 static void node_key(const trun_rdzv *r, int round, const char *what, int g, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/%s/%d", r->cfg->run_id, round, what, g);
@@ -160,13 +137,13 @@ int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out)
   if (rc < 0) return rc;
   out->seen_end = rc;
   node_key(r, round, "host", g, k, sizeof(k));
-  if ((rc = get_text(r, k, name, sizeof(name))) < 0) return rc;
+  if ((rc = trun__rdzv_get_text(r->client, k, name, sizeof(name))) < 0) return rc;
   trun__rdzv_addr_key(r, round, g, k, sizeof(k));
-  if ((rc = get_text(r, k, addr, sizeof(addr))) < 0) return rc;
+  if ((rc = trun__rdzv_get_text(r->client, k, addr, sizeof(addr))) < 0) return rc;
   /* Its first global rank: the worker counts of the nodes before it ("nproc/<g>"). */
   for (int i = 0; i <= g; i++) {
     node_key(r, round, "nproc", i, k, sizeof(k));
-    if ((rc = get_text(r, k, n, sizeof(n))) < 0) return rc;
+    if ((rc = trun__rdzv_get_text(r->client, k, n, sizeof(n))) < 0) return rc;
     if (i < g) out->base_rank += atoi(n);
   }
   out->nproc = atoi(n);

@@ -26,23 +26,6 @@ static double wall(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The value of k into out ("" and 0 when absent); 1 present, or a negative errno. */
-static int get_text(view *v, const char *k, char *out, size_t len) {
-  trun_slice ks = trun_str(k);
-  out[0] = '\0';
-  int rc = trun_client_check(v->r.client, 1, &ks);
-  if (rc != 1) return rc;
-  trun_buf b = {0};
-  rc = trun_client_get(v->r.client, ks, &b, 5000);
-  if (rc == 0) {
-    size_t n = b.len < len - 1 ? b.len : len - 1;
-    memcpy(out, b.data, n);
-    out[n] = '\0';
-  }
-  trun_buf_free(&b);
-  return rc < 0 ? rc : 1;
-}
-
 static void print_losses(view *v, const char *ks, int world, const char *round) {
   trun_rdzv_loss lost[TRUN_RDZV_MAX_LOSSES];
   int n = trun__rdzv_losses(&v->r, ks, world, lost, TRUN_RDZV_MAX_LOSSES);
@@ -150,12 +133,12 @@ static int status_fast(view *v) {
   const trun_config *cfg = v->r.cfg;
   char k[400], val[400];
   snprintf(k, sizeof(k), "/trun/%s/round", cfg->run_id);
-  int rc = get_text(v, k, val, sizeof(val));
+  int rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val));
   if (rc < 0) goto store;
   if (rc == 0) {
     /* A node's first join goes straight for round 0 without the counter: look there. */
     snprintf(k, sizeof(k), "/trun/%s/r0/seq", cfg->run_id);
-    if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+    if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
     if (rc == 0) {
       fprintf(v->out, "no rendezvous '%s' in this store yet: no node has joined\n", cfg->run_id);
       return 0;
@@ -168,17 +151,17 @@ static int status_fast(view *v) {
   }
   long long R = atoll(val), seq = 0, commit = -1, waiting = 0;
   snprintf(k, sizeof(k), "/trun/%s/r%lld/seq", cfg->run_id, R);
-  if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+  if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
   seq = atoll(val);
   snprintf(k, sizeof(k), "/trun/%s/r%lld/commit", cfg->run_id, R);
-  if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+  if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
   if (rc == 1) commit = atoll(val);
   snprintf(k, sizeof(k), "/trun/%s/r%lld/waiting", cfg->run_id, R);
-  if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+  if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
   waiting = atoll(val);
   char end[64];
   snprintf(k, sizeof(k), "/trun/%s/r%lld/end", cfg->run_id, R);
-  if ((rc = get_text(v, k, end, sizeof(end))) < 0) goto store;
+  if ((rc = trun__rdzv_get_text(v->r.client, k, end, sizeof(end))) < 0) goto store;
   fprintf(v->out, "round: %lld, %s", R, commit >= 0 ? "committed" : "open (nodes are joining)");
   if (commit >= 0) fprintf(v->out, " with %lld nodes", commit);
   if (end[0]) fprintf(v->out, ", ended (%s)", end);
@@ -189,11 +172,11 @@ static int status_fast(view *v) {
     long long pid = 0;
     char addr[300] = "?", assign[64] = "";
     snprintf(k, sizeof(k), "/trun/%s/r%lld/node/%lld", cfg->run_id, R, i);
-    if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+    if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
     if (rc == 1 && sscanf(val, "%d %d %lld %299s", &nproc, &hint, &pid, addr) != 4)
       snprintf(addr, sizeof(addr), "?");
     snprintf(k, sizeof(k), "/trun/%s/r%lld/assign/%lld", cfg->run_id, R, i);
-    if ((rc = get_text(v, k, assign, sizeof(assign))) < 0) goto store;
+    if ((rc = trun__rdzv_get_text(v->r.client, k, assign, sizeof(assign))) < 0) goto store;
     int g = -1;
     fprintf(v->out, "  node %lld: %s pid %lld, %d workers", i, addr, pid, nproc);
     if (assign[0] && sscanf(assign, "%d", &g) == 1) fprintf(v->out, ", group rank %d", g);
@@ -234,7 +217,7 @@ static int status_static(view *v) {
   }
   int world = cfg->max_nodes, joined = 0;
   snprintf(k, sizeof(k), "/trun/%s/r%d/go", cfg->run_id, R);
-  if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+  if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
   fprintf(v->out, "round: %d, %s\n", R, rc == 1 ? "started (every node joined)" : "open (nodes are joining)");
   fprintf(v->out, "attempt: %d (one per restart)\n", R);
   char missing[512] = "";
@@ -243,7 +226,7 @@ static int status_static(view *v) {
   fprintf(v->out, "nodes (static, %d):\n", world);
   for (int g = 0; g < world; g++) {
     snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", cfg->run_id, R, g);
-    if ((rc = get_text(v, k, val, sizeof(val))) < 0) goto store;
+    if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
     if (rc == 0) {
       if (nmissing++ < NAMED && ml < sizeof(missing))
         ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml, "%s%d", ml ? ", " : "", g);
@@ -253,7 +236,7 @@ static int status_static(view *v) {
     if (joined > NAMED) continue;
     char at[64];
     snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", cfg->run_id, R, g);
-    if ((rc = get_text(v, k, at, sizeof(at))) < 0) goto store;
+    if ((rc = trun__rdzv_get_text(v->r.client, k, at, sizeof(at))) < 0) goto store;
     fprintf(v->out, "  node rank %d: %s", g, val);
     if (at[0]) fprintf(v->out, ", joined %.0f s ago", v->now > atof(at) ? v->now - atof(at) : 0.0);
     fputc('\n', v->out);

@@ -39,6 +39,22 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
     trun_fqdn(r->host_addr, sizeof(r->host_addr));
 }
 
+int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len) {
+  trun_slice ks = trun_str(k);
+  out[0] = '\0';
+  int rc = trun_client_check(c, 1, &ks);
+  if (rc != 1) return rc;
+  trun_buf v = {0};
+  rc = trun_client_get(c, ks, &v, 5000);
+  if (rc == 0) {
+    size_t n = v.len < len - 1 ? v.len : len - 1;
+    if (n) memcpy(out, v.data, n);
+    out[n] = '\0';
+  }
+  trun_buf_free(&v);
+  return rc < 0 ? rc : 1;
+}
+
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/%s", r->cfg->run_id, round, what);
 }

@@ -49,19 +49,6 @@ static int trun_init(trun_rdzv *r, char *err, size_t errlen) {
   return 0;
 }
 
-/* The value of key k ("" when absent or on error). */
-static void get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
-  trun_slice ks = trun_str(k);
-  trun_buf v = {0};
-  out[0] = '\0';
-  if (trun_client_check(r->client, 1, &ks) == 1 && trun_client_get(r->client, ks, &v, 1000) == 0) {
-    size_t n = v.len < len - 1 ? v.len : len - 1;
-    memcpy(out, v.data, n);
-    out[n] = '\0';
-  }
-  trun_buf_free(&v);
-}
-
 /* What the join's wait has (trun__rdzv_wait_begin): the store's current round, the nodes that joined it by
  * address (node/<i>: "nproc hint pid addr"), whether it is committed. */
 static void trun_have(trun_rdzv *r) {
@@ -70,21 +57,21 @@ static void trun_have(trun_rdzv *r) {
   char k[512], v[400], names[500] = "";
   size_t nl = 0;
   snprintf(k, sizeof(k), "%sround", f->base);
-  get_text(r, k, v, sizeof(v));
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
   if (strcmp(v, "closed") == 0) return;
   long long R = atoll(v), seq = 0; /* absent: a first join goes straight for round 0 */
   snprintf(k, sizeof(k), "%sr%lld/seq", f->base, R);
-  get_text(r, k, v, sizeof(v));
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
   seq = atoll(v);
   for (long long i = 1; i <= seq && i <= NAMED && nl < sizeof(names); i++) {
     char addr[300] = "";
     snprintf(k, sizeof(k), "%sr%lld/node/%lld", f->base, R, i);
-    get_text(r, k, v, sizeof(v));
+    trun__rdzv_get_text(r->client, k, v, sizeof(v));
     if (sscanf(v, "%*d %*d %*d %299s", addr) == 1)
       nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", addr);
   }
   snprintf(k, sizeof(k), "%sr%lld/commit", f->base, R);
-  get_text(r, k, v, sizeof(v));
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
   int last_call = !v[0] && seq >= f->s.min_nodes && f->s.min_nodes < f->s.max_nodes;
   snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", last_call ? "last_call" : "round");
   snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s", R, seq,
