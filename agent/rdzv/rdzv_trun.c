@@ -73,10 +73,14 @@ static void trun_have(trun_rdzv *r) {
   snprintf(k, sizeof(k), "%sr%lld/commit", f->base, R);
   trun__rdzv_get_text(r->client, k, v, sizeof(v));
   int last_call = !v[0] && seq >= f->s.min_nodes && f->s.min_nodes < f->s.max_nodes;
-  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", last_call ? "last_call" : "round");
+  /* A full round that runs: a node beyond it is a spare until the round ends. */
+  int spare = v[0] && atoll(v) >= f->s.max_nodes;
+  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
+  if (spare) r->wait.deadline = 0; /* a spare waits without a time-out (rdzv_fast.c, late) */
   snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s", R, seq,
            f->s.min_nodes, f->s.max_nodes, nl ? ": " : "", names, seq > NAMED ? ", ..." : "",
-           v[0]        ? "; committed, this node joins the next round"
+           spare       ? "; it runs full: this node is a spare until it ends"
+           : v[0]      ? "; committed, this node joins the next round"
            : last_call ? "; the last call runs (last_call_timeout) before the round commits"
                        : "");
 }

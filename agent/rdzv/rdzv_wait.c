@@ -55,8 +55,7 @@ void trun_wait_line(const trun_wait *w, double now, char *out, size_t len) {
       if (n >= 0 && (size_t)n < len && w->timeout_key[0])
         snprintf(out + n, len - (size_t)n, " (%s)", w->timeout_key);
     } else {
-      snprintf(out + n, len - (size_t)n, "; no time-out%s%s%s", w->timeout_key[0] ? " (" : "", w->timeout_key,
-               w->timeout_key[0] ? ")" : "");
+      snprintf(out + n, len - (size_t)n, "; no time-out");
     }
   }
 }
