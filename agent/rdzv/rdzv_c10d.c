@@ -421,6 +421,9 @@ static void c10d_have(trun_rdzv *r) {
   else if (strcmp(r->wait.kind, "last_call") == 0)
     n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; the last call ends in %.0f s",
                   lc_left > 0 ? lc_left : 0);
+  else if (s->n_participants < (size_t)d->s.min_nodes)
+    n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; missing: %zu more to reach %d",
+                  (size_t)d->s.min_nodes - s->n_participants, d->s.min_nodes);
   if (n >= 0 && (size_t)n < sizeof(r->wait.have) && (s->n_wait || s->n_redundancy))
     snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; %zu waiting, %zu spare", s->n_wait,
              s->n_redundancy);

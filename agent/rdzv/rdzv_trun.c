@@ -77,12 +77,17 @@ static void trun_have(trun_rdzv *r) {
   int spare = v[0] && atoll(v) >= f->s.max_nodes;
   snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
   if (spare) r->wait.deadline = 0; /* a spare waits without a time-out (rdzv_fast.c, late) */
-  snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s", R, seq,
+  char missing[64] = "";
+  if (!v[0] && seq < f->s.min_nodes)
+    snprintf(missing, sizeof(missing), "; missing: %lld more to reach %d", f->s.min_nodes - seq,
+             f->s.min_nodes);
+  snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s%s", R, seq,
            f->s.min_nodes, f->s.max_nodes, nl ? ": " : "", names, seq > NAMED ? ", ..." : "",
            spare       ? "; it runs full: this node is a spare until it ends"
            : v[0]      ? "; committed, this node joins the next round"
            : last_call ? "; the last call runs (last_call_timeout) before the round commits"
-                       : "");
+                       : "",
+           missing);
 }
 
 static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {

@@ -130,17 +130,17 @@ port=$(free_port)
 start c10d --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id w36 \
   --local-addr 127.0.0.1 --nproc-per-node 1 "$tmp/hello.py"
 if first_line c10d "for the other nodes of rendezvous round 0 of 'w36' (c10d at 127.0.0.1:$port)"; then
-  has c10d "1 of 2..2 nodes joined: 127.0.0.1 (pid $A)"
+  has c10d "1 of 2..2 nodes joined: 127.0.0.1 (pid $A); missing: 1 more to reach 2"
   has c10d "(join_timeout)"
 fi
-stop c10d 1 "interrupted by a signal (1 of 2..2 nodes joined: 127.0.0.1 (pid $A))"
+stop c10d 1 "interrupted by a signal (1 of 2..2 nodes joined: 127.0.0.1 (pid $A); missing: 1 more to reach 2)"
 
 # 5. One of two trun-backend nodes.
 port=$(free_port)
 start fast --nnodes 2 --rdzv-backend trun --rdzv-endpoint "127.0.0.1:$port" --rdzv-id w36 \
   --local-addr 127.0.0.1 --nproc-per-node 1 "$tmp/hello.py"
 if first_line fast "for the other nodes of the trun rendezvous 'w36' at 127.0.0.1:$port"; then
-  has fast "round 0: 1 of 2..2 nodes joined: 127.0.0.1"
+  has fast "round 0: 1 of 2..2 nodes joined: 127.0.0.1; missing: 1 more to reach 2"
 fi
 stop fast 1 "interrupted by a signal"
 
