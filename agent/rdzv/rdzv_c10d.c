@@ -405,20 +405,20 @@ static void c10d_have(trun_rdzv *r) {
   const char *more = s->n_participants > NAMED ? ", ..." : "";
   int spare = trun_dyn_find_node(s->redundancy_list, s->n_redundancy, &d->me) >= 0;
   double lc_left = s->has_deadline ? (double)(s->deadline_us - trun_dyn_utc_us()) / 1e6 : -1;
+  int last_call = !spare && !s->complete && s->n_participants >= (size_t)d->s.min_nodes && lc_left >= 0;
   snprintf(r->wait.what, sizeof(r->wait.what), "%s rendezvous round %lld of '%s' (c10d at %s:%d)",
-           spare ? "a spare's turn in" : "the other nodes of", (long long)s->round, r->cfg->run_id,
-           r->store_addr, r->store_port);
-  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s",
-           spare                                                                         ? "spare"
-           : !s->complete && s->n_participants >= (size_t)d->s.min_nodes && lc_left >= 0 ? "last_call"
-                                                                                         : "round");
+           spare       ? "a spare's turn in"
+           : last_call ? "more nodes until the last call of"
+                       : "the other nodes of",
+           (long long)s->round, r->cfg->run_id, r->store_addr, r->store_port);
+  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
   int n = snprintf(r->wait.have, sizeof(r->wait.have), "%zu of %d..%d nodes joined%s%s%s", s->n_participants,
                    d->s.min_nodes, d->s.max_nodes, s->n_participants ? ": " : "", names, more);
   if (n < 0 || (size_t)n >= sizeof(r->wait.have)) return;
   if (s->complete)
     n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n,
                   "; that round is complete: this node joins the next one");
-  else if (strcmp(r->wait.kind, "last_call") == 0)
+  else if (last_call)
     n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; the last call ends in %.0f s",
                   lc_left > 0 ? lc_left : 0);
   else if (s->n_participants < (size_t)d->s.min_nodes)

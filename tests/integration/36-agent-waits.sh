@@ -13,6 +13,8 @@
 #     joined: node 0 (127.0.0.1); missing node ranks: 1; time-out in".
 #  4. One of two c10d nodes: "1 of 2..2 nodes joined: 127.0.0.1 (pid <the agent's pid>)", the join time-out;
 #     SIGTERM: the error says what the rendezvous had.
+#  4b. A c10d job of 1..2 with one node: the wait is the last call ("the last call ends in N s", N within
+#     last_call_timeout 300; event wait=last_call).
 #  5. One of two trun-backend nodes: "round 0: 1 of 2..2 nodes joined: 127.0.0.1"; and a spare: a second node
 #     of a running 1..1 job says it is a spare, with no time-out (event wait=spare).
 #  6. A worker that ignores SIGTERM (--shutdown-timeout 300): after SIGTERM to the agent, "the workers to exit
@@ -134,6 +136,19 @@ if first_line c10d "for the other nodes of rendezvous round 0 of 'w36' (c10d at 
   has c10d "(join_timeout)"
 fi
 stop c10d 1 "interrupted by a signal (1 of 2..2 nodes joined: 127.0.0.1 (pid $A); missing: 1 more to reach 2)"
+
+# 4b. The last call: a c10d job of 1..2 with its one node in: the wait is the last call, with its time left.
+port=$(free_port)
+start lastcall --nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id l36 \
+  --local-addr 127.0.0.1 --rdzv-conf last_call_timeout=300 --nproc-per-node 1 "$tmp/hello.py"
+if first_line lastcall "for more nodes until the last call of rendezvous round 0 of 'l36'"; then
+  has lastcall "; the last call ends in"
+  has lastcall "1 of 1..2 nodes joined: 127.0.0.1 (pid $A)"
+  lc=$(sed -n 's/.*the last call ends in \([0-9]*\) s.*/\1/p' <<<"$LINE")
+  { [ -n "$lc" ] && [ "$lc" -le 300 ]; } || bad "lastcall: last call left '$lc', want 0..300"
+  event lastcall 'e["wait"] == "last_call"'
+fi
+stop lastcall 1 "interrupted by a signal"
 
 # 5. One of two trun-backend nodes.
 port=$(free_port)
