@@ -52,9 +52,9 @@ typedef struct {
   double shutdown_timeout; /* seconds between the forwarded signal and SIGKILL */
   int virtual_local_rank;
   int dry_run;
-  int rdzv_status; /* --rdzv-status: print the job's rendezvous state (agent/rdzv/rdzv.h), start nothing */
-  int explain;     /* --explain: print the node and the environment decisions, start nothing */
-  int no_imds;     /* --no-imds: no instance-metadata request */
+  int rdzv_status;             /* --rdzv-status: print a job's rendezvous (agent/rdzv/rdzv.h) */
+  int explain;                 /* --explain: print the node and the environment decisions, start nothing */
+  int no_imds;                 /* --no-imds: no instance-metadata request */
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
   int print_config;            /* --print-config: the script may be missing */
