@@ -412,6 +412,11 @@ static void c10d_have(trun_rdzv *r) {
                        : "the other nodes of",
            (long long)s->round, r->cfg->run_id, r->store_addr, r->store_port);
   snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
+  /* A spare has no time-out; leaving the redundancy list restarts the join time-out (rdzv_dyn.c). */
+  if (spare)
+    r->wait.deadline = 0;
+  else if (r->wait.deadline == 0)
+    r->wait.deadline = trun_dyn_mono() + (double)d->s.join_timeout_us / 1e6;
   int n = snprintf(r->wait.have, sizeof(r->wait.have), "%zu of %d..%d nodes joined%s%s%s", s->n_participants,
                    d->s.min_nodes, d->s.max_nodes, s->n_participants ? ": " : "", names, more);
   if (n < 0 || (size_t)n >= sizeof(r->wait.have)) return;

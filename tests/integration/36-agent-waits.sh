@@ -15,8 +15,9 @@
 #     SIGTERM: the error says what the rendezvous had.
 #  4b. A c10d job of 1..2 with one node: the wait is the last call ("the last call ends in N s", N within
 #     last_call_timeout 300; event wait=last_call).
-#  5. One of two trun-backend nodes: "round 0: 1 of 2..2 nodes joined: 127.0.0.1"; and a spare: a second node
-#     of a running 1..1 job says it is a spare, with no time-out (event wait=spare).
+#  5. One of two trun-backend nodes: "round 0: 1 of 2..2 nodes joined: 127.0.0.1"; and a spare (trun and
+#     c10d backends): a second node of a running 1..1 job says it is a spare, with no time-out (event
+#     wait=spare).
 #  6. A worker that ignores SIGTERM (--shutdown-timeout 300): after SIGTERM to the agent, "the workers to exit
 #     after SIGTERM", "1 of 1 still run: rank 0 (pid <its pid>)", "(--shutdown-timeout)"; a waiting event
 #     wait=workers_stop; a second SIGTERM kills it and the wait's end is an event with state=done.
@@ -159,28 +160,34 @@ if first_line fast "for the other nodes of the trun rendezvous 'w36' at 127.0.0.
 fi
 stop fast 1 "interrupted by a signal"
 
-# 5b. A spare's turn: a trun-backend job of 1..1 runs; a second node waits as a spare, without a time-out.
-port=$(free_port)
+# 5b. A spare's turn: a job of 1..1 runs (trun and c10d backends); a second node waits as a spare, without a
+# time-out.
 printf 'import os, time\nopen(os.environ["W36"], "w").close()\ntime.sleep(600)\n' >"$tmp/sleep.py"
-W36=$tmp/full.started start full --nnodes 1:1 --rdzv-backend trun --rdzv-endpoint "127.0.0.1:$port" --rdzv-id sp36 \
-  --local-addr 127.0.0.1 --rdzv-conf is_host=1 --nproc-per-node 1 "$tmp/sleep.py"
-full=$A
-wait_for '[ -f "$tmp/full.started" ]' 90 || bad "full: its worker did not start"
-W36=$tmp/spare.started start spare --nnodes 1:1 --rdzv-backend trun --rdzv-endpoint "127.0.0.1:$port" --rdzv-id sp36 \
-  --local-addr 127.0.0.1 --rdzv-conf is_host=0 --nproc-per-node 1 "$tmp/sleep.py"
-if first_line spare "this node is a spare until it ends"; then
-  has spare "round 0: 2 of 1..1 nodes joined"
-  has spare "; no time-out"
-  event spare 'e["wait"] == "spare" and "left_s" not in e'
-fi
-kill -TERM "$A" # the spare first: stop() would end every marked process, the running job too
-if wait_pid_exit "$A" 60; then
-  [ "$WAIT_RC" = 1 ] || bad "spare: exit $WAIT_RC after SIGTERM, want 1"
-else
-  bad "spare: still running 60 s after SIGTERM"
-fi
-A=$full
-stop full 1
+spare_case() { # BACKEND TEXT HAS (HAS: what the line has besides, PID standing for the running agent's pid)
+  local b=$1 text=$2 what=$3
+  port=$(free_port)
+  W36=$tmp/full-$b.started start "full-$b" --nnodes 1:1 --rdzv-backend "$b" --rdzv-endpoint "127.0.0.1:$port" \
+    --rdzv-id sp36 --local-addr 127.0.0.1 --rdzv-conf is_host=1 --nproc-per-node 1 "$tmp/sleep.py"
+  local full=$A
+  wait_for '[ -f "$tmp/full-$b.started" ]' 90 || bad "full-$b: its worker did not start"
+  W36=$tmp/spare-$b.started start "spare-$b" --nnodes 1:1 --rdzv-backend "$b" --rdzv-endpoint "127.0.0.1:$port" \
+    --rdzv-id sp36 --local-addr 127.0.0.1 --rdzv-conf is_host=0 --nproc-per-node 1 "$tmp/sleep.py"
+  if first_line "spare-$b" "$text"; then
+    has "spare-$b" "${what//PID/$full}"
+    has "spare-$b" "; no time-out"
+    event "spare-$b" 'e["wait"] == "spare" and "left_s" not in e'
+  fi
+  kill -TERM "$A" # the spare first: stop() would end every marked process, the running job too
+  if wait_pid_exit "$A" 60; then
+    [ "$WAIT_RC" = 1 ] || bad "spare-$b: exit $WAIT_RC after SIGTERM, want 1"
+  else
+    bad "spare-$b: still running 60 s after SIGTERM"
+  fi
+  A=$full
+  stop "full-$b" 1
+}
+spare_case trun "this node is a spare until it ends" "round 0: 2 of 1..1 nodes joined: 127.0.0.1"
+spare_case c10d "for a spare's turn in rendezvous round 0 of 'sp36'" "1 of 1..1 nodes joined: 127.0.0.1 (pid PID)"
 
 # 6. A worker that ignores SIGTERM.
 mkdir -p "$tmp/sig"
