@@ -541,6 +541,16 @@ static int c10d_tick_ms(const trun_rdzv *r) { return (int)(r->cfg->monitor_inter
 
 static int c10d_new_nodes_waiting(trun_rdzv *r) { return trun_dyn_num_new_waiting(&st(r)->dyn, 1); }
 
+/* What the exit barrier's wait has (torch >= 2.x key space): how many agents reached it. */
+static void barrier_have(trun_rdzv *r) {
+  char k[512];
+  int64_t n = 0;
+  pkey(r, k, sizeof(k), "torchelastic/agent/terminal_state/num_members");
+  if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d agents reached it", (long long)n,
+             r->group_world_size);
+}
+
 /* torch's exit barrier for this round (errors only logged). */
 static void exit_barrier(trun_rdzv *r, int timeout_ms) {
   char k[512], last[512];
@@ -558,7 +568,7 @@ static void exit_barrier(trun_rdzv *r, int timeout_ms) {
       rc = trun_client_set(r->client, trun_str(last), trun_str("<val_ignored>"));
     if (rc == 0) {
       int waiting =
-          trun__rdzv_wait_begin(r, "exit_barrier", timeout_ms / 1000.0, NULL, NULL,
+          trun__rdzv_wait_begin(r, "exit_barrier", timeout_ms / 1000.0, NULL, barrier_have,
                                 "the exit barrier of c10d round %lld: the other %d agents to finish",
                                 r->round_id, r->group_world_size - 1);
       rc = trun__rdzv_wait_key(r, last, timeout_ms);

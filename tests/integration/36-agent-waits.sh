@@ -18,6 +18,10 @@
 #  5. One of two trun-backend nodes: "round 0: 1 of 2..2 nodes joined: 127.0.0.1"; and a spare (trun and
 #     c10d backends): a second node of a running 1..1 job says it is a spare, with no time-out (event
 #     wait=spare).
+#  5c. The c10d exit barrier: of two nodes, the one whose worker is done first reports "for the exit barrier
+#     of c10d round 0", "1 of 2 agents reached it"; both exit 0.
+#  5d. The end of a static round: node 0, done first, waits for node 1's worker: "for the other nodes' workers
+#     to finish round 0", "1 of 2 nodes done; no time-out", events wait=round_end (waiting, then done).
 #  6. A worker that ignores SIGTERM (--shutdown-timeout 300): after SIGTERM to the agent, "the workers to exit
 #     after SIGTERM", "1 of 1 still run: rank 0 (pid <its pid>)", "(--shutdown-timeout)"; a waiting event
 #     wait=workers_stop; a second SIGTERM kills it and the wait's end is an event with state=done.
@@ -53,7 +57,7 @@ first_line() {
     return 1
   fi
   LINE=$(grep "info: waiting" "$tmp/$name.err" | grep -m1 -F -- "$pat")
-  echo "$name: first report $(elapsed "$T0") s after the agent started: $LINE"
+  echo "$name: first report $(elapsed "$T0") s after the scenario began: $LINE"
 }
 has() { # NAME TEXT: the line holds TEXT (fixed string)
   case "$LINE" in *"$2"*) ;; *) bad "$1: the line lacks '$2': $LINE" ;; esac
@@ -188,6 +192,56 @@ spare_case() { # BACKEND TEXT HAS (HAS: what the line has besides, PID standing 
 }
 spare_case trun "this node is a spare until it ends" "round 0: 2 of 1..1 nodes joined: 127.0.0.1"
 spare_case c10d "for a spare's turn in rendezvous round 0 of 'sp36'" "1 of 1..1 nodes joined: 127.0.0.1 (pid PID)"
+
+# 5c. The exit barrier (c10d, 2 nodes): node 1's worker takes a while longer; node 0, done, waits in torch's
+# exit barrier and says how many agents reached it; both finish 0.
+port=$(free_port)
+printf 'import os, time\ntime.sleep(20 if os.environ["GROUP_RANK"] == "1" else 0)\n' >"$tmp/slow1.py"
+for g in 0 1; do
+  start "barrier$g" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id b36 \
+    --local-addr 127.0.0.1 --rdzv-conf "is_host=$((1 - g))" --nproc-per-node 1 "$tmp/slow1.py"
+  bpid[$g]=$A
+done
+# Which agent got group rank 0 is the rendezvous's choice: the one that reports the barrier is the early one.
+if wait_for 'grep -qF "for the exit barrier of c10d round 0" "$tmp/barrier0.err" "$tmp/barrier1.err"' 120; then
+  LINE=$(grep -hF "for the exit barrier of c10d round 0" "$tmp/barrier0.err" "$tmp/barrier1.err" | head -1)
+  echo "barrier: $LINE"
+  has barrier "the other 1 agents to finish; 1 of 2 agents reached it; time-out in"
+else
+  dump_agent barrier0 "$tmp/barrier0.out" "$tmp/barrier0.err"; dump_agent barrier1 "$tmp/barrier1.out" "$tmp/barrier1.err"
+  bad "barrier: no exit barrier report within 120 s"
+fi
+for g in 0 1; do
+  if wait_pid_exit "${bpid[$g]}" 120; then
+    [ "$WAIT_RC" = 0 ] || bad "barrier$g: exit $WAIT_RC, want 0"
+  else
+    bad "barrier$g: still running after 120 s"
+  fi
+done
+kill_marked
+
+# 5d. The end of a static round: node 0's worker is done first; it waits for node 1's and says how many
+# nodes are done, without a time-out; both finish 0.
+port=$(free_port)
+for g in 0 1; do
+  start "end$g" --nnodes 2 --node-rank "$g" --master-addr 127.0.0.1 --master-port "$port" --local-addr 127.0.0.1 \
+    --nproc-per-node 1 "$tmp/slow1.py"
+  bpid[$g]=$A
+done
+T0=$(now)
+if first_line end0 "for the other nodes' workers to finish round 0"; then
+  has end0 "1 of 2 nodes done; no time-out"
+  event end0 'e["wait"] == "round_end"'
+fi
+for g in 0 1; do
+  if wait_pid_exit "${bpid[$g]}" 120; then
+    [ "$WAIT_RC" = 0 ] || bad "end$g: exit $WAIT_RC, want 0"
+  else
+    bad "end$g: still running after 120 s"
+  fi
+done
+event end0 'e["wait"] == "round_end" and e["state"] == "done"'
+kill_marked
 
 # 6. A worker that ignores SIGTERM.
 mkdir -p "$tmp/sig"
