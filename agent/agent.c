@@ -64,6 +64,7 @@ static void maybe_finish(agent *a) {
   }
   uv_timer_stop(&a->kill_timer);
   uv_timer_stop(&a->drain_timer);
+  trun__agent_stop_wait_end(a);
   uv_stop(a->loop);
 }
 
@@ -99,6 +100,7 @@ static void begin_stop(agent *a, int sig, int torn_down) {
     if (a->w[i].running && torn_down) a->w[i].torn_down = 1;
   kill_groups(a, sig);
   uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(a->cfg->shutdown_timeout * 1000), 0);
+  if (a->running > 0) trun__agent_stop_wait_begin(a, sig);
   maybe_finish(a);
 }
 
@@ -484,6 +486,7 @@ static void teardown(agent *a) {
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
   close_handle((uv_handle_t *)&a->backoff_timer);
+  close_handle((uv_handle_t *)&a->stop_wait_timer);
   close_handle((uv_handle_t *)&a->remote);
   close_handle((uv_handle_t *)&a->live_timer);
   close_handle((uv_handle_t *)&a->news_async);
@@ -607,6 +610,8 @@ static int meet(agent *a) {
   a->rdzv.poll_arg = a;
   a->rdzv.on_news = on_news;
   a->rdzv.on_news_arg = a;
+  a->rdzv.on_wait = trun__agent_wait_hook;
+  a->rdzv.on_wait_arg = a;
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
@@ -852,7 +857,8 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   uv_timer_init(a.loop, &a.kill_timer);
   uv_timer_init(a.loop, &a.drain_timer);
   uv_timer_init(a.loop, &a.backoff_timer);
-  a.kill_timer.data = a.drain_timer.data = a.backoff_timer.data = &a;
+  uv_timer_init(a.loop, &a.stop_wait_timer);
+  a.kill_timer.data = a.drain_timer.data = a.backoff_timer.data = a.stop_wait_timer.data = &a;
   a.on_stream_eof = on_stream_eof;
   uv_async_init(a.loop, &a.remote, on_remote);
   a.remote.data = &a;

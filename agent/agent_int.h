@@ -127,6 +127,9 @@ struct agent {
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
   trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
   trun_warm *warm;                /* --warm-start's pool (agent_warm.c), NULL when off */
+  /* agent_wait.c: the wait for workers after the stop signal, reported every second while due. */
+  trun_wait stop_wait;
+  uv_timer_t stop_wait_timer;
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -192,5 +195,10 @@ int trun__agent_torchwatch_open(agent *a);
 void trun__agent_torchwatch_round(agent *a);
 /* Removes the FIFO (before the loop is torn down). */
 void trun__agent_torchwatch_close(agent *a);
+/* agent_wait.c: every wait's report as the "waiting" event and metric (a trun_wait_hook, arg: the agent); the
+ * wait for the workers after the stop signal sig (begin_stop), ended once they are all reaped. */
+void trun__agent_wait_hook(void *arg, const trun_wait_info *w);
+void trun__agent_stop_wait_begin(agent *a, int sig);
+void trun__agent_stop_wait_end(agent *a);
 
 #endif

@@ -475,7 +475,8 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->script_args = cl->script_args;
   cfg->nscript_args = cl->nscript_args;
   cfg->print_config = VAL(TRUN_OPT_PRINT_CONFIG) != NULL;
-  if (cfg->script == NULL && !cfg->explain && !cfg->print_config) {
+  cfg->rdzv_status = VAL(TRUN_OPT_RDZV_STATUS) && strcmp(VAL(TRUN_OPT_RDZV_STATUS), "0") != 0;
+  if (cfg->script == NULL && !cfg->explain && !cfg->print_config && !cfg->rdzv_status) {
     snprintf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

@@ -53,6 +53,7 @@ typedef struct {
   double exit_barrier_timeout; /* seconds the exit barrier waits for the other agents (default 300) */
   int virtual_local_rank;
   int dry_run;
+  int rdzv_status;             /* --rdzv-status: print a job's rendezvous (agent/rdzv/rdzv.h) */
   int explain;                 /* --explain: print the node and the environment decisions, start nothing */
   int no_imds;                 /* --no-imds: no instance-metadata request */
   const char *numa_binding;    /* --numa-binding: NULL or "node" */

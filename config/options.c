@@ -120,6 +120,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
     [TRUN_OPT_DRY_RUN] = {"dry-run", "dry_run", 0, 1, NULL, "TRUN_DRY_RUN", TRUN_G_TRUN, NULL,
                           "Print the resolved plan - nodes, ranks, each local rank's environment - and start "
                           "nothing."},
+    [TRUN_OPT_RDZV_STATUS] = {"rdzv-status", NULL, 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
+                              "Print the rendezvous state of the job that --rdzv-endpoint / --rdzv-id / "
+                              "--rdzv-backend (or --master-addr / --master-port) name - round, members, "
+                              "waiting, lost nodes - and start nothing; no script needed. Exit 0, 1 (store "
+                              "unreachable or unreadable), 2 (bad input)."},
     [TRUN_OPT_LOG_LINE_PREFIX] =
         {"log-line-prefix", "log_line_prefix", 0, 0, NULL, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
          TRUN_G_TRUN, "TEMPLATE",

@@ -40,6 +40,7 @@ typedef enum {
   TRUN_OPT_VIRTUAL_LOCAL_RANK,
   /* trun's own options */
   TRUN_OPT_DRY_RUN,
+  TRUN_OPT_RDZV_STATUS, /* --rdzv-status: print the job's rendezvous state from its store, start nothing */
   TRUN_OPT_LOG_LINE_PREFIX,
   TRUN_OPT_EXPLAIN,
   TRUN_OPT_NO_IMDS,

@@ -214,13 +214,16 @@ static int connect_family(trun_client *c, int family, int64_t deadline, int *out
   if (g != 0) {
     snprintf(c->last_err, sizeof(c->last_err), "cannot resolve '%s': %s", c->host,
              g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+    if (c->o.on_connect_error)
+      c->o.on_connect_error(c->o.on_connect_error_arg, TRUN_CONNECT_RESOLVE, EHOSTUNREACH, c->last_err);
     return -EHOSTUNREACH;
   }
   int rc = -EHOSTUNREACH;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    int fd = -1;
+    int fd = -1, stage = TRUN_CONNECT_TCP;
     rc = connect_addr(ai, deadline, &fd);
     if (rc == 0 && c->o.gen == TRUN_GEN_V2) {
+      stage = TRUN_CONNECT_HANDSHAKE;
       rc = handshake(c, fd, deadline);
       if (rc < 0) {
         close(fd); /* a failed handshake: the socket is dropped, its close result does not matter */
@@ -231,6 +234,8 @@ static int connect_family(trun_client *c, int family, int64_t deadline, int *out
     } else if (rc < 0) {
       snprintf(c->last_err, sizeof(c->last_err), "connect: %s", strerror(-rc));
     }
+    if (rc < 0 && c->o.on_connect_error)
+      c->o.on_connect_error(c->o.on_connect_error_arg, stage, -rc, c->last_err);
     if (rc == 0) {
       *out = fd;
       break;

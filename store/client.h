@@ -28,7 +28,17 @@ typedef struct {
   const char *key_prefix; /* default "/"; "" for raw wire keys */
   int quiet_connect;      /* 1: a connect time-out is returned without logging (the caller reports it) */
   int quiet_errors;       /* 1: a failed request is logged at debug level only (the caller reports it) */
+  /* Called after each failed connect attempt (NULL: none), so that a caller that waits can say why: stage
+   * TRUN_CONNECT_RESOLVE (the name does not resolve; err EHOSTUNREACH), TRUN_CONNECT_TCP (connect: err its
+   * errno) or TRUN_CONNECT_HANDSHAKE (the server closed or garbled VALIDATE/PING: err ECONNRESET, EPROTO);
+   * cause: the failure in words. */
+  void (*on_connect_error)(void *arg, int stage, int err, const char *cause);
+  void *on_connect_error_arg;
 } trun_client_opts;
+
+#define TRUN_CONNECT_RESOLVE 1
+#define TRUN_CONNECT_TCP 2
+#define TRUN_CONNECT_HANDSHAKE 3
 
 void trun_client_opts_default(trun_client_opts *o);
 /* Connects (retrying refused/reset/unreachable with backoff until connect_timeout_ms) and, for V2,

@@ -46,6 +46,9 @@ struct trun_obs {
     int failed;
   } health[MAX_HEALTH];
   int nhealth;
+  /* The wait in progress (agent/rdzv/rdzv.h, "waits"): its kind ("" none) and seconds so far. */
+  char wait_kind[24];
+  double wait_s;
 };
 
 /* trun_health_failed{check}: set (or add) the check's value. */
@@ -147,6 +150,10 @@ static void render(void *arg, trun_buf *out) {
     snprintf(lab, sizeof(lab), "cause=\"%s\"", trun_cause_name((trun_cause_kind)k));
     trun_metrics_sample(out, "trun_failure_causes_total", lab, (double)o->causes[k]);
   }
+  trun_metrics_header(out, "trun_wait_seconds", "gauge",
+                      "Seconds the agent's current wait has lasted, by what it waits for (none: no wait).");
+  snprintf(lab, sizeof(lab), "wait=\"%s\"", o->wait_kind[0] ? o->wait_kind : "none");
+  trun_metrics_sample(out, "trun_wait_seconds", lab, o->wait_kind[0] ? o->wait_s : 0);
   trun_metrics_header(out, "trun_worker_exit_total", "counter", "Worker exits by exit code or signal name.");
   for (int i = 0; i < o->ncodes; i++) {
     snprintf(lab, sizeof(lab), "code=\"%s\"", o->codes[i].label);
@@ -286,6 +293,18 @@ void trun_obs_restart(trun_obs *o, int attempt, int remaining) {
 void trun_obs_membership(trun_obs *o, int waiting) {
   if (o == NULL) return;
   trun_events_emit(o->ev, "membership_change", json_pack("{s:i}", "waiting", waiting));
+}
+
+void trun_obs_waiting(trun_obs *o, const trun_wait_info *w) {
+  if (o == NULL) return;
+  snprintf(o->wait_kind, sizeof(o->wait_kind), "%s", w->done ? "" : w->kind);
+  o->wait_s = w->waited_s;
+  json_t *f = json_pack("{s:s,s:s,s:s,s:f,s:b}", "wait", w->kind, "for", w->what, "state",
+                        w->done ? "done" : "waiting", "waited_s", w->waited_s, "done", w->done);
+  if (f && w->have[0]) json_object_set_new(f, "have", json_string(w->have));
+  if (f && w->cause[0]) json_object_set_new(f, "cause", json_string(w->cause));
+  if (f && w->left_s >= 0) json_object_set_new(f, "left_s", json_real(w->left_s));
+  trun_events_emit(o->ev, "waiting", f);
 }
 
 void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l) {

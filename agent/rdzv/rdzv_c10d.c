@@ -52,14 +52,19 @@ static void layout_hint(const trun_config *cfg, trun_rdzv_layout *lay) {
 
 static void c10d_close(trun_rdzv *r);
 
-static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
-  const trun_config *cfg = r->cfg;
-  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
+trun_gen trun__rdzv_c10d_gen(const trun_config *cfg) {
   trun_gen gen = TRUN_GEN_V2;
   char ver[32];
   if (cfg->rdzv_conf && trun__rdzv_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
       (strcmp(ver, "1.13") == 0 || strcmp(ver, "2.0") == 0 || strcmp(ver, "2.1") == 0))
     trun_client_parse_gen(ver, &gen);
+  return gen;
+}
+
+static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
+  const trun_config *cfg = r->cfg;
+  /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
+  trun_gen gen = trun__rdzv_c10d_gen(cfg);
   if ((r->state = calloc(1, sizeof(c10d_state))) == NULL) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -86,8 +91,8 @@ static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
   trun_rdzv_layout hint;
   layout_hint(cfg, &hint);
   rc = trun_dyn_init(&st(r)->dyn, r->client, cfg->run_id, r->host_addr, getpid(), 0, &s, &hint);
-  st(r)->dyn.poll = r->poll;
-  st(r)->dyn.poll_arg = r->poll_arg;
+  st(r)->dyn.poll = trun__rdzv_poll; /* r->poll, and the wait's reports */
+  st(r)->dyn.poll_arg = r;
   if (rc < 0) {
     snprintf(err, errlen, "c10d rendezvous at %s:%d: %s", cfg->endpoint_host, port, st(r)->dyn.err);
     c10d_close(r);
@@ -386,6 +391,49 @@ static void learn_losses(void *arg) {
   }
 }
 
+/* What the join's wait has (trun__rdzv_wait_begin), from the state this node synced last: the participants
+ * of the round by address, the nodes that wait for the next one, the last call; a spare says so. */
+static void c10d_have(trun_rdzv *r) {
+  enum { NAMED = 8 };
+  const trun_dyn *d = &st(r)->dyn;
+  const trun_rdzv_state *s = &d->st;
+  char names[600] = "";
+  size_t nl = 0;
+  for (size_t i = 0; i < s->n_participants && i < NAMED && nl < sizeof(names); i++)
+    nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s (pid %lld)", i ? ", " : "",
+                           s->participants[i].node.addr, (long long)s->participants[i].node.pid);
+  const char *more = s->n_participants > NAMED ? ", ..." : "";
+  int spare = trun_dyn_find_node(s->redundancy_list, s->n_redundancy, &d->me) >= 0;
+  double lc_left = s->has_deadline ? (double)(s->deadline_us - trun_dyn_utc_us()) / 1e6 : -1;
+  int last_call = !spare && !s->complete && s->n_participants >= (size_t)d->s.min_nodes && lc_left >= 0;
+  snprintf(r->wait.what, sizeof(r->wait.what), "%s rendezvous round %lld of '%s' (c10d at %s:%d)",
+           spare       ? "a spare's turn in"
+           : last_call ? "more nodes until the last call of"
+                       : "the other nodes of",
+           (long long)s->round, r->cfg->run_id, r->store_addr, r->store_port);
+  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
+  /* A spare has no time-out; leaving the redundancy list restarts the join time-out (rdzv_dyn.c). */
+  if (spare)
+    r->wait.deadline = 0;
+  else if (r->wait.deadline == 0)
+    r->wait.deadline = trun_dyn_mono() + (double)d->s.join_timeout_us / 1e6;
+  int n = snprintf(r->wait.have, sizeof(r->wait.have), "%zu of %d..%d nodes joined%s%s%s", s->n_participants,
+                   d->s.min_nodes, d->s.max_nodes, s->n_participants ? ": " : "", names, more);
+  if (n < 0 || (size_t)n >= sizeof(r->wait.have)) return;
+  if (s->complete)
+    n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n,
+                  "; that round is complete: this node joins the next one");
+  else if (last_call)
+    n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; the last call ends in %.0f s",
+                  lc_left > 0 ? lc_left : 0);
+  else if (s->n_participants < (size_t)d->s.min_nodes)
+    n += snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; missing: %zu more to reach %d",
+                  (size_t)d->s.min_nodes - s->n_participants, d->s.min_nodes);
+  if (n >= 0 && (size_t)n < sizeof(r->wait.have) && (s->n_wait || s->n_redundancy))
+    snprintf(r->wait.have + n, sizeof(r->wait.have) - (size_t)n, "; %zu waiting, %zu spare", s->n_wait,
+             s->n_redundancy);
+}
+
 static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   (void)agent_round; /* the store's round counter decides */
   snprintf(st(r)->prev_ks, sizeof(st(r)->prev_ks), "%s", r->key_space);
@@ -395,11 +443,18 @@ static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   st(r)->dyn.refresh_arg = r;
   int rank = 0, world = 0;
   int64_t round = 0;
+  int waiting = trun__rdzv_wait_begin(r, "round", (double)st(r)->dyn.s.join_timeout_us / 1e6, "join_timeout",
+                                      c10d_have, "the other nodes of the c10d rendezvous '%s' at %s:%d",
+                                      r->cfg->run_id, r->store_addr, r->store_port);
   int rc = trun_dyn_next(&st(r)->dyn, &rank, &world, &round);
+  trun__rdzv_wait_end(r, waiting);
   st(r)->dyn.refresh = NULL;
   if (rc < 0) {
     snprintf(err, errlen, "c10d rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
              rc == -EINTR ? "interrupted by a signal" : st(r)->dyn.err);
+    if (rc == -EINTR) c10d_have(r);
+    if (rc == -EINTR && r->wait.have[0])
+      snprintf(err + strlen(err), errlen - strlen(err), " (%s)", r->wait.have);
     return -1;
   }
   trun_rdzv_layout lay;
@@ -486,6 +541,16 @@ static int c10d_tick_ms(const trun_rdzv *r) { return (int)(r->cfg->monitor_inter
 
 static int c10d_new_nodes_waiting(trun_rdzv *r) { return trun_dyn_num_new_waiting(&st(r)->dyn, 1); }
 
+/* What the exit barrier's wait has (torch >= 2.x key space): how many agents reached it. */
+static void barrier_have(trun_rdzv *r) {
+  char k[512];
+  int64_t n = 0;
+  pkey(r, k, sizeof(k), "torchelastic/agent/terminal_state/num_members");
+  if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d agents reached it", (long long)n,
+             r->group_world_size);
+}
+
 /* torch's exit barrier for this round (errors only logged). */
 static void exit_barrier(trun_rdzv *r, int timeout_ms) {
   char k[512], last[512];
@@ -501,7 +566,14 @@ static void exit_barrier(trun_rdzv *r, int timeout_ms) {
     rc = trun_client_add(r->client, trun_str(k), 1, &n);
     if (rc == 0 && n == r->group_world_size)
       rc = trun_client_set(r->client, trun_str(last), trun_str("<val_ignored>"));
-    if (rc == 0) rc = trun__rdzv_wait_key(r, last, timeout_ms);
+    if (rc == 0) {
+      int waiting =
+          trun__rdzv_wait_begin(r, "exit_barrier", timeout_ms / 1000.0, NULL, barrier_have,
+                                "the exit barrier of c10d round %lld: the other %d agents to finish",
+                                r->round_id, r->group_world_size - 1);
+      rc = trun__rdzv_wait_key(r, last, timeout_ms);
+      trun__rdzv_wait_end(r, waiting);
+    }
   }
   if (rc < 0)
     trun_warn("exit barrier of c10d round %lld: %s (waited up to %d s for the other agents)", r->round_id,

@@ -62,6 +62,18 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
   return rc < 0 ? rc : rc2;
 }
 
+/* What the wait for the round's end or the exit barrier has: how many nodes counted themselves in key. */
+static void count_have(trun_rdzv *r, const char *key) {
+  char k[512];
+  int64_t n = 0;
+  trun__rdzv_round_key(r, r->round, key, k, sizeof(k));
+  if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes %s", (long long)n, r->group_world_size,
+             key);
+}
+static void done_have(trun_rdzv *r) { count_have(r, "done"); }
+static void left_have(trun_rdzv *r) { count_have(r, "left"); }
+
 int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   char k[512];
   int64_t done;
@@ -76,7 +88,11 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
     if (rc < 0) return rc;
   }
   /* This node is done; the round is done when every node is, or when one failed. */
-  return trun__rdzv_wait_key(r, k, 7 * 24 * 3600 * 1000);
+  int waiting = trun__rdzv_wait_begin(r, "round_end", 0, NULL, done_have,
+                                      "the other nodes' workers to finish round %d", round);
+  rc = trun__rdzv_wait_key(r, k, 7 * 24 * 3600 * 1000);
+  trun__rdzv_wait_end(r, waiting);
+  return rc;
 }
 
 static double mono_ms(void) {
@@ -108,21 +124,6 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   return 0;
 }
 
-/* The value of key, cut to len - 1 bytes ("" when absent). 0 or a negative errno. */
-static int get_text(trun_rdzv *r, const char *k, char *out, size_t len) {
-  trun_slice ks = trun_str(k);
-  trun_buf v = {0};
-  out[0] = '\0';
-  int rc = trun_client_check(r->client, 1, &ks);
-  if (rc == 1) rc = trun_client_get(r->client, ks, &v, 1000);
-  if (rc < 0) return rc;
-  size_t n = v.len < len - 1 ? v.len : len - 1;
-  if (n) memcpy(out, v.data, n);
-  out[n] = '\0';
-  trun_buf_free(&v);
-  return 0;
-}
-
 /* "/trun/<run_id>/r<round>/<what>/<g>": node g's key of the round. */
 static void node_key(const trun_rdzv *r, int round, const char *what, int g, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/%s/%d", r->cfg->run_id, round, what, g);
@@ -137,13 +138,13 @@ int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out)
   if (rc < 0) return rc;
   out->seen_end = rc;
   node_key(r, round, "host", g, k, sizeof(k));
-  if ((rc = get_text(r, k, name, sizeof(name))) < 0) return rc;
+  if ((rc = trun__rdzv_get_text(r->client, k, name, sizeof(name))) < 0) return rc;
   trun__rdzv_addr_key(r, round, g, k, sizeof(k));
-  if ((rc = get_text(r, k, addr, sizeof(addr))) < 0) return rc;
+  if ((rc = trun__rdzv_get_text(r->client, k, addr, sizeof(addr))) < 0) return rc;
   /* Its first global rank: the worker counts of the nodes before it ("nproc/<g>"). */
   for (int i = 0; i <= g; i++) {
     node_key(r, round, "nproc", i, k, sizeof(k));
-    if ((rc = get_text(r, k, n, sizeof(n))) < 0) return rc;
+    if ((rc = trun__rdzv_get_text(r->client, k, n, sizeof(n))) < 0) return rc;
     if (i < g) out->base_rank += atoi(n);
   }
   out->nproc = atoi(n);
@@ -165,6 +166,7 @@ int trun__rdzv_host_wait_ms(int code, int signaled) { return code == 0 || signal
 void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms) {
   char k[512];
   int64_t left = 0;
+  int rc;
   if (r->host) {
     /* The host has printed the job's failure report (if any) by now: the others may go. */
     trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
@@ -174,7 +176,11 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
      * host close the store). Where the scheduler ends the whole job when one task exits (srun
      * --kill-on-bad-exit), leaving first would kill the report. */
     trun__rdzv_round_key(r, round, "host_left", k, sizeof(k));
-    if (trun__rdzv_wait_key(r, k, host_wait_ms) == -ETIMEDOUT)
+    int waiting = trun__rdzv_wait_begin(r, "exit_barrier", host_wait_ms / 1000.0, NULL, NULL,
+                                        "node rank 0 to print the job's failure report (exit barrier)");
+    rc = trun__rdzv_wait_key(r, k, host_wait_ms);
+    trun__rdzv_wait_end(r, waiting);
+    if (rc == -ETIMEDOUT)
       trun_debug("node rank 0 did not finish its failure report within %d s; leaving", host_wait_ms / 1000);
   }
   trun__rdzv_round_key(r, round, "left", k, sizeof(k));
@@ -186,7 +192,12 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
   }
   if (r->host && r->group_world_size > 1) {
     trun__rdzv_round_key(r, round, "all_left", k, sizeof(k));
-    if (trun__rdzv_wait_key(r, k, timeout_ms) == -ETIMEDOUT)
+    int waiting = trun__rdzv_wait_begin(
+        r, "exit_barrier", timeout_ms / 1000.0, NULL, left_have,
+        "the other nodes to leave round %d before the store closes (exit barrier)", round);
+    rc = trun__rdzv_wait_key(r, k, timeout_ms);
+    trun__rdzv_wait_end(r, waiting);
+    if (rc == -ETIMEDOUT)
       trun_warn("exit barrier: not every node left within %d s; closing the store anyway", timeout_ms / 1000);
   }
 }

@@ -41,6 +41,8 @@ int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
 /* trun_client_connect retried in slices so that r->poll can interrupt: 0 or a negative errno. Connected,
  * it settles --local-addr auto (trun__rdzv_auto_addr). */
 int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
+/* The value of key k on c, cut to len - 1 bytes: 1 present, 0 absent ("" in out), or a negative errno. */
+int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
 /* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr
@@ -54,6 +56,24 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
+
+/* ---- rdzv_c10d.c ---- */
+/* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1
+ * had no VALIDATE), else V2. */
+trun_gen trun__rdzv_c10d_gen(const trun_config *cfg);
+
+/* ---- rdzv_wait.c ---- */
+/* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
+ * it with trun__rdzv_wait_end), 0 not. have: refreshes r->wait.have before each report (NULL: none). */
+int trun__rdzv_wait_begin(trun_rdzv *r, const char *kind, double timeout_s, const char *timeout_key,
+                          void (*have)(trun_rdzv *r), const char *what_fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void trun__rdzv_wait_end(trun_rdzv *r, int started);
+/* Between the slices of a wait: reports r->wait when due, then asks r->poll. Non-zero: interrupted. As a
+ * poll hook (trun_dyn, trun_fast): arg is r. */
+int trun__rdzv_poll(void *arg);
+/* A trun_client_opts.on_connect_error for r's store connections (arg r): the cause of r->wait. */
+void trun__rdzv_connect_error(void *arg, int stage, int err, const char *said);
 
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */

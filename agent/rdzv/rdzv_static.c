@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <uv.h>
 
 #include "rdzv_int.h"
@@ -18,6 +19,12 @@ static int join_timeout_ms(const trun_config *cfg) {
   double s = trun__rdzv_conf_seconds(cfg, "join_timeout", 0);
   if (s == 0) s = trun__rdzv_conf_seconds(cfg, "timeout", 900);
   return (int)s * 1000;
+}
+
+/* What the wait for the store has: who this node is and who serves the store. */
+static void static_store_have(trun_rdzv *r) {
+  snprintf(r->wait.have, sizeof(r->wait.have), "this is node rank %d of %d; node rank 0 serves the store",
+           r->group_rank, r->group_world_size);
 }
 
 static int static_init(trun_rdzv *r, char *err, size_t errlen) {
@@ -63,20 +70,50 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   o.key_prefix = "";
   o.timeout_ms = join_timeout_ms(cfg);
   o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
+  r->wait_have = static_store_have;
   int rc = trun__rdzv_connect_polling(r, &o, o.timeout_ms);
   if (rc == -EINTR) {
-    snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d", connect_host, port);
+    snprintf(err, errlen, "interrupted while reaching the rendezvous store at %s:%d%s%s%s", connect_host,
+             port, r->wait.cause[0] ? " (last failure: " : "", r->wait.cause, r->wait.cause[0] ? ")" : "");
     trun__rdzv_close_stores(r);
     return -1;
   }
   if (rc < 0) {
     snprintf(err, errlen,
-             "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?",
-             connect_host, port, strerror(-rc));
+             "cannot reach the rendezvous store at %s:%d: %s; is node rank 0 up and the port open?%s%s",
+             connect_host, port, strerror(-rc), r->wait.cause[0] ? " Last failure: " : "", r->wait.cause);
     trun__rdzv_close_stores(r);
     return -1;
   }
   return 0;
+}
+
+/* What a round's wait has (trun__rdzv_wait_begin): which nodes joined (their host/<g> keys) and the node
+ * ranks still missing, at most a few of each by name. */
+static void static_have(trun_rdzv *r) {
+  enum { NAMED = 8 };
+  int world = r->group_world_size, joined = 0, nmissing = 0, nnamed = 0;
+  char k[512], names[400] = "", missing[200] = "";
+  size_t nl = 0, ml = 0;
+  for (int g = 0; g < world; g++) {
+    snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, r->round, g);
+    trun_slice ks = trun_str(k);
+    int rc = trun_client_check(r->client, 1, &ks);
+    if (rc < 0) return; /* the store is gone: the wait itself says so */
+    if (rc == 1) {
+      joined++;
+      trun_buf v = {0};
+      if (nnamed++ < NAMED && nl < sizeof(names) && trun_client_get(r->client, ks, &v, 1000) == 0)
+        nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%snode %d (%.*s)", nl ? ", " : "", g,
+                               (int)(v.len < 200 ? v.len : 200), (const char *)v.data);
+      trun_buf_free(&v);
+    } else if (nmissing++ < NAMED * 4 && ml < sizeof(missing)) {
+      ml += (size_t)snprintf(missing + ml, sizeof(missing) - ml, "%s%d", ml ? ", " : "", g);
+    }
+  }
+  snprintf(r->wait.have, sizeof(r->wait.have), "%d of %d nodes joined%s%s%s; missing node ranks: %s%s",
+           joined, world, joined ? ": " : "", names, nnamed > NAMED ? ", ..." : "", missing,
+           nmissing > NAMED * 4 ? ", ..." : "");
 }
 
 static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
@@ -84,7 +121,7 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   r->round_id = round;
   snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
   char k[512], v[32];
-  int world = r->group_world_size, rc;
+  int world = r->group_world_size, rc, waiting = 0;
   int timeout = join_timeout_ms(r->cfg);
   snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->group_rank);
   snprintf(v, sizeof(v), "%d", r->nproc);
@@ -92,6 +129,12 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
   snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->group_rank);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
+  /* When it joined (wall-clock seconds), for trun --rdzv-status (rdzv_status.c). */
+  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->group_rank);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  snprintf(v, sizeof(v), "%.3f", (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
   int64_t joined;
   trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
   if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
@@ -99,14 +142,18 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
     trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
     if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
   }
+  waiting = trun__rdzv_wait_begin(r, "round", timeout / 1000.0, "join_timeout", static_have,
+                                  "the other nodes of rendezvous round %d (static, %d nodes)", round, world);
   if (r->host) {
     trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
     rc = trun__rdzv_wait_key(r, k, timeout);
     if (rc == -ETIMEDOUT) {
+      static_have(r);
+      trun__rdzv_wait_end(r, waiting);
       snprintf(err, errlen,
-               "round %d: only %lld of %d nodes joined within %d s; check the other nodes' "
-               "--master-addr/--master-port and that they started",
-               round, (long long)joined, world, timeout / 1000);
+               "round %d: %s within %d s; check the other nodes' --master-addr/--master-port and that they "
+               "started",
+               round, r->wait.have, timeout / 1000);
       return -1;
     }
     if (rc < 0) goto store_failed;
@@ -116,8 +163,12 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   }
   trun__rdzv_round_key(r, round, "go", k, sizeof(k));
   rc = trun__rdzv_wait_key(r, k, timeout);
+  if (rc == -ETIMEDOUT) static_have(r);
+  trun__rdzv_wait_end(r, waiting);
+  waiting = 0;
   if (rc == -ETIMEDOUT) {
-    snprintf(err, errlen, "round %d: the other nodes did not all join within %d s", round, timeout / 1000);
+    snprintf(err, errlen, "round %d: the other nodes did not all join within %d s (%s)", round,
+             timeout / 1000, r->wait.have);
     return -1;
   }
   if (rc < 0) goto store_failed;
@@ -161,8 +212,11 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   return 0;
 
 store_failed:
+  trun__rdzv_wait_end(r, waiting);
   if (rc == -EINTR) {
-    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes", round);
+    static_have(r);
+    snprintf(err, errlen, "round %d: interrupted by a signal while waiting for the other nodes (%s)", round,
+             r->wait.have);
     return -1;
   }
   snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,

@@ -20,7 +20,11 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
   void *poll_arg = r->poll_arg;
   void (*on_news)(void *, int, int) = r->on_news;
   void *on_news_arg = r->on_news_arg;
+  trun_wait_hook on_wait = r->on_wait;
+  void *on_wait_arg = r->on_wait_arg;
   memset(r, 0, sizeof(*r));
+  r->on_wait = on_wait;
+  r->on_wait_arg = on_wait_arg;
   r->poll = poll;
   r->poll_arg = poll_arg;
   r->on_news = on_news;
@@ -33,6 +37,22 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
     snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
   else
     trun_fqdn(r->host_addr, sizeof(r->host_addr));
+}
+
+int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len) {
+  trun_slice ks = trun_str(k);
+  out[0] = '\0';
+  int rc = trun_client_check(c, 1, &ks);
+  if (rc != 1) return rc;
+  trun_buf v = {0};
+  rc = trun_client_get(c, ks, &v, 5000);
+  if (rc == 0) {
+    size_t n = v.len < len - 1 ? v.len : len - 1;
+    if (n) memcpy(out, v.data, n);
+    out[n] = '\0';
+  }
+  trun_buf_free(&v);
+  return rc < 0 ? rc : 1;
 }
 
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len) {
@@ -48,20 +68,38 @@ int trun__rdzv_wait_key(trun_rdzv *r, const char *k, int timeout_ms) {
     if (slice <= 0) return -ETIMEDOUT;
     int rc = trun_client_wait(r->client, 1, &ks, slice);
     if (rc != -ETIMEDOUT) return rc;
-    if (r->poll && r->poll(r->poll_arg)) return -EINTR;
+    if (trun__rdzv_poll(r)) return -EINTR;
   }
 }
 
-/* trun_client_connect in slices, so that r->poll can interrupt a long wait for node rank 0. */
+/* trun_client_connect in slices, so that r->poll can interrupt a long wait for node rank 0; the wait says
+ * what it waits for and why the last attempt failed (rdzv_wait.c). */
 int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms) {
+  /* The caller may have set r->wait_have for this wait. */
+  int started = trun__rdzv_wait_begin(
+      r, "store", timeout_ms / 1000.0, "join_timeout", r->wait_have,
+      strchr(r->store_addr, ':') ? "the rendezvous store at [%s]:%d" : "the rendezvous store at %s:%d",
+      r->store_addr, r->store_port);
+  o->on_connect_error = trun__rdzv_connect_error;
+  o->on_connect_error_arg = r;
+  int rc;
   for (int waited = 0;; waited += SLICE_MS) {
     o->connect_timeout_ms = timeout_ms - waited < SLICE_MS ? timeout_ms - waited : SLICE_MS;
-    if (o->connect_timeout_ms <= 0) return -ETIMEDOUT;
-    int rc = trun_client_connect(o, &r->client);
+    if (o->connect_timeout_ms <= 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    rc = trun_client_connect(o, &r->client);
     if (rc == 0 && r->cfg->local_addr_auto) trun__rdzv_auto_addr(r);
-    if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) return rc;
-    if (r->poll && r->poll(r->poll_arg)) return -EINTR;
+    if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) break;
+    if (trun__rdzv_poll(r)) {
+      rc = -EINTR;
+      break;
+    }
   }
+  o->on_connect_error = NULL;
+  trun__rdzv_wait_end(r, started);
+  return rc;
 }
 
 typedef struct {
@@ -180,10 +218,11 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   int rc = trun__rdzv_connect_polling(r, &o, (int)trun__rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000);
   if (rc < 0) {
     snprintf(err, errlen,
-             rc == -EINTR ? "interrupted while reaching the rendezvous store at %s:%d"
+             rc == -EINTR ? "interrupted while reaching the rendezvous store at %s:%d%.0s%s%s%s"
                           : "cannot reach the rendezvous store at %s:%d (%s); is the agent on that host up "
-                            "(--rdzv-endpoint), the port open?",
-             connect_host, port, strerror(-rc));
+                            "(--rdzv-endpoint), the port open?%s%s%s",
+             connect_host, port, strerror(-rc), r->wait.cause[0] ? " (last failure: " : "", r->wait.cause,
+             r->wait.cause[0] ? ")" : "");
     trun__rdzv_close_stores(r);
     return -1;
   }

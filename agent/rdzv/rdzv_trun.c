@@ -2,8 +2,10 @@
  * store host rules as c10d; the workers then use the agents' store, and a round ends for all nodes through
  * the static backend's end key (rdzv_end.c), which the fast protocol itself also sets when a node's
  * heartbeat stops ("member:lost:<g>"). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "rdzv_fast.h"
@@ -40,19 +42,67 @@ static int trun_init(trun_rdzv *r, char *err, size_t errlen) {
   /* --node-rank is a hint here (torchrun's c10d ignores it): honoured when given explicitly. */
   int hint = cfg->node_rank_given ? cfg->node_rank : -1;
   trun_fast_init(fst(r), r->client, cfg->run_id, r->host_addr, getpid(), r->nproc, hint, &s);
-  fst(r)->poll = r->poll;
-  fst(r)->poll_arg = r->poll_arg;
+  fst(r)->poll = trun__rdzv_poll; /* r->poll, and the wait's reports */
+  fst(r)->poll_arg = r;
   fst(r)->on_commit = wipe_on_commit;
   fst(r)->on_commit_arg = r;
   return 0;
 }
 
+/* What the join's wait has (trun__rdzv_wait_begin): the store's current round, the nodes that joined it by
+ * address (node/<i>: "nproc hint pid addr"), whether it is committed. */
+static void trun_have(trun_rdzv *r) {
+  enum { NAMED = 8 };
+  const trun_fast *f = fst(r);
+  char k[512], v[400], names[500] = "";
+  size_t nl = 0;
+  snprintf(k, sizeof(k), "%sround", f->base);
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
+  if (strcmp(v, "closed") == 0) return;
+  long long R = atoll(v), seq = 0; /* absent: a first join goes straight for round 0 */
+  snprintf(k, sizeof(k), "%sr%lld/seq", f->base, R);
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
+  seq = atoll(v);
+  for (long long i = 1; i <= seq && i <= NAMED && nl < sizeof(names); i++) {
+    char addr[300] = "";
+    snprintf(k, sizeof(k), "%sr%lld/node/%lld", f->base, R, i);
+    trun__rdzv_get_text(r->client, k, v, sizeof(v));
+    if (sscanf(v, "%*d %*d %*d %299s", addr) == 1)
+      nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", addr);
+  }
+  snprintf(k, sizeof(k), "%sr%lld/commit", f->base, R);
+  trun__rdzv_get_text(r->client, k, v, sizeof(v));
+  int last_call = !v[0] && seq >= f->s.min_nodes && f->s.min_nodes < f->s.max_nodes;
+  /* A full round that runs: a node beyond it is a spare until the round ends. */
+  int spare = v[0] && atoll(v) >= f->s.max_nodes;
+  snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
+  if (spare) r->wait.deadline = 0; /* a spare waits without a time-out (rdzv_fast.c, late) */
+  char missing[64] = "";
+  if (!v[0] && seq < f->s.min_nodes)
+    snprintf(missing, sizeof(missing), "; missing: %lld more to reach %d", f->s.min_nodes - seq,
+             f->s.min_nodes);
+  snprintf(r->wait.have, sizeof(r->wait.have), "round %lld: %lld of %d..%d nodes joined%s%s%s%s%s", R, seq,
+           f->s.min_nodes, f->s.max_nodes, nl ? ": " : "", names, seq > NAMED ? ", ..." : "",
+           spare       ? "; it runs full: this node is a spare until it ends"
+           : v[0]      ? "; committed, this node joins the next round"
+           : last_call ? "; the last call runs (last_call_timeout) before the round commits"
+                       : "",
+           missing);
+}
+
 static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   (void)agent_round; /* the store decides trun's rounds */
+  int waiting = trun__rdzv_wait_begin(r, "round", fst(r)->s.join_timeout_ms / 1000.0, "join_timeout",
+                                      trun_have, "the other nodes of the trun rendezvous '%s' at %s:%d",
+                                      r->cfg->run_id, r->store_addr, r->store_port);
   int rc = trun_fast_join(fst(r));
+  if (rc == -EINTR) trun_have(r);
+  trun__rdzv_wait_end(r, waiting);
   if (rc < 0) {
     snprintf(err, errlen, "trun rendezvous via %s:%d: %s", r->cfg->endpoint_host, r->cfg->endpoint_port,
-             fst(r)->err);
+             rc == -EINTR ? "interrupted by a signal" : fst(r)->err);
+    if (rc == -EINTR && r->wait.have[0])
+      snprintf(err + strlen(err), errlen - strlen(err), " (%s)", r->wait.have);
     return -1;
   }
   r->group_rank = fst(r)->group_rank;

@@ -107,6 +107,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_VIRTUAL_LOCAL_RANK, "virtual-local-rank", "virtual_local_rank", 0, 1, NULL,
      "PET_VIRTUAL_LOCAL_RANK", "Backwards compatible parameters with caffe2.distributed.launch"},
     {TRUN_OPT_DRY_RUN, "dry-run", "dry_run", 0, 1, NULL, "TRUN_DRY_RUN", "trun"},
+    {TRUN_OPT_RDZV_STATUS, "rdzv-status", NULL, 0, 1, NULL, NULL, "trun"},
     {TRUN_OPT_LOG_LINE_PREFIX, "log-line-prefix", "log_line_prefix", 0, 0, NULL,
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "trun"},
     {TRUN_OPT_EXPLAIN, "explain", NULL, 0, 1, NULL, NULL, "trun"},
@@ -415,6 +416,10 @@ START_TEST(test_missing_script) {
   assert_fail(only, NOENV, "the following arguments are required: training_script");
   assert_fail(ARGV("--standalone"), ENV("PET_NNODES=2"),
               "the following arguments are required: training_script");
+  /* --rdzv-status looks at a job's rendezvous: no script. */
+  ck_assert_int_eq(parse(ARGV("--rdzv-status", "--nnodes", "2", "--rdzv-endpoint", "h:1"), NOENV), 0);
+  assert_cli(TRUN_OPT_RDZV_STATUS, "1");
+  ck_assert_ptr_null(cl.script);
 }
 END_TEST
 
