@@ -92,6 +92,12 @@ int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen
 /* The round's key of node g's published address. */
 void trun__rdzv_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len);
 
+/* ---- rdzv_token.c ---- */
+/* Where this agent hosts the rendezvous store (r->host): only connections with r->token may write the job's
+ * key space there (/trun/<run_id>/..., /torch.rendezvous.<run_id>.<round>/trun/...). 0 or -1 with a reason.
+ */
+int trun__rdzv_guard_store(trun_rdzv *r, char *err, size_t errlen);
+
 /* ---- rdzv_conf.c ---- */
 /* Finds key in "k=v,k=v" (--rdzv-conf); copies its value into out. 1 found, 0 absent. */
 int trun__rdzv_conf_get(const char *conf, const char *key, char *out, size_t len);

@@ -243,6 +243,7 @@ static int connect_once(trun_live *l) {
   o.port = l->r->store_port;
   o.gen = l->r->store_gen;
   o.key_prefix = "";
+  o.agent_token = l->r->token;
   /* A slow answer is waited for (a time-out would close the connection, which the store's host takes for
    * a crash); trun_rdzv_cut_off judges the silence. Connecting is retried every interval. */
   o.timeout_ms = 60000;

@@ -40,6 +40,10 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
     }
     connect_host = trun_store_host_addr(r->host);
     trun_debug("serving the store on port %d", port);
+    if (trun__rdzv_guard_store(r, err, errlen) < 0) {
+      trun__rdzv_close_stores(r);
+      return -1;
+    }
   }
   if (standalone) {
     /* All workers are local: publish this host's name like torchrun, unless it does not resolve here
@@ -61,6 +65,7 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
   o.key_prefix = "";
+  o.agent_token = r->token;
   o.timeout_ms = join_timeout_ms(cfg);
   o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
   int rc = trun__rdzv_connect_polling(r, &o, o.timeout_ms);

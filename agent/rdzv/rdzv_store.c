@@ -161,6 +161,10 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
     } else {
       connect_host = trun_store_host_addr(r->host);
       trun_debug("serving the rendezvous store on port %d", bound);
+      if (trun__rdzv_guard_store(r, err, errlen) < 0) {
+        trun__rdzv_close_stores(r);
+        return -1;
+      }
     }
   }
   r->master_port = port;
@@ -173,6 +177,7 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
   o.key_prefix = "";
+  o.agent_token = r->token;
   o.timeout_ms = (int)trun__rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000;
   o.quiet_connect = 1;
   o.gen = gen;
