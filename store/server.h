@@ -62,6 +62,9 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st);
  * that match a rule: new connections are refused at accept, open ones are closed at their next read. */
 int trun_server_allow(trun_server *s, const char *cidr);
 void trun_server_allow_enforce(trun_server *s, int on);
+/* Replaces the whole list by rules[0..n) at once (open connections are checked against the new list): 0,
+ * -EINVAL (the list is unchanged) or -ENOMEM. */
+int trun_server_allow_replace(trun_server *s, const char *const *rules, size_t n);
 /* Whether a peer at sa would be admitted now. */
 int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa);
 /* Parses "ADDR[/PREFIX]" ([v6] brackets allowed): 0 or -EINVAL. */
@@ -77,6 +80,11 @@ int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int 
  * Every other key keeps torch's semantics. Call before the server has connections. 0, -EINVAL, -ENOMEM. */
 int trun_server_agent_token(trun_server *s, const char *token);
 int trun_server_protect(trun_server *s, const char *prefix, const char *after);
+/* Address keys: an agent's SET of "<root>/<marker><digits>" or "<root>/<segment><marker><digits>" (marker
+ * e.g. "/addr/") must hold the bare numeric address the connection comes from (IPv4-mapped as IPv4), else
+ * the connection is closed: what such a key says is a fact the server saw, never a prefix or another
+ * node's address. 0, -EINVAL (marker not starting with '/'), -ENOMEM. */
+int trun_server_address_keys(trun_server *s, const char *marker);
 /* Owned keys, for liveness: a key of the agents' key space of the form "<root>/<marker><digits>" or
  * "<root>/<segment><marker><digits>" (marker e.g. "/alive/", no other match counts) is owned by the agent
  * connection that last SET it; a connection without the token owns nothing. When that connection ends (the

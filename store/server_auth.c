@@ -1,5 +1,6 @@
 /* The agents' key space (server.h): who may write it, how an agent proves it is one, and which keys a
  * connection may own. Called from the request path under kv_mu. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +51,7 @@ void trun__server_auth_free(trun_server *s) {
   }
   free(s->prot);
   free(s->token);
+  free(s->addr_marker);
 }
 
 /* The length of the key-space root of rule r that key begins with, followed by '/'; 0 when it does not. */
@@ -83,19 +85,53 @@ static int all_digits(const uint8_t *p, size_t n) {
   return 1;
 }
 
-int trun__key_owned(const conn *c, trun_slice key) {
-  const trun_server *s = c->srv;
-  if (!s->own_gone || !c->agent) return 0;
+/* Whether key is "<root>/<marker><digits>" or "<root>/<segment><marker><digits>" (marker starts with '/'). */
+static int key_form(const trun_server *s, trun_slice key, const char *marker) {
   size_t root = agents_root(s, key);
-  if (root == 0) return 0;
-  /* "<root>/<marker><digits>" or "<root>/<segment><marker><digits>", the marker starting with '/'. */
+  if (root == 0 || marker == NULL) return 0;
   const uint8_t *p = key.p + root;
-  size_t n = key.n - root, ml = strlen(s->own_marker);
-  if (n >= ml && memcmp(p, s->own_marker, ml) == 0) return all_digits(p + ml, n - ml);
+  size_t n = key.n - root, ml = strlen(marker);
+  if (n >= ml && memcmp(p, marker, ml) == 0) return all_digits(p + ml, n - ml);
   const uint8_t *slash = n > 1 ? memchr(p + 1, '/', n - 1) : NULL;
   if (slash == NULL || slash == p + 1) return 0;
   size_t off = (size_t)(slash - p);
-  return n - off >= ml && memcmp(slash, s->own_marker, ml) == 0 && all_digits(slash + ml, n - off - ml);
+  return n - off >= ml && memcmp(slash, marker, ml) == 0 && all_digits(slash + ml, n - off - ml);
+}
+
+int trun__key_owned(const conn *c, trun_slice key) {
+  return c->srv->own_gone && c->agent && key_form(c->srv, key, c->srv->own_marker);
+}
+
+int trun_server_address_keys(trun_server *s, const char *marker) {
+  if (marker == NULL || marker[0] != '/') return -EINVAL;
+  char *m = strdup(marker);
+  if (m == NULL) return -ENOMEM;
+  pthread_mutex_lock(&s->kv_mu);
+  free(s->addr_marker);
+  s->addr_marker = m;
+  pthread_mutex_unlock(&s->kv_mu);
+  return 0;
+}
+
+/* An address key's SET by c: 0 when val is c's own peer address as a bare numeric address, else -EACCES
+ * with c->why set. */
+static int address_fact(conn *c, trun_slice key, trun_slice val) {
+  char text[INET6_ADDRSTRLEN + 8] = "";
+  size_t n = val.n < sizeof(text) - 1 ? val.n : sizeof(text) - 1;
+  memcpy(text, val.p, n);
+  for (size_t i = 0; i < n; i++)
+    if (text[i] < 0x20 || text[i] >= 0x7f) text[i] = '?';
+  acl_entry e;
+  memset(&e, 0, sizeof(e));
+  int ok = val.n < sizeof(text) - 1 && memchr(val.p, '/', val.n) == NULL && memchr(val.p, 0, val.n) == NULL &&
+           trun_server_parse_cidr(text, &e.family, e.a, &e.prefix) == 0 && e.family == c->addr.family &&
+           memcmp(e.a, c->addr.a, e.family == AF_INET ? 4 : 16) == 0;
+  if (ok) return 0;
+  snprintf(c->why, sizeof(c->why),
+           "a node's address key ('%.*s') must hold the bare address its connection comes from (%s), not "
+           "'%s'",
+           (int)(key.n < 40 ? key.n : 40), (const char *)key.p, c->peer, text);
+  return -EACCES;
 }
 
 /* Constant-time comparison of the presented token with the server's. */
@@ -159,16 +195,21 @@ int trun__agent_request(conn *c, const trun_req *r, const char **why) {
     return 1;
   }
   trun_slice which;
+  if (c->agent && r->op == TRUN_OP_SET && key_form(s, r->key, s->addr_marker) &&
+      address_fact(c, r->key, r->val) < 0) {
+    STAT_ADD(s, refused, 1);
+    *why = c->why;
+    return -EACCES;
+  }
   if (c->agent || s->nprot == 0 || !writes_agents_keys(s, r, &which)) return 0;
   STAT_ADD(s, refused, 1);
   char kt[80];
-  size_t n = which.n < 60 ? which.n : 60;
+  size_t n = which.n < 48 ? which.n : 48;
   for (size_t i = 0; i < n; i++) kt[i] = which.p[i] >= 0x20 && which.p[i] < 0x7f ? (char)which.p[i] : '?';
   kt[n] = '\0';
   snprintf(c->why, sizeof(c->why),
-           "a write to the agents' key space ('%s%s') from a connection that is not a trun agent of this "
-           "job (no agent token); workers and other clients may write only their own keys, see "
-           "docs/store.md",
+           "a write to the agents' key space ('%s%s') without this job's agent token (workers and other "
+           "clients write only their own keys; docs/store.md)",
            kt, which.n > n ? "..." : "");
   *why = c->why;
   return -EACCES;

@@ -95,6 +95,7 @@ struct trun_server {
   char *token; /* NULL: no agent token, every connection is a stranger */
   prot_rule *prot;
   size_t nprot;
+  char *addr_marker; /* trun_server_address_keys; NULL: none */
 };
 
 struct conn {
@@ -126,7 +127,7 @@ struct conn {
   trun_buf owned, owned_val; /* under kv_mu: the key this connection owns (trun_server_own_keys) and the
                                 value it set; owned.len 0: none */
   int agent;                 /* under kv_mu: presented the job's agent token (server_auth.c) */
-  char why[240];             /* the reason of a refusal that names the request */
+  char why[320];             /* the reason of a refusal that names the request */
 };
 
 /* server.c */

@@ -62,6 +62,7 @@ int trun__rdzv_guard_store(trun_rdzv *r, char *err, size_t errlen) {
   if (rc == 0) rc = trun_server_protect(s, root, NULL);
   snprintf(root, sizeof(root), "/torch.rendezvous.%s.", r->cfg->run_id);
   if (rc == 0) rc = trun_server_protect(s, root, "/trun");
+  if (rc == 0) rc = trun_server_address_keys(s, "/addr/"); /* trun__rdzv_addr_key: what a node publishes */
   if (rc < 0) {
     snprintf(err, errlen, "cannot guard the job's key space on the rendezvous store: %s", strerror(-rc));
     return -1;

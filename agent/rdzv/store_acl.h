@@ -46,7 +46,7 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
                          trun_store_host **out, int *port_out);
 /* Admits loopback and every address of this host's interfaces (getifaddrs). 0 or a negative errno. */
 int trun_store_acl_allow_local(trun_server *s);
-/* Admits every address each of names[0..n) resolves to. 0, or -1 with a reason in err (a name that does
- * not resolve). */
+/* Replaces the allow-list with loopback, this host's addresses and every address each of names[0..n)
+ * resolves to (rebuilt for each round). 0, or -1 with a reason in err (a name that does not resolve). */
 int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen);
 #endif

@@ -58,7 +58,7 @@ failures=0
 bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
 case $stray in refused*) ;; *) bad "1: the store took a stray's write of the round's end key ($stray)" ;; esac
 [ "$end" = false ] || bad "1: the round's end key is set ($end) after a stray's write"
-wait_for "grep -q \"trun/j82/r0/end.*not a trun agent of this\" '$tmp/agent0.err'" 30 ||
+wait_for "grep -q \"trun/j82/r0/end.*without this job's agent token\" '$tmp/agent0.err'" 30 ||
   bad "1: node 0 did not log the refused write naming the key"
 
 # ---- 2. the worker ----

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "rdzv.h"
+#include "rdzv_int.h"
 #include "unit.h"
 
 #define TOKEN "0123456789abcdef-unit"
@@ -255,6 +256,110 @@ START_TEST(test_token_sources) {
 }
 END_TEST
 
+/* --store-allow-peers admission (agent/rdzv/store_acl.c) against a store an agent hosts: node 0 and node 1 of
+ * job "adm", each with its own agent connection. */
+typedef struct {
+  trun_config cfg;
+  trun_rdzv n0, n1;
+  int port;
+} adm_job;
+
+static trun_client *client_at(int p, const char *token) {
+  int saved = port;
+  port = p;
+  trun_client *c = client(token);
+  port = saved;
+  return c;
+}
+
+static void adm_start(adm_job *j) {
+  memset(j, 0, sizeof(*j));
+  snprintf(j->cfg.run_id, sizeof(j->cfg.run_id), "adm");
+  char err[300];
+  trun_rdzv *n[2] = {&j->n0, &j->n1};
+  for (int g = 0; g < 2; g++) {
+    n[g]->cfg = &j->cfg;
+    n[g]->group_rank = g;
+    n[g]->group_world_size = 2;
+    ck_assert_int_eq(trun_rdzv_token(&j->cfg, n[g]->token, sizeof(n[g]->token), err, sizeof(err)), 0);
+  }
+  ck_assert_int_eq(trun_store_host_start("127.0.0.1", 0, &j->n0.host, &j->port), 0);
+  ck_assert_int_eq(trun__rdzv_guard_store(&j->n0, err, sizeof(err)), 0);
+  for (int g = 0; g < 2; g++) {
+    n[g]->client = client_at(j->port, n[g]->token);
+    ck_assert_int_eq(trun_client_is_agent(n[g]->client), 1);
+  }
+}
+
+static void adm_stop(adm_job *j) {
+  trun_client_close(j->n0.client);
+  trun_client_close(j->n1.client);
+  trun_store_host_stop(j->n0.host);
+}
+
+static int admitted(adm_job *j, const char *addr) {
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  ck_assert_int_eq(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
+  return trun_server_peer_allowed(trun_store_host_server(j->n0.host), (struct sockaddr *)&sa);
+}
+
+/* SETs key = val on a fresh connection (an agent's with token): 1 when the store took it. */
+static int try_set(adm_job *j, const char *token, const char *key, const char *val) {
+  trun_client *c = client_at(j->port, token);
+  int rc = trun_client_set(c, trun_str(key), trun_str(val));
+  if (rc == 0) rc = trun_client_ping(c);
+  trun_client_close(c);
+  return rc == 0;
+}
+
+START_TEST(test_admit_facts) {
+  adm_job j;
+  adm_start(&j);
+  char err[300];
+  ck_assert_int_eq(trun__rdzv_publish_addr(&j.n0, 0), 0);
+  ck_assert_int_eq(trun__rdzv_publish_addr(&j.n1, 0), 0);
+  /* Data that is not a fact: a prefix, another address, a stranger's overwrite. None is taken. */
+  ck_assert(!try_set(&j, NULL, "/trun/adm/r0/addr/1", "0.0.0.0/0"));
+  ck_assert(!try_set(&j, j.n1.token, "/trun/adm/r0/addr/1", "0.0.0.0/0"));
+  ck_assert(!try_set(&j, j.n1.token, "/trun/adm/r0/addr/1", "10.9.9.9"));
+  ck_assert(!try_set(&j, j.n1.token, "/trun/adm/r0/addr/1", "127.0.0.1\n"));
+  ck_assert(try_set(&j, j.n1.token, "/trun/adm/r0/addr/1", "127.0.0.1")); /* its own address */
+  ck_assert_int_eq(trun__rdzv_admit_published(&j.n0, 0, err, sizeof(err)), 0);
+  ck_assert(admitted(&j, "127.0.0.1"));
+  ck_assert(!admitted(&j, "10.9.9.9"));
+  ck_assert(!admitted(&j, "192.0.2.1"));
+  /* The next round's list is rebuilt: a rule of an earlier round (10.9.9.9) is gone. */
+  ck_assert_int_eq(trun_server_allow(trun_store_host_server(j.n0.host), "10.9.9.9"), 0);
+  ck_assert(admitted(&j, "10.9.9.9"));
+  ck_assert_int_eq(trun__rdzv_publish_addr(&j.n0, 1), 0);
+  ck_assert_int_eq(trun__rdzv_publish_addr(&j.n1, 1), 0);
+  ck_assert_int_eq(trun__rdzv_admit_published(&j.n0, 1, err, sizeof(err)), 0);
+  ck_assert(!admitted(&j, "10.9.9.9"));
+  ck_assert(admitted(&j, "127.0.0.1"));
+  adm_stop(&j);
+}
+END_TEST
+
+/* A list replaced at once; a bad rule leaves it as it was. */
+START_TEST(test_allow_replace) {
+  adm_job j;
+  adm_start(&j);
+  trun_server *s = trun_store_host_server(j.n0.host);
+  const char *one[] = {"10.1.0.0/16", "127.0.0.1"}, *bad[] = {"10.2.0.1", "not-an-address"};
+  ck_assert_int_eq(trun_server_allow_replace(s, one, 2), 0);
+  trun_server_allow_enforce(s, 1);
+  ck_assert(admitted(&j, "10.1.2.3"));
+  ck_assert_int_eq(trun_server_allow_replace(s, bad, 2), -EINVAL);
+  ck_assert(admitted(&j, "10.1.2.3"));
+  ck_assert(!admitted(&j, "10.2.0.1"));
+  const char *two[] = {"10.2.0.1", "127.0.0.1"};
+  ck_assert_int_eq(trun_server_allow_replace(s, two, 2), 0);
+  ck_assert(!admitted(&j, "10.1.2.3"));
+  ck_assert(admitted(&j, "10.2.0.1"));
+  adm_stop(&j);
+}
+END_TEST
+
 static Suite *keyspace_suite(void) {
   Suite *s = suite_create("keyspace");
   TCase *tc = tcase_create("core");
@@ -265,6 +370,8 @@ static Suite *keyspace_suite(void) {
   tcase_add_test(tc, test_unguarded_store);
   tcase_add_test(tc, test_owned_only_exact);
   tcase_add_test(tc, test_token_sources);
+  tcase_add_test(tc, test_admit_facts);
+  tcase_add_test(tc, test_allow_replace);
   suite_add_tcase(s, tc);
   return s;
 }
