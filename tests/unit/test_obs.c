@@ -151,10 +151,13 @@ typedef struct {
   size_t reqlen;
   char reply[65536];
   uv_async_t *done;
+  int idle; /* connections opened first that never send a byte, closed at the end */
 } http_case;
 
 static void *client(void *arg) {
   http_case *c = arg;
+  int idle[TRUN_METRICS_MAX_CONNS * 2];
+  for (int i = 0; i < c->idle; i++) idle[i] = unit_connect(c->port);
   int fd = unit_connect(c->port);
   size_t got = 0;
   if (fd >= 0) {
@@ -164,6 +167,8 @@ static void *client(void *arg) {
       got += (size_t)k;
     close(fd);
   }
+  for (int i = 0; i < c->idle; i++)
+    if (idle[i] >= 0) close(idle[i]);
   c->reply[got] = '\0';
   uv_async_send(c->done);
   return NULL;
@@ -178,10 +183,11 @@ static void render(void *arg, trun_buf *out) {
 
 static void on_done(uv_async_t *a) { uv_stop(a->loop); }
 
-/* One request against a fresh endpoint; the reply text. */
-static const char *http(const char *req, size_t len) {
+/* One request against a fresh endpoint, after idle connections that send nothing; the reply text. */
+static const char *http_after_idle(const char *req, size_t len, int idle) {
   static http_case c;
   memset(&c, 0, sizeof(c));
+  c.idle = idle;
   uv_loop_t loop;
   uv_loop_init(&loop);
   uv_async_t done;
@@ -202,7 +208,8 @@ static const char *http(const char *req, size_t len) {
   ck_assert_int_eq(uv_loop_close(&loop), 0); /* every handle released */
   return c.reply;
 }
-#define HTTP(s) http(s, strlen(s))
+#define HTTP(s) http_after_idle(s, strlen(s), 0)
+#define http(s, n) http_after_idle(s, n, 0)
 
 START_TEST(test_metrics_http) {
   const char *r = HTTP("GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
@@ -231,6 +238,15 @@ START_TEST(test_metrics_http) {
   memset(big + 26, 'a', sizeof(big) - 26);
   r = http(big, sizeof(big));
   ck_assert_msg(strncmp(r, "HTTP/1.1 431", 12) == 0, "%s", r);
+}
+END_TEST
+
+/* Idle connections cannot keep a scraper out: with the table full of clients that never send a request,
+ * a new connection is served (the longest idle one makes room), at once rather than after their time-out. */
+START_TEST(test_metrics_idle_flood) {
+  const char *r = http_after_idle("GET /metrics HTTP/1.1\r\n\r\n", 27, TRUN_METRICS_MAX_CONNS + 8);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "behind %d idle connections: '%s'",
+                TRUN_METRICS_MAX_CONNS + 8, r);
 }
 END_TEST
 
@@ -613,6 +629,7 @@ static Suite *obs_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);
+  tcase_add_test(tc, test_metrics_idle_flood);
   suite_add_tcase(s, tc);
   tc = tcase_create("stall");
   tcase_set_timeout(tc, 30);
