@@ -126,6 +126,7 @@ static void on_sigchld(uv_signal_t *h, int signum) {
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
     for (int i = 0; i < a->nproc; i++)
       if (a->w[i].pid == pid && a->w[i].running) {
+        trun_watchdog_gone(&a->guard, pid);
         worker_exited(a, &a->w[i], status);
         break;
       }
