@@ -134,6 +134,11 @@ int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out)
 /* The round's workers stopped on this node: it leaves the round cleanly (its alive key goes, so no watcher
  * calls it lost). */
 void trun_rdzv_round_done(trun_rdzv *r);
+/* The same, waiting at most timeout_ms (< 0: a request time-out) for the thread's request in flight: 1 when
+ * the store did not answer in time (the thread's connection was abandoned, the node left without deleting
+ * its key: the others see it gone), else 0. A stopping agent uses it so that a stuck store cannot hold its
+ * exit. */
+int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms);
 /* After the end watcher read "gone:<g>" on its connection c: what the record says of node g. 0 or a negative
  * errno. */
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);

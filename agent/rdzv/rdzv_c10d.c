@@ -321,8 +321,8 @@ static int read_master(trun_rdzv *r, int timeout_ms) {
 static int master_v2(trun_rdzv *r, int timeout_ms) {
   if (r->group_rank == 0) {
     if (r->worker_host == NULL) {
-      int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads,
-                                    &r->worker_host, &st(r)->worker_port);
+      int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads, NULL,
+                                    NULL, &r->worker_host, &st(r)->worker_port);
       if (rc < 0) return rc;
     } else {
       wipe_worker_store(r);

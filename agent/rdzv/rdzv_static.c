@@ -30,7 +30,7 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   const char *connect_host = cfg->endpoint_host;
   if (r->group_rank == 0) {
     int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
-                                  port, cfg->store_threads, &r->host, &port);
+                                  port, cfg->store_threads, trun__rdzv_guard_server, r, &r->host, &port);
     if (rc < 0) {
       snprintf(err, errlen,
                "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "
@@ -40,10 +40,6 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
     }
     connect_host = trun_store_host_addr(r->host);
     trun_debug("serving the store on port %d", port);
-    if (trun__rdzv_guard_store(r, err, errlen) < 0) {
-      trun__rdzv_close_stores(r);
-      return -1;
-    }
   }
   if (standalone) {
     /* All workers are local: publish this host's name like torchrun, unless it does not resolve here

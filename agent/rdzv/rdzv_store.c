@@ -146,8 +146,8 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   if (is_host) {
     int bound = port;
     /* Limits per peer and connection; with one node at most, loopback (or this host) only. */
-    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, cfg->store_threads, &r->host,
-                                  &bound);
+    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, cfg->store_threads,
+                                  trun__rdzv_guard_server, r, &r->host, &bound);
     if (rc < 0 && explicit_host == 1) {
       snprintf(err, errlen,
                "is_host=true but the rendezvous store cannot listen on port %d: %s; free the port or pick "
@@ -161,10 +161,6 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
     } else {
       connect_host = trun_store_host_addr(r->host);
       trun_debug("serving the rendezvous store on port %d", bound);
-      if (trun__rdzv_guard_store(r, err, errlen) < 0) {
-        trun__rdzv_close_stores(r);
-        return -1;
-      }
     }
   }
   r->master_port = port;

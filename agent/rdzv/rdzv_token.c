@@ -53,9 +53,8 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
   return 0;
 }
 
-int trun__rdzv_guard_store(trun_rdzv *r, char *err, size_t errlen) {
-  if (r->host == NULL) return 0;
-  trun_server *s = trun_store_host_server(r->host);
+int trun__rdzv_guard_server(trun_server *s, void *arg) {
+  const trun_rdzv *r = arg;
   char root[300];
   int rc = trun_server_agent_token(s, r->token);
   snprintf(root, sizeof(root), "/trun/%s", r->cfg->run_id);
@@ -64,8 +63,8 @@ int trun__rdzv_guard_store(trun_rdzv *r, char *err, size_t errlen) {
   if (rc == 0) rc = trun_server_protect(s, root, "/trun");
   if (rc == 0) rc = trun_server_address_keys(s, "/addr/"); /* trun__rdzv_addr_key: what a node publishes */
   if (rc < 0) {
-    snprintf(err, errlen, "cannot guard the job's key space on the rendezvous store: %s", strerror(-rc));
-    return -1;
+    trun_error("cannot guard the job's key space on the rendezvous store: %s", strerror(-rc));
+    return rc;
   }
   trun_debug(
       "the rendezvous store lets only agents with the %s token write /trun/%s/ and the trun keys of "

@@ -97,7 +97,8 @@ int trun_store_conn_budget(unsigned long long nofile) {
 int trun_store_threads_auto(int cpus_usable) { return cpus_usable >= 32 ? 4 : cpus_usable >= 8 ? 2 : 1; }
 
 int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
-                         trun_store_host **out, int *port_out) {
+                         trun_store_host_configure_fn configure, void *arg, trun_store_host **out,
+                         int *port_out) {
   struct rlimit rl;
   int budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? trun_store_conn_budget(rl.rlim_cur) : 0;
   trun_store_host_opts o = {.host = NULL,
@@ -105,7 +106,9 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
                             .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
                             .max_conns = budget,
                             .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY,
-                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus())};
+                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus()),
+                            .configure = configure,
+                            .configure_arg = arg};
   char addrs[TRUN_SERVER_MAX_LISTENERS][INET6_ADDRSTRLEN];
   const char *hosts[TRUN_SERVER_MAX_LISTENERS];
   int loopback = local_job ? trun_store_loopback_addrs(workers_addr, addrs, TRUN_SERVER_MAX_LISTENERS) : 0;

@@ -40,10 +40,11 @@ int trun_store_threads_auto(int cpus_usable);
 int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max);
 
 /* Starts the store node rank 0 hosts. local_job: every rank runs on this host; workers_addr: the
- * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs). 0 or a
- * negative libuv error. */
+ * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs); configure
+ * (NULL: none) sets the server up before it serves anyone. 0 or a negative libuv error or errno. */
 int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
-                         trun_store_host **out, int *port_out);
+                         trun_store_host_configure_fn configure, void *arg, trun_store_host **out,
+                         int *port_out);
 /* Admits loopback and every address of this host's interfaces (getifaddrs). 0 or a negative errno. */
 int trun_store_acl_allow_local(trun_server *s);
 /* Replaces the allow-list with loopback, this host's addresses and every address each of names[0..n)

@@ -283,8 +283,9 @@ static void adm_start(adm_job *j) {
     n[g]->group_world_size = 2;
     ck_assert_int_eq(trun_rdzv_token(&j->cfg, n[g]->token, sizeof(n[g]->token), err, sizeof(err)), 0);
   }
-  ck_assert_int_eq(trun_store_host_start("127.0.0.1", 0, &j->n0.host, &j->port), 0);
-  ck_assert_int_eq(trun__rdzv_guard_store(&j->n0, err, sizeof(err)), 0);
+  trun_store_host_opts o = {
+      .host = "127.0.0.1", .configure = trun__rdzv_guard_server, .configure_arg = &j->n0};
+  ck_assert_int_eq(trun_store_host_start_opts(&o, &j->n0.host, &j->port), 0);
   for (int g = 0; g < 2; g++) {
     n[g]->client = client_at(j->port, n[g]->token);
     ck_assert_int_eq(trun_client_is_agent(n[g]->client), 1);
