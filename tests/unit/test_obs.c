@@ -244,7 +244,8 @@ END_TEST
 /* Idle connections cannot keep a scraper out: with the table full of clients that never send a request,
  * a new connection is served (the longest idle one makes room), at once rather than after their time-out. */
 START_TEST(test_metrics_idle_flood) {
-  const char *r = http_after_idle("GET /metrics HTTP/1.1\r\n\r\n", 27, TRUN_METRICS_MAX_CONNS + 8);
+  static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+  const char *r = http_after_idle(req, sizeof(req) - 1, TRUN_METRICS_MAX_CONNS + 8);
   ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "behind %d idle connections: '%s'",
                 TRUN_METRICS_MAX_CONNS + 8, r);
 }
