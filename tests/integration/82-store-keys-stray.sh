@@ -9,6 +9,9 @@
 #  2. a worker of the job (global rank 1, torch's TCPStore at MASTER_ADDR:MASTER_PORT) does the same: its
 #     write is refused too (tests/agent/keys_worker.py records it);
 #  3. the job then finishes as if nothing happened: both workers pass a final barrier, both agents exit 0.
+# 5. The same stray against a 2-node c10d job (derived token, --rdzv-id j82c): its write of the round's trun
+#    end key (/torch.rendezvous.j82c.<round>/trun/end, the round found with trun-store cli list) is refused,
+#    torch's own keys stay writable (a stray key of its own there is taken), the job ends with exit 0.
 # 4. An agent whose TRUN_RDZV_TOKEN is not node 0's is refused: it exits non-zero with a message naming the
 #    token; node 0 (waiting for it) is then stopped by the test. A token of 5 characters exits 2 at once.
 set -u
@@ -79,6 +82,50 @@ for n in 0 1; do
   ! grep -q "is gone" "$tmp/agent$n.err" || bad "3: agent $n took a stray key for a lost node: $(grep 'is gone' "$tmp/agent$n.err")"
 done
 [ "$failures" = 0 ] || { dump; fail "$failures check(s) failed"; }
+
+# ---- 5. c10d ----
+port=$(free_port)
+mkdir -p "$tmp/out5"
+note "5: 2-node c10d job on 127.0.0.1:$port, run id j82c"
+for n in 0 1; do
+  "$TRUN" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id j82c --local-addr 127.0.0.1 \
+    --nproc-per-node 1 --max-restarts 0 --monitor-interval 0.1 \
+    "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out5" >"$tmp/c$n.out" 2>"$tmp/c$n.err" &
+  pids[$((5 + n))]=$!
+done
+dumpc() { for n in 0 1; do echo "== c10d agent $n stderr"; cat "$tmp/c$n.err"; done; }
+wait_for "[ -f '$tmp/out5/ok.0' ] && [ -f '$tmp/out5/ok.1' ]" 180 || { dumpc; fail "5: the c10d job did not all-reduce"; }
+live=""
+wait_for "live=\$(\"$STORE_CLI\" cli --target 127.0.0.1:$port --prefix '' list 2>/dev/null | tr ' ' '\\n' | grep -m1 '^/torch.rendezvous.j82c.[0-9]*/trun/live/')" 60 ||
+  { dumpc; fail "5: no trun liveness key of the c10d round in the store"; }
+ks=${live%/live/*}
+note "5: the round's trun key space: $ks"
+stray=$("$TRUN_HOST_PY" - "$port" "${ks#/}/end" "${ks%/trun}/stray82" <<'PY'
+import datetime, sys
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=30))
+s.set(sys.argv[3].lstrip("/"), "a key of torch's space")
+s.set("x/alive/0", "stray 1 0")
+try:
+    s.set(sys.argv[2], "gone:1")
+    s.add("keys82/stray", 1)
+    print("written")
+except Exception as e:
+    print("refused: %s" % e)
+PY
+)
+note "5: stray: $stray"
+case $stray in refused*) ;; *) dumpc; fail "5: the c10d store took a stray's write of $ks/end ($stray)" ;; esac
+end=$("$STORE_CLI" cli --target "127.0.0.1:$port" --prefix '' check "$ks/end" 2>&1)
+[ "$end" = false ] || { dumpc; fail "5: $ks/end is set ($end) after a stray's write"; }
+own=$("$STORE_CLI" cli --target "127.0.0.1:$port" --prefix '' check "${ks%/trun}/stray82" 2>&1)
+[ "$own" = true ] || { dumpc; fail "5: a key of torch's round space was not taken ($own)"; }
+touch "$tmp/out5/go"
+for n in 0 1; do
+  wait_pid_exit "${pids[$((5 + n))]}" 180 || { dumpc; fail "5: c10d agent $n did not finish"; }
+  [ "$WAIT_RC" = 0 ] || { dumpc; fail "5: c10d agent $n exited $WAIT_RC, want 0"; }
+  ! grep -q "is gone" "$tmp/c$n.err" || { dumpc; fail "5: c10d agent $n took a stray key for a lost node"; }
+done
 
 # ---- 4. tokens ----
 port=$(free_port)
