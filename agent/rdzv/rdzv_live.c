@@ -111,7 +111,9 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   k[key.n] = '\0';
   memcpy(id, value.p, value.n);
   id[value.n] = '\0';
-  char *at = strstr(k, tag);
+  /* The server owns only "<key space>/alive/<g>" (the marker is the last one in the key). */
+  char *at = NULL;
+  for (char *p = strstr(k, tag); p; p = strstr(p + 1, tag)) at = p;
   if (at == NULL || (size_t)(at - k) >= sizeof(ks)) return;
   int g = atoi(at + strlen(tag));
   memcpy(ks, k, (size_t)(at - k));

@@ -5,7 +5,9 @@
  *    admits only this host's own addresses;
  *  - --store-allow-peers (static rendezvous, several nodes): once every node joined a round, only
  *    loopback, this host's addresses and the addresses the joined agents connect from are admitted
- *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>);
+ *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>; the store takes that key only
+ *    from an agent's connection and only holding the bare address it comes from); the list is replaced
+ *    for each round;
  *  - --store-allow-peers with the c10d backend: after each round, the workers' store that group rank 0 hosts
  *    admits only loopback, this host and the addresses the round's participants' names (their rendezvous
  *    addr: --local-addr or FQDN) resolve to; the rendezvous store stays open to joins;
