@@ -137,10 +137,12 @@ static void on_sigchld(uv_signal_t *h, int signum) {
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
     int i = 0;
     while (i < a->nproc && !(a->w[i].pid == pid && a->w[i].running)) i++;
-    if (i < a->nproc)
+    if (i < a->nproc) {
+      trun_watchdog_gone(&a->guard, pid);
       worker_exited(a, &a->w[i], status);
-    else
+    } else {
       trun_warm_reaped(a->warm, pid, status); /* a --warm-start pool process died before use */
+    }
   }
 }
 
@@ -685,8 +687,19 @@ static void after_round(agent *a) {
     trun_rdzv_abandon(&a->rdzv);
     if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
   }
-  trun_rdzv_round_done(&a->rdzv); /* liveness: this node leaves the round cleanly */
-  if (trun_rdzv_ends_by_key(&a->rdzv) && a->result != OUT_CUT_OFF)
+  /* liveness: this node leaves the round cleanly; stopping on a signal, a store that does not answer within
+   * the liveness window does not hold the exit (each of its requests could wait a minute) */
+  int bound = a->result == OUT_SIGNALED ? 3 * trun_rdzv_live_ms(&a->rdzv) + 2000 : -1;
+  if (trun_rdzv_round_done_within(&a->rdzv, bound) && a->result == OUT_SIGNALED) {
+    a->store_stuck = 1;
+    trun_warn(
+        "the rendezvous store at %s:%d did not answer within %.1f s while this node stops: leaving "
+        "without telling the other nodes (they see this node gone)",
+        a->rdzv.store_addr, a->rdzv.store_port, bound / 1000.0);
+    if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+    if (a->rdzv.client) shutdown(trun_client_fd(a->rdzv.client), SHUT_RDWR); /* the report asks no more */
+  }
+  if (trun_rdzv_ends_by_key(&a->rdzv) && a->result != OUT_CUT_OFF && !a->store_stuck)
     end_round_multinode(a);
   else
     join_watcher(a);
@@ -789,7 +802,8 @@ static int agent_main(agent *a) {
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
   /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
-  if (code != TRUN_EXIT_CUT_OFF) trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
+  if (code != TRUN_EXIT_CUT_OFF && !a->store_stuck)
+    trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }
 

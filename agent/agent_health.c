@@ -69,8 +69,10 @@ static void publish_gate(agent *a, const trun_health *h) {
   trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
   snprintf(msg, sizeof(msg), "failed the health gate (--health-check=fail): %s", summary);
   char *json = record_json(a, -1, trun__agent_now(), msg);
+  char token[TRUN_STORE_TOKEN_MAX + 1], terr[200];
   trun_client_opts o;
   trun_client_opts_default(&o);
+  if (trun_rdzv_token(cfg, token, sizeof(token), terr, sizeof(terr)) >= 0) o.agent_token = token;
   o.host = cfg->endpoint_host;
   o.port = cfg->endpoint_port;
   o.key_prefix = "";

@@ -70,6 +70,7 @@ struct agent {
   int first_failed; /* local rank of the first failure, -1 */
   int watch_lost;   /* the failure-watch connection was lost: reconnect before the next round */
   int signal_seen;  /* the terminating signal the agent got, 0 */
+  int store_stuck;  /* stopping on a signal, the rendezvous store did not answer: leave without it */
   int restart_count;
   int round;
   trun_rdzv rdzv;

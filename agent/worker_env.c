@@ -53,6 +53,7 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   char **v = trun_strv_dup(envp);
   if (v == NULL) return NULL;
   *omp_forced = 0;
+  trun_strv_unsetenv(v, TRUN_RDZV_TOKEN_ENV); /* the agents' secret: workers must not write their keys */
   int rc = 0;
   if (trun_strv_getenv(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
     rc = trun_strv_setenv(&v, "OMP_NUM_THREADS", "1");

@@ -3,8 +3,9 @@
  * wire generation, from one of four loopback addresses), queue a request (valid ones of every kind, or raw
  * bytes), send part of what is queued, read part of what the server sent, reset, close gracefully, and
  * turn the access rules on or off (the clients from 127.0.0.3 and .4 are then refused). A gone callback
- * (liveness keys, as the rendezvous uses them) writes "/end" when a connection that owned a "/alive/" key
- * ends, which wakes the waiters of "/end" from whatever path closed it. Small output and memory limits make
+ * (liveness keys, as the rendezvous uses them) writes "/end" when an agent's connection (connect's argument
+ * bit 3: it presents the job's token; bit 4: a wrong one, and the server closes it) that owned a
+ * "/r/alive/<n>" key ends, which wakes the waiters of "/end" from whatever path closed it. Small output and memory limits make
  * back-pressure, reply caps and input budgets reachable with small values.
  *
  * Input: [config][actions...]
@@ -29,12 +30,14 @@
 #include <uv.h>
 
 #include "buf.h"
+#include "client.h"
 #include "codec.h"
 #include "fuzz_check.h"
 #include "log.h"
 #include "server.h"
 
 #define NCONN 4
+#define FUZZ_TOKEN "fuzz-job-agent-token-0123"
 
 typedef struct {
   int fd;       /* -1: no connection in this slot */
@@ -193,6 +196,14 @@ static void act(trun_server *s, fclient *cl, int legacy21, input *in) {
       } else {
         c->gen = legacy21 ? TRUN_GEN_LEGACY21 : TRUN_GEN_LEGACY113;
       }
+      if (arg & 8) { /* an agent's connection: presents the token (bit 4: a wrong one, which closes it) */
+        const char *key =
+            (arg & 16) ? TRUN_STORE_TOKEN_KEY "not-the-fuzz-job-token" : TRUN_STORE_TOKEN_KEY FUZZ_TOKEN;
+        if (trun_req_begin(&c->out, c->gen, TRUN_OP_CHECK) == 0) {
+          trun_buf_append_u64(&c->out, 1);
+          trun_buf_append_str(&c->out, key, strlen(key));
+        }
+      }
       break;
     case 1: queue_request(c, in); break;
     case 2: /* raw bytes: malformed or not */
@@ -249,6 +260,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   trun_server *s;
   if (trun_server_start(&g_loop, &o, &s) != 0) return 0; /* no port left: not the server's fault */
   CHECK(trun_server_own_keys(s, "/alive/", on_gone, NULL) == 0);
+  CHECK(trun_server_agent_token(s, FUZZ_TOKEN) == 0); /* "/r/alive/<n>" is owned when an agent writes it */
+  CHECK(trun_server_protect(s, "/r", NULL) == 0);
   CHECK(trun_server_allow(s, "127.0.0.1") == 0);
   CHECK(trun_server_allow(s, "127.0.0.2/32") == 0);
   fclient cl[NCONN];

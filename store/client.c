@@ -29,6 +29,8 @@ struct trun_client {
   char *host;
   char *prefix;
   size_t prefix_len;
+  char *token;        /* opts.agent_token's copy, or NULL */
+  int agent;          /* the server took the token */
   uint64_t rng;       /* this client's jitter and nonce source */
   trun_buf req;       /* the request being built */
   char where[300];    /* "host:port" for messages */
@@ -203,6 +205,47 @@ static int handshake(trun_client *c, int fd, int64_t deadline) {
   return rc;
 }
 
+/* Presents opts.agent_token on the new connection c->fd: a CHECK of TRUN_STORE_TOKEN_KEY + token. 0 (READY:
+ * an agent here; NOT_READY: the server guards no key space), -EACCES when the server closed the connection
+ * instead, or another negative errno. */
+static int present_token(trun_client *c) {
+  c->agent = 0;
+  if (c->token == NULL) return 0;
+  size_t kl = strlen(TRUN_STORE_TOKEN_KEY), tl = strlen(c->token);
+  c->req.len = 0;
+  int rc = trun_req_begin(&c->req, c->o.gen, TRUN_OP_CHECK);
+  if (rc == 0) rc = trun_buf_append_u64(&c->req, 1);
+  if (rc == 0) rc = trun_buf_append_u64(&c->req, kl + tl);
+  if (rc == 0) rc = trun_buf_append(&c->req, TRUN_STORE_TOKEN_KEY, kl);
+  if (rc == 0) rc = trun_buf_append(&c->req, c->token, tl);
+  if (rc < 0) return rc;
+  int64_t deadline = deadline_after(c->o.timeout_ms);
+  uint8_t b = 0xff;
+  rc = send_all(c->fd, c->req.data, c->req.len, deadline);
+  if (rc == 0) rc = recv_all(c->fd, &b, 1, deadline);
+  if (rc == -ECONNRESET || rc == -EPIPE) {
+    trun_error(
+        "TCPStore %s closed the connection when this agent presented its token: it is not the job's "
+        "token (give every agent the same TRUN_RDZV_TOKEN or --rdzv-conf trun_token), or the store "
+        "does not admit this host (--store-allow-peers)",
+        c->where);
+    return -EACCES;
+  }
+  if (rc < 0) {
+    trun_error("TCPStore %s: presenting the agent token: %s", c->where, strerror(-rc));
+    return rc;
+  }
+  if (b != TRUN_CHECK_READY && b != TRUN_CHECK_NOT_READY) {
+    trun_error("TCPStore %s: presenting the agent token: the reply 0x%02x is neither READY nor NOT_READY",
+               c->where, b);
+    return -EPROTO;
+  }
+  c->agent = b == TRUN_CHECK_READY;
+  return 0;
+}
+
+int trun_client_is_agent(const trun_client *c) { return c->agent; }
+
 /* Tries every address of one family once (torch: IPv6 with v4-mapped first, then IPv4). */
 static int connect_family(trun_client *c, int family, int64_t deadline, int *out) {
   struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -263,7 +306,8 @@ static int client_open(trun_client *c) {
       rc = connect_family(c, AF_INET, deadline, &fd);
     if (rc == 0) {
       c->fd = fd;
-      return 0;
+      if ((rc = present_token(c)) < 0) close_fd(c);
+      return rc;
     }
     if (!retryable(-rc)) {
       trun_error("cannot connect to TCPStore %s: %s; check --target / MASTER_ADDR and MASTER_PORT", c->where,
@@ -296,12 +340,14 @@ int trun_client_connect(const trun_client_opts *o, trun_client **out) {
   c->o = *o;
   c->host = strdup(o->host);
   c->prefix = strdup(o->key_prefix ? o->key_prefix : "/");
-  if (c->host == NULL || c->prefix == NULL) {
+  c->token = o->agent_token ? strdup(o->agent_token) : NULL;
+  if (c->host == NULL || c->prefix == NULL || (o->agent_token && c->token == NULL)) {
     trun_client_close(c);
     return -ENOMEM;
   }
   c->o.host = c->host;
   c->o.key_prefix = c->prefix;
+  c->o.agent_token = c->token;
   c->prefix_len = strlen(c->prefix);
   c->rng = rng_seed() ^ (uint64_t)(uintptr_t)c;
   if (strchr(c->host, ':'))
@@ -323,6 +369,7 @@ void trun_client_close(trun_client *c) {
   trun_buf_free(&c->req);
   free(c->host);
   free(c->prefix);
+  free(c->token);
   free(c);
 }
 

@@ -34,17 +34,28 @@ typedef struct {
    * cause: the failure in words. */
   void (*on_connect_error)(void *arg, int stage, int err, const char *cause);
   void *on_connect_error_arg;
+  /* A trun agent's token for the job's key space (server.h: trun_server_agent_token), presented on every
+   * connect; NULL: none. A server that does not know it closes the connection: trun_client_connect then
+   * fails with -EACCES. */
+  const char *agent_token;
 } trun_client_opts;
 
 #define TRUN_CONNECT_RESOLVE 1
 #define TRUN_CONNECT_TCP 2
 #define TRUN_CONNECT_HANDSHAKE 3
 
+/* The wire key whose CHECK presents an agent token (followed by the token), and the token's length bounds. */
+#define TRUN_STORE_TOKEN_KEY "/trun/.agent-token/"
+#define TRUN_STORE_TOKEN_MIN 16
+#define TRUN_STORE_TOKEN_MAX 100
+
 void trun_client_opts_default(trun_client_opts *o);
 /* Connects (retrying refused/reset/unreachable with backoff until connect_timeout_ms) and, for V2,
  * sends VALIDATE + PING and checks the echoed nonce. */
 int trun_client_connect(const trun_client_opts *o, trun_client **out);
 void trun_client_close(trun_client *c);
+/* 1 when the server took c's agent token (the job's key space is guarded there), 0 otherwise. */
+int trun_client_is_agent(const trun_client *c);
 /* The connection's socket fd (for poll by an event loop); -1 when closed. */
 int trun_client_fd(const trun_client *c);
 /* Frees c but keeps its connected (non-blocking) socket open and returns it, for an event loop that speaks

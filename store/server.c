@@ -29,6 +29,7 @@ static void server_free(trun_server *s) {
   }
   free(s->acl);
   free(s->own_marker);
+  trun__server_auth_free(s);
   free(s);
 }
 
@@ -201,10 +202,6 @@ int trun_server_own_keys(trun_server *s, const char *marker, trun_server_gone_fn
   return 0;
 }
 
-static int is_owned_key(const trun_server *s, trun_slice key) {
-  return s->own_gone && memmem(key.p, key.n, s->own_marker, strlen(s->own_marker)) != NULL;
-}
-
 /* Under kv_mu: after c SET key to val. Out of memory only loses the ownership (no liveness for it). */
 static void conn_own(conn *c, trun_slice key, trun_slice val) {
   c->owned.len = c->owned_val.len = 0;
@@ -234,10 +231,11 @@ static int handle(conn *c, const trun_req *r, const char **why) {
   int64_t n;
   int rc = 0;
   STAT_ADD(c->srv, ops, 1);
+  if ((rc = trun__agent_request(c, r, why)) != 0) return rc < 0 ? rc : 0;
   switch (r->op) {
     case TRUN_OP_SET:
       rc = trun_kv_set(kv, r->key, r->val);
-      if (rc == 0 && is_owned_key(c->srv, r->key)) conn_own(c, r->key, r->val);
+      if (rc == 0 && trun__key_owned(c, r->key)) conn_own(c, r->key, r->val);
       break;
     case TRUN_OP_APPEND: rc = trun_kv_append(kv, r->key, r->val); break;
     case TRUN_OP_COMPARE_SET:

@@ -72,17 +72,38 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st);
  * that match a rule: new connections are refused at accept, open ones are closed at their next read. */
 int trun_server_allow(trun_server *s, const char *cidr);
 void trun_server_allow_enforce(trun_server *s, int on);
+/* Replaces the whole list by rules[0..n) at once (open connections are checked against the new list): 0,
+ * -EINVAL (the list is unchanged) or -ENOMEM. */
+int trun_server_allow_replace(trun_server *s, const char *const *rules, size_t n);
 /* Whether a peer at sa would be admitted now. */
 int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa);
 /* Parses "ADDR[/PREFIX]" ([v6] brackets allowed): 0 or -EINVAL. */
 int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int *prefix);
-/* Owned keys, for liveness: a key whose name contains marker (e.g. "/alive/") is owned by the connection
- * that last SET it. When that connection ends (the peer closed or reset it, or the server refused it)
- * while the key still holds the value it set, the server calls gone(arg, s, key, value, peer) on the thread
- * that served the connection, with the key space locked: gone may read and write it through
- * trun_server_kv(s) (trun_kv_set, trun_kv_compare_set, trun_kv_add; waiters are woken as for a request)
- * and must not block. A DELETE of the key by its owner releases it; so does the server's own close. Call
- * before the server has connections; gone NULL turns it off. 0 or -ENOMEM. */
+/* The agents' key space. trun_server_protect adds a root: a key that begins with prefix, then (with after)
+ * one or more decimal digits and after, then '/' is the agents' (e.g. "/trun/<run_id>/", or
+ * "/torch.rendezvous.<run_id>." with after "/trun"). Once a token is set (trun_server_agent_token, 16 to 100
+ * bytes), only connections that presented it may write those keys: a SET, APPEND, COMPARE_SET, ADD, DELETE,
+ * BARRIER, QUEUE_PUSH / POP or MULTI_SET of one from any other closes the connection (counted as refused,
+ * logged with the key); reads stay open. A connection presents the token with a CHECK of the single key
+ * TRUN_STORE_TOKEN_KEY followed by it (client.h: trun_client_opts.agent_token): READY when it matches, the
+ * connection is closed when it does not, NOT_READY (an ordinary missing key) on a server without a token.
+ * Every other key keeps torch's semantics. Call before the server has connections. 0, -EINVAL, -ENOMEM. */
+int trun_server_agent_token(trun_server *s, const char *token);
+int trun_server_protect(trun_server *s, const char *prefix, const char *after);
+/* Address keys: an agent's SET of "<root>/<marker><digits>" or "<root>/<segment><marker><digits>" (marker
+ * e.g. "/addr/") must hold the bare numeric address the connection comes from (IPv4-mapped as IPv4), else
+ * the connection is closed: what such a key says is a fact the server saw, never a prefix or another
+ * node's address. 0, -EINVAL (marker not starting with '/'), -ENOMEM. */
+int trun_server_address_keys(trun_server *s, const char *marker);
+/* Owned keys, for liveness: a key of the agents' key space of the form "<root>/<marker><digits>" or
+ * "<root>/<segment><marker><digits>" (marker e.g. "/alive/", no other match counts) is owned by the agent
+ * connection that last SET it; a connection without the token owns nothing. When that connection ends (the
+ * peer closed or reset it, or the server refused it) while the key still holds the value it set, the server
+ * calls gone(arg, s, key, value, peer) on the thread that served the connection, with the key space locked:
+ * gone may read and write it through trun_server_kv(s) (trun_kv_set, trun_kv_compare_set, trun_kv_add;
+ * waiters are woken as for a request) and must not block. A DELETE of the key by its owner releases it; so
+ * does the server's own close. Call before the server has connections; gone NULL turns it off. 0 or -ENOMEM.
+ */
 typedef void (*trun_server_gone_fn)(void *arg, trun_server *s, trun_slice key, trun_slice value,
                                     const char *peer);
 int trun_server_own_keys(trun_server *s, const char *marker, trun_server_gone_fn gone, void *arg);

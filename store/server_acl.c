@@ -109,6 +109,27 @@ int trun_server_allow(trun_server *s, const char *cidr) {
   return 0;
 }
 
+int trun_server_allow_replace(trun_server *s, const char *const *rules, size_t n) {
+  acl_entry *list = calloc(n ? n : 1, sizeof(*list));
+  if (list == NULL) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    int rc = trun_server_parse_cidr(rules[i], &list[i].family, list[i].a, &list[i].prefix);
+    if (rc < 0) {
+      free(list);
+      return rc;
+    }
+  }
+  pthread_mutex_lock(&s->acl_mu);
+  free(s->acl);
+  s->acl = list;
+  s->nacl = n;
+  s->capacl = n ? n : 1;
+  __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&s->acl_mu);
+  trun__shards_poke(s);
+  return 0;
+}
+
 void trun_server_allow_enforce(trun_server *s, int on) {
   pthread_mutex_lock(&s->acl_mu);
   s->acl_on = on;

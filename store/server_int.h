@@ -24,6 +24,13 @@ typedef struct {
   int prefix;
 } acl_entry;
 
+/* A root of the agents' key space (trun_server_protect): prefix, then, with after, decimal digits and after.
+ */
+typedef struct {
+  char *prefix;
+  char *after;
+} prot_rule;
+
 typedef struct conn conn;
 typedef struct shard shard;
 
@@ -85,6 +92,11 @@ struct trun_server {
   char *own_marker;
   trun_server_gone_fn own_gone;
   void *own_arg;
+  /* The agents' key space (server_auth.c), set before connections come; read under kv_mu. */
+  char *token; /* NULL: no agent token, every connection is a stranger */
+  prot_rule *prot;
+  size_t nprot;
+  char *addr_marker; /* trun_server_address_keys; NULL: none */
 };
 
 struct conn {
@@ -121,6 +133,8 @@ struct conn {
   unsigned acl_gen;
   trun_buf owned, owned_val; /* under kv_mu: the key this connection owns (trun_server_own_keys) and the
                                 value it set; owned.len 0: none */
+  int agent;                 /* under kv_mu: presented the job's agent token (server_auth.c) */
+  char why[320];             /* the reason of a refusal that names the request */
 };
 
 /* server.c */
@@ -137,6 +151,15 @@ void trun__shard_recheck_acl(shard *sh);
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
 int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e);
 int trun__addr_allowed(trun_server *s, const acl_entry *addr);
+
+/* server_auth.c, under kv_mu */
+/* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
+ * -ENOMEM with *why set (the connection is closed): a write to the agents' key space by a connection that
+ * did not present the token, or a wrong token. */
+int trun__agent_request(conn *c, const trun_req *r, const char **why);
+/* Whether c's SET of key makes c its owner (trun_server_own_keys). */
+int trun__key_owned(const conn *c, trun_slice key);
+void trun__server_auth_free(trun_server *s);
 
 /* server_shard.c */
 /* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. With

@@ -162,6 +162,18 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
 
 static void on_idle(uv_timer_t *t) { conn_close(t->data); }
 
+/* The table is full: the connection that has waited longest without a whole request (the list's tail:
+ * new ones go first) makes room, so that clients that connect and send nothing never keep a scraper out.
+ * 0 when every other connection is being answered. */
+static int evict_idle(trun_metrics *m, const mconn *keep) {
+  mconn *oldest = NULL;
+  for (mconn *c = m->conns; c; c = c->next)
+    if (c != keep && !c->answered && !c->closing) oldest = c;
+  if (oldest == NULL) return 0;
+  conn_close(oldest);
+  return 1;
+}
+
 static void on_connection(uv_stream_t *l, int status) {
   trun_metrics *m = l->data;
   if (status < 0 || m->closing) return;
@@ -176,14 +188,7 @@ static void on_connection(uv_stream_t *l, int status) {
   if (m->conns) m->conns->prev = c;
   m->conns = c;
   m->nconns++;
-  if (m->probe && m->nconns > TRUN_METRICS_MAX_CONNS) {
-    /* A probe must get through a crowd of idle clients: the oldest unanswered connection goes instead. */
-    mconn *old = c;
-    while (old->next) old = old->next;
-    while (old != c && old->answered) old = old->prev;
-    if (old != c) conn_close(old);
-  }
-  if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || m->nconns > TRUN_METRICS_MAX_CONNS) {
+  if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || (m->nconns > TRUN_METRICS_MAX_CONNS && !evict_idle(m, c))) {
     conn_close(c);
     return;
   }

@@ -13,7 +13,7 @@ typedef struct trun_metrics trun_metrics;
 typedef void (*trun_metrics_render)(void *arg, trun_buf *out);
 
 #define TRUN_METRICS_MAX_REQUEST 8192
-#define TRUN_METRICS_MAX_CONNS 64
+#define TRUN_METRICS_MAX_CONNS 64 /* open at once; a newcomer beyond it closes the longest-idle one */
 
 /* Listens on host:port (NULL host: every address, port 0: a free one). 0 or a negative libuv error. */
 int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics_render render, void *arg,

@@ -7,57 +7,141 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/store.h"
 
 #define MAX_SESSIONS 65536
 
-static int in_set(const pid_t *set, size_t n, pid_t v) {
-  for (size_t i = 0; i < n; i++)
-    if (set[i] == v) return 1;
+/* What the agent tells the guard: a worker session started (its leader's start time, in clock ticks since
+ * boot as /proc/PID/stat field 22 says it), or its leader was reaped. */
+enum { MSG_ADD = 1, MSG_GONE = 2 };
+typedef struct {
+  int32_t sid;
+  int32_t kind;
+  uint64_t start;
+} guard_msg;
+
+/* A registered session: its leader's start time, and when the agent reaped it (0: not yet). */
+typedef struct {
+  pid_t sid;
+  uint64_t start, gone_at;
+} session;
+
+/* Process pid's session and start time from /proc/PID/stat: 0, or -1 when there is no such process. */
+static int proc_stat(const char *pid, pid_t *sid, uint64_t *start) {
+  char path[300], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t len = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (len <= 0) return -1;
+  buf[len] = '\0';
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  int ppid, pgrp, session_id;
+  unsigned long long st;
+  char state;
+  /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+   * priority nice num_threads itrealvalue starttime */
+  if (p == NULL ||
+      sscanf(p + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
+             &ppid, &pgrp, &session_id, &st) != 5)
+    return -1;
+  *sid = session_id;
+  *start = st;
   return 0;
 }
 
-/* SIGKILL to every process whose session is in set (field 6 of /proc/PID/stat). */
-static void kill_sessions(const pid_t *set, size_t n) {
+uint64_t trun_watchdog_start_time(pid_t pid) {
+  char text[32];
+  pid_t sid;
+  uint64_t st = 0;
+  snprintf(text, sizeof(text), "%d", (int)pid);
+  return proc_stat(text, &sid, &st) == 0 ? st : 0;
+}
+
+/* Now, in the clock ticks of /proc/PID/stat's start times. */
+static uint64_t ticks_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (hz <= 0) hz = 100;
+  return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec * (uint64_t)hz / 1000000000ull;
+}
+
+static session *find(session *set, size_t n, pid_t sid) {
+  for (size_t i = n; i-- > 0;)
+    if (set[i].sid == sid) return &set[i];
+  return NULL;
+}
+
+/* Whether the session registered as s is still the worker's: its leader runs (or is a zombie) with the
+ * start time it had, or, once reaped, some process of the session was born before that (the session never
+ * emptied, so its id cannot have been reused). A pid reused by an unrelated process is never ours. */
+static int still_ours(const session *s, DIR *proc) {
+  char text[32];
+  pid_t sid;
+  uint64_t st;
+  snprintf(text, sizeof(text), "%d", (int)s->sid);
+  if (proc_stat(text, &sid, &st) == 0) return st == s->start && s->start != 0;
+  if (s->gone_at == 0) return 0; /* gone without the agent's word: nothing to go by */
+  rewinddir(proc);
+  struct dirent *e;
+  while ((e = readdir(proc)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (proc_stat(e->d_name, &sid, &st) == 0 && sid == s->sid && st <= s->gone_at) return 1;
+  }
+  return 0;
+}
+
+/* SIGKILL to every process whose session is one of ours (field 6 of /proc/PID/stat). */
+static void kill_sessions(const session *set, size_t n) {
   DIR *d = opendir("/proc");
   if (d == NULL) return;
+  pid_t *ours = malloc((n ? n : 1) * sizeof(*ours));
+  size_t k = 0;
+  for (size_t i = 0; ours && i < n; i++)
+    if (set[i].sid > 0 && still_ours(&set[i], d)) {
+      if (set[i].gone_at == 0) kill(-set[i].sid, SIGKILL);
+      ours[k++] = set[i].sid;
+    }
+  rewinddir(d);
   struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
+  while (k > 0 && (e = readdir(d)) != NULL) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ssize_t len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0) continue;
-    buf[len] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    int pid = atoi(e->d_name), ppid, pgrp, session;
-    char state;
-    if (p && sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 && in_set(set, n, session) &&
-        pid != getpid())
-      kill(pid, SIGKILL);
+    pid_t sid;
+    uint64_t st;
+    int pid = atoi(e->d_name);
+    if (pid == getpid() || proc_stat(e->d_name, &sid, &st) < 0) continue;
+    for (size_t i = 0; i < k; i++)
+      if (ours[i] == sid) {
+        kill(pid, SIGKILL);
+        break;
+      }
   }
+  free(ours);
   closedir(d);
 }
 
 static void guard(int fd) {
-  pid_t *set = malloc(MAX_SESSIONS * sizeof(pid_t));
+  session *set = malloc(MAX_SESSIONS * sizeof(*set));
   size_t n = 0;
-  int32_t v;
+  guard_msg m;
   ssize_t r;
-  while ((r = read(fd, &v, sizeof(v))) != 0) {
+  while ((r = read(fd, &m, sizeof(m))) != 0) {
     if (r < 0 && errno == EINTR) continue;
-    if (r != (ssize_t)sizeof(v)) break;
-    if (set && n < MAX_SESSIONS) set[n++] = v;
+    if (r != (ssize_t)sizeof(m)) break;
+    if (set == NULL) continue;
+    session *s = find(set, n, m.sid);
+    if (m.kind == MSG_ADD && n < MAX_SESSIONS)
+      set[n++] = (session){m.sid, m.start, 0};
+    else if (m.kind == MSG_GONE && s)
+      s->gone_at = ticks_now();
   }
-  if (set) {
-    for (size_t i = 0; i < n; i++) kill(-set[i], SIGKILL);
-    kill_sessions(set, n);
-  }
+  if (set) kill_sessions(set, n);
+  free(set);
   _exit(0);
 }
 
@@ -96,13 +180,21 @@ int trun_watchdog_start(trun_watchdog *w) {
   return 0;
 }
 
-void trun_watchdog_add(trun_watchdog *w, pid_t sid) {
+static void send_msg(trun_watchdog *w, pid_t sid, int kind, uint64_t start) {
   if (w->fd < 0) return;
-  int32_t v = sid;
+  guard_msg m = {(int32_t)sid, kind, start};
   ssize_t r;
-  do r = write(w->fd, &v, sizeof(v));
+  do r = write(w->fd, &m, sizeof(m));
   while (r < 0 && errno == EINTR);
 }
+
+void trun_watchdog_add_at(trun_watchdog *w, pid_t sid, uint64_t start) { send_msg(w, sid, MSG_ADD, start); }
+
+void trun_watchdog_add(trun_watchdog *w, pid_t sid) {
+  trun_watchdog_add_at(w, sid, trun_watchdog_start_time(sid));
+}
+
+void trun_watchdog_gone(trun_watchdog *w, pid_t sid) { send_msg(w, sid, MSG_GONE, 0); }
 
 void trun_watchdog_stop(trun_watchdog *w) {
   if (w->fd >= 0) close(w->fd);

@@ -13,6 +13,9 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, s
     if (cfg->backend == TRUN_RDZV_FAST) be = &trun__rdzv_trun;
   }
   trun__rdzv_reset(r, cfg, nproc, be);
+  int explicit_token = trun_rdzv_token(cfg, r->token, sizeof(r->token), err, errlen);
+  if (explicit_token < 0) return -1;
+  r->token_explicit = explicit_token;
   if (be->init(r, err, errlen) < 0) return -1;
   if (trun__rdzv_live_start(r) < 0) {
     snprintf(err, errlen, "out of memory starting the liveness thread");

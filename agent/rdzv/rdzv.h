@@ -79,9 +79,11 @@ typedef struct trun_rdzv {
   int foreign_peers;      /* peers may be torchrun agents, which publish nothing of trun's */
   char host_addr[256];    /* this node's address as published (--local-addr or FQDN) */
   trun_store_host *host;  /* the rendezvous store, when this agent serves it */
-  trun_store_host *worker_host; /* the workers' store, when this agent serves one of its own (c10d) */
-  trun_client *client;          /* this agent's connection to the rendezvous store (raw keys) */
-  char store_addr[256];         /* where this agent reaches the rendezvous store */
+  trun_store_host *worker_host;         /* the workers' store, when this agent serves one of its own (c10d) */
+  trun_client *client;                  /* this agent's connection to the rendezvous store (raw keys) */
+  char token[TRUN_STORE_TOKEN_MAX + 1]; /* the job's agent token (trun_rdzv_token), on every connection */
+  int token_explicit;                   /* 1: TRUN_RDZV_TOKEN or --rdzv-conf trun_token; 0: derived */
+  char store_addr[256];                 /* where this agent reaches the rendezvous store */
   int store_port;
   trun_gen store_gen; /* its wire generation */
   /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
@@ -129,6 +131,14 @@ typedef enum {
   TRUN_RDZV_PEER_RESTART, /* a node of this round left it to rejoin after a failure there: restart too */
 } trun_rdzv_news;
 
+/* The job's agent token (docs/store.md): TRUN_RDZV_TOKEN_ENV when set, else --rdzv-conf trun_token, else one
+ * derived from the run id and the backend (it keeps out clients that do not mean harm, not an adversary who
+ * knows the run id). Every trun agent presents it on its connections to the rendezvous store; the store an
+ * agent hosts lets only those connections write the job's key space. 1 explicit, 0 derived, -1 with a
+ * reason (an explicit token that is not 16 to 100 printable characters; exit 2). The agent never passes
+ * TRUN_RDZV_TOKEN_ENV to its workers. */
+#define TRUN_RDZV_TOKEN_ENV "TRUN_RDZV_TOKEN"
+int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, size_t errlen);
 /* --rdzv-conf for the chosen backend: 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
 /* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the
@@ -177,6 +187,11 @@ int trun_rdzv_node_end(trun_rdzv *r, int round, int g, trun_rdzv_node_info *out)
 /* The round's workers stopped on this node: it leaves the round cleanly (its alive key goes, so no watcher
  * calls it lost). */
 void trun_rdzv_round_done(trun_rdzv *r);
+/* The same, waiting at most timeout_ms (< 0: a request time-out) for the thread's request in flight: 1 when
+ * the store did not answer in time (the thread's connection was abandoned, the node left without deleting
+ * its key: the others see it gone), else 0. A stopping agent uses it so that a stuck store cannot hold its
+ * exit. */
+int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms);
 /* After the end watcher read "gone:<g>" on its connection c: what the record says of node g. 0 or a negative
  * errno. */
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);

@@ -326,8 +326,8 @@ static int read_master(trun_rdzv *r, int timeout_ms) {
 static int master_v2(trun_rdzv *r, int timeout_ms) {
   if (r->group_rank == 0) {
     if (r->worker_host == NULL) {
-      int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads,
-                                    &r->worker_host, &st(r)->worker_port);
+      int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads, NULL,
+                                    NULL, &r->worker_host, &st(r)->worker_port);
       if (rc < 0) return rc;
     } else {
       wipe_worker_store(r);
@@ -602,18 +602,13 @@ static int c10d_admit(trun_rdzv *r, int round, char *err, size_t errlen) {
   (void)round;
   if (r->worker_host == NULL || r->group_rank != 0 || r->state == NULL) return 0;
   trun_server *s = trun_store_host_server(r->worker_host);
-  int rc = trun_store_acl_allow_local(s);
-  if (rc < 0) {
-    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
-    return -1;
-  }
   const char **names = calloc(st(r)->dyn.n_roster + 1, sizeof(*names));
   if (names == NULL) {
     snprintf(err, errlen, "--store-allow-peers: out of memory");
     return -1;
   }
   for (size_t i = 0; i < st(r)->dyn.n_roster; i++) names[i] = st(r)->dyn.roster[i].addr;
-  rc = trun_store_acl_allow_names(s, names, st(r)->dyn.n_roster, err, errlen);
+  int rc = trun_store_acl_allow_names(s, names, st(r)->dyn.n_roster, err, errlen);
   free(names);
   if (rc < 0) return -1;
   trun_server_allow_enforce(s, 1);

@@ -60,6 +60,8 @@ static const char *const int_keys[] = {
 
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen) {
   const char *conf = cfg->rdzv_conf;
+  char token[TRUN_STORE_TOKEN_MAX + 1];
+  if (trun_rdzv_token(cfg, token, sizeof(token), err, errlen) < 0) return -1;
   if (conf == NULL || *conf == '\0') return 0;
   for (const char *p = conf; *p;) {
     while (*p == ' ' || *p == ',') p++;
@@ -98,6 +100,8 @@ int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen) {
                  v);
         return -1;
       }
+    } else if (strcmp(k, "trun_token") == 0) {
+      known = 1; /* checked by trun_rdzv_token above */
     } else if (strcmp(k, "is_host") == 0) {
       known = 1;
       if (trun__rdzv_conf_bool(conf, "is_host") == -2) {

@@ -19,6 +19,7 @@ int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out) {
   o.port = r->store_port;
   o.gen = r->store_gen;
   o.key_prefix = "";
+  o.agent_token = r->token;
   o.connect_timeout_ms = timeout_ms;
   /* The agent closes this connection itself at a round's end and says when the store is lost while the
    * workers run ("lost the rendezvous store"): the client's own error line would be noise. */

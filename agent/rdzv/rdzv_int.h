@@ -114,6 +114,13 @@ int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen
 /* The round's key of node g's published address. */
 void trun__rdzv_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t len);
 
+/* ---- rdzv_token.c ---- */
+/* The rendezvous store this agent (arg: its trun_rdzv) hosts, set up before it serves anyone
+ * (trun_store_host_configure_fn): only connections with r->token may write the job's key space there
+ * (/trun/<run_id>/..., /torch.rendezvous.<run_id>.<round>/trun/...), and a node's address key holds the
+ * address its connection comes from. 0 or a negative errno. */
+int trun__rdzv_guard_server(trun_server *s, void *arg);
+
 /* ---- rdzv_conf.c ---- */
 /* Finds key in "k=v,k=v" (--rdzv-conf); copies its value into out. 1 found, 0 absent. */
 int trun__rdzv_conf_get(const char *conf, const char *key, char *out, size_t len);

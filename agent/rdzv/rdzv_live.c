@@ -48,6 +48,7 @@ typedef struct trun_live {
   char leave[160]; /* trun_rdzv_leave_now's reason, for the thread to publish ("": none) */
   int fd;          /* the thread's connection, for trun_rdzv_abandon (-1: none) */
   int released;    /* done */
+  int abandoned;   /* trun_rdzv_abandon: the store does not answer; the thread no longer connects */
   char ks[512];    /* the round's key space */
   int g, world;    /* this node in it */
   char id[320];    /* "addr pid local_id" */
@@ -110,7 +111,9 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   k[key.n] = '\0';
   memcpy(id, value.p, value.n);
   id[value.n] = '\0';
-  char *at = strstr(k, tag);
+  /* The server owns only "<key space>/alive/<g>" (the marker is the last one in the key). */
+  char *at = NULL;
+  for (char *p = strstr(k, tag); p; p = strstr(p + 1, tag)) at = p;
   if (at == NULL || (size_t)(at - k) >= sizeof(ks)) return;
   int g = atoi(at + strlen(tag));
   memcpy(ks, k, (size_t)(at - k));
@@ -243,6 +246,7 @@ static int connect_once(trun_live *l) {
   o.port = l->r->store_port;
   o.gen = l->r->store_gen;
   o.key_prefix = "";
+  o.agent_token = l->r->token;
   /* A slow answer is waited for (a time-out would close the connection, which the store's host takes for
    * a crash); trun_rdzv_cut_off judges the silence. Connecting is retried every interval. */
   o.timeout_ms = 60000;
@@ -399,7 +403,7 @@ static void *live_main(void *arg) {
       next_beat = next_tick = mono();
     }
     pthread_mutex_unlock(&l->mu);
-    if ((active || release || leave[0]) && ensure_connected(l) < 0) drop_connection(l);
+    if ((active || release || leave[0]) && !l->abandoned && ensure_connected(l) < 0) drop_connection(l);
     double now = mono();
     if (release) {
       if (l->c && v.owned) {
@@ -512,30 +516,49 @@ void trun__rdzv_live_round(trun_rdzv *r) {
   pthread_mutex_unlock(&l->mu);
 }
 
-void trun_rdzv_round_done(trun_rdzv *r) {
+/* Under l->mu: gives up on the store: the thread's request in flight fails at once and it connects no
+ * more. */
+static void abandon_locked(trun_live *l) {
+  l->abandoned = 1;
+  if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
+}
+
+int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms) {
   trun_live *l = r->live;
-  if (l == NULL) return;
+  if (l == NULL) return 0;
   pthread_mutex_lock(&l->mu);
   if (!l->active) {
     pthread_mutex_unlock(&l->mu);
-    return;
+    return 0;
   }
   l->release = 1;
   l->released = 0;
   pthread_cond_broadcast(&l->cv);
   /* Until the thread is out of the round: it may be inside the backend's tick (its state is the agent's
-   * again afterwards). A store that does not answer holds it at most one request time-out; a cut-off agent
-   * calls trun_rdzv_abandon first. */
-  while (!l->released) pthread_cond_wait(&l->cv, &l->mu);
+   * again afterwards). A store that does not answer holds it one request time-out at most, or timeout_ms,
+   * after which its connection is abandoned (a cut-off agent calls trun_rdzv_abandon first). */
+  int stuck = 0;
+  struct timespec until = abs_in(timeout_ms / 1000.0);
+  while (!l->released) {
+    if (timeout_ms < 0 || stuck) {
+      pthread_cond_wait(&l->cv, &l->mu);
+    } else if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT && !l->released) {
+      stuck = 1;
+      abandon_locked(l);
+    }
+  }
   l->active = 0;
   pthread_mutex_unlock(&l->mu);
+  return stuck;
 }
+
+void trun_rdzv_round_done(trun_rdzv *r) { trun_rdzv_round_done_within(r, -1); }
 
 void trun_rdzv_abandon(trun_rdzv *r) {
   trun_live *l = r->live;
   if (l == NULL) return;
   pthread_mutex_lock(&l->mu);
-  if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
+  abandon_locked(l);
   pthread_mutex_unlock(&l->mu);
 }
 

@@ -37,7 +37,7 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   const char *connect_host = cfg->endpoint_host;
   if (r->group_rank == 0) {
     int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
-                                  port, cfg->store_threads, &r->host, &port);
+                                  port, cfg->store_threads, trun__rdzv_guard_server, r, &r->host, &port);
     if (rc < 0) {
       snprintf(err, errlen,
                "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "
@@ -68,6 +68,7 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
   o.key_prefix = "";
+  o.agent_token = r->token;
   o.timeout_ms = join_timeout_ms(cfg);
   o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
   r->wait_have = static_store_have;

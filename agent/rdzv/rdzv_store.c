@@ -184,8 +184,8 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   if (is_host) {
     int bound = port;
     /* Limits per peer and connection; with one node at most, loopback (or this host) only. */
-    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, cfg->store_threads, &r->host,
-                                  &bound);
+    int rc = trun_store_acl_start(cfg->max_nodes == 1, cfg->endpoint_host, port, cfg->store_threads,
+                                  trun__rdzv_guard_server, r, &r->host, &bound);
     if (rc < 0 && explicit_host == 1) {
       snprintf(err, errlen,
                "is_host=true but the rendezvous store cannot listen on port %d: %s; free the port or pick "
@@ -211,6 +211,7 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
   o.key_prefix = "";
+  o.agent_token = r->token;
   o.timeout_ms = (int)trun__rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000;
   o.quiet_connect = 1;
   o.gen = gen;

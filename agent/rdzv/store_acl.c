@@ -38,17 +38,53 @@ int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], in
   return n;
 }
 
-int trun_store_acl_allow_local(trun_server *s) {
-  int rc = trun_server_allow(s, "127.0.0.0/8");
-  if (rc == 0) rc = trun_server_allow(s, "::1");
+/* A round's allow-list as it is built: rule texts, replaced on the server at once (a list rebuilt for each
+ * round, never grown across rounds). */
+typedef struct {
+  char **v;
+  size_t n, cap;
+} rule_list;
+
+static int rules_add(rule_list *l, const char *text) {
+  for (size_t i = 0; i < l->n; i++)
+    if (strcmp(l->v[i], text) == 0) return 0;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    char **nv = realloc(l->v, cap * sizeof(*nv));
+    if (nv == NULL) return -ENOMEM;
+    l->v = nv;
+    l->cap = cap;
+  }
+  if ((l->v[l->n] = strdup(text)) == NULL) return -ENOMEM;
+  l->n++;
+  return 0;
+}
+
+static void rules_free(rule_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+}
+
+/* Loopback and every address of this host's interfaces. 0 or a negative errno. */
+static int rules_local(rule_list *l) {
+  int rc = rules_add(l, "127.0.0.0/8");
+  if (rc == 0) rc = rules_add(l, "::1");
   struct ifaddrs *ifs = NULL;
   if (rc == 0 && getifaddrs(&ifs) < 0) rc = -errno;
   for (struct ifaddrs *i = ifs; rc == 0 && i; i = i->ifa_next) {
     if (i->ifa_addr == NULL) continue;
     char text[INET6_ADDRSTRLEN];
-    if (trun__rdzv_sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = trun_server_allow(s, text);
+    if (trun__rdzv_sa_text(i->ifa_addr, text, sizeof(text)) == 0) rc = rules_add(l, text);
   }
   if (ifs) freeifaddrs(ifs);
+  return rc;
+}
+
+int trun_store_acl_allow_local(trun_server *s) {
+  rule_list l = {0};
+  int rc = rules_local(&l);
+  for (size_t i = 0; rc == 0 && i < l.n; i++) rc = trun_server_allow(s, l.v[i]);
+  rules_free(&l);
   return rc;
 }
 
@@ -61,7 +97,8 @@ int trun_store_conn_budget(unsigned long long nofile) {
 int trun_store_threads_auto(int cpus_usable) { return cpus_usable >= 32 ? 4 : cpus_usable >= 8 ? 2 : 1; }
 
 int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
-                         trun_store_host **out, int *port_out) {
+                         trun_store_host_configure_fn configure, void *arg, trun_store_host **out,
+                         int *port_out) {
   struct rlimit rl;
   int budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? trun_store_conn_budget(rl.rlim_cur) : 0;
   trun_store_host_opts o = {.host = NULL,
@@ -69,7 +106,9 @@ int trun_store_acl_start(int local_job, const char *workers_addr, int port, int 
                             .max_conns_per_peer = TRUN_STORE_MAX_CONNS_PER_PEER,
                             .max_conns = budget,
                             .max_conn_memory = TRUN_STORE_MAX_CONN_MEMORY,
-                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus())};
+                            .threads = threads > 0 ? threads : trun_store_threads_auto(trun_discover_cpus()),
+                            .configure = configure,
+                            .configure_arg = arg};
   char addrs[TRUN_SERVER_MAX_LISTENERS][INET6_ADDRSTRLEN];
   const char *hosts[TRUN_SERVER_MAX_LISTENERS];
   int loopback = local_job ? trun_store_loopback_addrs(workers_addr, addrs, TRUN_SERVER_MAX_LISTENERS) : 0;
@@ -111,6 +150,13 @@ int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
 }
 
 int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen) {
+  rule_list l = {0};
+  int lrc = rules_local(&l);
+  if (lrc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-lrc));
+    rules_free(&l);
+    return -1;
+  }
   for (size_t i = 0; i < n; i++) {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(names[i], NULL, &hints, &res);
@@ -120,20 +166,28 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
                "the others resolve (--local-addr, or DNS / /etc/hosts)",
                names[i], rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
       if (res) freeaddrinfo(res);
+      rules_free(&l);
       return -1;
     }
     for (struct addrinfo *ai = res; ai && rc == 0; ai = ai->ai_next) {
       char text[INET6_ADDRSTRLEN] = "";
       if (trun__rdzv_sa_text(ai->ai_addr, text, sizeof(text)) < 0) continue;
-      rc = trun_server_allow(s, text);
+      rc = rules_add(&l, text);
       if (rc == 0) trun_debug("the workers' store admits participant %s at %s", names[i], text);
     }
     freeaddrinfo(res);
     if (rc < 0) {
       snprintf(err, errlen, "--store-allow-peers: cannot admit participant '%s': %s", names[i],
                strerror(-rc));
+      rules_free(&l);
       return -1;
     }
+  }
+  int rc = trun_server_allow_replace(s, (const char *const *)l.v, l.n);
+  rules_free(&l);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot set the allow-list: %s", strerror(-rc));
+    return -1;
   }
   return 0;
 }
@@ -141,9 +195,11 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
 int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen) {
   if (r->host == NULL || r->group_world_size <= 1) return 0;
   trun_server *s = trun_store_host_server(r->host);
-  int rc = trun_store_acl_allow_local(s);
+  rule_list l = {0};
+  int rc = rules_local(&l);
   if (rc < 0) {
     snprintf(err, errlen, "--store-allow-peers: cannot list this host's addresses: %s", strerror(-rc));
+    rules_free(&l);
     return -1;
   }
   for (int g = 0; g < r->group_world_size; g++) {
@@ -157,18 +213,31 @@ int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen
                "node with the same trun version",
                g, round, strerror(-rc));
       trun_buf_free(&v);
+      rules_free(&l);
       return -1;
     }
+    /* The store took the key only from that node's own connection, holding the address it comes from
+     * (trun_server_address_keys); a bare address is checked again here: never a prefix. */
     char text[INET6_ADDRSTRLEN + 1];
     size_t n = v.len < sizeof(text) - 1 ? v.len : sizeof(text) - 1;
     memcpy(text, v.data, n);
     text[n] = '\0';
     trun_buf_free(&v);
-    if ((rc = trun_server_allow(s, text)) < 0) {
-      snprintf(err, errlen, "--store-allow-peers: node rank %d published '%s', not an address", g, text);
+    int fam, prefix;
+    uint8_t a[16];
+    if (strchr(text, '/') || trun_server_parse_cidr(text, &fam, a, &prefix) < 0 ||
+        (rc = rules_add(&l, text)) < 0) {
+      snprintf(err, errlen, "--store-allow-peers: node rank %d published '%s', not a bare address", g, text);
+      rules_free(&l);
       return -1;
     }
     trun_debug("store admits node rank %d at %s", g, text);
+  }
+  rc = trun_server_allow_replace(s, (const char *const *)l.v, l.n);
+  rules_free(&l);
+  if (rc < 0) {
+    snprintf(err, errlen, "--store-allow-peers: cannot set the allow-list: %s", strerror(-rc));
+    return -1;
   }
   trun_server_allow_enforce(s, 1);
   return 0;

@@ -5,7 +5,9 @@
  *    admits only this host's own addresses;
  *  - --store-allow-peers (static rendezvous, several nodes): once every node joined a round, only
  *    loopback, this host's addresses and the addresses the joined agents connect from are admitted
- *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>);
+ *    (each agent publishes it as /trun/<run_id>/r<round>/addr/<group rank>; the store takes that key only
+ *    from an agent's connection and only holding the bare address it comes from); the list is replaced
+ *    for each round;
  *  - --store-allow-peers with the c10d backend: after each round, the workers' store that group rank 0 hosts
  *    admits only loopback, this host and the addresses the round's participants' names (their rendezvous
  *    addr: --local-addr or FQDN) resolve to; the rendezvous store stays open to joins;
@@ -40,13 +42,14 @@ int trun_store_threads_auto(int cpus_usable);
 int trun_store_loopback_addrs(const char *host, char out[][INET6_ADDRSTRLEN], int max);
 
 /* Starts the store node rank 0 hosts. local_job: every rank runs on this host; workers_addr: the
- * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs). 0 or a
- * negative libuv error. */
+ * workers' MASTER_ADDR; threads: its event loops (0: auto from this process's usable CPUs); configure
+ * (NULL: none) sets the server up before it serves anyone. 0 or a negative libuv error or errno. */
 int trun_store_acl_start(int local_job, const char *workers_addr, int port, int threads,
-                         trun_store_host **out, int *port_out);
+                         trun_store_host_configure_fn configure, void *arg, trun_store_host **out,
+                         int *port_out);
 /* Admits loopback and every address of this host's interfaces (getifaddrs). 0 or a negative errno. */
 int trun_store_acl_allow_local(trun_server *s);
-/* Admits every address each of names[0..n) resolves to. 0, or -1 with a reason in err (a name that does
- * not resolve). */
+/* Replaces the allow-list with loopback, this host's addresses and every address each of names[0..n)
+ * resolves to (rebuilt for each round). 0, or -1 with a reason in err (a name that does not resolve). */
 int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t n, char *err, size_t errlen);
 #endif

@@ -68,6 +68,8 @@ int trun_store_host_start_opts(const trun_store_host_opts *ho, trun_store_host *
   o.max_conn_memory = ho->max_conn_memory;
   o.threads = ho->threads > 0 ? ho->threads : 1;
   rc = trun_server_start(&h->loop, &o, &h->srv);
+  /* Before the loop runs: no connection is accepted yet (the listener is on this loop). */
+  if (rc == 0 && ho->configure) rc = ho->configure(h->srv, ho->configure_arg);
   if (rc == 0) rc = uv_async_init(&h->loop, &h->stop, on_stop);
   if (rc < 0) {
     if (h->srv) trun_server_close(h->srv, NULL, NULL);

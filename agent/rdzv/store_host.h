@@ -9,15 +9,21 @@
 
 typedef struct trun_store_host trun_store_host;
 
+/* Sets the server up before it serves anyone (trun_server_agent_token, trun_server_protect ...): 0 or a
+ * negative errno (the start fails with it). */
+typedef int (*trun_store_host_configure_fn)(trun_server *s, void *arg);
+
 typedef struct {
   const char *host;         /* NULL: every address */
   const char *const *hosts; /* instead of host: each of these numeric addresses (see trun_server_opts) */
   int nhosts;
-  int port;               /* 0: a free port */
-  int max_conns_per_peer; /* 0: no limit */
-  int max_conns;          /* 0: no limit (see trun_server_opts) */
-  size_t max_conn_memory; /* 0: no limit (see trun_server_opts) */
-  int threads;            /* event loops (see trun_server_opts); 0: one */
+  int port;                               /* 0: a free port */
+  int max_conns_per_peer;                 /* 0: no limit */
+  int max_conns;                          /* 0: no limit (see trun_server_opts) */
+  size_t max_conn_memory;                 /* 0: no limit (see trun_server_opts) */
+  int threads;                            /* event loops (see trun_server_opts); 0: one */
+  trun_store_host_configure_fn configure; /* NULL: none */
+  void *configure_arg;
 } trun_store_host_opts;
 
 /* Listens on host:port (NULL host: every address; port 0: a free port). Returns 0 or a negative libuv

@@ -214,6 +214,7 @@ static const char *http_on(const char *req, size_t len, trun_metrics_probe probe
   return c.reply;
 }
 #define HTTP(s) http_on(s, strlen(s), NULL, NULL, 0)
+#define http(s, n) http_on(s, n, NULL, NULL, 0)
 
 START_TEST(test_metrics_http) {
   const char *r = HTTP("GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
@@ -274,6 +275,16 @@ START_TEST(test_probe_http) {
   r = PROBE("GET / HTTP/1.1\r\n\r\n", 1, TRUN_METRICS_MAX_CONNS + 20);
   ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK", 15) == 0, "a probe behind %d idle clients got: '%s'",
                 TRUN_METRICS_MAX_CONNS + 20, r);
+}
+END_TEST
+
+/* Idle connections cannot keep a scraper out: with the table full of clients that never send a request,
+ * a new connection is served (the longest idle one makes room), at once rather than after their time-out. */
+START_TEST(test_metrics_idle_flood) {
+  static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+  const char *r = http_on(req, sizeof(req) - 1, NULL, NULL, TRUN_METRICS_MAX_CONNS + 8);
+  ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "behind %d idle connections: '%s'",
+                TRUN_METRICS_MAX_CONNS + 8, r);
 }
 END_TEST
 
@@ -657,6 +668,7 @@ static Suite *obs_suite(void) {
   tc = tcase_create("metrics");
   tcase_add_test(tc, test_metrics_http);
   tcase_add_test(tc, test_probe_http);
+  tcase_add_test(tc, test_metrics_idle_flood);
   suite_add_tcase(s, tc);
   tc = tcase_create("stall");
   tcase_set_timeout(tc, 30);

@@ -618,18 +618,33 @@ static void owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice val
   (*(int *)arg)++;
 }
 
+#define OWN_TOKEN "unit-test-agent-token"
+
+/* Owned keys live in the agents' key space ("/o/..."), written by connections with the agents' token. */
 static void own_on(trun_server *s, void *arg) {
   ck_assert_int_eq(trun_server_own_keys(s, "/alive/", owner_gone, arg), 0);
+  ck_assert_int_eq(trun_server_agent_token(s, OWN_TOKEN), 0);
+  ck_assert_int_eq(trun_server_protect(s, "/o", NULL), 0);
 }
 
-/* A connection that SET a key holding the marker and ends without deleting it: the callback fires once,
- * and its write wakes a waiter. A DELETE by the owner, another connection's SET of the key, or keys without
- * the marker: no callback. */
+/* A V2 connection that presented the agents' token (CHECK of the token key: READY). */
+static int connect_agent(void) {
+  int fd = connect_v2();
+  msg m = {0};
+  send_msg(fd, m_str(m_u64(m_u8(&m, 5), 1), TRUN_STORE_TOKEN_KEY OWN_TOKEN));
+  expect_hex(fd, "00");
+  m_free(&m);
+  return fd;
+}
+
+/* An agent connection that SET a key "<root>/<seg>/alive/<n>" and ends without deleting it: the callback
+ * fires once, and its write wakes a waiter. A DELETE by the owner, another connection's SET of the key, or
+ * keys without the marker: no callback. */
 START_TEST(test_owned_key_gone) {
   static int gone;
   gone = 0;
   unit_server_call(&us, own_on, &gone);
-  int a = connect_v2(), w = connect_v2();
+  int a = connect_agent(), w = connect_v2();
   msg m = {0};
   send_msg(w, m_str(m_u64(m_u8(&m, 6), 1), "/o/end"));
   until_waiting(1);
@@ -643,13 +658,13 @@ START_TEST(test_owned_key_gone) {
   expect(w, m_str(&m, "gone:/o/r1/alive/2"));
   ck_assert_int_eq(gone, 1);
   /* Deleted by its owner first: nothing. */
-  int b = connect_v2();
+  int b = connect_agent();
   send_msg(b, m_str(m_str(m_u8(&m, 1), "/o/r2/alive/0"), "me"));
   send_msg(b, m_str(m_u8(&m, 8), "/o/r2/alive/0"));
   expect_hex(b, "0100000000000000");
   close(b);
   /* Written again by another connection: the first one's end is not the key's. */
-  int c = connect_v2(), d = connect_v2();
+  int c = connect_agent(), d = connect_agent();
   send_msg(c, m_str(m_str(m_u8(&m, 1), "/o/r3/alive/1"), "first"));
   ping(c, 2);
   send_msg(d, m_str(m_str(m_u8(&m, 1), "/o/r3/alive/1"), "second"));
@@ -1096,15 +1111,15 @@ START_TEST(test_owners_reset_with_reply_pending) {
   for (int i = 0; i < 2; i++) {
     char key[32];
     snprintf(key, sizeof(key), "/o/alive/%d", i);
-    fd[i] = connect_v2();
+    fd[i] = connect_agent(); /* an agent's connection: its liveness key is owned */
     m_str(m_str(m_u8(&m, 1), key), "me");               /* SET: owned */
     m_str(m_u64(m_u8(&m, 6), 1), "/o/end");             /* WAIT */
     m_str(m_u8(m_str(m_u8(&m, 3), "/big"), 3), "/big"); /* GET, GET: never read */
     send_msg(fd[i], &m);
   }
   until_waiting(2);
-  /* Each connection's handshake PING, SET, WAIT and at least one GET have run. */
-  while (stats().ops < base + 2 * 4) usleep(1000);
+  /* Each connection's handshake PING, token CHECK, SET, WAIT and at least one GET have run. */
+  while (stats().ops < base + 2 * 5) usleep(1000);
   reset_conn(fd[0]);
   reset_conn(fd[1]);
   until_connections(1);
