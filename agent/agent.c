@@ -613,12 +613,14 @@ static int meet(agent *a) {
 static int before_round(agent *a) {
   char err[512];
   trun_obs_rdzv_start(a->obs, a->round);
+  a->rdzv.attempt = a->restart_count;
   if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
     trun_obs_rdzv_end(a->obs, a->round, err);
     trun_error("%s", err);
     return -1;
   }
-  a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
+  a->round = a->rdzv.round;           /* the elastic backends' rounds are the store's */
+  a->restart_count = a->rdzv.attempt; /* and their attempt the job's: a spare takes the survivors' */
   reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
   /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
@@ -686,11 +688,12 @@ static void after_round(agent *a) {
 }
 
 /* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
- * code. A membership change starts a new round with the same attempt number, like torchrun. */
+ * code. A membership change starts a new round with the same attempt number, like torchrun. --max-restarts
+ * counts the job's attempts (a spare that joins at attempt 2 has two restarts fewer left). */
 static int rounds(agent *a) {
-  int remaining = a->cfg->max_restarts;
   for (a->round = 0;; a->round++) {
     if (before_round(a) < 0 || a->unhealthy) return 1; /* unhealthy: agent_main's exit */
+    int remaining = a->cfg->max_restarts > a->restart_count ? a->cfg->max_restarts - a->restart_count : 0;
     run_round(a);
     after_round(a);
     if (a->unhealthy) return 1;

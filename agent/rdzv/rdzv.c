@@ -38,7 +38,9 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
   if (r->be->publish_addr && r->be->publish_addr(r, round) < 0)
     trun_debug("could not publish this node's address for --store-allow-peers");
+  if (r->be->elastic) trun__rdzv_attempt_propose(r);
   if (r->be->next_round(r, round, err, errlen) < 0) return -1;
+  if (r->be->elastic) trun__rdzv_attempt_settle(r);
   if (r->cfg->store_allow_peers && r->be->admit_round && r->be->admit_round(r, round, err, errlen) < 0)
     return -1;
   read_prev_losses(r, prev_ks, prev_world);

@@ -20,7 +20,11 @@ typedef struct trun_rdzv {
   const trun_config *cfg;
   int nproc;
   /* What the last round settled; the rest of the agent reads these. */
-  int round;                           /* the round number (static: the agent's; c10d, trun: the store's) */
+  int round; /* the round number (static: the agent's; c10d, trun: the store's) */
+  /* The job's attempt (TORCHELASTIC_RESTART_COUNT): before trun_rdzv_next_round the agent's own count of
+   * restarts; after it (c10d, trun) the round's, the same on every node of the round, spares and late
+   * joiners included (the highest count of its nodes, kept in the rendezvous: rdzv_attempt.c). */
+  int attempt;
   long long round_id;                  /* the round's identity in the store (c10d: its round counter) */
   int group_rank, group_world_size;    /* this node among the round's nodes */
   int base_rank, world_size;           /* this node's first global rank; all workers */

@@ -55,6 +55,13 @@ void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char 
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
 
+/* ---- rdzv_attempt.c ---- */
+/* Before an elastic round: raises the job's attempt in the rendezvous store to r->attempt. After it:
+ * r->attempt becomes the round's attempt, the same for every node of the round. 0 or a negative errno (said;
+ * r->attempt is then left as it was). */
+int trun__rdzv_attempt_propose(trun_rdzv *r);
+int trun__rdzv_attempt_settle(trun_rdzv *r);
+
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
 int trun__rdzv_sa_text(const struct sockaddr *sa, char *text, size_t len);
