@@ -591,6 +591,7 @@ static int meet(agent *a) {
   a->rdzv.poll_arg = a;
   a->rdzv.on_news = on_news;
   a->rdzv.on_news_arg = a;
+  a->rdzv.node = a->node; /* how the exclusion list knows this node */
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
@@ -623,6 +624,7 @@ static int before_round(agent *a) {
   a->restart_count = a->rdzv.attempt; /* and their attempt the job's: a spare takes the survivors' */
   reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
+  trun__agent_exclusion_news(a);
   /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
    * loss): said here; the recovery is timed from the earliest. */
   a->recovery_from = 0;
@@ -685,6 +687,7 @@ static void after_round(agent *a) {
     if (atoi(a->end_value + 5) != a->rdzv.group_rank) a->result = OUT_PEER_LOST;
   }
   if (a->result == OUT_FAILED) membership_or_failure(a);
+  trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
 }
 
 /* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
@@ -692,7 +695,8 @@ static void after_round(agent *a) {
  * counts the job's attempts (a spare that joins at attempt 2 has two restarts fewer left). */
 static int rounds(agent *a) {
   for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0 || a->unhealthy) return 1; /* unhealthy: agent_main's exit */
+    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
+      return a->rdzv.excluded ? TRUN_EXIT_UNHEALTHY : 1;
     int remaining = a->cfg->max_restarts > a->restart_count ? a->cfg->max_restarts - a->restart_count : 0;
     run_round(a);
     after_round(a);
@@ -728,7 +732,8 @@ static int agent_main(agent *a) {
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
   /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
-  if (code != TRUN_EXIT_CUT_OFF) trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
+  if (code != TRUN_EXIT_CUT_OFF && !a->rdzv.excluded)
+    trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }
 

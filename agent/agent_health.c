@@ -80,6 +80,7 @@ static void publish_gate(agent *a, const trun_health *h) {
   trun_client *c = NULL;
   int rc = json ? trun_client_connect(&o, &c) : -ENOMEM;
   if (rc == 0) rc = publish(c, cfg->run_id, json);
+  if (rc == 0) trun__agent_exclude_self(a, c, node_name(a), "health", msg);
   if (rc < 0)
     trun_warn(
         "health: could not tell the other nodes why this node stays out (rendezvous store %s:%d: %s); node "
@@ -222,6 +223,7 @@ void trun__agent_leave_unhealthy(agent *a) {
     if (rc < 0)
       trun_warn("health: could not publish this node's cause in the rendezvous store: %s", strerror(-rc));
     free(json);
+    trun__agent_exclude_self(a, a->rdzv.client, node_name(a), "xid", a->unhealthy_msg);
   }
   /* The other nodes start their next round at once instead of after this node's heartbeat expires: its
    * loss record names the Xid (rdzv_live.c; in a round only: between rounds the rendezvous notices). */
@@ -237,6 +239,8 @@ int trun__agent_unhealthy_exit(agent *a) {
           node_name(a), a->unhealthy_msg, TRUN_EXIT_UNHEALTHY);
   return TRUN_EXIT_UNHEALTHY;
 }
+
+void trun__agent_after_round_health(agent *a) { trun__agent_failure_streak(a, node_name(a)); }
 
 /* ---- what the other nodes published ------------------------------------------------------------- */
 

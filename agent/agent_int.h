@@ -110,6 +110,7 @@ struct agent {
   double unhealthy_time;          /* when the agent read it (unix seconds) */
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
+  int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
 };
 
@@ -146,7 +147,19 @@ void trun__agent_leave_unhealthy(agent *a);
 /* The job ends for an unhealthy node: it leaves (if not yet), prints its failure report and returns
  * TRUN_EXIT_UNHEALTHY. */
 int trun__agent_unhealthy_exit(agent *a);
+/* After a round: trun__agent_failure_streak with this node's name. */
+void trun__agent_after_round_health(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
+
+/* agent_exclude.c: puts this node (known to the others as host) on the job's exclusion list through c. */
+void trun__agent_exclude_self(agent *a, trun_client *c, const char *host, const char *kind,
+                              const char *cause);
+/* The exclusion list's news of this round (read by trun_rdzv_next_round): events, metrics, stderr on node
+ * rank 0. */
+void trun__agent_exclusion_news(agent *a);
+/* After a round: this node's workers failed first trun_exclude_failures rounds in a row: it excludes itself
+ * (its next rendezvous refuses it: exit 3). */
+void trun__agent_failure_streak(agent *a, const char *host);
 
 #endif

@@ -208,6 +208,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                               "launcher's first line came, the end of stdin (the ssh session is gone) stops "
                               "the job as SIGHUP would, and a line naming a signal (SIGINT, SIGTERM, SIGHUP, "
                               "SIGQUIT) acts as that signal."},
+    [TRUN_OPT_LIST_EXCLUDED] = {"list-excluded", "list_excluded", 0, 0, NULL, "TRUN_LIST_EXCLUDED",
+                                TRUN_G_TRUN, "{slurm,json}",
+                                "Print the nodes the job's rendezvous (--rdzv-endpoint, --rdzv-id) excludes "
+                                "now, as a Slurm --exclude "
+                                "host list or as JSON, and start nothing."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

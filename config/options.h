@@ -63,6 +63,7 @@ typedef enum {
   TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
   TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
   TRUN_OPT_WATCH_STDIN,   /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */
+  TRUN_OPT_LIST_EXCLUDED, /* --list-excluded slurm|json: print the job's exclusion list (agent/rdzv/rdzv.h) */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

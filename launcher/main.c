@@ -40,7 +40,8 @@ static int resolve(trun_settings *cl, trun_platform *plat, trun_yaml_doc *doc, t
     }
     trun_yaml_apply(doc, cl);
   }
-  if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val && !cl->v[TRUN_OPT_EXPLAIN].val) {
+  if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val && !cl->v[TRUN_OPT_EXPLAIN].val &&
+      !cl->v[TRUN_OPT_LIST_EXCLUDED].val) {
     fprintf(stderr, "trun: error: no training script: give it on the command line%s%s\n",
             path ? " or as 'script:' in " : "", path ? path : "");
     return 2;
@@ -78,6 +79,8 @@ int main(int argc, char **argv) {
   int code = resolve(&cl, &plat, &doc, &cfg);
   if (code == 0 && cfg.print_config) {
     trun_print_config(stdout, &cl, 0);
+  } else if (code == 0 && cfg.list_excluded) {
+    code = trun_rdzv_excluded_print(&cfg, cfg.list_excluded, stdout);
   } else if (code == 0 && cfg.explain) {
     code = trun_explain(&cfg, environ, stdout);
   } else if (code == 0 && cl.v[TRUN_OPT_HOSTFILE].val && *cl.v[TRUN_OPT_HOSTFILE].val) {

@@ -62,6 +62,11 @@ void trun__rdzv_close_stores(trun_rdzv *r);
 int trun__rdzv_attempt_propose(trun_rdzv *r);
 int trun__rdzv_attempt_settle(trun_rdzv *r);
 
+/* ---- rdzv_exclude.c ---- */
+/* Before a round: reads the job's exclusion list into r->excl (marking news) and, where this node is on it,
+ * sets r->excluded and returns -1 with the cause in err. */
+int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen);
+
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
 int trun__rdzv_sa_text(const struct sockaddr *sa, char *text, size_t len);

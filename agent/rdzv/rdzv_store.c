@@ -20,7 +20,9 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
   void *poll_arg = r->poll_arg;
   void (*on_news)(void *, int, int) = r->on_news;
   void *on_news_arg = r->on_news_arg;
+  const trun_node *node = r->node;
   memset(r, 0, sizeof(*r));
+  r->node = node;
   r->poll = poll;
   r->poll_arg = poll_arg;
   r->on_news = on_news;

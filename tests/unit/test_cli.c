@@ -131,6 +131,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
+    {TRUN_OPT_LIST_EXCLUDED, "list-excluded", "list_excluded", 0, 0, NULL, "TRUN_LIST_EXCLUDED", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

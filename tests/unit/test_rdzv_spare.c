@@ -1,7 +1,10 @@
-/* Spares and the job's attempt (agent/rdzv/rdzv_attempt.c, issue 30) against an in-process store: the nodes
- * of a round get one attempt, the highest count among them, whoever joined when (a spare at 0, survivors
- * at 1); the round's value stays once set; a membership round keeps the attempt; a key holding something
- * else than a count is named, not trusted.
+/* Spares and bad nodes (issue 30) against an in-process store.
+ * The job's attempt (agent/rdzv/rdzv_attempt.c): the nodes of a round get one attempt, the highest count
+ * among them, whoever joined when (a spare at 0, survivors at 1); the round's value stays once set; a
+ * membership round keeps the attempt; a key holding something else than a count is named, not trusted.
+ * The exclusion list (rdzv_exclude.c, rdzv_export.c): records written and read back, who matches (same host;
+ * same instance and a shared GPU where known), a node on the list refused at its next round with the cause,
+ * news (new, ended), records that are not trun's ignored, the Slurm and JSON exports.
  */
 #include "client.h"
 #include "rdzv_int.h"
@@ -111,12 +114,143 @@ START_TEST(test_attempt_garbage) {
 }
 END_TEST
 
+static trun_rdzv_exclusion excl_of(const char *host, const char *instance, const char *gpus) {
+  trun_rdzv_exclusion e;
+  memset(&e, 0, sizeof(e));
+  snprintf(e.id.host, sizeof(e.id.host), "%s", host);
+  snprintf(e.id.instance, sizeof(e.id.instance), "%s", instance);
+  snprintf(e.id.gpus, sizeof(e.id.gpus), "%s", gpus);
+  return e;
+}
+
+START_TEST(test_exclusion_matches) {
+  trun_rdzv_node_id me;
+  memset(&me, 0, sizeof(me));
+  snprintf(me.host, sizeof(me.host), "10.0.0.3");
+  snprintf(me.instance, sizeof(me.instance), "i-03");
+  snprintf(me.gpus, sizeof(me.gpus), "GPU-a,GPU-b");
+  trun_rdzv_exclusion e = excl_of("10.0.0.3", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1); /* by address only: a cut-off node */
+  e = excl_of("10.0.0.4", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("10.0.0.3", "i-03", "GPU-b");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1);
+  e = excl_of("10.0.0.3", "i-99", "GPU-a"); /* a new instance under the old name */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("10.0.0.3", "", "GPU-x,GPU-y"); /* other GPUs */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+}
+END_TEST
+
+START_TEST(test_exclusion_list) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "ex");
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
+  cfg.endpoint_port = us.port;
+  cfg.rdzv_conf = "trun_exclude_seconds=1";
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 0);
+  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  char err[1024];
+  /* nothing on the list: the round goes ahead */
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 0);
+  /* another node excluded: news for this one, which goes ahead */
+  trun_rdzv_node_id other;
+  memset(&other, 0, sizeof(other));
+  snprintf(other.host, sizeof(other.host), "10.0.0.3");
+  snprintf(other.hostname, sizeof(other.hostname), "node3");
+  snprintf(other.gpus, sizeof(other.gpus), "GPU-1,GPU-2");
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &other, "health", "failed the health gate: ecc"), 0);
+  /* a record that is not trun's (someone wrote the key space): ignored */
+  int64_t n;
+  ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ex/excluded/n"), 1, &n), 0);
+  ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/ex/excluded/2"), trun_str("{not json")), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 1);
+  ck_assert_int_eq(r.n_excl_news, 1);
+  ck_assert_int_eq(r.excl[0].news, TRUN_RDZV_EXCL_NEW);
+  ck_assert_str_eq(r.excl[0].kind, "health");
+  ck_assert_str_eq(r.excl[0].id.hostname, "node3");
+  ck_assert_int_eq(r.excluded, 0);
+  /* the exports */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "node3\n");
+  free(buf);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "json", f), 0);
+  fclose(f);
+  ck_assert_msg(strstr(buf, "\"host\": \"10.0.0.3\"") && strstr(buf, "\"GPU-2\"") &&
+                    strstr(buf, "\"kind\": \"health\"") && strstr(buf, "\"run_id\": \"ex\""),
+                "%s", buf);
+  free(buf);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "xml", stdout), 2);
+  /* this node excluded: its next round is refused, with the cause */
+  trun_rdzv_node_id me;
+  trun_rdzv_node_identity("10.0.0.2", NULL, &me);
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "GPU 0 Xid 79: fallen off the bus"), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), -1);
+  ck_assert_int_eq(r.excluded, 1);
+  ck_assert_msg(
+      strstr(err, "node 10.0.0.2 is excluded") && strstr(err, "xid: GPU 0 Xid 79") && strstr(err, "exit 3"),
+      "%s", err);
+  ck_assert_int_eq(r.excl[0].news, 0);
+  /* the time is up: both end, once */
+  usleep(1100000);
+  r.excluded = 0;
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 2);
+  ck_assert_int_eq(r.excl[0].news, TRUN_RDZV_EXCL_ENDED);
+  ck_assert_int_eq(r.excl[1].news, TRUN_RDZV_EXCL_ENDED);
+  /* a node that first reads the list after they ended learns both, at once */
+  trun_rdzv late;
+  node_init(&late, &cfg, us.port, 0);
+  snprintf(late.host_addr, sizeof(late.host_addr), "10.0.0.2");
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&late, err, sizeof(err)), 0);
+  ck_assert_int_eq(late.n_excl, 2);
+  ck_assert_int_eq(late.excl[1].news, TRUN_RDZV_EXCL_NEW | TRUN_RDZV_EXCL_ENDED);
+  free(late.excl);
+  trun_client_close(late.client);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl_news, 0);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "\n");
+  free(buf);
+  /* exclusions off: nothing is written */
+  cfg.rdzv_conf = "trun_exclude_seconds=0";
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "again"), 0);
+  ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ex/excluded/n"), 0, &n), 0);
+  ck_assert_int_eq((int)n, 3);
+  free(r.excl);
+  trun_client_close(r.client);
+  unit_server_stop(&us);
+}
+END_TEST
+
 static Suite *spare_suite(void) {
   Suite *s = suite_create("rdzv_spare");
   TCase *tc = tcase_create("attempt");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_attempt_spare_takes_survivors);
   tcase_add_test(tc, test_attempt_garbage);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("exclusion");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_exclusion_matches);
+  tcase_add_test(tc, test_exclusion_list);
   suite_add_tcase(s, tc);
   return s;
 }
