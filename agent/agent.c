@@ -540,6 +540,7 @@ static void end_round_multinode(agent *a) {
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
+  if (!a->in_round) trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
   return a->signal_seen != 0 || a->unhealthy;
 }
 
@@ -617,7 +618,7 @@ static int before_round(agent *a) {
   a->rdzv.attempt = a->restart_count;
   if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
     trun_obs_rdzv_end(a->obs, a->round, err);
-    trun_error("%s", err);
+    if (!a->unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
     return -1;
   }
   a->round = a->rdzv.round;           /* the elastic backends' rounds are the store's */
@@ -732,7 +733,10 @@ static int agent_main(agent *a) {
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
   /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
-  if (code != TRUN_EXIT_CUT_OFF && !a->rdzv.excluded)
+  /* Nor does a node refused by the exclusion list, or one that turned unhealthy before it ever joined (a
+   * spare): they were in no round, whose exit barrier they would count in. */
+  int outside = a->rdzv.excluded || (a->unhealthy && a->rdzv.group_world_size == 0);
+  if (code != TRUN_EXIT_CUT_OFF && !outside)
     trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }

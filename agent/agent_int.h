@@ -111,6 +111,8 @@ struct agent {
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
+  const char *unhealthy_kind;     /* the exclusion's kind: "xid", or "health" (a gate run while waiting) */
+  double health_at;               /* monotonic ms of the last health gate run */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
 };
 
@@ -138,6 +140,10 @@ void trun__agent_announce_failure(agent *a);
  * failed check, tells the other nodes through the rendezvous store and returns -1 (exit 3, not joining);
  * then starts the Xid watcher on the agent's loop. 0 to go on. */
 int trun__agent_health_gate(agent *a);
+/* While the agent waits in the rendezvous (a spare, a node waiting for others): the health gate again every
+ * trun_wait_health_interval, so that a spare that went bad does not take over. 1 when it failed with
+ * --health-check fail: a->unhealthy is set (the wait ends; the agent leaves, excluded, and exits 3). */
+int trun__agent_health_recheck(agent *a);
 /* Other nodes' health records (a failed gate, a hardware Xid) the store holds and this agent has not read:
  * node rank 0 prints each; with fs, each is also added to fs[*n..cap) as a failure record (the root cause
  * of this round when it came first). */

@@ -120,6 +120,9 @@ struct trun_rdzv_exclusion {
 void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id);
 /* --rdzv-conf trun_exclude_seconds: how long an exclusion lasts (default 1800; 0: none are made). */
 double trun_rdzv_exclude_seconds(const trun_config *cfg);
+/* --rdzv-conf trun_wait_health_interval: how often an agent waiting in the rendezvous (a spare) runs its
+ * health gate again, in seconds (default 60; 0: never). */
+double trun_rdzv_wait_health_interval(const trun_config *cfg);
 /* --rdzv-conf trun_exclude_failures: K, a node whose workers were the first to fail K rounds in a row is
  * excluded (default 3; 0: never). */
 int trun_rdzv_exclude_failures(const trun_config *cfg);

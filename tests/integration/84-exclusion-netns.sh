@@ -11,7 +11,13 @@
 #      the exclusion and its cause; the workers of h0 and h1 are not restarted for it.
 #   4. The exclusion ends (the export's list runs empty: polled): h2 starts again and joins, the job grows to
 #      a world of 3, and the survivors' events say exclusion_ended.
-#   5. Bad input: --list-excluded xml, no endpoint, a bad trun_exclude_seconds exit 2; a store that is not
+#   5. A warm spare (--nnodes 2:2, trun_wait_health_interval=1): h0 and h1 train, h2 waits as a spare; its GPU
+#      gets the ECC errors while it waits: its gate, run again while waiting, fails: it exits 3 naming it, is
+#      excluded, and h0 and h1 train on undisturbed.
+#   6. Repeated failures (trun, trun_exclude_failures=2): h2's worker fails at once, round after round, while
+#      h0's and h1's wait for it; after its second such round h2 excludes itself (kind failures), is refused
+#      at its next rendezvous (exit 3), and h0 and h1 train on as a world of 2.
+#   7. Bad input: --list-excluded xml, no endpoint, a bad trun_exclude_seconds exit 2; a store that is not
 #      there exits 1 naming it.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
 set -u
@@ -122,8 +128,89 @@ PY
   echo "ok: $be: h2 excluded for its health gate, refused while excluded (exit 3), back once it ended"
 }
 
+warm_spare() { # backend port
+  local be=$1 port=$2 out=$tmp/$1-warm n before
+  mkdir -p "$out"
+  health_node "$tmp" 2 '{}'
+  startw() { # node
+    # shellcheck disable=SC2046
+    env $(health_env "$tmp" "$1") EL_HOST=h$1 GLOO_SOCKET_IFNAME=eth0 \
+      ip netns exec "${hosts[$1]}" "$TRUN" --nnodes 2:2 --nproc-per-node 1 --rdzv-backend "$be" \
+      --rdzv-endpoint "10.251.0.1:$port" --rdzv-id "warm-$be" --health-check fail \
+      --rdzv-conf join_timeout=120,last_call_timeout=1,trun_wait_health_interval=1 \
+      --local-addr "10.251.0.$(($1 + 1))" --max-restarts 2 --log-dir "$out/logs$1" --events "$out/events$1" \
+      "$TRUN_REPO/tests/agent/elastic_worker.py" "$out" >"$out/agent$1.out" 2>"$out/agent$1.err" &
+    pid[$1]=$!
+  }
+  dumpw() { for n in 0 1 2; do dump_agent "$be warm agent $n" "$out/agent$n.out" "$out/agent$n.err"; done; }
+  note "$be: a warm spare goes bad while it waits"
+  startw 0
+  wait_for "listening ${hosts[0]} $port" 60 || { dumpw; fail "$be warm: h0 does not serve the rendezvous store"; }
+  startw 1
+  wait_for "[ \$(worlds $out 2) -ge 2 ]" 90 || { dumpw; fail "$be warm: h0 + h1 did not form a world of 2"; }
+  before=$(ls "$out"/world.* | wc -l)
+  startw 2
+  sleep 3 # only makes it likely that h2 waits as a spare when its GPU goes bad; the checks are the same
+  kill -0 "${pid[2]}" 2>/dev/null || { dumpw; fail "$be warm: the spare h2 did not wait"; }
+  # the fake NVML's file replaced at once: the spare's gate may read it at any moment
+  health_node "$tmp/next" 2 '{"ecc_volatile_uncorrected": 2}'
+  mv "$tmp/next/node2/nvml.json" "$tmp/node2/nvml.json"
+  wait_pid_exit "${pid[2]}" 60 || { dumpw; fail "$be warm: h2 still runs 60 s after its GPU went bad"; }
+  [ "$WAIT_RC" = 3 ] || { dumpw; fail "$be warm: h2 exited $WAIT_RC, want 3"; }
+  grep -q "failed the health gate while it waited in the rendezvous (--health-check=fail): FAIL ecc" "$out/agent2.err" ||
+    { dumpw; fail "$be warm: h2 does not name the failed gate"; }
+  ip netns exec "${hosts[1]}" "$TRUN" --list-excluded json --rdzv-endpoint "10.251.0.1:$port" --rdzv-id "warm-$be" |
+    "$TRUN_HOST_PY" -c 'import json, sys; (e,) = json.load(sys.stdin)["excluded"]; assert e["host"] == "10.251.0.3" and e["kind"] == "health", e' ||
+    fail "$be warm: h2 is not on the exclusion list"
+  [ "$(ls "$out"/world.* | wc -l)" = "$before" ] || { dumpw; fail "$be warm: h0 and h1 restarted for the spare"; }
+  ! ls "$out"/world.h2.* >/dev/null 2>&1 || fail "$be warm: h2 started a worker"
+  touch "$out/finish"
+  for n in 0 1; do
+    wait_pid_exit "${pid[$n]}" 90 || { dumpw; fail "$be warm: h$n still runs after finish"; }
+    [ "$WAIT_RC" = 0 ] || { dumpw; fail "$be warm: h$n exited $WAIT_RC, want 0"; }
+  done
+  kill_marked
+  echo "ok: $be: the warm spare that went bad while it waited left (exit 3), excluded; h0 and h1 undisturbed"
+}
+
+failing_node() { # port
+  local port=$1 out=$tmp/failing n
+  mkdir -p "$out"
+  cat >"$out/worker.py" <<PY
+import os, runpy, sys
+if os.environ.get("EL_HOST") == "h2":
+    sys.exit("h2's worker fails at once (test 84)")
+sys.argv = ["elastic_worker.py", "$out"]
+runpy.run_path("$TRUN_REPO/tests/agent/elastic_worker.py", run_name="__main__")
+PY
+  for n in 0 1 2; do
+    EL_HOST=h$n GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$n]}" "$TRUN" --nnodes 2:3 --nproc-per-node 1 \
+      --rdzv-backend trun --rdzv-endpoint "10.251.0.1:$port" --rdzv-id failing --max-restarts 5 \
+      --rdzv-conf join_timeout=120,last_call_timeout=2,trun_exclude_failures=2 --local-addr "10.251.0.$((n + 1))" \
+      --log-dir "$out/logs$n" --events "$out/events$n" "$out/worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
+    pid[$n]=$!
+  done
+  dumpf() { for n in 0 1 2; do dump_agent "failing agent $n" "$out/agent$n.out" "$out/agent$n.err"; done; }
+  note "trun: h2's workers fail first round after round"
+  wait_pid_exit "${pid[2]}" 180 || { dumpf; fail "failing: h2 still runs"; }
+  [ "$WAIT_RC" = 3 ] || { dumpf; fail "failing: h2 exited $WAIT_RC, want 3 (excluded)"; }
+  grep -q "node 10.251.0.3 is excluded from job 'failing' for [0-9]* more s (failures: its workers were the first to fail in 2 rounds in a row" \
+    "$out/agent2.err" || { dumpf; fail "failing: h2 does not name its exclusion for repeated failures"; }
+  wait_for "[ \$(worlds $out 2) -ge 2 ]" 120 || { dumpf; fail "failing: h0 + h1 did not train on as a world of 2"; }
+  touch "$out/finish"
+  for n in 0 1; do
+    wait_pid_exit "${pid[$n]}" 90 || { dumpf; fail "failing: h$n still runs after finish"; }
+    [ "$WAIT_RC" = 0 ] || { dumpf; fail "failing: h$n exited $WAIT_RC, want 0"; }
+  done
+  kill_marked
+  echo "ok: trun: a node whose workers failed first twice in a row excluded itself; the job went on as 2"
+}
+
 run_backend c10d 29841
 run_backend trun 29842
+warm_spare c10d 29844
+warm_spare trun 29845
+failing_node 29846
 
 note "bad input"
 rc=0
