@@ -138,24 +138,35 @@ def one_run(cl, launcher, kind, port, cap=CAP):
                       SETUP) is None:
             tail = open(os.path.join(d, "agent0.err")).read()[-400:]
             raise RuntimeError(f"recovery bench {launcher} {kind}: no world of 3 in {SETUP:.0f} s; node 0: {tail}")
-        t0 = time.time()
-        if kind == "crash":
-            cl.kill(2)
-        else:
-            cl.link(2, "down")
-
-        def resumed():
-            ts = [min((t for w, t in firsts(d, n) if w == 2 and t > t0), default=None) for n in (0, 1)]
-            return None if None in ts else max(ts) - t0
-
-        return wait_until(resumed, cap)
+        return lose_node2(cl, kind, d, 2, (0, 1), cap)
     finally:
-        for n in range(3):
-            cl.kill(n)
-        for a in agents:
-            a.wait()
-        if kind == "silent":
-            cl.link(2, "up")
+        teardown(cl, kind, agents)
+
+
+def lose_node2(cl, kind, d, world, nodes, cap):
+    """Loses node 2 (kind crash or silent); seconds until every one of `nodes` all-reduced in a world of
+    `world` after that, None if not within cap."""
+    t0 = time.time()
+    if kind == "crash":
+        cl.kill(2)
+    else:
+        cl.link(2, "down")
+
+    def resumed():
+        ts = [min((t for w, t in firsts(d, n) if w == world and t > t0), default=None) for n in nodes]
+        return None if None in ts else max(ts) - t0
+
+    return wait_until(resumed, cap)
+
+
+def teardown(cl, kind, agents):
+    """Kills everything in the cluster's namespaces, reaps the agents, brings node 2's link back."""
+    for n in range(len(cl.hosts)):
+        cl.kill(n)
+    for a in agents:
+        a.wait()
+    if kind == "silent":
+        cl.link(2, "up")
 
 
 def interleaved(what, cl, run, reps, launchers, kinds, port, cap):

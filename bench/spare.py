@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from recovery import CAP, HOST_PY, SETUP, Cluster, agent_cmd, firsts, interleaved, wait_until
+from recovery import (CAP, HOST_PY, SETUP, Cluster, agent_cmd, firsts, interleaved, lose_node2, teardown,
+                      wait_until)
 
 LAUNCHERS = ("trun-c10d", "trun-trun", "torchrun-1.13")
 KINDS = ("crash", "silent")
@@ -46,24 +47,9 @@ def one_run(cl, launcher, kind, port, cap=CAP):
         time.sleep(SETTLE)
         if firsts(d, 3):
             raise RuntimeError(f"spare bench {launcher} {kind}: the spare ran workers in a full round")
-        t0 = time.time()
-        if kind == "crash":
-            cl.kill(2)
-        else:
-            cl.link(2, "down")
-
-        def taken_over():
-            ts = [min((t for w, t in firsts(d, n) if w == 3 and t > t0), default=None) for n in (0, 1, 3)]
-            return None if None in ts else max(ts) - t0
-
-        return wait_until(taken_over, cap)
+        return lose_node2(cl, kind, d, 3, (0, 1, 3), cap)
     finally:
-        for n in range(4):
-            cl.kill(n)
-        for a in agents:
-            a.wait()
-        if kind == "silent":
-            cl.link(2, "up")
+        teardown(cl, kind, agents)
 
 
 def spare_bench(reps, launchers=LAUNCHERS, kinds=KINDS, cap=CAP):
