@@ -540,7 +540,7 @@ static void end_round_multinode(agent *a) {
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
-  if (!a->in_round) trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
+  if (a->in_rdzv) trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
   return a->signal_seen != 0 || a->unhealthy;
 }
 
@@ -616,7 +616,10 @@ static int before_round(agent *a) {
   char err[512];
   trun_obs_rdzv_start(a->obs, a->round);
   a->rdzv.attempt = a->restart_count;
-  if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
+  a->in_rdzv = 1;
+  int rc = trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err));
+  a->in_rdzv = 0;
+  if (rc < 0) {
     trun_obs_rdzv_end(a->obs, a->round, err);
     if (!a->unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
     return -1;
