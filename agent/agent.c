@@ -559,6 +559,7 @@ static void end_round_multinode(agent *a) {
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
+  if (a->in_rdzv) trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
   return a->signal_seen != 0 || a->unhealthy;
 }
 
@@ -614,6 +615,7 @@ static int meet(agent *a) {
   a->rdzv.on_news_arg = a;
   a->rdzv.on_wait = trun__agent_wait_hook;
   a->rdzv.on_wait_arg = a;
+  a->rdzv.node = a->node; /* how the exclusion list knows this node */
   if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
@@ -636,14 +638,20 @@ static int meet(agent *a) {
 static int before_round(agent *a) {
   char err[512];
   trun_obs_rdzv_start(a->obs, a->round);
-  if (trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err)) < 0) {
+  a->rdzv.attempt = a->restart_count;
+  a->in_rdzv = 1;
+  int rc = trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err));
+  a->in_rdzv = 0;
+  if (rc < 0) {
     trun_obs_rdzv_end(a->obs, a->round, err);
-    trun_error("%s", err);
+    if (!a->unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
     return -1;
   }
-  a->round = a->rdzv.round; /* the elastic backends' rounds are the store's */
+  a->round = a->rdzv.round;           /* the elastic backends' rounds are the store's */
+  a->restart_count = a->rdzv.attempt; /* and their attempt the job's: a spare takes the survivors' */
   reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
+  trun__agent_exclusion_news(a);
   /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
    * loss): said here; the recovery is timed from the earliest. */
   a->recovery_from = 0;
@@ -717,6 +725,7 @@ static void after_round(agent *a) {
     if (atoi(a->end_value + 5) != a->rdzv.group_rank) a->result = OUT_PEER_LOST;
   }
   if (a->result == OUT_FAILED) membership_or_failure(a);
+  trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
 }
 
 static void on_backoff_done(uv_timer_t *t) { uv_stop(t->loop); }
@@ -733,18 +742,21 @@ static int backoff_wait(agent *a, double s) {
 }
 
 /* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
- * code. A membership change starts a new round with the same attempt number, like torchrun. The restart
- * policy (restart_policy.h) counts requeues against --max-restarts, waits before a restart after a fast
- * failure and stops a crash loop. */
+ * code. A membership change starts a new round with the same attempt number, like torchrun. --max-restarts
+ * counts the job's attempts (a spare that joins at attempt 2 has two restarts fewer left) and, through the
+ * restart policy (restart_policy.h), the requeues before this run; the policy also waits before a restart
+ * after a fast failure and stops a crash loop. */
 static int rounds(agent *a) {
   trun_restart_policy pol;
   trun_restart_policy_init(&pol, a->cfg, a->env);
-  int remaining = trun_restart_policy_remaining(&pol);
+  int budget = trun_restart_policy_remaining(&pol); /* --max-restarts less the requeues */
   if (pol.offset > 0)
     trun_info("%s=%d: the job used %d restart(s) before this run; %d of --max-restarts %d left",
-              pol.offset_from, pol.offset, pol.offset, remaining, pol.max_restarts);
+              pol.offset_from, pol.offset, pol.offset, budget, pol.max_restarts);
   for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0 || a->unhealthy) return 1; /* unhealthy: agent_main's exit */
+    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
+      return a->rdzv.excluded ? TRUN_EXIT_UNHEALTHY : 1;
+    int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun__agent_now();
     run_round(a);
     after_round(a);
@@ -802,7 +814,10 @@ static int agent_main(agent *a) {
   if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
   /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
-  if (code != TRUN_EXIT_CUT_OFF && !a->store_stuck)
+  /* Nor does a node refused by the exclusion list, or one that turned unhealthy before it ever joined (a
+   * spare): they were in no round, whose exit barrier they would count in; nor one whose store is stuck. */
+  int outside = a->rdzv.excluded || (a->unhealthy && a->rdzv.group_world_size == 0);
+  if (code != TRUN_EXIT_CUT_OFF && !outside && !a->store_stuck)
     trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }

@@ -82,6 +82,7 @@ static void publish_gate(agent *a, const trun_health *h) {
   trun_client *c = NULL;
   int rc = json ? trun_client_connect(&o, &c) : -ENOMEM;
   if (rc == 0) rc = publish(c, cfg->run_id, json);
+  if (rc == 0) trun__agent_exclude_self(a, c, node_name(a), "health", msg);
   if (rc < 0)
     trun_warn(
         "health: could not tell the other nodes why this node stays out (rendezvous store %s:%d: %s); node "
@@ -129,6 +130,7 @@ int trun__agent_health_gate(agent *a) {
   if (!a->node->instance.instance_type[0]) trun_discover_instance(a->node, 1);
   trun_health_run(a->node, a->env, a->discover_err, mask, h);
   h->elapsed_ms = mono_ms() - t0;
+  a->health_at = mono_ms();
   trun_obs_health(a->obs, h);
   int fails = 0, warns = 0;
   for (int i = 0; i < h->n; i++) {
@@ -159,6 +161,53 @@ int trun__agent_health_gate(agent *a) {
   free(h);
   start_xid_watch(a);
   return 0;
+}
+
+int trun__agent_health_recheck(agent *a) {
+  const trun_config *cfg = a->cfg;
+  double every = trun_rdzv_wait_health_interval(cfg);
+  if (cfg->health_check != TRUN_HEALTH_CHECK_FAIL || a->node == NULL || a->unhealthy || every <= 0 ||
+      mono_ms() - a->health_at < every * 1000)
+    return 0;
+  unsigned mask = TRUN_HEALTH_ALL;
+  char err[512];
+  if (trun_health_parse_checks(cfg->health_checks, &mask, err, sizeof(err)) < 0) mask = TRUN_HEALTH_ALL;
+  /* The GPUs' facts as they are now (NVML in a child), on a copy: the workers' plan keeps the first. */
+  trun_health *h = malloc(sizeof(*h));
+  trun_node *now = malloc(sizeof(*now));
+  if (h == NULL || now == NULL) {
+    free(h);
+    free(now);
+    return 0;
+  }
+  *now = *a->node;
+  char derr[512] = "";
+  if (trun_discover_gpus_flags(now, a->env, TRUN_GPU_HEALTH, derr, sizeof(derr)) < 0)
+    trun_debug("health: GPU discovery: %s", derr);
+  trun_health_run(now, a->env, derr[0] ? derr : a->discover_err, mask, h);
+  free(now);
+  a->health_at = mono_ms();
+  int fails = 0;
+  for (int i = 0; i < h->n; i++)
+    if (h->c[i].status == TRUN_HEALTH_FAIL) {
+      fails++;
+      fprintf(stderr, "trun: health: FAIL %s [%s]: %s\n", h->c[i].name, h->c[i].value, h->c[i].reason);
+    }
+  if (fails) {
+    trun_obs_health(a->obs, h);
+    char summary[400];
+    trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
+    snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
+             "failed the health gate while it waited in the rendezvous (--health-check=fail): %s", summary);
+    a->unhealthy = 1;
+    a->unhealthy_kind = "health";
+    a->unhealthy_lr = -1;
+    a->unhealthy_time = trun__agent_now();
+    trun_error("%s; node %s leaves the job and exits %d, so that the scheduler replaces it", a->unhealthy_msg,
+               node_name(a), TRUN_EXIT_UNHEALTHY);
+  }
+  free(h);
+  return fails > 0;
 }
 
 /* ---- Xids during the job ------------------------------------------------------------------------ */
@@ -224,6 +273,8 @@ void trun__agent_leave_unhealthy(agent *a) {
     if (rc < 0)
       trun_warn("health: could not publish this node's cause in the rendezvous store: %s", strerror(-rc));
     free(json);
+    trun__agent_exclude_self(a, a->rdzv.client, node_name(a), a->unhealthy_kind ? a->unhealthy_kind : "xid",
+                             a->unhealthy_msg);
   }
   /* The other nodes start their next round at once instead of after this node's heartbeat expires: its
    * loss record names the Xid (rdzv_live.c; in a round only: between rounds the rendezvous notices). */
@@ -239,6 +290,8 @@ int trun__agent_unhealthy_exit(agent *a) {
           node_name(a), a->unhealthy_msg, TRUN_EXIT_UNHEALTHY);
   return TRUN_EXIT_UNHEALTHY;
 }
+
+void trun__agent_after_round_health(agent *a) { trun__agent_failure_streak(a, node_name(a)); }
 
 /* ---- what the other nodes published ------------------------------------------------------------- */
 

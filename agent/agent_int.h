@@ -124,6 +124,10 @@ struct agent {
   double unhealthy_time;          /* when the agent read it (unix seconds) */
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
+  int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
+  const char *unhealthy_kind;     /* the exclusion's kind: "xid", or "health" (a gate run while waiting) */
+  double health_at;               /* monotonic ms of the last health gate run */
+  int in_rdzv;                    /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
   trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
@@ -172,6 +176,10 @@ void trun__agent_worker_stuck(agent *a, worker *w);
  * failed check, tells the other nodes through the rendezvous store and returns -1 (exit 3, not joining);
  * then starts the Xid watcher on the agent's loop. 0 to go on. */
 int trun__agent_health_gate(agent *a);
+/* While the agent waits in the rendezvous (a spare, a node waiting for others): the health gate again every
+ * trun_wait_health_interval, so that a spare that went bad does not take over. 1 when it failed with
+ * --health-check fail: a->unhealthy is set (the wait ends; the agent leaves, excluded, and exits 3). */
+int trun__agent_health_recheck(agent *a);
 /* Other nodes' health records (a failed gate, a hardware Xid) the store holds and this agent has not read:
  * node rank 0 prints each; with fs, each is also added to fs[*n..cap) as a failure record (the root cause
  * of this round when it came first). */
@@ -181,6 +189,8 @@ void trun__agent_leave_unhealthy(agent *a);
 /* The job ends for an unhealthy node: it leaves (if not yet), prints its failure report and returns
  * TRUN_EXIT_UNHEALTHY. */
 int trun__agent_unhealthy_exit(agent *a);
+/* After a round: trun__agent_failure_streak with this node's name. */
+void trun__agent_after_round_health(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
 
@@ -201,5 +211,14 @@ void trun__agent_torchwatch_close(agent *a);
 void trun__agent_wait_hook(void *arg, const trun_wait_info *w);
 void trun__agent_stop_wait_begin(agent *a, int sig);
 void trun__agent_stop_wait_end(agent *a);
+/* agent_exclude.c: puts this node (known to the others as host) on the job's exclusion list through c. */
+void trun__agent_exclude_self(agent *a, trun_client *c, const char *host, const char *kind,
+                              const char *cause);
+/* The exclusion list's news of this round (read by trun_rdzv_next_round): events, metrics, stderr on node
+ * rank 0. */
+void trun__agent_exclusion_news(agent *a);
+/* After a round: this node's workers failed first trun_exclude_failures rounds in a row: it excludes itself
+ * (its next rendezvous refuses it: exit 3). */
+void trun__agent_failure_streak(agent *a, const char *host);
 
 #endif

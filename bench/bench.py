@@ -4,11 +4,12 @@ Contenders run interleaved (A B C A B C ...) so that drift on the machine hits t
 is the median of the repetitions and every comparison is a ratio measured in this one run.
 Writes bench/results/<date>-cpu.json and prints the tables. Run through `make bench`.
 
-Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|warm|rdzv|recovery] [--out-dir DIR]
+Usage: bench.py [--reps N] [--quick] [--only store|conns|launch|restart|warm|rdzv|recovery|spare] [--out-dir DIR]
 --quick (`BENCH_QUICK=1 make bench`): every benchmark once at its smallest size, to check the whole chain
 (bench.py -> JSON -> plots.py -> readme.py) in about a minute; bench/run.sh sends it to build/bench-quick/.
 The recovery benchmark (bench/recovery.py: a node lost from a job of 3, crash and silent, trun's two elastic
 backends against torchrun 1.13) needs root for its network namespaces; --quick times trun's crash case once.
+So does the spare benchmark (bench/spare.py, issue 30: a spare of a job of 3 taking a lost node's place).
 """
 import argparse
 import datetime
@@ -500,6 +501,14 @@ def summarize(res):
                              f"more than x{ratio(o['cap_seconds'], t['seconds'])} (torchrun: none in "
                              f"{o['cap_seconds']:.0f} s)")
                     lines.append(f"ratio torchrun-1.13/{mine} recovery {kind}: time {other}")
+    sp = res.get("spare", [])
+    if sp:
+        lines.append("Spare: node 2 of 3 lost, a 4th waiting; until the survivors and the spare all-reduce in a "
+                     "world of 3 (median):")
+        for r in sp:
+            got = (f"{r['seconds']:.2f} s" if r["seconds"] is not None else
+                   f"no takeover in {r['cap_seconds']:.0f} s in {r['reps'] - r['recovered']} of {r['reps']} runs")
+            lines.append(f"spare {r['launcher']:14s} {r['kind']:6s}: {got}")
     return "\n".join(lines)
 
 
@@ -507,7 +516,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "warm", "rdzv", "recovery"])
+    ap.add_argument("--only", choices=["store", "conns", "launch", "restart", "warm", "rdzv", "recovery", "spare"])
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
@@ -537,9 +546,17 @@ def main():
             res["recovery"] = recovery.recovery_bench(1, ("trun-c10d", "trun-trun", "trun-c10d-warm"), ("crash",))
         else:
             res["recovery"] = recovery.recovery_bench(reps)
+    if args.only in (None, "spare"):
+        import spare  # bench/spare.py
+        if os.geteuid() != 0:
+            log("spare: skipped (needs root for its network namespaces)")
+        elif quick:
+            res["spare"] = spare.spare_bench(1, ("trun-c10d", "trun-trun"), ("crash",))
+        else:
+            res["spare"] = spare.spare_bench(reps)
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-cpu.json")
-    parts = ("store", "conns", "launch", "restart", "warm", "rdzv", "recovery")
+    parts = ("store", "conns", "launch", "restart", "warm", "rdzv", "recovery", "spare")
     if args.only:
         # One part re-measured: keep the other parts of the day's file, or of the newest earlier one, each
         # with the date it was measured on (readme.py says which).

@@ -45,16 +45,16 @@ def ip(*args):
 
 
 class Cluster:
-    """The three namespaces and their bridge; `close` kills whatever runs in them and deletes them."""
+    """The namespaces (three, or `nodes`) and their bridge; `close` kills whatever runs in them and deletes them."""
 
-    def __init__(self):
+    def __init__(self, nodes=3):
         tag = str(os.getpid())
         self.bridge = f"trunrb-{tag}"
-        self.hosts = [f"trunrn{i}-{tag}" for i in range(3)]
+        self.hosts = [f"trunrn{i}-{tag}" for i in range(nodes)]
         self.dir = tempfile.mkdtemp(prefix="trun-bench-recovery.")
         self.hosts_file = os.path.join(self.dir, "hosts")
         with open(self.hosts_file, "w") as f:
-            f.write("127.0.0.1 localhost\n" + "".join(f"{NET}.{i + 1} node{i}\n" for i in range(3)))
+            f.write("127.0.0.1 localhost\n" + "".join(f"{NET}.{i + 1} node{i}\n" for i in range(nodes)))
         try:
             ip("netns", "add", self.bridge)
             ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
@@ -98,14 +98,14 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def agent_cmd(launcher, n, port, run_id):
+def agent_cmd(launcher, n, port, run_id, nnodes="2:3"):
     ep = f"{NET}.1:{port}"
     if launcher.startswith("trun-"):
         # trun-<backend>-warm: the same with --warm-start (issue 31).
         backend, warm = launcher[5:].split("-")[0], launcher.endswith("-warm")
-        return [TRUN, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", backend, "--rdzv-endpoint",
+        return [TRUN, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", backend, "--rdzv-endpoint",
                 ep, "--rdzv-id", run_id, "--max-restarts", "3"] + (["--warm-start"] if warm else []) + [WORKER]
-    return TORCHRUN113 + ["--nnodes", "2:3", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+    return TORCHRUN113 + ["--nnodes", nnodes, "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
                           ep, "--rdzv_id", run_id, "--max_restarts", "3", "--monitor_interval", "0.1", WORKER]
 
 
@@ -142,39 +142,49 @@ def one_run(cl, launcher, kind, port, cap=CAP):
                       SETUP) is None:
             tail = open(os.path.join(d, "agent0.err")).read()[-400:]
             raise RuntimeError(f"recovery bench {launcher} {kind}: no world of 3 in {SETUP:.0f} s; node 0: {tail}")
-        t0 = time.time()
-        if kind == "crash":
-            cl.kill(2)
-        else:
-            cl.link(2, "down")
-
-        def resumed():
-            ts = [min((t for w, t in firsts(d, n) if w == 2 and t > t0), default=None) for n in (0, 1)]
-            return None if None in ts else max(ts) - t0
-
-        return wait_until(resumed, cap)
+        return lose_node2(cl, kind, d, 2, (0, 1), cap)
     finally:
-        for n in range(3):
-            cl.kill(n)
-        for a in agents:
-            a.wait()
-        if kind == "silent":
-            cl.link(2, "up")
+        teardown(cl, kind, agents)
 
 
-def recovery_bench(reps, launchers=LAUNCHERS, kinds=KINDS, cap=CAP):
-    """One row per launcher and kind: the median of `reps` runs, interleaved (A B C A B C ...)."""
-    cl = Cluster()
+def lose_node2(cl, kind, d, world, nodes, cap):
+    """Loses node 2 (kind crash or silent); seconds until every one of `nodes` all-reduced in a world of
+    `world` after that, None if not within cap."""
+    t0 = time.time()
+    if kind == "crash":
+        cl.kill(2)
+    else:
+        cl.link(2, "down")
+
+    def resumed():
+        ts = [min((t for w, t in firsts(d, n) if w == world and t > t0), default=None) for n in nodes]
+        return None if None in ts else max(ts) - t0
+
+    return wait_until(resumed, cap)
+
+
+def teardown(cl, kind, agents):
+    """Kills everything in the cluster's namespaces, reaps the agents, brings node 2's link back."""
+    for n in range(len(cl.hosts)):
+        cl.kill(n)
+    for a in agents:
+        a.wait()
+    if kind == "silent":
+        cl.link(2, "up")
+
+
+def interleaved(what, cl, run, reps, launchers, kinds, port, cap):
+    """One row per launcher and kind: the median of `reps` runs of run(cl, launcher, kind, port, cap),
+    interleaved (A B C A B C ...); the cluster is closed at the end."""
     samples = {}
-    port = 29700
     try:
         for rep in range(reps):
             for kind in kinds:
                 for launcher in launchers:
                     port += 1
-                    s = one_run(cl, launcher, kind, port, cap)
+                    s = run(cl, launcher, kind, port, cap)
                     samples.setdefault((launcher, kind), []).append(s)
-                    log(f"recovery {launcher:14s} {kind:6s} rep={rep}: " +
+                    log(f"{what} {launcher:14s} {kind:6s} rep={rep}: " +
                         (f"{s:.2f} s" if s is not None else f"none in {cap:.0f} s"))
     finally:
         cl.close()
@@ -185,6 +195,11 @@ def recovery_bench(reps, launchers=LAUNCHERS, kinds=KINDS, cap=CAP):
                       "seconds": statistics.median(got) if len(got) == len(s) else None,
                       "runs_seconds": s, "cap_seconds": cap})
     return table
+
+
+def recovery_bench(reps, launchers=LAUNCHERS, kinds=KINDS, cap=CAP):
+    """One row per launcher and kind: the median of `reps` runs, interleaved (A B C A B C ...)."""
+    return interleaved("recovery", Cluster(), one_run, reps, launchers, kinds, 29700, cap)
 
 
 def main():

@@ -385,6 +385,11 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->dry_run = VAL(TRUN_OPT_DRY_RUN) && strcmp(VAL(TRUN_OPT_DRY_RUN), "0") != 0;
   cfg->log_line_prefix = VAL(TRUN_OPT_LOG_LINE_PREFIX);
   cfg->explain = VAL(TRUN_OPT_EXPLAIN) && strcmp(VAL(TRUN_OPT_EXPLAIN), "0") != 0;
+  cfg->list_excluded = VAL(TRUN_OPT_LIST_EXCLUDED);
+  if (cfg->list_excluded && strcmp(cfg->list_excluded, "slurm") != 0 &&
+      strcmp(cfg->list_excluded, "json") != 0)
+    return fail(err, errlen, cl, TRUN_OPT_LIST_EXCLUDED, "--list-excluded '%s' must be slurm or json",
+                cfg->list_excluded);
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
   cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
   cfg->warm_start = VAL(TRUN_OPT_WARM_START) && strcmp(VAL(TRUN_OPT_WARM_START), "0") != 0;
@@ -476,7 +481,8 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->nscript_args = cl->nscript_args;
   cfg->print_config = VAL(TRUN_OPT_PRINT_CONFIG) != NULL;
   cfg->rdzv_status = VAL(TRUN_OPT_RDZV_STATUS) && strcmp(VAL(TRUN_OPT_RDZV_STATUS), "0") != 0;
-  if (cfg->script == NULL && !cfg->explain && !cfg->print_config && !cfg->rdzv_status) {
+  if (cfg->script == NULL && !cfg->explain && !cfg->print_config && !cfg->rdzv_status &&
+      !cfg->list_excluded) {
     snprintf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

@@ -55,6 +55,7 @@ typedef struct {
   int dry_run;
   int rdzv_status;             /* --rdzv-status: print a job's rendezvous (agent/rdzv/rdzv.h) */
   int explain;                 /* --explain: print the node and the environment decisions, start nothing */
+  const char *list_excluded;   /* --list-excluded slurm|json: print the job's exclusion list, start nothing */
   int no_imds;                 /* --no-imds: no instance-metadata request */
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */

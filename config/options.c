@@ -240,6 +240,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                  TRUN_G_TRUN, "N",
                                  "Restarts the job already used before this run (scheduler requeues), "
                                  "counted against --max-restarts. Unset: $SLURM_RESTART_COUNT, else 0."},
+    [TRUN_OPT_LIST_EXCLUDED] = {"list-excluded", "list_excluded", 0, 0, NULL, "TRUN_LIST_EXCLUDED",
+                                TRUN_G_TRUN, "{slurm,json}",
+                                "Print the nodes the job's rendezvous (--rdzv-endpoint, --rdzv-id) excludes "
+                                "now, as a Slurm --exclude "
+                                "host list or as JSON, and start nothing."},
 };
 
 static const char *const trun_groups[] = {TRUN_G_SIZE, TRUN_G_RDZV, TRUN_G_USER, TRUN_G_COMPAT, TRUN_G_TRUN};

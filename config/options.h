@@ -70,6 +70,7 @@ typedef enum {
   TRUN_OPT_RESTART_BACKOFF,    /* --restart-backoff S: wait before restarting after a fast failure */
   TRUN_OPT_CRASH_LOOP,     /* --crash-loop K:S: K failed rounds in a row, each within S s: stop (exit 5) */
   TRUN_OPT_RESTART_OFFSET, /* --restart-offset N: restarts the job used before (requeues) */
+  TRUN_OPT_LIST_EXCLUDED, /* --list-excluded slurm|json: print the job's exclusion list (agent/rdzv/rdzv.h) */
   TRUN_OPT__COUNT
 } trun_opt_id;
 

@@ -323,7 +323,7 @@ int trun_cli_parse(int argc, char **argv, char **envp, trun_settings *out, char 
   if (trun_apply_env(out, envp, err, errlen) < 0) return -1;
   if (!out->script && !out->help && !out->version && !out->v[TRUN_OPT_EXPLAIN].val &&
       !out->v[TRUN_OPT_CONFIG].val && !out->v[TRUN_OPT_PRINT_CONFIG].val &&
-      !out->v[TRUN_OPT_RDZV_STATUS].val) {
+      !out->v[TRUN_OPT_RDZV_STATUS].val && !out->v[TRUN_OPT_LIST_EXCLUDED].val) {
     trun_errf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }

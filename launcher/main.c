@@ -41,7 +41,7 @@ static int resolve(trun_settings *cl, trun_platform *plat, trun_yaml_doc *doc, t
     trun_yaml_apply(doc, cl);
   }
   if (!cl->script && !cl->v[TRUN_OPT_PRINT_CONFIG].val && !cl->v[TRUN_OPT_EXPLAIN].val &&
-      !cl->v[TRUN_OPT_RDZV_STATUS].val) {
+      !cl->v[TRUN_OPT_RDZV_STATUS].val && !cl->v[TRUN_OPT_LIST_EXCLUDED].val) {
     fprintf(stderr, "trun: error: no training script: give it on the command line%s%s\n",
             path ? " or as 'script:' in " : "", path ? path : "");
     return 2;
@@ -81,6 +81,8 @@ int main(int argc, char **argv) {
     trun_print_config(stdout, &cl, 0);
   } else if (code == 0 && cfg.rdzv_status) {
     code = trun_rdzv_status(&cfg, stdout);
+  } else if (code == 0 && cfg.list_excluded) {
+    code = trun_rdzv_excluded_print(&cfg, cfg.list_excluded, stdout);
   } else if (code == 0 && cfg.explain) {
     code = trun_explain(&cfg, environ, stdout);
   } else if (code == 0 && cl.v[TRUN_OPT_HOSTFILE].val && *cl.v[TRUN_OPT_HOSTFILE].val) {

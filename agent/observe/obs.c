@@ -35,6 +35,8 @@ struct trun_obs {
   int cfg_warm;                           /* --warm-start: its metric is shown */
   unsigned long starts_warm, starts_cold; /* --warm-start */
   double recovery_s;                      /* the last recovery, -1: none yet */
+  unsigned long exclusions;               /* exclusions seen (node_excluded events) */
+  int excluded;                           /* exclusions in force at the last round */
   struct {
     char label[32];
     unsigned long n;
@@ -107,6 +109,11 @@ static void render(void *arg, trun_buf *out) {
   }
   trun_metrics_header(out, "trun_nodes_lost_total", "counter", "Nodes of this node's rounds found lost.");
   trun_metrics_sample(out, "trun_nodes_lost_total", NULL, (double)o->nodes_lost);
+  trun_metrics_header(out, "trun_exclusions_total", "counter",
+                      "Exclusions of nodes from the job this node learnt of (issue 30: docs/rendezvous.md).");
+  trun_metrics_sample(out, "trun_exclusions_total", NULL, (double)o->exclusions);
+  trun_metrics_header(out, "trun_nodes_excluded", "gauge", "Exclusions in force at this node's last round.");
+  trun_metrics_sample(out, "trun_nodes_excluded", NULL, (double)o->excluded);
   trun_metrics_header(out, "trun_recovery_seconds", "gauge",
                       "Seconds from the last node loss until this node's workers ran again (-1: none yet).");
   trun_metrics_sample(out, "trun_recovery_seconds", NULL, o->recovery_s);
@@ -313,6 +320,19 @@ void trun_obs_node_lost(trun_obs *o, const trun_rdzv_loss *l) {
   trun_events_emit(o->ev, "node_lost",
                    json_pack("{s:i,s:I,s:s,s:s,s:s,s:f}", "node", l->node, "round", (json_int_t)l->round_id,
                              "address", l->addr, "cause", l->cause, "seen_by", l->by, "detected_at", l->at));
+}
+
+void trun_obs_exclusion(trun_obs *o, const trun_rdzv_exclusion *e, int active) {
+  if (o == NULL) return;
+  o->excluded = active;
+  if (e == NULL || e->news == 0) return;
+  if (e->news & TRUN_RDZV_EXCL_NEW) o->exclusions++;
+  for (int bit = TRUN_RDZV_EXCL_NEW; bit <= TRUN_RDZV_EXCL_ENDED; bit <<= 1)
+    if (e->news & bit)
+      trun_events_emit(o->ev, bit == TRUN_RDZV_EXCL_NEW ? "node_excluded" : "exclusion_ended",
+                       json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "excluded_host", e->id.host, "hostname",
+                                 e->id.hostname, "instance", e->id.instance, "kind", e->kind, "cause",
+                                 e->cause, "gpus", e->id.gpus, "at", e->at, "until", e->until));
 }
 
 void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds) {

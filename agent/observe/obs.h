@@ -64,6 +64,10 @@ void trun_obs_xid(trun_obs *o, int gpu, const char *uuid, unsigned long long xid
 /* Another node left the job unhealthy (a failed gate or a hardware Xid; node rank 0 learns it from the
  * store): "node_unhealthy" event with its host, node rank and cause. */
 void trun_obs_node_unhealthy(trun_obs *o, const trun_failure *f);
+/* An exclusion of the job's list that is news to this node (agent/rdzv/rdzv.h): "node_excluded" (e->news
+ * TRUN_RDZV_EXCL_NEW) or "exclusion_ended" (TRUN_RDZV_EXCL_ENDED) with the node, kind, cause and times;
+ * trun_exclusions_total counts the first, trun_nodes_excluded is how many are in force (active). */
+void trun_obs_exclusion(trun_obs *o, const trun_rdzv_exclusion *e, int active);
 /* One health check as JSON: name, status, value, threshold, reason, source (the "health" event's fields and
  * trun-topo health --json's entries). */
 json_t *trun_obs_health_json(const trun_health_check *c);

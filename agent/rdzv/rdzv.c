@@ -41,7 +41,10 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
   if (r->be->publish_addr && r->be->publish_addr(r, round) < 0)
     trun_debug("could not publish this node's address for --store-allow-peers");
+  if (r->be->elastic && trun__rdzv_exclusion_round(r, err, errlen) < 0) return -1;
+  if (r->be->elastic) trun__rdzv_attempt_propose(r);
   if (r->be->next_round(r, round, err, errlen) < 0) return -1;
+  if (r->be->elastic) trun__rdzv_attempt_settle(r);
   if (r->cfg->store_allow_peers && r->be->admit_round && r->be->admit_round(r, round, err, errlen) < 0)
     return -1;
   read_prev_losses(r, prev_ks, prev_world);
@@ -72,6 +75,9 @@ void trun_rdzv_close(trun_rdzv *r) {
   trun__rdzv_live_stop(r); /* first: it leaves its round cleanly while the store is still there */
   free(r->prev_lost);
   r->prev_lost = NULL;
+  free(r->excl);
+  r->excl = NULL;
+  r->n_excl = 0;
   r->n_prev_lost = 0;
   if (r->be && r->be->close)
     r->be->close(r);

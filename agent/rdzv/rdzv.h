@@ -12,11 +12,13 @@
 
 #include <stdio.h>
 
+#include "agent/discover/discover.h"
 #include "config/config.h"
 #include "store/store.h"
 #include "store_host.h"
 
 typedef struct trun_rdzv_ops trun_rdzv_ops; /* rdzv_int.h */
+typedef struct trun_rdzv_exclusion trun_rdzv_exclusion;
 
 /* ---- waits that say what they wait for (rdzv_wait.c) ----
  * A wait of the agent that lasts says so on stderr once it has lasted a second, then after 5, 15 and 45 s
@@ -67,7 +69,11 @@ typedef struct trun_rdzv {
   const trun_config *cfg;
   int nproc;
   /* What the last round settled; the rest of the agent reads these. */
-  int round;                           /* the round number (static: the agent's; c10d, trun: the store's) */
+  int round; /* the round number (static: the agent's; c10d, trun: the store's) */
+  /* The job's attempt (TORCHELASTIC_RESTART_COUNT): before trun_rdzv_next_round the agent's own count of
+   * restarts; after it (c10d, trun) the round's, the same on every node of the round, spares and late
+   * joiners included (the highest count of its nodes, kept in the rendezvous: rdzv_attempt.c). */
+  int attempt;
   long long round_id;                  /* the round's identity in the store (c10d: its round counter) */
   int group_rank, group_world_size;    /* this node among the round's nodes */
   int base_rank, world_size;           /* this node's first global rank; all workers */
@@ -108,6 +114,13 @@ typedef struct trun_rdzv {
   /* Losses of the last round this one followed, read at the start of this round (recovery). */
   int n_prev_lost;
   struct trun_rdzv_loss *prev_lost;
+  /* This node as the exclusion list names it: set before trun_rdzv_init (NULL: by its address only). */
+  const trun_node *node;
+  /* The job's exclusion list as read at the start of the last round (rdzv_exclude.c): every record, with
+   * what is news to this node since the round before (n_excl_news of them); excluded: this node is on it
+   * (trun_rdzv_next_round failed for that: the agent exits 3). */
+  trun_rdzv_exclusion *excl;
+  int n_excl, n_excl_news, excl_read, excluded;
 } trun_rdzv;
 
 #define TRUN_RDZV_MAX_LOSSES 16 /* the losses of one round that trun_rdzv keeps */
@@ -139,6 +152,59 @@ typedef enum {
  * TRUN_RDZV_TOKEN_ENV to its workers. */
 #define TRUN_RDZV_TOKEN_ENV "TRUN_RDZV_TOKEN"
 int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, size_t errlen);
+/* ---- the exclusion list (rdzv_exclude.c, rdzv_export.c) ---- */
+#define TRUN_RDZV_MAX_EXCLUSIONS 4096 /* records read in one go */
+
+/* A node as the exclusion list names it: the same node has the same host and, where both records know them,
+ * the same instance id and a GPU UUID in common (a replaced machine under the old name is another node). */
+typedef struct trun_rdzv_node_id {
+  char host[256];     /* how the other nodes know it: --local-addr, else its FQDN */
+  char hostname[256]; /* its short host name (Slurm's node name) */
+  char instance[64];  /* its instance id, "" unknown */
+  char gpus[1024];    /* its GPU UUIDs, comma-separated, "" unknown */
+} trun_rdzv_node_id;
+
+enum { TRUN_RDZV_EXCL_NEW = 1, TRUN_RDZV_EXCL_ENDED = 2 };
+
+struct trun_rdzv_exclusion {
+  trun_rdzv_node_id id;
+  char kind[16];    /* "health", "xid", "failures", "cut_off" */
+  char cause[512];  /* what the node did, in words */
+  double at, until; /* wall-clock seconds: when it was excluded, when that ends */
+  int index;        /* its place in the job's list (1..) */
+  int news;         /* in trun_rdzv.excl: TRUN_RDZV_EXCL_NEW and/or _ENDED since the last round, else 0 */
+  int ended;
+};
+
+/* This node's identity: host (its rendezvous address), its host name, and from node (NULL: none) its
+ * instance id and GPU UUIDs. */
+void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id);
+/* --rdzv-conf trun_exclude_seconds: how long an exclusion lasts (default 1800; 0: none are made). */
+double trun_rdzv_exclude_seconds(const trun_config *cfg);
+/* --rdzv-conf trun_wait_health_interval: how often an agent waiting in the rendezvous (a spare) runs its
+ * health gate again, in seconds (default 60; 0: never). */
+double trun_rdzv_wait_health_interval(const trun_config *cfg);
+/* --rdzv-conf trun_exclude_failures: K, a node whose workers were the first to fail K rounds in a row is
+ * excluded (default 3; 0: never). */
+int trun_rdzv_exclude_failures(const trun_config *cfg);
+/* Adds node id to the job's exclusion list on c (a connection to the rendezvous store with raw keys) for
+ * trun_exclude_seconds, with kind and cause. 0 (also when exclusions are off), or a negative errno. */
+int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_node_id *id, const char *kind,
+                      const char *cause);
+/* 1 when exclusion e names node id. */
+int trun_rdzv_exclusion_matches(const trun_rdzv_exclusion *e, const trun_rdzv_node_id *id);
+/* The job's exclusion records after the first `from` ones, ended ones too, read on c: *out (the caller
+ * frees it) and *n (records that are not trun's are left out). How many records were read, or a negative
+ * errno. */
+int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv_exclusion **out, int *n);
+/* The exclusions in force now (for a status view): as trun_rdzv_exclusions from the first, without the
+ * ended ones. 0 or a negative errno. */
+int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusion **out, int *n);
+/* trun --list-excluded FORMAT: reads the list from the job's rendezvous store (cfg's endpoint and run id)
+ * and prints the exclusions in force as a Slurm --exclude host list ("slurm") or JSON ("json"). The exit
+ * code: 0, 1 (the store cannot be read), 2 (a bad format or no endpoint). */
+int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *out);
+
 /* --rdzv-conf for the chosen backend: 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
 /* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the

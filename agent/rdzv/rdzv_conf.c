@@ -102,6 +102,16 @@ int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen) {
       }
     } else if (strcmp(k, "trun_token") == 0) {
       known = 1; /* checked by trun_rdzv_token above */
+    } else if (strcmp(k, "trun_exclude_seconds") == 0 || strcmp(k, "trun_exclude_failures") == 0 ||
+               strcmp(k, "trun_wait_health_interval") == 0) {
+      known = 1; /* 0 turns it off */
+      char *e;
+      long x = strtol(v, &e, 10);
+      if (*v == '\0' || *e != '\0' || x < 0 || x > 100000000L) {
+        snprintf(err, errlen, "--rdzv-conf %s=%s: give a whole number of %s, 0 for none", k, v,
+                 strcmp(k, "trun_exclude_failures") == 0 ? "failed rounds in a row" : "seconds");
+        return -1;
+      }
     } else if (strcmp(k, "is_host") == 0) {
       known = 1;
       if (trun__rdzv_conf_bool(conf, "is_host") == -2) {

@@ -473,10 +473,13 @@ int trun_dyn_sync(trun_dyn *d) {
 
 typedef trun_dyn_action (*op_fn)(const trun_dyn_ctx *c);
 
-/* Sleeps about a second between syncs (a tenth of that while survivors of a lost node regroup), calling
- * d->poll every 100 ms and d->refresh once. */
+/* Sleeps about a second between syncs (a tenth of that while survivors of a lost node regroup, a fifth for
+ * a spare: a node outside a complete, full round, which takes a lost node's place), calling d->poll every
+ * 100 ms and d->refresh once. */
 static int pause_1s(trun_dyn *d) {
-  int slices = d->n_expect ? 1 : 10;
+  int spare = d->st.complete && d->st.n_participants >= (size_t)d->s.max_nodes &&
+              trun_dyn_find_entry(d->st.participants, d->st.n_participants, &d->me) < 0;
+  int slices = d->n_expect ? 1 : spare ? 2 : 10;
   for (int i = 0; i < slices; i++) {
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);

@@ -74,6 +74,17 @@ void trun__rdzv_wait_end(trun_rdzv *r, int started);
 int trun__rdzv_poll(void *arg);
 /* A trun_client_opts.on_connect_error for r's store connections (arg r): the cause of r->wait. */
 void trun__rdzv_connect_error(void *arg, int stage, int err, const char *said);
+/* ---- rdzv_attempt.c ---- */
+/* Before an elastic round: raises the job's attempt in the rendezvous store to r->attempt. After it:
+ * r->attempt becomes the round's attempt, the same for every node of the round. 0 or a negative errno (said;
+ * r->attempt is then left as it was). */
+int trun__rdzv_attempt_propose(trun_rdzv *r);
+int trun__rdzv_attempt_settle(trun_rdzv *r);
+
+/* ---- rdzv_exclude.c ---- */
+/* Before a round: reads the job's exclusion list into r->excl (marking news) and, where this node is on it,
+ * sets r->excluded and returns -1 with the cause in err. */
+int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen);
 
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */

@@ -322,6 +322,18 @@ static int watch(trun_live *l, round_view *v, const char *ks, int s) {
   return rc < 0 ? rc : 0;
 }
 
+/* A node gone silent (its link, its kernel, its power) is cut off: it stays out of the job for a time
+ * (rdzv_exclude.c), named by its rendezvous address (the first word of id "addr pid local_id"). */
+static void exclude_cut_off(trun_live *l, const char *succ_id, const char *cause) {
+  trun_rdzv_node_id id;
+  memset(&id, 0, sizeof(id));
+  snprintf(id.host, sizeof(id.host), "%.*s", (int)strcspn(succ_id, " "), succ_id);
+  char why[320];
+  snprintf(why, sizeof(why), "cut off from the job: %s", cause);
+  int rc = trun_rdzv_exclude(l->c, l->r->cfg, &id, "cut_off", why);
+  if (rc < 0) trun_warn("could not put node %s on the job's exclusion list: %s", id.host, strerror(-rc));
+}
+
 /* One heartbeat of this node and one look at its successor. 0, or the negative errno of a store request
  * that failed (the connection is then dropped and made again). */
 static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, const char *id) {
@@ -362,8 +374,10 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   char cause[128], by[16];
   snprintf(cause, sizeof(cause), "%d heartbeats missed (%.1f s without one)", v->own_beats, quiet);
   snprintf(by, sizeof(by), "%d", g);
-  if ((rc = publish_loss(l->c, ks, v->succ, v->succ_id, cause, by)) == 1)
+  if ((rc = publish_loss(l->c, ks, v->succ, v->succ_id, cause, by)) == 1) {
     trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, v->succ_id, cause);
+    exclude_cut_off(l, v->succ_id, cause);
+  }
   v->succ = -1;
   return rc < 0 ? rc : 0;
 }

@@ -22,9 +22,11 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
   void *on_news_arg = r->on_news_arg;
   trun_wait_hook on_wait = r->on_wait;
   void *on_wait_arg = r->on_wait_arg;
+  const trun_node *node = r->node;
   memset(r, 0, sizeof(*r));
   r->on_wait = on_wait;
   r->on_wait_arg = on_wait_arg;
+  r->node = node;
   r->poll = poll;
   r->poll_arg = poll_arg;
   r->on_news = on_news;

@@ -141,6 +141,7 @@ static const expect_desc expected[] = {
      "trun"},
     {TRUN_OPT_CRASH_LOOP, "crash-loop", "crash_loop", 0, 0, "3:60", "PET_CRASH_LOOP", "trun"},
     {TRUN_OPT_RESTART_OFFSET, "restart-offset", "restart_offset", 0, 0, NULL, "PET_RESTART_OFFSET", "trun"},
+    {TRUN_OPT_LIST_EXCLUDED, "list-excluded", "list_excluded", 0, 0, NULL, "TRUN_LIST_EXCLUDED", "trun"},
 };
 #define NEXPECTED ((int)(sizeof(expected) / sizeof(expected[0])))
 

@@ -1,0 +1,246 @@
+/* The job's exclusion list (agent/rdzv/rdzv.h): nodes judged bad stay out of the job, named, for a time.
+ *
+ * One list per job in the rendezvous store: /trun/<run_id>/excluded/n counts the records (ADD) and
+ * /trun/<run_id>/excluded/<i> (i = 1..n) holds each, JSON: host (how the other nodes know the node:
+ * --local-addr, else its FQDN), hostname (its host name: Slurm's node name), instance (its instance id, ""
+ * unknown), gpus (its GPU UUIDs), kind ("health", "xid", "failures", "cut_off"), cause, at and until
+ * (wall-clock seconds). A record is never changed: an exclusion ends when its time is up. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "rdzv_int.h"
+
+#define EXCLUDE_DEFAULT_S 1800.0
+#define FAILURES_DEFAULT 3
+
+static double wall_now(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+double trun_rdzv_exclude_seconds(const trun_config *cfg) {
+  char v[64];
+  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_exclude_seconds", v, sizeof(v))) return EXCLUDE_DEFAULT_S;
+  return strtod(v, NULL);
+}
+
+double trun_rdzv_wait_health_interval(const trun_config *cfg) {
+  char v[64];
+  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_wait_health_interval", v, sizeof(v))) return 60.0;
+  return strtod(v, NULL);
+}
+
+int trun_rdzv_exclude_failures(const trun_config *cfg) {
+  char v[64];
+  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_exclude_failures", v, sizeof(v))) return FAILURES_DEFAULT;
+  return atoi(v);
+}
+
+void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id) {
+  memset(id, 0, sizeof(*id));
+  snprintf(id->host, sizeof(id->host), "%s", host ? host : "");
+  if (gethostname(id->hostname, sizeof(id->hostname) - 1) < 0) id->hostname[0] = '\0';
+  char *dot = strchr(id->hostname, '.');
+  if (dot) *dot = '\0'; /* Slurm names nodes by their short name */
+  if (node == NULL) return;
+  snprintf(id->instance, sizeof(id->instance), "%s", node->instance.instance_id);
+  size_t at = 0;
+  for (int i = 0; i < node->ngpu && at + 2 < sizeof(id->gpus); i++) {
+    int w = snprintf(id->gpus + at, sizeof(id->gpus) - at, "%s%s", i ? "," : "", node->gpus[i].uuid);
+    if (w < 0 || (size_t)w >= sizeof(id->gpus) - at) {
+      id->gpus[at] = '\0'; /* a GPU list that does not fit is cut at a whole UUID */
+      break;
+    }
+    at += (size_t)w;
+  }
+}
+
+/* 1 when the comma-separated lists a and b share an item. */
+static int share_item(const char *a, const char *b) {
+  const char *p = a;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    const char *q = b;
+    while (*q) {
+      size_t m = strcspn(q, ",");
+      if (m == n && memcmp(p, q, n) == 0) return 1;
+      q += m + (q[m] == ',');
+    }
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
+int trun_rdzv_exclusion_matches(const trun_rdzv_exclusion *e, const trun_rdzv_node_id *id) {
+  if (e->id.host[0] == '\0' || strcmp(e->id.host, id->host) != 0) return 0;
+  /* The same name on other hardware (a replaced instance, other GPUs) is another node. */
+  if (e->id.instance[0] && id->instance[0] && strcmp(e->id.instance, id->instance) != 0) return 0;
+  if (e->id.gpus[0] && id->gpus[0] && !share_item(e->id.gpus, id->gpus)) return 0;
+  return 1;
+}
+
+static void list_key(const char *run_id, const char *what, char *out, size_t len) {
+  snprintf(out, len, "/trun/%s/excluded/%s", run_id, what);
+}
+
+int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_node_id *id, const char *kind,
+                      const char *cause) {
+  double secs = trun_rdzv_exclude_seconds(cfg);
+  if (secs <= 0 || c == NULL) return 0; /* trun_exclude_seconds=0: no exclusions */
+  double at = wall_now();
+  json_t *j =
+      json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "host", id->host, "hostname", id->hostname, "instance",
+                id->instance, "gpus", id->gpus, "kind", kind, "cause", cause, "at", at, "until", at + secs);
+  char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (rec == NULL) return -ENOMEM;
+  char k[400];
+  int64_t i = 0;
+  list_key(cfg->run_id, "n", k, sizeof(k));
+  int rc = trun_client_add(c, trun_str(k), 1, &i);
+  if (rc == 0) {
+    char idx[24];
+    snprintf(idx, sizeof(idx), "%lld", (long long)i);
+    list_key(cfg->run_id, idx, k, sizeof(k));
+    rc = trun_client_set(c, trun_str(k), trun_str(rec));
+  }
+  free(rec);
+  if (rc == 0)
+    trun_warn("node %s is excluded from job '%s' for %.0f s: %s: %s", id->host, cfg->run_id, secs, kind,
+              cause);
+  return rc;
+}
+
+static void copy_str(json_t *o, const char *key, char *out, size_t len) {
+  const char *s = json_string_value(json_object_get(o, key));
+  snprintf(out, len, "%s", s ? s : "");
+}
+
+/* One record's JSON into e: 0, or -1 when it is not one of ours. */
+static int parse_record(const trun_buf *b, trun_rdzv_exclusion *e) {
+  json_t *o = json_loadb((const char *)b->data, b->len, 0, NULL);
+  if (!json_is_object(o) || !json_is_number(json_object_get(o, "until")) ||
+      !json_is_string(json_object_get(o, "host"))) {
+    json_decref(o);
+    return -1;
+  }
+  copy_str(o, "host", e->id.host, sizeof(e->id.host));
+  copy_str(o, "hostname", e->id.hostname, sizeof(e->id.hostname));
+  copy_str(o, "instance", e->id.instance, sizeof(e->id.instance));
+  copy_str(o, "gpus", e->id.gpus, sizeof(e->id.gpus));
+  copy_str(o, "kind", e->kind, sizeof(e->kind));
+  copy_str(o, "cause", e->cause, sizeof(e->cause));
+  e->at = json_number_value(json_object_get(o, "at"));
+  e->until = json_number_value(json_object_get(o, "until"));
+  json_decref(o);
+  return 0;
+}
+
+int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv_exclusion **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  char k[400];
+  int64_t count = 0;
+  list_key(run_id, "n", k, sizeof(k));
+  int rc = trun_client_add(c, trun_str(k), 0, &count);
+  if (rc < 0) return rc;
+  if (count <= from) return 0;
+  if (count - from > TRUN_RDZV_MAX_EXCLUSIONS) count = from + TRUN_RDZV_MAX_EXCLUSIONS;
+  trun_rdzv_exclusion *v = calloc((size_t)(count - from), sizeof(*v));
+  if (v == NULL) return -ENOMEM;
+  int got = 0, read = 0;
+  for (int64_t i = from + 1; i <= count; i++, read++) {
+    char idx[24];
+    snprintf(idx, sizeof(idx), "%lld", (long long)i);
+    list_key(run_id, idx, k, sizeof(k));
+    trun_buf b = {0};
+    rc = trun_client_get(c, trun_str(k), &b, 2000); /* written right after the count */
+    if (rc == -ETIMEDOUT) {
+      trun_buf_free(&b);
+      break; /* the next read gets it */
+    }
+    if (rc < 0) {
+      trun_buf_free(&b);
+      free(v);
+      return rc;
+    }
+    v[got].index = (int)i;
+    if (parse_record(&b, &v[got]) == 0)
+      got++;
+    else
+      trun_warn("the exclusion record %s is not one trun writes; it is ignored", k);
+    trun_buf_free(&b);
+  }
+  *out = v;
+  *n = got;
+  return read;
+}
+
+/* ---- the agent's view, each round ---- */
+
+int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
+  r->n_excl_news = 0;
+  if (r->client == NULL || trun_rdzv_exclude_seconds(r->cfg) <= 0) return 0;
+  trun_rdzv_exclusion *fresh = NULL;
+  int nf = 0;
+  int rc = trun_rdzv_exclusions(r->client, r->cfg->run_id, r->excl_read, &fresh, &nf);
+  if (rc < 0) {
+    trun_debug("could not read the job's exclusion list: %s", strerror(-rc));
+    return 0; /* the rendezvous itself says what is wrong with the store */
+  }
+  r->excl_read += rc;
+  for (int i = 0; i < r->n_excl; i++) r->excl[i].news = 0;
+  if (nf > 0) {
+    trun_rdzv_exclusion *all = realloc(r->excl, (size_t)(r->n_excl + nf) * sizeof(*all));
+    if (all == NULL) {
+      free(fresh);
+      return 0;
+    }
+    r->excl = all;
+    memcpy(r->excl + r->n_excl, fresh, (size_t)nf * sizeof(*fresh));
+    for (int i = 0; i < nf; i++) r->excl[r->n_excl + i].news = TRUN_RDZV_EXCL_NEW;
+    r->n_excl += nf;
+  }
+  free(fresh);
+  trun_rdzv_node_id me;
+  trun_rdzv_node_identity(r->host_addr, r->node, &me);
+  double now = wall_now();
+  const trun_rdzv_exclusion *mine = NULL;
+  for (int i = 0; i < r->n_excl; i++) {
+    trun_rdzv_exclusion *e = &r->excl[i];
+    if (e->until <= now && !e->ended) {
+      e->ended = 1;
+      e->news |= TRUN_RDZV_EXCL_ENDED; /* first seen already ended: both */
+    }
+    if (e->news) r->n_excl_news++;
+    if (!e->ended && trun_rdzv_exclusion_matches(e, &me) && (mine == NULL || e->until > mine->until))
+      mine = e;
+  }
+  if (mine) {
+    r->excluded = 1;
+    snprintf(
+        err, errlen,
+        "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit 3, so "
+        "that the scheduler replaces it (--rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
+        me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at);
+    return -1;
+  }
+  return 0;
+}
+
+int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusion **out, int *n) {
+  int rc = trun_rdzv_exclusions(c, run_id, 0, out, n);
+  if (rc < 0) return rc;
+  double now = wall_now();
+  int k = 0;
+  for (int i = 0; i < *n; i++)
+    if ((*out)[i].until > now) (*out)[k++] = (*out)[i];
+  *n = k;
+  return 0;
+}

@@ -1,0 +1,258 @@
+/* Spares and bad nodes (issue 30) against an in-process store.
+ * The job's attempt (agent/rdzv/rdzv_attempt.c): the nodes of a round get one attempt, the highest count
+ * among them, whoever joined when (a spare at 0, survivors at 1); the round's value stays once set; a
+ * membership round keeps the attempt; a key holding something else than a count is named, not trusted.
+ * The exclusion list (rdzv_exclude.c, rdzv_export.c): records written and read back, who matches (same host;
+ * same instance and a shared GPU where known), a node on the list refused at its next round with the cause,
+ * news (new, ended), records that are not trun's ignored, the Slurm and JSON exports.
+ */
+#include "client.h"
+#include "rdzv_int.h"
+#include "unit.h"
+
+static trun_client *connect_raw(int port) {
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.key_prefix = "";
+  o.timeout_ms = 10000;
+  trun_client *c = NULL;
+  ck_assert_int_eq(trun_client_connect(&o, &c), 0);
+  return c;
+}
+
+/* One node: its own connection, the job's run id, the round's key space. */
+static void node_init(trun_rdzv *r, trun_config *cfg, int port, int count) {
+  memset(r, 0, sizeof(*r));
+  r->cfg = cfg;
+  r->client = connect_raw(port);
+  r->attempt = count;
+}
+
+static void in_round(trun_rdzv *r, int round) {
+  snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
+}
+
+START_TEST(test_attempt_spare_takes_survivors) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "job");
+  trun_rdzv n[4];
+  /* round 1: nodes 0-2 at attempt 0, all get 0; the spare (3) proposes 0 too and waits */
+  for (int i = 0; i < 4; i++) node_init(&n[i], &cfg, us.port, 0);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(trun__rdzv_attempt_propose(&n[i]), 0);
+  for (int i = 0; i < 3; i++) {
+    in_round(&n[i], 1);
+    ck_assert_int_eq(trun__rdzv_attempt_settle(&n[i]), 0);
+    ck_assert_int_eq(n[i].attempt, 0);
+  }
+  /* node 2 is lost: the survivors count a restart (1) and join round 2 with the spare, which still counts 0;
+   * the spare settles first */
+  n[0].attempt = n[1].attempt = 1;
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&n[1]), 0);
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&n[3]), 0);
+  int order[] = {3, 0, 1};
+  for (int i = 0; i < 3; i++) {
+    in_round(&n[order[i]], 2);
+    ck_assert_int_eq(trun__rdzv_attempt_settle(&n[order[i]]), 0);
+    ck_assert_int_eq(n[order[i]].attempt, 1);
+  }
+  /* a membership round (a node joins, no restart used): the attempt stays 1, also for the newcomer at 0 */
+  trun_rdzv late;
+  node_init(&late, &cfg, us.port, 0);
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&late), 0);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(trun__rdzv_attempt_propose(&n[i]), 0);
+  in_round(&late, 3);
+  ck_assert_int_eq(trun__rdzv_attempt_settle(&late), 0);
+  ck_assert_int_eq(late.attempt, 1);
+  /* the round's value, once set, is what every node of it takes, even after the job's attempt moved on */
+  n[0].attempt = 5;
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
+  in_round(&n[1], 3);
+  ck_assert_int_eq(trun__rdzv_attempt_settle(&n[1]), 0);
+  ck_assert_int_eq(n[1].attempt, 1);
+  /* a lower proposal never lowers the job's attempt */
+  trun_buf b = {0};
+  ck_assert_int_eq(trun_client_get(n[3].client, trun_str("/trun/job/attempt"), &b, 1000), 0);
+  ck_assert_int_eq((int)b.len, 1);
+  ck_assert_int_eq(b.data[0], '5');
+  trun_buf_free(&b);
+  for (int i = 0; i < 4; i++) trun_client_close(n[i].client);
+  trun_client_close(late.client);
+  unit_server_stop(&us);
+}
+END_TEST
+
+/* a key that holds something else than a count: -EPROTO, the node keeps its own count */
+START_TEST(test_attempt_garbage) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "bad");
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 2);
+  ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/bad/attempt"), trun_str("x\xff")), 0);
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
+  in_round(&r, 1);
+  ck_assert_int_eq(trun__rdzv_attempt_settle(&r), -EPROTO);
+  ck_assert_int_eq(r.attempt, 2);
+  ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/bad/attempt"), trun_str("99999999999999999999")),
+                   0);
+  ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
+  ck_assert_int_eq(r.attempt, 2);
+  trun_client_close(r.client);
+  unit_server_stop(&us);
+}
+END_TEST
+
+static trun_rdzv_exclusion excl_of(const char *host, const char *instance, const char *gpus) {
+  trun_rdzv_exclusion e;
+  memset(&e, 0, sizeof(e));
+  snprintf(e.id.host, sizeof(e.id.host), "%s", host);
+  snprintf(e.id.instance, sizeof(e.id.instance), "%s", instance);
+  snprintf(e.id.gpus, sizeof(e.id.gpus), "%s", gpus);
+  return e;
+}
+
+START_TEST(test_exclusion_matches) {
+  trun_rdzv_node_id me;
+  memset(&me, 0, sizeof(me));
+  snprintf(me.host, sizeof(me.host), "10.0.0.3");
+  snprintf(me.instance, sizeof(me.instance), "i-03");
+  snprintf(me.gpus, sizeof(me.gpus), "GPU-a,GPU-b");
+  trun_rdzv_exclusion e = excl_of("10.0.0.3", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1); /* by address only: a cut-off node */
+  e = excl_of("10.0.0.4", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("10.0.0.3", "i-03", "GPU-b");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1);
+  e = excl_of("10.0.0.3", "i-99", "GPU-a"); /* a new instance under the old name */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("10.0.0.3", "", "GPU-x,GPU-y"); /* other GPUs */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("", "", "");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+}
+END_TEST
+
+START_TEST(test_exclusion_list) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "ex");
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
+  cfg.endpoint_port = us.port;
+  cfg.rdzv_conf = "trun_exclude_seconds=1";
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 0);
+  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  char err[1024];
+  /* nothing on the list: the round goes ahead */
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 0);
+  /* another node excluded: news for this one, which goes ahead */
+  trun_rdzv_node_id other;
+  memset(&other, 0, sizeof(other));
+  snprintf(other.host, sizeof(other.host), "10.0.0.3");
+  snprintf(other.hostname, sizeof(other.hostname), "node3");
+  snprintf(other.gpus, sizeof(other.gpus), "GPU-1,GPU-2");
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &other, "health", "failed the health gate: ecc"), 0);
+  /* a record that is not trun's (someone wrote the key space): ignored */
+  int64_t n;
+  ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ex/excluded/n"), 1, &n), 0);
+  ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/ex/excluded/2"), trun_str("{not json")), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 1);
+  ck_assert_int_eq(r.n_excl_news, 1);
+  ck_assert_int_eq(r.excl[0].news, TRUN_RDZV_EXCL_NEW);
+  ck_assert_str_eq(r.excl[0].kind, "health");
+  ck_assert_str_eq(r.excl[0].id.hostname, "node3");
+  ck_assert_int_eq(r.excluded, 0);
+  /* the exports */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "node3\n");
+  free(buf);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "json", f), 0);
+  fclose(f);
+  ck_assert_msg(strstr(buf, "\"host\": \"10.0.0.3\"") && strstr(buf, "\"GPU-2\"") &&
+                    strstr(buf, "\"kind\": \"health\"") && strstr(buf, "\"run_id\": \"ex\""),
+                "%s", buf);
+  free(buf);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "xml", stdout), 2);
+  /* this node excluded: its next round is refused, with the cause */
+  trun_rdzv_node_id me;
+  trun_rdzv_node_identity("10.0.0.2", NULL, &me);
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "GPU 0 Xid 79: fallen off the bus"), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), -1);
+  ck_assert_int_eq(r.excluded, 1);
+  ck_assert_msg(
+      strstr(err, "node 10.0.0.2 is excluded") && strstr(err, "xid: GPU 0 Xid 79") && strstr(err, "exit 3"),
+      "%s", err);
+  ck_assert_int_eq(r.excl[0].news, 0);
+  /* the time is up: both end, once */
+  usleep(1100000);
+  r.excluded = 0;
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 2);
+  ck_assert_int_eq(r.excl[0].news, TRUN_RDZV_EXCL_ENDED);
+  ck_assert_int_eq(r.excl[1].news, TRUN_RDZV_EXCL_ENDED);
+  /* a node that first reads the list after they ended learns both, at once */
+  trun_rdzv late;
+  node_init(&late, &cfg, us.port, 0);
+  snprintf(late.host_addr, sizeof(late.host_addr), "10.0.0.2");
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&late, err, sizeof(err)), 0);
+  ck_assert_int_eq(late.n_excl, 2);
+  ck_assert_int_eq(late.excl[1].news, TRUN_RDZV_EXCL_NEW | TRUN_RDZV_EXCL_ENDED);
+  free(late.excl);
+  trun_client_close(late.client);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl_news, 0);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "\n");
+  free(buf);
+  /* exclusions off: nothing is written */
+  cfg.rdzv_conf = "trun_exclude_seconds=0";
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "again"), 0);
+  ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ex/excluded/n"), 0, &n), 0);
+  ck_assert_int_eq((int)n, 3);
+  free(r.excl);
+  trun_client_close(r.client);
+  unit_server_stop(&us);
+}
+END_TEST
+
+static Suite *spare_suite(void) {
+  Suite *s = suite_create("rdzv_spare");
+  TCase *tc = tcase_create("attempt");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_attempt_spare_takes_survivors);
+  tcase_add_test(tc, test_attempt_garbage);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("exclusion");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_exclusion_matches);
+  tcase_add_test(tc, test_exclusion_list);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return unit_run(spare_suite()); }
