@@ -48,9 +48,11 @@ int trun_restart_policy_failed(trun_restart_policy *p, double ran_s) {
 void trun_restart_policy_reset(trun_restart_policy *p) { p->fast_streak = 0; }
 
 double trun_restart_policy_delay(const trun_restart_policy *p) {
-  if (p->backoff <= 0 || p->fast_streak == 0) return 0;
+  /* The first fast failure restarts at once (a one-off crash recovers as fast as it can); the back-off
+   * starts with the second in a row. */
+  if (p->backoff <= 0 || p->fast_streak < 2) return 0;
   double cap = p->backoff > TRUN_BACKOFF_MAX_S ? p->backoff : TRUN_BACKOFF_MAX_S;
-  double d = p->backoff * ldexp(1.0, p->fast_streak > 30 ? 30 : p->fast_streak - 1);
+  double d = p->backoff * ldexp(1.0, p->fast_streak > 31 ? 29 : p->fast_streak - 2);
   return d > cap ? cap : d;
 }
 

@@ -34,7 +34,8 @@ int trun_restart_policy_remaining(const trun_restart_policy *p);
 int trun_restart_policy_failed(trun_restart_policy *p, double ran_s);
 /* A round ended otherwise (a node lost, a membership change): the streak starts again. */
 void trun_restart_policy_reset(trun_restart_policy *p);
-/* Seconds to wait before the next restart: backoff x 2^(streak - 1) after a fast failure, else 0. */
+/* Seconds to wait before the next restart: none after one fast failure (a one-off crash restarts at once),
+ * backoff x 2^(streak - 2) from the second fast failure in a row on, else 0. */
 double trun_restart_policy_delay(const trun_restart_policy *p);
 /* The exit code once no restart is left: TRUN_EXIT_NO_PROGRESS when requeues spent part of the budget
  * (another requeue cannot restart anything), else 1 (torchrun's). */

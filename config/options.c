@@ -229,8 +229,9 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                      "initialise CUDA)."},
     [TRUN_OPT_RESTART_BACKOFF] =
         {"restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF", TRUN_G_TRUN, "SECONDS",
-         "Wait before restarting workers that failed within the --crash-loop window: SECONDS, doubled for "
-         "each such failure in a row, at most 60 s. 0: restart at once (torchrun)."},
+         "Wait before restarting workers that failed within the --crash-loop window a second time in a "
+         "row: SECONDS, doubled for each further one, at most 60 s (the first restarts at once). 0: never "
+         "wait (torchrun)."},
     [TRUN_OPT_CRASH_LOOP] = {"crash-loop", "crash_loop", 0, 0, "3:60", "PET_CRASH_LOOP", TRUN_G_TRUN,
                              "K:SECONDS",
                              "Stop with exit code 5 (do not requeue) after K failed rounds in a row whose "

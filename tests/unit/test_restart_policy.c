@@ -32,12 +32,12 @@ START_TEST(defaults) {
   ck_assert(p.loop_window == 60.0);
   ck_assert_int_eq(trun_restart_policy_remaining(&p), 5);
   ck_assert_int_eq(trun_restart_policy_exhausted_code(&p), 1);
-  /* first fast failure: 1 s; second: 2 s; the third is the crash loop */
+  /* first fast failure: at once; second: 1 s; the third is the crash loop */
   ck_assert(trun_restart_policy_delay(&p) == 0);
   ck_assert_int_eq(trun_restart_policy_failed(&p, 2.0), 0);
-  ck_assert(trun_restart_policy_delay(&p) == 1.0);
+  ck_assert(trun_restart_policy_delay(&p) == 0);
   ck_assert_int_eq(trun_restart_policy_failed(&p, 59.9), 0);
-  ck_assert(trun_restart_policy_delay(&p) == 2.0);
+  ck_assert(trun_restart_policy_delay(&p) == 1.0);
   ck_assert_int_eq(trun_restart_policy_failed(&p, 0.1), 1);
   ck_assert_int_eq(TRUN_EXIT_NO_PROGRESS, 5);
 }
@@ -70,9 +70,13 @@ START_TEST(options_and_cap) {
   ck_assert(p.loop_window == 10.0);
   ck_assert_int_eq(trun_restart_policy_failed(&p, 11), 0); /* not fast with a 10 s window */
   for (int i = 0; i < 3; i++) ck_assert_int_eq(trun_restart_policy_failed(&p, 9), 0);
+  ck_assert(trun_restart_policy_delay(&p) == 15.0); /* 7.5 x 2 at the third in a row */
+  ck_assert_int_eq(trun_restart_policy_failed(&p, 9), 1);
   ck_assert(trun_restart_policy_delay(&p) == 30.0);
   ck_assert_int_eq(trun_restart_policy_failed(&p, 9), 1);
-  ck_assert(trun_restart_policy_delay(&p) == 60.0); /* 7.5 x 8, at most 60 */
+  ck_assert(trun_restart_policy_delay(&p) == 60.0);
+  ck_assert_int_eq(trun_restart_policy_failed(&p, 9), 1);
+  ck_assert(trun_restart_policy_delay(&p) == 60.0); /* 7.5 x 16, at most 60 */
   /* crash loop off: no verdict, the back-off still grows up to its cap */
   static const char *const off[] = {"--crash-loop", "0", "--restart-backoff", "100", "train.py", NULL};
   p = policy(off, env);
