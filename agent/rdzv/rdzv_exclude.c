@@ -148,7 +148,7 @@ int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv
   char k[400];
   int64_t count = 0;
   list_key(run_id, "n", k, sizeof(k));
-  int rc = trun_client_add(c, trun_str(k), 0, &count);
+  int rc = trun__rdzv_get_count(c, k, &count); /* a read: --list-excluded and --rdzv-status hold no token */
   if (rc < 0) return rc;
   if (count <= from) return 0;
   if (count - from > TRUN_RDZV_MAX_EXCLUSIONS) count = from + TRUN_RDZV_MAX_EXCLUSIONS;

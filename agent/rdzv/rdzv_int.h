@@ -43,6 +43,10 @@ int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);
 int trun__rdzv_connect_polling(trun_rdzv *r, trun_client_opts *o, int timeout_ms);
 /* The value of key k on c, cut to len - 1 bytes: 1 present, 0 absent ("" in out), or a negative errno. */
 int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len);
+/* The counter k (an ADD key) read without writing it, as a reader outside the job may (the store closes a
+ * connection without the agents' token that ADDs, even 0, to their key space): *n, 0 when k is missing.
+ * 0, -EPROTO when k holds no integer, or a negative errno. */
+int trun__rdzv_get_count(trun_client *c, const char *k, int64_t *n);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
 /* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr

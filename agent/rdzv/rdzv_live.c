@@ -206,7 +206,7 @@ int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *o
   ks_key(ks, "lost_n", -1, k, sizeof(k));
   trun_slice key = trun_str(k);
   if (r->client == NULL || ks[0] == '\0' || trun_client_check(r->client, 1, &key) != 1) return 0;
-  if (trun_client_add(r->client, key, 0, &n) < 0 || n <= 0) return 0;
+  if (trun__rdzv_get_count(r->client, k, &n) < 0 || n <= 0) return 0; /* a read: --rdzv-status has no token */
   int found = 0;
   for (int g = 0; g < world && found < max && found < n; g++)
     if (loss_read(r->client, ks, g, &out[found]) == 0) found++;

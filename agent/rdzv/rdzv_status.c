@@ -1,7 +1,8 @@
 /* trun --rdzv-status (agent/rdzv/rdzv.h): a job's rendezvous as its store holds it, for the operator whose
  * launch waits: the round, its members, the nodes waiting and the nodes lost. Reads only; one connection.
  * c10d: the pickled state (rdzv_state.c); trun: the fast rendezvous's keys (rdzv_fast.h); static: the
- * round keys of rdzv_static.c. Lost nodes: the liveness records of the round (rdzv_live.c). */
+ * round keys of rdzv_static.c. Lost nodes: the liveness records of the round (rdzv_live.c); excluded nodes
+ * (elastic backends): the job's exclusion list (rdzv_exclude.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,28 @@ store:
   return 1;
 }
 
+/* ---- the exclusion list (rdzv_exclude.c), every backend ------------------------------------------------ */
+
+/* The exclusions in force: each node with its kind, cause and the time left. 0, or 1 when the store failed.
+ */
+static int print_excluded(view *v) {
+  trun_rdzv_exclusion *e = NULL;
+  int n = 0, rc = trun_rdzv_excluded_now(v->r.client, v->r.cfg->run_id, &e, &n);
+  if (rc < 0) {
+    fprintf(stderr, "trun: error: reading job '%s''s exclusion list from the store: %s\n", v->r.cfg->run_id,
+            strerror(-rc));
+    return 1;
+  }
+  fprintf(v->out, "excluded: %d\n", n);
+  for (int i = 0; i < n && i < NAMED; i++)
+    fprintf(v->out, "  %s%s%s%s: %s (%s), %.0f s left\n", e[i].id.host, e[i].id.hostname[0] ? " (" : "",
+            e[i].id.hostname, e[i].id.hostname[0] ? ")" : "", e[i].cause, e[i].kind,
+            e[i].until > v->now ? e[i].until - v->now : 0.0);
+  if (n > NAMED) fprintf(v->out, "  ... %d more\n", n - NAMED);
+  free(e);
+  return 0;
+}
+
 /* ---- the view --------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -303,6 +326,7 @@ int trun_rdzv_status(const trun_config *cfg, FILE *out) {
   int code = cfg->backend == TRUN_RDZV_C10D   ? status_c10d(&v)
              : cfg->backend == TRUN_RDZV_FAST ? status_fast(&v)
                                               : status_static(&v);
+  if (code == 0 && cfg->backend != TRUN_RDZV_STATIC) code = print_excluded(&v); /* elastic jobs keep a list */
   trun_client_close(v.r.client);
   fflush(out);
   return code;

@@ -57,6 +57,18 @@ int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len) {
   return rc < 0 ? rc : 1;
 }
 
+int trun__rdzv_get_count(trun_client *c, const char *k, int64_t *n) {
+  char v[32], *end;
+  *n = 0;
+  int rc = trun__rdzv_get_text(c, k, v, sizeof(v));
+  if (rc <= 0) return rc;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || errno != 0) return -EPROTO;
+  *n = x;
+  return 0;
+}
+
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len) {
   snprintf(out, len, "/trun/%s/r%d/%s", r->cfg->run_id, round, what);
 }

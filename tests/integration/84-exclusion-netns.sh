@@ -98,6 +98,11 @@ assert e["host"] == "10.251.0.3" and e["kind"] == "health" and "FAIL ecc" in e["
 assert e["gpus"] == ["GPU-7a1e0000-0000-4000-8000-000000000002"] and 0 < e["seconds_left"] <= 40, e
 PY
   note "$be: $(tr -d '\n ' <"$out/excluded.json" | cut -c1-200)"
+  # The outside view (trun --rdzv-status, issue 33) lists the exclusion too.
+  ip netns exec "${hosts[1]}" "$TRUN" --rdzv-status --rdzv-backend "$be" --rdzv-endpoint "10.251.0.1:$port" \
+    --rdzv-id "ex-$be" --nnodes 2:3 >"$out/status.out" 2>&1 || { cat "$out/status.out"; fail "$be: --rdzv-status failed"; }
+  grep -q '^excluded: 1$' "$out/status.out" && grep -Eq '^  10\.251\.0\.3 .*FAIL ecc.*\(health\), [0-9]+ s left$' "$out/status.out" ||
+    { cat "$out/status.out"; fail "$be: --rdzv-status does not show h2's exclusion"; }
 
   note "$be: h2 comes back healthy and is refused"
   health_node "$tmp" 2 '{}'
