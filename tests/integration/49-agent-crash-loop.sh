@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Restarts that know when to stop (trun --standalone --nproc-per-node 2; torch 1.13 workers of
 # tests/agent/startup_fail.py: they record the attempt, import torch, then fail with an import error):
-#  1. The defaults (--restart-backoff 1, --crash-loop 3:60) with --max-restarts 10: three failed rounds,
-#     waits of 1 s and 2 s between them, then "crash loop" and exit 5 (do not requeue); the report names the
-#     import error; 2 restart events, not 10.
+#  1. The defaults (--restart-backoff 1, --crash-loop 3:60) with --max-restarts 10: three failed rounds, the
+#     first restart at once and a wait of 1 s before the second, then "crash loop" and exit 5 (do not
+#     requeue); the report names the import error; 2 restart events, not 10.
 #  2. --restart-backoff 0 --crash-loop 0 --max-restarts 3 runs 4 attempts and exits 1, as real torchrun 1.13
 #     (tests/tools/torchrun113.py --max_restarts 3) does with the same script: the attempts are counted for both.
 #  3. Requeues count: SLURM_RESTART_COUNT=2 with --max-restarts 3 leaves 1 restart (2 attempts) and then exits
@@ -11,8 +11,8 @@
 #     downward API) leaves 2 (3 attempts), exit 5; SLURM_RESTART_COUNT=0 behaves as no requeue (exit 1).
 #  4. Slow failures are no crash loop: --crash-loop 2:1 with workers that fail after 2 s, --max-restarts 2:
 #     3 attempts, exit 1.
-#  5. A stop signal during the back-off (--restart-backoff 600) ends the wait: trun exits 1 (the run_pg
-#     safety limit is far below 600 s).
+#  5. A stop signal during the back-off (--restart-backoff 600, which starts after the second failure) ends
+#     the wait: trun exits 1 after 2 attempts (the run_pg safety limit is far below 600 s).
 #  6. Bad values exit 2 naming the option: --crash-loop 3, --restart-backoff -1, PET_CRASH_LOOP=x:1,
 #     --restart-offset -2.
 # Exit: 0 pass, anything else fail.
@@ -85,7 +85,7 @@ rc=0
 wait "$pid" || rc=$?
 echo "    trun exited $rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}') s after SIGTERM (back-off 600 s)"
 [ $rc -eq 1 ] || fail "backoff_signal: exited $rc after SIGTERM in the back-off, want 1"
-attempts sig 1
+attempts sig 2 # the first failure restarts at once; the back-off follows the second
 
 # ---- 6. bad values -------------------------------------------------------------------------------------------------
 bad() {
