@@ -356,7 +356,9 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 "--crash-loop '%s' must be K:SECONDS (K 1-1000 failed rounds, SECONDS > 0) or 0 (off)",
                 VAL(TRUN_OPT_CRASH_LOOP));
   cfg->restart_offset = -1;
-  if (VAL(TRUN_OPT_RESTART_OFFSET) &&
+  /* Empty counts as unset: the downward API gives "" for an annotation the pod lacks (a JobSet's
+   * restart-attempt outside a JobSet controller, e.g. under podman kube play). */
+  if (VAL(TRUN_OPT_RESTART_OFFSET) && VAL(TRUN_OPT_RESTART_OFFSET)[0] &&
       parse_int(VAL(TRUN_OPT_RESTART_OFFSET), 0, 1000000, &cfg->restart_offset) < 0)
     return fail(err, errlen, cl, TRUN_OPT_RESTART_OFFSET,
                 "--restart-offset '%s' must be an integer 0-1000000", VAL(TRUN_OPT_RESTART_OFFSET));

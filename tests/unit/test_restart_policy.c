@@ -111,6 +111,11 @@ START_TEST(requeues) {
   p = policy(args, pet);
   ck_assert_int_eq(p.offset, 3);
   ck_assert_int_eq(trun_restart_policy_remaining(&p), 0);
+  /* an empty value (the downward API's for an annotation the pod lacks) is unset: Slurm's count applies */
+  static char *empty[] = {"PET_RESTART_OFFSET=", "SLURM_RESTART_COUNT=1", NULL};
+  p = policy(args, empty);
+  ck_assert_int_eq(p.offset, 1);
+  ck_assert_str_eq(p.offset_from, "SLURM_RESTART_COUNT");
   static char *zero[] = {"SLURM_RESTART_COUNT=0", NULL};
   p = policy(args, zero);
   ck_assert_int_eq(trun_restart_policy_exhausted_code(&p), 1);
