@@ -219,7 +219,7 @@ START_TEST(test_pause) {
   ck_assert_int_eq(trun_dyn_mark_dead(&d, &b), 0);
   ck_assert_int_eq(d.n_expect, 1);
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 50); /* regrouping with known survivors */
-  char addr[70][8];
+  char addr[70][16];
   for (int i = 0; i < 70; i++) { /* 70 participants: one step longer */
     snprintf(addr[i], sizeof(addr[i]), "n%d", i);
     trun_rdzv_node n = node(addr[i], i);
