@@ -473,19 +473,40 @@ int trun_dyn_sync(trun_dyn *d) {
 
 typedef trun_dyn_action (*op_fn)(const trun_dyn_ctx *c);
 
-/* Sleeps about a second between syncs (a tenth of that while survivors of a lost node regroup, a fifth for
- * a spare: a node outside a complete, full round, which takes a lost node's place), calling d->poll every
- * 100 ms and d->refresh once. */
-static int pause_1s(trun_dyn *d) {
-  int spare = d->st.complete && d->st.n_participants >= (size_t)d->s.max_nodes &&
-              trun_dyn_find_entry(d->st.participants, d->st.n_participants, &d->me) < 0;
-  int slices = d->n_expect ? 1 : spare ? 2 : 10;
-  for (int i = 0; i < slices; i++) {
-    struct timespec ts = {0, 100 * 1000 * 1000};
+/* trun_dyn_pause_ms: torch's agents sync about every second (a 1 s delay and a
+ * 1 s state cache); a trun agent does so too, except where the state is about to change and a second is
+ * pure waiting: a survivor of a lost node while its round regroups (every node it waits for is known and
+ * on its way) every 50 ms, a spare or a node in the wait list (it takes a lost node's place in the next
+ * round) every 100 ms. The short pauses grow with the round (one more step per 64 participants, at most a
+ * second) so that a large fleet's polls do not load the store: each is a GET of the whole state. */
+int trun_dyn_pause_ms(const trun_dyn *d) {
+  const trun_rdzv_state *st = &d->st;
+  int participant = trun_dyn_find_entry(st->participants, st->n_participants, &d->me) >= 0;
+  int spare = st->complete && !participant;
+  int waiting = trun_dyn_find_node(st->wait_list, st->n_wait, &d->me) >= 0 ||
+                trun_dyn_find_node(st->redundancy_list, st->n_redundancy, &d->me) >= 0;
+  int base = d->n_expect ? 50 : spare || waiting ? 100 : 1000;
+  long ms = (long)base * (long)(1 + st->n_participants / 64);
+  return ms < 1000 ? (int)ms : 1000;
+}
+
+/* Sleeps trun_dyn_pause_ms between syncs, calling d->poll every 100 ms (at least once) and d->refresh about
+ * once a second. A short pause is its own sync interval: the next sync reads the store, past the 1 s cache.
+ */
+static int pause_sync(trun_dyn *d) {
+  int ms = trun_dyn_pause_ms(d);
+  for (int left = ms; left > 0; left -= 100) {
+    int slice = left < 100 ? left : 100;
+    struct timespec ts = {0, (long)slice * 1000 * 1000};
     nanosleep(&ts, NULL);
     if (d->poll && d->poll(d->poll_arg)) return -EINTR;
   }
-  if (d->refresh) d->refresh(d->refresh_arg);
+  double now = trun_dyn_mono();
+  if (d->refresh && (d->last_refresh <= 0 || now - d->last_refresh >= 0.95)) {
+    d->last_refresh = now;
+    d->refresh(d->refresh_arg);
+  }
+  if (ms < 1000) d->last_sync = -1;
   return 0;
 }
 
@@ -528,7 +549,7 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
                  d->run_id, (long long)d->st.round, d->st.n_participants, d->s.min_nodes);
         return -ETIMEDOUT;
       case TRUN_DYN_SYNC:
-        if ((rc = pause_1s(d)) < 0) return rc;
+        if ((rc = pause_sync(d)) < 0) return rc;
         continue;
       default: break;
     }
@@ -541,8 +562,10 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
 }
 
 int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
-  if (d->st.round == 0) {
-    /* torch: uniform(0, 0.3) s before round 0, so that agents started together do not collide. */
+  if (d->st.round == 0 && d->n_roster == 0) {
+    /* torch: uniform(0, 0.3) s before round 0, so that agents started together do not collide. Not again
+     * for a node that ran round 0 (torch checks only the round): a recovery round would pay it for nothing,
+     * as it does not in any later round. */
     uint64_t seed = (uint64_t)trun_dyn_utc_us() ^ ((uint64_t)d->me.pid << 20) ^ (uint64_t)(uintptr_t)d;
     if (seed == 0) seed = 1;
     struct timespec ts = {0, (long)(trun_rng_next(&seed) % 300) * 1000 * 1000};

@@ -102,6 +102,7 @@ typedef struct trun_dyn {
   /* Called about every second while a join waits (NULL: none): the caller may mark nodes dead. */
   void (*refresh)(void *arg);
   void *refresh_arg;
+  double last_refresh;               /* monotonic seconds of the last refresh call, 0 never */
   uint64_t bytes_out, bytes_in, ops; /* store traffic of this node's rendezvous */
   char err[768];                     /* the last failure's reason */
 } trun_dyn;
@@ -117,6 +118,10 @@ void trun_dyn_write_layout(const trun_dyn *d, trun_rdzv_layout *out);
  * 0 (*rank, *world, *round set), -ETIMEDOUT (join_timeout), -ECANCELED (closed), -ESHUTDOWN (closed while
  * a spare: torch's graceful exit), -EINTR (poll), -EPROTO (corrupt state), other negative errno (store). */
 int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round);
+/* The pause in ms before a join syncs the state again, from the state it read last: 50 while this node
+ * regroups with known survivors (n_expect), 100 as a spare or in the wait list, else 1000 (torch's); the
+ * short ones one step longer per 64 participants, at most 1000. */
+int trun_dyn_pause_ms(const trun_dyn *d);
 /* Heartbeat if due (keep-alive op, heartbeat_timeout). 0 or negative errno. */
 int trun_dyn_keep_alive(trun_dyn *d);
 /* Nodes in the wait list (sync, cached for 1 s like torch; fresh != 0: read the store now). >= 0 or

@@ -173,6 +173,63 @@ START_TEST(test_prune_and_expect) {
 }
 END_TEST
 
+static void set_me(trun_dyn *d, const char *addr, int64_t pid) {
+  free(d->me.addr);
+  d->me = node(addr, pid);
+  d->me.addr = strdup(addr);
+  ck_assert_ptr_nonnull(d->me.addr);
+}
+
+/* The pause between a join's syncs: torch's second, shorter where the state is about to change. */
+START_TEST(test_pause) {
+  trun_dyn d;
+  memset(&d, 0, sizeof(d));
+  d.s = settings(2, 3);
+  trun_rdzv_node a = node("a", 1), b = node("b", 2), c = node("c", 3), e = node("e", 5);
+  set_me(&d, "e", 5);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* nothing known: torch's pace */
+  ck_assert_int_eq(trun_dyn_apply(&d.st, TRUN_DYN_ADD_TO_PARTICIPANTS, &e, &d.s, NOW_US), 0);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* a participant of an open round */
+  trun_rdzv_state_free(&d.st);
+  memset(&d.st, 0, sizeof(d.st));
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(trun_dyn_apply(&d.st, TRUN_DYN_ADD_TO_PARTICIPANTS,
+                                    i == 0   ? &a
+                                    : i == 1 ? &b
+                                             : &c,
+                                    &d.s, NOW_US),
+                     0);
+  ck_assert(d.st.complete);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 100); /* outside a complete round: a spare */
+  ck_assert_int_eq(trun_dyn_apply(&d.st, TRUN_DYN_ADD_TO_REDUNDANCY_LIST, &e, &d.s, NOW_US), 0);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 100); /* on the redundancy list */
+  set_me(&d, "a", 1);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* a participant of the complete round */
+  ck_assert_int_eq(trun_dyn_mark_dead(&d, &c), 0);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* no roster: no survivors expected */
+  trun_dyn_free(&d);
+  memset(&d, 0, sizeof(d));
+  d.s = settings(2, 200);
+  set_me(&d, "z", 9);
+  d.roster = calloc(2, sizeof(*d.roster));
+  ck_assert_ptr_nonnull(d.roster);
+  d.roster[0] = node("a", 1), d.roster[1] = node("b", 2);
+  d.roster[0].addr = strdup("a"), d.roster[1].addr = strdup("b");
+  d.n_roster = 2;
+  ck_assert_int_eq(trun_dyn_mark_dead(&d, &b), 0);
+  ck_assert_int_eq(d.n_expect, 1);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 50); /* regrouping with known survivors */
+  char addr[70][16];
+  for (int i = 0; i < 70; i++) { /* 70 participants: one step longer */
+    snprintf(addr[i], sizeof(addr[i]), "n%d", i);
+    trun_rdzv_node n = node(addr[i], i);
+    ck_assert_int_eq(trun_dyn_apply(&d.st, TRUN_DYN_ADD_TO_PARTICIPANTS, &n, &d.s, NOW_US), 0);
+  }
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 100);
+  trun_dyn_free(&d);
+}
+END_TEST
+
 /* ---- executors against a store ------------------------------------------------------------------ */
 
 typedef struct {
@@ -486,6 +543,7 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_ranks_sorted);
   tcase_add_test(tc, test_sanitize);
   tcase_add_test(tc, test_prune_and_expect);
+  tcase_add_test(tc, test_pause);
   suite_add_tcase(s, tc);
   tc = tcase_create("store");
   tcase_set_timeout(tc, 120);
