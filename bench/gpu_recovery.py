@@ -77,6 +77,9 @@ def one_run(launcher, port, top):
                       SETUP) is None:
             raise RuntimeError(f"{launcher}: no world of 2 in {SETUP:.0f} s; node 0: "
                                + open(os.path.join(d, "agent0.err")).read()[-600:])
+        # The world of 2 runs a while first (GPU_REC_STEADY seconds, default 8, every launcher alike): with
+        # --warm-start the pool refilled after the group started must have imported torch before the loss.
+        time.sleep(float(os.environ.get("GPU_REC_STEADY", "8")))
         pids = tree(agents[1].pid)
         t0 = time.time()
         for p in pids:
