@@ -126,7 +126,7 @@ struct agent {
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
-  const char *unhealthy_kind;     /* the exclusion's kind: "xid", or "health" (a gate run while waiting) */
+  const char *unhealthy_kind;     /* the exclusion's kind: "xid", "health" or "preflight" (while waiting) */
   double health_at;               /* monotonic ms of the last health gate run */
   int in_rdzv;                    /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
