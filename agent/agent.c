@@ -140,7 +140,7 @@ static void on_sigchld(uv_signal_t *h, int signum) {
     if (i < a->nproc) {
       trun_watchdog_gone(&a->guard, pid);
       worker_exited(a, &a->w[i], status);
-    } else {
+    } else if (!trun__agent_preflight_reaped(a, pid, status)) { /* the local preflight's child */
       trun_warm_reaped(a->warm, pid, status); /* a --warm-start pool process died before use */
     }
   }
@@ -559,7 +559,10 @@ static void end_round_multinode(agent *a) {
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
-  if (a->in_rdzv) trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
+  if (a->in_rdzv) {
+    trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
+    trun__agent_preflight_wait(a); /* and runs the local part of --preflight once */
+  }
   return a->signal_seen != 0 || a->unhealthy;
 }
 
@@ -678,11 +681,7 @@ static int before_round(agent *a) {
   trun_doctor_outcome doc;
   int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
   trun_obs_doctor(a->obs, a->round, &doc);
-  if (!stop && a->cfg->preflight && a->round == 0) {
-    trun_pf_outcome pf;
-    stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->restart_count, preflight_env, a, &pf);
-    trun_obs_preflight(a->obs, a->round, &pf);
-  }
+  if (!stop) stop = trun__agent_preflight_round(a, preflight_env) < 0;
   return stop ? -1 : 0;
 }
 
@@ -908,6 +907,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   char **orig_env = a.env;
   int code = agent_main(&a);
   trun__agent_health_close(&a);
+  trun__agent_preflight_close(&a);
   trun__agent_torchwatch_close(&a);
   join_watcher(&a);
   if (a.watch_client) trun_client_close(a.watch_client);

@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
+#include "agent/nccl/nccl.h"
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
@@ -125,13 +126,22 @@ struct agent {
   int left;                       /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
-  const char *unhealthy_kind;     /* the exclusion's kind: "xid", or "health" (a gate run while waiting) */
+  const char *unhealthy_kind;     /* the exclusion's kind: "xid", "health" or "preflight" (while waiting) */
   double health_at;               /* monotonic ms of the last health gate run */
   int in_rdzv;                    /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
   void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
   trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
   trun_warm *warm;                /* --warm-start's pool (agent_warm.c), NULL when off */
+  /* --preflight (agent_preflight.c): the rounds it was asked for, the local part a spare runs while it waits.
+   */
+  int pf_rounds;              /* rounds this agent started with --preflight on */
+  int pf_local;               /* TRUN_PF_LOCAL_* */
+  pid_t pf_pid;               /* the local part's child trun while it runs, else 0 */
+  double pf_t0;               /* monotonic seconds it started */
+  int pf_reaped, pf_status;   /* the SIGCHLD handler reaped it: its wait status */
+  char pf_result[PATH_MAX];   /* its local rank 0's result file */
+  char pf_local_verdict[400]; /* what it found, for the line at the takeover */
   /* agent_wait.c: the wait for workers after the stop signal, reported every second while due. */
   trun_wait stop_wait;
   uv_timer_t stop_wait_timer;
@@ -170,6 +180,27 @@ void trun__agent_announce_failure(agent *a);
 /* agent_failures.c: a worker that SIGKILL did not end within TRUN_STUCK_WAIT_S: says so, stops waiting for
  * it (the round can end) and makes this node unhealthy (it leaves the job and exits 3). */
 void trun__agent_worker_stuck(agent *a, worker *w);
+
+/* agent_preflight.c: the local part of --preflight while a spare waits. */
+enum {
+  TRUN_PF_LOCAL_NONE,
+  TRUN_PF_LOCAL_RUNNING,
+  TRUN_PF_LOCAL_OK,
+  TRUN_PF_LOCAL_SKIPPED,
+  TRUN_PF_LOCAL_FAILED
+};
+/* From the rendezvous wait's hook: a spare that has not run a round starts the node-local preflight once (a
+ * child trun; no GPU: one line), later calls poll it without blocking; a failure sets a->unhealthy (kind
+ * "preflight": the wait ends, the node leaves excluded and exits 3). */
+void trun__agent_preflight_wait(agent *a);
+/* Before a round's workers: waits for a local part still running; at this agent's first round, the
+ * all-ranks preflight when that round is the job's first (rendezvous round 0), else one line saying it is
+ * skipped. 0 to run the workers, -1 to stop (a failed preflight, or a->unhealthy). */
+int trun__agent_preflight_round(agent *a, trun_pf_rank_env rank_env);
+/* The SIGCHLD handler reaped pid: 1 when it was the local part's child (its status kept for the poll). */
+int trun__agent_preflight_reaped(agent *a, pid_t pid, int status);
+/* At the agent's end: a local part still running is killed. */
+void trun__agent_preflight_close(agent *a);
 
 /* agent_health.c: the node health gate before the first rendezvous (--health-check): runs the checks on the
  * node plan discovered, reports them (stderr, "health" events, trun_health_failed) and, with fail and a

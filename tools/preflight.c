@@ -276,9 +276,12 @@ static void layout_of(int world, int local, trun_pf_layout *l) {
   free(n);
 }
 
-/* $TRUN_PREFLIGHT_RESULT (set by the agent for its "preflight" event): the result as JSON. */
+/* $TRUN_PREFLIGHT_RESULT (set by the agent for its "preflight" event, and for a spare's local preflight): the
+ * result as JSON, written by local rank 0 alone: under `trun --standalone` every rank has the variable, and a
+ * second writer (truncating the file, perhaps stopped half-way) would spoil rank 0's. */
 static void write_result(const trun_pf_result *res) {
-  const char *path = getenv("TRUN_PREFLIGHT_RESULT");
+  const char *path = getenv("TRUN_PREFLIGHT_RESULT"), *lr = getenv("LOCAL_RANK");
+  if (lr && *lr && atoi(lr) != 0) return;
   if (path && *path && trun_pf_result_write(path, res) < 0)
     fprintf(stderr, "trun-preflight: cannot write the result to $TRUN_PREFLIGHT_RESULT %s: %s\n", path,
             strerror(errno));
@@ -417,6 +420,11 @@ int main(int argc, char **argv) {
   snprintf(vk, sizeof(vk), "%s/verdict", key);
   if (rank == 0) {
     printf("# verdict: %s: %s\n", trun_pf_verdict_name(v), msg);
+    fflush(stdout);
+    /* Said and written before the other ranks learn the verdict: under `trun --standalone` their FAIL exit
+     * stops this rank. */
+    res.verdict = v;
+    write_result(&res);
     if (cl) trun_client_set(cl, trun_str(vk), trun_str(trun_pf_verdict_name(v)));
     if (o.json) {
       FILE *f = fopen(o.json, "w");
@@ -449,7 +457,7 @@ int main(int argc, char **argv) {
   }
   if (cl) trun_client_close(cl);
   res.verdict = v; /* rank 0's, with this rank's measurement */
-  write_result(&res);
+  if (rank != 0) write_result(&res);
   fflush(stdout);
   return v == TRUN_PF_FAIL ? TRUN_PF_EXIT_FAIL : TRUN_PF_EXIT_OK;
 }

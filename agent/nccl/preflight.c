@@ -15,6 +15,7 @@
 
 #include "agent/discover/discover.h"
 #include "agent/proc/proc.h"
+#include "config/config.h"
 #include "store/store.h"
 
 /* ---- expected bandwidth ------------------------------------------------------------------------------- */
@@ -225,6 +226,81 @@ static void outcome_from_result(trun_pf_outcome *out, const char *path, int stat
   snprintf(out->fabric, sizeof(out->fabric), "%s", res.fabric);
 }
 
+/* trun-preflight's options after argv[0..argc): TRUN_PREFLIGHT_ARGS split on blanks (*copy holds them: the
+ * caller frees it), then --pass / --warn from --preflight-pass / --preflight-warn (trun-preflight takes the
+ * last value, and trun's own options beat the environment); argv NULL-terminated within cap. The new argc. */
+static int pf_options(const trun_config *cfg, char **argv, int argc, int cap, char **copy, char *pass,
+                      char *warn) {
+  const char *extra = getenv("TRUN_PREFLIGHT_ARGS");
+  *copy = extra ? strdup(extra) : NULL;
+  for (char *save = NULL, *t = *copy ? strtok_r(*copy, " \t", &save) : NULL; t && argc < cap - 5;
+       t = strtok_r(NULL, " \t", &save))
+    argv[argc++] = t;
+  if (cfg->preflight_pass >= 0) {
+    snprintf(pass, 32, "%g", cfg->preflight_pass);
+    argv[argc++] = "--pass";
+    argv[argc++] = pass;
+  }
+  if (cfg->preflight_warn >= 0) {
+    snprintf(warn, 32, "%g", cfg->preflight_warn);
+    argv[argc++] = "--warn";
+    argv[argc++] = warn;
+  }
+  argv[argc] = NULL;
+  return argc;
+}
+
+int trun_preflight_local_start(char **env, const trun_config *cfg, int ngpu, const char *result, pid_t *pid,
+                               char *err, size_t errlen) {
+  char pf[PATH_MAX], self[PATH_MAX], np[16];
+  *pid = 0;
+  preflight_path(pf, sizeof(pf));
+  if (access(pf, X_OK) != 0) {
+    snprintf(err, errlen, "%s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT_BIN", pf,
+             strerror(errno));
+    return -1;
+  }
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    snprintf(err, errlen, "cannot find the trun binary (/proc/self/exe: %s)", strerror(errno));
+    return -1;
+  }
+  self[n] = '\0';
+  snprintf(np, sizeof(np), "%d", ngpu);
+  /* A job of its own on this node: no health gate, no restart, no run directory. */
+  char *argv[96] = {
+      self, "--standalone", "--nproc-per-node", np, "--no-python", "--health-check", "off", "--max-restarts",
+      "0",  "--log-dir",    "/dev/null",        pf};
+  char *copy = NULL, pass[32], warn[32];
+  pf_options(cfg, argv, 12, 96, &copy, pass, warn);
+  /* The agent's environment without the settings it read from there (PET_*, TRUN_*): the child's are the
+   * command line's above. */
+  char **e = trun_strv_dup(env);
+  for (int id = 0; e && id < TRUN_OPT__COUNT; id++) {
+    const trun_opt_desc *d = trun_opt_desc_of((trun_opt_id)id);
+    if (d && d->env) trun_strv_unsetenv(e, d->env);
+  }
+  if (e) trun_strv_unsetenv(e, "TRUN_PREFLIGHT_KEY");
+  if (e == NULL || (result && result[0] && trun_strv_setenv(&e, "TRUN_PREFLIGHT_RESULT", result) < 0)) {
+    trun_strv_free(e);
+    free(copy);
+    snprintf(err, errlen, "out of memory building the local preflight's environment");
+    return -1;
+  }
+  trun_spawn_req req = {.argv = argv, .envp = e, .stdout_fd = -1, .stderr_fd = -1};
+  const char *what = "";
+  int rc = trun_spawn(&req, pid, &what);
+  trun_strv_free(e);
+  free(copy);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot start %s: %s failed: %s", self, what, strerror(-rc));
+    if (*pid > 0) waitpid(*pid, NULL, 0);
+    *pid = 0;
+    return -1;
+  }
+  return 0;
+}
+
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
                          trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
   trun_node *node = calloc(1, sizeof(*node));
@@ -267,28 +343,8 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
     return 0;
   }
   int started = 0, stop = 0;
-  /* Extra trun-preflight options (thresholds, sizes) from TRUN_PREFLIGHT_ARGS, split on blanks. */
-  const char *extra = getenv("TRUN_PREFLIGHT_ARGS");
-  char *extra_copy = extra ? strdup(extra) : NULL;
-  char *argv[64] = {path};
-  int argc = 1;
-  for (char *save = NULL, *t = extra_copy ? strtok_r(extra_copy, " \t", &save) : NULL; t && argc < 59;
-       t = strtok_r(NULL, " \t", &save))
-    argv[argc++] = t;
-  /* --preflight-pass / --preflight-warn come after TRUN_PREFLIGHT_ARGS: trun-preflight takes the last value,
-   * and trun's own options beat the environment. */
-  char pass[32], warn[32];
-  if (cfg->preflight_pass >= 0 && argc < 61) {
-    snprintf(pass, sizeof(pass), "%g", cfg->preflight_pass);
-    argv[argc++] = "--pass";
-    argv[argc++] = pass;
-  }
-  if (cfg->preflight_warn >= 0 && argc < 61) {
-    snprintf(warn, sizeof(warn), "%g", cfg->preflight_warn);
-    argv[argc++] = "--warn";
-    argv[argc++] = warn;
-  }
-  argv[argc] = NULL;
+  char *argv[64] = {path}, *extra_copy = NULL, pass[32], warn[32];
+  pf_options(cfg, argv, 1, 64, &extra_copy, pass, warn);
   fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
   for (int lr = 0; lr < nproc; lr++) {
     char **e = rank_env(arg, lr);

@@ -7,6 +7,7 @@
 #define TRUN_PREFLIGHT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "agent/rdzv/rdzv.h"
 #include "config/config.h"
@@ -88,5 +89,13 @@ typedef char **(*trun_pf_rank_env)(void *arg, int lr);
  * (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL). 0: continue; 1: stop the job. */
 int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
                          trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
+
+/* The local part of --preflight for a node that waits in the rendezvous (a spare): starts, as a child in a
+ * session of its own, `trun --standalone --nproc-per-node ngpu --no-python <trun-preflight> [options]` (what
+ * `trun-topo preflight` runs: this node's GPUs alone), options as trun_preflight_agent's; its local rank 0
+ * writes its result to result (may be NULL or ""). env: the agent's environment (its PET_* / TRUN_* settings
+ * left out). 0 with *pid set, or -1 with the reason in err. The caller waits for *pid. */
+int trun_preflight_local_start(char **env, const trun_config *cfg, int ngpu, const char *result, pid_t *pid,
+                               char *err, size_t errlen);
 
 #endif

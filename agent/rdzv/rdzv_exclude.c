@@ -3,8 +3,8 @@
  * One list per job in the rendezvous store: /trun/<run_id>/excluded/n counts the records (ADD) and
  * /trun/<run_id>/excluded/<i> (i = 1..n) holds each, JSON: host (how the other nodes know the node:
  * --local-addr, else its FQDN), hostname (its host name: Slurm's node name), instance (its instance id, ""
- * unknown), gpus (its GPU UUIDs), kind ("health", "xid", "failures", "cut_off"), cause, at and until
- * (wall-clock seconds). A record is never changed: an exclusion ends when its time is up. */
+ * unknown), gpus (its GPU UUIDs), kind ("health", "preflight", "xid", "failures", "cut_off"), cause, at and
+ * until (wall-clock seconds). A record is never changed: an exclusion ends when its time is up. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -143,6 +143,22 @@ START_TEST(result_parts_and_file) {
 }
 END_TEST
 
+/* The local part's start: a trun-preflight that is not there is said (what, where, what to do), no child. */
+START_TEST(local_start_without_binary) {
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.preflight_pass = cfg.preflight_warn = -1;
+  char *env[] = {"PATH=/usr/bin", NULL}, err[512] = "";
+  pid_t pid = 123;
+  setenv("TRUN_PREFLIGHT_BIN", "/nonexistent/trun-preflight", 1);
+  ck_assert_int_eq(trun_preflight_local_start(env, &cfg, 2, NULL, &pid, err, sizeof(err)), -1);
+  unsetenv("TRUN_PREFLIGHT_BIN");
+  ck_assert_int_eq(pid, 0);
+  ck_assert_msg(strstr(err, "/nonexistent/trun-preflight is not an executable") != NULL, "%s", err);
+  ck_assert_msg(strstr(err, "build it with make, or set TRUN_PREFLIGHT_BIN") != NULL, "%s", err);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("preflight");
   TCase *tc = tcase_create("all");
@@ -151,6 +167,7 @@ int main(void) {
   tcase_add_test(tc, verdicts_on_h200_numbers);
   tcase_add_test(tc, verdict_boundaries_and_causes);
   tcase_add_test(tc, result_parts_and_file);
+  tcase_add_test(tc, local_start_without_binary);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_ENV);
