@@ -1,5 +1,5 @@
 /* A small pickle reader and writer: exactly what torchelastic's c10d rendezvous state needs (see
- * shared/spec/torchrun-compat.md §3.3), plus base64.
+ * docs/torchrun-compat.md §3.3), plus base64.
  *
  * Reader: a pickle VM for protocols 2-5 that builds a value tree (None, bool, int64, str, bytes, tuple, list,
  * dict, set, global, object) instead of Python objects. Supported opcodes: PROTO FRAME STOP MARK POP POP_MARK

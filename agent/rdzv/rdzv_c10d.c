@@ -1,4 +1,4 @@
-/* The c10d backend as torchrun runs it (torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's dynamic
+/* The c10d backend as torchrun runs it (docs/torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's dynamic
  * rendezvous (rdzv_dyn.c), then torch's agent protocol in the round's key space
  * "torch.rendezvous.<run_id>.<round>/": rank assignment, the workers' store address and the exit barrier.
  * Two protocol generations, told apart by the state's node key: torch 1.13 (`fqdn`) and torch >= 2.5

@@ -1,4 +1,4 @@
-/* c10d rendezvous state <-> pickle: see rdzv_state.h and torchrun-compat.md §3.3. */
+/* c10d rendezvous state <-> pickle: see rdzv_state.h and docs/torchrun-compat.md §3.3. */
 #include "rdzv_state.h"
 
 #include <errno.h>

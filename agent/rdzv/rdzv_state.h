@@ -1,4 +1,4 @@
-/* torchelastic's c10d rendezvous state (`_RendezvousState`, torchrun-compat.md §3.3) as a C struct, read from
+/* torchelastic's c10d rendezvous state (`_RendezvousState`, docs/torchrun-compat.md §3.3) as a C struct, read from
  * and written to the store's base64 pickle. Every layout torch has used: node key `fqdn` (1.13) or `addr`
  * (2.0+), with or without `redundancy_list` (2.3+), naive (<= 2.5) or timezone-aware UTC (2.6+) datetimes.
  * The decoder reports the layout it saw; the encoder writes the layout it is given, byte-identical to
