@@ -950,8 +950,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
   fprintf(out, "trun --dry-run: nothing is started\n");
   fprintf(out, "nodes: %d (this node: group rank %d)  rendezvous: %s at %s:%s  run id: %s\n",
-          r.group_world_size, r.group_rank, cfg->backend == TRUN_RDZV_STATIC ? "static" : "c10d",
-          cfg->endpoint_host,
+          r.group_world_size, r.group_rank, trun_rdzv_config_backend_name(cfg), cfg->endpoint_host,
           r.master_port == 0 ? "<free port>" : (snprintf(err, sizeof(err), "%d", r.master_port), err),
           cfg->run_id);
   fprintf(out, "workers on this node: %d (global ranks %d-%d of %d%s)\n", nproc, r.base_rank,

@@ -293,6 +293,8 @@ void trun_rdzv_close(trun_rdzv *r);
 int trun_rdzv_status(const trun_config *cfg, FILE *out);
 /* The name of the backend in use: "static", "c10d" or "trun". */
 const char *trun_rdzv_backend_name(const trun_rdzv *r);
+/* The name of the backend trun_rdzv_init would choose for cfg (--dry-run's preview). */
+const char *trun_rdzv_config_backend_name(const trun_config *cfg);
 /* 1 when a round may go on without a node of the last one (c10d, trun); 0 for the static backend. */
 int trun_rdzv_elastic(const trun_rdzv *r);
 

@@ -133,6 +133,15 @@ for lr, b in enumerate(blocks):
 print("dry-run ok")
 PY
 echo "ok: --dry-run"
+# --dry-run names the backend the agent would use (it said c10d for --rdzv-backend trun once).
+for be in static c10d trun; do
+  trun_run --dry-run --nnodes 2 --rdzv-backend "$be" --rdzv-endpoint 127.0.0.1:29400 --nproc-per-node 1 "$w" \
+    >"$tmp/dry.$be" 2>&1 || fail "--dry-run --rdzv-backend $be: $(cat "$tmp/dry.$be")"
+  grep -q "rendezvous: $be at 127.0.0.1:29400" "$tmp/dry.$be" || fail "--dry-run --rdzv-backend $be: $(grep rendezvous "$tmp/dry.$be")"
+done
+trun_run --dry-run --standalone --rdzv-backend trun --nproc-per-node 1 "$w" >"$tmp/dry.sa" 2>&1 || fail "--dry-run --standalone"
+grep -q "rendezvous: static at" "$tmp/dry.sa" || fail "--dry-run --standalone: $(grep rendezvous "$tmp/dry.sa")"
+echo "ok: --dry-run names the backend"
 
 # PET_NPROC_PER_NODE: the fallback (3 workers run), and the command line wins over it (1 worker).
 rc=0
