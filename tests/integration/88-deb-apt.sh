@@ -41,8 +41,9 @@ dpkg-deb -c "$deb" | awk '{print $6}' | grep -v '/$' | sort >"$tmp/contents"
   printf './usr/share/doc/trun/%s\n' copyright changelog.gz third-party/{libuv,jansson,libyaml}.copyright
   echo ./usr/share/lintian/overrides/trun
 } | sort | diff -u - "$tmp/contents" || fail "the package holds other files than expected"
-dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/trun/copyright | grep -q '^License: BSD-3-Clause' ||
-  fail "copyright does not name BSD-3-Clause"
+# Read whole first: grep -q stops at the first match, and with pipefail tar's SIGPIPE then failed the check.
+copyright=$(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/trun/copyright) || fail "no copyright file"
+grep -q '^License: BSD-3-Clause' <<<"$copyright" || fail "copyright does not name BSD-3-Clause"
 echo "ok: $(du -k "$deb" | cut -f1) KiB"
 
 mkdir -p "$debs/partial"
