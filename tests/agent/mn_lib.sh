@@ -137,6 +137,15 @@ run_three_agents_shuffled() { # master-addr
   [ $ranks_ok = 0 ] || fail "rank checks failed"
 }
 
+# del_netns_hosts BRIDGE_NS HOST_NS...: kills what still runs in the host namespaces, then deletes them and the
+# bridge's (for a test's EXIT trap; missing ones are fine).
+del_netns_hosts() {
+  local ns
+  for ns in "${@:2}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null; done
+  for ns in "${@:2}" "$1"; do ip netns del "$ns" 2>/dev/null; done
+  return 0
+}
+
 # make_netns_hosts PREFIX N BRIDGE_NS HOST_NS...: N namespaces PREFIX.1..N/24 on eth0, each joined by a veth
 # pair to a bridge living in BRIDGE_NS (nothing touches the root namespace's interfaces). Skips (77) where
 # namespaces, bridges or veth pairs cannot be made. The caller deletes the namespaces.

@@ -26,8 +26,7 @@ hosts=(truns0-$$ truns1-$$ truns2-$$ truns3-$$)
 declare -A pid
 cleanup() {
   kill_marked
-  for ns in "${hosts[@]}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null; done
-  for ns in "${hosts[@]}" "$br"; do ip netns del "$ns" 2>/dev/null; done
+  del_netns_hosts "$br" "${hosts[@]}"
   [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
 trap cleanup EXIT
