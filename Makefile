@@ -29,8 +29,8 @@ export TRUN_CHROOT ?= /var/cache/trun/trixie
 STORE_TOOL := store/main.c store/serve.c store/bench.c store/cli.c store/tool.c
 STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
 # Everything else but the programs' main files: the agent and the launcher.
-LIB_SRC    := $(STORE_SRC) $(wildcard config/*.c agent/*.c agent/*/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
-HEADERS    := $(wildcard store/*.h config/*.h agent/*.h agent/*/*.h launcher/*.h)
+LIB_SRC    := $(STORE_SRC) $(wildcard config/*.c agent/*.c agent/*/*.c agent/rdzv/*/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+HEADERS    := $(wildcard store/*.h config/*.h agent/*.h agent/*/*.h agent/rdzv/*/*.h launcher/*.h)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)

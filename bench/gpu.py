@@ -7,7 +7,7 @@ both can be copied into bench/results/ and committed as they are; prints a summa
      waiters woken across clients, 40 concurrent adders.
   2. TCPStore: trun-store vs torch 2.11's libuv server under trun-store bench, 1/64/1024 clients, interleaved.
   3. Launch overhead: trun vs torchrun 2.11, --standalone, 2 no-op workers (/bin/true), interleaved.
-  4. Worker environment: trun vs torchrun 2.11 (tests/agent/envdiff.py).
+  4. Worker environment: trun vs torchrun 2.11 (tests/helpers/envdiff.py).
   5. NCCL all-reduce busbw through trun and through torchrun, one process per GPU (examples/allreduce_nccl.py).
   6. preflight: trun-preflight (libcudart / libnccl from torch's nvidia packages, by dlopen) on every GPU via
      `trun-topo preflight`, 8 B..1 GiB, vs torch 2.11's all-reduce at the same sizes (examples/allreduce_nccl.py

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/rdzv/rdzv_dyn.h"
-#include "agent/rdzv/rdzv_fast.h"
+#include "agent/rdzv/c10d/dynamic.h"
+#include "agent/rdzv/trun/protocol.h"
 #include "store/client.h"
 
 typedef struct {

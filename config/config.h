@@ -18,7 +18,7 @@
 /* --health-check: what a failed node health check does (agent/discover/health.h). */
 enum { TRUN_HEALTH_CHECK_OFF = 0, TRUN_HEALTH_CHECK_WARN, TRUN_HEALTH_CHECK_FAIL };
 
-/* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv/rdzv_fast.h), --rdzv-backend trun. */
+/* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv/trun/protocol.h), --rdzv-backend trun. */
 typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_FAST } trun_rdzv_backend;
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* libFuzzer target for the pickle VM and the c10d rendezvous state codec (agent/rdzv/pickle.c, rdzv_state.c).
+/* libFuzzer target for the pickle VM and the c10d rendezvous state codec (agent/rdzv/pickle.c, c10d/state.c).
  * Input: a pickle (seeds: real torch 1.13 / 2.6 states from tests/fixtures/rdzv). It is run through the VM
  * with default and with small limits, and through the state decoder; a state that decodes is encoded again
  * (in the layout seen, and in the other layouts), and that encoding must decode to the same fields and
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "fuzz_check.h"
-#include "pickle.h"
-#include "rdzv_state.h"
+#include "agent/rdzv/c10d/pickle.h"
+#include "agent/rdzv/c10d/state.h"
 
 static int node_eq(const trun_rdzv_node *a, const trun_rdzv_node *b) {
   return strcmp(a->addr, b->addr) == 0 && a->pid == b->pid && a->local_id == b->local_id;

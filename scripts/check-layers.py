@@ -2,9 +2,10 @@
 """Checks that the C code keeps its modules' shape (docs/architecture.md, `make layers`, part of check).
 
 A module is a folder with one public header named after it (store/store.h, agent/rdzv/rdzv.h, ...) whose
-opening comment has a line "May use: a, b, c." naming the modules it may include. The programs
+opening comment has a line "May use: a, b, c." naming the modules it may include; a subfolder that is not a
+module of its own (agent/rdzv/c10d/, one backend) belongs to the module above it. The programs
 (launcher/, tools/) may use every module. For each #include "..." in the code of a module or program:
-  - a header of the same folder is always fine;
+  - a header of the same module (its folder and the subfolders it owns) is always fine;
   - a header of another module must be that module's public header, and that module must be one the
     includer may use;
   - a quoted include that names no file of the tree is an error.
@@ -37,10 +38,10 @@ def face(name):
 
 
 def owner(path):
-    """The module or program whose folder holds path (the deepest one), or None."""
-    best = None
+    """The module or program whose folder holds path, directly or in a subfolder (the deepest one), or None."""
+    best, d = None, os.path.dirname(path)
     for name, folder in list(MODULES.items()) + list(PROGRAMS.items()):
-        if os.path.dirname(path) == folder and (best is None or len(folder) > len(best[1])):
+        if (d == folder or d.startswith(folder + "/")) and (best is None or len(folder) > len(best[1])):
             best = (name, folder)
     return best[0] if best else None
 
@@ -90,13 +91,16 @@ def circles(uses):
 
 
 def code_files(root):
+    """Every .c and .h of the modules and programs, their subfolders included (each file once)."""
+    seen = set()
     for folder in list(MODULES.values()) + list(PROGRAMS.values()):
-        d = os.path.join(root, folder)
-        if not os.path.isdir(d):
-            continue
-        for f in sorted(os.listdir(d)):
-            if f.endswith((".c", ".h")):
-                yield folder + "/" + f
+        for d, subs, files in os.walk(os.path.join(root, folder)):
+            subs.sort()
+            rel = os.path.relpath(d, root)
+            for f in sorted(files):
+                if f.endswith((".c", ".h")) and rel + "/" + f not in seen:
+                    seen.add(rel + "/" + f)
+                    yield rel + "/" + f
 
 
 def main(argv):
@@ -129,16 +133,16 @@ def main(argv):
             if not os.path.isfile(os.path.join(root, target)):
                 errors.append('%s:%d: #include "%s" names no file of the tree' % (rel, line, inc))
                 continue
-            if os.path.dirname(target) == os.path.dirname(rel):
-                continue
             other = owner(target)
+            if os.path.dirname(target) == os.path.dirname(rel) or (other == me and target not in faces):
+                continue
             if target not in faces:
                 what = ("the private header %s of module %s (include %s)" % (target, other, face(other))
                         if other in MODULES else "%s, which is no module's public header" % target)
                 errors.append('%s:%d: #include "%s": %s' % (rel, line, inc, what))
                 continue
             other = faces[target]
-            if me in PROGRAMS:
+            if me in PROGRAMS or other == me:
                 continue
             if other not in uses.get(me, set()):
                 errors.append('%s:%d: #include "%s": module %s may not use %s (%s says: May use: %s)' % (

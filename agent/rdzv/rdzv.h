@@ -1,9 +1,9 @@
 /* rdzv: how the agents of a job meet, behind one interface the agent drives without knowing the backend,
  * as torch's agent drives a RendezvousHandler: init, next round, news while the workers run, the end of a
- * round across nodes, finish, close. Three backends implement it: static (rdzv_static.c; also
- * --standalone), torchelastic's c10d dynamic rendezvous (rdzv_c10d.c over the state machine in rdzv_dyn.c
- * and its pickled state, rdzv_state.c / pickle.c), and trun's fast elastic rendezvous (rdzv_trun.c over
- * rdzv_fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
+ * round across nodes, finish, close. Three backends implement it: static (static/static.c; also
+ * --standalone), torchelastic's c10d dynamic rendezvous (c10d/c10d.c over the state machine in c10d/dynamic.c
+ * and its pickled state, c10d/state.c / c10d/pickle.c), and trun's fast elastic rendezvous (trun/trun.c over
+ * trun/protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
  * rules of store_acl.h.
  * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
  * modules, which read the round's result from trun_rdzv. */

@@ -1,5 +1,5 @@
 /* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the backend
- * interface each of rdzv_static.c, rdzv_c10d.c and rdzv_trun.c implements, and the helpers they share
+ * interface each of static/static.c, c10d/c10d.c and trun/trun.c implements, and the helpers they share
  * (rdzv_store.c: waits and key clean-up on the store; who serves it; rdzv_conf.c: --rdzv-conf). */
 #ifndef TRUN_RDZV_INT_H
 #define TRUN_RDZV_INT_H
@@ -61,7 +61,7 @@ void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char 
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
 
-/* ---- rdzv_c10d.c ---- */
+/* ---- c10d/c10d.c ---- */
 /* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1
  * had no VALIDATE), else V2. */
 trun_gen trun__rdzv_c10d_gen(const trun_config *cfg);

@@ -1,7 +1,7 @@
 /* trun --rdzv-status (agent/rdzv/rdzv.h): a job's rendezvous as its store holds it, for the operator whose
  * launch waits: the round, its members, the nodes waiting and the nodes lost. Reads only; one connection.
- * c10d: the pickled state (rdzv_state.c); trun: the fast rendezvous's keys (rdzv_fast.h); static: the
- * round keys of rdzv_static.c. Lost nodes: the liveness records of the round (rdzv_live.c); excluded nodes
+ * c10d: the pickled state (c10d/state.c); trun: the fast rendezvous's keys (trun/protocol.h); static: the
+ * round keys of static/static.c. Lost nodes: the liveness records of the round (rdzv_live.c); excluded nodes
  * (elastic backends): the job's exclusion list (rdzv_exclude.c). */
 #include <errno.h>
 #include <stdio.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdzv_dyn.h"
+#include "c10d/dynamic.h"
 #include "rdzv_int.h"
-#include "rdzv_state.h"
+#include "c10d/state.h"
 
 #define NAMED 64 /* nodes listed by name; beyond it, counted */
 
@@ -128,7 +128,7 @@ static int status_c10d(view *v) {
   return 0;
 }
 
-/* ---- trun (rdzv_fast.h's keys) ---------------------------------------------------------------------- */
+/* ---- trun (trun/protocol.h's keys) ---------------------------------------------------------------------- */
 
 static int status_fast(view *v) {
   const trun_config *cfg = v->r.cfg;
@@ -198,7 +198,7 @@ store:
   return 1;
 }
 
-/* ---- static (rdzv_static.c's keys) ------------------------------------------------------------------ */
+/* ---- static (static/static.c's keys) ------------------------------------------------------------------ */
 
 static int status_static(view *v) {
   const trun_config *cfg = v->r.cfg;

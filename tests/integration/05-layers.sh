@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The module rules (scripts/check-layers.py, `make layers`): the tree keeps them, and the checker is live:
-# on a copy of the code it rejects an include against the direction (nccl -> agent), a module's private
-# header included from another module, a circle in the "May use" lines, and an include of no file.
+# on a copy of the code it rejects an include against the direction (nccl -> agent; a backend of rdzv -> agent),
+# a module's private header included from another module (a backend's too: its folder belongs to rdzv), a
+# circle in the "May use" lines, and an include of no file.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 py=${TRUN_HOST_PY:-/usr/bin/python3}
 check() { "$py" "$repo/scripts/check-layers.py" "$@"; }
 
@@ -34,8 +35,17 @@ expect_breach "nccl including the agent (upwards)" 'agent/nccl/doctor.c:'
 grep -qF 'module nccl may not use agent' "$tmp/err" || fail "the message does not name the rule: $(cat "$tmp/err")"
 
 fresh_copy
-sed -i '0,/^#include "/s//#include "agent\/rdzv\/rdzv_dyn.h"\n#include "/' "$tmp/t/agent/agent.c"
-expect_breach "a private header of rdzv in the agent" 'the private header agent/rdzv/rdzv_dyn.h of module rdzv'
+sed -i '0,/^#include "/s//#include "agent\/rdzv\/c10d\/dynamic.h"\n#include "/' "$tmp/t/agent/agent.c"
+expect_breach "a private header of rdzv in the agent" 'the private header agent/rdzv/c10d/dynamic.h of module rdzv'
+
+# A backend's folder belongs to rdzv: it keeps rdzv's rules (no include upwards) ...
+fresh_copy
+sed -i '0,/^#include "/s//#include "agent\/agent.h"\n#include "/' "$tmp/t/agent/rdzv/c10d/dynamic.c"
+expect_breach "a backend of rdzv including the agent (upwards)" 'module rdzv may not use agent'
+# ... and its private headers stay private to rdzv.
+fresh_copy
+sed -i '0,/^#include "/s//#include "agent\/rdzv\/trun\/protocol.h"\n#include "/' "$tmp/t/agent/nccl/doctor.c"
+expect_breach "a backend's header in nccl" 'the private header agent/rdzv/trun/protocol.h of module rdzv'
 
 fresh_copy
 sed -i 's/^ \* May use: store (log)\./ * May use: store (log), nccl./' "$tmp/t/agent/discover/discover.h"

@@ -12,7 +12,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 plain=${TRUN_BULLSEYE_ROOT:-/var/cache/trun/bullseye}
 [ -f "$plain/.trun-ready" ] || fail "no plain bullseye root at $plain; run 'make deps' (scripts/debroot.sh bullseye $plain)"
 rr=$repo/scripts/root-run.sh

@@ -5,7 +5,7 @@
 #  1. --explain with IMDS: exit 0, nothing started, the instance type from imds, every decision with value,
 #     source and reason; a user-set variable shown as the user's with the user's value.
 #  2. --explain --no-imds: the type from DMI and no connection to the fake (its request counter stays 0).
-#  3. a real 2-worker launch (torch 1.13, gloo all-reduce, tests/agent/envaffinity.py) with
+#  3. a real 2-worker launch (torch 1.13, gloo all-reduce, tests/helpers/envaffinity.py) with
 #     --nproc-per-node gpu (CUDA_VISIBLE_DEVICES=0,4: one GPU on each NUMA node) and --numa-binding node on a
 #     copy of the fixture whose node0/node1 cpulists are swapped to CPUs 1 / 0: every variable --explain
 #     printed as set by trun reached both workers with that value, the user-set ones are unchanged, the
@@ -13,7 +13,7 @@
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 shim=$build/libnvidia-ml-fake.so
@@ -50,7 +50,7 @@ node() {
 echo "== 1. --explain with IMDS"
 rc=0
 node "$fx" NCCL_P2P_LEVEL=PIX NCCL_DEBUG=INFO "$trun" --explain --nproc-per-node gpu \
-  "$repo/tests/agent/touch.py" "$tmp/started" >"$tmp/explain.out" 2>"$tmp/explain.err" || rc=$?
+  "$repo/tests/helpers/touch.py" "$tmp/started" >"$tmp/explain.out" 2>"$tmp/explain.err" || rc=$?
 cat "$tmp/explain.out"
 [ $rc -eq 0 ] || fail "--explain: exit $rc: $(cat "$tmp/explain.err")"
 [ ! -s "$tmp/explain.err" ] || fail "--explain: stderr: $(cat "$tmp/explain.err")"
@@ -97,7 +97,7 @@ rc=0
 node_env "$mod"
 (cd /tmp && run_pg "${envv[@]}" CUDA_VISIBLE_DEVICES=0,4 NCCL_SOCKET_IFNAME=user0 FI_EFA_USE_DEVICE_RDMA=0 \
   TRUN_CPU_AFFINITY=0-1 "$trun" --standalone --nproc-per-node gpu --numa-binding node \
-  "$repo/tests/agent/envaffinity.py" "$tmp/out") >"$tmp/run.log" 2>&1 || rc=$?
+  "$repo/tests/helpers/envaffinity.py" "$tmp/out") >"$tmp/run.log" 2>&1 || rc=$?
 sed 's/^/    /' "$tmp/run.log"
 [ $rc -eq 0 ] || fail "launch: exit $rc"
 "$host_py" - "$tmp/explain3.out" "$tmp/out" <<'PY' || fail "the workers' environment or affinity is wrong"

@@ -27,7 +27,7 @@
 #     wait=workers_stop; a second SIGTERM kills it and the wait's end is an event with state=done.
 #  7. A wait that ends at once says nothing: a standalone job that succeeds prints no "waiting" line.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-36.XXXXXX")
 agents=()
@@ -246,7 +246,7 @@ kill_marked
 # 6. A worker that ignores SIGTERM.
 mkdir -p "$tmp/sig"
 SIG_OUT=$tmp/sig start ignore --standalone --nproc-per-node 1 --shutdown-timeout 300 \
-  "$TRUN_REPO/tests/agent/sig_worker.py" ignore
+  "$TRUN_REPO/tests/helpers/sig_worker.py" ignore
 if wait_for '[ -f "$tmp/sig/ready.0" ]' 60; then
   wpid=$("$TRUN_HOST_PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$tmp/sig/ready.0")
   kill -TERM "$A"

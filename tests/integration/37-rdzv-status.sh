@@ -15,7 +15,7 @@
 #     --nnodes; 0 and "no rendezvous" for an empty store; 1 and "does not decode" for a c10d state that is
 #     garbage (written with trun-store cli into a trun-store serve).
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-37.XXXXXX")

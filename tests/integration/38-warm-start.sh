@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --warm-start: a worker started from the pool of pre-started interpreters cannot tell it from a cold start.
-# Each case runs once cold and once with --warm-start and compares (tests/agent/warmdump.py, warmdiff.py):
+# Each case runs once cold and once with --warm-start and compares (tests/helpers/warmdump.py, warmdiff.py):
 #  - the shape of the start, per local rank (os.environ and the C environment, argv, sys.orig_argv, sys.path,
 #    __name__, __file__, __main__'s keys and loader, cwd, stdin, stdout's kind, every signal's disposition and
 #    the blocked mask, session / group leadership, CPU affinity, sys.flags, stdio buffering) for a script, for
@@ -17,11 +17,11 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 need_chroot
-dump=$repo/tests/agent/warmdump.py
+dump=$repo/tests/helpers/warmdump.py
 
 # run NAME MODE(cold|warm) WANT_RC PYTHON DIR trun-args...: trun run in DIR with PYTHON_EXEC=PYTHON, its
 # workers' logs under $tmp/NAME.MODE.logs, their outputs in $tmp/NAME.MODE.out; output in $tmp/NAME.MODE.{out,err}.
@@ -54,14 +54,14 @@ shape() {
   shift 4
   run "$name" cold 0 "$py" "$dir" --standalone --nproc-per-node "$n" "${@/@OUT@/$tmp/$name.cold.dir}"
   run "$name" warm 0 "$py" "$dir" --standalone --nproc-per-node "$n" "${@/@OUT@/$tmp/$name.warm.dir}"
-  "$host_py" "$repo/tests/agent/warmdiff.py" "$name" "$tmp/$name.cold.dir" "$tmp/$name.warm.dir" "$n" \
+  "$host_py" "$repo/tests/helpers/warmdiff.py" "$name" "$tmp/$name.cold.dir" "$tmp/$name.warm.dir" "$n" \
     "$(logdir "$name" cold)" "$(logdir "$name" warm)" || fail "$name: a warm start differs from a cold one (above)"
   grep -q '"cuda_initialized": false' "$tmp/$name.warm.dir/shape.0.json" || fail "$name: CUDA was initialised"
 }
 
 # torch 1.13: a script, -m module (run in the module's directory: sys.path[0] is the cwd), --run-path.
 shape script113 "$host_py" /tmp 2 "$dump" @OUT@ dump
-shape module113 "$host_py" "$repo/tests/agent" 2 -m warmdump @OUT@ dump
+shape module113 "$host_py" "$repo/tests/helpers" 2 -m warmdump @OUT@ dump
 shape runpath113 "$host_py" /tmp 2 --run-path "$dump" @OUT@ dump
 
 # torch 2.6: the chroot's python3 behind a PYTHON_EXEC wrapper (exec all the way: the pid stays the pool's).

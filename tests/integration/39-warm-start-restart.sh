@@ -9,7 +9,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 out=$tmp/out
@@ -41,7 +41,7 @@ started() { [ -f "$out/start.$1.0" ] && [ -f "$out/start.$1.1" ]; }
 port=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "== trun --warm-start --max-restarts 1 (metrics on port $port)"
 PYTHON_EXEC=$host_py setsid "$trun" --warm-start --standalone --nproc-per-node 2 --max-restarts 1 \
-  --metrics-port "$port" "$repo/tests/agent/warmcrash.py" "$out" >"$tmp/trun.out" 2>"$tmp/trun.err" &
+  --metrics-port "$port" "$repo/tests/helpers/warmcrash.py" "$out" >"$tmp/trun.out" 2>"$tmp/trun.err" &
 agent=$!
 _bg_pgids+=("$agent")
 show() {

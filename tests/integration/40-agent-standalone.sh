@@ -5,7 +5,7 @@
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 
@@ -31,12 +31,12 @@ run_case() {
 }
 
 for n in 2 4; do
-  run_case "host113-n$n" $n 1.13 --standalone --nproc-per-node $n "$repo/tests/agent/allreduce.py" "$tmp/host113-n$n"
+  run_case "host113-n$n" $n 1.13 --standalone --nproc-per-node $n "$repo/tests/helpers/allreduce.py" "$tmp/host113-n$n"
 done
 
 need_chroot
 for n in 2 4; do
   run_case "chroot26-n$n" $n 2.6 --standalone --nproc-per-node $n --no-python "$repo/scripts/chroot-run.sh" \
-    --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/chroot26-n$n"
+    --keep-env python3 /trun/tests/helpers/allreduce.py "$tmp/chroot26-n$n"
 done
 echo PASS

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The worker environment trun gives vs real torchrun's, per local rank, with the same command line and the
 # same launcher environment: torch 1.13 (host; Debian's torchrun through tests/tools/torchrun113.py) vs trun,
-# and torchrun 2.6 (trixie chroot) vs trun starting chroot workers. tests/agent/dumpenv.py dumps os.environ;
-# tests/agent/envdiff.py compares (key sets equal, values equal) and lists the excluded keys with reasons.
+# and torchrun 2.6 (trixie chroot) vs trun starting chroot workers. tests/helpers/dumpenv.py dumps os.environ;
+# tests/helpers/envdiff.py compares (key sets equal, values equal) and lists the excluded keys with reasons.
 # Allowed, known difference: torch 1.13's torchrun sets NCCL_ASYNC_ERROR_HANDLING=1, trun sets the newer name
 # TORCH_NCCL_ASYNC_ERROR_HANDLING=1. Any other difference fails the test.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 
@@ -30,12 +30,12 @@ dump() {
   for lr in 0 1; do [ -s "$tmp/$name/env.$lr.json" ] || fail "$name: no env dump of local rank $lr"; done
 }
 
-dump t113 "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 "$repo/tests/agent/dumpenv.py"
-dump r113 "$trun" --standalone --nproc_per_node 2 "$repo/tests/agent/dumpenv.py"
+dump t113 "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 "$repo/tests/helpers/dumpenv.py"
+dump r113 "$trun" --standalone --nproc_per_node 2 "$repo/tests/helpers/dumpenv.py"
 # Deliberate differences (docs/cli.md, "What the workers get"): trun always names TORCH_NCCL_ASYNC_ERROR_HANDLING
 # (torch >= 2.2's name), exports TORCHELASTIC_SIGNALS_TO_HANDLE as torchrun >= 2.9 does, and always hosts the
 # workers' store in the agent (TORCHELASTIC_USE_AGENT_STORE=True), which torchrun 1.13's c10d/standalone did not.
-"$host_py" "$repo/tests/agent/envdiff.py" torch-1.13 "$tmp/t113" "$tmp/r113" 2 \
+"$host_py" "$repo/tests/helpers/envdiff.py" torch-1.13 "$tmp/t113" "$tmp/r113" 2 \
   rename:NCCL_ASYNC_ERROR_HANDLING=TORCH_NCCL_ASYNC_ERROR_HANDLING \
   newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT \
   value:TORCHELASTIC_USE_AGENT_STORE='False>True' || bad=1
@@ -44,10 +44,10 @@ need_chroot
 # --local-addr localhost for both: the chroot's /etc/hosts does not know this host's name, so torchrun 2.6
 # (which publishes its host name as MASTER_ADDR of its agent store) would leave its workers retrying forever.
 dump t26 "$repo/scripts/chroot-run.sh" --keep-env python3 -m torch.distributed.run --standalone \
-  --nproc_per_node 2 --local-addr localhost /trun/tests/agent/dumpenv.py
+  --nproc_per_node 2 --local-addr localhost /trun/tests/helpers/dumpenv.py
 dump r26 "$trun" --standalone --nproc_per_node 2 --local-addr localhost --no-python \
-  "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/agent/dumpenv.py
-"$host_py" "$repo/tests/agent/envdiff.py" torch-2.6 "$tmp/t26" "$tmp/r26" 2 \
+  "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/helpers/dumpenv.py
+"$host_py" "$repo/tests/helpers/envdiff.py" torch-2.6 "$tmp/t26" "$tmp/r26" 2 \
   newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT || bad=1
 [ $bad -eq 0 ] || fail "the worker environments differ (DIFFERENCE lines above)"
 echo PASS

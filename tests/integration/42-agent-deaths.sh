@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every death named (trun --standalone --nproc-per-node 2, torch 1.13 workers of tests/agent/death_worker.py;
+# Every death named (trun --standalone --nproc-per-node 2, torch 1.13 workers of tests/helpers/death_worker.py;
 # local rank 1 just waits):
 #  1. OOM kill: trun and its workers in a memory cgroup of their own (this test makes it: cgroup v1's memory
 #     controller or cgroup v2 with memory enabled, whichever the box offers; neither => FAIL) limited to
@@ -20,10 +20,10 @@
 # Cgroups are removed even on failure. Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
-worker=$repo/tests/agent/death_worker.py
+worker=$repo/tests/helpers/death_worker.py
 export PYTHON_EXEC=$host_py
 
 # ---- cgroups ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Failures and restarts (trun --standalone --nproc-per-node 2):
-#  - rank 1 does a gloo all-reduce then exits 3 in attempt 0, succeeds in attempt 1 (tests/agent/allreduce.py
+#  - rank 1 does a gloo all-reduce then exits 3 in attempt 0, succeeds in attempt 1 (tests/helpers/allreduce.py
 #    --fail-rank 1): --max-restarts=1 => exit 0 and every rank re-initialised gloo and all-reduced in attempt 1
 #    on the same store (torch 1.13 on the host; torch 2.6 in the chroot, whose workers use unprefixed keys,
 #    so trun must not leave attempt 0's keys behind); --max-restarts=0 => exit 1 and the failure report on
@@ -11,7 +11,7 @@
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 fqdn=$("$host_py" -c 'import socket; print(socket.getfqdn())')
@@ -37,7 +37,7 @@ expect_ok() {
 
 # 1. torch 1.13: attempt 0 fails on rank 1, attempt 1 re-initialises gloo on the same store.
 mkdir -p "$tmp/restart113"
-run restart113 0 --standalone --nproc-per-node 2 --max-restarts=1 "$repo/tests/agent/allreduce.py" \
+run restart113 0 --standalone --nproc-per-node 2 --max-restarts=1 "$repo/tests/helpers/allreduce.py" \
   "$tmp/restart113" --fail-rank 1
 expect_ok restart113 1 2
 [ -f "$tmp/restart113/ok.0.1" ] && fail "restart113: rank 1 should have failed attempt 0"
@@ -47,7 +47,7 @@ grep -q "failing attempt 0 on purpose" "$tmp/restart113.out" || fail "restart113
 # failure message in attempt_0's stdout.log, attempt 1's success lines in attempt_1.
 mkdir -p "$tmp/restartlogs"
 run restartlogs 0 --standalone --nproc-per-node 2 --max-restarts=1 --log-dir "$tmp/restartlogs.d" --redirects 3 \
-  "$repo/tests/agent/allreduce.py" "$tmp/restartlogs" --fail-rank 1
+  "$repo/tests/helpers/allreduce.py" "$tmp/restartlogs" --fail-rank 1
 expect_ok restartlogs 1 2
 rd=$(echo "$tmp/restartlogs.d"/*)
 [ -d "$rd" ] || fail "restartlogs: no run dir in $tmp/restartlogs.d"
@@ -58,26 +58,26 @@ done
 
 # 2. No restarts left: exit 1, the report names rank, host, exit code.
 mkdir -p "$tmp/norestart"
-run norestart 1 --standalone --nproc-per-node 2 --max-restarts=0 "$repo/tests/agent/allreduce.py" \
+run norestart 1 --standalone --nproc-per-node 2 --max-restarts=0 "$repo/tests/helpers/allreduce.py" \
   "$tmp/norestart" --fail-rank 1
 expect_root norestart "^ *rank +: 1 \(local_rank: 1\)$" "^ *host +: $fqdn$" "^ *exitcode +: 3 \(pid: [0-9]+\)$"
 grep -q "allreduce.py FAILED" "$tmp/norestart.err" || fail "norestart: no '<script> FAILED' banner"
 [ -f "$tmp/norestart/ok.1.0" ] && fail "norestart: a second attempt ran with --max-restarts=0"
 
 # 3. @record error file.
-run record 1 --standalone --nproc-per-node 2 "$repo/tests/agent/fail.py" record
+run record 1 --standalone --nproc-per-node 2 "$repo/tests/helpers/fail.py" record
 expect_root record "^ *rank +: 1 \(local_rank: 1\)$" "^ *host +: $fqdn$" "^ *exitcode +: 1 \(pid: [0-9]+\)$" \
   "^ *error_file: /.*/attempt_0/1/error\.json$" "ValueError: boom"
 
 # 4. SIGSEGV.
-run segv 1 --standalone --nproc-per-node 2 "$repo/tests/agent/fail.py" segv
+run segv 1 --standalone --nproc-per-node 2 "$repo/tests/helpers/fail.py" segv
 expect_root segv "^ *rank +: 1 \(local_rank: 1\)$" "^ *exitcode +: -11 \(pid: [0-9]+\)" "SIGSEGV"
 
 # 5. torch 2.6 workers (chroot): the same restart, unprefixed keys on the same store.
 need_chroot
 mkdir -p "$tmp/restart26"
 run restart26 0 --standalone --nproc-per-node 2 --max-restarts=1 --no-python "$repo/scripts/chroot-run.sh" \
-  --keep-env python3 /trun/tests/agent/allreduce.py "$tmp/restart26" --fail-rank 1
+  --keep-env python3 /trun/tests/helpers/allreduce.py "$tmp/restart26" --fail-rank 1
 expect_ok restart26 1 2
 grep -q "failing attempt 0 on purpose" "$tmp/restart26.out" || fail "restart26: rank 1 did not fail attempt 0"
 grep -q "2\.6" "$tmp/restart26/ok.1.0" || fail "restart26: the workers did not run torch 2.6"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # torch's file-timer watchdog served by trun (TORCHELASTIC_ENABLE_FILE_TIMER=1), with torch's own, unmodified
-# FileTimerClient (tests/agent/timer_worker.py) hung inside `expires(after=2, scope="hung_step")`:
+# FileTimerClient (tests/helpers/timer_worker.py) hung inside `expires(after=2, scope="hung_step")`:
 #  1. torch 1.13 (host): trun kills the worker, the restart finishes (exit 0); the console line, the
 #     "timer_expired" event and trun_timer_expired_total{scope="hung_step"} (read during attempt 1) name the
 #     scope; the workers got TORCHELASTIC_TIMER_FILE, a FIFO, and it is gone after the job;
@@ -14,11 +14,11 @@
 # Exit: 0 pass, 77 skip, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 need_cmd curl curl
-worker=$repo/tests/agent/timer_worker.py
+worker=$repo/tests/helpers/timer_worker.py
 
 # job NAME WANT_RC trun-args...: output in $tmp/NAME.{out,err}, worker files in $tmp/NAME/.
 job() {
@@ -105,7 +105,7 @@ TORCHELASTIC_ENABLE_FILE_TIMER=0 job off 0 --standalone --nproc-per-node 1 "$wor
 # 5. torch 2.6 workers.
 need_chroot
 job h26 0 --standalone --nproc-per-node 1 --max-restarts 1 --no-python "$repo/scripts/chroot-run.sh" \
-  --keep-env python3 /trun/tests/agent/timer_worker.py "$tmp/h26" hang
+  --keep-env python3 /trun/tests/helpers/timer_worker.py "$tmp/h26" hang
 killed h26
 grep -q " 2\.6" "$tmp/h26/restarted.0" || fail "h26: the workers did not run torch 2.6"
 

@@ -3,7 +3,7 @@
 # exit barrier's timeout:
 #  1. port 0: the port is printed; GET answers 200 {"alive": true, "last_progress_time": now, "timeout_s": 60}
 #     (torch's alive callback and timeout; "file_timer": false without the watchdog); attacked while the job
-#     runs (tests/agent/probe_attack.py: 230 held idle / garbage / half-request connections, oversized and
+#     runs (tests/helpers/probe_attack.py: 230 held idle / garbage / half-request connections, oversized and
 #     garbage heads, reset clients) a probe still answers at once, and the job then ends normally (exit 0);
 #     the port is closed after the job;
 #  2. with TORCHELASTIC_ENABLE_FILE_TIMER=1 the liveness is the watchdog's: "file_timer": true;
@@ -15,7 +15,7 @@
 # Exit: 0 pass, 77 skip, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 need_cmd curl curl
@@ -62,7 +62,7 @@ sed 's/^/    probe| /' "$tmp/r1.txt"
 grep -q '^HTTP/1.1 200 OK' "$tmp/r1.txt" || fail "plain: not 200"
 grep -q '"alive": true, "last_progress_time": [0-9]*, "timeout_s": 60, "file_timer": false' "$tmp/r1.txt" ||
   fail "plain: unexpected body"
-"$host_py" "$repo/tests/agent/probe_attack.py" 127.0.0.1 "$port" || fail "plain: the probe did not survive the attack"
+"$host_py" "$repo/tests/helpers/probe_attack.py" 127.0.0.1 "$port" || fail "plain: the probe did not survive the attack"
 curl -sf "http://127.0.0.1:$port/" | grep -q '"alive": true' || fail "plain: no answer after the attack"
 finish plain
 

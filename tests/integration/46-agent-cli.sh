@@ -3,14 +3,14 @@
 # nothing); --help (exit 0, options in groups); --version; --dry-run prints each local rank's RANK/LOCAL_RANK/
 # WORLD_SIZE and argv and starts nothing; PET_NPROC_PER_NODE is the fallback and the command line beats it;
 # torch's built-in --event-log-handler (null, console, dynamic_rendezvous) and --logs-specs (default) names run.
-# Workers are tests/agent/touch.py (creates ran.<local_rank>: proof that something ran). No torch needed.
+# Workers are tests/helpers/touch.py (creates ran.<local_rank>: proof that something ran). No torch needed.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
-w=$repo/tests/agent/touch.py
+w=$repo/tests/helpers/touch.py
 out=$tmp/ran
 mkdir -p "$out"
 

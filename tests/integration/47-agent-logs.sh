@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Worker output handling (tests/agent/chatty.py workers, host python, no torch needed):
+# Worker output handling (tests/helpers/chatty.py workers, host python, no torch needed):
 #  - --log-dir D --redirects 3: D/<run_id>_*/attempt_0/<lr>/{stdout,stderr}.log hold each worker's lines and
 #    nothing of theirs reaches the console;
 #  - --tee 3: the files AND the console, console lines prefixed "[default0]:" / "[default1]:";
 #  - --local-ranks-filter 0 (with --tee 3, and alone): only local rank 0 on the console (files keep both);
 #  - --role trainer: the prefix becomes "[trainer0]:";
 #  - 4 workers writing long lines concurrently, each line in 3 flushed pieces: every console line arrives
-#    whole and in order (tests/agent/checklines.py), with --tee 3 (prefixed) and without (plain).
+#    whole and in order (tests/helpers/checklines.py), with --tee 3 (prefixed) and without (plain).
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
-w=$repo/tests/agent/chatty.py
+w=$repo/tests/helpers/chatty.py
 N=5
 
 # run NAME trun-args...: must exit 0; console in $tmp/NAME.{out,err}.
@@ -119,13 +119,13 @@ echo "ok: --role"
 # 5. Concurrent long lines written in pieces: whole lines on the console, tee'd and plain.
 S=400
 run storm-tee --log-dir "$tmp/logs5" --tee 3 --nproc-per-node 4 "$w" storm $S
-"$host_py" "$repo/tests/agent/checklines.py" "$tmp/storm-tee.out" O 4 $S '[default{lr}]:' || fail "storm-tee: stdout lines cut or mixed"
-"$host_py" "$repo/tests/agent/checklines.py" "$tmp/storm-tee.err" E 4 $S '[default{lr}]:' || fail "storm-tee: stderr lines cut or mixed"
+"$host_py" "$repo/tests/helpers/checklines.py" "$tmp/storm-tee.out" O 4 $S '[default{lr}]:' || fail "storm-tee: stdout lines cut or mixed"
+"$host_py" "$repo/tests/helpers/checklines.py" "$tmp/storm-tee.err" E 4 $S '[default{lr}]:' || fail "storm-tee: stderr lines cut or mixed"
 for lr in 0 1 2 3; do
   [ "$(grep -c '^STORM O' "$tmp/logs5/"*/attempt_0/$lr/stdout.log)" -eq $S ] || fail "storm-tee: rank $lr's stdout.log is incomplete"
 done
 run storm-plain --nproc-per-node 4 "$w" storm $S
-"$host_py" "$repo/tests/agent/checklines.py" "$tmp/storm-plain.out" O 4 $S '' || fail "storm-plain: stdout lines cut or mixed"
-"$host_py" "$repo/tests/agent/checklines.py" "$tmp/storm-plain.err" E 4 $S '' || fail "storm-plain: stderr lines cut or mixed"
+"$host_py" "$repo/tests/helpers/checklines.py" "$tmp/storm-plain.out" O 4 $S '' || fail "storm-plain: stdout lines cut or mixed"
+"$host_py" "$repo/tests/helpers/checklines.py" "$tmp/storm-plain.err" E 4 $S '' || fail "storm-plain: stderr lines cut or mixed"
 echo "ok: storm"
 echo PASS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restarts that know when to stop (trun --standalone --nproc-per-node 2; torch 1.13 workers of
-# tests/agent/startup_fail.py: they record the attempt, import torch, then fail with an import error):
+# tests/helpers/startup_fail.py: they record the attempt, import torch, then fail with an import error):
 #  1. The defaults (--restart-backoff 1, --crash-loop 3:60) with --max-restarts 10: three failed rounds, the
 #     first restart at once and a wait of 1 s before the second, then "crash loop" and exit 5 (do not
 #     requeue); the report names the import error; 2 restart events, not 10.
@@ -18,10 +18,10 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
-script=$repo/tests/agent/startup_fail.py
+script=$repo/tests/helpers/startup_fail.py
 export PYTHON_EXEC=$host_py
 
 # attempts NAME WANT: the script recorded WANT distinct attempts in NAME.

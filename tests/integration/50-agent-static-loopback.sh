@@ -7,7 +7,7 @@
 # all-reduce gave 0+1+...+5 = 15. Node 0 hosts its store with --store-threads 3, so the ranks' connections are
 # spread over three loops (WAIT wake-ups crossing threads).
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-50.XXXXXX")
@@ -20,7 +20,7 @@ note "marker $MARKER, master port $port"
 
 start_agent() { # node
   MN_OUT=$tmp/out "$TRUN" --nnodes 3 --node-rank "$1" --master-addr 127.0.0.1 --master-port "$port" \
-    --nproc-per-node 2 --store-threads 3 --log-dir "$tmp/logs$1" "$TRUN_REPO/tests/agent/mn_worker.py" \
+    --nproc-per-node 2 --store-threads 3 --log-dir "$tmp/logs$1" "$TRUN_REPO/tests/helpers/mn_worker.py" \
     >"$tmp/agent$1.out" 2>"$tmp/agent$1.err" &
   pids[$1]=$!
 }

@@ -5,7 +5,7 @@
 # ranks through the agent's store. Started in shuffled order (node 2, 1, then 0). Same checks as test 50.
 # Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 need_cmd ip iproute2
 
@@ -49,7 +49,7 @@ note "marker $MARKER; namespaces ${hosts[*]} via $br; master 10.250.0.1:$port"
 start_agent() { # node
   # Gloo picks its address from the host name (same in every namespace, often 127.0.0.1): pin eth0.
   MN_OUT=$tmp/out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$1]}" "$TRUN" --nnodes 3 --node-rank "$1" --master-addr 10.250.0.1 \
-    --master-port "$port" --nproc-per-node 2 --log-dir "$tmp/logs$1" "$TRUN_REPO/tests/agent/mn_worker.py" \
+    --master-port "$port" --nproc-per-node 2 --log-dir "$tmp/logs$1" "$TRUN_REPO/tests/helpers/mn_worker.py" \
     >"$tmp/agent$1.out" 2>"$tmp/agent$1.err" &
   pids[$1]=$!
 }

@@ -8,7 +8,7 @@
 #  B. --max-restarts 0: both agents exit 1; node 0's stderr holds the job-wide failure report naming global
 #     rank 3 (local_rank 1), node 1's host (the FQDN) and exit code 3.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-52.XXXXXX")
@@ -25,7 +25,7 @@ run_pair() { # dir max_restarts
   for n in 1 0; do
     MN_OUT=$d/out MN_FAIL_RANK=3 MN_FAIL_CODE=3 MN_FAIL_ATTEMPT=0 "$TRUN" --nnodes 2 --node-rank $n \
       --master-addr 127.0.0.1 --master-port "$port" --nproc-per-node 2 --max-restarts "$mr" \
-      --monitor-interval 0.1 --log-dir "$d/logs$n" "$TRUN_REPO/tests/agent/mn_worker.py" \
+      --monitor-interval 0.1 --log-dir "$d/logs$n" "$TRUN_REPO/tests/helpers/mn_worker.py" \
       >"$d/agent$n.out" 2>"$d/agent$n.err" &
     pids[$n]=$!
   done
@@ -57,7 +57,7 @@ for r in 0 1; do
     bad "A: node 0's rank $r never ran attempt 1 (no $f): node 0 did not restart with node 1"
   fi
 done
-"$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_check_ranks.py" "$A" 2 2 127.0.0.1 1 || bad "A: attempt 1 rank checks failed"
+"$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_check_ranks.py" "$A" 2 2 127.0.0.1 1 || bad "A: attempt 1 rank checks failed"
 kill_marked
 
 # ---- B: no restart, both fail, job-wide report on node 0 ----

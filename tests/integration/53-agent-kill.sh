@@ -5,7 +5,7 @@
 # marker TRUN_TEST_MARKER=<uuid> in its environment (/proc/*/environ), so moving to another process group
 # hides nothing. Polls until none remains and prints the measured time; fails if any remains after 10 s.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-53.XXXXXX")
 agent=""
@@ -14,7 +14,7 @@ trap cleanup EXIT
 mkdir -p "$tmp/out"
 note "marker $MARKER"
 
-SIG_OUT=$tmp/out "$TRUN" --nproc-per-node 2 --log-dir "$tmp/logs" "$TRUN_REPO/tests/agent/sig_worker.py" tree \
+SIG_OUT=$tmp/out "$TRUN" --nproc-per-node 2 --log-dir "$tmp/logs" "$TRUN_REPO/tests/helpers/sig_worker.py" tree \
   >"$tmp/agent.out" 2>"$tmp/agent.err" &
 agent=$!
 wait_for '[ -f "$tmp/out/ready.0" ] && [ -f "$tmp/out/ready.1" ]' 60 || {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Signals to the agent (single node, 2 workers of tests/agent/sig_worker.py; handlers write files):
+# Signals to the agent (single node, 2 workers of tests/helpers/sig_worker.py; handlers write files):
 #  1. SIGTERM: every worker records SIGTERM and exits; agent exit code 1.
 #  2. --shutdown-timeout 2, local rank 1 ignores SIGTERM: after SIGTERM it keeps running (ticks after its
 #     SIGTERM record), then is SIGKILLed (agent's debug log: "killed by SIGKILL"), records nothing after, and
@@ -21,7 +21,7 @@
 #     is not tied to stdin and the workers keep running (SIGTERM ends them); (d) stdin /dev/null: the same.
 # Time-outs are safety limits only; measured times are printed.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-54.XXXXXX")
 agent=""
@@ -38,7 +38,7 @@ start_job() {
   mkdir -p "$D/out"
   note "scenario $name: modes $modes, options: $*"
   SIG_OUT=$D/out TRUN_LOG_LEVEL=debug "$TRUN" --nproc-per-node 2 --log-dir "$D/logs" "$@" \
-    "$TRUN_REPO/tests/agent/sig_worker.py" "$modes" >"$D/agent.out" 2>"$D/agent.err" &
+    "$TRUN_REPO/tests/helpers/sig_worker.py" "$modes" >"$D/agent.out" 2>"$D/agent.err" &
   agent=$!
   if ! wait_for '[ -f "$D/out/ready.0" ] && [ -f "$D/out/ready.1" ]' 60; then
     dump_agent "$name agent" "$D/agent.out" "$D/agent.err"; show_marked
@@ -130,7 +130,7 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   mkdir -p "$D/out"
   note "scenario pidns: unshare --pid --fork --mount-proc trun, modes zombie,term"
   SIG_OUT=$D/out TRUN_LOG_LEVEL=debug unshare --pid --fork --mount-proc "$TRUN" --nproc-per-node 2 \
-    --log-dir "$D/logs" "$TRUN_REPO/tests/agent/sig_worker.py" zombie,term >"$D/agent.out" 2>"$D/agent.err" &
+    --log-dir "$D/logs" "$TRUN_REPO/tests/helpers/sig_worker.py" zombie,term >"$D/agent.out" 2>"$D/agent.err" &
   agent=$!
   wait_for '[ -n "$(ps -o pid= --ppid '"$agent"')" ]' 30 || fail "pidns: unshare started nothing"
   inner=$(ps -o pid= --ppid "$agent" | head -n1 | tr -d ' ')
@@ -138,7 +138,7 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   [ "$(awk '/^NSpid/{print $NF}' /proc/$inner/status)" = 1 ] || bad "pidns: the agent is not PID 1 of its namespace"
   wait_for '[ -f "$D/out/ready.0" ] && [ -f "$D/out/ready.1" ]' 60 || bad "pidns: the workers did not start"
   echo "pidns: worker 0 left un-waited children: $(cat "$D/out/ready.0")"
-  zombies() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" subtree "$inner" | awk '$3=="Z" || $4=="sleep"'; }
+  zombies() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" subtree "$inner" | awk '$3=="Z" || $4=="sleep"'; }
   # Informational: the zombies exist while worker 0 lives (it never waits for them).
   if wait_for '[ -n "$(zombies)" ]' 5; then echo "pidns: seen while worker 0 runs (zombies, orphaned sleeps):"; zombies | sed 's/^/  /'
   else echo "pidns: (worker 0's zombies were not caught while it ran)"; fi
@@ -146,11 +146,11 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   wait_for '[ "$(workers_alive)" = 1 ]' 60 || bad "pidns: worker 0 did not exit"
   t0=$(now)
   echo "pidns: processes in the namespace after worker 0 exited:"
-  "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" subtree "$inner" | sed 's/^/  /'
+  "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" subtree "$inner" | sed 's/^/  /'
   if wait_for '[ -z "$(zombies)" ]' 10; then
     echo "pidns: no zombie (nor orphaned sleep) left in the namespace $(elapsed "$t0") s after worker 0 exited"
   else
-    echo "pidns: still there after 10 s:"; "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" subtree "$inner"
+    echo "pidns: still there after 10 s:"; "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" subtree "$inner"
     bad "pidns: zombies remain in the agent's PID namespace"
   fi
   kill -0 "$inner" 2>/dev/null && [ "$(workers_alive)" = 1 ] || bad "pidns: the agent or worker 1 is not running any more"
@@ -170,7 +170,7 @@ mpids=()
 for n in 0 1; do
   SIG_OUT=$D/out/n$n TRUN_LOG_LEVEL=debug "$TRUN" --nnodes 2 --node-rank $n --master-addr 127.0.0.1 \
     --master-port "$port" --nproc-per-node 1 --shutdown-timeout 5 --log-dir "$D/logs$n" \
-    "$TRUN_REPO/tests/agent/sig_worker.py" term >"$D/agent$n.out" 2>"$D/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/sig_worker.py" term >"$D/agent$n.out" 2>"$D/agent$n.err" &
   mpids[$n]=$!
   mkdir -p "$D/out/n$n"
 done
@@ -203,7 +203,7 @@ watch_job() {
   local in=/dev/null
   if [ "$2" = fifo ]; then mkfifo "$D/in"; in=$D/in; fi
   SIG_OUT=$D/out TRUN_LOG_LEVEL=debug "$TRUN" --nproc-per-node 2 --log-dir "$D/logs" --watch-stdin \
-    "$TRUN_REPO/tests/agent/sig_worker.py" term,term <"$in" >"$D/agent.out" 2>"$D/agent.err" &
+    "$TRUN_REPO/tests/helpers/sig_worker.py" term,term <"$in" >"$D/agent.out" 2>"$D/agent.err" &
   agent=$!
   if [ "$2" = fifo ]; then exec 7>"$D/in"; fi
 }

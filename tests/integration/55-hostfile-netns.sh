@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# trun --hostfile across 3 "hosts" = 3 network namespaces (10.251.0.1..3 on a bridge, tests/agent/netns_lib.sh).
-# --rsh is tests/agent/netns_rsh.sh, which runs the remote words through a shell in the host's namespace the
+# trun --hostfile across 3 "hosts" = 3 network namespaces (10.251.0.1..3 on a bridge, tests/helpers/netns_lib.sh).
+# --rsh is tests/helpers/netns_rsh.sh, which runs the remote words through a shell in the host's namespace the
 # way sshd does (so trun's quoting is exercised: the output directory has a space and a quote in its name).
-#   1. 3 nodes x 2 workers (slots=2) gloo all-reduce (tests/agent/allreduce.py, torch 1.13): exit 0, every
+#   1. 3 nodes x 2 workers (slots=2) gloo all-reduce (tests/helpers/allreduce.py, torch 1.13): exit 0, every
 #      rank's result, each line of output prefixed with the host it ran on ([10.251.0.N] [defaultL]:rank R).
 #   2. rank 3 fails with exit code 7: trun exits with the agents' failure code (1), node 0's report (with the
 #      [10.251.0.1] prefix) names rank 3 and exit code 7.
-#   3. SIGINT to trun while every rank trains (tests/agent/loop_worker.py): it reaches every remote agent as a
+#   3. SIGINT to trun while every rank trains (tests/helpers/loop_worker.py): it reaches every remote agent as a
 #      line on its stdin (--watch-stdin), trun exits 1 and no process of the job is left (TRUN_TEST_MARKER).
 # tests/integration/59-hostfile-ssh.sh runs the same launcher over real sshd.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/netns_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/netns_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-55.XXXXXX")
@@ -35,18 +35,18 @@ cat >"$tmp/hosts" <<'HOSTS'
 10.251.0.2 slots=2   # node rank 1
 10.251.0.3   slots=2
 HOSTS
-rsh=$TRUN_REPO/tests/agent/netns_rsh.sh
+rsh=$TRUN_REPO/tests/helpers/netns_rsh.sh
 note "marker $MARKER; namespaces ${NS_HOSTS[*]} via $NS_BR"
 
 echo "=== dry run"
-"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --dry-run "$TRUN_REPO/tests/agent/allreduce.py" x ||
+"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --dry-run "$TRUN_REPO/tests/helpers/allreduce.py" x ||
   fail "--dry-run --hostfile failed"
 
 # ---- 1. all-reduce ---------------------------------------------------------------------------------
 out="$tmp/out dir 'q'"
 mkdir -p "$out"
 echo "=== 1. all-reduce over 3 hosts"
-"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29551 --tee 3 "$TRUN_REPO/tests/agent/allreduce.py" \
+"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29551 --tee 3 "$TRUN_REPO/tests/helpers/allreduce.py" \
   "$out" >"$tmp/1.out" 2>"$tmp/1.err"
 rc=$?
 dump_agent "trun --hostfile (1)" "$tmp/1.out" "$tmp/1.err"
@@ -63,7 +63,7 @@ echo "ok: 6 ranks on 3 hosts, every output line prefixed with its host"
 
 # ---- 2. a failing rank -------------------------------------------------------------------------------
 echo "=== 2. rank 3 exits 7"
-"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29552 "$TRUN_REPO/tests/agent/allreduce.py" "$out" \
+"$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29552 "$TRUN_REPO/tests/helpers/allreduce.py" "$out" \
   --fail-rank 3 --fail-code 7 >"$tmp/2.out" 2>"$tmp/2.err"
 rc=$?
 dump_agent "trun --hostfile (2)" "$tmp/2.out" "$tmp/2.err"
@@ -78,7 +78,7 @@ echo "ok: exit 1, rank 3's exit code 7 in node 0's report"
 echo "=== 3. SIGINT to trun while training"
 mkdir -p "$tmp/loop"
 LOOP_OUT=$tmp/loop "$TRUN" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29553 \
-  "$TRUN_REPO/tests/agent/loop_worker.py" >"$tmp/3.out" 2>"$tmp/3.err" &
+  "$TRUN_REPO/tests/helpers/loop_worker.py" >"$tmp/3.out" 2>"$tmp/3.err" &
 launcher=$!
 wait_for 'n=$(ls "$tmp/loop" | grep -c "^ready\.0\."); [ "$n" = 6 ]' 120 || {
   dump_agent "trun --hostfile (3)" "$tmp/3.out" "$tmp/3.err"; show_marked; fail "the 6 ranks did not start training"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trun under a real Slurm 22.05 cluster (Debian's slurm-wlm + munge): tests/agent/slurm_cluster.sh starts
+# trun under a real Slurm 22.05 cluster (Debian's slurm-wlm + munge): tests/helpers/slurm_cluster.sh starts
 # slurmctld on "ctl" and three slurmd nodes n1..n3 (10.253.0.11-13, each its own network + UTS namespace,
 # 2 CPUs, 2 stand-in GPUs as GRES), all in a PID/mount namespace that ends with the test. The workers run
 # examples/train_ddp.py with Debian's torch 1.13 (gloo). One cluster start; the scenarios, in order:
@@ -32,13 +32,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # ---- outside the cluster ---------------------------------------------------------------------------------
 if [ "${1:-}" != --in-cluster ]; then
-  . "$here/../agent/mn_lib.sh"
+  . "$here/../helpers/mn_lib.sh"
   need_torch
   tmp=$(mktemp -d /tmp/trun-56.XXXXXX)
   trap 'kill_marked; rm -rf "$tmp"' EXIT
   sandbox_snapshot
   t0=$(now)
-  T56_TMP=$tmp MARKER=$MARKER "$TRUN_REPO/tests/agent/slurm_cluster.sh" --nodes 3 --cpus 2 --gpus 2 \
+  T56_TMP=$tmp MARKER=$MARKER "$TRUN_REPO/tests/helpers/slurm_cluster.sh" --nodes 3 --cpus 2 --gpus 2 \
     bash "$0" --in-cluster
   rc=$?
   echo "TIME cluster-total $(elapsed "$t0")"
@@ -48,7 +48,7 @@ if [ "${1:-}" != --in-cluster ]; then
 fi
 
 # ---- inside: the login node of the cluster --------------------------------------------------------------
-. "$here/../agent/mn_lib.sh"
+. "$here/../helpers/mn_lib.sh"
 tmp=$T56_TMP
 export TMPDIR=$tmp/tmpdir # trun's torchelastic_* log directories
 mkdir -p "$TMPDIR"

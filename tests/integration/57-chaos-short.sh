@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Chaos, short version (make check; `make chaos` runs more rounds): 4 "hosts" = network namespaces
-# (10.252.0.1-4, tests/agent/netns_lib.sh): nodes 0 and 1 run a trun agent each (static backend unless said),
-# CHAOS_NPROC (default 1) workers per node running a gloo all-reduce loop (tests/agent/loop_worker.py);
+# (10.252.0.1-4, tests/helpers/netns_lib.sh): nodes 0 and 1 run a trun agent each (static backend unless said),
+# CHAOS_NPROC (default 1) workers per node running a gloo all-reduce loop (tests/helpers/loop_worker.py);
 # host 2 is a third node or the source of idle connections; host 3 never answers (blackhole routes back to
 # the others: a connect to it hangs, it is never refused). While every job runs, a store client sends one
-# byte per second to node 0's store (tests/agent/slow_client.py). Round kinds:
+# byte per second to node 0's store (tests/helpers/slow_client.py). Round kinds:
 #   worker-final    SIGKILL a random worker, no restarts: both agents exit 1, node 0's job-wide report names
 #                   the killed rank and SIGKILL as the root cause, node 1 names why it stopped
 #   worker-restart  SIGKILL a random worker, --max-restarts 1: the agents restart the workers together
@@ -36,8 +36,8 @@
 # starts at CHAOS_SEED mod 8 (so 4 rounds = 4 kinds, a different half each seed), later rounds pick kinds at
 # random. CHAOS_SEED fixes the random choices (printed); CHAOS_KINDS="k1 k2" runs only those kinds, in turn.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/netns_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/netns_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-57.XXXXXX")
@@ -86,7 +86,7 @@ start_agent() {
   mkdir -p "$d/out"
   LOOP_OUT=$d/out ip netns exec "${NS_HOSTS[$ns]}" "$TRUN" --nproc-per-node $nproc --max-restarts "$mr" \
     --log-dir "$d/logs$n" --events "$d/ev$n.jsonl" "$@" \
-    "$TRUN_REPO/tests/agent/loop_worker.py" >>"$d/a$n.out" 2>>"$d/a$n.err" &
+    "$TRUN_REPO/tests/helpers/loop_worker.py" >>"$d/a$n.out" 2>>"$d/a$n.err" &
   A[$n]=$!
 }
 static_opts() { echo --nnodes "$1" --node-rank "$2" --master-addr $net.1 --master-port $port; }
@@ -105,7 +105,7 @@ start_job() {
   start_slow "$1"
 }
 start_slow() { # outside the marker: it is not part of the job
-  env -u TRUN_TEST_MARKER ip netns exec "${NS_HOSTS[1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/slow_client.py" \
+  env -u TRUN_TEST_MARKER ip netns exec "${NS_HOSTS[1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/slow_client.py" \
     $net.1 $port "$1/slow.log" &
   slow=$!
 }
@@ -364,7 +364,7 @@ for ((r = 0; r < rounds; r++)); do
     fd_base "$d" 0 1
     m0=$(rss_kib "${A[0]}")
     echo "$conns idle connections to node 0's store from ${FLOOD_SRC[*]}; agent 0: ${F[0]} fds, RSS $m0 KiB"
-    env -u TRUN_TEST_MARKER ip netns exec "${NS_HOSTS[2]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/idle_conns.py" \
+    env -u TRUN_TEST_MARKER ip netns exec "${NS_HOSTS[2]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/idle_conns.py" \
       $net.1 $port "$conns" "$d/flood.log" "${FLOOD_SRC[@]}" &
     flood=$!
     wait_for "grep -q '^open' '$d/flood.log' 2>/dev/null || ! kill -0 $flood 2>/dev/null" 120 ||

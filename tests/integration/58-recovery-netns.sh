@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Losing a node (issue 22), in network namespaces (10.253.0.1..3): three trun agents, --nnodes 2:3, one gloo
-# worker each doing an all-reduce every 0.1 s (tests/agent/loop_worker.py), default settings but
+# worker each doing an all-reduce every 0.1 s (tests/helpers/loop_worker.py), default settings but
 # --max-restarts 3, for the c10d and the trun backends:
 #   1. crash: every process of node 2 is SIGKILLed (its kernel closes its connections): the survivors train
 #      again in a world of 2; their events say node_lost (the store's host saw the connection close) and
@@ -16,7 +16,7 @@
 # Times are printed, not asserted (make bench measures them). By hand, RECOVERY_BACKENDS / RECOVERY_KINDS
 # narrow parts 1-2 and RECOVERY_ONLY=1 skips 3-4. Skips (77) only when namespaces cannot be made.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 need_cmd ip iproute2
 
@@ -40,7 +40,7 @@ start() {
   LOOP_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$n]}" "$TRUN" --nnodes 2:3 --nproc-per-node 1 \
     --rdzv-backend "$be" --rdzv-endpoint "10.253.0.1:$port" --rdzv-id "$id" --local-addr "10.253.0.$((n + 1))" \
     --max-restarts 3 --log-dir "$out/logs$n" --events "$out/ev$n.jsonl" "$@" \
-    "$TRUN_REPO/tests/agent/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
   pid[$n]=$!
 }
 # ready OUT WORLD NODES...: each listed node's worker printed "ready" in a world of WORLD
@@ -114,7 +114,7 @@ port=29590
 for n in 0 1 2; do
   LOOP_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$n]}" "$TRUN" --nnodes 3 --node-rank $n \
     --master-addr 10.253.0.1 --master-port $port --nproc-per-node 1 --max-restarts 3 --log-dir "$out/logs$n" \
-    "$TRUN_REPO/tests/agent/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
   pid[$n]=$!
 done
 wait_for "ready $out 3 0 1 2" 120 || { dump "$out"; fail "static: no world of 3"; }
@@ -136,7 +136,7 @@ start 0 c10d "$out" rec-mixed --rdzv-conf torch_version=1.13
 LOOP_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/tools/torchrun113.py" \
   --nnodes 2:3 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint 10.253.0.1:$port --rdzv_id rec-mixed \
   --rdzv_conf is_host=0 --max_restarts 3 --monitor_interval 0.1 \
-  "$TRUN_REPO/tests/agent/loop_worker.py" >"$out/agent1.out" 2>"$out/agent1.err" &
+  "$TRUN_REPO/tests/helpers/loop_worker.py" >"$out/agent1.out" 2>"$out/agent1.err" &
 pid[1]=$!
 start 2 c10d "$out" rec-mixed --rdzv-conf torch_version=1.13
 wait_for "ready $out 3 0 1 2" 120 || { dump "$out"; fail "mixed: no world of 3"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trun --hostfile over real OpenSSH: tests/agent/ssh_hosts.sh starts sshd on three hosts h1..h3 (network + UTS
+# trun --hostfile over real OpenSSH: tests/helpers/ssh_hosts.sh starts sshd on three hosts h1..h3 (network + UTS
 # namespaces, 10.254.0.11-13, host keys and a user key made here, known_hosts filled), all in a sandbox that
 # ends with the test. trun runs on the login host with its default --rsh (ssh -o BatchMode=yes ...) and the
 # hostfile "h1 slots=2 / h2 slots=2 / h3 slots=2"; the hosts' sessions get PYTHON_EXEC (Debian's torch 1.13)
@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # ---- outside the sandbox ---------------------------------------------------------------------------------
 if [ "${1:-}" != --in-sandbox ]; then
-  . "$here/../agent/mn_lib.sh"
+  . "$here/../helpers/mn_lib.sh"
   need_torch
   tmp=$(mktemp -d /tmp/trun-59.XXXXXX)
   trap 'kill_marked; rm -rf "$tmp"' EXIT
@@ -33,7 +33,7 @@ if [ "${1:-}" != --in-sandbox ]; then
   t0=$(now)
   # What the hosts' sessions get (~/.ssh/environment): the workers' Python, trun's log dirs, the marker.
   T59_TMP=$tmp MARKER=$MARKER TMPDIR=$tmp/tmpdir SSH_HOSTS_ENV="PYTHON_EXEC TMPDIR TRUN_TEST_MARKER" \
-    "$TRUN_REPO/tests/agent/ssh_hosts.sh" --hosts 3 bash "$0" --in-sandbox
+    "$TRUN_REPO/tests/helpers/ssh_hosts.sh" --hosts 3 bash "$0" --in-sandbox
   rc=$?
   echo "TIME sandbox-total $(elapsed "$t0")"
   sandbox_left h1 h2 h3
@@ -42,7 +42,7 @@ if [ "${1:-}" != --in-sandbox ]; then
 fi
 
 # ---- inside: the login host -------------------------------------------------------------------------------
-. "$here/../agent/mn_lib.sh"
+. "$here/../helpers/mn_lib.sh"
 tmp=$T59_TMP
 cd "$tmp"
 printf '# 3 hosts, 2 workers each\nh1 slots=2\nh2 slots=2\nh3 slots=2\n' >"$tmp/hosts"

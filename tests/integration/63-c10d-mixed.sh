@@ -6,7 +6,7 @@
 # Checks: every agent exits 0, the all-reduce over all 5 ranks is right on every rank (allreduce.py),
 # every rank 0..4 reported once, and the trun workers got torchrun's TORCHELASTIC_USE_AGENT_STORE rule.
 set -u
-. "$(dirname "$0")/../agent/lib.sh"
+. "$(dirname "$0")/../helpers/lib.sh"
 need_trun
 need_host_torch
 
@@ -24,13 +24,13 @@ mixed() {
     conf_r="$conf_r,torch_version=1.13"
     tr_cmd=("$host_py" "$repo/tests/tools/torchrun113.py" --nnodes 3 --nproc_per_node 1 --rdzv_backend c10d
       --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "mix$n" --rdzv_conf "$conf_t" --monitor_interval 1)
-    w_cmd=("$repo/tests/agent/allreduce.py" "$out")
+    w_cmd=("$repo/tests/helpers/allreduce.py" "$out")
     tr_cmd+=("${w_cmd[@]}")
   else
     tr_cmd=("$repo/scripts/chroot-run.sh" --keep-env python3 -m torch.distributed.run --nnodes 3 --nproc-per-node 1
       --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "mix$n" --rdzv-conf "$conf_t"
-      --monitor-interval 1 /trun/tests/agent/allreduce.py "$out")
-    w_cmd=(--no-python "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/agent/allreduce.py "$out")
+      --monitor-interval 1 /trun/tests/helpers/allreduce.py "$out")
+    w_cmd=(--no-python "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/helpers/allreduce.py "$out")
   fi
   local trun_cmd=("$trun" --nnodes 3 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port"
     --rdzv-id "mix$n" --monitor-interval 1 --log-dir "$out/logs")

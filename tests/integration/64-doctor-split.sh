@@ -19,7 +19,7 @@
 # Parts 3, 4 and 8 skip (the test exits 77 after 1, 2, 5, 6 and 7 passed) when network namespaces cannot be
 # made here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 fx=$TRUN_REPO/tests/fixtures/nodes/h200x2
 shim=$TRUN_BUILD/libnvidia-ml-fake.so
 [ -f "$shim" ] || fail "$shim is missing; run make"

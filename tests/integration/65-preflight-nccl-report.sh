@@ -19,7 +19,7 @@
 #  5. --nccl-report with two agents (the two-pods capture): each reports NET/Socket; trun-topo --nccl-log
 #     over both agents' files gives the split verdict.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 fx=$TRUN_REPO/tests/fixtures/nodes/h200x2
 nvml=$TRUN_BUILD/libnvidia-ml-fake.so
 fake=$TRUN_BUILD/libcuda-nccl-fake.so
@@ -147,7 +147,7 @@ echo "ok 3"
 echo "== 4. --nccl-report, one agent: env, files, report"
 one=$TRUN_REPO/tests/fixtures/nccl/nccl-2.28-h200x2-one-pod.log
 rc=0
-env "${gpu[@]}" "$TRUN" --nccl-report --nproc-per-node 2 --log-dir "$tmp/logs4" "$TRUN_REPO/tests/agent/fake_nccl_log.py" \
+env "${gpu[@]}" "$TRUN" --nccl-report --nproc-per-node 2 --log-dir "$tmp/logs4" "$TRUN_REPO/tests/helpers/fake_nccl_log.py" \
   "$one" 1089,1090 "$tmp" >"$tmp/o" 2>"$tmp/e" || rc=$?
 cat "$tmp/e"
 [ $rc = 0 ] || fail "4: exit $rc"
@@ -163,12 +163,12 @@ grep -q "verdict: healthy (P2P/CUMEM)" "$tmp/e" || fail "4: the report lacks the
 grep -q "communicator 1 (n2#0): 2 ranks, 1 node(s), 2 local rank(s)" "$tmp/e" || fail "4: communicator line"
 rc=0
 env "${gpu[@]}" NCCL_DEBUG=WARN "$TRUN" --nccl-report --nproc-per-node 1 --log-dir "$tmp/logs4b" \
-  "$TRUN_REPO/tests/agent/fake_nccl_log.py" "$one" 1089 "$tmp" >"$tmp/o" 2>"$tmp/e" || rc=$?
+  "$TRUN_REPO/tests/helpers/fake_nccl_log.py" "$one" 1089 "$tmp" >"$tmp/o" 2>"$tmp/e" || rc=$?
 [ $rc = 0 ] && grep -qx "NCCL_DEBUG=WARN" "$tmp/env.0" || fail "4: the user's NCCL_DEBUG=WARN was not kept"
 grep -q "NCCL_DEBUG=WARN (yours) logs no transports" "$tmp/e" || fail "4: no warning about NCCL_DEBUG=WARN"
 rc=0
 env "${gpu[@]}" TRUN_NCCL_REPORT_AFTER=1 "$TRUN" --nccl-report --nproc-per-node 2 --log-dir "$tmp/logs4c" \
-  "$TRUN_REPO/tests/agent/fake_nccl_log.py" "$one" 1089,1090 "$tmp" "$tmp/e4c" "after the workers' start" \
+  "$TRUN_REPO/tests/helpers/fake_nccl_log.py" "$one" 1089,1090 "$tmp" "$tmp/e4c" "after the workers' start" \
   >"$tmp/o" 2>"$tmp/e4c" || rc=$?
 cat "$tmp/e4c"
 [ $rc = 0 ] || fail "4: early report: exit $rc (the workers wait for the report made while they run)"
@@ -183,7 +183,7 @@ pids=()
 for r in 1 0; do
   env "${gpu[@]}" CUDA_VISIBLE_DEVICES=$r "$TRUN" --nnodes 2 --node-rank $r --master-addr 127.0.0.1 \
     --master-port "$port" --nproc-per-node 1 --nccl-report --log-dir "$tmp/logs5-$r" \
-    "$TRUN_REPO/tests/agent/fake_nccl_log.py" "$two" 1183,1184 "$tmp" >"$tmp/r$r.out" 2>"$tmp/r$r.err" &
+    "$TRUN_REPO/tests/helpers/fake_nccl_log.py" "$two" 1183,1184 "$tmp" >"$tmp/r$r.out" 2>"$tmp/r$r.err" &
   pids+=($!)
 done
 wait_agents 120 60 fake_nccl_log "${pids[@]}" || fail "5: the agents did not exit"

@@ -4,7 +4,7 @@
 # rendezvous; every agent must get a distinct group rank 0..n-1 and the same world size (the tool checks and
 # exits 1 otherwise). A second fast rendezvous of 1,000 with MIN 600 (a range: committed by the 1,000th).
 set -u
-. "$(dirname "$0")/../agent/lib.sh"
+. "$(dirname "$0")/../helpers/lib.sh"
 [ -x "$build/trun-rdzv-bench" ] || fail "$build/trun-rdzv-bench is missing; run 'make' first"
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 [ "$(ulimit -n)" -ge 2100 ] || skip "cannot open 2,100 files here (ulimit -n $(ulimit -n))"

@@ -3,11 +3,11 @@
 # agents with hints 2, 0, 1 join in that order (each waits until the one before it has joined, so the join
 # order is the reverse of what the hints ask); every agent's workers must get GROUP_RANK = its hint and
 # RANK = hint * nproc + LOCAL_RANK. Without hints, the same start order gives GROUP_RANK in join order
-# (deterministic: the order of the join ADD). Workers: tests/agent/dumpenv.py (no torch needed).
+# (deterministic: the order of the join ADD). Workers: tests/helpers/dumpenv.py (no torch needed).
 # Exit: 0 pass, 77 skip, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 
@@ -24,7 +24,7 @@ run_three() {
     [ "$mode" = hints ] && extra=(--node-rank "${hints[$i]}")
     TRUN_LOG_LEVEL=debug trun_run --nnodes 3 --nproc-per-node 2 --rdzv-backend trun \
       --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "hints-$mode" "${extra[@]}" --rdzv-conf last_call_timeout=1 \
-      "$repo/tests/agent/dumpenv.py" "$tmp/$mode/$name" >"$tmp/$mode/$name.out" 2>"$tmp/$mode/$name.err" &
+      "$repo/tests/helpers/dumpenv.py" "$tmp/$mode/$name" >"$tmp/$mode/$name.out" 2>"$tmp/$mode/$name.err" &
     pids+=($!)
     # The next agent starts once this one holds its join ticket (its debug line).
     local t

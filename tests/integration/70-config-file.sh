@@ -5,7 +5,7 @@
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 export TRUN_PLATFORM=none # this test's own environment must not be taken for a cluster's
@@ -27,7 +27,7 @@ standalone: true
 max_restarts: 0
 tee: 3
 log-dir: $tmp/logs
-script: $repo/tests/agent/allreduce.py
+script: $repo/tests/helpers/allreduce.py
 args: [$tmp/run1]
 YAML
 
@@ -55,7 +55,7 @@ want standalone true "file:$tmp/job.yaml:3"
 want tee 3 "file:$tmp/job.yaml:5"
 want role default default
 want master-addr 127.0.0.1 default
-want script "$repo/tests/agent/allreduce.py" "file:$tmp/job.yaml:7"
+want script "$repo/tests/helpers/allreduce.py" "file:$tmp/job.yaml:7"
 want args "\\[$tmp/run1\\]" "file:$tmp/job.yaml:8"
 grep -q '^# platform: none detected$' "$tmp/print" || fail "--print-config does not say that no platform was detected"
 echo "ok: --print-config sources"
@@ -71,7 +71,7 @@ want node-rank 1 "detected:slurm \\(SLURM_NODEID\\)"
 want master-addr gpu-st-07 "detected:slurm \\(SLURM_JOB_NODELIST, first host\\)"
 want standalone true "file:$tmp/job.yaml:3"
 rc=0
-env "${slurm[@]}" "$trun" --dry-run --nproc-per-node 1 "$repo/tests/agent/allreduce.py" x >"$tmp/dry" 2>&1 || rc=$?
+env "${slurm[@]}" "$trun" --dry-run --nproc-per-node 1 "$repo/tests/helpers/allreduce.py" x >"$tmp/dry" 2>&1 || rc=$?
 sed 's/^/    /' "$tmp/dry"
 [ $rc -eq 0 ] || fail "--dry-run under Slurm exited $rc"
 grep -Eq '^master-addr: gpu-st-07 +# detected:slurm' "$tmp/dry" || fail "--dry-run does not show the detected master"
@@ -83,7 +83,7 @@ echo "ok: detected values"
 # command line, which wins over the file's).
 "$trun" --config "$tmp/job.yaml" --print-config >"$tmp/printed.yaml"
 rc=0
-trun_run --config "$tmp/printed.yaml" "$repo/tests/agent/allreduce.py" "$tmp/run2" >"$tmp/run2.out" 2>&1 || rc=$?
+trun_run --config "$tmp/printed.yaml" "$repo/tests/helpers/allreduce.py" "$tmp/run2" >"$tmp/run2.out" 2>&1 || rc=$?
 sed 's/^/    /' "$tmp/run2.out"
 [ $rc -eq 0 ] || fail "trun --config <printed config> exited $rc"
 check_ok "$tmp/run2"
@@ -92,7 +92,7 @@ echo "ok: --print-config output runs as a config file"
 # A bad file: exit 2, file:line:column and the suggestion; nothing started.
 printf 'nproc-per-node: 2\nnnode: 2\n' >"$tmp/bad.yaml"
 rc=0
-"$trun" --config "$tmp/bad.yaml" "$repo/tests/agent/allreduce.py" "$tmp/run3" >"$tmp/bad.out" 2>&1 || rc=$?
+"$trun" --config "$tmp/bad.yaml" "$repo/tests/helpers/allreduce.py" "$tmp/run3" >"$tmp/bad.out" 2>&1 || rc=$?
 [ $rc -eq 2 ] || fail "a bad config file exited $rc, want 2"
 [ "$(cat "$tmp/bad.out")" = "trun: error: $tmp/bad.yaml:2:1: unknown key 'nnode'; did you mean 'nnodes'?" ] ||
   fail "bad config message: $(cat "$tmp/bad.out")"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The node health gate (--health-check fail) in a 3-node elastic job in network namespaces (10.252.0.1..3,
-# --nnodes 2:3, 1 worker each: tests/agent/elastic_worker.py, gloo), for the c10d and trun backends. GPUs
-# come from the fake NVML, one per node (tests/agent/health_lib.sh); node 2's has 2 volatile uncorrected ECC
+# --nnodes 2:3, 1 worker each: tests/helpers/elastic_worker.py, gloo), for the c10d and trun backends. GPUs
+# come from the fake NVML, one per node (tests/helpers/health_lib.sh); node 2's has 2 volatile uncorrected ECC
 # errors.
 #   1. h0 starts (it hosts the rendezvous store), then h2: h2's gate fails, it exits 3 before joining and says
 #      so, naming the check; then h1: the job runs on h0 + h1, a world of 2.
@@ -11,8 +11,8 @@
 #   4. Bad input: an unknown --health-check mode and a --health-checks list that names nothing exit 2.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/health_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/health_lib.sh"
 need_torch
 need_cmd ip iproute2
 need_cmd ss iproute2
@@ -44,7 +44,7 @@ run_backend() { # backend port
       --rdzv-endpoint "10.252.0.1:$port" --rdzv-id "hg-$be" --health-check fail \
       --rdzv-conf join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3 \
       --local-addr "10.252.0.$(($1 + 1))" --max-restarts 2 --monitor-interval 0.5 --log-dir "$out/logs$1" \
-      --events "$out/events$1" "$TRUN_REPO/tests/agent/elastic_worker.py" "$out" \
+      --events "$out/events$1" "$TRUN_REPO/tests/helpers/elastic_worker.py" "$out" \
       >"$out/agent$1.out" 2>"$out/agent$1.err" &
     pid[$1]=$!
   }

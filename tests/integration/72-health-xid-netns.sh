@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A hardware Xid in the middle of a 3-node elastic job in network namespaces (10.253.0.1..3, --nnodes 2:3,
-# 1 worker each: tests/agent/elastic_worker.py, gloo), for the c10d and trun backends. GPUs come from the
-# fake NVML, one per node (tests/agent/health_lib.sh); its Xid file injects the event.
+# 1 worker each: tests/helpers/elastic_worker.py, gloo), for the c10d and trun backends. GPUs come from the
+# fake NVML, one per node (tests/helpers/health_lib.sh); its Xid file injects the event.
 #   1. h0, h1, h2 start: a world of 3.
 #   2. Xid 79 on the GPU of a node that is not node rank 0: that agent names it ("GPU 0 <UUID> Xid 79: GPU has
 #      fallen off the bus") as the root cause of its failure report, stops its worker and exits 3.
@@ -10,8 +10,8 @@
 #   4. An application's Xid (13) on a survivor is logged and changes nothing; the workers finish, exit 0.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/health_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/health_lib.sh"
 need_torch
 need_cmd ip iproute2
 
@@ -40,7 +40,7 @@ run_backend() { # backend port
       --rdzv-endpoint "10.253.0.1:$port" --rdzv-id "hx-$be" \
       --rdzv-conf join_timeout=60,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3 \
       --local-addr "10.253.0.$(($1 + 1))" --max-restarts 3 --monitor-interval 0.5 --log-dir "$out/logs$1" \
-      --events "$out/events$1" "$TRUN_REPO/tests/agent/elastic_worker.py" "$out" \
+      --events "$out/events$1" "$TRUN_REPO/tests/helpers/elastic_worker.py" "$out" \
       >"$out/agent$1.out" 2>"$out/agent$1.err" &
     pid[$1]=$!
   }

@@ -15,7 +15,7 @@
 #  6. Bad input: an empty --local-addr or PET_LOCAL_ADDR exits 2 naming it.
 # Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 need_cmd ip iproute2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-73.XXXXXX")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Spares (issue 30), in network namespaces (10.252.0.1..4): four trun agents with --nnodes 3:3 (nodes 0-2
 # train, node 3 is started once they do and waits as a spare), one gloo worker each doing an all-reduce
-# every 0.1 s (tests/agent/loop_worker.py, torch 1.13), --max-restarts 3, for the c10d and the trun backends:
+# every 0.1 s (tests/helpers/loop_worker.py, torch 1.13), --max-restarts 3, for the c10d and the trun backends:
 #   1. crash: every process of node 2 is SIGKILLed;
 #   2. silent: node 2's link goes down (it is cut off and exits 4).
 #   3. a mixed c10d fleet (--rdzv-conf torch_version=1.13): trun agents on nodes 0-2, a torchrun 1.13 agent
@@ -16,7 +16,7 @@
 # Times are printed, not asserted (make bench measures them). By hand, SPARE_BACKENDS / SPARE_KINDS narrow
 # parts 1-2 and SPARE_ONLY=1 skips 3. Skips (77) only when namespaces cannot be made.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 need_cmd ip iproute2
 
@@ -39,7 +39,7 @@ start() {
   LOOP_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$n]}" "$TRUN" --nnodes 3:3 --nproc-per-node 1 \
     --rdzv-backend "$be" --rdzv-endpoint "10.252.0.1:$port" --rdzv-id "$id" --local-addr "10.252.0.$((n + 1))" \
     --max-restarts 3 --log-dir "$out/logs$n" --events "$out/ev$n.jsonl" "$@" \
-    "$TRUN_REPO/tests/agent/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/loop_worker.py" >"$out/agent$n.out" 2>"$out/agent$n.err" &
   pid[$n]=$!
 }
 # lines OUT NODE WORLD: how many worker rounds of node NODE printed "ready" in a world of WORLD
@@ -111,7 +111,7 @@ wait_for '[ "$(lines $out 0 3)" -ge 1 ] && [ "$(lines $out 1 3)" -ge 1 ] && [ "$
 LOOP_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[3]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/tools/torchrun113.py" \
   --nnodes 3:3 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint 10.252.0.1:$port --rdzv_id spare-mixed \
   --rdzv_conf is_host=0 --max_restarts 3 --monitor_interval 0.1 \
-  "$TRUN_REPO/tests/agent/loop_worker.py" >"$out/agent3.out" 2>"$out/agent3.err" &
+  "$TRUN_REPO/tests/helpers/loop_worker.py" >"$out/agent3.out" 2>"$out/agent3.err" &
 pid[3]=$!
 sleep 5
 [ "$(lines "$out" 3 3)" = 0 ] || { dump "$out"; fail "mixed: the torchrun spare ran workers in a full round"; }

@@ -14,7 +14,7 @@
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 check() { "$host_py" "$repo/tests/tools/check_train.py" "$@"; }

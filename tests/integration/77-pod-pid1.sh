@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trun as the pod entrypoint, PID 1 of a real container: the image `make image` builds (packaging/container/
-# Containerfile on the offline torch base), run by podman + runc as root (tests/agent/pod_lib.sh).
+# Containerfile on the offline torch base), run by podman + runc as root (tests/helpers/pod_lib.sh).
 #  1. make image BASE=localhost/trun-base:bookworm-torch IMAGE=<this test's>: offline; `podman run IMAGE
 #     --version` runs the entrypoint trun from PATH; the examples are at /opt/trun/examples; PID 1 is trun.
 #     The image's size, the time of `podman run --rm IMAGE --version` and from `podman run -d` to the workers
@@ -18,9 +18,9 @@
 #  7. examples/train_ddp.py, 2 gloo workers with torch 1.13, in the container: exit 0, both replicas in sync.
 # Exit: 0 pass, anything else fail (a runtime that cannot start a container included).
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/pod_lib.sh"
-. "$TRUN_REPO/tests/agent/health_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/pod_lib.sh"
+. "$TRUN_REPO/tests/helpers/health_lib.sh"
 pod_setup 77
 
 echo "== 1. make image, the entrypoint, PID 1"

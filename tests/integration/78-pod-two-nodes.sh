@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two pods on one bridge network: two containers of the image `make image` builds, podman + runc as root, on a
-# CNI bridge of their own with no DNS (tests/agent/pod_lib.sh): each resolves its own host name (/etc/hosts)
+# CNI bridge of their own with no DNS (tests/helpers/pod_lib.sh): each resolves its own host name (/etc/hosts)
 # but not the other's, as bare Kubernetes pods without a headless Service. trun is PID 1 of each.
 #  1. --rdzv-backend c10d, the endpoint the first container's address, --local-addr auto: each agent takes
 #     the local address of its rendezvous connection as its identity (said on stderr), node rank 0's becomes
@@ -15,8 +15,8 @@
 #     rank 0 warns that 2 agents run on one physical host; one container holding both GPUs: no report.
 # Exit: 0 pass, anything else fail.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/pod_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/pod_lib.sh"
 pod_setup 78
 pod_build
 ip0=$pod_prefix.10 ip1=$pod_prefix.11

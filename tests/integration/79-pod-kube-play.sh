@@ -4,7 +4,7 @@
 # the two Pods their controller would create (tests/tools/k8s_pod.py: name, host name, completion-index
 # annotation, the headless Service's DNS names as hostAliases; the image `make image` builds; no GPU or EFA
 # resources, 1 worker, 5 steps: said in the log) and run with `podman kube play` (podman + runc as root, one
-# pod per address on this test's bridge network; tests/agent/pod_lib.sh). The manifests' own command, args,
+# pod per address on this test's bridge network; tests/helpers/pod_lib.sh). The manifests' own command, args,
 # PET_* environment (PET_NODE_RANK through the annotation's fieldRef), IPC_LOCK and /dev/shm emptyDir are used
 # as they are.
 #  1. Indexed Job: both pods' trainer containers exit 0 and examples/train_ddp.py trained in a world of 2
@@ -12,8 +12,8 @@
 #  2. JobSet: the same with its pod names (trun-train-node-0-<i>) and master trun-train-node-0-0.trun-train.
 # Exit: 0 pass, anything else fail.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/pod_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/pod_lib.sh"
 kubectl=${TRUN_NPM_DIR:-/var/cache/trun/npm}/bin/kubectl
 [ -x "$kubectl" ] || fail "no $kubectl: the deps step installs it (run 'make deps': scripts/deps-k8s.sh)"
 "$TRUN_HOST_PY" -c 'import yaml' 2>/dev/null || fail "$TRUN_HOST_PY cannot import yaml: the deps step installs python3-yaml (run 'make deps')"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Events, metrics and hang detection (trun --standalone --nproc-per-node 2, torch 1.13 gloo workers):
-#  - tests/agent/stall_worker.py: in attempt 0 rank 1 hangs silently and rank 0 waits for it in an
+#  - tests/helpers/stall_worker.py: in attempt 0 rank 1 hangs silently and rank 0 waits for it in an
 #    all-reduce; --stall-timeout 6 --stall-signal SIGUSR1 finds it, faulthandler dumps its stack, the
 #    workers restart (one restart used) and attempt 1 all-reduces and exits 0;
 #  - --events FILE: every line is JSON with ts/event/host; the stall, failure ("stalled for"), restart,
@@ -14,7 +14,7 @@
 # Exit: 0 pass, 77 skip, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 need_host_torch
 need_cmd curl curl
@@ -22,7 +22,7 @@ need_cmd curl curl
 ev=$tmp/events.jsonl
 mkdir -p "$tmp/out"
 PYTHON_EXEC=$host_py setsid "$trun" --standalone --nproc-per-node 2 --max-restarts 1 --events "$ev" \
-  --metrics-port 0 --stall-timeout 6 --stall-signal SIGUSR1 "$repo/tests/agent/stall_worker.py" "$tmp/out" \
+  --metrics-port 0 --stall-timeout 6 --stall-signal SIGUSR1 "$repo/tests/helpers/stall_worker.py" "$tmp/out" \
   >"$tmp/job.out" 2>"$tmp/job.err" &
 job=$!
 _bg_pgids+=("$job")

@@ -18,7 +18,7 @@
 #     open to h2 (joins); exit 0 on both nodes.
 # Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 need_cmd ip iproute2
 need_cmd ss iproute2
@@ -37,7 +37,7 @@ trap cleanup EXIT
 
 # ---- 1. single node: loopback only ----
 mkdir -p "$tmp/one"
-"$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/one" >"$tmp/one.out" 2>"$tmp/one.err" &
+"$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/one" >"$tmp/one.out" 2>"$tmp/one.err" &
 one=$!
 pids+=("$one")
 wait_for "[ -f '$tmp/one/ok.0' ] && [ -f '$tmp/one/ok.1' ]" 120 || { cat "$tmp/one.err"; fail "standalone job did not all-reduce"; }
@@ -70,7 +70,7 @@ loopback_layout() { # CASE HOSTS-FILE-TEXT
   # The job runs inside `unshare`; its pid is the unshare process (the namespace's processes die with it).
   unshare --mount --uts --propagation private -- /bin/sh -c \
     'hostname trun-h81 && mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "$d/hosts" \
-    "$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/agent/acl_worker.py" "$d/out" >"$d/job.out" 2>"$d/job.err" &
+    "$TRUN" --standalone --nproc-per-node 2 "$TRUN_REPO/tests/helpers/acl_worker.py" "$d/out" >"$d/job.out" 2>"$d/job.err" &
   local job=$!
   pids+=("$job")
   wait_for "[ -f '$d/out/ok.0' ] && [ -f '$d/out/ok.1' ]" 120 ||
@@ -94,7 +94,7 @@ loopback_layout dual '127.0.0.1\tlocalhost\n127.0.1.1\ttrun-h81\n::1\ttrun-h81 l
 mkdir -p "$tmp/c1"
 rport=$(free_port)
 "$TRUN" --nnodes 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$rport" --local-addr 127.0.0.1 --nproc-per-node 2 \
-  "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/c1" >"$tmp/c1.out" 2>"$tmp/c1.err" &
+  "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/c1" >"$tmp/c1.out" 2>"$tmp/c1.err" &
 c1=$!
 pids+=("$c1")
 wait_for "[ -f '$tmp/c1/ok.0' ] && [ -f '$tmp/c1/ok.1' ]" 120 || { cat "$tmp/c1.err"; fail "c10d single-node job did not all-reduce"; }
@@ -144,13 +144,13 @@ for i in 0 1; do
   [ $i -eq 0 ] && extra=(--metrics-port 0)
   GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$i]}" "$TRUN" --nnodes 2 --node-rank $i --master-addr 10.251.0.1 \
     --master-port $port --nproc-per-node 1 --store-allow-peers "${extra[@]}" \
-    "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out" >"$tmp/agent$i.out" 2>"$tmp/agent$i.err" &
+    "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/out" >"$tmp/agent$i.out" 2>"$tmp/agent$i.err" &
   pids[$i]=$!
 done
 wait_for "[ -f '$tmp/out/ok.0' ] && [ -f '$tmp/out/ok.1' ]" 120 ||
   { cat "$tmp/agent0.err" "$tmp/agent1.err"; fail "the 2-node job did not all-reduce with --store-allow-peers"; }
 note "job runs; probing the store at 10.251.0.1:$port"
-probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/store_probe.py" 10.251.0.1 $port; }
+probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/store_probe.py" 10.251.0.1 $port; }
 out=$(probe 2); rc=$?
 note "from h2 (not in the job): $out"
 [ $rc -eq 3 ] || fail "a non-participant's probe was not refused (exit $rc: $out)"
@@ -172,7 +172,7 @@ mkdir -p "$tmp/out3"
 for i in 0 1; do
   GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$i]}" "$TRUN" --nnodes 2 --rdzv-backend c10d \
     --rdzv-endpoint 10.251.0.1:$rport --rdzv-id acl81 --local-addr 10.251.0.$((i + 1)) --nproc-per-node 1 \
-    --store-allow-peers "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out3" >"$tmp/c10d$i.out" 2>"$tmp/c10d$i.err" &
+    --store-allow-peers "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/out3" >"$tmp/c10d$i.out" 2>"$tmp/c10d$i.err" &
   pids[$i]=$!
 done
 wait_for "[ -f '$tmp/out3/ok.0' ] && [ -f '$tmp/out3/ok.1' ]" 120 ||
@@ -182,7 +182,7 @@ store=$(sed -n 's/.*store \(10\.251\.0\.[12]:[0-9]*\)$/\1/p' "$tmp/c10d0.out" "$
 shost=${store%:*} sport=${store#*:}
 other=$([ "$shost" = 10.251.0.1 ] && echo 1 || echo 0) # the participant that does not host it
 note "c10d job runs; workers' store at $store; probing it"
-probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/store_probe.py" "$2" "$3"; }
+probe() { ip netns exec "${hosts[$1]}" "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/store_probe.py" "$2" "$3"; }
 out=$(probe 2 "$shost" "$sport"); rc=$?
 note "from h2 (not in the job): $out"
 [ $rc -eq 3 ] || fail "c10d: a non-participant's probe of the workers' store was not refused (exit $rc: $out)"

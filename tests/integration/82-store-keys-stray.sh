@@ -7,7 +7,7 @@
 #     stays unset (trun-store cli check), the store's host logs the refusal naming the key, and no agent says
 #     "is gone" (a key with /alive/ outside the agents' key space owns nothing);
 #  2. a worker of the job (global rank 1, torch's TCPStore at MASTER_ADDR:MASTER_PORT) does the same: its
-#     write is refused too (tests/agent/keys_worker.py records it);
+#     write is refused too (tests/helpers/keys_worker.py records it);
 #  3. the job then finishes as if nothing happened: both workers pass a final barrier, both agents exit 0.
 # 5. The same stray against a 2-node c10d job (derived token, --rdzv-id j82c): its write of the round's trun
 #    end key (/torch.rendezvous.j82c.<round>/trun/end, the round found with trun-store cli list) is refused,
@@ -15,7 +15,7 @@
 # 4. An agent whose TRUN_RDZV_TOKEN is not node 0's is refused: it exits non-zero with a message naming the
 #    token; node 0 (waiting for it) is then stopped by the test. A token of 5 characters exits 2 at once.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-82.XXXXXX")
@@ -31,7 +31,7 @@ note "2-node static job on 127.0.0.1:$port, run id j82"
 for n in 1 0; do
   TRUN_RDZV_TOKEN=job82-secret-0123456789 "$TRUN" --nnodes 2 --node-rank $n --master-addr 127.0.0.1 --master-port "$port" --nproc-per-node 1 \
     --rdzv-id j82 --max-restarts 0 --monitor-interval 0.1 --log-dir "$tmp/logs$n" \
-    "$TRUN_REPO/tests/agent/keys_worker.py" "$tmp/out" trun/j82/r0/end >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/keys_worker.py" "$tmp/out" trun/j82/r0/end >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
   pids[$n]=$!
 done
 dump() { for n in 0 1; do echo "== agent $n stdout"; cat "$tmp/agent$n.out"; echo "== agent $n stderr"; cat "$tmp/agent$n.err"; done; }
@@ -90,7 +90,7 @@ note "5: 2-node c10d job on 127.0.0.1:$port, run id j82c"
 for n in 0 1; do
   "$TRUN" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id j82c --local-addr 127.0.0.1 \
     --nproc-per-node 1 --max-restarts 0 --monitor-interval 0.1 \
-    "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out5" >"$tmp/c$n.out" 2>"$tmp/c$n.err" &
+    "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/out5" >"$tmp/c$n.out" 2>"$tmp/c$n.err" &
   pids[$((5 + n))]=$!
 done
 dumpc() { for n in 0 1; do echo "== c10d agent $n stderr"; cat "$tmp/c$n.err"; done; }
@@ -133,11 +133,11 @@ mkdir -p "$tmp/out4"
 note "4: node 1 with another TRUN_RDZV_TOKEN than node 0's, port $port"
 TRUN_RDZV_TOKEN=node0-secret-0123456789 "$TRUN" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 \
   --master-port "$port" --nproc-per-node 1 --rdzv-id j82b --max-restarts 0 \
-  "$TRUN_REPO/tests/agent/keys_worker.py" "$tmp/out4" trun/j82b/r0/end >"$tmp/t0.out" 2>"$tmp/t0.err" &
+  "$TRUN_REPO/tests/helpers/keys_worker.py" "$tmp/out4" trun/j82b/r0/end >"$tmp/t0.out" 2>"$tmp/t0.err" &
 pids[2]=$!
 TRUN_RDZV_TOKEN=node1-other-0123456789 "$TRUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 \
   --master-port "$port" --nproc-per-node 1 --rdzv-id j82b --max-restarts 0 \
-  "$TRUN_REPO/tests/agent/keys_worker.py" "$tmp/out4" trun/j82b/r0/end >"$tmp/t1.out" 2>"$tmp/t1.err" &
+  "$TRUN_REPO/tests/helpers/keys_worker.py" "$tmp/out4" trun/j82b/r0/end >"$tmp/t1.out" 2>"$tmp/t1.err" &
 pids[3]=$!
 wait_pid_exit "${pids[3]}" 120 || { cat "$tmp/t1.err"; fail "4: node 1 with a wrong token still runs"; }
 note "4: node 1 exited $WAIT_RC"
@@ -149,7 +149,7 @@ kill -TERM "${pids[2]}" 2>/dev/null
 wait_pid_exit "${pids[2]}" 120 || fail "4: node 0 did not stop on SIGTERM"
 rc=0
 TRUN_RDZV_TOKEN=short "$TRUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" \
-  --nproc-per-node 1 "$TRUN_REPO/tests/agent/keys_worker.py" "$tmp/out4" x >"$tmp/t2.out" 2>"$tmp/t2.err" || rc=$?
+  --nproc-per-node 1 "$TRUN_REPO/tests/helpers/keys_worker.py" "$tmp/out4" x >"$tmp/t2.out" 2>"$tmp/t2.err" || rc=$?
 [ "$rc" = 2 ] || { cat "$tmp/t2.err"; fail "4: a 5-character TRUN_RDZV_TOKEN exited $rc, want 2"; }
 grep -q "16 to 100" "$tmp/t2.err" || { cat "$tmp/t2.err"; fail "4: the short token's error does not say the rule"; }
 echo "PASS"

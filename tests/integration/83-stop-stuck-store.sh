@@ -6,7 +6,7 @@
 # request time-outs held it about two minutes before), saying that the store did not answer, with the
 # exit code of a signaled agent (1). Node 0 is resumed and stopped afterwards.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_torch
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/trun-83.XXXXXX")
@@ -24,7 +24,7 @@ mkdir -p "$tmp/out"
 for n in 1 0; do
   "$TRUN" --nnodes 2 --node-rank $n --master-addr 127.0.0.1 --master-port "$port" --nproc-per-node 1 \
     --max-restarts 0 --monitor-interval 0.1 --shutdown-timeout 5 \
-    "$TRUN_REPO/tests/agent/acl_worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/acl_worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
   pids[$n]=$!
 done
 dump() { for n in 0 1; do echo "== agent $n stderr"; cat "$tmp/agent$n.err"; done; }

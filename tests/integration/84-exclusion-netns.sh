@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The exclusion list (issue 30) in network namespaces (10.251.0.1..3, --nnodes 2:3, --health-check fail,
-# --rdzv-conf trun_exclude_seconds=40, 1 worker each: tests/agent/elastic_worker.py, gloo), for the c10d and
-# trun backends. GPUs come from the fake NVML, one per node (tests/agent/health_lib.sh).
+# --rdzv-conf trun_exclude_seconds=40, 1 worker each: tests/helpers/elastic_worker.py, gloo), for the c10d and
+# trun backends. GPUs come from the fake NVML, one per node (tests/helpers/health_lib.sh).
 #   1. h0 starts and hosts the store; h2 starts with 2 volatile uncorrected ECC errors on its GPU: its gate
 #      fails, it exits 3 and is put on the job's exclusion list (kind health); h1 joins: a world of 2, and
 #      h1's events say node_excluded for h2.
@@ -21,8 +21,8 @@
 #      there exits 1 naming it.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
-. "$TRUN_REPO/tests/agent/health_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
+. "$TRUN_REPO/tests/helpers/health_lib.sh"
 need_torch
 need_cmd ip iproute2
 need_cmd ss iproute2
@@ -56,7 +56,7 @@ run_backend() { # backend port
       --rdzv-endpoint "10.251.0.1:$port" --rdzv-id "ex-$be" --health-check fail \
       --rdzv-conf join_timeout=120,last_call_timeout=1,trun_exclude_seconds=40 \
       --local-addr "10.251.0.$(($1 + 1))" --max-restarts 2 --log-dir "$out/logs$1$t" \
-      --events "$out/events$1$t" "$TRUN_REPO/tests/agent/elastic_worker.py" "$out" \
+      --events "$out/events$1$t" "$TRUN_REPO/tests/helpers/elastic_worker.py" "$out" \
       >"$out/agent$1$t.out" 2>"$out/agent$1$t.err" &
     pid[$1]=$!
   }
@@ -143,7 +143,7 @@ warm_spare() { # backend port
       --rdzv-endpoint "10.251.0.1:$port" --rdzv-id "warm-$be" --health-check fail \
       --rdzv-conf join_timeout=120,last_call_timeout=1,trun_wait_health_interval=1 \
       --local-addr "10.251.0.$(($1 + 1))" --max-restarts 2 --log-dir "$out/logs$1" --events "$out/events$1" \
-      "$TRUN_REPO/tests/agent/elastic_worker.py" "$out" >"$out/agent$1.out" 2>"$out/agent$1.err" &
+      "$TRUN_REPO/tests/helpers/elastic_worker.py" "$out" >"$out/agent$1.out" 2>"$out/agent$1.err" &
     pid[$1]=$!
   }
   dumpw() { for n in 0 1 2; do dump_agent "$be warm agent $n" "$out/agent$n.out" "$out/agent$n.err"; done; }
@@ -185,7 +185,7 @@ import os, runpy, sys
 if os.environ.get("EL_HOST") == "h2":
     sys.exit("h2's worker fails at once (test 84)")
 sys.argv = ["elastic_worker.py", "$out"]
-runpy.run_path("$TRUN_REPO/tests/agent/elastic_worker.py", run_name="__main__")
+runpy.run_path("$TRUN_REPO/tests/helpers/elastic_worker.py", run_name="__main__")
 PY
   for n in 0 1 2; do
     EL_HOST=h$n GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$n]}" "$TRUN" --nnodes 2:3 --nproc-per-node 1 \

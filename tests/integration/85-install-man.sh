@@ -12,7 +12,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_trun
 command -v man >/dev/null || fail "no man (Debian package man-db); run 'make deps'"
 make_in_repo() { make -C "$repo" --no-print-directory B="$build" "$@"; }

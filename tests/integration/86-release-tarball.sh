@@ -11,7 +11,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_chroot
 plain=${TRUN_BULLSEYE_ROOT:-/var/cache/trun/bullseye}
 [ -f "$plain/.trun-ready" ] || fail "no plain bullseye root at $plain; run 'make deps' (scripts/debroot.sh bullseye $plain)"

@@ -12,7 +12,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 need_chroot
 version=$(cat "$repo/VERSION")
 wheel=$repo/dist/trun-$version-py3-none-manylinux_2_31_x86_64.whl

@@ -13,7 +13,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 fresh=${TRUN_BOOKWORM_ROOT:-/var/cache/trun/bookworm-fresh}
 [ -f "$fresh/.trun-ready" ] || fail "no bookworm root at $fresh; run 'make deps' (scripts/debroot.sh bookworm $fresh git make)"
 version=$(cat "$repo/VERSION")

@@ -13,7 +13,7 @@
 #      and h0 and h1 train on undisturbed (no worker of theirs restarted).
 # Assertions are on outcomes, not times.
 set -u
-. "$(dirname "$0")/../agent/mn_lib.sh"
+. "$(dirname "$0")/../helpers/mn_lib.sh"
 need_cmd ss iproute2
 nvml=$TRUN_BUILD/libnvidia-ml-fake.so
 fake=$TRUN_BUILD/libcuda-nccl-fake.so

@@ -13,7 +13,7 @@
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../agent/lib.sh"
+. "$here/../helpers/lib.sh"
 py=python3
 
 echo "== 1. docs/results.md's results section vs bench/results"

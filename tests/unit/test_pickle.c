@@ -1,6 +1,6 @@
-/* The pickle VM / writer and the c10d rendezvous state codec (agent/rdzv/pickle.c, agent/rdzv/rdzv_state.c):
+/* The pickle VM / writer and the c10d rendezvous state codec (agent/rdzv/pickle.c, agent/rdzv/c10d/state.c):
  * - every state pickled by real torch 1.13 and 2.6 in tests/fixtures/rdzv (made by
- * tests/agent/rdzv_pickle.py) decodes to the fields python saw (the .expect files), and re-encodes to the
+ * tests/helpers/rdzv_pickle.py) decodes to the fields python saw (the .expect files), and re-encodes to the
  * very same bytes (not the -pN files: protocols 2, 3, 5, which the writer does not aim to reproduce);
  * - the spec's 1.13 state and the captured 2.11 state (shared/spec) decode, and re-encode byte for byte;
  * - malformed input fails with offset + opcode (table), every prefix and every one-byte change of a real
@@ -12,8 +12,8 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#include "pickle.h"
-#include "rdzv_state.h"
+#include "agent/rdzv/c10d/pickle.h"
+#include "agent/rdzv/c10d/state.h"
 #include "unit.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -65,7 +65,7 @@ static void sorted_nodes(sbuf *b, const char *what, const trun_rdzv_node *n, siz
   free(lines);
 }
 
-/* The canonical text of tests/agent/rdzv_pickle.py. */
+/* The canonical text of tests/helpers/rdzv_pickle.py. */
 static char *canon(const trun_rdzv_state *s, const trun_rdzv_layout *lay, const char *key) {
   sbuf b = {0};
   int any_time = s->has_deadline || s->n_heartbeats;

@@ -152,7 +152,7 @@ START_TEST(test_slurm) {
 END_TEST
 
 /* Inside srun every task is an agent. The environments are those Slurm 22.05 gave the tasks of
- * `srun -N2 --ntasks-per-node=2 [--gpus-per-task=1]` on the test cluster (tests/agent/slurm_cluster.sh). */
+ * `srun -N2 --ntasks-per-node=2 [--gpus-per-task=1]` on the test cluster (tests/helpers/slurm_cluster.sh). */
 START_TEST(test_slurm_step) {
   /* task 3 of 4, the second on n2: node rank = SLURM_PROCID, nodes = the step's tasks; no GPUs, and the
    * step's tasks per node (agents) are no worker count */

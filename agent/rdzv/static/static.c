@@ -12,7 +12,7 @@
 #include <time.h>
 #include <uv.h>
 
-#include "rdzv_int.h"
+#include "agent/rdzv/rdzv_int.h"
 
 /* join_timeout (or torchrun's older timeout) in ms; 900 s by default, as torchrun's static rendezvous. */
 static int join_timeout_ms(const trun_config *cfg) {

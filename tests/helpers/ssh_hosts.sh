@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Real sshd "hosts" on one box (Debian's openssh-server), for the --hostfile tests.
 #
-#   tests/agent/ssh_hosts.sh [--hosts N] [--net A.B.C] CMD [ARG...]
+#   tests/helpers/ssh_hosts.sh [--hosts N] [--net A.B.C] CMD [ARG...]
 #
 # Starts one OpenSSH sshd in each of N network + UTS namespaces h1..hN (A.B.C.11.., port 22, host keys made
 # here), with root's key login set up the way a user sets it up (~/.ssh/id_ed25519, authorized_keys,
 # known_hosts with the hosts' keys, so that plain `ssh -o BatchMode=yes hK` works), checks that every host
 # answers, runs CMD on the launching host "login" (A.B.C.1), then tears everything down and exits with CMD's
-# status. Defaults: 3 hosts, 10.254.0. `tests/agent/ssh_hosts.sh bash` is a shell on the login host.
+# status. Defaults: 3 hosts, 10.254.0. `tests/helpers/ssh_hosts.sh bash` is a shell on the login host.
 #
-# The sandbox (tests/agent/sandbox_lib.sh) ends with this script, however it ends: no sshd can be left. Root's
+# The sandbox (tests/helpers/sandbox_lib.sh) ends with this script, however it ends: no sshd can be left. Root's
 # home is a private directory there (a private /etc/passwd names it; /etc/shadow too if root's account is
 # locked), so neither the machine's ~/.ssh nor its ~/.bashrc play a part, and /etc/hosts names the hosts.
 # The sessions' environment comes from ~/.ssh/environment (sshd's PermitUserEnvironment): the variables named
@@ -83,7 +83,7 @@ permit_env=no
 [ -z "${SSH_HOSTS_ENV:-}" ] || permit_env=$(echo $SSH_HOSTS_ENV | tr ' ' ',')
 for n in "${names[@]}"; do
   cat >"$state/$n.sshd_config" <<EOF
-# sshd of test host $n (tests/agent/ssh_hosts.sh)
+# sshd of test host $n (tests/helpers/ssh_hosts.sh)
 ListenAddress $net.$((10 + ${n#h})):22
 HostKey $state/$n.host_key
 PidFile $state/$n.sshd.pid

@@ -1,4 +1,4 @@
-"""Checks console output of tests/agent/chatty.py storm workers (47-agent-logs).
+"""Checks console output of tests/helpers/chatty.py storm workers (47-agent-logs).
 argv: FILE STREAM NPROC N PREFIX_TEMPLATE
 STREAM is O or E; PREFIX_TEMPLATE is e.g. "[default{lr}]:" or "" (no prefix). Every line of FILE must be
 either one of trun's own known lines or exactly PREFIX + a whole STORM line of that stream; each local rank's

@@ -1,7 +1,7 @@
-/* torchelastic's dynamic rendezvous: see rdzv_dyn.h. The decisions follow torch's _RendezvousJoinOp,
+/* torchelastic's dynamic rendezvous: see c10d/dynamic.h. The decisions follow torch's _RendezvousJoinOp,
  * _RendezvousExitOp, _RendezvousKeepAliveOp, _RendezvousCloseOp and _DistributedRendezvousOpExecutor
  * (1.13; 2.3+ adds the redundancy list), docs/torchrun-compat.md §3.4-§3.5. */
-#include "rdzv_dyn.h"
+#include "dynamic.h"
 
 #include <errno.h>
 #include <stdio.h>

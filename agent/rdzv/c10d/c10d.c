@@ -1,5 +1,5 @@
 /* The c10d backend as torchrun runs it (docs/torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's dynamic
- * rendezvous (rdzv_dyn.c), then torch's agent protocol in the round's key space
+ * rendezvous (c10d/dynamic.c), then torch's agent protocol in the round's key space
  * "torch.rendezvous.<run_id>.<round>/": rank assignment, the workers' store address and the exit barrier.
  * Two protocol generations, told apart by the state's node key: torch 1.13 (`fqdn`) and torch >= 2.5
  * (`addr`), so that trun agents and torchrun agents of either generation share one job. */
@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "rdzv_dyn.h"
-#include "rdzv_int.h"
+#include "dynamic.h"
+#include "agent/rdzv/rdzv_int.h"
 
 /* The backend's own state (r->state). */
 typedef struct {
@@ -412,7 +412,7 @@ static void c10d_have(trun_rdzv *r) {
                        : "the other nodes of",
            (long long)s->round, r->cfg->run_id, r->store_addr, r->store_port);
   snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
-  /* A spare has no time-out; leaving the redundancy list restarts the join time-out (rdzv_dyn.c). */
+  /* A spare has no time-out; leaving the redundancy list restarts the join time-out (c10d/dynamic.c). */
   if (spare)
     r->wait.deadline = 0;
   else if (r->wait.deadline == 0)

@@ -1,5 +1,5 @@
-/* c10d rendezvous state <-> pickle: see rdzv_state.h and docs/torchrun-compat.md §3.3. */
-#include "rdzv_state.h"
+/* c10d rendezvous state <-> pickle: see c10d/state.h and docs/torchrun-compat.md §3.3. */
+#include "state.h"
 
 #include <errno.h>
 #include <stdarg.h>

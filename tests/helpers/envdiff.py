@@ -1,7 +1,7 @@
 """Compares the worker environments torchrun and trun gave, per local rank (41-agent-env-vs-torchrun).
 
 argv: LABEL TORCHRUN_DIR TRUN_DIR NPROC [ALLOWED...]
-Each dir holds env.<local_rank>.json written by tests/agent/dumpenv.py. ALLOWED entries name known, expected
+Each dir holds env.<local_rank>.json written by tests/helpers/dumpenv.py. ALLOWED entries name known, expected
 differences: "rename:OLD=NEW" (torchrun sets OLD, trun sets NEW, same value), "newer:KEY=VALUE" (this torchrun
 does not set KEY, trun sets KEY=VALUE as the newest torchrun does), "value:KEY=TORCHRUN>TRUN" (a deliberate
 value difference), "trun:KEY=VALUE" (trun's own NCCL / EFA decision, source "trun" in `trun --explain`, on a

@@ -1,4 +1,4 @@
-/* Pickle VM (reader), opcode writer and base64: see pickle.h. */
+/* Pickle VM (reader), opcode writer and base64: see c10d/pickle.h. */
 #include "pickle.h"
 
 #include <errno.h>

@@ -14,13 +14,13 @@ skip() { echo "$*" >&2; exit 77; }
 note() { echo "--- $*"; }
 
 # PIDs of every live process (not zombies) whose environment holds our marker, except this shell's.
-marked_pids() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" pids "$MARKER" $$; }
+marked_pids() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" pids "$MARKER" $$; }
 
 # Same, with state, ppid, pgid, sid and command line, for logs.
-show_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" show "$MARKER" $$; }
+show_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" show "$MARKER" $$; }
 
 # How many live marked processes have WORD in their argv.
-count_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_procs.py" count "$MARKER" "$1" $$; }
+count_marked() { "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_procs.py" count "$MARKER" "$1" $$; }
 
 # SIGKILL every marked process (a few passes: new ones may appear while we kill).
 kill_marked() {
@@ -66,7 +66,7 @@ wait_for() {
   return 0
 }
 
-. "$TRUN_REPO/tests/agent/need.sh"
+. "$TRUN_REPO/tests/helpers/need.sh"
 # Check the torch 1.13 host interpreter once.
 need_torch() { need_torch_py "$TRUN_HOST_PY"; }
 [ -x "$TRUN" ] || { echo "FAIL: $TRUN is not built (run make)" >&2; exit 1; }
@@ -128,7 +128,7 @@ run_three_agents_shuffled() { # master-addr
   start_agent 0
   wait_agents 400 60 "python3 -u" "${pids[@]}" || ok=0
   for n in 0 1 2; do dump_agent "agent $n" "$tmp/agent$n.out" "$tmp/agent$n.err"; done
-  "$TRUN_HOST_PY" "$TRUN_REPO/tests/agent/mn_check_ranks.py" "$tmp" 3 2 "$1"
+  "$TRUN_HOST_PY" "$TRUN_REPO/tests/helpers/mn_check_ranks.py" "$tmp" 3 2 "$1"
   ranks_ok=$?
   [ $ok = 1 ] || fail "the agents did not all exit (see above; workers all gone => the agent hangs)"
   for n in 0 1 2; do
@@ -169,7 +169,7 @@ make_netns_hosts() {
   done
 }
 
-# Around a run in tests/agent/sandbox_lib.sh's sandbox (tests 56, 59): sandbox_snapshot before it;
+# Around a run in tests/helpers/sandbox_lib.sh's sandbox (tests 56, 59): sandbox_snapshot before it;
 # sandbox_left NAME... after it fails the test if a process of the test (the marker), a network namespace of
 # the machine named like one of the sandbox's hosts (NAME...), or a change to /etc/hosts or /etc/passwd
 # outlived it.

@@ -1,4 +1,4 @@
-# A sandbox for tests that run real daemons (tests/agent/slurm_cluster.sh, tests/agent/ssh_hosts.sh): the
+# A sandbox for tests that run real daemons (tests/helpers/slurm_cluster.sh, tests/helpers/ssh_hosts.sh): the
 # calling script re-executes itself as PID 1 of new PID, mount, UTS and network namespaces, so that the kernel
 # kills every process it started (daemons included) when it ends, however it ends (unshare --kill-child: also
 # when the caller is SIGKILLed). Inside, /run is a private tmpfs (sockets, pid files, state, /run/netns: the

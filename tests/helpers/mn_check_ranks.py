@@ -1,4 +1,4 @@
-"""Checks the records of tests/agent/mn_worker.py after a successful static multi-node run.
+"""Checks the records of tests/helpers/mn_worker.py after a successful static multi-node run.
 
   mn_check_ranks.py TMP NNODES NPROC MASTER_ADDR [ATTEMPT]
 

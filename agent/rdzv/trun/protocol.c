@@ -1,5 +1,5 @@
-/* trun's fast elastic rendezvous: see rdzv_fast.h. */
-#include "rdzv_fast.h"
+/* trun's fast elastic rendezvous: see trun/protocol.h. */
+#include "protocol.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -31,7 +31,7 @@ skip() {
 }
 
 need_trun() { [ -x "$trun" ] || fail "$trun is missing; run 'make' first"; }
-. "$repo/tests/agent/need.sh"
+. "$repo/tests/helpers/need.sh"
 need_host_torch() { need_torch_py "$host_py"; }
 need_chroot() {
   [ -f "$chroot_dir/.trun-ready" ] ||

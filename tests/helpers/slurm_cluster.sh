@@ -2,15 +2,15 @@
 # A real Slurm 22.05 cluster on one box (Debian's slurm-wlm and munge), for the Slurm tests; see
 # ../shared/spec/slurm-cluster.md for why each piece is needed.
 #
-#   tests/agent/slurm_cluster.sh [--nodes N] [--cpus C] [--gpus G] [--net A.B.C] CMD [ARG...]
+#   tests/helpers/slurm_cluster.sh [--nodes N] [--cpus C] [--gpus G] [--net A.B.C] CMD [ARG...]
 #
 # Starts munged, slurmctld on host "ctl" (A.B.C.1) and N slurmd "nodes" n1..nN (A.B.C.11.., each in its own
 # network and UTS namespace, CPUs=C each, G GPUs each as GRES over stand-in device files, one partition
 # "debug" with OverSubscribe), waits until sinfo shows every node idle, runs CMD on ctl (the login node: srun,
 # sbatch, scancel, scontrol work as on a real one), then tears everything down and exits with CMD's status.
-# Defaults: 3 nodes, 2 CPUs, no GPUs, 10.253.0. `tests/agent/slurm_cluster.sh bash` is a shell on the cluster.
+# Defaults: 3 nodes, 2 CPUs, no GPUs, 10.253.0. `tests/helpers/slurm_cluster.sh bash` is a shell on the cluster.
 #
-# Everything lives in tests/agent/sandbox_lib.sh's sandbox, which cannot outlive this script: the kernel kills
+# Everything lives in tests/helpers/sandbox_lib.sh's sandbox, which cannot outlive this script: the kernel kills
 # every process of the cluster (daemons, slurmstepd, job processes) when it ends, however it ends; /run is
 # private (munge's socket, the daemons' state and logs, the node namespaces), and so are /etc/slurm and
 # /etc/hosts (bind mounts): nothing is added to the machine's files, its network namespace or /etc/hosts, and
@@ -76,7 +76,7 @@ mkdir -p "$state/etc/slurm"
 echo "$cgroup_conf" >"$state/etc/slurm/cgroup.conf"
 {
   cat <<EOF
-# The trun test cluster ($(date -u +%FT%TZ)): ctl + ${nodes} nodes, ${cpus} CPUs each (tests/agent/slurm_cluster.sh)
+# The trun test cluster ($(date -u +%FT%TZ)): ctl + ${nodes} nodes, ${cpus} CPUs each (tests/helpers/slurm_cluster.sh)
 ClusterName=trun
 SlurmctldHost=ctl($net.1)
 AuthType=auth/munge

@@ -4,7 +4,7 @@
   storm  N (default 400) long lines on stdout and on stderr, each written in 3 pieces with a flush after each
          piece: "STORM <stream> <lr> <i> <len> <payload of len copies of one letter> END"; lengths vary up to
          ~9 KB so lines cross PIPE_BUF and trun's 4 KB stack buffer
-The line format is checked by tests/agent/checklines.py.
+The line format is checked by tests/helpers/checklines.py.
 """
 import os
 import sys

@@ -29,7 +29,7 @@ health_env() {
 }
 
 # rank0_host OUT W: the EL_HOST (h0, h1, ...) whose worker was rank 0 in a world of W (world files of
-# tests/agent/elastic_worker.py in OUT).
+# tests/helpers/elastic_worker.py in OUT).
 rank0_host() {
   local f
   for f in "$1"/world.*; do
