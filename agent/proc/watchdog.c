@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 #define MAX_SESSIONS 65536
 
