@@ -370,7 +370,7 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   return rc < 0 ? rc : 0;
 }
 
-/* The absolute time trun_mono_s() + secs for pthread_cond_timedwait (CLOCK_REALTIME). */
+/* The absolute time secs from now for pthread_cond_timedwait (which waits on CLOCK_REALTIME). */
 static struct timespec abs_in(double secs) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
