@@ -17,7 +17,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 # The modules (docs/architecture.md): each a folder, one public header named after it. Code includes another
 # module's header by its path from the top (-I.); tests, fuzz targets and benches may also include a module's
 # private headers by name.
-MODULES := store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher
+MODULES := base store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher
 INC     := -I.
 TEST_INC := -I. $(addprefix -I,$(MODULES)) -Itests/unit
 CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
@@ -25,12 +25,11 @@ Q       ?= @
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 export TRUN_CHROOT ?= /var/cache/trun/trixie
 
-# The store library: everything in store/ but the trun-store command's own files.
-STORE_TOOL := store/main.c store/serve.c store/bench.c store/cli.c store/tool.c
-STORE_SRC  := $(filter-out $(STORE_TOOL),$(wildcard store/*.c))
-# Everything else but the programs' main files: the agent and the launcher.
-LIB_SRC    := $(STORE_SRC) $(wildcard config/*.c agent/*.c agent/*/*.c agent/rdzv/*/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
-HEADERS    := $(wildcard store/*.h config/*.h agent/*.h agent/*/*.h agent/rdzv/*/*.h launcher/*.h)
+# The trun-store program's files (tools/store*.c), beside trun-topo's and trun-preflight's.
+STORE_TOOL := tools/store.c tools/store_serve.c tools/store_bench.c tools/store_cli.c tools/store_tool.c
+# Every module but the programs' main files: base, the store library, the agent and the launcher.
+LIB_SRC    := $(wildcard base/*.c store/*.c config/*.c agent/*.c agent/*/*.c agent/rdzv/*/*.c) $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+HEADERS    := $(wildcard base/*.h store/*.h config/*.h agent/*.h agent/*/*.h agent/rdzv/*/*.h launcher/*.h tools/*.h)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 ASAN_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/%)
@@ -198,7 +197,7 @@ TRUN_COMMIT := $(shell [ -e .git ] && command -v git >/dev/null && \
   echo "$$(git rev-parse --short=12 HEAD 2>/dev/null)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)")
 endif
 VERSION_STRING := $(VERSION)$(if $(TRUN_COMMIT), (git $(TRUN_COMMIT)))
-MAIN_OBJ := $(B)/obj/launcher/main.o $(B)/obj/store/main.o $(B)/obj/tools/topo.o $(B)/obj/tools/preflight.o
+MAIN_OBJ := $(B)/obj/launcher/main.o $(B)/obj/tools/store.o $(B)/obj/tools/topo.o $(B)/obj/tools/preflight.o
 $(MAIN_OBJ): $(B)/gen/trun_version.h
 $(MAIN_OBJ): CFLAGS_ALL += -include $(B)/gen/trun_version.h
 .PHONY: version-header

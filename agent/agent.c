@@ -24,6 +24,7 @@
 #include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
 #include "agent_int.h"
+#include "base/base.h"
 #include "restart_policy.h"
 #include "store/store.h"
 #include "worker_env.h"
@@ -108,7 +109,7 @@ static void worker_exited(agent *a, worker *w, int status) {
   char sname[32];
   w->running = 0;
   a->running--;
-  w->exit_time = trun__agent_now();
+  w->exit_time = trun_wall_s();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   trun_obs_worker_exit(a->obs, w->pid, a->rdzv.base_rank + w->local_rank, w->local_rank, w->status,
                        w->torn_down);
@@ -274,7 +275,7 @@ static void peer_gone(agent *a) {
     a->lost.node = g;
     snprintf(a->lost.addr, sizeof(a->lost.addr), "?");
     snprintf(a->lost.cause, sizeof(a->lost.cause), "no record of the cause");
-    a->lost.at = trun__agent_now();
+    a->lost.at = trun_wall_s();
     a->lost_known = 1;
   }
   trun_obs_node_lost(a->obs, &a->lost);
@@ -428,7 +429,7 @@ static void run_round(agent *a) {
     a->w[i].local_rank = i;
     if (trun__agent_start_worker(a, &a->w[i], attempt_dir) < 0) {
       a->w[i].status = 127;
-      a->w[i].exit_time = trun__agent_now();
+      a->w[i].exit_time = trun_wall_s();
       a->result = OUT_FAILED;
       a->first_failed = i;
       begin_stop(a, SIGTERM, 1);
@@ -439,7 +440,7 @@ static void run_round(agent *a) {
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
              a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
   if (a->recovery_from > 0) {
-    double s = trun__agent_now() - a->recovery_from;
+    double s = trun_wall_s() - a->recovery_from;
     trun_info("recovered: the workers run again in a world of %d (%d node(s)), %.2f s after the loss",
               a->rdzv.world_size, a->rdzv.group_world_size, s);
     trun_obs_recovered(a->obs, a->rdzv.world_size, a->rdzv.group_world_size, s);
@@ -756,13 +757,13 @@ static int rounds(agent *a) {
     if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
       return a->rdzv.excluded ? TRUN_EXIT_UNHEALTHY : 1;
     int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
-    double started = trun__agent_now();
+    double started = trun_wall_s();
     run_round(a);
     after_round(a);
     if (a->unhealthy) return 1;
     int loop = 0;
     if (a->result == OUT_FAILED || a->result == OUT_REMOTE_FAILED)
-      loop = trun_restart_policy_failed(&pol, trun__agent_now() - started);
+      loop = trun_restart_policy_failed(&pol, trun_wall_s() - started);
     else
       trun_restart_policy_reset(&pol);
     if (a->result == OUT_MEMBERSHIP) continue;
@@ -995,7 +996,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     for (char **p = argv; *p; p++) fprintf(out, " %s", *p);
     fprintf(out, "\n");
     for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
-      const char *v = trun_strv_getenv(env, shown[i]);
+      const char *v = trun_env_get(env, shown[i]);
       if (v)
         fprintf(out, "  %s=%s\n", shown[i],
                 strcmp(shown[i], "MASTER_PORT") == 0 && r.master_port == 0 ? "<free port>" : v);

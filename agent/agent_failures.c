@@ -10,13 +10,7 @@
 
 #include "agent/proc/proc.h"
 #include "agent_int.h"
-#include "store/store.h"
-
-double trun__agent_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "base/base.h"
 
 /* Why worker i died, in one line (proc/cause.h): f->cause and f->cause_kind. A worker the teardown stopped
  * gets one only when it says more than its signal. */
@@ -69,7 +63,7 @@ void trun__agent_worker_stuck(agent *a, worker *w) {
       rank, w->local_rank, (int)w->pid, w->stuck, TRUN_EXIT_UNHEALTHY);
   w->running = 0;
   a->running--;
-  w->exit_time = trun__agent_now();
+  w->exit_time = trun_wall_s();
   if (w->status == 0) w->status = -SIGKILL;
   trun_obs_worker_exit(a->obs, w->pid, rank, w->local_rank, w->status, w->torn_down);
   trun_obs_stuck(a->obs, w->pid, rank, w->local_rank, w->stuck);
@@ -183,7 +177,7 @@ static size_t add_lost_node(agent *a, trun_failure *fs, size_t n) {
  * before it could say anything). One record per lost node, appended at fs[n], timed before the first
  * failure so that it is the root cause. Returns how many were added. */
 static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n) {
-  double first = trun__agent_now();
+  double first = trun_wall_s();
   for (size_t i = 0; i < n; i++)
     if (fs[i].timestamp < first) first = fs[i].timestamp;
   size_t added = 0;
@@ -279,7 +273,7 @@ void trun__agent_announce_failure(agent *a) {
     f.group_rank = a->rdzv.group_rank;
     f.pid = getpid();
     f.exit_code = a->unhealthy ? TRUN_EXIT_UNHEALTHY : a->signal_seen ? -a->signal_seen : 1;
-    f.timestamp = a->unhealthy ? a->unhealthy_time : trun__agent_now();
+    f.timestamp = a->unhealthy ? a->unhealthy_time : trun_wall_s();
     f.host = a->host;
     if (a->unhealthy)
       snprintf(msg, sizeof(msg), "%s", a->unhealthy_msg);

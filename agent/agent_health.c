@@ -16,13 +16,8 @@
 
 #include "agent/proc/proc.h"
 #include "agent_int.h"
+#include "base/base.h"
 #include "store/store.h"
-
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* How the other nodes know this one: its rendezvous address (--local-addr, or what auto found once the
  * rendezvous store was reached), else its FQDN. */
@@ -68,7 +63,7 @@ static void publish_gate(agent *a, const trun_health *h) {
   char summary[2048], msg[2304];
   trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
   snprintf(msg, sizeof(msg), "failed the health gate (--health-check=fail): %s", summary);
-  char *json = record_json(a, -1, trun__agent_now(), msg);
+  char *json = record_json(a, -1, trun_wall_s(), msg);
   char token[TRUN_STORE_TOKEN_MAX + 1], terr[200];
   trun_client_opts o;
   trun_client_opts_default(&o);
@@ -125,12 +120,12 @@ int trun__agent_health_gate(agent *a) {
   if (trun_health_parse_checks(cfg->health_checks, &mask, err, sizeof(err)) < 0) mask = TRUN_HEALTH_ALL;
   trun_health *h = malloc(sizeof(*h));
   if (h == NULL) return 0;
-  double t0 = mono_ms();
+  double t0 = trun_mono_ms();
   /* The GPU count wants the instance type even without EFA (plan asks IMDS only with EFA): DMI is a file. */
   if (!a->node->instance.instance_type[0]) trun_discover_instance(a->node, 1);
   trun_health_run(a->node, a->env, a->discover_err, mask, h);
-  h->elapsed_ms = mono_ms() - t0;
-  a->health_at = mono_ms();
+  h->elapsed_ms = trun_mono_ms() - t0;
+  a->health_at = trun_mono_ms();
   trun_obs_health(a->obs, h);
   int fails = 0, warns = 0;
   for (int i = 0; i < h->n; i++) {
@@ -167,7 +162,7 @@ int trun__agent_health_recheck(agent *a) {
   const trun_config *cfg = a->cfg;
   double every = trun_rdzv_wait_health_interval(cfg);
   if (cfg->health_check != TRUN_HEALTH_CHECK_FAIL || a->node == NULL || a->unhealthy || every <= 0 ||
-      mono_ms() - a->health_at < every * 1000)
+      trun_mono_ms() - a->health_at < every * 1000)
     return 0;
   unsigned mask = TRUN_HEALTH_ALL;
   char err[512];
@@ -186,7 +181,7 @@ int trun__agent_health_recheck(agent *a) {
     trun_debug("health: GPU discovery: %s", derr);
   trun_health_run(now, a->env, derr[0] ? derr : a->discover_err, mask, h);
   free(now);
-  a->health_at = mono_ms();
+  a->health_at = trun_mono_ms();
   int fails = 0;
   for (int i = 0; i < h->n; i++)
     if (h->c[i].status == TRUN_HEALTH_FAIL) {
@@ -202,7 +197,7 @@ int trun__agent_health_recheck(agent *a) {
     a->unhealthy = 1;
     a->unhealthy_kind = "health";
     a->unhealthy_lr = -1;
-    a->unhealthy_time = trun__agent_now();
+    a->unhealthy_time = trun_wall_s();
     trun_error("%s; node %s leaves the job and exits %d, so that the scheduler replaces it", a->unhealthy_msg,
                node_name(a), TRUN_EXIT_UNHEALTHY);
   }

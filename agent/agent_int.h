@@ -19,6 +19,7 @@
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
+#include "base/base.h"
 #include "store/store.h"
 
 /* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
@@ -166,8 +167,6 @@ int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *e
  * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
 void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out);
 
-/* agent_failures.c: wall-clock seconds (exit and failure timestamps, as torchelastic's). */
-double trun__agent_now(void);
 /* The round's failures to events and metrics; final: also the job's failure report (on
  * node rank 0 with the other nodes' root causes) and $TORCHELASTIC_ERROR_FILE. */
 void trun__agent_report_failures(agent *a, int final);

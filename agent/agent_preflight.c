@@ -21,12 +21,6 @@
 #include "agent/nccl/nccl.h"
 #include "agent_int.h"
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double local_timeout(void) {
   const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
   return to && *to ? atof(to) : 600;
@@ -51,7 +45,7 @@ static void local_done(agent *a, int st, int timed_out) {
     fprintf(stderr,
             "trun: --preflight: the local preflight of this waiting node: %s (%.1f s); it takes over "
             "without running it again\n",
-            a->pf_local_verdict, mono_s() - a->pf_t0);
+            a->pf_local_verdict, trun_mono_s() - a->pf_t0);
     return;
   }
   a->pf_local = TRUN_PF_LOCAL_FAILED;
@@ -70,7 +64,7 @@ static void local_done(agent *a, int st, int timed_out) {
   a->unhealthy = 1;
   a->unhealthy_kind = "preflight";
   a->unhealthy_lr = -1;
-  a->unhealthy_time = trun__agent_now();
+  a->unhealthy_time = trun_wall_s();
   trun_error("%s; this node leaves the job and exits %d, so that the scheduler replaces it (docs/health.md)",
              a->unhealthy_msg, TRUN_EXIT_UNHEALTHY);
 }
@@ -85,7 +79,7 @@ static int local_poll(agent *a, int block) {
       local_done(a, w == a->pf_pid ? st : (1 << 8), 0);
       return 0;
     }
-    if (mono_s() - a->pf_t0 > local_timeout()) {
+    if (trun_mono_s() - a->pf_t0 > local_timeout()) {
       kill(-a->pf_pid, SIGKILL);
       kill(a->pf_pid, SIGKILL);
       waitpid(a->pf_pid, NULL, 0);
@@ -130,7 +124,7 @@ void trun__agent_preflight_wait(agent *a) {
           "trun: --preflight: this node waits as a spare: running the local preflight on its %d GPU(s) "
           "while it waits (the all-ranks one ran at the job's first round)\n",
           ngpu);
-  a->pf_t0 = mono_s();
+  a->pf_t0 = trun_mono_s();
   if (trun_preflight_local_start(a->env, a->cfg, ngpu, a->pf_result, &a->pf_pid, err, sizeof(err)) < 0) {
     /* trun's own installation, not this node's GPUs: said, and the spare stays. */
     trun_warn("--preflight: the local preflight did not start: %s; the spare waits without it", err);

@@ -15,8 +15,8 @@
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
 #include "agent_int.h"
+#include "base/base.h"
 #include "config/config.h"
-#include "store/store.h"
 
 /* The local worker whose process group pid belongs to (the worker itself or a process it started), NULL. */
 static worker *worker_of(agent *a, pid_t pid) {
@@ -60,7 +60,7 @@ static void on_expired(void *arg, pid_t pid, const char *scope, int sig) {
 
 /* torch's /tmp/watchdog_timer_<uuid4>, under $TMPDIR when set. */
 static int default_path(agent *a, char *out, size_t len) {
-  const char *tmp = trun_strv_getenv(a->env, "TMPDIR");
+  const char *tmp = trun_env_get(a->env, "TMPDIR");
   char id[40];
   trun_uuid4(id, sizeof(id));
   if (trun__agent_pathf(out, len, "%s/watchdog_timer_%s", tmp && tmp[0] ? tmp : "/tmp", id) < 0) {
@@ -73,10 +73,10 @@ static int default_path(agent *a, char *out, size_t len) {
 }
 
 static int file_timer(agent *a) {
-  const char *on = trun_strv_getenv(a->env, "TORCHELASTIC_ENABLE_FILE_TIMER");
+  const char *on = trun_env_get(a->env, "TORCHELASTIC_ENABLE_FILE_TIMER");
   if (on == NULL || strcmp(on, "1") != 0) return 0;
   char path[PATH_MAX], err[512];
-  const char *given = trun_strv_getenv(a->env, "TORCHELASTIC_TIMER_FILE");
+  const char *given = trun_env_get(a->env, "TORCHELASTIC_TIMER_FILE");
   if (given && given[0])
     snprintf(path, sizeof(path), "%s", given);
   else if (default_path(a, path, sizeof(path)) < 0)
@@ -102,7 +102,7 @@ static int file_timer(agent *a) {
  * timeout torch's agent gives its health-check server. */
 static int probe(void *arg, trun_buf *out) {
   agent *a = arg;
-  double now = trun__agent_now(), last = a->ftimer ? trun_ftimer_last_progress(a->ftimer) : now;
+  double now = trun_wall_s(), last = a->ftimer ? trun_ftimer_last_progress(a->ftimer) : now;
   int alive = now - last <= TRUN_HEALTH_PORT_TIMEOUT_S;
   char body[192];
   int n = snprintf(body, sizeof(body),
@@ -114,7 +114,7 @@ static int probe(void *arg, trun_buf *out) {
 }
 
 static int health_port(agent *a) {
-  const char *v = trun_strv_getenv(a->env, "TORCHELASTIC_HEALTH_CHECK_PORT");
+  const char *v = trun_env_get(a->env, "TORCHELASTIC_HEALTH_CHECK_PORT");
   if (v == NULL) return 0;
   char *end = NULL;
   errno = 0;

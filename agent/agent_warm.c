@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "agent_int.h"
-#include "store/store.h"
+#include "base/base.h"
 #include "worker_env.h"
 
 /* Slot lr's environment before the rendezvous: the worker's, without what only the rendezvous decides
@@ -25,7 +25,7 @@ static char **slot_env(char **base, const trun_config *cfg, int nproc, int lr) {
     }
     memcpy(name, v[i], n);
     name[n] = '\0';
-    const char *own = trun_strv_getenv(base, name);
+    const char *own = trun_env_get(base, name);
     if (own == NULL) {
       trun_strv_unsetenv(v, name); /* shifts the rest down: look at i again */
     } else if (strcmp(own, v[i] + n + 1) != 0) {
@@ -106,7 +106,7 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
   if (measure) {
     trun_warm *p = trun_warm_new(1, cfg->warm_modules, NULL, NULL);
     char why[512] = "out of memory";
-    double t0 = trun__agent_now();
+    double t0 = trun_wall_s();
     if (p && argv[1] && argv[2] && trun_warm_fill(p, 0, argv[0], argv + 2, trun_worker_cpus(env), env) == 0 &&
         trun_warm_wait_ready(p, 0, 300000, why, sizeof(why)) == 0) {
       long kb = trun_warm_rss_kb(p, 0);
@@ -114,7 +114,7 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
           out,
           "  pool memory: %.0f MiB resident per pool process (measured now: one started, ready in %.1f s, "
           "stopped), %.0f MiB for this node's %d\n",
-          kb / 1024.0, trun__agent_now() - t0, kb * (double)nproc / 1024.0, nproc);
+          kb / 1024.0, trun_wall_s() - t0, kb * (double)nproc / 1024.0, nproc);
     } else {
       fprintf(out, "  pool memory: not measured: %s; the workers would start cold\n", why);
     }

@@ -16,7 +16,7 @@
 #include "agent/nccl/nccl.h"
 #include "agent/proc/proc.h"
 #include "agent_int.h"
-#include "store/store.h"
+#include "base/base.h"
 #include "worker_env.h"
 
 /* ---- the run directory and a worker's files --------------------------------------------------- */
@@ -190,9 +190,7 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
       if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
       w->running = 1;
       a->running++;
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      w->start_us = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+      w->start_us = (unsigned long long)trun_mono_us();
       /* Its memory cgroup's OOM kills so far: a SIGKILL with more of them later was the OOM killer. */
       w->memcg_ok =
           trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;

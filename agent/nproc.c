@@ -12,7 +12,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
-#include "store/store.h"
+#include "base/base.h"
 
 extern char **environ;
 

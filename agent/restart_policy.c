@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "agent/proc/proc.h"
-#include "store/store.h"
+#include "base/base.h"
 
 void trun_restart_policy_init(trun_restart_policy *p, const trun_config *cfg, char **envp) {
   memset(p, 0, sizeof(*p));
@@ -20,7 +20,7 @@ void trun_restart_policy_init(trun_restart_policy *p, const trun_config *cfg, ch
     snprintf(p->offset_from, sizeof(p->offset_from), "--restart-offset");
     return;
   }
-  const char *s = trun_strv_getenv(envp, "SLURM_RESTART_COUNT");
+  const char *s = trun_env_get(envp, "SLURM_RESTART_COUNT");
   if (s == NULL || s[0] == '\0') return;
   char *end;
   long v = strtol(s, &end, 10);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "agent/nccl/nccl.h"
-#include "store/store.h"
+#include "base/base.h"
 
 /* The decided NCCL / libfabric variables and the --numa-binding plan, added to *v. 0 or -ENOMEM. */
 static int node_env(char ***v, const trun_config *cfg, int nproc, const trun_node *given) {
@@ -55,7 +55,7 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   *omp_forced = 0;
   trun_strv_unsetenv(v, TRUN_RDZV_TOKEN_ENV); /* the agents' secret: workers must not write their keys */
   int rc = 0;
-  if (trun_strv_getenv(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
+  if (trun_env_get(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
     rc = trun_strv_setenv(&v, "OMP_NUM_THREADS", "1");
     *omp_forced = 1;
   }
@@ -85,7 +85,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
   snprintf(port_s, sizeof(port_s), "%d", r->master_port);
   snprintf(restart_s, sizeof(restart_s), "%d", restart_count);
   snprintf(maxr_s, sizeof(maxr_s), "%d", cfg->max_restarts);
-  const char *cvd = trun_strv_getenv(base, "CUDA_VISIBLE_DEVICES");
+  const char *cvd = trun_env_get(base, "CUDA_VISIBLE_DEVICES");
   char cvd_one[256];
   if (cfg->virtual_local_rank) {
     /* One GPU per worker, seen as device 0: the local_rank-th entry of the parent's list. */
@@ -107,7 +107,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
       snprintf(cvd_one, sizeof(cvd_one), "%d", local_rank);
     }
   }
-  const char *nccl_async = trun_strv_getenv(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  const char *nccl_async = trun_env_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
   struct {
     const char *name, *value;
   } set[] = {
@@ -136,7 +136,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
       return NULL;
     }
   /* --numa-binding: this rank's entry of the plan, or no pinning at all. */
-  const char *plan = trun_strv_getenv(base, "TRUN_NUMA_PLAN");
+  const char *plan = trun_env_get(base, "TRUN_NUMA_PLAN");
   char cpus[1024] = "";
   for (int k = 0; plan && k < local_rank; k++) {
     plan = strchr(plan, ';');
@@ -155,7 +155,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
   return v;
 }
 
-const char *trun_worker_cpus(char *const *envp) { return trun_strv_getenv(envp, "TRUN_CPU_AFFINITY"); }
+const char *trun_worker_cpus(char *const *envp) { return trun_env_get(envp, "TRUN_CPU_AFFINITY"); }
 
 /* Replaces every "${local_rank}" in arg. */
 static char *subst_local_rank(const char *arg, int local_rank) {
@@ -202,7 +202,7 @@ char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_ran
   char **v = calloc(n, sizeof(char *));
   if (v == NULL) return NULL;
   size_t i = 0;
-  const char *python = trun_strv_getenv(envp, "PYTHON_EXEC");
+  const char *python = trun_env_get(envp, "PYTHON_EXEC");
   char exe[PATH_MAX], env_python[PATH_MAX];
   if (python == NULL || python[0] == '\0') {
     ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

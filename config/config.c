@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/base.h"
+
 static int fail(char *err, size_t errlen, const trun_settings *cl, trun_opt_id id, const char *fmt, ...) {
   char msg[512];
   va_list ap;
@@ -220,13 +222,6 @@ void trun_uuid4(char *out, size_t len) {
            b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-static const char *env_get(char **envp, const char *name) {
-  size_t n = strlen(name);
-  for (char **e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  return NULL;
-}
-
 int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
                               size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
@@ -318,13 +313,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 "--signals-to-handle '%s' must be a comma list of names like SIGTERM,SIGUSR1",
                 cfg->signals_text);
   const char *st = VAL(TRUN_OPT_SHUTDOWN_TIMEOUT);
-  if (st == NULL) st = env_get(envp, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (st == NULL) st = trun_env_get(envp, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   cfg->shutdown_timeout = 30;
   if (st && parse_double(st, &cfg->shutdown_timeout) < 0)
     return fail(err, errlen, cl, TRUN_OPT_SHUTDOWN_TIMEOUT,
                 "--shutdown-timeout '%s' must be a number of seconds >= 0", st);
   const char *eb = VAL(TRUN_OPT_EXIT_BARRIER_TIMEOUT);
-  if (eb == NULL) eb = env_get(envp, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT");
+  if (eb == NULL) eb = trun_env_get(envp, "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT");
   cfg->exit_barrier_timeout = 300;
   if (eb && (parse_double(eb, &cfg->exit_barrier_timeout) < 0 || isnan(cfg->exit_barrier_timeout)))
     return fail(

@@ -1,8 +1,8 @@
 /* config: what a trun job is asked to do. The settings table and the values with their sources
  * (options.h), the YAML config file (yaml_file.h), --print-config (print.h), and here the typed configuration
  * the agent runs from, checked and converted from the settings.
- * May use: nothing of trun's (libc and libyaml only). Used by the launcher, which fills the settings, and by
- * the agent and its modules, which read the typed configuration. */
+ * May use: base (environment vectors); outside trun, libc and libyaml only. Used by the launcher, which fills
+ * the settings, and by the agent and its modules, which read the typed configuration. */
 #ifndef TRUN_CONFIG_H
 #define TRUN_CONFIG_H
 

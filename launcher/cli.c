@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
+
 #define TRUN_HELP_WIDTH 100
 #define TRUN_HELP_COL 24
 
@@ -270,13 +272,6 @@ static int trun_parse_argv(trun_argp *p) {
 
 /* ---- environment and defaults ----------------------------------------------------------------------- */
 
-static const char *trun_env_lookup(char **envp, const char *name) {
-  size_t n = strlen(name);
-  for (char **e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  return NULL;
-}
-
 /* Python's int(): optional blanks and sign, digits with single '_' between them. Returns 0 and sets
  * *nonzero, or -1 when s is not an integer. */
 static int trun_parse_pyint(const char *s, int *nonzero) {
@@ -297,7 +292,7 @@ static int trun_apply_env(trun_settings *out, char **envp, char *err, size_t err
   for (int id = 0; id < TRUN_OPT__COUNT; id++) {
     const trun_opt_desc *d = OPT(id);
     if (out->v[id].src == TRUN_SRC_CLI) continue;
-    const char *ev = d->env ? trun_env_lookup(envp, d->env) : NULL;
+    const char *ev = d->env ? trun_env_get(envp, d->env) : NULL;
     out->v[id].val = d->def;
     out->v[id].src = TRUN_SRC_DEFAULT;
     if (!ev) continue;

@@ -17,7 +17,7 @@
 
 #include "agent/agent.h"
 #include "agent/proc/proc.h"
-#include "store/store.h"
+#include "base/base.h"
 
 #define TRUN_HOSTFILE_MAX_BYTES (1 << 20)
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long

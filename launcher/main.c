@@ -9,11 +9,11 @@
 #include "agent/agent.h"
 #include "agent/nccl/nccl.h"
 #include "agent/rdzv/rdzv.h"
+#include "base/base.h"
 #include "cli.h"
 #include "config/config.h"
 #include "hostfile.h"
 #include "platform.h"
-#include "store/store.h"
 
 #ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
 #define TRUN_VERSION_STRING "unknown"

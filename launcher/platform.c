@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
+
 #define TRUN_HOSTLIST_MAX 100000
 
 static int trun_perr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -21,13 +23,6 @@ static int trun_perr(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
   }
   return -1;
-}
-
-static const char *trun_penv(char **envp, const char *name) {
-  size_t n = strlen(name);
-  for (char **e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  return NULL;
 }
 
 /* A decimal integer in [lo, hi] with nothing around it. */
@@ -220,7 +215,7 @@ typedef struct {
   size_t errlen;
 } trun_pctx;
 
-#define ENV(name) trun_penv(c->envp, name)
+#define ENV(name) trun_env_get(c->envp, name)
 
 static int trun_need_int(trun_pctx *c, const char *var, long lo, long hi, long *out) {
   const char *s = ENV(var);
@@ -473,7 +468,7 @@ int trun_platform_detect(char **envp, const trun_platform_host *host, trun_platf
                          size_t errlen) {
   memset(out, 0, sizeof(*out));
   trun_pctx c = {.envp = envp, .host = host, .err = err, .errlen = errlen};
-  const char *want = trun_penv(envp, "TRUN_PLATFORM");
+  const char *want = trun_env_get(envp, "TRUN_PLATFORM");
   if (want && (!strcmp(want, "none") || !strcmp(want, "off"))) return 0;
   int any = !want || !*want || !strcmp(want, "auto");
   for (size_t i = 0; i < TRUN_NDETECTORS; i++) {

@@ -3,8 +3,9 @@
 
 A module is a folder with one public header named after it (store/store.h, agent/rdzv/rdzv.h, ...) whose
 opening comment has a line "May use: a, b, c." naming the modules it may include; a subfolder that is not a
-module of its own (agent/rdzv/c10d/, one backend) belongs to the module above it. The programs
-(launcher/, tools/) may use every module. For each #include "..." in the code of a module or program:
+module of its own (agent/rdzv/c10d/, one backend) belongs to the module above it. The programs (launcher/,
+tools/) may use every module. base/ is the bottom: any module may name it, and its own line must say
+"May use: nothing" (it uses nothing of trun's). For each #include "..." in the code of a module or program:
   - a header of the same module (its folder and the subfolders it owns) is always fine;
   - a header of another module must be that module's public header, and that module must be one the
     includer may use;
@@ -19,6 +20,7 @@ import sys
 
 # Folder of each module, by the name the "May use" lines give it.
 MODULES = {
+    "base": "base",
     "store": "store",
     "config": "config",
     "discover": "agent/discover",
@@ -29,6 +31,8 @@ MODULES = {
     "agent": "agent",
 }
 PROGRAMS = {"launcher": "launcher", "tools": "tools"}
+# The module every other may use and that uses none (log, buffers, clock, environment vectors).
+BOTTOM = "base"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -119,6 +123,9 @@ def main(argv):
     uses = may_use(root, errors)
     for c in circles(uses):
         errors.append("the 'May use' lines make a circle: %s" % c)
+    if uses.get(BOTTOM):
+        errors.append("%s: %s is the bottom module and may use nothing of trun's, but its 'May use' line names %s" % (
+            face(BOTTOM), BOTTOM, ", ".join(sorted(uses[BOTTOM]))))
     faces = {face(n): n for n in MODULES}
     n_includes = 0
     for rel in code_files(root):

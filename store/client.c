@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/base.h"
 
 /* Longest value accepted in a reply; a larger length means the stream is out of step. */
 #define CLIENT_MAX_REPLY (1ull << 34)
@@ -51,19 +51,13 @@ void trun_client_opts_default(trun_client_opts *o) {
 
 /* ---- time and randomness ---------------------------------------------------------------------- */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail for CLOCK_MONOTONIC with a valid pointer */
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Absolute deadline in ms, or -1 for none (ms < 0). */
-static int64_t deadline_after(int ms) { return ms < 0 ? -1 : now_ms() + ms; }
+static int64_t deadline_after(int ms) { return ms < 0 ? -1 : trun_mono_us() / 1000 + ms; }
 
 /* poll() timeout until deadline: -1 for none, 0 when passed. */
 static int remaining_ms(int64_t deadline) {
   if (deadline < 0) return -1;
-  int64_t r = deadline - now_ms();
+  int64_t r = deadline - trun_mono_us() / 1000;
   if (r <= 0) return 0;
   return r > INT_MAX ? INT_MAX : (int)r;
 }

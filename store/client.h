@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "base/base.h"
 #include "codec.h"
 #include "proto.h"
 

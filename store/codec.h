@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "buf.h"
+#include "base/base.h"
 #include "proto.h"
 
 typedef struct {

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
+#include "base/base.h"
 
 typedef struct qitem {
   struct qitem *next;

@@ -1,5 +1,6 @@
 /* TCPStore wire protocol: query codes of every torch generation, mapped onto one operation set.
- * Facts: shared/spec/tcpstore-protocol.md. All integers on the wire are little-endian. */
+ * Facts: shared/spec/tcpstore-protocol.md. All integers on the wire are little-endian (trun_put_u32 and
+ * the others, base/buf.h). */
 #ifndef TRUN_STORE_PROTO_H
 #define TRUN_STORE_PROTO_H
 
@@ -57,20 +58,5 @@ int trun_proto_code(trun_gen gen, trun_op op);
 int trun_proto_op(trun_gen gen, uint8_t code);
 const char *trun_proto_op_name(trun_op op);
 const char *trun_proto_gen_name(trun_gen gen);
-
-static inline void trun_put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t trun_get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static inline void trun_put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint32_t trun_get_u32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 #endif

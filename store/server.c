@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/base.h"
 #include "server_int.h"
 
 static void refuse(conn *c, const char *why);

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
-#include "buf.h"
+#include "base/base.h"
 #include "server.h"
 
 #define READ_CHUNK 65536

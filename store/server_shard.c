@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/base.h"
 #include "server_int.h"
 
 /* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. */

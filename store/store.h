@@ -1,15 +1,13 @@
 /* store: the TCPStore library. A server that speaks both torch wire generations on one port (server.h, on
- * a libuv loop), a blocking client (client.h), and the pieces every module of trun shares: growable buffers
- * and byte slices (buf.h), one-line diagnostics (log.h), and closing a child's inherited descriptors on any
- * glibc (closefrom.h). The trun-store program (main.c, serve.c, bench.c, cli.c, tool.c) is built from it.
- * May use: nothing of trun's (libc, libuv). Every other module may use it. */
+ * a libuv loop) and a blocking client (client.h), over byte slices and the wire codec (codec.h). The
+ * trun-store program (tools/store*.c) is built from it.
+ * May use: base; libc and libuv. Used by the rendezvous, the modules that talk through its store (nccl,
+ * observe, the agent) and the programs. */
 #ifndef TRUN_STORE_H
 #define TRUN_STORE_H
 
-#include "buf.h"
+#include "base/base.h"
 #include "client.h"
-#include "closefrom.h"
-#include "log.h"
 #include "server.h"
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "agent/discover/discover.h"
 #include "agent/nccl/nccl.h"
+#include "base/base.h"
 #include "store/store.h"
 
 #ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */

@@ -14,6 +14,7 @@
 #include "agent/agent.h"
 #include "agent/discover/discover.h"
 #include "agent/observe/observe.h"
+#include "base/base.h"
 
 extern char **environ;
 
@@ -29,12 +30,6 @@ static const char *usage =
     "  --no-imds     the instance type from DMI only (no instance-metadata request)\n"
     "  --checks LIST all (default), or check names separated by commas; -name leaves one out\n"
     "  Exit: 0 no check failed, 3 a check failed, 2 bad usage.\n";
-
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static const char *upper(trun_health_status s) {
   switch (s) {
@@ -119,14 +114,14 @@ int trun_topo_health(int argc, char **argv) {
     free(h);
     return 1;
   }
-  double t0 = mono_ms();
+  double t0 = trun_mono_ms();
   char err[512] = "";
   n->instance.source = "none";
   trun_discover_gpus_flags(n, environ, TRUN_GPU_NO_AFFINITY | TRUN_GPU_HEALTH, err, sizeof(err));
   trun_discover_rdma(n);
   trun_discover_instance(n, no_imds);
   trun_health_run(n, environ, err, mask, h);
-  h->elapsed_ms = mono_ms() - t0;
+  h->elapsed_ms = trun_mono_ms() - t0;
   int nefa = 0;
   for (int r = 0; r < n->nrdma; r++) nefa += n->rdma[r].is_efa;
   if (as_json)

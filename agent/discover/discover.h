@@ -6,7 +6,7 @@
  * NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks (environment):
  * TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
  * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm). Facts: shared/spec/gpu-efa-nccl.md.
- * May use: store (log). Used by every other agent module, the launcher and the tools. */
+ * May use: base. Used by every other agent module, the launcher and the tools. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
 

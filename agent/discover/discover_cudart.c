@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "discover.h"
 #include "discover_internal.h"
 
@@ -75,13 +76,11 @@ static void *open_cudart(char *tried, size_t len) {
 
 /* envp's value of name into the process environment (unset when envp has none). */
 static void env_from(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-  for (char *const *e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
-      setenv(name, *e + n + 1, 1);
-      return;
-    }
-  unsetenv(name);
+  const char *v = trun_env_get(envp, name);
+  if (v)
+    setenv(name, v, 1);
+  else
+    unsetenv(name);
 }
 
 static void fill_gpu(trun_gpu *g, int d, const cuda_props *p, const char *pci, int affinity) {

@@ -46,6 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cpulist.h"
 #include "discover.h"
 #include "discover_internal.h"
@@ -279,13 +280,6 @@ static long parse_index(const char *s) {
   return v;
 }
 
-static const char *env_get(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-  for (char *const *e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  return NULL;
-}
-
 /* NVIDIA_VISIBLE_DEVICES → keep[] over all[0..count). */
 static void apply_nvidia_visible(const char *v, const trun_nvml_dev *all, int count, int *keep) {
   for (int i = 0; i < count; i++) keep[i] = 1;
@@ -419,14 +413,14 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
 
   /* Candidates in CUDA order after NVIDIA_VISIBLE_DEVICES. */
   int keep[TRUN_MAX_GPUS];
-  apply_nvidia_visible(env_get(envp, "NVIDIA_VISIBLE_DEVICES"), all, ndev, keep);
+  apply_nvidia_visible(trun_env_get(envp, "NVIDIA_VISIBLE_DEVICES"), all, ndev, keep);
   int cand[TRUN_MAX_GPUS], ncand = 0;
   for (int i = 0; i < ndev; i++)
     if (keep[i]) cand[ncand++] = i;
 
   int src[TRUN_MAX_GPUS]; /* index into all for each visible GPU (-1: a MIG device without parent info) */
   int ret = 0;
-  const char *cvd = env_get(envp, "CUDA_VISIBLE_DEVICES");
+  const char *cvd = trun_env_get(envp, "CUDA_VISIBLE_DEVICES");
   if (!cvd) {
     for (int k = 0; k < ncand; k++) {
       node->gpus[node->ngpu] = all[cand[k]].g;

@@ -36,10 +36,10 @@
 #include <strings.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "curl_dl.h"
 #include "discover.h"
 #include "discover_internal.h"
-#include "store/store.h"
 
 /* Internal, exposed for tests/unit/test_instance.c (which declares them itself). */
 
@@ -116,12 +116,6 @@ static const char *body_text(imds_body *b) {
 
 /* ---- HTTP ------------------------------------------------------------------------------------- */
 
-static long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
   imds_body *b = ud;
   size_t n = size * nmemb;
@@ -141,7 +135,7 @@ static int imds_request(imds_client *c, int put, const char *path, long cap_ms, 
   *status = 0;
   *connected = 0;
   memset(b, 0, sizeof(*b));
-  long left = c->deadline_ms - now_ms();
+  long left = c->deadline_ms - (long)(trun_mono_us() / 1000);
   if (left < IMDS_MIN_LEFT_MS) return -ETIMEDOUT;
   long timeout = left < cap_ms ? left : cap_ms;
   char url[700];
@@ -322,7 +316,7 @@ static int imds_discover(trun_instance *in, const char *endpoint) {
   } else {
     pthread_once(&curl_once, curl_init_once);
   }
-  imds_client c = {.cu = &cu, .deadline_ms = now_ms() + IMDS_BUDGET_MS};
+  imds_client c = {.cu = &cu, .deadline_ms = (long)(trun_mono_us() / 1000) + IMDS_BUDGET_MS};
   snprintf(c.base, sizeof(c.base), "%s", endpoint);
   size_t n = strlen(c.base);
   while (n > 0 && c.base[n - 1] == '/') c.base[--n] = '\0';

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "base/base.h"
 #include "discover.h"
 #include "nvml.h"
 
@@ -128,13 +129,6 @@ int trun_health_parse_checks(const char *list, unsigned *mask, char *err, size_t
 
 /* ---- gathering ---------------------------------------------------------------------------------- */
 
-static const char *env_get(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-  for (char *const *e = envp; e && *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-  return NULL;
-}
-
 static void read_line(const char *path, char *out, size_t len) {
   out[0] = '\0';
   FILE *f = fopen(path, "r");
@@ -173,7 +167,7 @@ static void read_ports(const char *dev, trun_health_env *env, int r) {
 void trun_health_gather(const trun_node *node, char *const *envp, const char *discovery_error,
                         trun_health_env *env) {
   memset(env, 0, sizeof(*env));
-  env->nvidia_visible = env_get(envp, "NVIDIA_VISIBLE_DEVICES");
+  env->nvidia_visible = trun_env_get(envp, "NVIDIA_VISIBLE_DEVICES");
   env->discovery_error = discovery_error;
   for (int r = 0; r < node->nrdma && r < TRUN_MAX_RDMA; r++)
     if (node->rdma[r].is_efa) read_ports(node->rdma[r].name, env, r);

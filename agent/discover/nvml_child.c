@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 /* The child's start: it dies with the agent, has the default signal dispositions (the agent's handlers,
  * libuv's signal pipe, are not its own), nothing blocked, and no descriptor but the pipe on fd 3. */

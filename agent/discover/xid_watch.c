@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "nvml.h"
 #include "nvml_child.h"
 
@@ -118,12 +119,6 @@ trun_xid_watch *trun_xid_watch_start(const char (*uuids)[96], int n) {
 
 int trun_xid_watch_fd(const trun_xid_watch *w) { return w ? w->child.fd : -1; }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void parse(void *arg, char *line) {
   trun_xid_watch *w = arg;
   if (line[0] == 'R') {
@@ -135,7 +130,7 @@ static void parse(void *arg, char *line) {
     trun_xid_event *e = &w->ev[w->nev++];
     e->gpu = gpu >= 0 && gpu < w->n ? gpu : -1;
     e->xid = xid;
-    e->time = now_s();
+    e->time = trun_wall_s();
   }
 }
 

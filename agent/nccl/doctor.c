@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent/discover/discover.h"
+#include "base/base.h"
 #include "nccl_env.h"
 #include "store/store.h"
 
@@ -231,12 +232,6 @@ void trun_doctor_print(FILE *out, const trun_doctor_findings *f, int nagents, in
 
 /* ---- exchange ----------------------------------------------------------------------------------------- */
 
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Group rank 0: the identities that arrive within wait_ms; *missing = agents that did not publish. */
 static int collect(trun_rdzv *r, const char *key_base, int world, int wait_ms, trun_host_id *ids,
                    int *missing) {
@@ -321,7 +316,7 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
   trun_host_id *ids = calloc((size_t)world, sizeof(*ids));
   if (ids == NULL) return 0;
   int missing = 0, n;
-  double t0 = mono_ms();
+  double t0 = trun_mono_ms();
   if (world == 1) {
     ids[0] = *self;
     n = 1;
@@ -351,7 +346,8 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
                 stop ? "stopping before the workers start" : "continuing",
                 fail_on_findings ? "fail" : "warn");
     } else {
-      trun_debug("doctor: %d agent(s), no split pods, no GPU clash, EFA fine (%.0f ms)", n, mono_ms() - t0);
+      trun_debug("doctor: %d agent(s), no split pods, no GPU clash, EFA fine (%.0f ms)", n,
+                 trun_mono_ms() - t0);
     }
     free(f);
   }

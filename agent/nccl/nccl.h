@@ -3,7 +3,7 @@
  * (nccl_log.h) and the agent's transport report (nccl_report.h), the NCCL all-reduce preflight
  * (preflight.h, the trun-preflight tool), and the topology doctor that finds split pods and GPU clashes
  * across agents (doctor.h).
- * May use: store, config, discover, proc, rdzv (the doctor and the preflight exchange through the
+ * May use: base, store, config, discover, proc, rdzv (the doctor and the preflight exchange through the
  * rendezvous store). Used by the agent, observe and the tools. */
 #ifndef TRUN_NCCL_H
 #define TRUN_NCCL_H

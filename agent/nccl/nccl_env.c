@@ -19,6 +19,7 @@
 
 #include "agent/discover/discover.h"
 #include "agent/proc/proc.h"
+#include "base/base.h"
 
 static const char *sysfs_root(void) {
   const char *r = getenv("TRUN_SYSFS_ROOT");
@@ -228,7 +229,7 @@ static void decide_nccl(const trun_node *node, int efa, trun_env_plan *p) {
 static void apply_user(trun_env_plan *p, char *const *envp) {
   for (int i = 0; i < p->n; i++) {
     trun_env_decision *d = &p->d[i];
-    const char *v = trun_strv_getenv(envp, d->name);
+    const char *v = trun_env_get(envp, d->name);
     if (v == NULL) continue;
     char was[96];
     if (d->set)
@@ -271,7 +272,7 @@ void trun_nccl_env_decide(const trun_node *node, char *const *envp, trun_env_pla
 int trun_nccl_env_apply(const trun_env_plan *plan, char ***env) {
   for (int i = 0; i < plan->n; i++) {
     const trun_env_decision *d = &plan->d[i];
-    if (d->source != TRUN_ENV_TRUN || !d->set || trun_strv_getenv(*env, d->name)) continue;
+    if (d->source != TRUN_ENV_TRUN || !d->set || trun_env_get(*env, d->name)) continue;
     if (trun_strv_setenv(env, d->name, d->value) < 0) return -ENOMEM;
   }
   return 0;

@@ -13,8 +13,8 @@
 
 #include "agent/discover/discover.h"
 #include "agent/proc/proc.h"
+#include "base/base.h"
 #include "nccl_log.h"
-#include "store/store.h"
 
 struct trun_nccl_report {
   char attempt_dir[PATH_MAX];
@@ -30,10 +30,10 @@ struct trun_nccl_report {
 int trun_nccl_report_env(char ***envp, const char *rank_dir) {
   char file[PATH_MAX + 32];
   int rc = 0;
-  if (trun_strv_getenv(*envp, "NCCL_DEBUG") == NULL) rc = trun_strv_setenv(envp, "NCCL_DEBUG", "INFO");
-  if (rc == 0 && trun_strv_getenv(*envp, "NCCL_DEBUG_SUBSYS") == NULL)
+  if (trun_env_get(*envp, "NCCL_DEBUG") == NULL) rc = trun_strv_setenv(envp, "NCCL_DEBUG", "INFO");
+  if (rc == 0 && trun_env_get(*envp, "NCCL_DEBUG_SUBSYS") == NULL)
     rc = trun_strv_setenv(envp, "NCCL_DEBUG_SUBSYS", "INIT,P2P,NET");
-  if (rc == 0 && trun_strv_getenv(*envp, "NCCL_DEBUG_FILE") == NULL) {
+  if (rc == 0 && trun_env_get(*envp, "NCCL_DEBUG_FILE") == NULL) {
     snprintf(file, sizeof(file), "%s/nccl.%%h.%%p.log", rank_dir);
     rc = trun_strv_setenv(envp, "NCCL_DEBUG_FILE", file);
   }
@@ -102,7 +102,7 @@ trun_nccl_report *trun_nccl_report_start(const trun_config *cfg, char *const *en
     trun_warn("--nccl-report needs log files (--log-dir is /dev/null): no report");
     return NULL;
   }
-  const char *dbg = trun_strv_getenv(env, "NCCL_DEBUG"), *file = trun_strv_getenv(env, "NCCL_DEBUG_FILE");
+  const char *dbg = trun_env_get(env, "NCCL_DEBUG"), *file = trun_env_get(env, "NCCL_DEBUG_FILE");
   if (dbg && strcasecmp(dbg, "INFO") != 0 && strcasecmp(dbg, "TRACE") != 0)
     trun_warn("--nccl-report: NCCL_DEBUG=%s (yours) logs no transports; the report needs NCCL_DEBUG=INFO",
               dbg);

@@ -15,8 +15,8 @@
 
 #include "agent/discover/discover.h"
 #include "agent/proc/proc.h"
+#include "base/base.h"
 #include "config/config.h"
-#include "store/store.h"
 
 /* ---- expected bandwidth ------------------------------------------------------------------------------- */
 
@@ -183,12 +183,6 @@ static void preflight_path(char *out, size_t len) {
   if (slash) *slash = '\0';
   if (snprintf(out, len, "%.*s/trun-preflight", (int)(len > 32 ? len - 32 : 0), self) >= (int)len)
     out[0] = '\0';
-}
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Fills out (when given): verdict, cause (printf-style), no measurement. */
@@ -372,7 +366,7 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
     }
     started++;
   }
-  double t0 = mono_s();
+  double t0 = trun_mono_s();
   int left = started;
   for (int lr = 0; lr < nproc; lr++) status[lr] = -1;
   while (left > 0) {
@@ -386,7 +380,7 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r,
         left--;
       }
     }
-    if (left > 0 && mono_s() - t0 > timeout) {
+    if (left > 0 && trun_mono_s() - t0 > timeout) {
       trun_error(
           "--preflight: still running after %.0f s: init timeout (a node without --preflight, or NCCL "
           "cannot connect); killing it. Set TRUN_PREFLIGHT_TIMEOUT to wait longer",

@@ -6,11 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 /* What a reader that does not keep up may leave queued before events are dropped. */
 #define QUEUE_MAX (4u << 20)
@@ -123,10 +122,8 @@ void trun_events_emit(trun_events *e, const char *event, json_t *fields) {
     json_decref(fields);
     return;
   }
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
   char ts[48];
-  trun_iso8601_utc((double)tv.tv_sec + (double)tv.tv_usec / 1e6, ts, sizeof(ts));
+  trun_iso8601_utc(trun_wall_s(), ts, sizeof(ts));
   json_t *o = json_object();
   if (o == NULL) {
     json_decref(fields);

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 /* Malformed lines said on stderr before the rest are only counted. */
 #define MAX_SAID 10
@@ -39,12 +39,6 @@ struct trun_ftimer {
   size_t n;
   double last_progress;
 };
-
-static double wall_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int trun_ftimer_parse(const char *line, size_t len, trun_ftimer_req *r, char *err, size_t errlen) {
   json_error_t je;
@@ -96,7 +90,7 @@ static void rearm(trun_ftimer *t);
 /* torch's _run_watchdog: every pid with an expired timer is reaped with the first expired signal > 0 (in
  * expiration order) and all its timers go; timers of pids that are gone go too. */
 static void pass(trun_ftimer *t) {
-  double now = wall_s();
+  double now = trun_wall_s();
   t->last_progress = now;
   for (size_t i = 0; i < t->n;) {
     if (kill(t->t[i].pid, 0) < 0 && errno == ESRCH) { /* gone: nothing to reap (torch skips it too) */
@@ -130,7 +124,7 @@ static void on_timer(uv_timer_t *h) {
 }
 
 static void rearm(trun_ftimer *t) {
-  double next = PASS_MS / 1000.0, now = wall_s();
+  double next = PASS_MS / 1000.0, now = trun_wall_s();
   for (size_t i = 0; i < t->n; i++)
     if (t->t[i].expiration_time - now < next) next = t->t[i].expiration_time - now;
   if (next < 0) next = 0;
@@ -208,7 +202,7 @@ static void on_readable(uv_poll_t *h, int status, int events) {
       }
     }
   }
-  t->last_progress = wall_s();
+  t->last_progress = trun_wall_s();
   rearm(t);
 }
 
@@ -258,7 +252,7 @@ trun_ftimer *trun_ftimer_open(uv_loop_t *loop, const char *path, trun_ftimer_cb 
     t->loop = loop;
     t->cb = cb;
     t->arg = arg;
-    t->last_progress = wall_s();
+    t->last_progress = trun_wall_s();
     if ((rc = uv_poll_start(&t->poll, UV_READABLE, on_readable)) < 0) {
       snprintf(err, errlen, "uv_poll_start on %s: %s", path, uv_strerror(rc));
       trun_ftimer_close(t);
@@ -281,7 +275,7 @@ void trun_ftimer_clear(trun_ftimer *t) {
 
 size_t trun_ftimer_count(const trun_ftimer *t) { return t ? t->n : 0; }
 
-double trun_ftimer_last_progress(const trun_ftimer *t) { return t ? t->last_progress : wall_s(); }
+double trun_ftimer_last_progress(const trun_ftimer *t) { return t ? t->last_progress : trun_wall_s(); }
 
 static void on_closed(uv_handle_t *h) {
   trun_ftimer *t = h->data;

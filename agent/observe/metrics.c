@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 #define IDLE_MS 10000
 

@@ -7,7 +7,7 @@
 
 #include <uv.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 typedef struct trun_metrics trun_metrics;
 typedef void (*trun_metrics_render)(void *arg, trun_buf *out);

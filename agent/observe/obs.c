@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "agent/discover/discover.h"
+#include "base/base.h"
 #include "events.h"
 #include "metrics.h"
 #include "store/store.h"
@@ -63,12 +64,6 @@ static void health_metric(trun_obs *o, const char *check, int failed) {
     o->health[o->nhealth++].check = check;
   }
   o->health[i].failed = failed;
-}
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* "3" for an exit code, "SIGTERM" for -15. */
@@ -221,13 +216,13 @@ void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *gi
 
 void trun_obs_rdzv_start(trun_obs *o, int round) {
   if (o == NULL) return;
-  o->rdzv_started = mono_s();
+  o->rdzv_started = trun_mono_s();
   trun_events_emit(o->ev, "rendezvous_start", json_pack("{s:i}", "round", round));
 }
 
 void trun_obs_rdzv_end(trun_obs *o, int round, const char *error) {
   if (o == NULL) return;
-  double d = mono_s() - o->rdzv_started;
+  double d = trun_mono_s() - o->rdzv_started;
   if (error) {
     trun_events_emit(
         o->ev, "rendezvous_end",

@@ -2,7 +2,7 @@
  * Prometheus endpoint (metrics.h) behind one set of hooks (obs.h), and torch's file-timer watchdog
  * (ftimer.h), and hang detection from output, CPU
  * time and GPU utilisation (stall.h).
- * May use: store, config, discover, proc, rdzv, nccl (it reports on them). Used by the agent. */
+ * May use: base, store, config, discover, proc, rdzv, nccl (it reports on them). Used by the agent. */
 #ifndef TRUN_OBSERVE_H
 #define TRUN_OBSERVE_H
 

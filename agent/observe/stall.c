@@ -12,7 +12,7 @@
 
 #include "agent/discover/discover.h"
 #include "agent/proc/proc.h"
-#include "store/store.h"
+#include "base/base.h"
 
 typedef struct {
   pid_t pid;
@@ -43,12 +43,6 @@ struct trun_stall {
   int ngpu, gpu_threshold, gpu_fresh;
   int gpu_util[TRUN_MAX_GPUS];
 };
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 unsigned long long trun_pgrp_cpu_ticks(const char *proc_root, pid_t pgrp) {
   const char *root = proc_root ? proc_root : "/proc";
@@ -108,7 +102,7 @@ static void read_gpu(trun_stall *s) {
 static void on_tick(uv_timer_t *t) {
   trun_stall *s = t->data;
   if (s->fired) return;
-  double now = mono_s();
+  double now = trun_mono_s();
   if (s->gpu) read_gpu(s);
   for (int i = 0; i < s->n; i++) {
     watched *w = &s->w[i];
@@ -212,7 +206,7 @@ void trun_stall_watch(trun_stall *s, int local_rank, pid_t pid, trun_stream *out
   w->err = err;
   snprintf(w->log_out, sizeof(w->log_out), "%s", log_out ? log_out : "");
   snprintf(w->log_err, sizeof(w->log_err), "%s", log_err ? log_err : "");
-  w->last_active = mono_s();
+  w->last_active = trun_mono_s();
   w->cpu = trun_pgrp_cpu_ticks(NULL, pid);
   w->bytes = 0;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 #define MAX_LINE (64 * 1024)
 

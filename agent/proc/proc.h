@@ -4,7 +4,7 @@
  * report (report.h) with each death's one-line cause (cause.h; memory cgroups' OOM kills: memcg.h); the guard
  * process that kills every worker session if the agent dies (watchdog.h); environments and argument lists as
  * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h).
- * May use: store (log, buffers), discover (CPU lists). Used by the agent, the nccl module (trun-preflight
+ * May use: base, discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
 #ifndef TRUN_PROC_H
 #define TRUN_PROC_H

@@ -18,13 +18,6 @@ void trun_strv_free(char **v) {
   free(v);
 }
 
-const char *trun_strv_getenv(char *const *v, const char *name) {
-  size_t n = strlen(name);
-  for (size_t i = 0; v && v[i]; i++)
-    if (strncmp(v[i], name, n) == 0 && v[i][n] == '=') return v[i] + n + 1;
-  return NULL;
-}
-
 int trun_strv_setenv(char ***v, const char *name, const char *value) {
   char *entry;
   if (asprintf(&entry, "%s=%s", name, value) < 0) return -ENOMEM;

@@ -8,7 +8,6 @@ void trun_strv_free(char **v);
 char **trun_strv_dup(char *const *src);
 /* Sets NAME=value in *v (replacing an earlier NAME). 0 or -ENOMEM. */
 int trun_strv_setenv(char ***v, const char *name, const char *value);
-const char *trun_strv_getenv(char *const *v, const char *name);
 /* Removes every NAME=... from v. */
 void trun_strv_unsetenv(char **v, const char *name);
 

@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "spawn.h"
-#include "store/store.h"
 #include "strv.h"
 
 /* How long the agent waits for a pool process to take a handover that does not fit the socket's buffer. */

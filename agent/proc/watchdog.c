@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 
 #define MAX_SESSIONS 65536
 
@@ -62,7 +62,8 @@ uint64_t trun_watchdog_start_time(pid_t pid) {
   return proc_stat(text, &sid, &st) == 0 ? st : 0;
 }
 
-/* Now, in the clock ticks of /proc/PID/stat's start times. */
+/* Now, in the clock ticks of /proc/PID/stat's start times: CLOCK_BOOTTIME, which counts a suspend as the
+ * kernel's start times do (base/clock.h's monotonic clock does not). */
 static uint64_t ticks_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_BOOTTIME, &ts);

@@ -5,14 +5,15 @@
  * and its pickled state, c10d/state.c / c10d/pickle.c), and trun's fast elastic rendezvous (trun/trun.c over
  * trun/protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
  * rules of store_acl.h.
- * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
- * modules, which read the round's result from trun_rdzv. */
+ * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
+ * observe modules, which read the round's result from trun_rdzv. */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
 #include <stdio.h>
 
 #include "agent/discover/discover.h"
+#include "base/base.h"
 #include "config/config.h"
 #include "store/store.h"
 #include "store_host.h"

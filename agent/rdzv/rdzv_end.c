@@ -96,24 +96,18 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   return rc;
 }
 
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n) {
   int world = r->group_world_size;
   char **res = calloc((size_t)world, sizeof(char *));
   if (res == NULL) return -ENOMEM;
   *n = 0;
   /* One deadline for all: with several nodes lost, each would otherwise cost the whole wait. */
-  double deadline = mono_ms() + timeout_ms;
+  double deadline = trun_mono_ms() + timeout_ms;
   for (int g = 0; g < world; g++) {
     char k[512];
     snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
     trun_buf v = {0};
-    int left = (int)(deadline - mono_ms());
+    int left = (int)(deadline - trun_mono_ms());
     int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : left > 1 ? left : 1);
     if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
       res[(*n)++] = (char *)v.data;

@@ -10,19 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "rdzv_int.h"
 
 #define EXCLUDE_DEFAULT_S 1800.0
 #define FAILURES_DEFAULT 3
-
-static double wall_now(void) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
 
 double trun_rdzv_exclude_seconds(const trun_config *cfg) {
   char v[64];
@@ -93,7 +86,7 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
                       const char *cause) {
   double secs = trun_rdzv_exclude_seconds(cfg);
   if (secs <= 0 || c == NULL) return 0; /* trun_exclude_seconds=0: no exclusions */
-  double at = wall_now();
+  double at = trun_wall_s();
   json_t *j =
       json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "host", id->host, "hostname", id->hostname, "instance",
                 id->instance, "gpus", id->gpus, "kind", kind, "cause", cause, "at", at, "until", at + secs);
@@ -210,7 +203,7 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
   free(fresh);
   trun_rdzv_node_id me;
   trun_rdzv_node_identity(r->host_addr, r->node, &me);
-  double now = wall_now();
+  double now = trun_wall_s();
   const trun_rdzv_exclusion *mine = NULL;
   for (int i = 0; i < r->n_excl; i++) {
     trun_rdzv_exclusion *e = &r->excl[i];
@@ -237,7 +230,7 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
 int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusion **out, int *n) {
   int rc = trun_rdzv_exclusions(c, run_id, 0, out, n);
   if (rc < 0) return rc;
-  double now = wall_now();
+  double now = trun_wall_s();
   int k = 0;
   for (int i = 0; i < *n; i++)
     if ((*out)[i].until > now) (*out)[k++] = (*out)[i];

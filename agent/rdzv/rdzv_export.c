@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "rdzv_int.h"
 
@@ -25,9 +24,7 @@ static void print_slurm(const trun_rdzv_exclusion *v, int n, FILE *out) {
 }
 
 static int print_json(const trun_config *cfg, const trun_rdzv_exclusion *v, int n, FILE *out) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  double now = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+  double now = trun_wall_s();
   json_t *list = json_array();
   for (int i = 0; list && i < n; i++) {
     json_t *gpus = json_array();

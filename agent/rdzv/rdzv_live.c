@@ -59,18 +59,6 @@ typedef struct trun_live {
   trun_client *c;
 } trun_live;
 
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 double trun__rdzv_live_interval(const trun_config *cfg) {
   return trun__rdzv_conf_seconds(cfg, "trun_heartbeat_interval", 1.0);
 }
@@ -120,7 +108,7 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   ks[at - k] = '\0';
   char cause[128];
   snprintf(cause, sizeof(cause), "its connection to the rendezvous store closed (from %s)", peer);
-  char *rec = loss_json(g, id, cause, "store", wall());
+  char *rec = loss_json(g, id, cause, "store", trun_wall_s());
   if (rec == NULL) return;
   trun_kv *kv = trun_server_kv(s);
   trun_slice reply;
@@ -146,7 +134,7 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
 static int publish_loss(trun_client *c, const char *ks, int g, const char *id, const char *cause,
                         const char *by) {
   char k[600], end[32];
-  char *rec = loss_json(g, id, cause, by, wall());
+  char *rec = loss_json(g, id, cause, by, trun_wall_s());
   if (rec == NULL) return -ENOMEM;
   trun_buf out = {0};
   ks_key(ks, "lost", g, k, sizeof(k));
@@ -316,7 +304,7 @@ static int watch(trun_live *l, round_view *v, const char *ks, int s) {
     v->succ = s;
     v->succ_seen = -1;
     v->own_beats = 0;
-    v->succ_since = mono();
+    v->succ_since = trun_mono_s();
   }
   trun_buf_free(&b);
   return rc < 0 ? rc : 0;
@@ -338,7 +326,7 @@ static void exclude_cut_off(trun_live *l, const char *succ_id, const char *cause
  * that failed (the connection is then dropped and made again). */
 static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, const char *id) {
   char k[600];
-  double now = mono();
+  double now = trun_mono_s();
   int rc;
   if (!v->owned) {
     ks_key(ks, "alive", g, k, sizeof(k));
@@ -349,7 +337,7 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   ks_key(ks, "live", g, k, sizeof(k));
   if ((rc = trun_client_add(l->c, trun_str(k), 1, &n)) < 0) return rc;
   pthread_mutex_lock(&l->mu);
-  l->last_ok = mono();
+  l->last_ok = trun_mono_s();
   pthread_mutex_unlock(&l->mu);
   v->own_beats++;
   if (world < 2) return 0;
@@ -382,7 +370,7 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   return rc < 0 ? rc : 0;
 }
 
-/* The absolute time mono() + secs for pthread_cond_timedwait (CLOCK_REALTIME). */
+/* The absolute time secs from now for pthread_cond_timedwait (which waits on CLOCK_REALTIME). */
 static struct timespec abs_in(double secs) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -414,11 +402,11 @@ static void *live_main(void *arg) {
       snprintf(ks, sizeof(ks), "%s", l->ks);
       snprintf(id, sizeof(id), "%s", l->id);
       g = l->g, world = l->world;
-      next_beat = next_tick = mono();
+      next_beat = next_tick = trun_mono_s();
     }
     pthread_mutex_unlock(&l->mu);
     if ((active || release || leave[0]) && !l->abandoned && ensure_connected(l) < 0) drop_connection(l);
-    double now = mono();
+    double now = trun_mono_s();
     if (release) {
       if (l->c && v.owned) {
         char k[600];
@@ -461,7 +449,7 @@ static void *live_main(void *arg) {
     if (l->active && !l->release) {
       double until = next_beat;
       if (tick_every > 0 && next_tick < until) until = next_tick;
-      struct timespec ts = abs_in(until - mono());
+      struct timespec ts = abs_in(until - trun_mono_s());
       if (!l->leave[0]) pthread_cond_timedwait(&l->cv, &l->mu, &ts);
     } else if (!l->release && !l->stop) {
       pthread_cond_wait(&l->cv, &l->mu);
@@ -523,7 +511,7 @@ void trun__rdzv_live_round(trun_rdzv *r) {
   snprintf(l->id, sizeof(l->id), "%s %d 0", r->host_addr, (int)getpid());
   l->g = r->group_rank;
   l->world = r->group_world_size;
-  l->last_ok = mono();
+  l->last_ok = trun_mono_s();
   l->active = 1;
   l->release = 0;
   pthread_cond_broadcast(&l->cv);
@@ -582,7 +570,7 @@ int trun_rdzv_cut_off(trun_rdzv *r, char *why, size_t len) {
   trun_live *l = r->live;
   if (l == NULL) return 0;
   pthread_mutex_lock(&l->mu);
-  double silent = l->active && !l->release ? mono() - l->last_ok : 0;
+  double silent = l->active && !l->release ? trun_mono_s() - l->last_ok : 0;
   double window = 2 * l->interval * l->misses;
   pthread_mutex_unlock(&l->mu);
   if (silent <= window) return 0;

@@ -21,12 +21,6 @@ typedef struct {
   double now; /* wall-clock seconds */
 } view;
 
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void print_losses(view *v, const char *ks, int world, const char *round) {
   trun_rdzv_loss lost[TRUN_RDZV_MAX_LOSSES];
   int n = trun__rdzv_losses(&v->r, ks, world, lost, TRUN_RDZV_MAX_LOSSES);
@@ -297,7 +291,7 @@ int trun_rdzv_status(const trun_config *cfg, FILE *out) {
             "--master-addr / --master-port for a static job) and --rdzv-id\n");
     return 2;
   }
-  view v = {.out = out, .now = wall()};
+  view v = {.out = out, .now = trun_wall_s()};
   v.r.cfg = cfg;
   connect_note note = {.host = cfg->endpoint_host};
   trun_client_opts o;

@@ -13,12 +13,6 @@
 static const double wait_at[] = {1, 5, 15, 45};
 #define WAIT_EVERY_S 60
 
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double next_at(int reports) {
   int n = (int)(sizeof(wait_at) / sizeof(wait_at[0]));
   return reports < n ? wait_at[reports] : wait_at[n - 1] + WAIT_EVERY_S * (reports - n + 1);
@@ -33,7 +27,7 @@ void trun_wait_begin(trun_wait *w, const char *kind, double timeout_s, const cha
   va_start(ap, what_fmt);
   vsnprintf(w->what, sizeof(w->what), what_fmt, ap);
   va_end(ap);
-  w->start = mono();
+  w->start = trun_mono_s();
   w->deadline = timeout_s > 0 ? w->start + timeout_s : 0;
   w->next = w->start + next_at(0);
   w->hook = hook;
@@ -41,7 +35,7 @@ void trun_wait_begin(trun_wait *w, const char *kind, double timeout_s, const cha
   w->active = 1;
 }
 
-int trun_wait_due(const trun_wait *w) { return w->active && mono() >= w->next; }
+int trun_wait_due(const trun_wait *w) { return w->active && trun_mono_s() >= w->next; }
 
 void trun_wait_line(const trun_wait *w, double now, char *out, size_t len) {
   int n = snprintf(out, len, "waiting %.0f s for %s", now - w->start, w->what);
@@ -74,7 +68,7 @@ static void tell(trun_wait *w, double now, int done) {
 
 void trun_wait_report(trun_wait *w) {
   if (!w->active) return;
-  double now = mono();
+  double now = trun_mono_s();
   char line[2048];
   trun_wait_line(w, now, line, sizeof(line));
   trun_info("%s", line);
@@ -86,7 +80,7 @@ void trun_wait_report(trun_wait *w) {
 
 void trun_wait_end(trun_wait *w) {
   if (!w->active) return;
-  double now = mono();
+  double now = trun_mono_s();
   if (w->reports) {
     trun_debug("waited %.0f s for %s", now - w->start, w->what);
     tell(w, now, 1);

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "agent/discover/discover.h"
+#include "base/base.h"
 #include "rdzv_int.h"
 #include "store/store.h"
 

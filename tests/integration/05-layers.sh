@@ -2,7 +2,8 @@
 # The module rules (scripts/check-layers.py, `make layers`): the tree keeps them, and the checker is live:
 # on a copy of the code it rejects an include against the direction (nccl -> agent; a backend of rdzv -> agent),
 # a module's private header included from another module (a backend's too: its folder belongs to rdzv), a
-# circle in the "May use" lines, and an include of no file.
+# circle in the "May use" lines, an include of no file, and base (the bottom) using anything of trun's: an
+# include of another module, or a "May use" line that names one.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +25,7 @@ expect_breach() {
 fresh_copy() {
   rm -rf "$tmp/t"
   mkdir -p "$tmp/t"
-  (cd "$repo" && cp -r --parents store config agent launcher tools "$tmp/t/")
+  (cd "$repo" && cp -r --parents base store config agent launcher tools "$tmp/t/")
   check --root "$tmp/t" >/dev/null || fail "an unchanged copy of the code does not pass"
 }
 
@@ -48,11 +49,25 @@ sed -i '0,/^#include "/s//#include "agent\/rdzv\/trun\/protocol.h"\n#include "/'
 expect_breach "a backend's header in nccl" 'the private header agent/rdzv/trun/protocol.h of module rdzv'
 
 fresh_copy
-sed -i 's/^ \* May use: store (log)\./ * May use: store (log), nccl./' "$tmp/t/agent/discover/discover.h"
-grep -q 'May use: store (log), nccl' "$tmp/t/agent/discover/discover.h" || fail "could not edit discover's May use line"
+sed -i 's/^ \* May use: base\./ * May use: base, nccl./' "$tmp/t/agent/discover/discover.h"
+grep -q 'May use: base, nccl' "$tmp/t/agent/discover/discover.h" || fail "could not edit discover's May use line"
 expect_breach "a circle in the May use lines" "the 'May use' lines make a circle"
 
 fresh_copy
 sed -i '0,/^#include "/s//#include "no_such_header.h"\n#include "/' "$tmp/t/launcher/main.c"
 expect_breach "an include of no file" '#include "no_such_header.h" names no file of the tree'
+
+# base is the bottom: its code may include nothing of trun's, even a module every other may use.
+fresh_copy
+sed -i '0,/^#include "/s//#include "store\/store.h"\n#include "/' "$tmp/t/base/log.c"
+grep -q '^#include "store/store.h"' "$tmp/t/base/log.c" || fail "could not add the include to base/log.c"
+expect_breach "base including the store" 'base/log.c:'
+grep -qF 'module base may not use store' "$tmp/err" || fail "the message does not name the rule: $(cat "$tmp/err")"
+
+# ... and its "May use" line may name nothing: the checker says so in those words (a circle through config
+# is reported too, since config names base).
+fresh_copy
+sed -i 's/^ \* May use: nothing of trun.s (libc only)\./ * May use: config./' "$tmp/t/base/base.h"
+grep -q 'May use: config\.' "$tmp/t/base/base.h" || fail "could not edit base's May use line"
+expect_breach "base's May use line naming a module" 'base is the bottom module and may use nothing'
 echo PASS

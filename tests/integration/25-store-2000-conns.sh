@@ -36,7 +36,7 @@ run_once() {
     echo "FAIL: trun-store is gone"
     exit 1
   fi
-  # A clean stop on SIGTERM (exit 0, documented in store/serve.c) after the load.
+  # A clean stop on SIGTERM (exit 0, documented in tools/store_serve.c) after the load.
   store_stop
   [ $rc -eq 77 ] && { echo "many_conns.py could not get enough file descriptors" >&2; exit 77; }
   [ $rc -eq 0 ] || { echo "FAIL: many_conns.py exit $rc"; exit 1; }

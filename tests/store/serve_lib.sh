@@ -18,7 +18,7 @@ store_start() {
   PORT=$(cat "$work/port")
 }
 
-# store_stop: SIGTERM, which must stop it with exit 0 (store/serve.c).
+# store_stop: SIGTERM, which must stop it with exit 0 (tools/store_serve.c).
 store_stop() {
   kill -TERM $store_pid
   wait $store_pid

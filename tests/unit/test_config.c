@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "config.h"
 #include "config_parse.h"
@@ -319,8 +320,8 @@ START_TEST(worker_environment) {
   int forced = 0;
   char **base = trun_agent_env(base_in, &c, 2, NULL, &forced);
   ck_assert_int_eq(forced, 1);
-  ck_assert_str_eq(trun_strv_getenv(base, "OMP_NUM_THREADS"), "1");
-  ck_assert_str_eq(trun_strv_getenv(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  ck_assert_str_eq(trun_env_get(base, "OMP_NUM_THREADS"), "1");
+  ck_assert_str_eq(trun_env_get(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   trun_rdzv r = fake_round(&c);
   char **env = trun_worker_envp(base, &c, &r, 1, 2, "/l/attempt_2/1/error.json");
   static const char *const want[][2] = {{"LOCAL_RANK", "1"},
@@ -342,14 +343,14 @@ START_TEST(worker_environment) {
                                         {"TORCHELASTIC_ERROR_FILE", "/l/attempt_2/1/error.json"},
                                         {"PATH", "/bin"}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-    const char *v = trun_strv_getenv(env, want[i][0]);
+    const char *v = trun_env_get(env, want[i][0]);
     ck_assert_msg(v && strcmp(v, want[i][1]) == 0, "%s=%s, want %s", want[i][0], v ? v : "(unset)",
                   want[i][1]);
   }
   int count = 0;
   for (char **p = env; *p; p++) count += strncmp(*p, "LOCAL_RANK=", 11) == 0;
   ck_assert_int_eq(count, 1); /* replaced, not duplicated */
-  ck_assert_ptr_null(trun_strv_getenv(env, "CUDA_VISIBLE_DEVICES"));
+  ck_assert_ptr_null(trun_env_get(env, "CUDA_VISIBLE_DEVICES"));
   trun_strv_free(env);
   trun_strv_free(base);
 }
@@ -361,8 +362,8 @@ START_TEST(virtual_local_rank_gpus) {
   char *base[] = {"CUDA_VISIBLE_DEVICES=3,5", NULL};
   trun_rdzv r = fake_round(&c);
   char **env = trun_worker_envp(base, &c, &r, 1, 0, "");
-  ck_assert_str_eq(trun_strv_getenv(env, "CUDA_VISIBLE_DEVICES"), "5");
-  ck_assert_str_eq(trun_strv_getenv(env, "LOCAL_RANK"), "0");
+  ck_assert_str_eq(trun_env_get(env, "CUDA_VISIBLE_DEVICES"), "5");
+  ck_assert_str_eq(trun_env_get(env, "LOCAL_RANK"), "0");
   trun_strv_free(env);
   char *few[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
   ck_assert_ptr_null(trun_worker_envp(few, &c, &r, 1, 0, ""));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "base/base.h"
 #include "config.h"
 #include "cpulist.h"
 #include "nccl_env.h"
@@ -365,11 +366,11 @@ START_TEST(user_value_survives_every_rule) {
         int omp;
         char **base = trun_agent_env(with_env(extra), &cfg, 2, NULL, &omp);
         ck_assert_ptr_nonnull(base);
-        ck_assert_str_eq(trun_strv_getenv(base, names[k]), want);
+        ck_assert_str_eq(trun_env_get(base, names[k]), want);
         /* the other decisions are still applied */
         for (int i = 0; i < plan.n; i++)
           if (plan.d[i].source == TRUN_ENV_TRUN && plan.d[i].set)
-            ck_assert_str_eq(trun_strv_getenv(base, plan.d[i].name), plan.d[i].value);
+            ck_assert_str_eq(trun_env_get(base, plan.d[i].name), plan.d[i].value);
         trun_strv_free(base);
       }
     }
@@ -404,12 +405,12 @@ START_TEST(agent_env_and_numa_plan) {
   char *user[] = {"TRUN_CPU_AFFINITY=0", "TRUN_NUMA_PLAN=9;9", NULL};
   char **base = trun_agent_env(with_env(user), &cfg, 8, NULL, &omp);
   ck_assert_ptr_nonnull(base);
-  ck_assert_str_eq(trun_strv_getenv(base, "FI_PROVIDER"), "efa");
-  ck_assert_str_eq(trun_strv_getenv(base, "FI_EFA_USE_DEVICE_RDMA"), "1");
-  ck_assert_str_eq(trun_strv_getenv(base, "NCCL_P2P_LEVEL"), "NVL");
-  ck_assert_str_eq(trun_strv_getenv(base, "NCCL_SOCKET_IFNAME"), "=eth0,eth1");
-  ck_assert_ptr_null(trun_strv_getenv(base, "FI_EFA_FORK_SAFE")); /* left to the plugin */
-  ck_assert_ptr_null(trun_strv_getenv(base, "NCCL_TOPO_FILE"));
+  ck_assert_str_eq(trun_env_get(base, "FI_PROVIDER"), "efa");
+  ck_assert_str_eq(trun_env_get(base, "FI_EFA_USE_DEVICE_RDMA"), "1");
+  ck_assert_str_eq(trun_env_get(base, "NCCL_P2P_LEVEL"), "NVL");
+  ck_assert_str_eq(trun_env_get(base, "NCCL_SOCKET_IFNAME"), "=eth0,eth1");
+  ck_assert_ptr_null(trun_env_get(base, "FI_EFA_FORK_SAFE")); /* left to the plugin */
+  ck_assert_ptr_null(trun_env_get(base, "NCCL_TOPO_FILE"));
   /* The plan: each rank's GPU NUMA node cpulist (node0 0-23,48-71, node1 24-47,72-95) within this
    * process's CPUs. */
   char want[8][1024];
@@ -428,7 +429,7 @@ START_TEST(agent_env_and_numa_plan) {
   for (int lr = 0; lr < 8; lr++) {
     char **env = trun_worker_envp(base, &cfg, &r, lr, 0, "");
     ck_assert_ptr_nonnull(env);
-    ck_assert_ptr_null(trun_strv_getenv(env, "TRUN_NUMA_PLAN"));
+    ck_assert_ptr_null(trun_env_get(env, "TRUN_NUMA_PLAN"));
     const char *cpus = trun_worker_cpus(env);
     if (want[lr][0])
       ck_assert_str_eq(cpus, want[lr]);

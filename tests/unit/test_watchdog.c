@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "base/base.h"
 #include "unit.h"
 #include "watchdog.h"
 

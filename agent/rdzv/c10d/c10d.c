@@ -404,7 +404,7 @@ static void c10d_have(trun_rdzv *r) {
                            s->participants[i].node.addr, (long long)s->participants[i].node.pid);
   const char *more = s->n_participants > NAMED ? ", ..." : "";
   int spare = trun_dyn_find_node(s->redundancy_list, s->n_redundancy, &d->me) >= 0;
-  double lc_left = s->has_deadline ? (double)(s->deadline_us - trun_dyn_utc_us()) / 1e6 : -1;
+  double lc_left = s->has_deadline ? (double)(s->deadline_us - trun_wall_us()) / 1e6 : -1;
   int last_call = !spare && !s->complete && s->n_participants >= (size_t)d->s.min_nodes && lc_left >= 0;
   snprintf(r->wait.what, sizeof(r->wait.what), "%s rendezvous round %lld of '%s' (c10d at %s:%d)",
            spare       ? "a spare's turn in"
@@ -416,7 +416,7 @@ static void c10d_have(trun_rdzv *r) {
   if (spare)
     r->wait.deadline = 0;
   else if (r->wait.deadline == 0)
-    r->wait.deadline = trun_dyn_mono() + (double)d->s.join_timeout_us / 1e6;
+    r->wait.deadline = trun_mono_s() + (double)d->s.join_timeout_us / 1e6;
   int n = snprintf(r->wait.have, sizeof(r->wait.have), "%zu of %d..%d nodes joined%s%s%s", s->n_participants,
                    d->s.min_nodes, d->s.max_nodes, s->n_participants ? ": " : "", names, more);
   if (n < 0 || (size_t)n >= sizeof(r->wait.have)) return;

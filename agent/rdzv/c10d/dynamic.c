@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "store/store.h"
 
 static const char *const action_names[] = {
@@ -30,18 +31,6 @@ static const char *const action_names[] = {
 
 const char *trun_dyn_action_name(trun_dyn_action a) {
   return (unsigned)a < sizeof(action_names) / sizeof(action_names[0]) ? action_names[a] : "?";
-}
-
-double trun_dyn_mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-int64_t trun_dyn_utc_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- node lists ------------------------------------------------------------------------------------ */
@@ -446,7 +435,7 @@ int trun_dyn_sync(trun_dyn *d) {
     if (rc == 0) has_set = out.len == n && memcmp(out.data, b64, n) == 0;
     free(b64);
   } else {
-    if (d->last_sync >= 0 && d->last_sync >= trun_dyn_mono() - 1.0) return 0; /* cached, as torch */
+    if (d->last_sync >= 0 && d->last_sync >= trun_mono_s() - 1.0) return 0; /* cached, as torch */
     rc = trun_client_get(d->c, trun_str(d->key), &out, d->s.read_timeout_ms);
     d->ops++;
     d->bytes_out += strlen(d->key);
@@ -461,8 +450,8 @@ int trun_dyn_sync(trun_dyn *d) {
   trun_buf_free(&out);
   if (rc < 0) return rc;
   d->dirty = false;
-  d->last_sync = trun_dyn_mono();
-  int dropped = trun_dyn_sanitize(&d->st, &d->s, trun_dyn_utc_us());
+  d->last_sync = trun_mono_s();
+  int dropped = trun_dyn_sanitize(&d->st, &d->s, trun_wall_us());
   if (dropped) trun_debug("rendezvous %s: %d node(s) without a heartbeat dropped", d->run_id, dropped);
   if (d->n_dead && trun_dyn_prune(&d->st, d->dead, d->n_dead, &d->s) > 0) {
     trun_debug("rendezvous %s: the lost node(s) dropped from the state", d->run_id);
@@ -501,7 +490,7 @@ static int pause_sync(trun_dyn *d) {
     nanosleep(&ts, NULL);
     if (d->poll && d->poll(d->poll_arg)) return -EINTR;
   }
-  double now = trun_dyn_mono();
+  double now = trun_mono_s();
   if (d->refresh && (d->last_refresh <= 0 || now - d->last_refresh >= 0.95)) {
     d->last_refresh = now;
     d->refresh(d->refresh_arg);
@@ -517,20 +506,20 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
     int rc = trun_dyn_sync(d);
     if (rc < 0) return rc;
     if (op == trun_dyn_join_action &&
-        trun_dyn_expected_in(&d->st, d->expect, d->n_expect, &d->s, trun_dyn_utc_us())) {
+        trun_dyn_expected_in(&d->st, d->expect, d->n_expect, &d->s, trun_wall_us())) {
       /* Every survivor of the last round is back and the lost are known: no one else is coming. */
       trun_debug("rendezvous %s round %lld: every survivor rejoined: ending the last call now", d->run_id,
                  (long long)d->st.round);
-      d->st.deadline_us = trun_dyn_utc_us() - 1;
+      d->st.deadline_us = trun_wall_us() - 1;
       d->dirty = true;
       continue;
     }
     trun_dyn_ctx c = {.st = &d->st,
                       .me = &d->me,
                       .s = &d->s,
-                      .now_mono = trun_dyn_mono(),
+                      .now_mono = trun_mono_s(),
                       .deadline_mono = *deadline,
-                      .now_us = trun_dyn_utc_us()};
+                      .now_us = trun_wall_us()};
     trun_rdzv_layout lay;
     trun_dyn_write_layout(d, &lay);
     c.redundancy = lay.redundancy;
@@ -554,9 +543,9 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
       default: break;
     }
     trun_debug("rendezvous %s round %lld: %s", d->run_id, (long long)d->st.round, trun_dyn_action_name(a));
-    if ((rc = trun_dyn_apply(&d->st, a, &d->me, &d->s, trun_dyn_utc_us())) < 0) return rc;
+    if ((rc = trun_dyn_apply(&d->st, a, &d->me, &d->s, trun_wall_us())) < 0) return rc;
     if (a == TRUN_DYN_REMOVE_FROM_REDUNDANCY_LIST && timeout_us > 0)
-      *deadline = trun_dyn_mono() + (double)timeout_us / 1e6;
+      *deadline = trun_mono_s() + (double)timeout_us / 1e6;
     d->dirty = true;
   }
 }
@@ -566,12 +555,12 @@ int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
     /* torch: uniform(0, 0.3) s before round 0, so that agents started together do not collide. Not again
      * for a node that ran round 0 (torch checks only the round): a recovery round would pay it for nothing,
      * as it does not in any later round. */
-    uint64_t seed = (uint64_t)trun_dyn_utc_us() ^ ((uint64_t)d->me.pid << 20) ^ (uint64_t)(uintptr_t)d;
+    uint64_t seed = (uint64_t)trun_wall_us() ^ ((uint64_t)d->me.pid << 20) ^ (uint64_t)(uintptr_t)d;
     if (seed == 0) seed = 1;
     struct timespec ts = {0, (long)(trun_rng_next(&seed) % 300) * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  double deadline = trun_dyn_mono() + (double)d->s.join_timeout_us / 1e6;
+  double deadline = trun_mono_s() + (double)d->s.join_timeout_us / 1e6;
   int rc = run_op(d, trun_dyn_exit_action, &deadline, 0);
   if (rc == 0) rc = run_op(d, trun_dyn_join_action, &deadline, d->s.join_timeout_us);
   if (rc < 0) return rc;
@@ -585,7 +574,7 @@ int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
 }
 
 int trun_dyn_keep_alive(trun_dyn *d) {
-  double deadline = trun_dyn_mono() + (double)d->s.heartbeat_timeout_us / 1e6;
+  double deadline = trun_mono_s() + (double)d->s.heartbeat_timeout_us / 1e6;
   return run_op(d, trun_dyn_keep_alive_action, &deadline, 0);
 }
 
@@ -605,6 +594,6 @@ int trun_dyn_num_new_waiting(trun_dyn *d, int fresh) {
 }
 
 int trun_dyn_close(trun_dyn *d) {
-  double deadline = trun_dyn_mono() + (double)d->s.close_timeout_us / 1e6;
+  double deadline = trun_mono_s() + (double)d->s.close_timeout_us / 1e6;
   return run_op(d, trun_dyn_close_action, &deadline, 0);
 }

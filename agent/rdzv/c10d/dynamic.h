@@ -148,7 +148,4 @@ int trun_dyn_close(trun_dyn *d);
 /* Syncs with the store once (get or compare_set). 1 set won, 0 lost or plain read, negative errno. */
 int trun_dyn_sync(trun_dyn *d);
 
-double trun_dyn_mono(void);
-int64_t trun_dyn_utc_us(void);
-
 #endif

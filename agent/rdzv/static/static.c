@@ -132,9 +132,7 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
   /* When it joined (wall-clock seconds), for trun --rdzv-status (rdzv_status.c). */
   snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->group_rank);
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  snprintf(v, sizeof(v), "%.3f", (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+  snprintf(v, sizeof(v), "%.3f", trun_wall_s());
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
   int64_t joined;
   trun__rdzv_round_key(r, round, "joined", k, sizeof(k));

@@ -8,13 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "store/store.h"
-
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void trun_fast_init(trun_fast *f, trun_client *c, const char *run_id, const char *addr, int64_t pid,
                     int nproc, int hint, const trun_fast_settings *s) {
@@ -93,9 +88,9 @@ static int op_get(trun_fast *f, const char *k, char *out, size_t len) {
  * -ETIMEDOUT, -EINTR, or a negative errno. */
 static int op_wait(trun_fast *f, const char *k, int timeout_ms) {
   trun_slice s = trun_str(k);
-  double end = timeout_ms < 0 ? 1e300 : mono() + timeout_ms / 1000.0;
+  double end = timeout_ms < 0 ? 1e300 : trun_mono_s() + timeout_ms / 1000.0;
   for (;;) {
-    double left = end - mono();
+    double left = end - trun_mono_s();
     if (left <= 0) return -ETIMEDOUT;
     int slice = (f->poll || left > 3600) ? 1000 : (int)(left * 1000) + 1;
     if (slice > left * 1000 + 1) slice = (int)(left * 1000) + 1;
@@ -270,7 +265,7 @@ static int late(trun_fast *f, int64_t R, double deadline) {
     if ((rc = op_cas(f, k, "", "member:join", v, sizeof(v))) < 0) return rc;
   }
   key(f, k, sizeof(k), R, "end");
-  double left = deadline - mono();
+  double left = deadline - trun_mono_s();
   if (!spare && left <= 0) return -ETIMEDOUT;
   if ((rc = op_wait(f, k, spare ? -1 : (int)(left * 1000))) < 0) return rc;
   if ((rc = op_get(f, k, v, sizeof(v))) < 0) return rc;
@@ -321,7 +316,7 @@ static int commit_survivors(trun_fast *f, int64_t R, int64_t expect) {
 int trun_fast_join(trun_fast *f) {
   char k[320], v[400], out[64];
   int rc;
-  double deadline = mono() + f->s.join_timeout_ms / 1000.0;
+  double deadline = trun_mono_s() + f->s.join_timeout_ms / 1000.0;
   int64_t prev = f->round;
   int prev_world = f->group_world;
   f->coordinator = 0;
@@ -364,7 +359,7 @@ int trun_fast_join(trun_fast *f) {
     if (f->s.min_nodes == f->s.max_nodes) {
       /* A fixed size commits only when the last node joins: wait for the assignment itself. */
       key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
-      double left = deadline - mono();
+      double left = deadline - trun_mono_s();
       rc = left > 0 ? op_wait(f, k, (int)(left * 1000)) : -ETIMEDOUT;
       if (rc == -ETIMEDOUT) {
         int64_t n = 0;
@@ -381,12 +376,12 @@ int trun_fast_join(trun_fast *f) {
 
     /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. After a loss,
      * the survivors of the last round commit as soon as they are all back. */
-    double last_call = i >= f->s.min_nodes ? mono() : -1;
+    double last_call = i >= f->s.min_nodes ? trun_mono_s() : -1;
     int64_t expect = survivors(f, prev, prev_world);
     if ((rc = commit_survivors(f, R, expect)) < 0) goto fail;
     key(f, k, sizeof(k), R, "commit");
     for (;;) {
-      double now = mono();
+      double now = trun_mono_s();
       if (now > deadline) {
         int64_t n = 0;
         key(f, v, sizeof(v), R, "seq");
@@ -415,7 +410,7 @@ int trun_fast_join(trun_fast *f) {
         }
         if (c == 1) break; /* the commit key exists now (ours or the winner's) */
       }
-      if (last_call >= 0 && mono() >= last_call + f->s.last_call_ms / 1000.0) {
+      if (last_call >= 0 && trun_mono_s() >= last_call + f->s.last_call_ms / 1000.0) {
         int64_t n = 0;
         key(f, v, sizeof(v), R, "seq");
         if ((rc = op_add(f, v, 0, &n)) < 0) goto store;
@@ -427,7 +422,7 @@ int trun_fast_join(trun_fast *f) {
         int64_t n = 0;
         key(f, v, sizeof(v), R, "seq");
         if ((rc = op_add(f, v, 0, &n)) < 0) goto store;
-        if (n >= f->s.min_nodes) last_call = mono();
+        if (n >= f->s.min_nodes) last_call = trun_mono_s();
       }
     }
     if ((rc = op_get(f, k, out, sizeof(out))) < 0) goto store;
@@ -447,7 +442,7 @@ int trun_fast_join(trun_fast *f) {
     f->round = R;
     f->index = (int)i;
     f->succ_seen = -1;
-    f->succ_since = mono();
+    f->succ_since = trun_mono_s();
     return 0;
   }
 store:
@@ -471,7 +466,7 @@ int trun_fast_tick(trun_fast *f) {
   int succ = (f->group_rank + 1) % f->group_world;
   key(f, k, sizeof(k), f->round, "hb/%d", succ);
   if ((rc = op_add(f, k, 0, &v)) < 0) return rc;
-  double now = mono();
+  double now = trun_mono_s();
   if (v != f->succ_seen) {
     f->succ_seen = v;
     f->succ_since = now;

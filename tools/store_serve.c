@@ -8,9 +8,9 @@
 #include <sys/resource.h>
 #include <uv.h>
 
-#include "log.h"
-#include "server.h"
-#include "tool.h"
+#include "base/base.h"
+#include "store/store.h"
+#include "store_tool.h"
 
 /* Defaults of serve's limits (the agent's stores use the same, agent/rdzv/store_acl.h). */
 #define SERVE_FD_RESERVE 64

@@ -1,4 +1,5 @@
-#include "tool.h"
+/* Small helpers shared by the trun-store subcommands (store_tool.h). */
+#include "store_tool.h"
 
 #include <errno.h>
 #include <stdio.h>

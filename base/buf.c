@@ -1,10 +1,9 @@
+/* Growable byte buffers (buf.h) in the store's wire encoding (little-endian integers, u64-length strings). */
 #include "buf.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "proto.h"
 
 void trun_buf_free(trun_buf *b) {
   free(b->data);

@@ -1,5 +1,5 @@
 /* trun_closefrom: closefrom(3) where glibc has it (2.34), the same by other means where it does not. In
- * store/, the module every other may use: the agent's guard and its GPU sampler both need it. */
+ * base/, which every module may use: the agent's guard and its GPU sampler both need it. */
 #include "closefrom.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* One-line diagnostics (log.h): the program's name and the level are set once at start-up. */
 #include "log.h"
 
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* Small helpers shared by the trun-store subcommands. */
-#ifndef TRUN_STORE_TOOL_H
-#define TRUN_STORE_TOOL_H
+#ifndef TRUN_TOOLS_STORE_TOOL_H
+#define TRUN_TOOLS_STORE_TOOL_H
 
 /* Parses a whole decimal integer in [lo, hi]; 0 or -EINVAL / -ERANGE. */
 int trun_tool_parse_ll(const char *s, long long lo, long long hi, long long *out);

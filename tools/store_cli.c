@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
-#include "log.h"
-#include "tool.h"
+#include "base/base.h"
+#include "store/store.h"
+#include "store_tool.h"
 
 typedef enum {
   CLI_SET,

@@ -14,9 +14,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "client.h"
-#include "log.h"
-#include "tool.h"
+#include "base/base.h"
+#include "store/store.h"
+#include "store_tool.h"
 
 typedef enum { B_SET, B_GET, B_ADD, B_CHECK, B_WAIT, B_NUM_KEYS, B_PING, B__N } bench_op;
 

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
-#include "tool.h"
+#include "base/base.h"
+#include "store_tool.h"
 
 #ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
 #define TRUN_VERSION_STRING "unknown"

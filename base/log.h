@@ -1,6 +1,6 @@
 /* One-line diagnostics: "<prog>: <level>: <message> (<file>:<line>)" on stderr. */
-#ifndef TRUN_LOG_H
-#define TRUN_LOG_H
+#ifndef TRUN_BASE_LOG_H
+#define TRUN_BASE_LOG_H
 
 #define TRUN_LOG_ERROR 0
 #define TRUN_LOG_WARN 1

@@ -1,8 +1,8 @@
 /* Closing every descriptor from lowfd up, in a child forked from the threaded agent (async-signal-safe),
  * on any glibc: closefrom(3) arrived in glibc 2.34, and the release binaries are built against 2.31
  * (Debian 11, Ubuntu 20.04) so that they start there. */
-#ifndef TRUN_CLOSEFROM_H
-#define TRUN_CLOSEFROM_H
+#ifndef TRUN_BASE_CLOSEFROM_H
+#define TRUN_BASE_CLOSEFROM_H
 
 /* glibc >= 2.34: closefrom. Else close_range(2) (Linux 5.9), else trun__closefrom_scan, else close() up to
  * the open-file limit. */

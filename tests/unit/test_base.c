@@ -1,0 +1,78 @@
+/* base/'s clock and environment vectors (base/clock.h, base/env.h): trun_env_get matches whole names only,
+ * and each clock reads the clock it names, in the unit it names. */
+#include <check.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "base/base.h"
+
+START_TEST(env_get_whole_names) {
+  char *env[] = {"PATHX=no", "PATH=/bin", "EMPTY=", "NOEQUALS", "A=1=2", NULL};
+  ck_assert_str_eq(trun_env_get(env, "PATH"), "/bin");
+  ck_assert_str_eq(trun_env_get(env, "PATHX"), "no");
+  ck_assert_str_eq(trun_env_get(env, "EMPTY"), "");
+  ck_assert_str_eq(trun_env_get(env, "A"), "1=2");
+  ck_assert_ptr_null(trun_env_get(env, "PAT"));      /* a prefix of a name is not the name */
+  ck_assert_ptr_null(trun_env_get(env, "NOEQUALS")); /* an entry without '=' has no value */
+  ck_assert_ptr_null(trun_env_get(env, "MISSING"));
+  ck_assert_ptr_null(trun_env_get(NULL, "PATH"));
+}
+END_TEST
+
+START_TEST(env_get_first_wins) {
+  char *env[] = {"X=first", "X=second", NULL};
+  ck_assert_str_eq(trun_env_get(env, "X"), "first");
+}
+END_TEST
+
+static double read_clock(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Each reading lies between two readings of the clock it names (taken before and after it). */
+START_TEST(clocks_read_their_clock) {
+  double lo = read_clock(CLOCK_MONOTONIC);
+  double s = trun_mono_s(), ms = trun_mono_ms(), us = (double)trun_mono_us();
+  double hi = read_clock(CLOCK_MONOTONIC);
+  ck_assert(s >= lo && s <= hi);
+  ck_assert(ms >= lo * 1e3 - 1e-3 && ms <= hi * 1e3 + 1e-3);
+  ck_assert(us >= lo * 1e6 - 1 && us <= hi * 1e6 + 1);
+
+  lo = read_clock(CLOCK_REALTIME);
+  double w = trun_wall_s(), wus = (double)trun_wall_us();
+  hi = read_clock(CLOCK_REALTIME);
+  ck_assert(w >= lo && w <= hi);
+  ck_assert(wus >= lo * 1e6 - 1 && wus <= hi * 1e6 + 1);
+  ck_assert(w > 1.6e9); /* after 2020: the epoch's clock, not the boot's */
+}
+END_TEST
+
+START_TEST(mono_never_goes_back) {
+  double prev = trun_mono_s();
+  int64_t prev_us = trun_mono_us();
+  for (int i = 0; i < 10000; i++) {
+    double now = trun_mono_s();
+    int64_t now_us = trun_mono_us();
+    ck_assert(now >= prev);
+    ck_assert(now_us >= prev_us);
+    prev = now, prev_us = now_us;
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("base");
+  TCase *tc = tcase_create("base");
+  tcase_add_test(tc, env_get_whole_names);
+  tcase_add_test(tc, env_get_first_wins);
+  tcase_add_test(tc, clocks_read_their_clock);
+  tcase_add_test(tc, mono_never_goes_back);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
