@@ -150,7 +150,7 @@ static int is_stop_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
 }
 
-static void handle_signal(agent *a, int sig) {
+void trun__agent_handle_signal(agent *a, int sig) {
   char name[32];
   trun_signal_name(sig, name, sizeof(name));
   if (!is_stop_signal(sig)) {
@@ -177,79 +177,7 @@ static void handle_signal(agent *a, int sig) {
   begin_stop(a, sig, 1);
 }
 
-static void on_signal(uv_signal_t *h, int sig) { handle_signal(h->data, sig); }
-
-/* ---- --watch-stdin: the session of the launcher that started this agent ---------------------------- */
-
-#define TRUN_STDIN_HELLO "trun-watch-stdin 1"
-
-static void stdin_stop(agent *a) {
-  if (!a->stdin_on) return;
-  a->stdin_on = 0;
-  uv_poll_stop(&a->stdin_poll);
-  uv_close((uv_handle_t *)&a->stdin_poll, NULL);
-}
-
-/* One line from the launcher: its hello, or the name of a stop signal to act on. */
-static void stdin_line(agent *a, const char *line) {
-  static const int stop[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  char name[32];
-  if (strcmp(line, TRUN_STDIN_HELLO) == 0) {
-    a->stdin_hello = 1;
-    trun_debug("--watch-stdin: the launcher's session is on stdin; its end stops the job");
-    return;
-  }
-  for (size_t i = 0; i < sizeof(stop) / sizeof(stop[0]); i++)
-    if (strcmp(line, trun_signal_name(stop[i], name, sizeof(name))) == 0) {
-      trun_info("--watch-stdin: the launcher sent %s", name);
-      handle_signal(a, stop[i]);
-      return;
-    }
-  trun_warn("--watch-stdin: ignoring the line '%.40s' on stdin (want %s, SIGINT, SIGTERM, SIGHUP or SIGQUIT)",
-            line, TRUN_STDIN_HELLO);
-}
-
-static void on_stdin(uv_poll_t *h, int status, int events) {
-  (void)events;
-  agent *a = h->data;
-  char buf[256];
-  ssize_t n = status < 0 ? -1 : read(0, buf, sizeof(buf));
-  if (n < 0 && status >= 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (n <= 0) {
-    stdin_stop(a);
-    if (!a->stdin_hello) {
-      trun_warn(
-          "--watch-stdin: stdin ended before the launcher's first line: not tied to it (does the --rsh "
-          "command pass stdin on? ssh -n does not)");
-      return;
-    }
-    trun_warn("--watch-stdin: stdin ended: the launcher or its ssh session is gone; stopping as on SIGHUP");
-    handle_signal(a, SIGHUP);
-    return;
-  }
-  for (ssize_t i = 0; i < n; i++) {
-    if (buf[i] == '\n') {
-      a->stdin_line[a->stdin_len] = '\0';
-      a->stdin_len = 0;
-      stdin_line(a, a->stdin_line);
-    } else if (a->stdin_len < sizeof(a->stdin_line) - 1) {
-      a->stdin_line[a->stdin_len++] = buf[i];
-    }
-  }
-}
-
-static void watch_stdin(agent *a) {
-  int rc = uv_poll_init(a->loop, &a->stdin_poll, 0);
-  if (rc == 0) {
-    a->stdin_poll.data = a;
-    a->stdin_on = 1;
-    rc = uv_poll_start(&a->stdin_poll, UV_READABLE | UV_DISCONNECT, on_stdin);
-    if (rc < 0) stdin_stop(a);
-  }
-  if (rc < 0)
-    trun_warn("--watch-stdin: cannot watch stdin (%s; a file or /dev/null?): not tied to the launcher",
-              uv_strerror(rc));
-}
+static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->data, sig); }
 
 /* ---- multi-node end of round ---------------------------------------------------------------------- */
 
@@ -484,7 +412,7 @@ static void teardown(agent *a) {
   }
   close_handle((uv_handle_t *)&a->sigchld);
   for (int i = 0; i < a->nsigs; i++) close_handle((uv_handle_t *)&a->sigs[i]);
-  stdin_stop(a);
+  trun__agent_stdin_stop(a);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
   close_handle((uv_handle_t *)&a->backoff_timer);
@@ -898,7 +826,7 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
     trun_error("cannot install signal handlers");
     return 1;
   }
-  if (cfg->watch_stdin) watch_stdin(&a);
+  if (cfg->watch_stdin) trun__agent_watch_stdin(&a);
   if (trun_obs_open(cfg, a.loop, a.host, &a.obs, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s\n", err);
     return 2;

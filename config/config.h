@@ -73,7 +73,7 @@ typedef struct {
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
-  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
+  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
   int warm_start;              /* --warm-start (agent/proc/warm.h) */
   const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
   double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
