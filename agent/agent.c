@@ -400,8 +400,10 @@ static int setup_signals(agent *a) {
   return rc;
 }
 
+/* h->loop is set by its init: a handle that was never initialised (open_agent stopped early) is passed over.
+ */
 static void close_handle(uv_handle_t *h) {
-  if (!uv_is_closing(h)) uv_close(h, NULL);
+  if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
 }
 
 static void teardown(agent *a) {
@@ -768,86 +770,108 @@ static void raise_nofile(agent *a) {
   a->nofile_raised = 1;
 }
 
-int trun_agent_run(const trun_config *cfg, char **envp) {
-  agent a;
-  memset(&a, 0, sizeof(a));
-  a.cfg = cfg;
-  a.env = envp;
-  char err[256];
-  if (trun_rdzv_conf_check(cfg, err, sizeof(err)) < 0) {
+/* The input checks that need the node or the rendezvous (those of the configuration alone ran in config/):
+ * 0, or exit 2 (said on stderr). Sets a->nproc. */
+static int check_input(agent *a) {
+  char err[512];
+  if (trun_rdzv_conf_check(a->cfg, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
-  if (trun_nproc_resolve(cfg->nproc_spec, &a.nproc, err, sizeof(err)) < 0) {
+  if (trun_nproc_resolve(a->cfg->nproc_spec, &a->nproc, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
   unsigned checks;
-  char herr[512];
-  if (cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
-      trun_health_parse_checks(cfg->health_checks, &checks, herr, sizeof(herr)) < 0) {
-    fprintf(stderr, "trun: error: --health-checks: %s\n", herr);
+  if (a->cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
+      trun_health_parse_checks(a->cfg->health_checks, &checks, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: --health-checks: %s\n", err);
     return 2;
   }
-  trun_fqdn(a.host, sizeof(a.host));
-  a.unhealthy_lr = -1;
-  a.on_unhealthy = on_unhealthy;
-  raise_nofile(&a);
-  a.w = calloc((size_t)a.nproc, sizeof(worker));
-  a.loop = malloc(sizeof(uv_loop_t));
-  int lrc = a.w && a.loop ? uv_loop_init(a.loop) : UV_ENOMEM;
+  return 0;
+}
+
+/* What the agent runs on: its loop, the guard process, the loop's timers and signals, --watch-stdin, events
+ * and metrics, the stall watch. 0, or the exit code (said on stderr); close_agent closes what was opened. */
+static int open_agent(agent *a) {
+  const trun_config *cfg = a->cfg;
+  char err[256];
+  trun_fqdn(a->host, sizeof(a->host));
+  a->unhealthy_lr = -1;
+  a->on_unhealthy = on_unhealthy;
+  raise_nofile(a);
+  a->w = calloc((size_t)a->nproc, sizeof(worker));
+  a->loop = malloc(sizeof(uv_loop_t));
+  int lrc = a->w && a->loop ? uv_loop_init(a->loop) : UV_ENOMEM;
   if (lrc < 0) {
-    trun_error("cannot start the agent: %s: %s", a.w && a.loop ? "uv_loop_init" : "calloc/malloc",
+    trun_error("cannot start the agent: %s: %s", a->w && a->loop ? "uv_loop_init" : "calloc/malloc",
                uv_strerror(lrc));
-    free(a.w);
-    free(a.loop);
+    free(a->loop);
+    a->loop = NULL; /* nothing to tear down */
     return 1;
   }
   /* Orphans of our workers come back to us (we reap them); as PID 1 that is already so. */
   if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
     trun_warn("prctl(PR_SET_CHILD_SUBREAPER): %s; orphaned grandchildren go to init", strerror(errno));
-  if (trun_watchdog_start(&a.guard) < 0)
+  if (trun_watchdog_start(&a->guard) < 0)
     trun_warn(
         "cannot start the guard process: workers are still killed with the agent (PDEATHSIG), "
         "their own children may not be");
-  uv_timer_init(a.loop, &a.kill_timer);
-  uv_timer_init(a.loop, &a.drain_timer);
-  uv_timer_init(a.loop, &a.backoff_timer);
-  uv_timer_init(a.loop, &a.stop_wait_timer);
-  a.kill_timer.data = a.drain_timer.data = a.backoff_timer.data = a.stop_wait_timer.data = &a;
-  a.on_stream_eof = on_stream_eof;
-  uv_async_init(a.loop, &a.remote, on_remote);
-  a.remote.data = &a;
-  uv_timer_init(a.loop, &a.live_timer);
-  a.live_timer.data = &a;
-  uv_async_init(a.loop, &a.news_async, on_news_async);
-  a.news_async.data = &a;
-  if (setup_signals(&a) < 0) {
+  uv_timer_init(a->loop, &a->kill_timer);
+  uv_timer_init(a->loop, &a->drain_timer);
+  uv_timer_init(a->loop, &a->backoff_timer);
+  uv_timer_init(a->loop, &a->stop_wait_timer);
+  a->kill_timer.data = a->drain_timer.data = a->backoff_timer.data = a->stop_wait_timer.data = a;
+  a->on_stream_eof = on_stream_eof;
+  uv_async_init(a->loop, &a->remote, on_remote);
+  a->remote.data = a;
+  uv_timer_init(a->loop, &a->live_timer);
+  a->live_timer.data = a;
+  uv_async_init(a->loop, &a->news_async, on_news_async);
+  a->news_async.data = a;
+  if (setup_signals(a) < 0) {
     trun_error("cannot install signal handlers");
     return 1;
   }
-  if (cfg->watch_stdin) trun__agent_watch_stdin(&a);
-  if (trun_obs_open(cfg, a.loop, a.host, &a.obs, err, sizeof(err)) < 0) {
+  if (cfg->watch_stdin) trun__agent_watch_stdin(a);
+  if (trun_obs_open(cfg, a->loop, a->host, &a->obs, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s\n", err);
     return 2;
   }
-  a.stall = trun_stall_new(a.loop, cfg->stall_timeout, cfg->stall_signal, on_stall, &a);
-  char **orig_env = a.env;
-  int code = agent_main(&a);
-  trun__agent_health_close(&a);
-  trun__agent_preflight_close(&a);
-  trun__agent_torchwatch_close(&a);
-  join_watcher(&a);
-  if (a.watch_client) trun_client_close(a.watch_client);
-  trun_obs_close(a.obs, code);
-  trun_stall_close(a.stall);
-  trun_rdzv_close(&a.rdzv);
-  trun_warm_free(a.warm);
-  teardown(&a);
-  trun_watchdog_stop(&a.guard);
-  if (a.env != orig_env) trun_strv_free(a.env);
-  free(a.w);
-  free(a.node);
-  free(a.loop);
+  a->stall = trun_stall_new(a->loop, cfg->stall_timeout, cfg->stall_signal, on_stall, a);
+  return 0;
+}
+
+/* The one way out of trun_agent_run, whatever was opened (each step passes over what was not): the
+ * node's watchers and children, the end watcher, events (the last one says code), the rendezvous (its
+ * stores stop), the warm pool, the loop and its handles, the guard, the memory. */
+static void close_agent(agent *a, int code, char **orig_env) {
+  trun__agent_health_close(a);
+  trun__agent_preflight_close(a);
+  trun__agent_torchwatch_close(a);
+  join_watcher(a);
+  if (a->watch_client) trun_client_close(a->watch_client);
+  trun_obs_close(a->obs, code);
+  trun_stall_close(a->stall);
+  trun_rdzv_close(&a->rdzv);
+  trun_warm_free(a->warm);
+  if (a->loop) teardown(a);
+  trun_watchdog_stop(&a->guard);
+  if (a->env != orig_env) trun_strv_free(a->env);
+  free(a->w);
+  free(a->node);
+  free(a->loop);
+}
+
+int trun_agent_run(const trun_config *cfg, char **envp) {
+  agent a;
+  memset(&a, 0, sizeof(a));
+  a.cfg = cfg;
+  a.env = envp;
+  a.guard.fd = -1; /* no guard process yet */
+  int code = check_input(&a);
+  if (code == 0) code = open_agent(&a);
+  if (code == 0) code = agent_main(&a);
+  close_agent(&a, code, envp);
   return code;
 }
