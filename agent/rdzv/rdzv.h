@@ -206,7 +206,8 @@ int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusi
  * code: 0, 1 (the store cannot be read), 2 (a bad format or no endpoint). */
 int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *out);
 
-/* --rdzv-conf for the chosen backend: 0, or -1 with the reason (the caller exits 2). */
+/* The agent token (trun_rdzv_token) and --rdzv-conf, whose values config/ checked already (rdzv_conf.c there):
+ * keys trun does not read are said on stderr. 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
 /* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the
  * rendezvous store where this node is its host and connects to it. r->poll / r->poll_arg are kept: set them
