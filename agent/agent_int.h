@@ -1,7 +1,8 @@
 /* Internals of the agent shared by its files (libuv's convention: trun__ names are private): agent.c (life
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
  * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
- * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_stdin.c (--watch-stdin). */
+ * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_stdin.c (--watch-stdin),
+ * agent_dryrun.c (--dry-run). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
 
