@@ -151,7 +151,7 @@ static int is_stop_signal(int sig) {
   return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
 }
 
-static void handle_signal(agent *a, int sig) {
+void trun__agent_handle_signal(agent *a, int sig) {
   char name[32];
   trun_signal_name(sig, name, sizeof(name));
   if (!is_stop_signal(sig)) {
@@ -178,79 +178,7 @@ static void handle_signal(agent *a, int sig) {
   begin_stop(a, sig, 1);
 }
 
-static void on_signal(uv_signal_t *h, int sig) { handle_signal(h->data, sig); }
-
-/* ---- --watch-stdin: the session of the launcher that started this agent ---------------------------- */
-
-#define TRUN_STDIN_HELLO "trun-watch-stdin 1"
-
-static void stdin_stop(agent *a) {
-  if (!a->stdin_on) return;
-  a->stdin_on = 0;
-  uv_poll_stop(&a->stdin_poll);
-  uv_close((uv_handle_t *)&a->stdin_poll, NULL);
-}
-
-/* One line from the launcher: its hello, or the name of a stop signal to act on. */
-static void stdin_line(agent *a, const char *line) {
-  static const int stop[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  char name[32];
-  if (strcmp(line, TRUN_STDIN_HELLO) == 0) {
-    a->stdin_hello = 1;
-    trun_debug("--watch-stdin: the launcher's session is on stdin; its end stops the job");
-    return;
-  }
-  for (size_t i = 0; i < sizeof(stop) / sizeof(stop[0]); i++)
-    if (strcmp(line, trun_signal_name(stop[i], name, sizeof(name))) == 0) {
-      trun_info("--watch-stdin: the launcher sent %s", name);
-      handle_signal(a, stop[i]);
-      return;
-    }
-  trun_warn("--watch-stdin: ignoring the line '%.40s' on stdin (want %s, SIGINT, SIGTERM, SIGHUP or SIGQUIT)",
-            line, TRUN_STDIN_HELLO);
-}
-
-static void on_stdin(uv_poll_t *h, int status, int events) {
-  (void)events;
-  agent *a = h->data;
-  char buf[256];
-  ssize_t n = status < 0 ? -1 : read(0, buf, sizeof(buf));
-  if (n < 0 && status >= 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (n <= 0) {
-    stdin_stop(a);
-    if (!a->stdin_hello) {
-      trun_warn(
-          "--watch-stdin: stdin ended before the launcher's first line: not tied to it (does the --rsh "
-          "command pass stdin on? ssh -n does not)");
-      return;
-    }
-    trun_warn("--watch-stdin: stdin ended: the launcher or its ssh session is gone; stopping as on SIGHUP");
-    handle_signal(a, SIGHUP);
-    return;
-  }
-  for (ssize_t i = 0; i < n; i++) {
-    if (buf[i] == '\n') {
-      a->stdin_line[a->stdin_len] = '\0';
-      a->stdin_len = 0;
-      stdin_line(a, a->stdin_line);
-    } else if (a->stdin_len < sizeof(a->stdin_line) - 1) {
-      a->stdin_line[a->stdin_len++] = buf[i];
-    }
-  }
-}
-
-static void watch_stdin(agent *a) {
-  int rc = uv_poll_init(a->loop, &a->stdin_poll, 0);
-  if (rc == 0) {
-    a->stdin_poll.data = a;
-    a->stdin_on = 1;
-    rc = uv_poll_start(&a->stdin_poll, UV_READABLE | UV_DISCONNECT, on_stdin);
-    if (rc < 0) stdin_stop(a);
-  }
-  if (rc < 0)
-    trun_warn("--watch-stdin: cannot watch stdin (%s; a file or /dev/null?): not tied to the launcher",
-              uv_strerror(rc));
-}
+static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->data, sig); }
 
 /* ---- multi-node end of round ---------------------------------------------------------------------- */
 
@@ -473,8 +401,10 @@ static int setup_signals(agent *a) {
   return rc;
 }
 
+/* h->loop is set by its init: a handle that was never initialised (open_agent stopped early) is passed over.
+ */
 static void close_handle(uv_handle_t *h) {
-  if (!uv_is_closing(h)) uv_close(h, NULL);
+  if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
 }
 
 static void teardown(agent *a) {
@@ -485,7 +415,7 @@ static void teardown(agent *a) {
   }
   close_handle((uv_handle_t *)&a->sigchld);
   for (int i = 0; i < a->nsigs; i++) close_handle((uv_handle_t *)&a->sigs[i]);
-  stdin_stop(a);
+  trun__agent_stdin_stop(a);
   close_handle((uv_handle_t *)&a->kill_timer);
   close_handle((uv_handle_t *)&a->drain_timer);
   close_handle((uv_handle_t *)&a->backoff_timer);
@@ -841,171 +771,108 @@ static void raise_nofile(agent *a) {
   a->nofile_raised = 1;
 }
 
-int trun_agent_run(const trun_config *cfg, char **envp) {
-  agent a;
-  memset(&a, 0, sizeof(a));
-  a.cfg = cfg;
-  a.env = envp;
-  char err[256];
-  if (trun_rdzv_conf_check(cfg, err, sizeof(err)) < 0) {
+/* The input checks that need the node or the rendezvous (those of the configuration alone ran in config/):
+ * 0, or exit 2 (said on stderr). Sets a->nproc. */
+static int check_input(agent *a) {
+  char err[512];
+  if (trun_rdzv_conf_check(a->cfg, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
-  if (trun_nproc_resolve(cfg->nproc_spec, &a.nproc, err, sizeof(err)) < 0) {
+  if (trun_nproc_resolve(a->cfg->nproc_spec, &a->nproc, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
   unsigned checks;
-  char herr[512];
-  if (cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
-      trun_health_parse_checks(cfg->health_checks, &checks, herr, sizeof(herr)) < 0) {
-    fprintf(stderr, "trun: error: --health-checks: %s\n", herr);
+  if (a->cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
+      trun_health_parse_checks(a->cfg->health_checks, &checks, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: --health-checks: %s\n", err);
     return 2;
   }
-  trun_fqdn(a.host, sizeof(a.host));
-  a.unhealthy_lr = -1;
-  a.on_unhealthy = on_unhealthy;
-  raise_nofile(&a);
-  a.w = calloc((size_t)a.nproc, sizeof(worker));
-  a.loop = malloc(sizeof(uv_loop_t));
-  int lrc = a.w && a.loop ? uv_loop_init(a.loop) : UV_ENOMEM;
+  return 0;
+}
+
+/* What the agent runs on: its loop, the guard process, the loop's timers and signals, --watch-stdin, events
+ * and metrics, the stall watch. 0, or the exit code (said on stderr); close_agent closes what was opened. */
+static int open_agent(agent *a) {
+  const trun_config *cfg = a->cfg;
+  char err[256];
+  trun_fqdn(a->host, sizeof(a->host));
+  a->unhealthy_lr = -1;
+  a->on_unhealthy = on_unhealthy;
+  raise_nofile(a);
+  a->w = calloc((size_t)a->nproc, sizeof(worker));
+  a->loop = malloc(sizeof(uv_loop_t));
+  int lrc = a->w && a->loop ? uv_loop_init(a->loop) : UV_ENOMEM;
   if (lrc < 0) {
-    trun_error("cannot start the agent: %s: %s", a.w && a.loop ? "uv_loop_init" : "calloc/malloc",
+    trun_error("cannot start the agent: %s: %s", a->w && a->loop ? "uv_loop_init" : "calloc/malloc",
                uv_strerror(lrc));
-    free(a.w);
-    free(a.loop);
+    free(a->loop);
+    a->loop = NULL; /* nothing to tear down */
     return 1;
   }
   /* Orphans of our workers come back to us (we reap them); as PID 1 that is already so. */
   if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
     trun_warn("prctl(PR_SET_CHILD_SUBREAPER): %s; orphaned grandchildren go to init", strerror(errno));
-  if (trun_watchdog_start(&a.guard) < 0)
+  if (trun_watchdog_start(&a->guard) < 0)
     trun_warn(
         "cannot start the guard process: workers are still killed with the agent (PDEATHSIG), "
         "their own children may not be");
-  uv_timer_init(a.loop, &a.kill_timer);
-  uv_timer_init(a.loop, &a.drain_timer);
-  uv_timer_init(a.loop, &a.backoff_timer);
-  uv_timer_init(a.loop, &a.stop_wait_timer);
-  a.kill_timer.data = a.drain_timer.data = a.backoff_timer.data = a.stop_wait_timer.data = &a;
-  a.on_stream_eof = on_stream_eof;
-  uv_async_init(a.loop, &a.remote, on_remote);
-  a.remote.data = &a;
-  uv_timer_init(a.loop, &a.live_timer);
-  a.live_timer.data = &a;
-  uv_async_init(a.loop, &a.news_async, on_news_async);
-  a.news_async.data = &a;
-  if (setup_signals(&a) < 0) {
+  uv_timer_init(a->loop, &a->kill_timer);
+  uv_timer_init(a->loop, &a->drain_timer);
+  uv_timer_init(a->loop, &a->backoff_timer);
+  uv_timer_init(a->loop, &a->stop_wait_timer);
+  a->kill_timer.data = a->drain_timer.data = a->backoff_timer.data = a->stop_wait_timer.data = a;
+  a->on_stream_eof = on_stream_eof;
+  uv_async_init(a->loop, &a->remote, on_remote);
+  a->remote.data = a;
+  uv_timer_init(a->loop, &a->live_timer);
+  a->live_timer.data = a;
+  uv_async_init(a->loop, &a->news_async, on_news_async);
+  a->news_async.data = a;
+  if (setup_signals(a) < 0) {
     trun_error("cannot install signal handlers");
     return 1;
   }
-  if (cfg->watch_stdin) watch_stdin(&a);
-  if (trun_obs_open(cfg, a.loop, a.host, &a.obs, err, sizeof(err)) < 0) {
+  if (cfg->watch_stdin) trun__agent_watch_stdin(a);
+  if (trun_obs_open(cfg, a->loop, a->host, &a->obs, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s\n", err);
     return 2;
   }
-  a.stall = trun_stall_new(a.loop, cfg->stall_timeout, cfg->stall_signal, on_stall, &a);
-  char **orig_env = a.env;
-  int code = agent_main(&a);
-  trun__agent_health_close(&a);
-  trun__agent_preflight_close(&a);
-  trun__agent_torchwatch_close(&a);
-  join_watcher(&a);
-  if (a.watch_client) trun_client_close(a.watch_client);
-  trun_obs_close(a.obs, code);
-  trun_stall_close(a.stall);
-  trun_rdzv_close(&a.rdzv);
-  trun_warm_free(a.warm);
-  teardown(&a);
-  trun_watchdog_stop(&a.guard);
-  if (a.env != orig_env) trun_strv_free(a.env);
-  free(a.w);
-  free(a.node);
-  free(a.loop);
-  return code;
+  a->stall = trun_stall_new(a->loop, cfg->stall_timeout, cfg->stall_signal, on_stall, a);
+  return 0;
 }
 
-int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
-  char err[256];
-  int nproc;
-  if (trun_nproc_resolve(cfg->nproc_spec, &nproc, err, sizeof(err)) < 0) {
-    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
-    return 2;
-  }
-  trun_rdzv r;
-  memset(&r, 0, sizeof(r));
-  r.cfg = cfg;
-  r.nproc = nproc;
-  int standalone = cfg->standalone || cfg->endpoint_port == 0;
-  r.group_rank = standalone ? 0 : cfg->node_rank;
-  r.group_world_size = standalone ? 1 : cfg->max_nodes;
-  r.base_rank = r.role_base_rank = r.group_rank * nproc;
-  r.world_size = r.role_world_size = r.group_world_size * nproc;
-  if (cfg->local_addr)
-    snprintf(r.host_addr, sizeof(r.host_addr), "%s", cfg->local_addr);
-  else
-    trun_fqdn(r.host_addr, sizeof(r.host_addr));
-  snprintf(r.master_addr, sizeof(r.master_addr), "%s", standalone ? r.host_addr : cfg->endpoint_host);
-  r.master_port = cfg->endpoint_port;
-  int omp_forced;
-  char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
-  fprintf(out, "trun --dry-run: nothing is started\n");
-  fprintf(out, "nodes: %d (this node: group rank %d)  rendezvous: %s at %s:%s  run id: %s\n",
-          r.group_world_size, r.group_rank, trun_rdzv_config_backend_name(cfg), cfg->endpoint_host,
-          r.master_port == 0 ? "<free port>" : (snprintf(err, sizeof(err), "%d", r.master_port), err),
-          cfg->run_id);
-  fprintf(out, "workers on this node: %d (global ranks %d-%d of %d%s)\n", nproc, r.base_rank,
-          r.base_rank + nproc - 1, r.world_size,
-          r.group_world_size > 1 ? ", assuming every node runs the same count" : "");
-  fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
-          cfg->signals_text);
-  static const char *const shown[] = {"LOCAL_RANK",
-                                      "RANK",
-                                      "GROUP_RANK",
-                                      "ROLE_RANK",
-                                      "ROLE_NAME",
-                                      "LOCAL_WORLD_SIZE",
-                                      "WORLD_SIZE",
-                                      "GROUP_WORLD_SIZE",
-                                      "ROLE_WORLD_SIZE",
-                                      "MASTER_ADDR",
-                                      "MASTER_PORT",
-                                      "TORCHELASTIC_RESTART_COUNT",
-                                      "TORCHELASTIC_MAX_RESTARTS",
-                                      "TORCHELASTIC_RUN_ID",
-                                      "TORCHELASTIC_USE_AGENT_STORE",
-                                      "TORCHELASTIC_ERROR_FILE",
-                                      "TORCHELASTIC_SIGNALS_TO_HANDLE",
-                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                                      "OMP_NUM_THREADS",
-                                      "CUDA_VISIBLE_DEVICES"};
-  int code = 0;
-  for (int lr = 0; base && lr < nproc; lr++) {
-    char ef[PATH_MAX];
-    snprintf(ef, sizeof(ef), "<log dir>/attempt_0/%d/error.json", lr);
-    char **env = trun_worker_envp(base, cfg, &r, lr, 0,
-                                  cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") == 0 ? "" : ef);
-    char **argv = env ? trun_worker_argv(cfg, env, lr) : NULL;
-    if (argv == NULL) {
-      trun_error("cannot build local rank %d's environment", lr);
-      trun_strv_free(env);
-      code = 2;
-      break;
-    }
-    fprintf(out, "local rank %d:", lr);
-    for (char **p = argv; *p; p++) fprintf(out, " %s", *p);
-    fprintf(out, "\n");
-    for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
-      const char *v = trun_env_get(env, shown[i]);
-      if (v)
-        fprintf(out, "  %s=%s\n", shown[i],
-                strcmp(shown[i], "MASTER_PORT") == 0 && r.master_port == 0 ? "<free port>" : v);
-    }
-    trun_strv_free(argv);
-    trun_strv_free(env);
-  }
-  fprintf(out, "(plus the rest of trun's environment, inherited unchanged)\n");
-  if (base) trun__agent_warm_describe(cfg, base, nproc, 0, out);
-  trun_strv_free(base);
+/* The one way out of trun_agent_run, whatever was opened (each step passes over what was not): the
+ * node's watchers and children, the end watcher, events (the last one says code), the rendezvous (its
+ * stores stop), the warm pool, the loop and its handles, the guard, the memory. */
+static void close_agent(agent *a, int code, char **orig_env) {
+  trun__agent_health_close(a);
+  trun__agent_preflight_close(a);
+  trun__agent_torchwatch_close(a);
+  join_watcher(a);
+  if (a->watch_client) trun_client_close(a->watch_client);
+  trun_obs_close(a->obs, code);
+  trun_stall_close(a->stall);
+  trun_rdzv_close(&a->rdzv);
+  trun_warm_free(a->warm);
+  if (a->loop) teardown(a);
+  trun_watchdog_stop(&a->guard);
+  if (a->env != orig_env) trun_strv_free(a->env);
+  free(a->w);
+  free(a->node);
+  free(a->loop);
+}
+
+int trun_agent_run(const trun_config *cfg, char **envp) {
+  agent a;
+  memset(&a, 0, sizeof(a));
+  a.cfg = cfg;
+  a.env = envp;
+  a.guard.fd = -1; /* no guard process yet */
+  int code = check_input(&a);
+  if (code == 0) code = open_agent(&a);
+  if (code == 0) code = agent_main(&a);
+  close_agent(&a, code, envp);
   return code;
 }

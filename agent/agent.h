@@ -1,7 +1,7 @@
 /* agent: the life cycle of one node's workers: plan → rendezvous → spawn → supervise → restart or report
  * (agent.c; a worker's files, streams and process in agent_workers.c; failure records and the report in
  * agent_failures.c; the workers' torchrun environment in worker_env.c; --nproc-per-node in nproc.c;
- * --explain in explain.c).
+ * --explain in explain.c; --dry-run in agent_dryrun.c; --watch-stdin in agent_stdin.c).
  * May use: base, store, config, discover, proc, rdzv, nccl, observe. Used by the launcher.
  * Exit codes (torchrun's): 0 every worker succeeded, 1 a worker failed (restarts used up), the agent was
  * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's); and trun's own 3
@@ -9,7 +9,8 @@
  * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md); 4 (TRUN_EXIT_CUT_OFF):
  * this node lost the rendezvous store for twice the liveness window while its workers ran, stopped them and
  * left (docs/rendezvous.md#recovery); 5 (TRUN_EXIT_NO_PROGRESS, restart_policy.h): restarts make no progress
- * (a crash loop, or the job's restarts spent after a requeue): do not requeue (docs/supervision.md#restarts). */
+ * (a crash loop, or the job's restarts spent after a requeue): do not requeue (docs/supervision.md#restarts).
+ */
 #ifndef TRUN_AGENT_H
 #define TRUN_AGENT_H
 

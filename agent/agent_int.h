@@ -1,7 +1,8 @@
 /* Internals of the agent shared by its files (libuv's convention: trun__ names are private): agent.c (life
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
  * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
- * agent_torchwatch.c (torch's file-timer watchdog and health-check port). */
+ * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_stdin.c (--watch-stdin),
+ * agent_dryrun.c (--dry-run). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
 
@@ -84,7 +85,7 @@ struct agent {
   uv_signal_t sigchld;
   uv_signal_t sigs[TRUN_MAX_SIGNALS];
   int nsigs;
-  /* --watch-stdin: the launcher's session (agent.c, watch_stdin). */
+  /* --watch-stdin: the launcher's session (agent_stdin.c). */
   uv_poll_t stdin_poll;
   int stdin_on, stdin_hello;
   char stdin_line[64];
@@ -236,6 +237,13 @@ int trun__agent_torchwatch_open(agent *a);
 void trun__agent_torchwatch_round(agent *a);
 /* Removes the FIFO (before the loop is torn down). */
 void trun__agent_torchwatch_close(agent *a);
+/* agent.c: a signal the agent got, or one named on stdin (--watch-stdin): a stop signal stops the workers (a
+ * second one kills them), another is forwarded to them. */
+void trun__agent_handle_signal(agent *a, int sig);
+/* agent_stdin.c: --watch-stdin: watches stdin on the agent's loop for the launcher's lines (said on stderr
+ * when stdin cannot be watched); stops watching (idempotent; before the loop is torn down). */
+void trun__agent_watch_stdin(agent *a);
+void trun__agent_stdin_stop(agent *a);
 /* agent_wait.c: every wait's report as the "waiting" event and metric (a trun_wait_hook, arg: the agent); the
  * wait for the workers after the stop signal sig (begin_stop), ended once they are all reaped. */
 void trun__agent_wait_hook(void *arg, const trun_wait_info *w);

@@ -252,6 +252,8 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 backend);
   snprintf(cfg->run_id, sizeof(cfg->run_id), "%s", VAL(TRUN_OPT_RDZV_ID));
   cfg->rdzv_conf = VAL(TRUN_OPT_RDZV_CONF);
+  /* The reason names --rdzv-conf and the key, as the agent said it when it checked them. */
+  if (trun_config_rdzv_conf_check(cfg->rdzv_conf, NULL, NULL, err, errlen) < 0) return -1;
   cfg->standalone = VAL(TRUN_OPT_STANDALONE) != NULL && strcmp(VAL(TRUN_OPT_STANDALONE), "0") != 0;
 
   if (parse_int(VAL(TRUN_OPT_MAX_RESTARTS), 0, 1000000, &cfg->max_restarts) < 0)

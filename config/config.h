@@ -1,6 +1,6 @@
 /* config: what a trun job is asked to do. The settings table and the values with their sources
  * (options.h), the YAML config file (yaml_file.h), --print-config (print.h), and here the typed configuration
- * the agent runs from, checked and converted from the settings.
+ * the agent runs from, checked and converted from the settings (the --rdzv-conf values in rdzv_conf.c).
  * May use: base (environment vectors); outside trun, libc and libyaml only. Used by the launcher, which fills
  * the settings, and by the agent and its modules, which read the typed configuration. */
 #ifndef TRUN_CONFIG_H
@@ -73,7 +73,7 @@ typedef struct {
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
-  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent.c) */
+  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
   int warm_start;              /* --warm-start (agent/proc/warm.h) */
   const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
   double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
@@ -89,6 +89,15 @@ typedef struct {
  * environment value, the variable) in err; the caller exits 2. */
 int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
                               size_t errlen);
+/* --rdzv-conf (rdzv_conf.c): the value of key in conf ("k=v,k=v"), cut to len - 1 bytes: 1 found, 0 absent.
+ */
+int trun_config_conf_get(const char *conf, const char *key, char *out, size_t len);
+/* torch's get_as_bool of key in conf: 1 true, 0 false, -1 absent, -2 not a boolean. */
+int trun_config_conf_bool(const char *conf, const char *key);
+/* Every key=value of conf (NULL: none) has a value of the form its key takes: 0, or -1 with the reason in err
+ * (the caller exits 2). unknown (may be NULL) hears of each key that trun does not read. */
+int trun_config_rdzv_conf_check(const char *conf, void (*unknown)(void *arg, const char *key), void *arg,
+                                char *err, size_t errlen);
 /* Streams (bit 1 stdout, bit 2 stderr) redirected to files / tee'd for a local rank. */
 int trun_config_redirects(const trun_config *cfg, int local_rank);
 /* A random UUID (version 4) as text, as Python's str(uuid.uuid4()): --standalone's run id, the watchdog's

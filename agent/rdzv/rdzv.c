@@ -6,8 +6,7 @@
 
 #include "rdzv_int.h"
 
-/* The backend cfg asks for: static for --standalone and a job without an endpoint port. */
-static const trun_rdzv_ops *backend_of(const trun_config *cfg) {
+const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
   if (!cfg->standalone && cfg->endpoint_port != 0) {
     if (cfg->backend == TRUN_RDZV_C10D) return &trun__rdzv_c10d;
     if (cfg->backend == TRUN_RDZV_FAST) return &trun__rdzv_trun;
@@ -15,10 +14,10 @@ static const trun_rdzv_ops *backend_of(const trun_config *cfg) {
   return &trun__rdzv_static;
 }
 
-const char *trun_rdzv_config_backend_name(const trun_config *cfg) { return backend_of(cfg)->name; }
+const char *trun_rdzv_config_backend_name(const trun_config *cfg) { return trun__rdzv_backend_of(cfg)->name; }
 
 int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
-  const trun_rdzv_ops *be = backend_of(cfg);
+  const trun_rdzv_ops *be = trun__rdzv_backend_of(cfg);
   trun__rdzv_reset(r, cfg, nproc, be);
   int explicit_token = trun_rdzv_token(cfg, r->token, sizeof(r->token), err, errlen);
   if (explicit_token < 0) return -1;

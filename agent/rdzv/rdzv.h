@@ -1,10 +1,11 @@
 /* rdzv: how the agents of a job meet, behind one interface the agent drives without knowing the backend,
  * as torch's agent drives a RendezvousHandler: init, next round, news while the workers run, the end of a
- * round across nodes, finish, close. Three backends implement it: static (static/static.c; also
- * --standalone), torchelastic's c10d dynamic rendezvous (c10d/c10d.c over the state machine in c10d/dynamic.c
- * and its pickled state, c10d/state.c / c10d/pickle.c), and trun's fast elastic rendezvous (trun/trun.c over
- * trun/protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
- * rules of store_acl.h.
+ * round across nodes, finish, close. Three backends implement it, each in its folder: static (static/; also
+ * --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c over the state machine in dynamic.c
+ * and its pickled state, state.c / pickle.c), and trun's own elastic rendezvous (trun/: trun.c over
+ * protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
+ * rules of store_acl.h. What init and the first round would settle, without a store, is trun_rdzv_preview's
+ * (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
  * observe modules, which read the round's result from trun_rdzv. */
 #ifndef TRUN_RDZV_H
@@ -206,7 +207,8 @@ int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusi
  * code: 0, 1 (the store cannot be read), 2 (a bad format or no endpoint). */
 int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *out);
 
-/* --rdzv-conf for the chosen backend: 0, or -1 with the reason (the caller exits 2). */
+/* The agent token (trun_rdzv_token) and --rdzv-conf, whose values config/ checked already (rdzv_conf.c there):
+ * keys trun does not read are said on stderr. 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
 /* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the
  * rendezvous store where this node is its host and connects to it. r->poll / r->poll_arg are kept: set them
@@ -294,8 +296,35 @@ void trun_rdzv_close(trun_rdzv *r);
 int trun_rdzv_status(const trun_config *cfg, FILE *out);
 /* The name of the backend in use: "static", "c10d" or "trun". */
 const char *trun_rdzv_backend_name(const trun_rdzv *r);
-/* The name of the backend trun_rdzv_init would choose for cfg (--dry-run's preview). */
+/* The name of the backend trun_rdzv_init would choose for cfg. */
 const char *trun_rdzv_config_backend_name(const trun_config *cfg);
+
+/* ---- the preview (rdzv_preview.c) ---- */
+/* What the rendezvous would do for a configuration, known without a store (--dry-run). */
+typedef struct trun_rdzv_preview_info {
+  const char *backend;     /* "static", "c10d" or "trun": the backend trun_rdzv_init would choose */
+  int elastic;             /* a round may go on without a node of the last one (c10d, trun) */
+  char endpoint_host[256]; /* the rendezvous endpoint */
+  int endpoint_port;       /* 0: a free port, picked when the store starts */
+  char host_addr[256];     /* this node's address as it would publish it (--local-addr or the FQDN) */
+  int hosts_store;         /* this node would serve the rendezvous store */
+  char store_how[384];     /* who serves it and why, in words ("this node serves it (node rank 0)") */
+  int min_nodes, max_nodes;
+  int nproc;
+  /* ranks_known (static): this node's place, assuming every node runs nproc workers (the round reads their
+   * counts). 0 (c10d, trun): decided at the rendezvous; the four are -1. */
+  int ranks_known;
+  int group_rank, group_world_size, base_rank, world_size;
+  /* master_known: the workers' MASTER_ADDR / MASTER_PORT (0: a free port picked at init); 0 (c10d): node
+   * rank 0's, decided at the rendezvous (master_port -1). */
+  int master_known;
+  char master_addr[256];
+  int master_port;
+} trun_rdzv_preview_info;
+/* Fills out for cfg and nproc workers a node: 0, or -1 with the reason init would give (a bad --rdzv-conf or
+ * agent token: the caller exits 2). Connects to nothing. */
+int trun_rdzv_preview(const trun_config *cfg, int nproc, trun_rdzv_preview_info *out, char *err,
+                      size_t errlen);
 /* 1 when a round may go on without a node of the last one (c10d, trun); 0 for the static backend. */
 int trun_rdzv_elastic(const trun_rdzv *r);
 

@@ -33,6 +33,8 @@ struct trun_rdzv_ops {
 };
 
 extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
+/* rdzv.c: the backend cfg asks for: static for --standalone and a job without an endpoint port. */
+const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg);
 
 /* ---- rdzv_store.c ---- */
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
@@ -52,6 +54,9 @@ int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
 /* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr
  * (--local-addr or the FQDN). */
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
+/* torch's _matches_machine_hostname, plus this host's interface addresses (so that an address given on a
+ * secondary NIC or in a network namespace counts too): 1 when host names this machine. */
+int trun__rdzv_is_this_host(const char *host);
 /* The elastic backends' store: served here when this host is the endpoint (is_host, or torch's guess:
  * the endpoint names this host), then reached with wire generation gen. 0 or -1 with a reason. */
 int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t errlen);
@@ -60,6 +65,11 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
+
+/* ---- static/static.c ---- */
+/* The workers' MASTER_ADDR under the static backend: the endpoint's host, or with a single node this host's
+ * address host_addr (127.0.0.1 where that name does not resolve here). */
+void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
 
 /* ---- c10d/c10d.c ---- */
 /* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1

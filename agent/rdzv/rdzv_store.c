@@ -155,9 +155,7 @@ int trun__rdzv_wipe_worker_keys(trun_rdzv *r) {
 
 /* ---- who serves the store -------------------------------------------------------------------------- */
 
-/* torch's _matches_machine_hostname, plus this host's interface addresses (so that an address given on a
- * secondary NIC or in a network namespace counts too). */
-static int is_this_host(const char *host) {
+int trun__rdzv_is_this_host(const char *host) {
   if (strcmp(host, "localhost") == 0) return 1;
   struct in_addr a4;
   struct in6_addr a6;
@@ -192,7 +190,7 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   const trun_config *cfg = r->cfg;
 
   int explicit_host = trun__rdzv_conf_bool(cfg->rdzv_conf, "is_host");
-  int is_host = explicit_host >= 0 ? explicit_host : is_this_host(cfg->endpoint_host);
+  int is_host = explicit_host >= 0 ? explicit_host : trun__rdzv_is_this_host(cfg->endpoint_host);
   int port = cfg->endpoint_port;
   const char *connect_host = cfg->endpoint_host;
   if (is_host) {

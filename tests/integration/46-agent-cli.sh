@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trun's command line: bad command lines exit 2 with exactly one stderr line naming the problem (and start
 # nothing); --help (exit 0, options in groups); --version; --dry-run prints each local rank's RANK/LOCAL_RANK/
-# WORLD_SIZE and argv and starts nothing; PET_NPROC_PER_NODE is the fallback and the command line beats it;
+# WORLD_SIZE and argv and starts nothing, names the backend and shows only the ranks the rendezvous knows in
+# advance (static's; c10d and trun decide them when the nodes meet); PET_NPROC_PER_NODE is the fallback and the command line beats it;
 # torch's built-in --event-log-handler (null, console, dynamic_rendezvous) and --logs-specs (default) names run.
 # Workers are tests/helpers/touch.py (creates ran.<local_rank>: proof that something ran). No torch needed.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
@@ -139,9 +140,21 @@ for be in static c10d trun; do
     >"$tmp/dry.$be" 2>&1 || fail "--dry-run --rdzv-backend $be: $(cat "$tmp/dry.$be")"
   grep -q "rendezvous: $be at 127.0.0.1:29400" "$tmp/dry.$be" || fail "--dry-run --rdzv-backend $be: $(grep rendezvous "$tmp/dry.$be")"
 done
+# The ranks are the rendezvous's to give: static knows them in advance, c10d and trun decide them when the nodes
+# meet (the dry run once printed node_rank * nproc for them too).
+grep -q "^  RANK=0$" "$tmp/dry.static" || fail "--dry-run static: RANK: $(grep RANK= "$tmp/dry.static")"
+grep -q "^rendezvous store: this node serves it (node rank 0)" "$tmp/dry.static" ||
+  fail "--dry-run static: who serves the store: $(grep 'rendezvous store' "$tmp/dry.static")"
+for be in c10d trun; do
+  grep -q "^  RANK=<decided at the rendezvous>$" "$tmp/dry.$be" || fail "--dry-run $be: RANK: $(grep RANK= "$tmp/dry.$be")"
+  grep -q "^workers on this node: 1 (global ranks decided at the rendezvous of 2 nodes)" "$tmp/dry.$be" ||
+    fail "--dry-run $be: $(grep 'workers on this node' "$tmp/dry.$be")"
+done
+grep -q "^  MASTER_ADDR=<decided at the rendezvous>$" "$tmp/dry.c10d" || fail "--dry-run c10d: $(grep MASTER_ADDR "$tmp/dry.c10d")"
+grep -q "^  MASTER_PORT=29400$" "$tmp/dry.trun" || fail "--dry-run trun: $(grep MASTER_PORT "$tmp/dry.trun")"
 trun_run --dry-run --standalone --rdzv-backend trun --nproc-per-node 1 "$w" >"$tmp/dry.sa" 2>&1 || fail "--dry-run --standalone"
 grep -q "rendezvous: static at" "$tmp/dry.sa" || fail "--dry-run --standalone: $(grep rendezvous "$tmp/dry.sa")"
-echo "ok: --dry-run names the backend"
+echo "ok: --dry-run names the backend and the ranks it knows"
 
 # PET_NPROC_PER_NODE: the fallback (3 workers run), and the command line wins over it (1 worker).
 rc=0

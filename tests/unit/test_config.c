@@ -169,6 +169,39 @@ START_TEST(exit_barrier_and_names) {
 }
 END_TEST
 
+/* An unknown --rdzv-conf key, as the rendezvous hears of it (it warns). */
+static void count_unknown(void *arg, const char *key) {
+  ck_assert_str_eq(key, "bogus");
+  (*(int *)arg)++;
+}
+
+/* --rdzv-conf values: checked with the rest of the configuration (exit 2 before anything starts). */
+START_TEST(rdzv_conf_values) {
+  parse_err("--rdzv-conf join_timeout=abc: must be a positive whole number of seconds", NULL,
+            (const char *const[]){"--rdzv-conf", "join_timeout=abc", "t.py", NULL});
+  parse_err("--rdzv-conf keep_alive_max_attempt=0: must be a positive whole number of attempts", NULL,
+            (const char *const[]){"--rdzv-conf", "keep_alive_max_attempt=0", "t.py", NULL});
+  parse_err("--rdzv-conf is_host=maybe: use true or false", NULL,
+            (const char *const[]){"--rdzv-conf", "is_host=maybe", "t.py", NULL});
+  parse_err("--rdzv-conf trun_heartbeat_interval=0.01: give seconds between 0.05 and 3600", NULL,
+            (const char *const[]){"--rdzv-conf", "trun_heartbeat_interval=0.01", "t.py", NULL});
+  parse_err("--rdzv-conf store_type=file: trun supports the tcp store only", NULL,
+            (const char *const[]){"--rdzv-conf", "store_type=file", "t.py", NULL});
+  parse_err("--rdzv-conf 'x': 'x' is not key=value", NULL,
+            (const char *const[]){"--rdzv-conf", "x", "t.py", NULL});
+  trun_config c;
+  PARSE_OK(&c, "--rdzv-conf", "join_timeout=30, is_host=no,bogus=1,torch_version=1.13", "t.py");
+  char err[256] = "", v[16];
+  int unknown = 0;
+  ck_assert_int_eq(trun_config_rdzv_conf_check(c.rdzv_conf, count_unknown, &unknown, err, sizeof(err)), 0);
+  ck_assert_int_eq(unknown, 1);
+  ck_assert_int_eq(trun_config_conf_get(c.rdzv_conf, "is_host", v, sizeof(v)), 1);
+  ck_assert_str_eq(v, "no");
+  ck_assert_int_eq(trun_config_conf_bool(c.rdzv_conf, "is_host"), 0);
+  ck_assert_int_eq(trun_config_conf_bool(c.rdzv_conf, "absent"), -1);
+}
+END_TEST
+
 START_TEST(bad_inputs) {
   parse_err("--nnodes '0'", NULL, (const char *const[]){"--nnodes", "0", "t.py", NULL});
   parse_err("--warm-start-modules 'torch,,x'", NULL,
@@ -448,6 +481,7 @@ int main(void) {
   tcase_add_test(tc, redirects_tee_filter);
   tcase_add_test(tc, signals_and_timeouts);
   tcase_add_test(tc, bad_inputs);
+  tcase_add_test(tc, rdzv_conf_values);
   tcase_add_test(tc, preflight_thresholds);
   tcase_add_test(tc, store_threads);
   tcase_add_test(tc, worker_environment);

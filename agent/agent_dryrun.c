@@ -1,0 +1,133 @@
+/* trun --dry-run (agent/agent.h): the plan of this node without starting anything: the rendezvous as it
+ * would go (trun_rdzv_preview: the backend, who serves the store, the ranks known in advance), each local
+ * rank's command line and torchrun environment, and whether the workers would start warm. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "agent.h"
+#include "agent/proc/proc.h"
+#include "agent/rdzv/rdzv.h"
+#include "agent_int.h"
+#include "worker_env.h"
+
+/* The workers' rendezvous values as the preview knows them: a stand-in for the round that the workers'
+ * environment is built from (the unknown ones are printed as such, not from here). */
+static void preview_round(const trun_config *cfg, const trun_rdzv_preview_info *p, trun_rdzv *r) {
+  memset(r, 0, sizeof(*r));
+  r->cfg = cfg;
+  r->nproc = p->nproc;
+  r->group_rank = p->ranks_known ? p->group_rank : 0;
+  r->group_world_size = p->ranks_known ? p->group_world_size : 1;
+  r->base_rank = r->role_base_rank = p->ranks_known ? p->base_rank : 0;
+  r->world_size = r->role_world_size = p->ranks_known ? p->world_size : p->nproc;
+  snprintf(r->host_addr, sizeof(r->host_addr), "%s", p->host_addr);
+  snprintf(r->master_addr, sizeof(r->master_addr), "%s", p->master_addr);
+  r->master_port = p->master_port > 0 ? p->master_port : 0;
+}
+
+/* A variable the preview cannot know: how --dry-run shows it (NULL: its value is known). */
+static const char *unknown_value(const trun_rdzv_preview_info *p, const char *name) {
+  static const char *const rank_vars[] = {"RANK",       "GROUP_RANK",       "ROLE_RANK",
+                                          "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE"};
+  for (size_t i = 0; !p->ranks_known && i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
+    if (strcmp(name, rank_vars[i]) == 0) return "<decided at the rendezvous>";
+  if (!p->master_known && (strcmp(name, "MASTER_ADDR") == 0 || strcmp(name, "MASTER_PORT") == 0 ||
+                           strcmp(name, "TORCHELASTIC_USE_AGENT_STORE") == 0))
+    return "<decided at the rendezvous>";
+  if (strcmp(name, "MASTER_PORT") == 0 && p->master_port == 0) return "<free port>";
+  return NULL;
+}
+
+/* The plan's head: nodes, the rendezvous and its store, this node's workers. */
+static void print_plan(const trun_config *cfg, const trun_rdzv_preview_info *p, FILE *out) {
+  char port[16], nodes[32];
+  snprintf(port, sizeof(port), "%d", p->endpoint_port);
+  if (p->min_nodes == p->max_nodes)
+    snprintf(nodes, sizeof(nodes), "%d", p->max_nodes);
+  else
+    snprintf(nodes, sizeof(nodes), "%d:%d", p->min_nodes, p->max_nodes);
+  fprintf(out, "trun --dry-run: nothing is started\n");
+  if (p->ranks_known)
+    fprintf(out, "nodes: %s (this node: group rank %d)", nodes, p->group_rank);
+  else
+    fprintf(out, "nodes: %s (this node: group rank decided at the rendezvous)", nodes);
+  fprintf(out, "  rendezvous: %s at %s:%s  run id: %s\n", p->backend, p->endpoint_host,
+          p->endpoint_port == 0 ? "<free port>" : port, cfg->run_id);
+  fprintf(out, "rendezvous store: %s\n", p->store_how);
+  if (p->ranks_known)
+    fprintf(out, "workers on this node: %d (global ranks %d-%d of %d%s)\n", p->nproc, p->base_rank,
+            p->base_rank + p->nproc - 1, p->world_size,
+            p->group_world_size > 1 ? ", assuming every node runs the same count" : "");
+  else
+    fprintf(out, "workers on this node: %d (global ranks decided at the rendezvous of %s nodes)\n", p->nproc,
+            nodes);
+}
+
+int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
+  char err[512];
+  int nproc;
+  if (trun_nproc_resolve(cfg->nproc_spec, &nproc, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
+    return 2;
+  }
+  trun_rdzv_preview_info pv;
+  if (trun_rdzv_preview(cfg, nproc, &pv, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
+    return 2;
+  }
+  trun_rdzv r;
+  preview_round(cfg, &pv, &r);
+  int omp_forced;
+  char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
+  print_plan(cfg, &pv, out);
+  fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
+          cfg->signals_text);
+  static const char *const shown[] = {"LOCAL_RANK",
+                                      "RANK",
+                                      "GROUP_RANK",
+                                      "ROLE_RANK",
+                                      "ROLE_NAME",
+                                      "LOCAL_WORLD_SIZE",
+                                      "WORLD_SIZE",
+                                      "GROUP_WORLD_SIZE",
+                                      "ROLE_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT",
+                                      "TORCHELASTIC_RESTART_COUNT",
+                                      "TORCHELASTIC_MAX_RESTARTS",
+                                      "TORCHELASTIC_RUN_ID",
+                                      "TORCHELASTIC_USE_AGENT_STORE",
+                                      "TORCHELASTIC_ERROR_FILE",
+                                      "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                      "OMP_NUM_THREADS",
+                                      "CUDA_VISIBLE_DEVICES"};
+  int code = 0;
+  for (int lr = 0; base && lr < nproc; lr++) {
+    char ef[PATH_MAX];
+    snprintf(ef, sizeof(ef), "<log dir>/attempt_0/%d/error.json", lr);
+    char **env = trun_worker_envp(base, cfg, &r, lr, 0,
+                                  cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") == 0 ? "" : ef);
+    char **argv = env ? trun_worker_argv(cfg, env, lr) : NULL;
+    if (argv == NULL) {
+      trun_error("cannot build local rank %d's environment", lr);
+      trun_strv_free(env);
+      code = 2;
+      break;
+    }
+    fprintf(out, "local rank %d:", lr);
+    for (char **p = argv; *p; p++) fprintf(out, " %s", *p);
+    fprintf(out, "\n");
+    for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
+      const char *v = trun_env_get(env, shown[i]), *unknown = unknown_value(&pv, shown[i]);
+      if (v) fprintf(out, "  %s=%s\n", shown[i], unknown ? unknown : v);
+    }
+    trun_strv_free(argv);
+    trun_strv_free(env);
+  }
+  fprintf(out, "(plus the rest of trun's environment, inherited unchanged)\n");
+  if (base) trun__agent_warm_describe(cfg, base, nproc, 0, out);
+  trun_strv_free(base);
+  return code;
+}
