@@ -27,7 +27,7 @@ static void node_init(trun_rdzv *r, trun_config *cfg, int port, int count) {
   memset(r, 0, sizeof(*r));
   r->cfg = cfg;
   r->client = connect_raw(port);
-  r->attempt = count;
+  r->info.attempt = count;
 }
 
 static void in_round(trun_rdzv *r, int round) {
@@ -49,11 +49,11 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 3; i++) {
     in_round(&n[i], 1);
     ck_assert_int_eq(trun__rdzv_attempt_settle(&n[i]), 0);
-    ck_assert_int_eq(n[i].attempt, 0);
+    ck_assert_int_eq(n[i].info.attempt, 0);
   }
   /* node 2 is lost: the survivors count a restart (1) and join round 2 with the spare, which still counts 0;
    * the spare settles first */
-  n[0].attempt = n[1].attempt = 1;
+  n[0].info.attempt = n[1].info.attempt = 1;
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[1]), 0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[3]), 0);
@@ -61,7 +61,7 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 3; i++) {
     in_round(&n[order[i]], 2);
     ck_assert_int_eq(trun__rdzv_attempt_settle(&n[order[i]]), 0);
-    ck_assert_int_eq(n[order[i]].attempt, 1);
+    ck_assert_int_eq(n[order[i]].info.attempt, 1);
   }
   /* a membership round (a node joins, no restart used): the attempt stays 1, also for the newcomer at 0 */
   trun_rdzv late;
@@ -70,13 +70,13 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 2; i++) ck_assert_int_eq(trun__rdzv_attempt_propose(&n[i]), 0);
   in_round(&late, 3);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&late), 0);
-  ck_assert_int_eq(late.attempt, 1);
+  ck_assert_int_eq(late.info.attempt, 1);
   /* the round's value, once set, is what every node of it takes, even after the job's attempt moved on */
-  n[0].attempt = 5;
+  n[0].info.attempt = 5;
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
   in_round(&n[1], 3);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&n[1]), 0);
-  ck_assert_int_eq(n[1].attempt, 1);
+  ck_assert_int_eq(n[1].info.attempt, 1);
   /* a lower proposal never lowers the job's attempt */
   trun_buf b = {0};
   ck_assert_int_eq(trun_client_get(n[3].client, trun_str("/trun/job/attempt"), &b, 1000), 0);
@@ -104,11 +104,11 @@ START_TEST(test_attempt_garbage) {
   ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
   in_round(&r, 1);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&r), -EPROTO);
-  ck_assert_int_eq(r.attempt, 2);
+  ck_assert_int_eq(r.info.attempt, 2);
   ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/bad/attempt"), trun_str("99999999999999999999")),
                    0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
-  ck_assert_int_eq(r.attempt, 2);
+  ck_assert_int_eq(r.info.attempt, 2);
   trun_client_close(r.client);
   unit_server_stop(&us);
 }
