@@ -6,7 +6,8 @@
  * rdzv_fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
  * rules of store_acl.h.
  * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
- * modules, which read the round's result from trun_rdzv. */
+ * modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is opaque) and
+ * write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space"). */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
