@@ -1,6 +1,7 @@
-/* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the backend
- * interface each of rdzv_static.c, rdzv_c10d.c and rdzv_trun.c implements, and the helpers they share
- * (rdzv_store.c: waits and key clean-up on the store; who serves it; rdzv_conf.c: --rdzv-conf). */
+/* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the struct behind
+ * rdzv.h's opaque trun_rdzv, the backend interface each of rdzv_static.c, rdzv_c10d.c and rdzv_trun.c
+ * implements, and the helpers they share (rdzv_store.c: waits and key clean-up on the store; who serves it;
+ * rdzv_conf.c: --rdzv-conf). */
 #ifndef TRUN_RDZV_INT_H
 #define TRUN_RDZV_INT_H
 
