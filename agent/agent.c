@@ -87,7 +87,7 @@ static void on_kill_timer(uv_timer_t *t) {
   for (int i = 0; i < a->nproc; i++)
     if (a->w[i].running)
       trun_warn("rank %d (local %d, pid %d) still runs %.0f s after the stop signal: sending SIGKILL",
-                a->rdzv.base_rank + i, i, (int)a->w[i].pid, a->cfg->shutdown_timeout);
+                trun_rdzv_info(a->rdzv)->base_rank + i, i, (int)a->w[i].pid, a->cfg->shutdown_timeout);
   kill_groups(a, SIGKILL);
   a->killed = 1;
   uv_timer_start(&a->kill_timer, on_kill_timer, TRUN_STUCK_WAIT_S * 1000, 0);
@@ -111,12 +111,12 @@ static void worker_exited(agent *a, worker *w, int status) {
   a->running--;
   w->exit_time = trun_wall_s();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  trun_obs_worker_exit(a->obs, w->pid, a->rdzv.base_rank + w->local_rank, w->local_rank, w->status,
-                       w->torn_down);
+  trun_obs_worker_exit(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + w->local_rank, w->local_rank,
+                       w->status, w->torn_down);
   trun_stall_exited(a->stall, w->local_rank);
   if (w->status < 0)
-    trun_debug("rank %d (local %d, pid %d) killed by %s", a->rdzv.base_rank + w->local_rank, w->local_rank,
-               (int)w->pid, trun_signal_name(-w->status, sname, sizeof(sname)));
+    trun_debug("rank %d (local %d, pid %d) killed by %s", trun_rdzv_info(a->rdzv)->base_rank + w->local_rank,
+               w->local_rank, (int)w->pid, trun_signal_name(-w->status, sname, sizeof(sname)));
   if (!a->phase_stopping) {
     if (w->status != 0) {
       a->result = OUT_FAILED;
@@ -171,7 +171,7 @@ void trun__agent_handle_signal(agent *a, int sig) {
   if (a->in_round) {
     char why[64];
     snprintf(why, sizeof(why), "stopped by %s", name);
-    trun_rdzv_leave_now(&a->rdzv, why);
+    trun_rdzv_leave_now(a->rdzv, why);
   }
   trun_warn("%s: forwarding it to the workers; SIGKILL in %.0f s (send it again to kill now)", name,
             a->cfg->shutdown_timeout);
@@ -185,10 +185,10 @@ static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->da
 static void *watch_end(void *arg) {
   agent *a = arg;
   int round = a->round;
-  trun_rdzv_end_wait(&a->rdzv, a->watch_client, round, a->end_value, sizeof(a->end_value));
+  trun_rdzv_end_wait(a->rdzv, a->watch_client, round, a->end_value, sizeof(a->end_value));
   /* A lost node: its record, read here on this connection (the loop never waits on the store). */
   if (strncmp(a->end_value, "gone:", 5) == 0)
-    a->lost_known = trun_rdzv_loss_of(&a->rdzv, a->watch_client, atoi(a->end_value + 5), &a->lost) == 0;
+    a->lost_known = trun_rdzv_loss_of(a->rdzv, a->watch_client, atoi(a->end_value + 5), &a->lost) == 0;
   a->end_round = round;
   a->end_seen = 1;
   uv_async_send(&a->remote);
@@ -207,7 +207,8 @@ static void peer_gone(agent *a) {
     a->lost_known = 1;
   }
   trun_obs_node_lost(a->obs, &a->lost);
-  if (g == a->rdzv.group_rank) return; /* this node left the job (trun_rdzv_leave_now): it stops anyway */
+  if (g == trun_rdzv_info(a->rdzv)->group_rank)
+    return; /* this node left the job (trun_rdzv_leave_now): it stops anyway */
   trun_warn("node rank %d (%s) is lost: %s; stopping this node's workers to go on without it", g,
             a->lost.addr, a->lost.cause);
   a->result = OUT_PEER_LOST;
@@ -245,11 +246,11 @@ static void on_remote(uv_async_t *h) {
 static void on_live_timer(uv_timer_t *t) {
   agent *a = t->data;
   if (!a->in_round || a->phase_stopping || a->result != OUT_NONE) return;
-  if (!trun_rdzv_cut_off(&a->rdzv, a->cut_why, sizeof(a->cut_why))) return;
+  if (!trun_rdzv_cut_off(a->rdzv, a->cut_why, sizeof(a->cut_why))) return;
   trun_error(
       "node rank %d is cut off from the job: %s; stopping the workers and exiting %d so that the "
       "scheduler replaces this node",
-      a->rdzv.group_rank, a->cut_why, TRUN_EXIT_CUT_OFF);
+      trun_rdzv_info(a->rdzv)->group_rank, a->cut_why, TRUN_EXIT_CUT_OFF);
   a->result = OUT_CUT_OFF;
   begin_stop(a, SIGTERM, 1);
 }
@@ -275,7 +276,7 @@ static void on_news_async(uv_async_t *h) {
     return;
   if (news == TRUN_RDZV_NEW_NODES) {
     trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world", nodes,
-              trun_rdzv_backend_name(&a->rdzv));
+              trun_rdzv_backend_name(a->rdzv));
     a->result = OUT_MEMBERSHIP;
     trun_obs_membership(a->obs, nodes);
   } else {
@@ -291,12 +292,12 @@ static void on_news_async(uv_async_t *h) {
  * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
  * trun checks the wait list first, so joining never costs a restart. */
 static void membership_or_failure(agent *a) {
-  int fresh = trun_rdzv_new_nodes_waiting(&a->rdzv);
+  int fresh = trun_rdzv_new_nodes_waiting(a->rdzv);
   if (fresh <= 0) return;
   trun_info(
       "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
       "change (not counted as a restart)",
-      fresh, trun_rdzv_backend_name(&a->rdzv));
+      fresh, trun_rdzv_backend_name(a->rdzv));
   a->result = OUT_MEMBERSHIP;
   trun_obs_membership(a->obs, fresh);
 }
@@ -311,12 +312,12 @@ static void on_stall(void *arg, int local_rank, double idle_s, int sig, int stop
   if (!stop) {
     /* Found: recorded now, so that the report names the stall even if the signal ends the worker. */
     w->stalled_s = idle_s;
-    trun_obs_stall(a->obs, w->pid, a->rdzv.base_rank + local_rank, local_rank, idle_s, sig);
+    trun_obs_stall(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + local_rank, local_rank, idle_s, sig);
     return;
   }
   if (a->phase_stopping || !w->running) return;
   trun_error("rank %d (local %d, pid %d) stalled for %.0f s (no output, no CPU time): restarting the workers",
-             a->rdzv.base_rank + local_rank, local_rank, (int)w->pid, idle_s);
+             trun_rdzv_info(a->rdzv)->base_rank + local_rank, local_rank, (int)w->pid, idle_s);
   a->result = OUT_FAILED;
   a->first_failed = local_rank;
   begin_stop(a, SIGTERM, 1);
@@ -365,16 +366,17 @@ static void run_round(agent *a) {
     }
   }
   trun__agent_warm_fill(a); /* the next group's pool, while this one runs */
-  trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, a->rdzv.base_rank,
-             a->rdzv.base_rank + a->nproc - 1, a->rdzv.world_size);
+  const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
+  trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, ri->base_rank,
+             ri->base_rank + a->nproc - 1, ri->world_size);
   if (a->recovery_from > 0) {
     double s = trun_wall_s() - a->recovery_from;
     trun_info("recovered: the workers run again in a world of %d (%d node(s)), %.2f s after the loss",
-              a->rdzv.world_size, a->rdzv.group_world_size, s);
-    trun_obs_recovered(a->obs, a->rdzv.world_size, a->rdzv.group_world_size, s);
+              ri->world_size, ri->group_world_size, s);
+    trun_obs_recovered(a->obs, ri->world_size, ri->group_world_size, s);
   }
   a->in_round = 1;
-  uint64_t live = (uint64_t)trun_rdzv_live_ms(&a->rdzv);
+  uint64_t live = (uint64_t)trun_rdzv_live_ms(a->rdzv);
   if (live > 0) uv_timer_start(&a->live_timer, on_live_timer, live, live);
   maybe_finish(a); /* a worker may have failed to start */
   trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
@@ -442,7 +444,7 @@ static void join_watcher(agent *a) {
   if (!a->watcher_on) return;
   /* c10d sets the end key only when the liveness finds a node lost: after a round without one nothing
    * wakes the watcher, so its connection is cut now (a new one comes with the next round). */
-  if (!trun_rdzv_ends_by_key(&a->rdzv) && !a->end_seen) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+  if (!trun_rdzv_ends_by_key(a->rdzv) && !a->end_seen) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += 15;
@@ -465,14 +467,14 @@ static void join_watcher(agent *a) {
 static void reconnect_watch(agent *a) {
   if (!a->watch_lost) return;
   a->watch_lost = 0;
-  if (trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client) < 0) a->watch_client = NULL;
+  if (trun_rdzv_watch_connect(a->rdzv, 60000, &a->watch_client) < 0) a->watch_client = NULL;
 }
 
 /* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
 static void end_round_multinode(agent *a) {
   if (a->result == OUT_SUCCESS) {
     /* This node is done; the round is done when every node is, or when one failed. */
-    int rc = trun_rdzv_announce_success(&a->rdzv, a->round);
+    int rc = trun_rdzv_announce_success(a->rdzv, a->round);
     if (rc == -EINTR)
       a->result = OUT_SIGNALED;
     else if (rc < 0)
@@ -500,7 +502,7 @@ static int poll_signals(void *arg) {
 /* --preflight: local rank lr's trun-preflight gets the environment its worker would get. */
 static char **preflight_env(void *arg, int lr) {
   agent *a = arg;
-  return trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, "");
+  return trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr, a->restart_count, "");
 }
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
@@ -543,24 +545,24 @@ static int plan(agent *a) {
  * nodes through the store, the second connection the end watcher waits on. 0, or -1 (said on stderr). */
 static int meet(agent *a) {
   char err[512];
-  a->rdzv.poll = poll_signals;
-  a->rdzv.poll_arg = a;
-  a->rdzv.on_news = on_news;
-  a->rdzv.on_news_arg = a;
-  a->rdzv.on_wait = trun__agent_wait_hook;
-  a->rdzv.on_wait_arg = a;
-  a->rdzv.node = a->node; /* how the exclusion list knows this node */
-  if (trun_rdzv_init(&a->rdzv, a->cfg, a->nproc, err, sizeof(err)) < 0) {
+  trun_rdzv_opts o = {.poll = poll_signals,
+                      .poll_arg = a,
+                      .on_news = on_news,
+                      .on_news_arg = a,
+                      .on_wait = trun__agent_wait_hook,
+                      .on_wait_arg = a,
+                      .node = a->node}; /* how the exclusion list knows this node */
+  if (trun_rdzv_init(a->rdzv, a->cfg, a->nproc, &o, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
   }
-  trun_obs_set_rdzv(a->obs, &a->rdzv);
+  trun_obs_set_rdzv(a->obs, a->rdzv);
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
-  if (trun_rdzv_ends_by_key(&a->rdzv) || a->rdzv.live) {
-    int rc = trun_rdzv_watch_connect(&a->rdzv, 60000, &a->watch_client);
+  if (trun_rdzv_ends_by_key(a->rdzv) || trun_rdzv_live_ms(a->rdzv) > 0) {
+    int rc = trun_rdzv_watch_connect(a->rdzv, 60000, &a->watch_client);
     if (rc < 0) {
       trun_error("cannot open the failure-watch connection to the rendezvous store (port %d): %s",
-                 a->rdzv.master_port, strerror(-rc));
+                 trun_rdzv_info(a->rdzv)->master_port, strerror(-rc));
       return -1;
     }
   }
@@ -572,25 +574,28 @@ static int meet(agent *a) {
 static int before_round(agent *a) {
   char err[512];
   trun_obs_rdzv_start(a->obs, a->round);
-  a->rdzv.attempt = a->restart_count;
+  trun_rdzv_set_attempt(a->rdzv, a->restart_count);
   a->in_rdzv = 1;
-  int rc = trun_rdzv_next_round(&a->rdzv, a->round, err, sizeof(err));
+  int rc = trun_rdzv_next_round(a->rdzv, a->round, err, sizeof(err));
   a->in_rdzv = 0;
   if (rc < 0) {
     trun_obs_rdzv_end(a->obs, a->round, err);
     if (!a->unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
     return -1;
   }
-  a->round = a->rdzv.round;           /* the elastic backends' rounds are the store's */
-  a->restart_count = a->rdzv.attempt; /* and their attempt the job's: a spare takes the survivors' */
+  const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
+  a->round = ri->round;           /* the elastic backends' rounds are the store's */
+  a->restart_count = ri->attempt; /* and their attempt the job's: a spare takes the survivors' */
   reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
   trun__agent_exclusion_news(a);
   /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
    * loss): said here; the recovery is timed from the earliest. */
   a->recovery_from = 0;
-  for (int i = 0; i < a->rdzv.n_prev_lost; i++) {
-    const trun_rdzv_loss *l = &a->rdzv.prev_lost[i];
+  const trun_rdzv_loss *prev_lost;
+  int n_prev_lost = trun_rdzv_prev_losses(a->rdzv, &prev_lost);
+  for (int i = 0; i < n_prev_lost; i++) {
+    const trun_rdzv_loss *l = &prev_lost[i];
     if (!(a->lost_known && a->lost.node == l->node && a->lost.round_id == l->round_id))
       trun_obs_node_lost(a->obs, l);
     if (a->recovery_from == 0 || l->at < a->recovery_from) a->recovery_from = l->at;
@@ -598,19 +603,19 @@ static int before_round(agent *a) {
   a->lost_known = 0;
   trun__agent_health_news(a, NULL, NULL, 0); /* nodes that left unhealthy: node rank 0 names them */
   char master_err[1024];
-  if (trun_rdzv_check_master(&a->rdzv, master_err, sizeof(master_err)) < 0) {
+  if (trun_rdzv_check_master(a->rdzv, master_err, sizeof(master_err)) < 0) {
     /* A name the workers cannot use would hold every node for torch's 30 minutes: the job stops now. */
     trun_error("%s", master_err);
     char why[160];
     snprintf(why, sizeof(why),
              "its workers could not use MASTER_ADDR %.64s there (it does not resolve, or leads to loopback)",
-             a->rdzv.master_addr);
-    if (trun_rdzv_leave_job(&a->rdzv, why, 10000) < 0)
+             trun_rdzv_info(a->rdzv)->master_addr);
+    if (trun_rdzv_leave_job(a->rdzv, why, 10000) < 0)
       trun_warn("could not tell the other nodes that this node leaves; they notice when it is gone");
     return -1;
   }
   trun_doctor_outcome doc;
-  int stop = trun_doctor_round(&a->rdzv, a->env, a->node, &doc);
+  int stop = trun_doctor_round(a->rdzv, a->cfg, a->nproc, a->env, a->node, &doc);
   trun_obs_doctor(a->obs, a->round, &doc);
   if (!stop) stop = trun__agent_preflight_round(a, preflight_env) < 0;
   return stop ? -1 : 0;
@@ -622,22 +627,24 @@ static void after_round(agent *a) {
   kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
   if (a->result == OUT_CUT_OFF) {
     /* Nothing of the store answers: no announcement, no waiting for the end key. */
-    trun_rdzv_abandon(&a->rdzv);
+    trun_rdzv_abandon(a->rdzv);
     if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
   }
   /* liveness: this node leaves the round cleanly; stopping on a signal, a store that does not answer within
    * the liveness window does not hold the exit (each of its requests could wait a minute) */
-  int bound = a->result == OUT_SIGNALED ? 3 * trun_rdzv_live_ms(&a->rdzv) + 2000 : -1;
-  if (trun_rdzv_round_done_within(&a->rdzv, bound) && a->result == OUT_SIGNALED) {
+  int bound = a->result == OUT_SIGNALED ? 3 * trun_rdzv_live_ms(a->rdzv) + 2000 : -1;
+  if (trun_rdzv_round_done_within(a->rdzv, bound) && a->result == OUT_SIGNALED) {
     a->store_stuck = 1;
+    int store_port;
+    const char *store_addr = trun_rdzv_store_addr(a->rdzv, &store_port);
     trun_warn(
         "the rendezvous store at %s:%d did not answer within %.1f s while this node stops: leaving "
         "without telling the other nodes (they see this node gone)",
-        a->rdzv.store_addr, a->rdzv.store_port, bound / 1000.0);
+        store_addr, store_port, bound / 1000.0);
     if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
-    if (a->rdzv.client) shutdown(trun_client_fd(a->rdzv.client), SHUT_RDWR); /* the report asks no more */
+    trun_rdzv_hang_up(a->rdzv); /* the report asks no more */
   }
-  if (trun_rdzv_ends_by_key(&a->rdzv) && a->result != OUT_CUT_OFF && !a->store_stuck)
+  if (trun_rdzv_ends_by_key(a->rdzv) && a->result != OUT_CUT_OFF && !a->store_stuck)
     end_round_multinode(a);
   else
     join_watcher(a);
@@ -646,13 +653,13 @@ static void after_round(agent *a) {
    * the job: a node lost after that is said, not taken for their failure (torchrun's agents, too, exit 0
    * once their own workers succeeded). */
   if (strncmp(a->end_value, "gone:", 5) == 0 && a->result == OUT_SUCCESS) {
-    if (atoi(a->end_value + 5) != a->rdzv.group_rank)
+    if (atoi(a->end_value + 5) != trun_rdzv_info(a->rdzv)->group_rank)
       trun_warn("node rank %d was lost after this node's workers succeeded; this node's part is done",
                 atoi(a->end_value + 5));
   } else if (strncmp(a->end_value, "gone:", 5) == 0 && a->result != OUT_SIGNALED &&
              a->result != OUT_CUT_OFF && a->result != OUT_PEER_LOST) {
     peer_gone(a);
-    if (atoi(a->end_value + 5) != a->rdzv.group_rank) a->result = OUT_PEER_LOST;
+    if (atoi(a->end_value + 5) != trun_rdzv_info(a->rdzv)->group_rank) a->result = OUT_PEER_LOST;
   }
   if (a->result == OUT_FAILED) membership_or_failure(a);
   trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
@@ -685,7 +692,7 @@ static int rounds(agent *a) {
               pol.offset_from, pol.offset, pol.offset, budget, pol.max_restarts);
   for (a->round = 0;; a->round++) {
     if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
-      return a->rdzv.excluded ? TRUN_EXIT_UNHEALTHY : 1;
+      return trun_rdzv_excluded(a->rdzv) ? TRUN_EXIT_UNHEALTHY : 1;
     int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun_wall_s();
     run_round(a);
@@ -702,7 +709,7 @@ static int rounds(agent *a) {
       trun__agent_report_failures(a, 0);
       return TRUN_EXIT_CUT_OFF;
     }
-    if (a->result == OUT_PEER_LOST && !trun_rdzv_elastic(&a->rdzv)) {
+    if (a->result == OUT_PEER_LOST && !trun_rdzv_elastic(a->rdzv)) {
       /* A fixed-size job (static) cannot go on without the node. */
       trun__agent_report_failures(a, 1);
       return 1;
@@ -746,9 +753,10 @@ static int agent_main(agent *a) {
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
   /* Nor does a node refused by the exclusion list, or one that turned unhealthy before it ever joined (a
    * spare): they were in no round, whose exit barrier they would count in; nor one whose store is stuck. */
-  int outside = a->rdzv.excluded || (a->unhealthy && a->rdzv.group_world_size == 0);
+  int outside =
+      trun_rdzv_excluded(a->rdzv) || (a->unhealthy && trun_rdzv_info(a->rdzv)->group_world_size == 0);
   if (code != TRUN_EXIT_CUT_OFF && !outside && !a->store_stuck)
-    trun_rdzv_finish(&a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
+    trun_rdzv_finish(a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
   return code;
 }
 
@@ -803,9 +811,10 @@ static int open_agent(agent *a) {
   raise_nofile(a);
   a->w = calloc((size_t)a->nproc, sizeof(worker));
   a->loop = malloc(sizeof(uv_loop_t));
-  int lrc = a->w && a->loop ? uv_loop_init(a->loop) : UV_ENOMEM;
+  a->rdzv = trun_rdzv_new(); /* started in meet(); read before (its round info all 0) */
+  int lrc = a->w && a->loop && a->rdzv ? uv_loop_init(a->loop) : UV_ENOMEM;
   if (lrc < 0) {
-    trun_error("cannot start the agent: %s: %s", a->w && a->loop ? "uv_loop_init" : "calloc/malloc",
+    trun_error("cannot start the agent: %s: %s", a->w && a->loop && a->rdzv ? "uv_loop_init" : "calloc/malloc",
                uv_strerror(lrc));
     free(a->loop);
     a->loop = NULL; /* nothing to tear down */
@@ -854,7 +863,7 @@ static void close_agent(agent *a, int code, char **orig_env) {
   if (a->watch_client) trun_client_close(a->watch_client);
   trun_obs_close(a->obs, code);
   trun_stall_close(a->stall);
-  trun_rdzv_close(&a->rdzv);
+  trun_rdzv_free(a->rdzv);
   trun_warm_free(a->warm);
   if (a->loop) teardown(a);
   trun_watchdog_stop(&a->guard);

@@ -13,15 +13,12 @@
 
 /* The workers' rendezvous values as the preview knows them: a stand-in for the round that the workers'
  * environment is built from (the unknown ones are printed as such, not from here). */
-static void preview_round(const trun_config *cfg, const trun_rdzv_preview_info *p, trun_rdzv *r) {
+static void preview_round(const trun_rdzv_preview_info *p, trun_rdzv_round *r) {
   memset(r, 0, sizeof(*r));
-  r->cfg = cfg;
-  r->nproc = p->nproc;
   r->group_rank = p->ranks_known ? p->group_rank : 0;
   r->group_world_size = p->ranks_known ? p->group_world_size : 1;
   r->base_rank = r->role_base_rank = p->ranks_known ? p->base_rank : 0;
   r->world_size = r->role_world_size = p->ranks_known ? p->world_size : p->nproc;
-  snprintf(r->host_addr, sizeof(r->host_addr), "%s", p->host_addr);
   snprintf(r->master_addr, sizeof(r->master_addr), "%s", p->master_addr);
   r->master_port = p->master_port > 0 ? p->master_port : 0;
 }
@@ -76,8 +73,8 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
-  trun_rdzv r;
-  preview_round(cfg, &pv, &r);
+  trun_rdzv_round r;
+  preview_round(&pv, &r);
   int omp_forced;
   char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
   print_plan(cfg, &pv, out);
@@ -107,7 +104,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];
     snprintf(ef, sizeof(ef), "<log dir>/attempt_0/%d/error.json", lr);
-    char **env = trun_worker_envp(base, cfg, &r, lr, 0,
+    char **env = trun_worker_envp(base, cfg, &r, pv.nproc, lr, 0,
                                   cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") == 0 ? "" : ef);
     char **argv = env ? trun_worker_argv(cfg, env, lr) : NULL;
     if (argv == NULL) {

@@ -7,27 +7,27 @@
 
 #include "agent_int.h"
 
-void trun__agent_exclude_self(agent *a, trun_client *c, const char *host, const char *kind,
-                              const char *cause) {
-  if (a->cfg->max_nodes <= 1 || a->cfg->standalone || c == NULL) return;
+void trun__agent_exclude_self(agent *a, trun_rdzv *r, const char *host, const char *kind, const char *cause) {
+  if (a->cfg->max_nodes <= 1 || a->cfg->standalone || r == NULL || !trun_rdzv_connected(r)) return;
   trun_rdzv_node_id id;
   trun_rdzv_node_identity(host, a->node, &id);
-  int rc = trun_rdzv_exclude(c, a->cfg, &id, kind, cause);
+  int rc = trun_rdzv_exclude_node(r, &id, kind, cause);
   if (rc < 0)
     trun_warn("could not put node %s on the job's exclusion list (%s: %s): %s; it may be let back in", host,
               kind, cause, strerror(-rc));
 }
 
 void trun__agent_exclusion_news(agent *a) {
-  const trun_rdzv *r = &a->rdzv;
+  const trun_rdzv_exclusion *excl;
+  int n_excl = trun_rdzv_exclusion_list(a->rdzv, &excl);
   int active = 0;
-  for (int i = 0; i < r->n_excl; i++) active += !r->excl[i].ended;
+  for (int i = 0; i < n_excl; i++) active += !excl[i].ended;
   trun_obs_exclusion(a->obs, NULL, active);
-  for (int i = 0; i < r->n_excl; i++) {
-    const trun_rdzv_exclusion *e = &r->excl[i];
+  for (int i = 0; i < n_excl; i++) {
+    const trun_rdzv_exclusion *e = &excl[i];
     if (e->news == 0) continue;
     trun_obs_exclusion(a->obs, e, active);
-    if (r->group_rank != 0) continue;
+    if (trun_rdzv_info(a->rdzv)->group_rank != 0) continue;
     if (e->news & TRUN_RDZV_EXCL_NEW)
       fprintf(stderr, "trun: node %s (%s) is excluded from the job for %.0f s: %s: %s\n", e->id.host,
               e->id.hostname, e->until - e->at, e->kind, e->cause);
@@ -39,11 +39,11 @@ void trun__agent_exclusion_news(agent *a) {
 
 void trun__agent_failure_streak(agent *a, const char *host) {
   int k = trun_rdzv_exclude_failures(a->cfg);
-  if (k <= 0 || !trun_rdzv_ends_by_key(&a->rdzv) || !trun_rdzv_elastic(&a->rdzv)) return;
+  if (k <= 0 || !trun_rdzv_ends_by_key(a->rdzv) || !trun_rdzv_elastic(a->rdzv)) return;
   /* "fail:<g>": the first node to announce a failure; this node's workers failed first while the others'
    * ran. Any other end (success, a membership change, another node's failure) breaks the streak. */
   char mine[32];
-  snprintf(mine, sizeof(mine), "fail:%d", a->rdzv.group_rank);
+  snprintf(mine, sizeof(mine), "fail:%d", trun_rdzv_info(a->rdzv)->group_rank);
   if (strcmp(a->end_value, mine) != 0) {
     a->fail_streak = 0;
     return;
@@ -54,5 +54,5 @@ void trun__agent_failure_streak(agent *a, const char *host) {
            "its workers were the first to fail in %d rounds in a row while the other nodes' ran "
            "(--rdzv-conf trun_exclude_failures=%d)",
            a->fail_streak, k);
-  trun__agent_exclude_self(a, a->rdzv.client, host, "failures", cause);
+  trun__agent_exclude_self(a, a->rdzv, host, "failures", cause);
 }

@@ -52,7 +52,7 @@ static void set_cause(agent *a, int i, trun_failure *f) {
 
 void trun__agent_worker_stuck(agent *a, worker *w) {
   char st = '?', wchan[128] = "";
-  int rank = a->rdzv.base_rank + w->local_rank;
+  int rank = trun_rdzv_info(a->rdzv)->base_rank + w->local_rank;
   if (trun_proc_state("/proc", w->pid, &st, wchan, sizeof(wchan)) == 0 && st == 'Z')
     return; /* SIGCHLD comes */
   snprintf(w->stuck, sizeof(w->stuck), "still in state %c%s%s%s %d s after SIGKILL", st,
@@ -85,9 +85,9 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     if (w->status == 0) continue;
     trun_failure *f = &fs[n++];
     memset(f, 0, sizeof(*f));
-    f->global_rank = a->rdzv.base_rank + i;
+    f->global_rank = trun_rdzv_info(a->rdzv)->base_rank + i;
     f->local_rank = i;
-    f->group_rank = a->rdzv.group_rank;
+    f->group_rank = trun_rdzv_info(a->rdzv)->group_rank;
     f->pid = w->pid;
     f->exit_code = w->status;
     f->timestamp = w->exit_time;
@@ -137,7 +137,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
  * says so (static), the record names the node's ranks, its host and the address it joined from. */
 static void lost_record(agent *a, int g, const trun_rdzv_loss *l, double at, trun_failure *f) {
   trun_rdzv_node_info nd;
-  if (trun_rdzv_node_end(&a->rdzv, a->round, g, &nd) < 0) memset(&nd, 0, sizeof(nd));
+  if (trun_rdzv_node_end(a->rdzv, a->round, g, &nd) < 0) memset(&nd, 0, sizeof(nd));
   const char *host = nd.host[0] ? nd.host : l && l->addr[0] ? l->addr : "?";
   char where[448], cause[400];
   if (nd.nproc > 0)
@@ -181,13 +181,13 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
   for (size_t i = 0; i < n; i++)
     if (fs[i].timestamp < first) first = fs[i].timestamp;
   size_t added = 0;
-  for (int g = 0; g < a->rdzv.group_world_size; g++) {
+  for (int g = 0; g < trun_rdzv_info(a->rdzv)->group_world_size; g++) {
     if (seen[g]) continue;
     trun_rdzv_loss l;
     trun_rdzv_node_info nd;
-    int rc = trun_rdzv_loss_of(&a->rdzv, a->rdzv.client, g, &l);
+    int rc = trun_rdzv_loss_of(a->rdzv, NULL, g, &l);
     if (rc != 0 && rc != -ENOENT) break; /* the store is gone */
-    if (rc == -ENOENT && (trun_rdzv_node_end(&a->rdzv, a->round, g, &nd) < 0 || nd.seen_end)) continue;
+    if (rc == -ENOENT && (trun_rdzv_node_end(a->rdzv, a->round, g, &nd) < 0 || nd.seen_end)) continue;
     trun_failure *f = &fs[n + added++];
     lost_record(a, g, rc == 0 ? &l : NULL, rc == 0 && l.at < first ? l.at : first - 0.001, f);
     if (f->message) trun_warn("%s", f->message);
@@ -199,34 +199,35 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
 #define HEALTH_NEWS_MAX 16
 
 void trun__agent_report_failures(agent *a, int final) {
-  size_t cap = (size_t)a->nproc + (size_t)a->rdzv.group_world_size + HEALTH_NEWS_MAX + 1; /* + a lost node */
+  size_t cap = (size_t)a->nproc + (size_t)trun_rdzv_info(a->rdzv)->group_world_size + HEALTH_NEWS_MAX +
+               1; /* + a lost node */
   trun_failure *fs = calloc(cap, sizeof(*fs));
   if (fs == NULL) return;
   size_t n = add_lost_node(a, fs, collect_failures(a, fs));
   int root;
-  if (final && a->result == OUT_REMOTE_FAILED && a->rdzv.group_rank != 0) {
+  if (final && a->result == OUT_REMOTE_FAILED && trun_rdzv_info(a->rdzv)->group_rank != 0) {
     fprintf(stderr,
             "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
-            a->rdzv.group_rank,
-            !trun_rdzv_ends_by_key(&a->rdzv) || strncmp(a->end_value, "fail:", 5) == 0
-                ? "another node failed"
-                : "the store was lost");
+            trun_rdzv_info(a->rdzv)->group_rank,
+            !trun_rdzv_ends_by_key(a->rdzv) || strncmp(a->end_value, "fail:", 5) == 0 ? "another node failed"
+                                                                                      : "the store was lost");
     final = 0;
   }
   /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others
    * published none: every node prints the same root cause). */
-  if (final && trun_rdzv_ends_by_key(&a->rdzv) && a->rdzv.group_world_size > 1 && a->rdzv.group_rank == 0 &&
-      a->result != OUT_PEER_LOST) {
+  if (final && trun_rdzv_ends_by_key(a->rdzv) && trun_rdzv_info(a->rdzv)->group_world_size > 1 &&
+      trun_rdzv_info(a->rdzv)->group_rank == 0 && a->result != OUT_PEER_LOST) {
     char **remote = NULL;
     int nr = 0;
-    char *seen = calloc((size_t)a->rdzv.group_world_size, 1);
-    if (seen && trun_rdzv_collect_failures(&a->rdzv, a->round, 5000, &remote, &nr) == 0) {
+    char *seen = calloc((size_t)trun_rdzv_info(a->rdzv)->group_world_size, 1);
+    if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &remote, &nr) == 0) {
       for (int i = 0; i < nr; i++) {
         trun_failure f;
         memset(&f, 0, sizeof(f));
         if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
-            f.group_rank != a->rdzv.group_rank) {
-          if (f.group_rank >= 0 && f.group_rank < a->rdzv.group_world_size) seen[f.group_rank] = 1;
+            f.group_rank != trun_rdzv_info(a->rdzv)->group_rank) {
+          if (f.group_rank >= 0 && f.group_rank < trun_rdzv_info(a->rdzv)->group_world_size)
+            seen[f.group_rank] = 1;
           fs[n++] = f;
         } else {
           trun_failure_free(&f);
@@ -234,7 +235,7 @@ void trun__agent_report_failures(agent *a, int final) {
         free(remote[i]);
       }
       free(remote);
-      seen[a->rdzv.group_rank] = 1;
+      seen[trun_rdzv_info(a->rdzv)->group_rank] = 1;
       n += lost_nodes(a, seen, fs, n);
     }
     free(seen);
@@ -268,9 +269,9 @@ void trun__agent_announce_failure(agent *a) {
     trun_failure f;
     char name[32], msg[640];
     memset(&f, 0, sizeof(f));
-    f.global_rank = a->rdzv.base_rank;
+    f.global_rank = trun_rdzv_info(a->rdzv)->base_rank;
     f.local_rank = -1;
-    f.group_rank = a->rdzv.group_rank;
+    f.group_rank = trun_rdzv_info(a->rdzv)->group_rank;
     f.pid = getpid();
     f.exit_code = a->unhealthy ? TRUN_EXIT_UNHEALTHY : a->signal_seen ? -a->signal_seen : 1;
     f.timestamp = a->unhealthy ? a->unhealthy_time : trun_wall_s();
@@ -278,12 +279,13 @@ void trun__agent_announce_failure(agent *a) {
     if (a->unhealthy)
       snprintf(msg, sizeof(msg), "%s", a->unhealthy_msg);
     else
-      snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s", a->rdzv.group_rank,
+      snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s",
+               trun_rdzv_info(a->rdzv)->group_rank,
                a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
     f.message = msg;
     json = trun_failure_to_json(&f);
   }
-  if (trun_rdzv_announce_failure(&a->rdzv, a->round, json) < 0)
+  if (trun_rdzv_announce_failure(a->rdzv, a->round, json) < 0)
     trun_warn("could not tell the other nodes that this node failed (rendezvous store unreachable)");
   free(json);
   for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);

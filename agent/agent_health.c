@@ -2,11 +2,11 @@
  * Xid watcher during the job, the records that tell the other nodes why this node left, and the other
  * nodes' records as node rank 0 reads them.
  *
- * Records are failure records (agent/proc/report.h) as JSON in the rendezvous store, one job-wide list:
- * /trun/<run_id>/health/n counts them (ADD), /trun/<run_id>/health/<i> (i = 1..n) holds each. A node that
- * never joined (a failed gate: it connects to the store only to write its record) and one that leaves in
- * the middle of a round (a hardware Xid) are found the same way; every agent remembers how many it has read.
- * A record's host is the node's --local-addr (else its FQDN); its node rank is -1 for a failed gate. */
+ * Records are failure records (agent/proc/report.h) as JSON in the rendezvous store, one job-wide list
+ * (trun_rdzv_health_publish / _read, agent/rdzv/rdzv.h). A node that never joined (a failed gate: it
+ * reaches the store only to write its record, trun_rdzv_reach) and one that leaves in the middle of a round
+ * (a hardware Xid) are found the same way; every agent remembers how many it has read. A record's host is
+ * the node's --local-addr (else its FQDN); its node rank is -1 for a failed gate. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,34 +23,24 @@
  * rendezvous store was reached), else its FQDN. */
 static const char *node_name(const agent *a) {
   if (a->cfg->local_addr) return a->cfg->local_addr;
-  return a->cfg->local_addr_auto && a->rdzv.host_addr[0] ? a->rdzv.host_addr : a->host;
+  const char *auto_addr = trun_rdzv_host_addr(a->rdzv);
+  return a->cfg->local_addr_auto && auto_addr[0] ? auto_addr : a->host;
 }
 
 /* This node's health record: the cause in message, exit code 3. */
 static char *record_json(agent *a, int local_rank, double t, const char *message) {
   trun_failure f;
   memset(&f, 0, sizeof(f));
-  int joined = a->rdzv.group_world_size > 0;
-  f.global_rank = joined && local_rank >= 0 ? a->rdzv.base_rank + local_rank : -1;
+  int joined = trun_rdzv_info(a->rdzv)->group_world_size > 0;
+  f.global_rank = joined && local_rank >= 0 ? trun_rdzv_info(a->rdzv)->base_rank + local_rank : -1;
   f.local_rank = local_rank;
-  f.group_rank = joined ? a->rdzv.group_rank : -1;
+  f.group_rank = joined ? trun_rdzv_info(a->rdzv)->group_rank : -1;
   f.pid = getpid();
   f.exit_code = TRUN_EXIT_UNHEALTHY;
   f.timestamp = t;
   f.host = (char *)node_name(a);
   f.message = (char *)message;
   return trun_failure_to_json(&f);
-}
-
-/* Appends json to the job's health list on c. 0 or a negative errno. */
-static int publish(trun_client *c, const char *run_id, const char *json) {
-  char k[512];
-  int64_t i = 0;
-  snprintf(k, sizeof(k), "/trun/%s/health/n", run_id);
-  int rc = trun_client_add(c, trun_str(k), 1, &i);
-  if (rc < 0) return rc;
-  snprintf(k, sizeof(k), "/trun/%s/health/%lld", run_id, (long long)i);
-  return trun_client_set(c, trun_str(k), trun_str(json));
 }
 
 /* ---- the gate ----------------------------------------------------------------------------------- */
@@ -64,26 +54,16 @@ static void publish_gate(agent *a, const trun_health *h) {
   trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
   snprintf(msg, sizeof(msg), "failed the health gate (--health-check=fail): %s", summary);
   char *json = record_json(a, -1, trun_wall_s(), msg);
-  char token[TRUN_STORE_TOKEN_MAX + 1], terr[200];
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  if (trun_rdzv_token(cfg, token, sizeof(token), terr, sizeof(terr)) >= 0) o.agent_token = token;
-  o.host = cfg->endpoint_host;
-  o.port = cfg->endpoint_port;
-  o.key_prefix = "";
-  o.connect_timeout_ms = 5000;
-  o.timeout_ms = 5000;
-  o.quiet_connect = 1;
-  trun_client *c = NULL;
-  int rc = json ? trun_client_connect(&o, &c) : -ENOMEM;
-  if (rc == 0) rc = publish(c, cfg->run_id, json);
-  if (rc == 0) trun__agent_exclude_self(a, c, node_name(a), "health", msg);
+  trun_rdzv *r = NULL;
+  int rc = json ? trun_rdzv_reach(cfg, 5000, &r) : -ENOMEM;
+  if (rc == 0) rc = trun_rdzv_health_publish(r, json);
+  if (rc == 0) trun__agent_exclude_self(a, r, node_name(a), "health", msg);
   if (rc < 0)
     trun_warn(
         "health: could not tell the other nodes why this node stays out (rendezvous store %s:%d: %s); node "
         "rank 0 will not name it",
         cfg->endpoint_host, cfg->endpoint_port, strerror(-rc));
-  if (c) trun_client_close(c);
+  trun_rdzv_free(r);
   free(json);
 }
 
@@ -262,18 +242,18 @@ static void on_xid_readable(uv_poll_t *h, int status, int events) {
 void trun__agent_leave_unhealthy(agent *a) {
   if (a->left || !a->unhealthy) return;
   a->left = 1;
-  if (a->cfg->max_nodes > 1 && a->rdzv.client) {
+  if (a->cfg->max_nodes > 1 && trun_rdzv_connected(a->rdzv)) {
     char *json = record_json(a, a->unhealthy_lr, a->unhealthy_time, a->unhealthy_msg);
-    int rc = json ? publish(a->rdzv.client, a->cfg->run_id, json) : -ENOMEM;
+    int rc = json ? trun_rdzv_health_publish(a->rdzv, json) : -ENOMEM;
     if (rc < 0)
       trun_warn("health: could not publish this node's cause in the rendezvous store: %s", strerror(-rc));
     free(json);
-    trun__agent_exclude_self(a, a->rdzv.client, node_name(a), a->unhealthy_kind ? a->unhealthy_kind : "xid",
+    trun__agent_exclude_self(a, a->rdzv, node_name(a), a->unhealthy_kind ? a->unhealthy_kind : "xid",
                              a->unhealthy_msg);
   }
   /* The other nodes start their next round at once instead of after this node's heartbeat expires: its
    * loss record names the Xid (rdzv_live.c; in a round only: between rounds the rendezvous notices). */
-  if (trun_rdzv_leave_now(&a->rdzv, a->unhealthy_msg) < 0)
+  if (trun_rdzv_leave_now(a->rdzv, a->unhealthy_msg) < 0)
     trun_debug("health: not in a round: the other nodes notice this node's absence at the next rendezvous");
 }
 
@@ -300,29 +280,23 @@ static int known(const trun_failure *fs, size_t n, const trun_failure *f) {
 }
 
 void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) {
-  trun_client *c = a->rdzv.client;
-  if (a->cfg->max_nodes <= 1 || c == NULL || a->cfg->health_check == TRUN_HEALTH_CHECK_OFF) return;
-  char k[512];
-  int64_t count = 0;
-  snprintf(k, sizeof(k), "/trun/%s/health/n", a->cfg->run_id);
-  if (trun_client_add(c, trun_str(k), 0, &count) < 0) return;
-  for (int64_t i = a->health_seen + 1; i <= count; i++) {
-    trun_buf v = {0};
-    snprintf(k, sizeof(k), "/trun/%s/health/%lld", a->cfg->run_id, (long long)i);
-    if (trun_client_get(c, trun_str(k), &v, 2000) < 0) { /* written right after the count: next time */
-      trun_buf_free(&v);
-      break;
-    }
-    a->health_seen = (int)i;
+  if (a->cfg->max_nodes <= 1 || !trun_rdzv_connected(a->rdzv) ||
+      a->cfg->health_check == TRUN_HEALTH_CHECK_OFF)
+    return;
+  char **rec = NULL;
+  int nrec = 0;
+  if (trun_rdzv_health_read(a->rdzv, a->health_seen, &rec, &nrec) < 0) return;
+  for (int i = 0; i < nrec; i++) {
+    a->health_seen++;
     trun_failure f;
     memset(&f, 0, sizeof(f));
-    int ok = trun_failure_from_json((const char *)v.data, v.len, &f) == 0;
-    trun_buf_free(&v);
+    int ok = trun_failure_from_json(rec[i], strlen(rec[i]), &f) == 0;
+    free(rec[i]);
     if (!ok || (f.pid == getpid() && f.host && strcmp(f.host, node_name(a)) == 0)) {
       trun_failure_free(&f);
       continue;
     }
-    if (a->rdzv.group_rank == 0) {
+    if (trun_rdzv_info(a->rdzv)->group_rank == 0) {
       char who[64] = "";
       if (f.group_rank >= 0) snprintf(who, sizeof(who), "node rank %d, ", f.group_rank);
       fprintf(stderr, "trun: health: node %s (%sexit %d) left the job: %s\n", f.host ? f.host : "?", who,
@@ -334,6 +308,7 @@ void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) 
     else
       trun_failure_free(&f);
   }
+  free(rec);
 }
 
 void trun__agent_health_close(agent *a) {

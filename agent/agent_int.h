@@ -76,7 +76,7 @@ struct agent {
   int store_stuck;  /* stopping on a signal, the rendezvous store did not answer: leave without it */
   int restart_count;
   int round;
-  trun_rdzv rdzv;
+  trun_rdzv *rdzv;
   trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
   trun_watchdog guard;
   char run_dir[PATH_MAX];
@@ -249,9 +249,9 @@ void trun__agent_stdin_stop(agent *a);
 void trun__agent_wait_hook(void *arg, const trun_wait_info *w);
 void trun__agent_stop_wait_begin(agent *a, int sig);
 void trun__agent_stop_wait_end(agent *a);
-/* agent_exclude.c: puts this node (known to the others as host) on the job's exclusion list through c. */
-void trun__agent_exclude_self(agent *a, trun_client *c, const char *host, const char *kind,
-                              const char *cause);
+/* agent_exclude.c: puts this node (known to the others as host) on the job's exclusion list through r's
+ * connection to the rendezvous store (none: nothing). */
+void trun__agent_exclude_self(agent *a, trun_rdzv *r, const char *host, const char *kind, const char *cause);
 /* The exclusion list's news of this round (read by trun_rdzv_next_round): events, metrics, stderr on node
  * rank 0. */
 void trun__agent_exclusion_news(agent *a);

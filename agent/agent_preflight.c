@@ -100,7 +100,8 @@ void trun__agent_preflight_wait(agent *a) {
   }
   /* Once, before this agent's first round, and only as a spare: a node waiting for the job's first round
    * runs the all-ranks preflight there. */
-  if (a->pf_local != TRUN_PF_LOCAL_NONE || a->pf_rounds > 0 || strcmp(a->rdzv.wait.kind, "spare") != 0)
+  if (a->pf_local != TRUN_PF_LOCAL_NONE || a->pf_rounds > 0 ||
+      strcmp(trun_rdzv_wait_kind(a->rdzv), "spare") != 0)
     return;
   int ngpu = a->node ? a->node->ngpu : 0;
   if (ngpu <= 1) {
@@ -147,9 +148,10 @@ int trun__agent_preflight_round(agent *a, trun_pf_rank_env rank_env) {
   }
   if (a->unhealthy) return -1;
   if (!first) return 0;
-  if (a->rdzv.round == 0) {
+  if (trun_rdzv_info(a->rdzv)->round == 0) {
     trun_pf_outcome pf;
-    int stop = trun_preflight_agent(a->env, a->cfg, &a->rdzv, a->nproc, a->restart_count, rank_env, a, &pf);
+    int stop = trun_preflight_agent(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, a->restart_count,
+                                    rank_env, a, &pf);
     trun_obs_preflight(a->obs, a->round, &pf);
     return stop ? -1 : 0;
   }
@@ -157,7 +159,7 @@ int trun__agent_preflight_round(agent *a, trun_pf_rank_env rank_env) {
       stderr,
       "trun: --preflight: node rank %d joined the job at rendezvous round %d: the all-ranks preflight ran at "
       "the job's first round without it (the other nodes run none now), skipped here; local part: %s\n",
-      a->rdzv.group_rank, a->rdzv.round,
+      trun_rdzv_info(a->rdzv)->group_rank, trun_rdzv_info(a->rdzv)->round,
       a->pf_local == TRUN_PF_LOCAL_NONE ? "not run (this node did not wait as a spare)"
                                         : a->pf_local_verdict);
   return 0;

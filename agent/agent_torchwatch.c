@@ -37,7 +37,7 @@ static void on_expired(void *arg, pid_t pid, const char *scope, int sig) {
         scope, (int)pid, (int)pid);
     return;
   }
-  int rank = a->rdzv.base_rank + w->local_rank;
+  int rank = trun_rdzv_info(a->rdzv)->base_rank + w->local_rank;
   trun_obs_timer_expired(a->obs, pid, w->pid == pid ? rank : -1, w->pid == pid ? w->local_rank : -1, scope,
                          sig);
   if (sig <= 0) {

@@ -19,7 +19,7 @@ static void stop_have(agent *a) {
   for (int i = 0; i < a->nproc; i++)
     if (a->w[i].running && named++ < NAMED && nl < sizeof(names))
       nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%srank %d (pid %d)", nl ? ", " : "",
-                             a->rdzv.base_rank + i, (int)a->w[i].pid);
+                             trun_rdzv_info(a->rdzv)->base_rank + i, (int)a->w[i].pid);
   snprintf(a->stop_wait.have, sizeof(a->stop_wait.have), "%d of %d still run: %s%s; SIGKILL at the time-out",
            a->running, a->nproc, names, named > NAMED ? ", ..." : "");
 }

@@ -11,11 +11,9 @@
 /* Slot lr's environment before the rendezvous: the worker's, without what only the rendezvous decides
  * (those variables are left as the agent's own environment has them). NULL when out of memory. */
 static char **slot_env(char **base, const trun_config *cfg, int nproc, int lr) {
-  trun_rdzv r;
+  trun_rdzv_round r;
   memset(&r, 0, sizeof(r));
-  r.cfg = cfg;
-  r.nproc = nproc;
-  char **v = trun_worker_envp(base, cfg, &r, lr, 0, "");
+  char **v = trun_worker_envp(base, cfg, &r, nproc, lr, 0, "");
   for (size_t i = 0; v && v[i];) {
     size_t n = strcspn(v[i], "=");
     char name[256];

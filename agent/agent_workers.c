@@ -87,7 +87,7 @@ static void line_prefix(const agent *a, int local_rank, char *out, size_t len) {
     else if (strncmp(t, "${local_rank}", 13) == 0)
       snprintf(num, sizeof(num), "%d", local_rank), val = num, skip = 13;
     else if (strncmp(t, "${rank}", 7) == 0)
-      snprintf(num, sizeof(num), "%d", a->rdzv.base_rank + local_rank), val = num, skip = 7;
+      snprintf(num, sizeof(num), "%d", trun_rdzv_info(a->rdzv)->base_rank + local_rank), val = num, skip = 7;
     else if (strncmp(t, "${hostname}", 11) == 0)
       val = a->host, skip = 11;
     if (val) {
@@ -162,7 +162,8 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
     }
     unlink(w->error_file);
   }
-  char **envp = trun_worker_envp(a->env, a->cfg, &a->rdzv, lr, a->restart_count, w->error_file);
+  char **envp = trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr, a->restart_count,
+                                 w->error_file);
   if (envp && a->cfg->nccl_report && !a->files_off && trun_nccl_report_env(&envp, dir) < 0)
     trun_strv_free(envp), envp = NULL;
   char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
@@ -195,7 +196,7 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
       w->memcg_ok =
           trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;
       trun_watchdog_add(&a->guard, w->pid);
-      trun_obs_worker_start(a->obs, w->pid, a->rdzv.base_rank + lr, lr, a->restart_count);
+      trun_obs_worker_start(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + lr, lr, a->restart_count);
       trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
       rc = 0;
     }

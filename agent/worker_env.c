@@ -68,8 +68,8 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   return v;
 }
 
-char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
-                        int restart_count, const char *error_file) {
+char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
+                        int local_rank, int restart_count, const char *error_file) {
   char **v = trun_strv_dup(base);
   if (v == NULL) return NULL;
   char lr_s[16], rank_s[16], grank_s[16], rrank_s[16], lws_s[16], ws_s[16], gws_s[16], rws_s[16];
@@ -78,7 +78,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r,
   snprintf(rank_s, sizeof(rank_s), "%d", r->base_rank + local_rank);
   snprintf(grank_s, sizeof(grank_s), "%d", r->group_rank);
   snprintf(rrank_s, sizeof(rrank_s), "%d", r->role_base_rank + local_rank);
-  snprintf(lws_s, sizeof(lws_s), "%d", r->nproc);
+  snprintf(lws_s, sizeof(lws_s), "%d", nproc);
   snprintf(ws_s, sizeof(ws_s), "%d", r->world_size);
   snprintf(gws_s, sizeof(gws_s), "%d", r->group_world_size);
   snprintf(rws_s, sizeof(rws_s), "%d", r->role_world_size);

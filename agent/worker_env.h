@@ -18,10 +18,11 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
  * trun_agent_env discovers with these itself. */
 int trun_agent_discover_flags(const trun_config *cfg);
 
-/* Worker local_rank's environment for attempt restart_count. error_file "" when log files are off.
+/* Worker local_rank's environment in round r (trun_rdzv_info) of a node of nproc workers, for attempt
+ * restart_count. error_file "" when log files are off.
  * TRUN_CPU_AFFINITY = the CPUs the worker is pinned to (its TRUN_NUMA_PLAN entry), removed when none. */
-char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv *r, int local_rank,
-                        int restart_count, const char *error_file);
+char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
+                        int local_rank, int restart_count, const char *error_file);
 /* The cpulist a worker with environment envp is to be pinned to (TRUN_CPU_AFFINITY), or NULL. */
 const char *trun_worker_cpus(char *const *envp);
 /* The Python of the environment trun is installed in, as torchrun runs its workers with the Python that

@@ -233,42 +233,26 @@ void trun_doctor_print(FILE *out, const trun_doctor_findings *f, int nagents, in
 /* ---- exchange ----------------------------------------------------------------------------------------- */
 
 /* Group rank 0: the identities that arrive within wait_ms; *missing = agents that did not publish. */
-static int collect(trun_rdzv *r, const char *key_base, int world, int wait_ms, trun_host_id *ids,
-                   int *missing) {
+static int collect(trun_rdzv *r, int world, int wait_ms, trun_host_id *ids, int *missing) {
   char **names = calloc((size_t)world, sizeof(char *));
-  trun_slice *keys = calloc((size_t)world, sizeof(trun_slice));
   trun_buf *vals = calloc((size_t)world, sizeof(trun_buf));
-  int n = 0, present = 0;
-  if (!names || !keys || !vals) goto out;
+  int n = 0;
+  if (!names || !vals) goto out;
   for (int g = 0; g < world; g++) {
-    if (asprintf(&names[g], "%s/doctor/%d", key_base, g) < 0) {
+    if (asprintf(&names[g], "doctor/%d", g) < 0) {
       names[g] = NULL;
       goto out;
     }
-    keys[g] = trun_str(names[g]);
   }
-  /* Usually every agent has published by now: one WAIT; on time-out find out which ones did. */
-  int rc = trun_client_wait(r->client, (size_t)world, keys, wait_ms);
-  trun_slice *have = calloc((size_t)world, sizeof(trun_slice));
-  if (have == NULL) goto out;
-  if (rc == 0) {
-    memcpy(have, keys, (size_t)world * sizeof(trun_slice));
-    present = world;
-  } else if (rc == -ETIMEDOUT) {
-    for (int g = 0; g < world; g++)
-      if (trun_client_check(r->client, 1, &keys[g]) == 1) have[present++] = keys[g];
-  } else {
-    trun_warn("doctor: cannot wait for the agents' identities: %s", strerror(-rc));
+  int rc = trun_rdzv_exchange_collect(r, (const char *const *)names, world, wait_ms, vals);
+  if (rc < 0) trun_warn("doctor: cannot wait for the agents' identities: %s", strerror(-rc));
+  for (int g = 0; rc > 0 && g < world; g++) {
+    if (vals[g].data == NULL) continue; /* did not publish in time */
+    json_error_t e;
+    json_t *j = json_loadb((const char *)vals[g].data, vals[g].len, 0, &e);
+    if (j && trun_doctor_identity_from_json(j, &ids[n]) == 0) n++;
+    json_decref(j);
   }
-  if (present > 0 && trun_client_multi_get(r->client, (size_t)present, have, vals, 5000) == 0) {
-    for (int i = 0; i < present; i++) {
-      json_error_t e;
-      json_t *j = json_loadb((const char *)vals[i].data, vals[i].len, 0, &e);
-      if (j && trun_doctor_identity_from_json(j, &ids[n]) == 0) n++;
-      json_decref(j);
-    }
-  }
-  free(have);
 out:
   *missing = world - n;
   for (int g = 0; names && g < world; g++) {
@@ -276,31 +260,33 @@ out:
     if (vals) trun_buf_free(&vals[g]);
   }
   free(names);
-  free(keys);
   free(vals);
   return n;
 }
 
-int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id *self, int wait_ms,
-                         int fail_on_findings, trun_doctor_outcome *out) {
-  char k[600], vk[600];
+int trun_doctor_exchange(trun_rdzv *r, const trun_host_id *self, int wait_ms, int fail_on_findings,
+                         trun_doctor_outcome *out) {
+  char name[32], k[600], vk[600];
   trun_doctor_outcome dummy;
   if (out == NULL) out = &dummy;
   *out = (trun_doctor_outcome){.fail_on_findings = fail_on_findings, .action = "continue"};
-  snprintf(k, sizeof(k), "%s/doctor/%d", key_base, r->group_rank);
-  snprintf(vk, sizeof(vk), "%s/doctor/verdict", key_base);
+  const trun_rdzv_round *ri = trun_rdzv_info(r);
+  snprintf(name, sizeof(name), "doctor/%d", ri->group_rank);
+  trun_rdzv_exchange_key(r, name, k, sizeof(k));
+  trun_rdzv_exchange_key(r, "doctor/verdict", vk, sizeof(vk));
   json_t *j = trun_doctor_identity_json(self);
   char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
-  int world = r->group_world_size > 0 ? r->group_world_size : 1;
-  if (r->client == NULL) world = 1;
-  if (s && r->client && trun_client_set(r->client, trun_str(k), trun_str(s)) < 0)
+  int connected = trun_rdzv_connected(r);
+  int world = ri->group_world_size > 0 ? ri->group_world_size : 1;
+  if (!connected) world = 1;
+  if (s && connected && trun_rdzv_exchange_set(r, name, s) < 0)
     trun_warn("doctor: cannot publish this node's identity under %s (store unreachable?)", k);
   free(s);
-  if (r->group_rank != 0) {
-    if (!fail_on_findings || r->client == NULL) return 0;
+  if (ri->group_rank != 0) {
+    if (!fail_on_findings || !connected) return 0;
     trun_buf v = {0};
-    int rc = trun_client_get(r->client, trun_str(vk), &v, wait_ms + 15000);
+    int rc = trun_rdzv_exchange_get(r, "doctor/verdict", &v, wait_ms + 15000);
     int stop = rc == 0 && v.len == 4 && memcmp(v.data, "fail", 4) == 0;
     if (rc < 0)
       trun_warn("doctor: no verdict from group rank 0 under %s (%s); continuing", vk, strerror(-rc));
@@ -308,7 +294,7 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
       fprintf(stderr,
               "trun: node rank %d: stopping: group rank 0's doctor found a split-pod layout or a GPU "
               "clash (--on-split-pods=fail); its report says which\n",
-              r->group_rank);
+              ri->group_rank);
     trun_buf_free(&v);
     out->action = stop ? "stop" : "continue";
     return stop;
@@ -321,7 +307,7 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
     ids[0] = *self;
     n = 1;
   } else {
-    n = collect(r, key_base, world, wait_ms, ids, &missing);
+    n = collect(r, world, wait_ms, ids, &missing);
   }
   trun_doctor_findings *f = malloc(sizeof(*f));
   int stop = 0;
@@ -352,20 +338,21 @@ int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id 
     free(f);
   }
   free(ids);
-  if (r->client && world > 1 && trun_client_set(r->client, trun_str(vk), trun_str(stop ? "fail" : "ok")) < 0)
+  if (connected && world > 1 && trun_rdzv_exchange_set(r, "doctor/verdict", stop ? "fail" : "ok") < 0)
     trun_warn("doctor: cannot publish the verdict under %s", vk);
   return stop;
 }
 
-int trun_doctor_round(trun_rdzv *r, char **envp, const trun_node *given, trun_doctor_outcome *out) {
-  if (out) *out = (trun_doctor_outcome){.fail_on_findings = r->cfg->on_split_pods_fail, .action = "continue"};
+int trun_doctor_round(trun_rdzv *r, const trun_config *cfg, int nproc, char **envp, const trun_node *given,
+                      trun_doctor_outcome *out) {
+  if (out) *out = (trun_doctor_outcome){.fail_on_findings = cfg->on_split_pods_fail, .action = "continue"};
   trun_node *node = calloc(1, sizeof(*node));
   if (node == NULL) return 0;
-  char err[512], base[600];
+  char err[512];
   if (given)
     *node = *given;
-  else if (trun_discover_node(node, envp, TRUN_IDENTITY_IF_EFA | TRUN_DISCOVER_NO_AFFINITY, r->cfg->no_imds,
-                              err, sizeof(err)) < 0)
+  else if (trun_discover_node(node, envp, TRUN_IDENTITY_IF_EFA | TRUN_DISCOVER_NO_AFFINITY, cfg->no_imds, err,
+                              sizeof(err)) < 0)
     trun_debug("doctor: GPU discovery: %s", err);
   /* No usable EFA means no instance lookup above; the EFA check still needs the type: DMI, no network. */
   if (node->ngpu > 0 && node->instance.instance_type[0] == '\0') trun_discover_instance(node, 1);
@@ -374,12 +361,11 @@ int trun_doctor_round(trun_rdzv *r, char **envp, const trun_node *given, trun_do
     free(node);
     return 0;
   }
-  trun_doctor_identity(node, r->group_rank, r->nproc, self);
+  trun_doctor_identity(node, trun_rdzv_info(r)->group_rank, nproc, self);
   free(node);
-  snprintf(base, sizeof(base), "%s", r->key_space);
   /* c10d fleets may mix in torchrun agents, which never publish: wait only briefly for them. */
   int rc =
-      trun_doctor_exchange(r, base, self, r->foreign_peers ? 2000 : 10000, r->cfg->on_split_pods_fail, out);
+      trun_doctor_exchange(r, self, trun_rdzv_foreign_peers(r) ? 2000 : 10000, cfg->on_split_pods_fail, out);
   free(self);
   return rc;
 }

@@ -71,16 +71,18 @@ void trun_doctor_analyze(const trun_host_id *ids, int n, trun_doctor_findings *o
 /* The report block; missing = agents that did not publish (torchrun agents in a mixed fleet). */
 void trun_doctor_print(FILE *out, const trun_doctor_findings *f, int nagents, int missing);
 
-/* Publishes self under <key_base>/doctor/<group rank>. Group rank 0 waits at most wait_ms for the others,
- * analyzes and prints the report, and publishes <key_base>/doctor/verdict ("ok" or "fail"; "fail" when
- * fail_on_findings and there is a split or an error). With fail_on_findings the other agents wait for the
- * verdict. Returns 1 when this agent must stop (verdict "fail"), 0 otherwise (store problems are warned
- * about and do not stop the job). */
-int trun_doctor_exchange(trun_rdzv *r, const char *key_base, const trun_host_id *self, int wait_ms,
-                         int fail_on_findings, trun_doctor_outcome *out);
-/* The agent's hook after each rendezvous round: discovers this node (envp's CUDA_VISIBLE_DEVICES) and
- * exchanges in the round's key space (r->key_space: static and trun /trun/<run_id>/r<round>; c10d
- * <round prefix>trun), waiting briefly for peers that may be torchrun agents (r->foreign_peers). */
-int trun_doctor_round(trun_rdzv *r, char **envp, const trun_node *node, trun_doctor_outcome *out);
+/* Publishes self under doctor/<group rank> of the round's exchange (trun_rdzv_exchange_set: the round's key
+ * space, static and trun /trun/<run_id>/r<round>; c10d <round prefix>trun). Group rank 0 waits at most
+ * wait_ms for the others, analyzes and prints the report, and publishes doctor/verdict ("ok" or "fail";
+ * "fail" when fail_on_findings and there is a split or an error). With fail_on_findings the other agents
+ * wait for the verdict. Returns 1 when this agent must stop (verdict "fail"), 0 otherwise (store problems
+ * are warned about and do not stop the job). */
+int trun_doctor_exchange(trun_rdzv *r, const trun_host_id *self, int wait_ms, int fail_on_findings,
+                         trun_doctor_outcome *out);
+/* The agent's hook after each rendezvous round (cfg: the job's; nproc: this node's workers): discovers this
+ * node (envp's CUDA_VISIBLE_DEVICES) and exchanges in the round's key space, waiting briefly for peers that
+ * may be torchrun agents (trun_rdzv_foreign_peers). */
+int trun_doctor_round(trun_rdzv *r, const trun_config *cfg, int nproc, char **envp, const trun_node *node,
+                      trun_doctor_outcome *out);
 
 #endif

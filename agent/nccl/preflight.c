@@ -295,8 +295,8 @@ int trun_preflight_local_start(char **env, const trun_config *cfg, int ngpu, con
   return 0;
 }
 
-int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
-                         trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
+                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
   trun_node *node = calloc(1, sizeof(*node));
   char err[512];
   outcome(out, "error", "out of memory");

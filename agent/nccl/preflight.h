@@ -86,9 +86,10 @@ typedef char **(*trun_pf_rank_env)(void *arg, int lr);
 /* The agent's --preflight step for this round: a one-line skip when this node has no GPU (env: the agent's
  * environment); otherwise one trun-preflight (next to the trun binary, or $TRUN_PREFLIGHT_BIN;
  * TRUN_PREFLIGHT=1 is --preflight) per local rank with the workers' rank environment (rank_env), waited for
- * (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600). Fills out (may be NULL). 0: continue; 1: stop the job. */
-int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv *r, int nproc, int restart_count,
-                         trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
+ * (at most $TRUN_PREFLIGHT_TIMEOUT s, default 600); r: the round (trun_rdzv_info). Fills out (may be NULL).
+ * 0: continue; 1: stop the job. */
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
+                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out);
 
 /* The local part of --preflight for a node that waits in the rendezvous (a spare): starts, as a child in a
  * session of its own, `trun --standalone --nproc-per-node ngpu --no-python <trun-preflight> [options]` (what

@@ -120,14 +120,7 @@ static void render(void *arg, trun_buf *out) {
     trun_metrics_sample(out, "trun_worker_starts_total", "start=\"cold\"", (double)o->starts_cold);
   }
   trun_server_stats sum = {0};
-  const trun_store_host *hosts[2] = {o->r ? o->r->host : NULL, o->r ? o->r->worker_host : NULL};
-  for (int i = 0; i < 2; i++) {
-    if (hosts[i] == NULL) continue;
-    trun_server_stats st;
-    trun_server_get_stats(trun_store_host_server((trun_store_host *)hosts[i]), &st);
-    sum.connections += st.connections, sum.ops += st.ops, sum.accepted += st.accepted;
-    sum.refused += st.refused;
-  }
+  if (o->r) trun_rdzv_store_stats(o->r, &sum);
   trun_metrics_header(out, "trun_store_connections", "gauge",
                       "Open connections to the store(s) this agent hosts (0 when it hosts none).");
   trun_metrics_sample(out, "trun_store_connections", NULL, (double)sum.connections);
@@ -197,7 +190,7 @@ int trun_obs_open(const trun_config *cfg, uv_loop_t *loop, const char *host, tru
 void trun_obs_set_rdzv(trun_obs *o, const trun_rdzv *r) {
   if (o == NULL) return;
   o->r = r;
-  trun_events_set_group_rank(o->ev, r ? r->group_rank : -1);
+  trun_events_set_group_rank(o->ev, r ? trun_rdzv_info(r)->group_rank : -1);
 }
 
 void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *given) {
@@ -232,14 +225,15 @@ void trun_obs_rdzv_end(trun_obs *o, int round, const char *error) {
   o->round = round;
   o->rdzv_duration = d;
   o->running = o->succeeded = o->failed = o->stopped = 0;
-  trun_events_set_group_rank(o->ev, o->r ? o->r->group_rank : -1);
+  const trun_rdzv_round *ri = o->r ? trun_rdzv_info(o->r) : NULL;
+  trun_events_set_group_rank(o->ev, ri ? ri->group_rank : -1);
   json_t *f = json_pack("{s:i,s:f,s:b}", "round", round, "duration_s", d, "ok", 1);
-  if (o->r) {
-    json_object_set_new(f, "world_size", json_integer(o->r->world_size));
-    json_object_set_new(f, "base_rank", json_integer(o->r->base_rank));
-    json_object_set_new(f, "nnodes", json_integer(o->r->group_world_size));
-    json_object_set_new(f, "master_addr", json_string(o->r->master_addr));
-    json_object_set_new(f, "master_port", json_integer(o->r->master_port));
+  if (ri) {
+    json_object_set_new(f, "world_size", json_integer(ri->world_size));
+    json_object_set_new(f, "base_rank", json_integer(ri->base_rank));
+    json_object_set_new(f, "nnodes", json_integer(ri->group_world_size));
+    json_object_set_new(f, "master_addr", json_string(ri->master_addr));
+    json_object_set_new(f, "master_port", json_integer(ri->master_port));
   }
   trun_events_emit(o->ev, "rendezvous_end", f);
 }

@@ -1,8 +1,11 @@
 /* The rendezvous interface (agent/rdzv/rdzv.h): picks the backend and hands every call to it, with what is
- * the same for all of them around the calls (the --store-allow-peers steps of a round). */
+ * the same for all of them around the calls (the --store-allow-peers steps of a round); and what the agent,
+ * its doctor and its observability read of the rendezvous (the round's info, its exchange keys). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "rdzv_int.h"
 
@@ -16,8 +19,26 @@ const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
 
 const char *trun_rdzv_config_backend_name(const trun_config *cfg) { return trun__rdzv_backend_of(cfg)->name; }
 
-int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen) {
+trun_rdzv *trun_rdzv_new(void) { return calloc(1, sizeof(trun_rdzv)); }
+
+void trun_rdzv_free(trun_rdzv *r) {
+  if (r == NULL) return;
+  trun_rdzv_close(r);
+  free(r);
+}
+
+int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_opts *opts, char *err,
+                   size_t errlen) {
   const trun_rdzv_ops *be = trun__rdzv_backend_of(cfg);
+  if (opts) { /* kept by trun__rdzv_reset */
+    r->poll = opts->poll;
+    r->poll_arg = opts->poll_arg;
+    r->on_news = opts->on_news;
+    r->on_news_arg = opts->on_news_arg;
+    r->on_wait = opts->on_wait;
+    r->on_wait_arg = opts->on_wait_arg;
+    r->node = opts->node;
+  }
   trun__rdzv_reset(r, cfg, nproc, be);
   int explicit_token = trun_rdzv_token(cfg, r->token, sizeof(r->token), err, errlen);
   if (explicit_token < 0) return -1;
@@ -43,7 +64,7 @@ static void read_prev_losses(trun_rdzv *r, const char *prev_ks, int prev_world) 
 
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   char prev_ks[sizeof(r->key_space)];
-  int prev_world = r->group_world_size;
+  int prev_world = r->info.group_world_size;
   snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
   if (r->be->publish_addr && r->be->publish_addr(r, round) < 0)
     trun_debug("could not publish this node's address for --store-allow-peers");
@@ -94,3 +115,117 @@ void trun_rdzv_close(trun_rdzv *r) {
 const char *trun_rdzv_backend_name(const trun_rdzv *r) { return r->be ? r->be->name : "none"; }
 
 int trun_rdzv_elastic(const trun_rdzv *r) { return r->be && r->be->elastic; }
+
+/* ---- what the agent and its modules read ---- */
+
+const trun_rdzv_round *trun_rdzv_info(const trun_rdzv *r) { return &r->info; }
+
+void trun_rdzv_set_attempt(trun_rdzv *r, int attempt) { r->info.attempt = attempt; }
+
+int trun_rdzv_connected(const trun_rdzv *r) { return r->client != NULL; }
+
+const char *trun_rdzv_host_addr(const trun_rdzv *r) { return r->host_addr; }
+
+const char *trun_rdzv_store_addr(const trun_rdzv *r, int *port) {
+  *port = r->store_port;
+  return r->store_addr;
+}
+
+int trun_rdzv_foreign_peers(const trun_rdzv *r) { return r->foreign_peers; }
+
+void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum) {
+  memset(sum, 0, sizeof(*sum));
+  const trun_store_host *hosts[2] = {r ? r->host : NULL, r ? r->worker_host : NULL};
+  for (int i = 0; i < 2; i++) {
+    if (hosts[i] == NULL) continue;
+    trun_server_stats st;
+    trun_server_get_stats(trun_store_host_server((trun_store_host *)hosts[i]), &st);
+    sum->connections += st.connections, sum->ops += st.ops, sum->accepted += st.accepted;
+    sum->refused += st.refused;
+  }
+}
+
+int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out) {
+  *out = r->prev_lost;
+  return r->n_prev_lost;
+}
+
+int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out) {
+  *out = r->excl;
+  return r->n_excl;
+}
+
+int trun_rdzv_excluded(const trun_rdzv *r) { return r->excluded; }
+
+const char *trun_rdzv_wait_kind(const trun_rdzv *r) { return r->wait.kind; }
+
+void trun_rdzv_hang_up(trun_rdzv *r) {
+  if (r->client) shutdown(trun_client_fd(r->client), SHUT_RDWR);
+}
+
+/* ---- the round's exchange ---- */
+
+void trun_rdzv_exchange_key(const trun_rdzv *r, const char *name, char *out, size_t len) {
+  snprintf(out, len, "%s/%s", r->key_space, name);
+}
+
+int trun_rdzv_exchange_set(trun_rdzv *r, const char *name, const char *value) {
+  if (r->client == NULL) return -ENOTCONN;
+  char k[sizeof(r->key_space) + 128];
+  trun_rdzv_exchange_key(r, name, k, sizeof(k));
+  return trun_client_set(r->client, trun_str(k), trun_str(value));
+}
+
+int trun_rdzv_exchange_get(trun_rdzv *r, const char *name, trun_buf *out, int timeout_ms) {
+  if (r->client == NULL) return -ENOTCONN;
+  char k[sizeof(r->key_space) + 128];
+  trun_rdzv_exchange_key(r, name, k, sizeof(k));
+  return trun_client_get(r->client, trun_str(k), out, timeout_ms);
+}
+
+int trun_rdzv_exchange_collect(trun_rdzv *r, const char *const *names, int n, int wait_ms, trun_buf *vals) {
+  if (r->client == NULL) return -ENOTCONN;
+  char **full = calloc((size_t)n, sizeof(char *));
+  trun_slice *keys = calloc((size_t)n, sizeof(trun_slice));
+  trun_slice *have = calloc((size_t)n, sizeof(trun_slice));
+  int *at = calloc((size_t)n, sizeof(int));
+  trun_buf *got = calloc((size_t)n, sizeof(trun_buf));
+  int rc = -ENOMEM, present = 0;
+  if (!full || !keys || !have || !at || !got) goto out;
+  for (int i = 0; i < n; i++) {
+    if (asprintf(&full[i], "%s/%s", r->key_space, names[i]) < 0) {
+      full[i] = NULL;
+      goto out;
+    }
+    keys[i] = trun_str(full[i]);
+  }
+  /* Usually every name is there by now: one WAIT; on its time-out find out which ones are. */
+  rc = trun_client_wait(r->client, (size_t)n, keys, wait_ms);
+  if (rc == 0) {
+    for (int i = 0; i < n; i++) have[i] = keys[i], at[i] = i;
+    present = n;
+  } else if (rc == -ETIMEDOUT) {
+    for (int i = 0; i < n; i++)
+      if (trun_client_check(r->client, 1, &keys[i]) == 1) have[present] = keys[i], at[present++] = i;
+  } else {
+    goto out;
+  }
+  rc = 0;
+  if (present > 0 && trun_client_multi_get(r->client, (size_t)present, have, got, 5000) == 0)
+    for (int i = 0; i < present; i++) {
+      vals[at[i]] = got[i];
+      got[i] = (trun_buf){0};
+    }
+  rc = present;
+out:
+  for (int i = 0; full && i < n; i++) {
+    free(full[i]);
+    if (got) trun_buf_free(&got[i]);
+  }
+  free(full);
+  free(keys);
+  free(have);
+  free(at);
+  free(got);
+  return rc;
+}

@@ -7,7 +7,8 @@
  * rules of store_acl.h. What init and the first round would settle, without a store, is trun_rdzv_preview's
  * (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
- * observe modules, which read the round's result from trun_rdzv. */
+ * observe modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is
+ * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space"). */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
@@ -67,14 +68,17 @@ void trun_wait_line(const trun_wait *w, double now, char *out, size_t len);
  * client said): the cause and, for a name that does not resolve, the Kubernetes readiness hint. */
 void trun_wait_connect_cause(int stage, int err, const char *said, const char *host, char *out, size_t len);
 
-typedef struct trun_rdzv {
-  const trun_config *cfg;
-  int nproc;
-  /* What the last round settled; the rest of the agent reads these. */
+/* The rendezvous of this agent: opaque (rdzv_int.h); trun_rdzv_new makes one, trun_rdzv_init starts it. */
+typedef struct trun_rdzv trun_rdzv;
+
+/* What the last round settled (trun_rdzv_info): what torch's RendezvousInfo gives its agent, the ranks and
+ * the workers' store. */
+typedef struct trun_rdzv_round {
   int round; /* the round number (static: the agent's; c10d, trun: the store's) */
   /* The job's attempt (TORCHELASTIC_RESTART_COUNT): before trun_rdzv_next_round the agent's own count of
-   * restarts; after it (c10d, trun) the round's, the same on every node of the round, spares and late
-   * joiners included (the highest count of its nodes, kept in the rendezvous: rdzv_attempt.c). */
+   * restarts (trun_rdzv_set_attempt); after it (c10d, trun) the round's, the same on every node of the
+   * round, spares and late joiners included (the highest count of its nodes, kept in the rendezvous:
+   * rdzv_attempt.c). */
   int attempt;
   long long round_id;                  /* the round's identity in the store (c10d: its round counter) */
   int group_rank, group_world_size;    /* this node among the round's nodes */
@@ -83,47 +87,25 @@ typedef struct trun_rdzv {
   char master_addr[256];               /* the workers' store */
   int master_port;
   int workers_host_store; /* TORCHELASTIC_USE_AGENT_STORE=False: worker rank 0 serves (torch 1.13's c10d) */
-  char key_space[512];    /* where this round's trun keys live (the doctor's exchange), without a final '/' */
-  int foreign_peers;      /* peers may be torchrun agents, which publish nothing of trun's */
-  char host_addr[256];    /* this node's address as published (--local-addr or FQDN) */
-  trun_store_host *host;  /* the rendezvous store, when this agent serves it */
-  trun_store_host *worker_host;         /* the workers' store, when this agent serves one of its own (c10d) */
-  trun_client *client;                  /* this agent's connection to the rendezvous store (raw keys) */
-  char token[TRUN_STORE_TOKEN_MAX + 1]; /* the job's agent token (trun_rdzv_token), on every connection */
-  int token_explicit;                   /* 1: TRUN_RDZV_TOKEN or --rdzv-conf trun_token; 0: derived */
-  char store_addr[256];                 /* where this agent reaches the rendezvous store */
-  int store_port;
-  trun_gen store_gen; /* its wire generation */
+} trun_rdzv_round;
+
+/* The agent's hooks, given to trun_rdzv_init. Every one may be NULL. */
+typedef struct trun_rdzv_opts {
   /* Called about once a second while a call waits on the store; non-zero aborts the wait with -EINTR
-   * (the agent lets its loop handle signals there). May be NULL. */
+   * (the agent lets its loop handle signals there). */
   int (*poll)(void *arg);
   void *poll_arg;
-  const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
-  void *state;             /* the backend's own state */
-  struct trun_live *live;  /* liveness (rdzv_live.c), NULL for a single node */
   /* While the workers run, the backend's news (nodes waiting to join, a peer that restarted): called from
-   * the rendezvous's thread (set before trun_rdzv_init; NULL: none). The agent's loop never waits on the
-   * store while the workers run: the thread does the backend's keep-alive and the liveness heartbeats on
-   * a connection of its own. */
+   * the rendezvous's thread. The agent's loop never waits on the store while the workers run: the thread
+   * does the backend's keep-alive and the liveness heartbeats on a connection of its own. */
   void (*on_news)(void *arg, int news, int nodes);
   void *on_news_arg;
-  /* The reports of the rendezvous's waits (set before trun_rdzv_init; NULL: only the lines on stderr), and
-   * the wait in progress (rdzv_wait.c). */
+  /* The reports of the rendezvous's waits (NULL: only the lines on stderr). */
   trun_wait_hook on_wait;
   void *on_wait_arg;
-  trun_wait wait;
-  void (*wait_have)(struct trun_rdzv *r); /* refreshes wait.have before a report (NULL: nothing) */
-  /* Losses of the last round this one followed, read at the start of this round (recovery). */
-  int n_prev_lost;
-  struct trun_rdzv_loss *prev_lost;
-  /* This node as the exclusion list names it: set before trun_rdzv_init (NULL: by its address only). */
+  /* This node as the exclusion list names it (NULL: by its address only). */
   const trun_node *node;
-  /* The job's exclusion list as read at the start of the last round (rdzv_exclude.c): every record, with
-   * what is news to this node since the round before (n_excl_news of them); excluded: this node is on it
-   * (trun_rdzv_next_round failed for that: the agent exits 3). */
-  trun_rdzv_exclusion *excl;
-  int n_excl, n_excl_news, excl_read, excluded;
-} trun_rdzv;
+} trun_rdzv_opts;
 
 #define TRUN_RDZV_MAX_LOSSES 16 /* the losses of one round that trun_rdzv keeps */
 
@@ -174,7 +156,7 @@ struct trun_rdzv_exclusion {
   char cause[512];  /* what the node did, in words */
   double at, until; /* wall-clock seconds: when it was excluded, when that ends */
   int index;        /* its place in the job's list (1..) */
-  int news;         /* in trun_rdzv.excl: TRUN_RDZV_EXCL_NEW and/or _ENDED since the last round, else 0 */
+  int news; /* in trun_rdzv_exclusion_list: TRUN_RDZV_EXCL_NEW and/or _ENDED since the last round, else 0 */
   int ended;
 };
 
@@ -210,12 +192,78 @@ int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *o
 /* The agent token (trun_rdzv_token) and --rdzv-conf, whose values config/ checked already (rdzv_conf.c there):
  * keys trun does not read are said on stderr. 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
+/* A rendezvous not started yet (NULL: out of memory): its round info all 0, no connection. */
+trun_rdzv *trun_rdzv_new(void);
+/* trun_rdzv_close, then frees r (NULL: nothing). */
+void trun_rdzv_free(trun_rdzv *r);
 /* Chooses the backend (static for --standalone and --rdzv-backend static, c10d, trun), then hosts the
- * rendezvous store where this node is its host and connects to it. r->poll / r->poll_arg are kept: set them
- * before. 0 or -1 with a reason in err. */
-int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, char *err, size_t errlen);
+ * rendezvous store where this node is its host and connects to it, with the agent's hooks (opts, NULL:
+ * none). 0 or -1 with a reason in err. */
+int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_opts *opts, char *err,
+                   size_t errlen);
+/* The job's rendezvous store reached from outside any round (a node that failed its health gate and never
+ * joins: it only leaves its record and its exclusion there): a connection to cfg's endpoint with the job's
+ * agent token, timeout_ms for the connect and each request, no backend. *out (trun_rdzv_free closes it),
+ * 0, or a negative errno (*out NULL). */
+int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out);
+
+/* ---- what the agent and its modules read (rdzv.c) ---- */
+/* What the last round settled (all 0 before the first one). */
+const trun_rdzv_round *trun_rdzv_info(const trun_rdzv *r);
+/* Before trun_rdzv_next_round: the agent's own count of restarts, which an elastic round raises to the
+ * job's (trun_rdzv_round.attempt). */
+void trun_rdzv_set_attempt(trun_rdzv *r, int attempt);
+/* 1 while this agent has its connection to the rendezvous store (after trun_rdzv_init or _reach). */
+int trun_rdzv_connected(const trun_rdzv *r);
+/* This node's address as the other nodes know it: --local-addr, what --local-addr auto found once the store
+ * was reached, else the FQDN ("" before trun_rdzv_init). */
+const char *trun_rdzv_host_addr(const trun_rdzv *r);
+/* Where this agent reaches the rendezvous store (its port into *port), for a message. */
+const char *trun_rdzv_store_addr(const trun_rdzv *r, int *port);
+/* 1 when the round's peers may be torchrun agents, which publish nothing of trun's (c10d). */
+int trun_rdzv_foreign_peers(const trun_rdzv *r);
+/* The counters of the stores this agent hosts (the rendezvous store, the workers' store), summed into
+ * *sum: all 0 when it hosts none. */
+void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum);
+/* The losses of the last round that this round followed (read at its start): *out, how many. */
+int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out);
+/* The job's exclusion list as read at the start of the last round: *out, how many (news marked). */
+int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out);
+/* 1 when this node is on the job's exclusion list (trun_rdzv_next_round failed for that: exit 3). */
+int trun_rdzv_excluded(const trun_rdzv *r);
+/* The kind of the rendezvous's wait in progress, else of its last one ("" before any; trun_wait_info). */
+const char *trun_rdzv_wait_kind(const trun_rdzv *r);
+/* This agent's connection to the rendezvous store is shut down: no request waits on it any more (a stuck
+ * store while the agent stops). */
+void trun_rdzv_hang_up(trun_rdzv *r);
+
+/* ---- the round's exchange (rdzv.c): keys of the agents' own, <round key space>/<name> ---- */
+/* Sets name to value. 0, -ENOTCONN without a connection, or another negative errno. */
+int trun_rdzv_exchange_set(trun_rdzv *r, const char *name, const char *value);
+/* Waits at most timeout_ms for name and reads it into *out (the caller frees it). 0 or a negative errno. */
+int trun_rdzv_exchange_get(trun_rdzv *r, const char *name, trun_buf *out, int timeout_ms);
+/* Waits at most wait_ms for all n names; vals[i] gets those present then (the others stay empty; the
+ * caller frees each). How many are present, or a negative errno when the wait failed otherwise than by
+ * its time-out (then none is read). */
+int trun_rdzv_exchange_collect(trun_rdzv *r, const char *const *names, int n, int wait_ms, trun_buf *vals);
+/* The full key of name, for a message. */
+void trun_rdzv_exchange_key(const trun_rdzv *r, const char *name, char *out, size_t len);
+
+/* ---- the job's health records (rdzv_health.c) ----
+ * Failure records (JSON) of nodes that left the job unhealthy or never joined it, one job-wide list in the
+ * rendezvous store: /trun/<run_id>/health/n counts them (ADD), /trun/<run_id>/health/<i> (i = 1..n). */
+/* Appends json to the list. 0, -ENOTCONN without a connection, or another negative errno. */
+int trun_rdzv_health_publish(trun_rdzv *r, const char *json);
+/* The records after the first `from`, in order, up to the first that cannot be read yet (written right
+ * after the count: the next call reads it): *out (the caller frees each string and the array), *n. 0 or a
+ * negative errno. */
+int trun_rdzv_health_read(trun_rdzv *r, int from, char ***out, int *n);
+/* Adds node id to the job's exclusion list on r's connection (trun_rdzv_exclude). 0, -ENOTCONN without a
+ * connection, or another negative errno. */
+int trun_rdzv_exclude_node(trun_rdzv *r, const trun_rdzv_node_id *id, const char *kind, const char *cause);
+
 /* The next round (round: the agent's count of rounds so far; the backend may settle on another number,
- * r->round): joins, waits for the other nodes, assigns ranks and the workers' store; with
+ * trun_rdzv_info's round): joins, waits for the other nodes, assigns ranks and the workers' store; with
  * --store-allow-peers the stores this node hosts then admit only the round's nodes. 0 or -1 with a reason. */
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
 /* After a worker failed: nodes that wait to join and were not in this round (c10d), which made another
@@ -230,9 +278,9 @@ int trun_rdzv_ends_by_key(const trun_rdzv *r);
 /* A second connection to the rendezvous store, for a thread that waits for the end (trun_rdzv_end_wait).
  * 0 or a negative errno. */
 int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out);
-/* Blocks on c until the end key of the round (in r->key_space) exists; its value into value ("lost:<errno>"
- * when the store is gone). Thread-safe against the agent's own connection. Every backend: c10d's end key
- * is set only when a node is lost ("gone:<g>"). */
+/* Blocks on c until the end key of the round (in the round's key space) exists; its value into value
+ * ("lost:<errno>" when the store is gone). Thread-safe against the agent's own connection. Every backend:
+ * c10d's end key is set only when a node is lost ("gone:<g>"). */
 void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len);
 /* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (its
  * value reaches the watcher, trun_rdzv_end_wait). 0, -EINTR (poll), or another negative errno. */
@@ -261,8 +309,8 @@ void trun_rdzv_round_done(trun_rdzv *r);
  * its key: the others see it gone), else 0. A stopping agent uses it so that a stuck store cannot hold its
  * exit. */
 int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms);
-/* After the end watcher read "gone:<g>" on its connection c: what the record says of node g. 0 or a negative
- * errno. */
+/* After the end watcher read "gone:<g>" on its connection c (NULL: this agent's own connection): what the
+ * record says of node g. 0 or a negative errno. */
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);
 /* This node is cut off: any request of the rendezvous's thread stuck on the dead connection returns now. */
 void trun_rdzv_abandon(trun_rdzv *r);

@@ -115,7 +115,7 @@ void trun__rdzv_auto_addr(trun_rdzv *r) {
 
 /* Where MASTER_ADDR comes from and how to give the nodes addresses that work: for err. */
 static const char *master_fix(const trun_rdzv *r) {
-  if (strcmp(r->master_addr, r->cfg->endpoint_host) == 0)
+  if (strcmp(r->info.master_addr, r->cfg->endpoint_host) == 0)
     return "it is the rendezvous endpoint's host (--master-addr / --rdzv-endpoint): give one every node "
            "resolves, an address or a DNS name (Kubernetes: a headless Service and the pods' subdomain)";
   return "it is the address node rank 0 published: its --local-addr, else its host name. Run every node with "
@@ -142,7 +142,7 @@ int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen) {
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
   int rc;
   /* A resolver that cannot answer now (EAI_AGAIN: no DNS server reached) gets a few more seconds. */
-  for (int tries = 0; (rc = getaddrinfo(r->master_addr, NULL, &hints, &res)) == EAI_AGAIN && tries < 5;
+  for (int tries = 0; (rc = getaddrinfo(r->info.master_addr, NULL, &hints, &res)) == EAI_AGAIN && tries < 5;
        tries++) {
     if (r->poll && r->poll(r->poll_arg)) break;
     sleep(1);
@@ -152,8 +152,8 @@ int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen) {
         err, errlen,
         "the workers' MASTER_ADDR '%s' does not resolve on this node (%s, node rank %d: %s), so its workers "
         "would retry it until torch's 30-minute time-out; %s",
-        r->master_addr, r->host_addr, r->group_rank, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc),
-        master_fix(r));
+        r->info.master_addr, r->host_addr, r->info.group_rank,
+        rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc), master_fix(r));
     return -1;
   }
   /* Only loopback addresses: right for the node whose agent (or worker, torch 1.13's c10d) serves the
@@ -167,15 +167,15 @@ int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen) {
     if (lo == NULL) lo = ai;
   }
   rc = 0;
-  if (lo && r->group_world_size > 1 && !r->workers_host_store && r->master_port > 0 &&
-      !loopback_listens(lo, r->master_port)) {
+  if (lo && r->info.group_world_size > 1 && !r->info.workers_host_store && r->info.master_port > 0 &&
+      !loopback_listens(lo, r->info.master_port)) {
     char text[INET6_ADDRSTRLEN] = "?";
     trun__rdzv_sa_text(lo->ai_addr, text, sizeof(text));
     snprintf(
         err, errlen,
         "the workers' MASTER_ADDR '%s' resolves to the loopback address %s on this node (%s, node rank %d), "
         "where nothing serves the workers' store (port %d): its workers would wait for themselves; %s",
-        r->master_addr, text, r->host_addr, r->group_rank, r->master_port, master_fix(r));
+        r->info.master_addr, text, r->host_addr, r->info.group_rank, r->info.master_port, master_fix(r));
     rc = -1;
   }
   freeaddrinfo(res);

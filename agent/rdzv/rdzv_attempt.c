@@ -61,12 +61,12 @@ int trun__rdzv_attempt_propose(trun_rdzv *r) {
   char k[320];
   snprintf(k, sizeof(k), "/trun/%s/attempt", r->cfg->run_id);
   int job = 0;
-  int rc = raise_to(r->client, k, r->attempt, &job);
+  int rc = raise_to(r->client, k, r->info.attempt, &job);
   if (rc < 0)
     trun_warn(
         "could not raise the job's attempt %s in the rendezvous store to %d: %s; this node's workers may "
         "get another TORCHELASTIC_RESTART_COUNT than the others'",
-        k, r->attempt, rc == -EPROTO ? "it holds something else than a count" : strerror(-rc));
+        k, r->info.attempt, rc == -EPROTO ? "it holds something else than a count" : strerror(-rc));
   return rc;
 }
 
@@ -89,13 +89,13 @@ int trun__rdzv_attempt_settle(trun_rdzv *r) {
     trun_warn(
         "could not read the round's attempt (%s, %s) from the rendezvous store: %s; this node's workers "
         "get its own count %d, which may differ from the others'",
-        jk, rk, rc == -EPROTO ? "it holds something else than a count" : strerror(-rc), r->attempt);
+        jk, rk, rc == -EPROTO ? "it holds something else than a count" : strerror(-rc), r->info.attempt);
     return rc;
   }
-  if (round != r->attempt)
+  if (round != r->info.attempt)
     trun_info(
         "the job is at attempt %d (this node had counted %d): its workers get TORCHELASTIC_RESTART_COUNT=%d",
-        round, r->attempt, round);
-  r->attempt = round;
+        round, r->info.attempt, round);
+  r->info.attempt = round;
   return 0;
 }

@@ -41,7 +41,7 @@ void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *val
     value[n] = '\0';
     if (trun_rdzv_ends_by_key(r)) {
       /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
-      snprintf(k, sizeof(k), "%s/seen_end/%d", r->key_space, r->group_rank);
+      snprintf(k, sizeof(k), "%s/seen_end/%d", r->key_space, r->info.group_rank);
       trun_client_set(c, trun_str(k), trun_str("1"));
     }
   } else {
@@ -52,10 +52,10 @@ void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *val
 
 int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json) {
   char k[512], v[32];
-  snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, r->group_rank);
+  snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, r->info.group_rank);
   int rc = trun_client_set(r->client, trun_str(k), trun_str(failure_json ? failure_json : "{}"));
   trun__rdzv_round_key(r, round, "end", k, sizeof(k));
-  snprintf(v, sizeof(v), "fail:%d", r->group_rank);
+  snprintf(v, sizeof(v), "fail:%d", r->info.group_rank);
   trun_buf out = {0};
   /* First announcement wins: compare_set on an absent key with empty expected creates it. */
   int rc2 = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str(v), &out);
@@ -67,10 +67,10 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
 static void count_have(trun_rdzv *r, const char *key) {
   char k[512];
   int64_t n = 0;
-  trun__rdzv_round_key(r, r->round, key, k, sizeof(k));
+  trun__rdzv_round_key(r, r->info.round, key, k, sizeof(k));
   if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
-    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes %s", (long long)n, r->group_world_size,
-             key);
+    snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d nodes %s", (long long)n,
+             r->info.group_world_size, key);
 }
 static void done_have(trun_rdzv *r) { count_have(r, "done"); }
 static void left_have(trun_rdzv *r) { count_have(r, "left"); }
@@ -82,7 +82,7 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   int rc = trun_client_add(r->client, trun_str(k), 1, &done);
   if (rc < 0) return rc;
   trun__rdzv_round_key(r, round, "end", k, sizeof(k));
-  if (done == r->group_world_size) {
+  if (done == r->info.group_world_size) {
     trun_buf out = {0};
     rc = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str("ok"), &out);
     trun_buf_free(&out);
@@ -97,7 +97,7 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
 }
 
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n) {
-  int world = r->group_world_size;
+  int world = r->info.group_world_size;
   char **res = calloc((size_t)world, sizeof(char *));
   if (res == NULL) return -ENOMEM;
   *n = 0;
@@ -108,7 +108,10 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
     snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
     trun_buf v = {0};
     int left = (int)(deadline - trun_mono_ms());
-    int rc = trun_client_get(r->client, trun_str(k), &v, g == r->group_rank ? 1000 : left > 1 ? left : 1);
+    int rc = trun_client_get(r->client, trun_str(k), &v,
+                             g == r->info.group_rank ? 1000
+                             : left > 1              ? left
+                                                     : 1);
     if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
       res[(*n)++] = (char *)v.data;
     else
@@ -180,12 +183,12 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
   }
   trun__rdzv_round_key(r, round, "left", k, sizeof(k));
   if (trun_client_add(r->client, trun_str(k), 1, &left) < 0) return;
-  if (left == r->group_world_size) {
+  if (left == r->info.group_world_size) {
     char all[512];
     trun__rdzv_round_key(r, round, "all_left", all, sizeof(all));
     trun_client_set(r->client, trun_str(all), trun_str("1"));
   }
-  if (r->host && r->group_world_size > 1) {
+  if (r->host && r->info.group_world_size > 1) {
     trun__rdzv_round_key(r, round, "all_left", k, sizeof(k));
     int waiting = trun__rdzv_wait_begin(
         r, "exit_barrier", timeout_ms / 1000.0, NULL, left_have,

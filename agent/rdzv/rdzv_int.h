@@ -1,6 +1,7 @@
-/* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the backend
- * interface each of static/static.c, c10d/c10d.c and trun/trun.c implements, and the helpers they share
- * (rdzv_store.c: waits and key clean-up on the store; who serves it; rdzv_conf.c: --rdzv-conf). */
+/* Internals of the rendezvous module (libuv's convention: trun__ names are private to it): the struct behind
+ * rdzv.h's opaque trun_rdzv, the backend interface each of static/static.c, c10d/c10d.c and trun/trun.c
+ * implements, and the helpers they share (rdzv_store.c: waits and key clean-up on the store; who serves it;
+ * rdzv_conf.c: --rdzv-conf). */
 #ifndef TRUN_RDZV_INT_H
 #define TRUN_RDZV_INT_H
 
@@ -8,6 +9,47 @@
 
 #include "rdzv.h"
 #include "store_acl.h"
+
+/* The rendezvous (rdzv.h's opaque trun_rdzv). */
+struct trun_rdzv {
+  const trun_config *cfg;
+  int nproc;
+  trun_rdzv_round info;  /* what the last round settled (the backends set it; trun_rdzv_info) */
+  char key_space[512];   /* where this round's trun keys live (the doctor's exchange), without a final '/' */
+  int foreign_peers;     /* peers may be torchrun agents, which publish nothing of trun's */
+  char host_addr[256];   /* this node's address as published (--local-addr or FQDN) */
+  trun_store_host *host; /* the rendezvous store, when this agent serves it */
+  trun_store_host *worker_host;         /* the workers' store, when this agent serves one of its own (c10d) */
+  trun_client *client;                  /* this agent's connection to the rendezvous store (raw keys) */
+  char token[TRUN_STORE_TOKEN_MAX + 1]; /* the job's agent token (trun_rdzv_token), on every connection */
+  int token_explicit;                   /* 1: TRUN_RDZV_TOKEN or --rdzv-conf trun_token; 0: derived */
+  char store_addr[256];                 /* where this agent reaches the rendezvous store */
+  int store_port;
+  trun_gen store_gen; /* its wire generation */
+  /* The agent's hooks (trun_rdzv_opts, set by trun_rdzv_init and kept by trun__rdzv_reset). */
+  int (*poll)(void *arg);
+  void *poll_arg;
+  const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
+  void *state;             /* the backend's own state */
+  struct trun_live *live;  /* liveness (rdzv_live.c), NULL for a single node */
+  void (*on_news)(void *arg, int news, int nodes);
+  void *on_news_arg;
+  /* The reports of the rendezvous's waits, and the wait in progress (rdzv_wait.c). */
+  trun_wait_hook on_wait;
+  void *on_wait_arg;
+  trun_wait wait;
+  void (*wait_have)(struct trun_rdzv *r); /* refreshes wait.have before a report (NULL: nothing) */
+  /* Losses of the last round this one followed, read at the start of this round (recovery). */
+  int n_prev_lost;
+  struct trun_rdzv_loss *prev_lost;
+  /* This node as the exclusion list names it (NULL: by its address only). */
+  const trun_node *node;
+  /* The job's exclusion list as read at the start of the last round (rdzv_exclude.c): every record, with
+   * what is news to this node since the round before (n_excl_news of them); excluded: this node is on it
+   * (trun_rdzv_next_round failed for that: the agent exits 3). */
+  trun_rdzv_exclusion *excl;
+  int n_excl, n_excl_news, excl_read, excluded;
+};
 
 struct trun_rdzv_ops {
   const char *name;

@@ -183,8 +183,8 @@ static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out)
 }
 
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out) {
-  int rc = loss_read(c, r->key_space, g, out);
-  out->round_id = r->round_id;
+  int rc = loss_read(c ? c : r->client, r->key_space, g, out);
+  out->round_id = r->info.round_id;
   return rc;
 }
 
@@ -504,13 +504,13 @@ int trun__rdzv_live_start(trun_rdzv *r) {
 
 void trun__rdzv_live_round(trun_rdzv *r) {
   trun_live *l = r->live;
-  if (l == NULL || r->group_world_size < 2) return;
+  if (l == NULL || r->info.group_world_size < 2) return;
   pthread_mutex_lock(&l->mu);
   l->epoch++;
   snprintf(l->ks, sizeof(l->ks), "%s", r->key_space);
   snprintf(l->id, sizeof(l->id), "%s %d 0", r->host_addr, (int)getpid());
-  l->g = r->group_rank;
-  l->world = r->group_world_size;
+  l->g = r->info.group_rank;
+  l->world = r->info.group_world_size;
   l->last_ok = trun_mono_s();
   l->active = 1;
   l->release = 0;

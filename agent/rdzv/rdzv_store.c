@@ -213,8 +213,8 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
       trun_debug("serving the rendezvous store on port %d", bound);
     }
   }
-  r->master_port = port;
-  snprintf(r->master_addr, sizeof(r->master_addr), "%s", cfg->endpoint_host);
+  r->info.master_port = port;
+  snprintf(r->info.master_addr, sizeof(r->info.master_addr), "%s", cfg->endpoint_host);
 
   trun_client_opts o;
   trun_client_opts_default(&o);

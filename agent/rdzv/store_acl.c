@@ -146,7 +146,7 @@ int trun__rdzv_publish_addr(trun_rdzv *r, int round) {
   if (getsockname(trun_client_fd(r->client), (struct sockaddr *)&ss, &len) < 0) return -errno;
   if (trun__rdzv_sa_text((struct sockaddr *)&ss, text, sizeof(text)) < 0) return -EAFNOSUPPORT;
   char k[512];
-  trun__rdzv_addr_key(r, round, r->group_rank, k, sizeof(k));
+  trun__rdzv_addr_key(r, round, r->info.group_rank, k, sizeof(k));
   return trun_client_set(r->client, trun_str(k), trun_str(text));
 }
 
@@ -194,7 +194,7 @@ int trun_store_acl_allow_names(trun_server *s, const char *const *names, size_t 
 }
 
 int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen) {
-  if (r->host == NULL || r->group_world_size <= 1) return 0;
+  if (r->host == NULL || r->info.group_world_size <= 1) return 0;
   trun_server *s = trun_store_host_server(r->host);
   rule_list l = {0};
   int rc = rules_local(&l);
@@ -203,7 +203,7 @@ int trun__rdzv_admit_published(trun_rdzv *r, int round, char *err, size_t errlen
     rules_free(&l);
     return -1;
   }
-  for (int g = 0; g < r->group_world_size; g++) {
+  for (int g = 0; g < r->info.group_world_size; g++) {
     char k[512];
     trun__rdzv_addr_key(r, round, g, k, sizeof(k));
     trun_buf v = {0};

@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include "rdzv.h"
+#include "rdzv_int.h"
 #include "store_acl.h"
 #include "unit.h"
 
@@ -191,12 +191,13 @@ START_TEST(test_check_master) {
   trun_rdzv r;
   memset(&r, 0, sizeof(r));
   r.cfg = &cfg;
-  r.group_rank = 1;
-  r.group_world_size = 2;
+  r.info.group_rank = 1;
+  r.info.group_world_size = 2;
   snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
   char err[1024];
-  snprintf(r.master_addr, sizeof(r.master_addr), "no-such-host.invalid"); /* RFC 6761: never resolves */
-  r.master_port = 29500;
+  snprintf(r.info.master_addr, sizeof(r.info.master_addr),
+           "no-such-host.invalid"); /* RFC 6761: never resolves */
+  r.info.master_port = 29500;
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), -1);
   ck_assert_msg(strstr(err,
                        "the workers' MASTER_ADDR 'no-such-host.invalid' does not resolve on this node "
@@ -211,8 +212,8 @@ START_TEST(test_check_master) {
   socklen_t n = sizeof(struct sockaddr_in);
   ck_assert_int_eq(bind(fd, (struct sockaddr *)&ss, n), 0);
   ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&ss, &n), 0);
-  r.master_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-  snprintf(r.master_addr, sizeof(r.master_addr), "127.0.0.1");
+  r.info.master_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  snprintf(r.info.master_addr, sizeof(r.info.master_addr), "127.0.0.1");
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), -1);
   ck_assert_msg(strstr(err,
                        "resolves to the loopback address 127.0.0.1 on this node (10.0.0.2, node rank 1), "
@@ -221,13 +222,14 @@ START_TEST(test_check_master) {
   ck_assert_int_eq(listen(fd, 4), 0); /* now something serves it */
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
   close(fd);
-  r.workers_host_store = 1; /* torch 1.13's workers serve it: not there yet */
+  r.info.workers_host_store = 1; /* torch 1.13's workers serve it: not there yet */
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
-  r.workers_host_store = 0;
-  r.group_world_size = 1;
+  r.info.workers_host_store = 0;
+  r.info.group_world_size = 1;
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
-  r.group_world_size = 2;
-  snprintf(r.master_addr, sizeof(r.master_addr), "10.0.0.1"); /* the endpoint's host: the other fix */
+  r.info.group_world_size = 2;
+  snprintf(r.info.master_addr, sizeof(r.info.master_addr),
+           "10.0.0.1"); /* the endpoint's host: the other fix */
   ck_assert_int_eq(trun_rdzv_check_master(&r, err, sizeof(err)), 0);
 }
 END_TEST

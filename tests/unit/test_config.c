@@ -331,11 +331,11 @@ END_TEST
 
 /* ---- worker argv and environment ------------------------------------------------------------------ */
 
-static trun_rdzv fake_round(const trun_config *c) {
-  trun_rdzv r;
+/* Node 1 of 2, FAKE_NPROC workers a node. */
+#define FAKE_NPROC 2
+static trun_rdzv_round fake_round(void) {
+  trun_rdzv_round r;
   memset(&r, 0, sizeof(r));
-  r.cfg = c;
-  r.nproc = 2;
   r.group_rank = 1;
   r.group_world_size = 2;
   r.base_rank = r.role_base_rank = 2;
@@ -355,8 +355,8 @@ START_TEST(worker_environment) {
   ck_assert_int_eq(forced, 1);
   ck_assert_str_eq(trun_env_get(base, "OMP_NUM_THREADS"), "1");
   ck_assert_str_eq(trun_env_get(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
-  trun_rdzv r = fake_round(&c);
-  char **env = trun_worker_envp(base, &c, &r, 1, 2, "/l/attempt_2/1/error.json");
+  trun_rdzv_round r = fake_round();
+  char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, 1, 2, "/l/attempt_2/1/error.json");
   static const char *const want[][2] = {{"LOCAL_RANK", "1"},
                                         {"RANK", "3"},
                                         {"GROUP_RANK", "1"},
@@ -393,13 +393,13 @@ START_TEST(virtual_local_rank_gpus) {
   trun_config c;
   PARSE_OK(&c, "--virtual-local-rank", "--nproc-per-node", "2", "t.py");
   char *base[] = {"CUDA_VISIBLE_DEVICES=3,5", NULL};
-  trun_rdzv r = fake_round(&c);
-  char **env = trun_worker_envp(base, &c, &r, 1, 0, "");
+  trun_rdzv_round r = fake_round();
+  char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, 1, 0, "");
   ck_assert_str_eq(trun_env_get(env, "CUDA_VISIBLE_DEVICES"), "5");
   ck_assert_str_eq(trun_env_get(env, "LOCAL_RANK"), "0");
   trun_strv_free(env);
   char *few[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
-  ck_assert_ptr_null(trun_worker_envp(few, &c, &r, 1, 0, ""));
+  ck_assert_ptr_null(trun_worker_envp(few, &c, &r, FAKE_NPROC, 1, 0, ""));
 }
 END_TEST
 

@@ -16,6 +16,7 @@
 
 #include "client.h"
 #include "doctor.h"
+#include "rdzv_int.h"
 #include "unit.h"
 
 static const char *repo(void) {
@@ -203,8 +204,8 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   trun_rdzv r;
   memset(&r, 0, sizeof(r));
   ck_assert_int_eq(trun_client_connect(&o, &r.client), 0);
-  r.group_rank = 0;
-  r.group_world_size = 2;
+  r.info.group_rank = 0;
+  r.info.group_world_size = 2;
   trun_host_id self;
   memset(&self, 0, sizeof(self));
   snprintf(self.boot_id, sizeof(self.boot_id), "b");
@@ -212,7 +213,8 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   snprintf(self.gpus[0], sizeof(self.gpus[0]), "GPU-0");
   /* Rank 1's identity: same boot id (a split), published before rank 0 looks, under another key base. */
   trun_doctor_outcome out;
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r0", &self, 200, 1, &out), 0); /* rank 1 missing */
+  snprintf(r.key_space, sizeof(r.key_space), "/t/r0");                /* the round's key space */
+  ck_assert_int_eq(trun_doctor_exchange(&r, &self, 200, 1, &out), 0); /* rank 1 missing */
   ck_assert_int_eq(out.analyzed, 1);
   ck_assert_int_eq(out.agents, 1);
   ck_assert_int_eq(out.missing, 1);
@@ -231,7 +233,8 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   json_decref(j);
   ck_assert_int_eq(trun_client_set(r.client, trun_str("/t/r1/doctor/1"), trun_str(s)), 0);
   free(s);
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 1, &out), 1); /* split + fail: stop */
+  snprintf(r.key_space, sizeof(r.key_space), "/t/r1");                 /* the round's key space */
+  ck_assert_int_eq(trun_doctor_exchange(&r, &self, 5000, 1, &out), 1); /* split + fail: stop */
   ck_assert_int_eq(out.analyzed, 1);
   ck_assert_int_eq(out.agents, 2);
   ck_assert_int_eq(out.missing, 0);
@@ -243,13 +246,15 @@ START_TEST(exchange_missing_agent_and_fail_verdict) {
   ck_assert_int_eq(trun_client_get(r.client, trun_str("/t/r1/doctor/verdict"), &v, 1000), 0);
   ck_assert_int_eq(memcmp(v.data, "fail", 4), 0);
   /* Rank 1 with fail_on_findings reads that verdict and stops too. */
-  r.group_rank = 1;
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &other, 1000, 1, &out), 1);
+  r.info.group_rank = 1;
+  snprintf(r.key_space, sizeof(r.key_space), "/t/r1"); /* the round's key space */
+  ck_assert_int_eq(trun_doctor_exchange(&r, &other, 1000, 1, &out), 1);
   ck_assert_int_eq(out.analyzed, 0);
   ck_assert_str_eq(out.action, "stop");
   /* The same layout with warn: rank 0 goes on. */
-  r.group_rank = 0;
-  ck_assert_int_eq(trun_doctor_exchange(&r, "/t/r1", &self, 5000, 0, &out), 0);
+  r.info.group_rank = 0;
+  snprintf(r.key_space, sizeof(r.key_space), "/t/r1"); /* the round's key space */
+  ck_assert_int_eq(trun_doctor_exchange(&r, &self, 5000, 0, &out), 0);
   ck_assert_str_eq(out.action, "continue");
   ck_assert_int_eq(out.split, 1);
   ck_assert_int_eq(out.fail_on_findings, 0);

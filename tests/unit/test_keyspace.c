@@ -279,8 +279,8 @@ static void adm_start(adm_job *j) {
   trun_rdzv *n[2] = {&j->n0, &j->n1};
   for (int g = 0; g < 2; g++) {
     n[g]->cfg = &j->cfg;
-    n[g]->group_rank = g;
-    n[g]->group_world_size = 2;
+    n[g]->info.group_rank = g;
+    n[g]->info.group_world_size = 2;
     ck_assert_int_eq(trun_rdzv_token(&j->cfg, n[g]->token, sizeof(n[g]->token), err, sizeof(err)), 0);
   }
   trun_store_host_opts o = {

@@ -422,12 +422,11 @@ START_TEST(agent_env_and_numa_plan) {
     for (int i = 0; i < TRUN_CPU_LONGS; i++) a[i] &= b[i];
     trun_mask_to_cpulist(a, TRUN_CPU_LONGS, want[lr], sizeof(want[lr]));
   }
-  trun_rdzv r;
+  trun_rdzv_round r;
   memset(&r, 0, sizeof(r));
-  r.nproc = 8;
   strcpy(r.master_addr, "h");
   for (int lr = 0; lr < 8; lr++) {
-    char **env = trun_worker_envp(base, &cfg, &r, lr, 0, "");
+    char **env = trun_worker_envp(base, &cfg, &r, 8, lr, 0, "");
     ck_assert_ptr_nonnull(env);
     ck_assert_ptr_null(trun_env_get(env, "TRUN_NUMA_PLAN"));
     const char *cpus = trun_worker_cpus(env);
@@ -441,7 +440,7 @@ START_TEST(agent_env_and_numa_plan) {
   /* Without --numa-binding a user's TRUN_CPU_AFFINITY pins nothing. */
   cfg.numa_binding = NULL;
   base = trun_agent_env(with_env(user), &cfg, 2, NULL, &omp);
-  char **env = trun_worker_envp(base, &cfg, &r, 0, 0, "");
+  char **env = trun_worker_envp(base, &cfg, &r, 8, 0, 0, "");
   ck_assert_ptr_null(trun_worker_cpus(env));
   trun_strv_free(env);
   trun_strv_free(base);

@@ -4,7 +4,8 @@
  * membership round keeps the attempt; a key holding something else than a count is named, not trusted.
  * The exclusion list (rdzv_exclude.c, rdzv_export.c): records written and read back, who matches (same host;
  * same instance and a shared GPU where known), a node on the list refused at its next round with the cause,
- * news (new, ended), records that are not trun's ignored, the Slurm and JSON exports.
+ * news (new, ended), records that are not trun's ignored, the Slurm and JSON exports. The job's health
+ * records (rdzv_health.c).
  */
 #include "client.h"
 #include "rdzv_int.h"
@@ -27,7 +28,7 @@ static void node_init(trun_rdzv *r, trun_config *cfg, int port, int count) {
   memset(r, 0, sizeof(*r));
   r->cfg = cfg;
   r->client = connect_raw(port);
-  r->attempt = count;
+  r->info.attempt = count;
 }
 
 static void in_round(trun_rdzv *r, int round) {
@@ -49,11 +50,11 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 3; i++) {
     in_round(&n[i], 1);
     ck_assert_int_eq(trun__rdzv_attempt_settle(&n[i]), 0);
-    ck_assert_int_eq(n[i].attempt, 0);
+    ck_assert_int_eq(n[i].info.attempt, 0);
   }
   /* node 2 is lost: the survivors count a restart (1) and join round 2 with the spare, which still counts 0;
    * the spare settles first */
-  n[0].attempt = n[1].attempt = 1;
+  n[0].info.attempt = n[1].info.attempt = 1;
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[1]), 0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[3]), 0);
@@ -61,7 +62,7 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 3; i++) {
     in_round(&n[order[i]], 2);
     ck_assert_int_eq(trun__rdzv_attempt_settle(&n[order[i]]), 0);
-    ck_assert_int_eq(n[order[i]].attempt, 1);
+    ck_assert_int_eq(n[order[i]].info.attempt, 1);
   }
   /* a membership round (a node joins, no restart used): the attempt stays 1, also for the newcomer at 0 */
   trun_rdzv late;
@@ -70,13 +71,13 @@ START_TEST(test_attempt_spare_takes_survivors) {
   for (int i = 0; i < 2; i++) ck_assert_int_eq(trun__rdzv_attempt_propose(&n[i]), 0);
   in_round(&late, 3);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&late), 0);
-  ck_assert_int_eq(late.attempt, 1);
+  ck_assert_int_eq(late.info.attempt, 1);
   /* the round's value, once set, is what every node of it takes, even after the job's attempt moved on */
-  n[0].attempt = 5;
+  n[0].info.attempt = 5;
   ck_assert_int_eq(trun__rdzv_attempt_propose(&n[0]), 0);
   in_round(&n[1], 3);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&n[1]), 0);
-  ck_assert_int_eq(n[1].attempt, 1);
+  ck_assert_int_eq(n[1].info.attempt, 1);
   /* a lower proposal never lowers the job's attempt */
   trun_buf b = {0};
   ck_assert_int_eq(trun_client_get(n[3].client, trun_str("/trun/job/attempt"), &b, 1000), 0);
@@ -104,11 +105,11 @@ START_TEST(test_attempt_garbage) {
   ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
   in_round(&r, 1);
   ck_assert_int_eq(trun__rdzv_attempt_settle(&r), -EPROTO);
-  ck_assert_int_eq(r.attempt, 2);
+  ck_assert_int_eq(r.info.attempt, 2);
   ck_assert_int_eq(trun_client_set(r.client, trun_str("/trun/bad/attempt"), trun_str("99999999999999999999")),
                    0);
   ck_assert_int_eq(trun__rdzv_attempt_propose(&r), -EPROTO);
-  ck_assert_int_eq(r.attempt, 2);
+  ck_assert_int_eq(r.info.attempt, 2);
   trun_client_close(r.client);
   unit_server_stop(&us);
 }
@@ -240,6 +241,68 @@ START_TEST(test_exclusion_list) {
 }
 END_TEST
 
+/* The job's health records (rdzv_health.c): appended in order under /trun/<run_id>/health/, read after the
+ * first `from`; a node that never joined reaches the store with trun_rdzv_reach to leave its record and its
+ * exclusion; without a connection nothing is written. */
+START_TEST(test_health_records) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "hj");
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
+  cfg.endpoint_port = us.port;
+  trun_rdzv *none = trun_rdzv_new();
+  ck_assert_ptr_nonnull(none);
+  ck_assert_int_eq(trun_rdzv_connected(none), 0);
+  ck_assert_int_eq(trun_rdzv_health_publish(none, "{}"), -ENOTCONN);
+  trun_rdzv_free(none);
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 0);
+  ck_assert_int_eq(trun_rdzv_connected(&r), 1);
+  char **rec = NULL;
+  int n = -1;
+  ck_assert_int_eq(trun_rdzv_health_read(&r, 0, &rec, &n), 0); /* none yet */
+  ck_assert_int_eq(n, 0);
+  free(rec);
+  ck_assert_int_eq(trun_rdzv_health_publish(&r, "{\"host\":\"a\"}"), 0);
+  ck_assert_int_eq(trun_rdzv_health_publish(&r, "{\"host\":\"b\"}"), 0);
+  /* the keys are the documented ones (docs/rendezvous.md, "Key space") */
+  trun_buf v = {0};
+  ck_assert_int_eq(trun_client_get(r.client, trun_str("/trun/hj/health/2"), &v, 1000), 0);
+  ck_assert_int_eq((int)v.len, 12);
+  ck_assert_int_eq(memcmp(v.data, "{\"host\":\"b\"}", 12), 0);
+  trun_buf_free(&v);
+  /* a node that never joined: its own connection, with the job's token */
+  trun_rdzv *outside = NULL;
+  ck_assert_int_eq(trun_rdzv_reach(&cfg, 5000, &outside), 0);
+  ck_assert_int_eq(trun_rdzv_health_publish(outside, "{\"host\":\"c\"}"), 0);
+  trun_rdzv_node_id me;
+  trun_rdzv_node_identity("10.0.0.9", NULL, &me);
+  ck_assert_int_eq(trun_rdzv_exclude_node(outside, &me, "health", "failed the health gate: ecc"), 0);
+  trun_rdzv_free(outside);
+  ck_assert_int_eq(trun_rdzv_health_read(&r, 1, &rec, &n), 0);
+  ck_assert_int_eq(n, 2);
+  ck_assert_str_eq(rec[0], "{\"host\":\"b\"}");
+  ck_assert_str_eq(rec[1], "{\"host\":\"c\"}");
+  for (int i = 0; i < n; i++) free(rec[i]);
+  free(rec);
+  trun_rdzv_exclusion *e = NULL;
+  int ne = 0;
+  ck_assert_int_eq(trun_rdzv_excluded_now(r.client, "hj", &e, &ne), 0);
+  ck_assert_int_eq(ne, 1);
+  ck_assert_str_eq(e[0].id.host, "10.0.0.9");
+  free(e);
+  /* nobody at the endpoint: reach says so */
+  unit_server_stop(&us);
+  trun_client_close(r.client);
+  ck_assert_int_lt(trun_rdzv_reach(&cfg, 1000, &outside), 0);
+  ck_assert_ptr_null(outside);
+}
+END_TEST
+
 static Suite *spare_suite(void) {
   Suite *s = suite_create("rdzv_spare");
   TCase *tc = tcase_create("attempt");
@@ -251,6 +314,7 @@ static Suite *spare_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_exclusion_matches);
   tcase_add_test(tc, test_exclusion_list);
+  tcase_add_test(tc, test_health_records);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -148,7 +148,7 @@ static void role_json(const trun_rdzv *r, char *out, size_t len) {
       esc[j++] = (char)ch;
   }
   esc[j] = '\0';
-  snprintf(out, len, "{\"role\": \"%s\", \"rank\": %d, \"local_world_size\": %d}", esc, r->group_rank,
+  snprintf(out, len, "{\"role\": \"%s\", \"rank\": %d, \"local_world_size\": %d}", esc, r->info.group_rank,
            r->nproc);
 }
 
@@ -190,11 +190,11 @@ static void assign(const role_info *ri, int n, int g, int *base, int *total, int
  * read theirs. */
 static int ranks_v2(trun_rdzv *r, int timeout_ms) {
   char k[512], v[400];
-  int world = r->group_world_size, rc;
-  pkey(r, k, sizeof(k), "torchelastic/role_info/%d", r->group_rank);
+  int world = r->info.group_world_size, rc;
+  pkey(r, k, sizeof(k), "torchelastic/role_info/%d", r->info.group_rank);
   role_json(r, v, sizeof(v));
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) return rc;
-  if (r->group_rank == 0) {
+  if (r->info.group_rank == 0) {
     char **names = calloc((size_t)world, sizeof(char *));
     trun_slice *keys = calloc((size_t)world, sizeof(*keys));
     trun_buf *vals = calloc((size_t)world, sizeof(*vals));
@@ -239,13 +239,13 @@ static int ranks_v2(trun_rdzv *r, int timeout_ms) {
     free(names), free(keys), free(vals), free(ri), free(outv), free(outs);
     if (rc < 0) return rc;
   }
-  pkey(r, k, sizeof(k), "torchelastic/assigned_ranks/%d", r->group_rank);
+  pkey(r, k, sizeof(k), "torchelastic/assigned_ranks/%d", r->info.group_rank);
   if ((rc = get_str(r, k, v, sizeof(v), timeout_ms)) < 0) return rc;
   int b, t, rb, rt;
   if (sscanf(v, "[%d, %d, %d, %d]", &b, &t, &rb, &rt) != 4 &&
       sscanf(v, "[%d,%d,%d,%d]", &b, &t, &rb, &rt) != 4)
     return -EPROTO;
-  r->base_rank = b, r->world_size = t, r->role_base_rank = rb, r->role_world_size = rt;
+  r->info.base_rank = b, r->info.world_size = t, r->info.role_base_rank = rb, r->info.role_world_size = rt;
   return 0;
 }
 
@@ -254,8 +254,8 @@ static int ranks_v2(trun_rdzv *r, int timeout_ms) {
 static int synchronize_113(trun_rdzv *r, const char *prefix, const char *data, role_info *ri,
                            int timeout_ms) {
   char k[512];
-  int world = r->group_world_size, rc;
-  pkey(r, k, sizeof(k), "%s%d", prefix, r->group_rank);
+  int world = r->info.group_world_size, rc;
+  pkey(r, k, sizeof(k), "%s%d", prefix, r->info.group_rank);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(data))) < 0) return rc;
   for (int i = 0; i < world; i++) {
     char got[512];
@@ -263,9 +263,9 @@ static int synchronize_113(trun_rdzv *r, const char *prefix, const char *data, r
     if ((rc = get_str(r, k, got, sizeof(got), timeout_ms)) < 0) return rc;
     if (ri && (rc = role_parse(got, &ri[i])) < 0) return rc;
   }
-  pkey(r, k, sizeof(k), "%s%d.FIN", prefix, r->group_rank);
+  pkey(r, k, sizeof(k), "%s%d.FIN", prefix, r->info.group_rank);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str("FIN"))) < 0) return rc;
-  if (r->group_rank == 0)
+  if (r->info.group_rank == 0)
     for (int i = 0; i < world; i++) {
       pkey(r, k, sizeof(k), "%s%d.FIN", prefix, i);
       if ((rc = trun__rdzv_wait_key(r, k, timeout_ms)) < 0) return rc;
@@ -275,13 +275,13 @@ static int synchronize_113(trun_rdzv *r, const char *prefix, const char *data, r
 
 static int ranks_113(trun_rdzv *r, int timeout_ms) {
   char v[400];
-  role_info *ri = calloc((size_t)r->group_world_size, sizeof(*ri));
+  role_info *ri = calloc((size_t)r->info.group_world_size, sizeof(*ri));
   if (ri == NULL) return -ENOMEM;
   role_json(r, v, sizeof(v));
   int rc = synchronize_113(r, "torchelastic/role_info", v, ri, timeout_ms);
   if (rc == 0)
-    assign(ri, r->group_world_size, r->group_rank, &r->base_rank, &r->world_size, &r->role_base_rank,
-           &r->role_world_size);
+    assign(ri, r->info.group_world_size, r->info.group_rank, &r->info.base_rank, &r->info.world_size,
+           &r->info.role_base_rank, &r->info.role_world_size);
   free(ri);
   return rc;
 }
@@ -316,15 +316,15 @@ static int publish_master(trun_rdzv *r, const char *addr, int port) {
 static int read_master(trun_rdzv *r, int timeout_ms) {
   char k[512], v[32];
   pkey(r, k, sizeof(k), "MASTER_ADDR");
-  int rc = get_str(r, k, r->master_addr, sizeof(r->master_addr), timeout_ms);
+  int rc = get_str(r, k, r->info.master_addr, sizeof(r->info.master_addr), timeout_ms);
   pkey(r, k, sizeof(k), "MASTER_PORT");
   if (rc == 0) rc = get_str(r, k, v, sizeof(v), timeout_ms);
-  if (rc == 0) r->master_port = atoi(v);
+  if (rc == 0) r->info.master_port = atoi(v);
   return rc;
 }
 
 static int master_v2(trun_rdzv *r, int timeout_ms) {
-  if (r->group_rank == 0) {
+  if (r->info.group_rank == 0) {
     if (r->worker_host == NULL) {
       int rc = trun_store_acl_start(r->cfg->max_nodes == 1, r->host_addr, 0, r->cfg->store_threads, NULL,
                                     NULL, &r->worker_host, &st(r)->worker_port);
@@ -332,12 +332,12 @@ static int master_v2(trun_rdzv *r, int timeout_ms) {
     } else {
       wipe_worker_store(r);
     }
-    snprintf(r->master_addr, sizeof(r->master_addr), "%s", r->host_addr);
-    r->master_port = st(r)->worker_port;
+    snprintf(r->info.master_addr, sizeof(r->info.master_addr), "%s", r->host_addr);
+    r->info.master_port = st(r)->worker_port;
     /* torch publishes once and caches; trun publishes every round so that nodes joining later find it. */
-    int rc = publish_master(r, r->master_addr, r->master_port);
-    if (rc == 0) snprintf(st(r)->cached_master, sizeof(st(r)->cached_master), "%s", r->master_addr);
-    st(r)->cached_port = r->master_port;
+    int rc = publish_master(r, r->info.master_addr, r->info.master_port);
+    if (rc == 0) snprintf(st(r)->cached_master, sizeof(st(r)->cached_master), "%s", r->info.master_addr);
+    st(r)->cached_port = r->info.master_port;
     return rc;
   }
   if (st(r)->cached_port > 0) {
@@ -346,21 +346,21 @@ static int master_v2(trun_rdzv *r, int timeout_ms) {
     pkey(r, k, sizeof(k), "MASTER_PORT");
     trun_slice ks = trun_str(k);
     if (trun_client_check(r->client, 1, &ks) != 1) {
-      snprintf(r->master_addr, sizeof(r->master_addr), "%s", st(r)->cached_master);
-      r->master_port = st(r)->cached_port;
+      snprintf(r->info.master_addr, sizeof(r->info.master_addr), "%s", st(r)->cached_master);
+      r->info.master_port = st(r)->cached_port;
       return 0;
     }
   }
   int rc = read_master(r, timeout_ms);
   if (rc == 0) {
-    snprintf(st(r)->cached_master, sizeof(st(r)->cached_master), "%s", r->master_addr);
-    st(r)->cached_port = r->master_port;
+    snprintf(st(r)->cached_master, sizeof(st(r)->cached_master), "%s", r->info.master_addr);
+    st(r)->cached_port = r->info.master_port;
   }
   return rc;
 }
 
 static int master_113(trun_rdzv *r, int timeout_ms) {
-  if (r->group_rank == 0) {
+  if (r->info.group_rank == 0) {
     int port = free_port();
     if (port < 0) return port;
     int rc = publish_master(r, r->host_addr, port);
@@ -437,7 +437,7 @@ static void c10d_have(trun_rdzv *r) {
 static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   (void)agent_round; /* the store's round counter decides */
   snprintf(st(r)->prev_ks, sizeof(st(r)->prev_ks), "%s", r->key_space);
-  st(r)->prev_round = r->round_id;
+  st(r)->prev_round = r->info.round_id;
   learn_losses(r);
   st(r)->dyn.refresh = learn_losses;
   st(r)->dyn.refresh_arg = r;
@@ -460,11 +460,11 @@ static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
   trun_rdzv_layout lay;
   trun_dyn_write_layout(&st(r)->dyn, &lay);
   st(r)->gen113 = lay.key == TRUN_RDZV_KEY_FQDN;
-  r->workers_host_store = st(r)->gen113;
-  r->group_rank = rank;
-  r->group_world_size = world;
-  r->round_id = round;
-  r->round = (int)round;
+  r->info.workers_host_store = st(r)->gen113;
+  r->info.group_rank = rank;
+  r->info.group_world_size = world;
+  r->info.round_id = round;
+  r->info.round = (int)round;
   snprintf(st(r)->round_prefix, sizeof(st(r)->round_prefix), "/torch.rendezvous.%s.%lld/", r->cfg->run_id,
            (long long)round);
   snprintf(r->key_space, sizeof(r->key_space), "%strun", st(r)->round_prefix);
@@ -485,8 +485,8 @@ static int c10d_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
     return -1;
   }
   trun_debug("c10d round %lld: node rank %d of %d (%s protocol), ranks %d-%d of %d, workers' store %s:%d",
-             (long long)round, rank, world, st(r)->gen113 ? "torch 1.13" : "torch 2.x", r->base_rank,
-             r->base_rank + r->nproc - 1, r->world_size, r->master_addr, r->master_port);
+             (long long)round, rank, world, st(r)->gen113 ? "torch 1.13" : "torch 2.x", r->info.base_rank,
+             r->info.base_rank + r->nproc - 1, r->info.world_size, r->info.master_addr, r->info.master_port);
   return 0;
 }
 
@@ -548,7 +548,7 @@ static void barrier_have(trun_rdzv *r) {
   pkey(r, k, sizeof(k), "torchelastic/agent/terminal_state/num_members");
   if (trun_client_add(r->client, trun_str(k), 0, &n) == 0)
     snprintf(r->wait.have, sizeof(r->wait.have), "%lld of %d agents reached it", (long long)n,
-             r->group_world_size);
+             r->info.group_world_size);
 }
 
 /* torch's exit barrier for this round (errors only logged). */
@@ -557,27 +557,27 @@ static void exit_barrier(trun_rdzv *r, int timeout_ms) {
   int rc;
   if (st(r)->gen113) {
     char v[32];
-    snprintf(v, sizeof(v), "%d", r->group_rank);
+    snprintf(v, sizeof(v), "%d", r->info.group_rank);
     rc = synchronize_113(r, "torchelastic/agent/terminal_state", v, NULL, timeout_ms);
   } else {
     int64_t n = 0;
     pkey(r, k, sizeof(k), "torchelastic/agent/terminal_state/num_members");
     pkey(r, last, sizeof(last), "torchelastic/agent/terminal_state/last_member");
     rc = trun_client_add(r->client, trun_str(k), 1, &n);
-    if (rc == 0 && n == r->group_world_size)
+    if (rc == 0 && n == r->info.group_world_size)
       rc = trun_client_set(r->client, trun_str(last), trun_str("<val_ignored>"));
     if (rc == 0) {
       int waiting =
           trun__rdzv_wait_begin(r, "exit_barrier", timeout_ms / 1000.0, NULL, barrier_have,
                                 "the exit barrier of c10d round %lld: the other %d agents to finish",
-                                r->round_id, r->group_world_size - 1);
+                                r->info.round_id, r->info.group_world_size - 1);
       rc = trun__rdzv_wait_key(r, last, timeout_ms);
       trun__rdzv_wait_end(r, waiting);
     }
   }
   if (rc < 0)
-    trun_warn("exit barrier of c10d round %lld: %s (waited up to %d s for the other agents)", r->round_id,
-              strerror(-rc), timeout_ms / 1000);
+    trun_warn("exit barrier of c10d round %lld: %s (waited up to %d s for the other agents)",
+              r->info.round_id, strerror(-rc), timeout_ms / 1000);
 }
 
 /* torchrun: the exit barrier after success (1.13: also after the last failure), then shutdown() closes the
@@ -600,7 +600,7 @@ static void c10d_close(trun_rdzv *r) {
  * admit loopback, this host and every address the round's participants' names resolve to. */
 static int c10d_admit(trun_rdzv *r, int round, char *err, size_t errlen) {
   (void)round;
-  if (r->worker_host == NULL || r->group_rank != 0 || r->state == NULL) return 0;
+  if (r->worker_host == NULL || r->info.group_rank != 0 || r->state == NULL) return 0;
   trun_server *s = trun_store_host_server(r->worker_host);
   const char **names = calloc(st(r)->dyn.n_roster + 1, sizeof(*names));
   if (names == NULL) {

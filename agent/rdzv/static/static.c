@@ -24,7 +24,7 @@ static int join_timeout_ms(const trun_config *cfg) {
 /* What the wait for the store has: who this node is and who serves the store. */
 static void static_store_have(trun_rdzv *r) {
   snprintf(r->wait.have, sizeof(r->wait.have), "this is node rank %d of %d; node rank 0 serves the store",
-           r->group_rank, r->group_world_size);
+           r->info.group_rank, r->info.group_world_size);
 }
 
 void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len) {
@@ -44,14 +44,15 @@ void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr
 static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   const trun_config *cfg = r->cfg;
   int standalone = cfg->standalone || cfg->endpoint_port == 0;
-  r->group_rank = standalone ? 0 : cfg->node_rank;
-  r->group_world_size = standalone ? 1 : cfg->max_nodes;
+  r->info.group_rank = standalone ? 0 : cfg->node_rank;
+  r->info.group_world_size = standalone ? 1 : cfg->max_nodes;
 
   int port = cfg->endpoint_port;
   const char *connect_host = cfg->endpoint_host;
-  if (r->group_rank == 0) {
-    int rc = trun_store_acl_start(r->group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
-                                  port, cfg->store_threads, trun__rdzv_guard_server, r, &r->host, &port);
+  if (r->info.group_rank == 0) {
+    int rc =
+        trun_store_acl_start(r->info.group_world_size == 1, standalone ? r->host_addr : cfg->endpoint_host,
+                             port, cfg->store_threads, trun__rdzv_guard_server, r, &r->host, &port);
     if (rc < 0) {
       snprintf(err, errlen,
                "node rank 0 cannot serve the rendezvous store on port %d: %s; free the port or pick "
@@ -62,8 +63,8 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
     connect_host = trun_store_host_addr(r->host);
     trun_debug("serving the store on port %d", port);
   }
-  trun__rdzv_static_master_addr(cfg, r->host_addr, r->master_addr, sizeof(r->master_addr));
-  r->master_port = port;
+  trun__rdzv_static_master_addr(cfg, r->host_addr, r->info.master_addr, sizeof(r->info.master_addr));
+  r->info.master_port = port;
 
   trun_client_opts o;
   trun_client_opts_default(&o);
@@ -97,11 +98,11 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
  * ranks still missing, at most a few of each by name. */
 static void static_have(trun_rdzv *r) {
   enum { NAMED = 8 };
-  int world = r->group_world_size, joined = 0, nmissing = 0, nnamed = 0;
+  int world = r->info.group_world_size, joined = 0, nmissing = 0, nnamed = 0;
   char k[512], names[400] = "", missing[200] = "";
   size_t nl = 0, ml = 0;
   for (int g = 0; g < world; g++) {
-    snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, r->round, g);
+    snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, r->info.round, g);
     trun_slice ks = trun_str(k);
     int rc = trun_client_check(r->client, 1, &ks);
     if (rc < 0) return; /* the store is gone: the wait itself says so */
@@ -122,20 +123,20 @@ static void static_have(trun_rdzv *r) {
 }
 
 static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
-  r->round = round;
-  r->round_id = round;
+  r->info.round = round;
+  r->info.round_id = round;
   snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
   char k[512], v[32];
-  int world = r->group_world_size, rc, waiting = 0;
+  int world = r->info.group_world_size, rc, waiting = 0;
   int timeout = join_timeout_ms(r->cfg);
-  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->group_rank);
+  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->info.group_rank);
   snprintf(v, sizeof(v), "%d", r->nproc);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
   /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
-  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->group_rank);
+  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->info.group_rank);
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
   /* When it joined (wall-clock seconds), for trun --rdzv-status (rdzv_status.c). */
-  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->group_rank);
+  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->info.group_rank);
   snprintf(v, sizeof(v), "%.3f", trun_wall_s());
   if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
   int64_t joined;
@@ -203,15 +204,15 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
       tmp[len] = '\0';
       n = atoi(tmp);
     }
-    if (g < r->group_rank) base += n;
+    if (g < r->info.group_rank) base += n;
     total += n;
     trun_buf_free(&vals[g]);
     free(names[g]);
   }
   free(names), free(keys), free(vals);
   if (rc < 0) goto store_failed;
-  r->base_rank = r->role_base_rank = base;
-  r->world_size = r->role_world_size = total;
+  r->info.base_rank = r->info.role_base_rank = base;
+  r->info.world_size = r->info.role_world_size = total;
   return 0;
 
 store_failed:
@@ -223,15 +224,16 @@ store_failed:
     return -1;
   }
   snprintf(err, errlen, "round %d: rendezvous store at %s:%d failed: %s", round,
-           r->host ? trun_store_host_addr(r->host) : r->cfg->endpoint_host, r->master_port, strerror(-rc));
+           r->host ? trun_store_host_addr(r->host) : r->cfg->endpoint_host, r->info.master_port,
+           strerror(-rc));
   return -1;
 }
 
-static int static_ends_by_key(const trun_rdzv *r) { return r->group_world_size > 1; }
+static int static_ends_by_key(const trun_rdzv *r) { return r->info.group_world_size > 1; }
 
 static void static_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client)
-    trun__rdzv_leave(r, r->round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
+    trun__rdzv_leave(r, r->info.round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
                      trun__rdzv_host_wait_ms(code, signaled));
 }
 

@@ -105,18 +105,19 @@ static int trun_round(trun_rdzv *r, int agent_round, char *err, size_t errlen) {
       snprintf(err + strlen(err), errlen - strlen(err), " (%s)", r->wait.have);
     return -1;
   }
-  r->group_rank = fst(r)->group_rank;
-  r->group_world_size = fst(r)->group_world;
-  r->base_rank = r->role_base_rank = fst(r)->base_rank;
-  r->world_size = r->role_world_size = fst(r)->world_size;
-  r->round = (int)fst(r)->round;
-  r->round_id = fst(r)->round;
-  snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, r->round);
+  r->info.group_rank = fst(r)->group_rank;
+  r->info.group_world_size = fst(r)->group_world;
+  r->info.base_rank = r->info.role_base_rank = fst(r)->base_rank;
+  r->info.world_size = r->info.role_world_size = fst(r)->world_size;
+  r->info.round = (int)fst(r)->round;
+  r->info.round_id = fst(r)->round;
+  snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, r->info.round);
   /* The workers use the agents' store (the rendezvous endpoint), like the static backend. */
-  snprintf(r->master_addr, sizeof(r->master_addr), "%s", r->cfg->endpoint_host);
-  r->master_port = r->cfg->endpoint_port;
-  trun_debug("trun round %d: node rank %d of %d, ranks %d-%d of %d", r->round, r->group_rank,
-             r->group_world_size, r->base_rank, r->base_rank + r->nproc - 1, r->world_size);
+  snprintf(r->info.master_addr, sizeof(r->info.master_addr), "%s", r->cfg->endpoint_host);
+  r->info.master_port = r->cfg->endpoint_port;
+  trun_debug("trun round %d: node rank %d of %d, ranks %d-%d of %d", r->info.round, r->info.group_rank,
+             r->info.group_world_size, r->info.base_rank, r->info.base_rank + r->nproc - 1,
+             r->info.world_size);
   return 0;
 }
 
@@ -142,7 +143,7 @@ static int trun_ends_by_key(const trun_rdzv *r) {
 
 static void trun_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client == NULL) return;
-  trun__rdzv_leave(r, r->round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
+  trun__rdzv_leave(r, r->info.round, code == 0 ? trun__rdzv_exit_barrier_ms(r) : 5000,
                    trun__rdzv_host_wait_ms(code, signaled));
   /* The job is over: later joiners give up. */
   if (code == 0 && trun_fast_close(fst(r)) < 0) trun_warn("could not close the trun rendezvous");
