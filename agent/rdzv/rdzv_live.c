@@ -134,8 +134,8 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
     ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
     trun_kv_add(kv, trun_str(k), 1, &n);
     ks_key(ks, "end", -1, k, sizeof(k));
-    snprintf(end, sizeof(end), "gone:%d", g);
-    trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
+    if (trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end)) == 0)
+      trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
     trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
   }
   free(rec);
@@ -160,15 +160,14 @@ static int publish_loss(trun_client *c, const char *ks, int g, const char *id, c
     ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
     if (rc == 0) rc = trun_client_add(c, trun_str(k), 1, &n);
     ks_key(ks, "end", -1, k, sizeof(k));
-    snprintf(end, sizeof(end), "gone:%d", g);
+    if (rc == 0) rc = trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end));
     if (rc == 0) rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(end), &out);
   }
   trun_buf_free(&out);
   return rc < 0 ? rc : won;
 }
 
-/* Reads lost/<g> of key space ks. 0, -ENOENT (no record), or another negative errno. */
-static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
+int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
   char k[600];
   memset(out, 0, sizeof(*out));
   out->node = g;
@@ -195,7 +194,7 @@ static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out)
 }
 
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out) {
-  int rc = loss_read(c, r->key_space, g, out);
+  int rc = trun__rdzv_loss_read(c, r->key_space, g, out);
   out->round_id = r->round_id;
   return rc;
 }
@@ -209,7 +208,7 @@ int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *o
   if (trun__rdzv_get_count(r->client, k, &n) < 0 || n <= 0) return 0; /* a read: --rdzv-status has no token */
   int found = 0;
   for (int g = 0; g < world && found < max && found < n; g++)
-    if (loss_read(r->client, ks, g, &out[found]) == 0) found++;
+    if (trun__rdzv_loss_read(r->client, ks, g, &out[found]) == 0) found++;
   return found;
 }
 
