@@ -4,7 +4,8 @@
  * --standalone), torchelastic's c10d dynamic rendezvous (rdzv_c10d.c over the state machine in rdzv_dyn.c
  * and its pickled state, rdzv_state.c / pickle.c), and trun's fast elastic rendezvous (rdzv_trun.c over
  * rdzv_fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
- * rules of store_acl.h.
+ * rules of store_acl.h. How a round ended reaches the agent as a typed trun_rdzv_end from the end watcher
+ * (rdzv_watch.c): only this module reads or writes the store's end values.
  * May use: store, config, discover (this host's name and CPUs). Used by the agent and its nccl and observe
  * modules, which read the round's result from trun_rdzv. */
 #ifndef TRUN_RDZV_H

@@ -14,9 +14,9 @@
  *              (compare-and-set: one record per node), bumps lost_n (and left, so that the static
  *              backend's exit barrier does not wait for it), and ends the round: end = "gone:<g>"
  *              (compare-and-set: the first announcement of the round wins, as for "ok" and "fail:<g>").
- * The agent's end watcher wakes on that value. Two rules keep a slow store (thousands of connections, a
- * busy box) from being taken for a lost node: a watcher calls its successor lost only after it made
- * trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
+ * The end watcher (rdzv_watch.c) wakes on that value. Two rules keep a slow store (thousands of
+ * connections, a busy box) from being taken for a lost node: a watcher calls its successor lost only after it
+ * made trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
  * connection is never closed for a slow answer (closing it would look like a crash to the store's host).
  * An agent whose own heartbeats got no answer for twice the liveness window is the one cut off
  * (trun_rdzv_cut_off, asked by the agent's loop): it stops its workers and exits with its own code instead
