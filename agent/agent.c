@@ -5,7 +5,6 @@
  * was: success, failure, a membership change, or a stop by signal. */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -182,22 +181,28 @@ static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->da
 
 /* ---- multi-node end of round ---------------------------------------------------------------------- */
 
-static void *watch_end(void *arg) {
+/* From the rendezvous's end watcher, on its thread: the round's end is known; the loop takes it. */
+static void on_round_end(void *arg, const trun_rdzv_end *end) {
+  (void)end;
   agent *a = arg;
-  int round = a->round;
-  trun_rdzv_end_wait(a->rdzv, a->watch_client, round, a->end_value, sizeof(a->end_value));
-  /* A lost node: its record, read here on this connection (the loop never waits on the store). */
-  if (strncmp(a->end_value, "gone:", 5) == 0)
-    a->lost_known = trun_rdzv_loss_of(a->rdzv, a->watch_client, atoi(a->end_value + 5), &a->lost) == 0;
-  a->end_round = round;
-  a->end_seen = 1;
   uv_async_send(&a->remote);
-  return NULL;
 }
 
-/* The end key said "gone:<g>": node g of this round is lost. */
+/* The round's end into a->end once the watcher knows it (and a lost node's record, read there, into a->lost);
+ * an end this node found itself (the store lost on its own connection) is kept. 1 when the end is known. */
+static int take_end(agent *a) {
+  if (a->end.kind != TRUN_RDZV_END_NONE) return 1;
+  if (!trun_rdzv_watch_result(a->watch, &a->end)) return 0;
+  if (a->end.kind == TRUN_RDZV_END_NODE_LOST) {
+    a->lost_known = a->end.loss_known;
+    if (a->end.loss_known) a->lost = a->end.loss;
+  }
+  return 1;
+}
+
+/* The round ended with node a->end.node lost. */
 static void peer_gone(agent *a) {
-  int g = atoi(a->end_value + 5);
+  int g = a->end.node;
   if (!a->lost_known || a->lost.node != g) {
     memset(&a->lost, 0, sizeof(a->lost));
     a->lost.node = g;
@@ -215,28 +220,34 @@ static void peer_gone(agent *a) {
   begin_stop(a, SIGTERM, 1);
 }
 
+/* While the workers run: the round ended elsewhere, and this node's workers stop accordingly. */
+static void act_on_end(agent *a) {
+  switch (a->end.kind) {
+    case TRUN_RDZV_END_NODE_LOST: peer_gone(a); break;
+    case TRUN_RDZV_END_FAILED:
+      trun_warn("node %d failed: stopping this node's workers to restart together", a->end.node);
+      a->result = OUT_REMOTE_FAILED;
+      begin_stop(a, SIGTERM, 1);
+      break;
+    case TRUN_RDZV_END_MEMBER:
+      trun_info("the job's membership changes (%s): restarting the workers into a new world", a->end.cause);
+      a->result = OUT_MEMBERSHIP;
+      begin_stop(a, SIGTERM, 1);
+      break;
+    case TRUN_RDZV_END_STORE_LOST:
+      trun_error("lost the rendezvous store (%s): stopping the workers", a->end.cause);
+      a->result = OUT_REMOTE_FAILED;
+      begin_stop(a, SIGTERM, 1);
+      break;
+    default: /* ok: this node's workers end on their own; invalid: said by the watcher, no action */ break;
+  }
+}
+
 static void on_remote(uv_async_t *h) {
   agent *a = h->data;
-  /* A late wake-up from an earlier round's watcher, or the round is over (agent_main reads end_value). */
-  if (!a->in_round || !a->end_seen || a->end_round != a->round) return;
-  if (strncmp(a->end_value, "gone:", 5) == 0 && !a->phase_stopping) {
-    peer_gone(a);
-    maybe_finish(a);
-    return;
-  }
-  if (strncmp(a->end_value, "fail:", 5) == 0 && !a->phase_stopping) {
-    trun_warn("node %s failed: stopping this node's workers to restart together", a->end_value + 5);
-    a->result = OUT_REMOTE_FAILED;
-    begin_stop(a, SIGTERM, 1);
-  } else if (strncmp(a->end_value, "member:", 7) == 0 && !a->phase_stopping) {
-    trun_info("the job's membership changes (%s): restarting the workers into a new world", a->end_value + 7);
-    a->result = OUT_MEMBERSHIP;
-    begin_stop(a, SIGTERM, 1);
-  } else if (strncmp(a->end_value, "lost:", 5) == 0 && !a->phase_stopping) {
-    trun_error("lost the rendezvous store (%s): stopping the workers", strerror(atoi(a->end_value + 5)));
-    a->result = OUT_REMOTE_FAILED;
-    begin_stop(a, SIGTERM, 1);
-  }
+  /* A late wake-up from an earlier round's watcher, or the round is over (after_round takes the end). */
+  if (!a->in_round || !take_end(a)) return;
+  if (!a->phase_stopping) act_on_end(a);
   maybe_finish(a);
 }
 
@@ -341,16 +352,12 @@ static void run_round(agent *a) {
   a->first_failed = -1;
   a->phase_stopping = 0;
   a->killed = 0;
-  a->end_seen = 0;
-  a->end_value[0] = '\0';
+  a->end = (trun_rdzv_end){.kind = TRUN_RDZV_END_NONE, .node = -1};
   memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
   if (!a->files_off &&
       trun__agent_pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
     a->files_off = 1;
-  if (a->watch_client) {
-    a->watcher_on = pthread_create(&a->watcher, NULL, watch_end, a) == 0;
-    if (!a->watcher_on) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
-  }
+  trun_rdzv_watch_start(a->watch, a->round, on_round_end, a);
   trun_stall_begin(a->stall, a->nproc);
   trun__agent_torchwatch_round(a);
   for (int i = 0; i < a->nproc; i++) {
@@ -438,36 +445,10 @@ static void close_streams(agent *a) {
   a->open_streams = 0;
 }
 
-/* Joins the end-of-round watcher. The end key is set by now (by this node or another), so the thread
- * returns; if the store is unreachable it returns with an error. A bounded join guards the rest. */
-static void join_watcher(agent *a) {
-  if (!a->watcher_on) return;
-  /* c10d sets the end key only when the liveness finds a node lost: after a round without one nothing
-   * wakes the watcher, so its connection is cut now (a new one comes with the next round). */
-  if (!trun_rdzv_ends_by_key(a->rdzv) && !a->end_seen) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += 15;
-  if (pthread_timedjoin_np(a->watcher, NULL, &ts) != 0) {
-    trun_warn("the end-of-round watcher did not finish; cutting its store connection");
-    shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
-    pthread_join(a->watcher, NULL);
-  }
-  a->watcher_on = 0;
-  if (!a->end_seen || strncmp(a->end_value, "lost:", 5) == 0) {
-    /* The watch connection is gone: the next round, if any, opens a new one (reconnect_watch). */
-    trun_client_close(a->watch_client);
-    a->watch_client = NULL;
-    a->watch_lost = 1;
-  }
-}
-
-/* Before a round after the watch connection was lost: open a new one (not when no round follows, so that
- * an agent whose store host died exits at once instead of waiting for the store to come back). */
-static void reconnect_watch(agent *a) {
-  if (!a->watch_lost) return;
-  a->watch_lost = 0;
-  if (trun_rdzv_watch_connect(a->rdzv, 60000, &a->watch_client) < 0) a->watch_client = NULL;
+/* The round is over on this node: stops the end watcher and takes the end it saw. */
+static void stop_watch(agent *a) {
+  trun_rdzv_watch_stop(a->watch);
+  take_end(a);
 }
 
 /* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
@@ -477,15 +458,18 @@ static void end_round_multinode(agent *a) {
     int rc = trun_rdzv_announce_success(a->rdzv, a->round);
     if (rc == -EINTR)
       a->result = OUT_SIGNALED;
-    else if (rc < 0)
-      a->result = OUT_REMOTE_FAILED, snprintf(a->end_value, sizeof(a->end_value), "lost:%d", -rc);
+    else if (rc < 0) {
+      a->result = OUT_REMOTE_FAILED;
+      trun_rdzv_end_store_lost(&a->end, a->round, -rc);
+      trun_rdzv_watch_reconnect(a->watch); /* its connection is likely gone too */
+    }
   }
   if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) trun__agent_announce_failure(a);
-  join_watcher(a);
-  /* The end key holds the first announcement: "member:" before our "fail:" means the membership change
-   * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
-  if (strncmp(a->end_value, "member:", 7) == 0 && a->result != OUT_SIGNALED) a->result = OUT_MEMBERSHIP;
-  if (a->result == OUT_SUCCESS && strncmp(a->end_value, "ok", 2) != 0) a->result = OUT_REMOTE_FAILED;
+  stop_watch(a);
+  /* The round's end is its first announcement: a membership change before our failure means the change came
+   * first and stopped a peer, which is what broke our workers (not counted as a restart). */
+  if (a->end.kind == TRUN_RDZV_END_MEMBER && a->result != OUT_SIGNALED) a->result = OUT_MEMBERSHIP;
+  if (a->result == OUT_SUCCESS && a->end.kind != TRUN_RDZV_END_OK) a->result = OUT_REMOTE_FAILED;
 }
 
 /* While the agent waits on the store: let the loop run signal handlers; stop waiting after a stop signal. */
@@ -541,8 +525,8 @@ static int plan(agent *a) {
   return 0;
 }
 
-/* Reaches the rendezvous (hosting its store where this node is the host), and where a round ends for all
- * nodes through the store, the second connection the end watcher waits on. 0, or -1 (said on stderr). */
+/* Reaches the rendezvous (hosting its store where this node is the host), and where a round can end on other
+ * nodes, the end watcher and its connection. 0, or -1 (said on stderr). */
 static int meet(agent *a) {
   char err[512];
   trun_rdzv_opts o = {.poll = poll_signals,
@@ -558,13 +542,9 @@ static int meet(agent *a) {
   }
   trun_obs_set_rdzv(a->obs, a->rdzv);
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
-  if (trun_rdzv_ends_by_key(a->rdzv) || trun_rdzv_live_ms(a->rdzv) > 0) {
-    int rc = trun_rdzv_watch_connect(a->rdzv, 60000, &a->watch_client);
-    if (rc < 0) {
-      trun_error("cannot open the failure-watch connection to the rendezvous store (port %d): %s",
-                 trun_rdzv_info(a->rdzv)->master_port, strerror(-rc));
-      return -1;
-    }
+  if (trun_rdzv_watch_open(a->rdzv, &a->watch, err, sizeof(err)) < 0) {
+    trun_error("%s", err);
+    return -1;
   }
   return 0;
 }
@@ -586,7 +566,6 @@ static int before_round(agent *a) {
   const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
   a->round = ri->round;           /* the elastic backends' rounds are the store's */
   a->restart_count = ri->attempt; /* and their attempt the job's: a spare takes the survivors' */
-  reconnect_watch(a);
   trun_obs_rdzv_end(a->obs, a->round, NULL);
   trun__agent_exclusion_news(a);
   /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
@@ -628,7 +607,7 @@ static void after_round(agent *a) {
   if (a->result == OUT_CUT_OFF) {
     /* Nothing of the store answers: no announcement, no waiting for the end key. */
     trun_rdzv_abandon(a->rdzv);
-    if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+    trun_rdzv_watch_cut(a->watch);
   }
   /* liveness: this node leaves the round cleanly; stopping on a signal, a store that does not answer within
    * the liveness window does not hold the exit (each of its requests could wait a minute) */
@@ -641,25 +620,25 @@ static void after_round(agent *a) {
         "the rendezvous store at %s:%d did not answer within %.1f s while this node stops: leaving "
         "without telling the other nodes (they see this node gone)",
         store_addr, store_port, bound / 1000.0);
-    if (a->watcher_on) shutdown(trun_client_fd(a->watch_client), SHUT_RDWR);
+    trun_rdzv_watch_cut(a->watch);
     trun_rdzv_hang_up(a->rdzv); /* the report asks no more */
   }
   if (trun_rdzv_ends_by_key(a->rdzv) && a->result != OUT_CUT_OFF && !a->store_stuck)
     end_round_multinode(a);
   else
-    join_watcher(a);
+    stop_watch(a);
   /* The round's end says a node was lost, though this node's workers may have failed first (a crashed peer
    * resets their connections): the loss is the cause. Workers that all succeeded did this node's part of
    * the job: a node lost after that is said, not taken for their failure (torchrun's agents, too, exit 0
    * once their own workers succeeded). */
-  if (strncmp(a->end_value, "gone:", 5) == 0 && a->result == OUT_SUCCESS) {
-    if (atoi(a->end_value + 5) != trun_rdzv_info(a->rdzv)->group_rank)
+  int gone = a->end.kind == TRUN_RDZV_END_NODE_LOST;
+  if (gone && a->result == OUT_SUCCESS) {
+    if (a->end.node != trun_rdzv_info(a->rdzv)->group_rank)
       trun_warn("node rank %d was lost after this node's workers succeeded; this node's part is done",
-                atoi(a->end_value + 5));
-  } else if (strncmp(a->end_value, "gone:", 5) == 0 && a->result != OUT_SIGNALED &&
-             a->result != OUT_CUT_OFF && a->result != OUT_PEER_LOST) {
+                a->end.node);
+  } else if (gone && a->result != OUT_SIGNALED && a->result != OUT_CUT_OFF && a->result != OUT_PEER_LOST) {
     peer_gone(a);
-    if (atoi(a->end_value + 5) != trun_rdzv_info(a->rdzv)->group_rank) a->result = OUT_PEER_LOST;
+    if (a->end.node != trun_rdzv_info(a->rdzv)->group_rank) a->result = OUT_PEER_LOST;
   }
   if (a->result == OUT_FAILED) membership_or_failure(a);
   trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
@@ -859,8 +838,7 @@ static void close_agent(agent *a, int code, char **orig_env) {
   trun__agent_health_close(a);
   trun__agent_preflight_close(a);
   trun__agent_torchwatch_close(a);
-  join_watcher(a);
-  if (a->watch_client) trun_client_close(a->watch_client);
+  trun_rdzv_watch_close(a->watch);
   trun_obs_close(a->obs, code);
   trun_stall_close(a->stall);
   trun_rdzv_free(a->rdzv);

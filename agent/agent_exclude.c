@@ -40,11 +40,10 @@ void trun__agent_exclusion_news(agent *a) {
 void trun__agent_failure_streak(agent *a, const char *host) {
   int k = trun_rdzv_exclude_failures(a->cfg);
   if (k <= 0 || !trun_rdzv_ends_by_key(a->rdzv) || !trun_rdzv_elastic(a->rdzv)) return;
-  /* "fail:<g>": the first node to announce a failure; this node's workers failed first while the others'
-   * ran. Any other end (success, a membership change, another node's failure) breaks the streak. */
-  char mine[32];
-  snprintf(mine, sizeof(mine), "fail:%d", trun_rdzv_info(a->rdzv)->group_rank);
-  if (strcmp(a->end_value, mine) != 0) {
+  /* A failure of this node ends the round: the first node to announce a failure was this one, whose workers
+   * failed first while the others' ran. Any other end (success, a membership change, another node's failure)
+   * breaks the streak. */
+  if (!(a->end.kind == TRUN_RDZV_END_FAILED && a->end.node == trun_rdzv_info(a->rdzv)->group_rank)) {
     a->fail_streak = 0;
     return;
   }

@@ -7,7 +7,6 @@
 #define TRUN_AGENT_INT_H
 
 #include <limits.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -31,7 +30,8 @@ typedef enum {
   OUT_SIGNALED,
   OUT_REMOTE_FAILED,
   OUT_MEMBERSHIP,
-  OUT_PEER_LOST, /* the liveness found a node of the round gone ("gone:<g>"): counted like a failure */
+  OUT_PEER_LOST, /* the liveness found a node of the round gone (TRUN_RDZV_END_NODE_LOST): counted like a
+                    failure */
   OUT_CUT_OFF /* this node lost the rendezvous store for the liveness window: it exits (TRUN_EXIT_CUT_OFF) */
 } outcome;
 
@@ -71,7 +71,6 @@ struct agent {
   int phase_stopping;
   outcome result;
   int first_failed; /* local rank of the first failure, -1 */
-  int watch_lost;   /* the failure-watch connection was lost: reconnect before the next round */
   int signal_seen;  /* the terminating signal the agent got, 0 */
   int store_stuck;  /* stopping on a signal, the rendezvous store did not answer: leave without it */
   int restart_count;
@@ -96,14 +95,11 @@ struct agent {
   uv_timer_t backoff_timer; /* --restart-backoff: the wait before a restart (agent.c, backoff_wait) */
   uv_async_t news_async;    /* the rendezvous's thread has news (on_news) */
   int news, news_nodes;
-  /* Multi-node: a thread waits for the round's end key on its own connection. */
+  /* Multi-node: the rendezvous's end watcher (NULL: a single node) wakes remote when the round ends; end is
+   * how the round ended for the job as far as this node knows (kind NONE: not yet). */
   uv_async_t remote;
-  pthread_t watcher;
-  int watcher_on;
-  trun_client *watch_client;
-  char end_value[64];
-  int end_seen;                     /* the watcher delivered end_value (set by the watcher thread) */
-  int end_round;                    /* the round whose end the watcher delivered */
+  trun_rdzv_watch *watch;
+  trun_rdzv_end end;
   int in_round;                     /* workers of this round may still run: remote ends act only then */
   trun_obs *obs;                    /* events and metrics (agent/observe/obs.h) */
   trun_stall *stall;                /* --stall-timeout (agent/observe/stall.h), NULL when off */
@@ -172,7 +168,7 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
  * node rank 0 with the other nodes' root causes) and $TORCHELASTIC_ERROR_FILE. */
 void trun__agent_report_failures(agent *a, int final);
 /* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
- * round for every node: "fail:<group rank>" in the round's end key. */
+ * round for every node (its end: TRUN_RDZV_END_FAILED, this node's group rank). */
 void trun__agent_announce_failure(agent *a);
 
 /* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */

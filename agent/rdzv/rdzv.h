@@ -4,8 +4,9 @@
  * --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c over the state machine in dynamic.c
  * and its pickled state, state.c / pickle.c), and trun's own elastic rendezvous (trun/: trun.c over
  * protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
- * rules of store_acl.h. What init and the first round would settle, without a store, is trun_rdzv_preview's
- * (rdzv_preview.c, for --dry-run).
+ * rules of store_acl.h. How a round ended reaches the agent as a typed trun_rdzv_end from the end watcher
+ * (rdzv_watch.c): only this module reads or writes the store's end values. What init and the first round
+ * would settle, without a store, is trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
  * observe modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is
  * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space"). */
@@ -271,19 +272,74 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
 int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
 
 /* ---- the end of a round across nodes (the static backend with several nodes, and trun's) ---- */
-/* 1 when a round ends for every node through one key in the store: "ok" when every node's workers
- * succeeded, "fail:<group rank>" when one failed, "member:..." when the membership changed; then every
- * node publishes its failure records there, and node rank 0 prints the job-wide report. */
+/* 1 when a round ends for every node through one key in the store: every node's workers succeeded, one
+ * node failed first, or the membership changed (trun_rdzv_end); then every node publishes its failure
+ * records there, and node rank 0 prints the job-wide report. */
 int trun_rdzv_ends_by_key(const trun_rdzv *r);
-/* A second connection to the rendezvous store, for a thread that waits for the end (trun_rdzv_end_wait).
- * 0 or a negative errno. */
-int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out);
-/* Blocks on c until the end key of the round (in the round's key space) exists; its value into value
- * ("lost:<errno>" when the store is gone). Thread-safe against the agent's own connection. Every backend:
- * c10d's end key is set only when a node is lost ("gone:<g>"). */
-void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len);
-/* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (its
- * value reaches the watcher, trun_rdzv_end_wait). 0, -EINTR (poll), or another negative errno. */
+
+/* How a round ended for the job, as the round's end key in the store says (the rendezvous writes and reads
+ * that key; nobody else parses it). The store is open to anyone with the job's token: a value no trun agent
+ * writes reads as TRUN_RDZV_END_INVALID, never as another kind. */
+typedef enum trun_rdzv_end_kind {
+  TRUN_RDZV_END_NONE = 0,   /* no end known yet (the round runs, or nothing watches: a single node) */
+  TRUN_RDZV_END_OK,         /* every node's workers succeeded */
+  TRUN_RDZV_END_FAILED,     /* node `node`'s workers failed first: every node stops to restart together */
+  TRUN_RDZV_END_MEMBER,     /* the membership changes (nodes wait to join, a node's heartbeat stopped):
+                               every node restarts its workers into a new world; `cause` says why */
+  TRUN_RDZV_END_NODE_LOST,  /* the liveness found node `node` gone; `loss` is its record where one was read */
+  TRUN_RDZV_END_STORE_LOST, /* this node lost its connection to the rendezvous store (not a value of the
+                               key: the watcher's wait, or the agent's own request, failed); `err` */
+  TRUN_RDZV_END_INVALID,    /* the key holds a value no trun agent writes; `cause` shows it */
+} trun_rdzv_end_kind;
+
+typedef struct trun_rdzv_end {
+  trun_rdzv_end_kind kind;
+  int round;           /* the round that ended (the agent's round number, r->round) */
+  int node;            /* FAILED, NODE_LOST: that node's group rank in the round; -1 for the others */
+  int err;             /* STORE_LOST: the errno; else 0 */
+  char cause[256];     /* MEMBER: the words the change came with ("join", "lost:<g>"); STORE_LOST: the
+                          errno's text; INVALID: the value, cut, with '?' for bytes that are not printable;
+                          else "" */
+  trun_rdzv_loss loss; /* NODE_LOST: the lost node's record (lost/<g>), read on the watcher's connection */
+  int loss_known;      /* NODE_LOST: 1 when loss holds that record, 0 when none could be read */
+} trun_rdzv_end;
+
+/* The end of round as a store loss with errno err (the agent's own request to the store failed). */
+void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err);
+
+/* The end watcher (rdzv_watch.c): while a round's workers run, a thread waits on a connection of its own to
+ * the rendezvous store for the round's end key, decodes it into a trun_rdzv_end (reading a lost node's record
+ * there too, since the agent's loop never waits on the store) and calls the caller back. */
+typedef struct trun_rdzv_watch trun_rdzv_watch;
+/* Called on the watcher's thread, once per round, when the round's end is known (end: valid during the call;
+ * trun_rdzv_watch_result gives it again). It must not block: the agent wakes its loop (uv_async_send). */
+typedef void (*trun_rdzv_end_fn)(void *arg, const trun_rdzv_end *end);
+/* After trun_rdzv_init: the watcher and its connection where a round can end on other nodes (the static and
+ * trun backends with several nodes; a lost node, with liveness, on every backend); *out NULL where there is
+ * nothing to watch (a single node). 0, or -1 with the reason in err. */
+int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t errlen);
+/* Before the round's workers start: watches round (r's key space as next_round settled it), calling on_end
+ * when it ends. Where the last round lost the watcher's connection, a new one is opened first (not when no
+ * round follows, so that an agent whose store host died exits at once). A watcher that cannot start is said
+ * on stderr. w NULL: nothing. */
+void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_end, void *arg);
+/* 1 with the round's end in out once the watcher knows it, else 0 (also for w NULL). Thread-safe. */
+int trun_rdzv_watch_result(trun_rdzv_watch *w, trun_rdzv_end *out);
+/* The store does not answer (this node is cut off, or stuck while it stops): the watcher's wait ends now
+ * (its connection is cut; the end reads STORE_LOST). */
+void trun_rdzv_watch_cut(trun_rdzv_watch *w);
+/* The caller found the store lost on its own connection: the next round's watcher opens a new one. */
+void trun_rdzv_watch_reconnect(trun_rdzv_watch *w);
+/* The round is over on this node: waits for the watcher (the end key is set by now, by this node or another;
+ * bounded, then its connection is cut). A backend whose end key is set only when a node is lost (c10d) has
+ * nothing else to wake the watcher after a round without a loss: its connection is cut first. A lost
+ * connection is reopened by the next trun_rdzv_watch_start. */
+void trun_rdzv_watch_stop(trun_rdzv_watch *w);
+/* Stops the watcher, closes its connection, frees w (NULL: nothing). Before trun_rdzv_close. */
+void trun_rdzv_watch_close(trun_rdzv_watch *w);
+
+/* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (the
+ * end reaches the watcher, trun_rdzv_watch_result). 0, -EINTR (poll), or another negative errno. */
 int trun_rdzv_announce_success(trun_rdzv *r, int round);
 /* Publishes this node's failure records (a JSON object, NULL: none) and ends round for every node. */
 int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
@@ -309,8 +365,8 @@ void trun_rdzv_round_done(trun_rdzv *r);
  * its key: the others see it gone), else 0. A stopping agent uses it so that a stuck store cannot hold its
  * exit. */
 int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms);
-/* After the end watcher read "gone:<g>" on its connection c (NULL: this agent's own connection): what the
- * record says of node g. 0 or a negative errno. */
+/* What the loss record of r's round says of node g, read on c (NULL: this agent's own connection). 0, -ENOENT
+ * (no record), or a negative errno. */
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);
 /* This node is cut off: any request of the rendezvous's thread stuck on the dead connection returns now. */
 void trun_rdzv_abandon(trun_rdzv *r);

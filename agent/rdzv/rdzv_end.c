@@ -1,8 +1,8 @@
 /* The end of a round across nodes, shared by the static and trun backends (agent/rdzv/rdzv.h): one key per
- * round ("end") that the first announcement sets, "ok" once every node's workers succeeded, the nodes'
- * failure records beside it, "seen_end/<g>" from every node that was alive to see the end (a node without
- * it and without a record was lost), and the exit barrier ("host_left", "left", "all_left") that keeps the
- * store up until every node has read what it needs. */
+ * round ("end") that the first announcement sets (its values: rdzv_watch.c), success once every node's
+ * workers succeeded, the nodes' failure records beside it, "seen_end/<g>" from every node that was alive to
+ * see the end (a node without it and without a record was lost), and the exit barrier ("host_left", "left",
+ * "all_left") that keeps the store up until every node has read what it needs. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,53 +12,15 @@
 
 #include "rdzv_int.h"
 
-int trun_rdzv_watch_connect(trun_rdzv *r, int timeout_ms, trun_client **out) {
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = r->store_addr;
-  o.port = r->store_port;
-  o.gen = r->store_gen;
-  o.key_prefix = "";
-  o.agent_token = r->token;
-  o.connect_timeout_ms = timeout_ms;
-  /* The agent closes this connection itself at a round's end and says when the store is lost while the
-   * workers run ("lost the rendezvous store"): the client's own error line would be noise. */
-  o.quiet_errors = 1;
-  return trun_client_connect(&o, out);
-}
-
-void trun_rdzv_end_wait(const trun_rdzv *r, trun_client *c, int round, char *value, size_t len) {
-  char k[600];
-  (void)round; /* the round's key space says it (static and trun: /trun/<run_id>/r<round>) */
-  snprintf(k, sizeof(k), "%s/end", r->key_space);
-  trun_buf v = {0};
-  int rc;
-  while ((rc = trun_client_get(c, trun_str(k), &v, 3600 * 1000)) == -ETIMEDOUT) {
-  }
-  if (rc == 0) {
-    size_t n = v.len < len - 1 ? v.len : len - 1;
-    memcpy(value, v.data, n);
-    value[n] = '\0';
-    if (trun_rdzv_ends_by_key(r)) {
-      /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
-      snprintf(k, sizeof(k), "%s/seen_end/%d", r->key_space, r->info.group_rank);
-      trun_client_set(c, trun_str(k), trun_str("1"));
-    }
-  } else {
-    snprintf(value, len, "lost:%d", -rc);
-  }
-  trun_buf_free(&v);
-}
-
 int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json) {
   char k[512], v[32];
   snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, r->info.group_rank);
   int rc = trun_client_set(r->client, trun_str(k), trun_str(failure_json ? failure_json : "{}"));
   trun__rdzv_round_key(r, round, "end", k, sizeof(k));
-  snprintf(v, sizeof(v), "fail:%d", r->info.group_rank);
+  int rc2 = trun__rdzv_end_encode(TRUN_RDZV_END_FAILED, r->info.group_rank, NULL, v, sizeof(v));
   trun_buf out = {0};
   /* First announcement wins: compare_set on an absent key with empty expected creates it. */
-  int rc2 = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str(v), &out);
+  if (rc2 == 0) rc2 = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str(v), &out);
   trun_buf_free(&out);
   return rc < 0 ? rc : rc2;
 }
@@ -83,8 +45,10 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
   if (rc < 0) return rc;
   trun__rdzv_round_key(r, round, "end", k, sizeof(k));
   if (done == r->info.group_world_size) {
+    char ok[8];
     trun_buf out = {0};
-    rc = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str("ok"), &out);
+    trun__rdzv_end_encode(TRUN_RDZV_END_OK, -1, NULL, ok, sizeof(ok));
+    rc = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str(ok), &out);
     trun_buf_free(&out);
     if (rc < 0) return rc;
   }

@@ -159,8 +159,20 @@ void trun__rdzv_live_round(trun_rdzv *r);
 void trun__rdzv_live_stop(trun_rdzv *r);
 double trun__rdzv_live_interval(const trun_config *cfg);
 int trun__rdzv_live_misses(const trun_config *cfg);
+/* Reads lost/<g> of key space ks on c into out (out->round_id is left to the caller). 0, -ENOENT (no
+ * record), or another negative errno. */
+int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out);
 /* The loss records of key space ks (a round of world nodes), at most max, into out: how many. */
 int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max);
+
+/* ---- rdzv_watch.c: the end key's values ---- */
+/* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),
+ * into out: "ok", "fail:<g>", "member:<why>", "gone:<g>". 0, or -EINVAL for a kind that is never written. */
+int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, char *out, size_t len);
+/* Decodes the end key's value v (n bytes, untrusted: any bytes at all) of a round of world nodes (<= 0: any
+ * group rank) into out: OK, FAILED, MEMBER, NODE_LOST, or INVALID for anything else (a group rank that is not
+ * 0..world-1 in decimal, a "lost:" no store holds, trailing bytes). out->round is left to the caller. */
+void trun__rdzv_end_decode(const void *v, size_t n, int world, trun_rdzv_end *out);
 
 /* ---- rdzv_end.c ---- */
 /* The exit barrier: every node counts itself out of round; the host waits (bounded) for the others so that

@@ -14,9 +14,9 @@
  *              (compare-and-set: one record per node), bumps lost_n (and left, so that the static
  *              backend's exit barrier does not wait for it), and ends the round: end = "gone:<g>"
  *              (compare-and-set: the first announcement of the round wins, as for "ok" and "fail:<g>").
- * The agent's end watcher wakes on that value. Two rules keep a slow store (thousands of connections, a
- * busy box) from being taken for a lost node: a watcher calls its successor lost only after it made
- * trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
+ * The end watcher (rdzv_watch.c) wakes on that value. Two rules keep a slow store (thousands of
+ * connections, a busy box) from being taken for a lost node: a watcher calls its successor lost only after it
+ * made trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
  * connection is never closed for a slow answer (closing it would look like a crash to the store's host).
  * An agent whose own heartbeats got no answer for twice the liveness window is the one cut off
  * (trun_rdzv_cut_off, asked by the agent's loop): it stops its workers and exits with its own code instead
@@ -122,8 +122,8 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
     ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
     trun_kv_add(kv, trun_str(k), 1, &n);
     ks_key(ks, "end", -1, k, sizeof(k));
-    snprintf(end, sizeof(end), "gone:%d", g);
-    trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
+    if (trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end)) == 0)
+      trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
     trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
   }
   free(rec);
@@ -148,15 +148,14 @@ static int publish_loss(trun_client *c, const char *ks, int g, const char *id, c
     ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
     if (rc == 0) rc = trun_client_add(c, trun_str(k), 1, &n);
     ks_key(ks, "end", -1, k, sizeof(k));
-    snprintf(end, sizeof(end), "gone:%d", g);
+    if (rc == 0) rc = trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end));
     if (rc == 0) rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(end), &out);
   }
   trun_buf_free(&out);
   return rc < 0 ? rc : won;
 }
 
-/* Reads lost/<g> of key space ks. 0, -ENOENT (no record), or another negative errno. */
-static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
+int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
   char k[600];
   memset(out, 0, sizeof(*out));
   out->node = g;
@@ -183,7 +182,7 @@ static int loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out)
 }
 
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out) {
-  int rc = loss_read(c ? c : r->client, r->key_space, g, out);
+  int rc = trun__rdzv_loss_read(c ? c : r->client, r->key_space, g, out);
   out->round_id = r->info.round_id;
   return rc;
 }
@@ -197,7 +196,7 @@ int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *o
   if (trun__rdzv_get_count(r->client, k, &n) < 0 || n <= 0) return 0; /* a read: --rdzv-status has no token */
   int found = 0;
   for (int g = 0; g < world && found < max && found < n; g++)
-    if (loss_read(r->client, ks, g, &out[found]) == 0) found++;
+    if (trun__rdzv_loss_read(r->client, ks, g, &out[found]) == 0) found++;
   return found;
 }
 

@@ -1,0 +1,280 @@
+/* The end of a round as the agent learns it (agent/rdzv/rdzv.h: trun_rdzv_end, trun_rdzv_watch): the values
+ * of the round's end key and the watcher thread that waits for it.
+ *
+ * The key "<key space>/end" is set once per round, by compare-and-set (the first announcement wins):
+ *   "ok"            every node's workers succeeded (rdzv_end.c, the last node to succeed);
+ *   "fail:<g>"      node g's workers failed first (rdzv_end.c);
+ *   "member:<why>"  the membership changes: "member:join" (a late node asks for a new round),
+ * "member:lost:<g>" (node g's heartbeat stopped) (rdzv_fast.c); "gone:<g>"      the liveness found node g
+ * gone (rdzv_live.c), on every backend (c10d's end key is set only then). Anyone with the job's token can
+ * write the store, so a value is decoded strictly: anything else, a group rank that is not a small decimal
+ * below the round's size included, reads as TRUN_RDZV_END_INVALID.
+ *
+ * The watcher runs on a thread with its own connection (the agent's loop never waits on the store while the
+ * workers run), from trun_rdzv_watch_start to trun_rdzv_watch_stop, and reads a lost node's record on that
+ * connection before it calls the agent back. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "rdzv_int.h"
+
+/* ---- the values of the end key -------------------------------------------------------------------- */
+
+/* The longest group rank the key holds: 9 decimal digits always fit an int. */
+#define RANK_DIGITS_MAX 9
+
+int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, char *out, size_t len) {
+  int n;
+  switch (kind) {
+    case TRUN_RDZV_END_OK: n = snprintf(out, len, "ok"); break;
+    case TRUN_RDZV_END_FAILED:
+    case TRUN_RDZV_END_NODE_LOST:
+      if (node < 0) return -EINVAL;
+      n = snprintf(out, len, "%s:%d", kind == TRUN_RDZV_END_FAILED ? "fail" : "gone", node);
+      break;
+    case TRUN_RDZV_END_MEMBER: n = snprintf(out, len, "member:%s", why ? why : ""); break;
+    default: /* NONE, STORE_LOST, INVALID: what a node knows, never a value of the key */ return -EINVAL;
+  }
+  return n < 0 || (size_t)n >= len ? -ENOSPC : 0;
+}
+
+/* A group rank as the end key holds it: 1 to RANK_DIGITS_MAX decimal digits, below world (world <= 0: any).
+ * The rank, or -1. */
+static int parse_rank(const char *p, size_t n, int world) {
+  if (n == 0 || n > RANK_DIGITS_MAX) return -1;
+  int g = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return -1;
+    g = g * 10 + (p[i] - '0');
+  }
+  return world > 0 && g >= world ? -1 : g;
+}
+
+/* n bytes of p as text for a log line: cut to len - 1, '?' for each byte that is not printable ASCII. */
+static void printable(const char *p, size_t n, char *out, size_t len) {
+  size_t i = 0;
+  for (; i < n && i + 1 < len; i++) out[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
+  out[i] = '\0';
+}
+
+static int has_prefix(const char *v, size_t n, const char *prefix) {
+  size_t k = strlen(prefix);
+  return n >= k && memcmp(v, prefix, k) == 0;
+}
+
+void trun__rdzv_end_decode(const void *value, size_t n, int world, trun_rdzv_end *out) {
+  const char *v = value ? value : "";
+  if (value == NULL) n = 0;
+  memset(out, 0, sizeof(*out));
+  out->node = -1;
+  int g;
+  if (n == 2 && memcmp(v, "ok", 2) == 0) {
+    out->kind = TRUN_RDZV_END_OK;
+  } else if (has_prefix(v, n, "member:")) {
+    out->kind = TRUN_RDZV_END_MEMBER;
+    printable(v + 7, n - 7, out->cause, sizeof(out->cause));
+  } else if (has_prefix(v, n, "fail:") && (g = parse_rank(v + 5, n - 5, world)) >= 0) {
+    out->kind = TRUN_RDZV_END_FAILED;
+    out->node = g;
+  } else if (has_prefix(v, n, "gone:") && (g = parse_rank(v + 5, n - 5, world)) >= 0) {
+    out->kind = TRUN_RDZV_END_NODE_LOST;
+    out->node = g;
+  } else {
+    out->kind = TRUN_RDZV_END_INVALID;
+    printable(v, n, out->cause, sizeof(out->cause));
+  }
+}
+
+void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err) {
+  char buf[128];
+  memset(e, 0, sizeof(*e));
+  e->kind = TRUN_RDZV_END_STORE_LOST;
+  e->round = round;
+  e->node = -1;
+  e->err = err;
+  snprintf(e->cause, sizeof(e->cause), "%s", strerror_r(err, buf, sizeof(buf))); /* GNU: the text */
+}
+
+/* ---- the watcher ---------------------------------------------------------------------------------- */
+
+#define WATCH_CONNECT_MS 60000
+#define WATCH_JOIN_S 15
+
+struct trun_rdzv_watch {
+  trun_rdzv *r;   /* read on the caller's thread only (open, start) */
+  trun_client *c; /* the watcher's connection; NULL: lost and not reopened */
+  int reopen;     /* open a new connection at the next start */
+  pthread_t thread;
+  int running; /* a thread was started and is not joined yet */
+  /* The round watched: set by start before the thread runs, then only read. */
+  trun_rdzv_end_fn on_end;
+  void *arg;
+  char key[sizeof(((trun_rdzv *)0)->key_space) + 8];       /* its end key */
+  char seen_key[sizeof(((trun_rdzv *)0)->key_space) + 24]; /* seen_end/<g>, "": none to set */
+  char ks[sizeof(((trun_rdzv *)0)->key_space)];
+  int round, world, by_key;
+  long long round_id;
+  pthread_mutex_t mu;
+  int ended;         /* under mu: end holds the round's end */
+  trun_rdzv_end end; /* under mu */
+};
+
+/* A second connection to the rendezvous store, with the agents' token and raw keys. 0 or a negative errno. */
+static int watch_connect(const trun_rdzv *r, int timeout_ms, trun_client **out) {
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.host = r->store_addr;
+  o.port = r->store_port;
+  o.gen = r->store_gen;
+  o.key_prefix = "";
+  o.agent_token = r->token;
+  o.connect_timeout_ms = timeout_ms;
+  /* The watcher's connection is closed at a round's end, and a store lost while the workers run is said by
+   * the agent ("lost the rendezvous store"): the client's own error line would be noise. */
+  o.quiet_errors = 1;
+  return trun_client_connect(&o, out);
+}
+
+static void *watch_thread(void *arg) {
+  trun_rdzv_watch *w = arg;
+  trun_rdzv_end e;
+  trun_buf v = {0};
+  int rc;
+  /* A round may run for days: each request's time-out only bounds one wait. */
+  while ((rc = trun_client_get(w->c, trun_str(w->key), &v, 3600 * 1000)) == -ETIMEDOUT) {
+  }
+  if (rc == 0) {
+    trun__rdzv_end_decode(v.data, v.len, w->world, &e);
+    /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
+    if (w->seen_key[0]) trun_client_set(w->c, trun_str(w->seen_key), trun_str("1"));
+  } else {
+    trun_rdzv_end_store_lost(&e, w->round, -rc);
+  }
+  trun_buf_free(&v);
+  e.round = w->round;
+  if (e.kind == TRUN_RDZV_END_NODE_LOST) {
+    /* The lost node's record, read here on this connection (the agent's loop never waits on the store). */
+    e.loss_known = trun__rdzv_loss_read(w->c, w->ks, e.node, &e.loss) == 0;
+    e.loss.round_id = w->round_id;
+  } else if (e.kind == TRUN_RDZV_END_INVALID) {
+    trun_warn(
+        "the end key of round %d in the rendezvous store holds '%s', which no trun agent writes: this node "
+        "takes no action on it (a program with the job's token wrote it, or a trun of another version)",
+        w->round, e.cause);
+  }
+  pthread_mutex_lock(&w->mu);
+  w->end = e;
+  w->ended = 1;
+  pthread_mutex_unlock(&w->mu);
+  w->on_end(w->arg, &e);
+  return NULL;
+}
+
+int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!trun_rdzv_ends_by_key(r) && r->live == NULL) return 0; /* a single node: no other node ends a round */
+  trun_rdzv_watch *w = calloc(1, sizeof(*w));
+  if (w == NULL) {
+    snprintf(err, errlen, "cannot start the failure watcher: out of memory");
+    return -1;
+  }
+  int rc = watch_connect(r, WATCH_CONNECT_MS, &w->c);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot open the failure-watch connection to the rendezvous store (port %d): %s",
+             r->info.master_port, strerror(-rc));
+    free(w);
+    return -1;
+  }
+  w->r = r;
+  pthread_mutex_init(&w->mu, NULL);
+  *out = w;
+  return 0;
+}
+
+void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_end, void *arg) {
+  if (w == NULL || w->running) return;
+  const trun_rdzv *r = w->r;
+  if (w->reopen) {
+    /* One try: a store that cannot be reached now leaves this node without a watcher, as before a round. */
+    w->reopen = 0;
+    if (w->c) trun_client_close(w->c);
+    if (watch_connect(r, WATCH_CONNECT_MS, &w->c) < 0) w->c = NULL;
+  }
+  pthread_mutex_lock(&w->mu);
+  w->ended = 0;
+  memset(&w->end, 0, sizeof(w->end));
+  w->end.node = -1;
+  pthread_mutex_unlock(&w->mu);
+  if (w->c == NULL) return;
+  w->on_end = on_end;
+  w->arg = arg;
+  w->round = round;
+  w->world = r->info.group_world_size;
+  w->round_id = r->info.round_id;
+  w->by_key = trun_rdzv_ends_by_key(r);
+  snprintf(w->ks, sizeof(w->ks), "%s", r->key_space);
+  snprintf(w->key, sizeof(w->key), "%s/end", r->key_space);
+  w->seen_key[0] = '\0';
+  if (w->by_key) snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
+  w->running = pthread_create(&w->thread, NULL, watch_thread, w) == 0;
+  if (!w->running) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
+}
+
+int trun_rdzv_watch_result(trun_rdzv_watch *w, trun_rdzv_end *out) {
+  if (w == NULL) return 0;
+  pthread_mutex_lock(&w->mu);
+  int ended = w->ended;
+  if (ended) *out = w->end;
+  pthread_mutex_unlock(&w->mu);
+  return ended;
+}
+
+void trun_rdzv_watch_cut(trun_rdzv_watch *w) {
+  /* shutdown, not close: the thread's request returns with an error, and the thread still owns the client. */
+  if (w && w->running && w->c) shutdown(trun_client_fd(w->c), SHUT_RDWR);
+}
+
+void trun_rdzv_watch_reconnect(trun_rdzv_watch *w) {
+  if (w) w->reopen = 1;
+}
+
+void trun_rdzv_watch_stop(trun_rdzv_watch *w) {
+  if (w == NULL || !w->running) return;
+  pthread_mutex_lock(&w->mu);
+  int ended = w->ended;
+  pthread_mutex_unlock(&w->mu);
+  /* c10d sets the end key only when the liveness finds a node lost: after a round without one nothing wakes
+   * the watcher, so its connection is cut now (a new one comes with the next round). */
+  if (!w->by_key && !ended) trun_rdzv_watch_cut(w);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += WATCH_JOIN_S;
+  if (pthread_timedjoin_np(w->thread, NULL, &ts) != 0) {
+    trun_warn("the end-of-round watcher did not finish; cutting its store connection");
+    trun_rdzv_watch_cut(w);
+    pthread_join(w->thread, NULL);
+  }
+  w->running = 0;
+  pthread_mutex_lock(&w->mu);
+  int lost = !w->ended || w->end.kind == TRUN_RDZV_END_STORE_LOST;
+  pthread_mutex_unlock(&w->mu);
+  if (lost || w->reopen) {
+    /* The watch connection is gone: the next round, if any, opens a new one. */
+    trun_client_close(w->c);
+    w->c = NULL;
+    w->reopen = 1;
+  }
+}
+
+void trun_rdzv_watch_close(trun_rdzv_watch *w) {
+  if (w == NULL) return;
+  trun_rdzv_watch_stop(w);
+  if (w->c) trun_client_close(w->c);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
