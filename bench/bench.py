@@ -333,8 +333,9 @@ def rdzv_run(mode, n, run_id, torch_timeout=600):
     try:
         io0 = proc_io(srv.pid)
         if mode.startswith("trun-"):
+            # The series "trun-fast" (its name in every stored result) is the trun backend.
             cmd = [os.path.join(BUILD, "trun-rdzv-bench"), "--target", f"127.0.0.1:{srv.port}", "--agents", str(n),
-                   "--mode", mode[5:], "--run-id", run_id]
+                   "--mode", "trun" if mode == "trun-fast" else mode[5:], "--run-id", run_id]
         elif mode == "torchrun-1.13":
             cmd = [HOST_PY, os.path.join(REPO, "bench", "rdzv_torch.py"), "127.0.0.1", str(srv.port), str(n), run_id,
                    str(torch_timeout)]

@@ -1,9 +1,9 @@
 /* trun-rdzv-bench: many rendezvous agents in one process (one thread and one store connection each) join one
- * rendezvous on a TCPStore, with trun's fast backend or the c10d (torchelastic) algorithm. Checks the result
+ * rendezvous on a TCPStore, with the `trun` backend or the c10d (torchelastic) algorithm. Checks the result
  * (every agent got a distinct group rank 0..n-1 and the same world size) and prints the time from the last
  * agent's join to the last assignment, and the store traffic the agents counted.
  *
- *   trun-rdzv-bench --target HOST:PORT --agents N [--mode fast|c10d] [--min M] [--run-id ID]
+ *   trun-rdzv-bench --target HOST:PORT --agents N [--mode trun|c10d] [--min M] [--run-id ID]
  *
  * Output: one line `rdzv mode=<m> agents=<n> seconds=<s> total_seconds=<t> ops=<o> payload_bytes=<b>`.
  * Exit: 0 ok, 1 a join failed or the ranks are wrong, 2 bad arguments. */
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "agent/rdzv/c10d/dynamic.h"
-#include "agent/rdzv/trun/protocol.h"
+#include "agent/rdzv/trun/fast.h"
 #include "store/client.h"
 
 typedef struct {
@@ -102,7 +102,7 @@ static void *agent_main(void *p) {
 static int usage(void) {
   fprintf(
       stderr,
-      "usage: trun-rdzv-bench --target HOST:PORT --agents N [--mode fast|c10d] [--min M] [--run-id ID]\n");
+      "usage: trun-rdzv-bench --target HOST:PORT --agents N [--mode trun|c10d] [--min M] [--run-id ID]\n");
   return 2;
 }
 
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--mode") == 0 && v) {
       if (strcmp(v, "c10d") == 0)
         c10d = 1;
-      else if (strcmp(v, "fast") != 0)
+      else if (strcmp(v, "trun") != 0)
         return usage();
       i++;
     } else if (strcmp(argv[i], "--run-id") == 0 && v) {

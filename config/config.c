@@ -244,7 +244,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   else if (strcmp(backend, "c10d") == 0)
     cfg->backend = TRUN_RDZV_C10D;
   else if (strcmp(backend, "trun") == 0)
-    cfg->backend = TRUN_RDZV_FAST;
+    cfg->backend = TRUN_RDZV_TRUN;
   else
     return fail(err, errlen, cl, TRUN_OPT_RDZV_BACKEND,
                 "--rdzv-backend '%s' is not supported by trun; use static, c10d or trun (trun's fast elastic "

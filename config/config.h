@@ -18,8 +18,8 @@
 /* --health-check: what a failed node health check does (agent/discover/health.h). */
 enum { TRUN_HEALTH_CHECK_OFF = 0, TRUN_HEALTH_CHECK_WARN, TRUN_HEALTH_CHECK_FAIL };
 
-/* TRUN_RDZV_FAST: trun's own elastic rendezvous (agent/rdzv/trun/protocol.h), --rdzv-backend trun. */
-typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_FAST } trun_rdzv_backend;
+/* TRUN_RDZV_TRUN: trun's own elastic rendezvous (agent/rdzv/trun/fast.h), --rdzv-backend trun. */
+typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_TRUN } trun_rdzv_backend;
 
 typedef struct {
   int min_nodes, max_nodes;

@@ -12,7 +12,7 @@
 const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
   if (!cfg->standalone && cfg->endpoint_port != 0) {
     if (cfg->backend == TRUN_RDZV_C10D) return &trun__rdzv_c10d;
-    if (cfg->backend == TRUN_RDZV_FAST) return &trun__rdzv_trun;
+    if (cfg->backend == TRUN_RDZV_TRUN) return &trun__rdzv_trun;
   }
   return &trun__rdzv_static;
 }

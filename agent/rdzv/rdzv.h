@@ -3,7 +3,7 @@
  * round across nodes, finish, close. Three backends implement it, each in its folder: static (static/; also
  * --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c over the state machine in dynamic.c
  * and its pickled state, state.c / pickle.c), and trun's own elastic rendezvous (trun/: trun.c over
- * protocol.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
+ * fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
  * rules of store_acl.h. How a round ended reaches the agent as a typed trun_rdzv_end from the end watcher
  * (rdzv_watch.c): only this module reads or writes the store's end values. What init and the first round
  * would settle, without a store, is trun_rdzv_preview's (rdzv_preview.c, for --dry-run).

@@ -1,6 +1,6 @@
 /* trun --rdzv-status (agent/rdzv/rdzv.h): a job's rendezvous as its store holds it, for the operator whose
  * launch waits: the round, its members, the nodes waiting and the nodes lost. Reads only; one connection.
- * c10d: the pickled state (c10d/state.c); trun: the fast rendezvous's keys (trun/protocol.h); static: the
+ * c10d: the pickled state (c10d/state.c); trun: the `trun` backend's keys (trun/fast.h); static: the
  * round keys of static/static.c. Lost nodes: the liveness records of the round (rdzv_live.c); excluded nodes
  * (elastic backends): the job's exclusion list (rdzv_exclude.c). */
 #include <errno.h>
@@ -122,9 +122,9 @@ static int status_c10d(view *v) {
   return 0;
 }
 
-/* ---- trun (trun/protocol.h's keys) ---------------------------------------------------------------------- */
+/* ---- trun (trun/fast.h's keys) ---------------------------------------------------------------------- */
 
-static int status_fast(view *v) {
+static int status_trun(view *v) {
   const trun_config *cfg = v->r.cfg;
   char k[400], val[400];
   snprintf(k, sizeof(k), "/trun/%s/round", cfg->run_id);
@@ -314,11 +314,11 @@ int trun_rdzv_status(const trun_config *cfg, FILE *out) {
   }
   fprintf(out, "rendezvous '%s' (%s) at %s:%d\n", cfg->run_id,
           cfg->backend == TRUN_RDZV_C10D   ? "c10d"
-          : cfg->backend == TRUN_RDZV_FAST ? "trun"
+          : cfg->backend == TRUN_RDZV_TRUN ? "trun"
                                            : "static",
           cfg->endpoint_host, cfg->endpoint_port);
   int code = cfg->backend == TRUN_RDZV_C10D   ? status_c10d(&v)
-             : cfg->backend == TRUN_RDZV_FAST ? status_fast(&v)
+             : cfg->backend == TRUN_RDZV_TRUN ? status_trun(&v)
                                               : status_static(&v);
   if (code == 0 && cfg->backend != TRUN_RDZV_STATIC) code = print_excluded(&v); /* elastic jobs keep a list */
   trun_client_close(v.r.client);

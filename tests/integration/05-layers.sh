@@ -45,8 +45,8 @@ sed -i '0,/^#include "/s//#include "agent\/agent.h"\n#include "/' "$tmp/t/agent/
 expect_breach "a backend of rdzv including the agent (upwards)" 'module rdzv may not use agent'
 # ... and its private headers stay private to rdzv.
 fresh_copy
-sed -i '0,/^#include "/s//#include "agent\/rdzv\/trun\/protocol.h"\n#include "/' "$tmp/t/agent/nccl/doctor.c"
-expect_breach "a backend's header in nccl" 'the private header agent/rdzv/trun/protocol.h of module rdzv'
+sed -i '0,/^#include "/s//#include "agent\/rdzv\/trun\/fast.h"\n#include "/' "$tmp/t/agent/nccl/doctor.c"
+expect_breach "a backend's header in nccl" 'the private header agent/rdzv/trun/fast.h of module rdzv'
 
 fresh_copy
 sed -i 's/^ \* May use: base\./ * May use: base, nccl./' "$tmp/t/agent/discover/discover.h"

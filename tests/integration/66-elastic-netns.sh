@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Elastic membership in network namespaces (issue 4), for trun's c10d backend (torchelastic's algorithm) and
-# its fast backend: --nnodes 2:3, one trun agent per namespace (10.251.0.1..3), 1 worker each
+# its `trun` backend: --nnodes 2:3, one trun agent per namespace (10.251.0.1..3), 1 worker each
 # (tests/helpers/elastic_worker.py: gloo, all-reduces until told to finish).
 #   1. h0 + h1 start: a world of 2 after the last call.
 #   2. h2 joins: every node restarts into a world of 3, not counted as a restart (restart count stays 0).

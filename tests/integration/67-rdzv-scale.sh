@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Rendezvous at scale on loopback (issue 4): 1,000 agents (one thread and one store connection each, in
-# build/trun-rdzv-bench) complete trun's fast rendezvous on a trun-store, and 128 agents torchelastic's c10d
+# build/trun-rdzv-bench) complete the `trun` rendezvous on a trun-store, and 128 agents torchelastic's c10d
 # rendezvous; every agent must get a distinct group rank 0..n-1 and the same world size (the tool checks and
-# exits 1 otherwise). A second fast rendezvous of 1,000 with MIN 600 (a range: committed by the 1,000th).
+# exits 1 otherwise). A second `trun` rendezvous of 1,000 with MIN 600 (a range: committed by the 1,000th).
 set -u
 . "$(dirname "$0")/../helpers/lib.sh"
 [ -x "$build/trun-rdzv-bench" ] || fail "$build/trun-rdzv-bench is missing; run 'make' first"
@@ -18,8 +18,8 @@ run() {
   out=$("$build/trun-rdzv-bench" --target "127.0.0.1:$port" "$@" 2>&1) || fail "trun-rdzv-bench $*: $out"
   echo "$out"
 }
-run --agents 1000 --mode fast --run-id fast1000
-run --agents 1000 --min 600 --mode fast --run-id fast1000r
+run --agents 1000 --mode trun --run-id fast1000
+run --agents 1000 --min 600 --mode trun --run-id fast1000r
 run --agents 128 --mode c10d --run-id c10d128
 kill "$srv"
-echo "PASS: 1,000 agents (fast), 1,000 with a range, 128 agents (c10d) got distinct ranks"
+echo "PASS: 1,000 agents (trun), 1,000 with a range, 128 agents (c10d) got distinct ranks"

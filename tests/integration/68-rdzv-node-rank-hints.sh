@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --node-rank as a rank hint with trun's fast rendezvous (--rdzv-backend trun), end to end on loopback: three
+# --node-rank as a rank hint with the `trun` rendezvous (--rdzv-backend trun), end to end on loopback: three
 # agents with hints 2, 0, 1 join in that order (each waits until the one before it has joined, so the join
 # order is the reverse of what the hints ask); every agent's workers must get GROUP_RANK = its hint and
 # RANK = hint * nproc + LOCAL_RANK. Without hints, the same start order gives GROUP_RANK in join order

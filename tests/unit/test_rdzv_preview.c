@@ -68,7 +68,7 @@ START_TEST(test_elastic) {
   trun_config cfg;
   trun_rdzv_preview_info p;
   char err[256];
-  job(&cfg, TRUN_RDZV_FAST, "store.invalid", 29400, 1, 4);
+  job(&cfg, TRUN_RDZV_TRUN, "store.invalid", 29400, 1, 4);
   cfg.node_rank = 3;
   ck_assert_int_eq(trun_rdzv_preview(&cfg, 8, &p, err, sizeof(err)), 0);
   ck_assert_str_eq(p.backend, "trun");

@@ -1,4 +1,4 @@
-/* --rdzv-backend trun (agent/rdzv/rdzv_int.h): trun's fast elastic rendezvous (trun/protocol.c) over the same
+/* --rdzv-backend trun (agent/rdzv/rdzv_int.h): trun's own elastic rendezvous (trun/fast.c) over the same
  * store host rules as c10d; the workers then use the agents' store, and a round ends for all nodes through
  * the static backend's end key (rdzv_end.c), which the fast protocol itself also sets when a node's
  * heartbeat stops ("member:lost:<g>"). */
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "protocol.h"
+#include "fast.h"
 #include "agent/rdzv/rdzv_int.h"
 
 static trun_fast *fst(const trun_rdzv *r) { return r->state; }
@@ -76,7 +76,7 @@ static void trun_have(trun_rdzv *r) {
   /* A full round that runs: a node beyond it is a spare until the round ends. */
   int spare = v[0] && atoll(v) >= f->s.max_nodes;
   snprintf(r->wait.kind, sizeof(r->wait.kind), "%s", spare ? "spare" : last_call ? "last_call" : "round");
-  if (spare) r->wait.deadline = 0; /* a spare waits without a time-out (trun/protocol.c, late) */
+  if (spare) r->wait.deadline = 0; /* a spare waits without a time-out (trun/fast.c, late) */
   char missing[64] = "";
   if (!v[0] && seq < f->s.min_nodes)
     snprintf(missing, sizeof(missing), "; missing: %lld more to reach %d", f->s.min_nodes - seq,

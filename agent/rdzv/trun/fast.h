@@ -1,4 +1,4 @@
-/* trun's fast elastic rendezvous (`--rdzv-backend trun`) for fleets of trun agents, over the plain TCPStore
+/* trun's own elastic rendezvous (`--rdzv-backend trun`) for fleets of trun agents, over the plain TCPStore
  * protocol (any TCPStore can host it). A node's join costs O(1) store operations and bytes: an atomic ADD
  * gives its join index, a SET publishes its descriptor, a WAIT blocks until the round is committed, a GET
  * reads its assignment; one coordinator (the first to commit) reads the roster with one MULTI_GET and writes

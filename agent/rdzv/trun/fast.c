@@ -1,5 +1,5 @@
-/* trun's fast elastic rendezvous: see trun/protocol.h. */
-#include "protocol.h"
+/* trun's fast elastic rendezvous: see trun/fast.h. */
+#include "fast.h"
 
 #include <errno.h>
 #include <stdarg.h>
