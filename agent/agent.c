@@ -25,7 +25,6 @@
 #include "agent_int.h"
 #include "base/base.h"
 #include "restart_policy.h"
-#include "store/store.h"
 #include "worker_env.h"
 
 /* ---- round end ----------------------------------------------------------------------------------- */

@@ -17,7 +17,6 @@
 #include "agent/proc/proc.h"
 #include "agent_int.h"
 #include "base/base.h"
-#include "store/store.h"
 
 /* How the other nodes know this one: its rendezvous address (--local-addr, or what auto found once the
  * rendezvous store was reached), else its FQDN. */

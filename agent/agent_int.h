@@ -20,7 +20,6 @@
 #include "agent/proc/proc.h"
 #include "agent/rdzv/rdzv.h"
 #include "base/base.h"
-#include "store/store.h"
 
 /* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
 typedef enum {

@@ -11,7 +11,6 @@
 #include "agent/discover/discover.h"
 #include "base/base.h"
 #include "nccl_env.h"
-#include "store/store.h"
 
 /* ---- identity ----------------------------------------------------------------------------------------- */
 

@@ -3,8 +3,8 @@
  * (nccl_log.h) and the agent's transport report (nccl_report.h), the NCCL all-reduce preflight
  * (preflight.h, the trun-preflight tool), and the topology doctor that finds split pods and GPU clashes
  * across agents (doctor.h).
- * May use: base, store, config, discover, proc, rdzv (the doctor and the preflight exchange through the
- * rendezvous store). Used by the agent, observe and the tools. */
+ * May use: base, config, discover, proc, rdzv (the doctor and the preflight exchange through the rendezvous's
+ * functions, never the store's). Used by the agent, observe and the tools. */
 #ifndef TRUN_NCCL_H
 #define TRUN_NCCL_H
 
