@@ -792,8 +792,8 @@ static int open_agent(agent *a) {
   a->rdzv = trun_rdzv_new(); /* started in meet(); read before (its round info all 0) */
   int lrc = a->w && a->loop && a->rdzv ? uv_loop_init(a->loop) : UV_ENOMEM;
   if (lrc < 0) {
-    trun_error("cannot start the agent: %s: %s", a->w && a->loop && a->rdzv ? "uv_loop_init" : "calloc/malloc",
-               uv_strerror(lrc));
+    trun_error("cannot start the agent: %s: %s",
+               a->w && a->loop && a->rdzv ? "uv_loop_init" : "calloc/malloc", uv_strerror(lrc));
     free(a->loop);
     a->loop = NULL; /* nothing to tear down */
     return 1;

@@ -210,7 +210,7 @@ void trun__agent_report_failures(agent *a, int final) {
             "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
             trun_rdzv_info(a->rdzv)->group_rank,
             !trun_rdzv_ends_by_key(a->rdzv) || a->end.kind == TRUN_RDZV_END_FAILED ? "another node failed"
-                                                                                    : "the store was lost");
+                                                                                   : "the store was lost");
     final = 0;
   }
   /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others

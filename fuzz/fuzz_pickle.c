@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_check.h"
 #include "agent/rdzv/c10d/pickle.h"
 #include "agent/rdzv/c10d/state.h"
+#include "fuzz_check.h"
 
 static int node_eq(const trun_rdzv_node *a, const trun_rdzv_node *b) {
   return strcmp(a->addr, b->addr) == 0 && a->pid == b->pid && a->local_id == b->local_id;

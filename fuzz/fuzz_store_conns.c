@@ -5,8 +5,8 @@
  * turn the access rules on or off (the clients from 127.0.0.3 and .4 are then refused). A gone callback
  * (liveness keys, as the rendezvous uses them) writes "/end" when an agent's connection (connect's argument
  * bit 3: it presents the job's token; bit 4: a wrong one, and the server closes it) that owned a
- * "/r/alive/<n>" key ends, which wakes the waiters of "/end" from whatever path closed it. Small output and memory limits make
- * back-pressure, reply caps and input budgets reachable with small values.
+ * "/r/alive/<n>" key ends, which wakes the waiters of "/end" from whatever path closed it. Small output and
+ * memory limits make back-pressure, reply caps and input budgets reachable with small values.
  *
  * Input: [config][actions...]
  *   config bits 0-2: max_pending_out = 512 << b; bit 3: legacy numbering 2.1 (else 1.13); bit 4: small

@@ -23,7 +23,8 @@
 /* Static backend: once a host's agent has failed, the job is over; agents still running this long
  * afterwards (e.g. waiting for a host whose rsh never started an agent) are stopped. */
 #define TRUN_HOSTFILE_GRACE_MS 60000
-/* The first line each host's agent reads on stdin (--watch-stdin, agent/agent_stdin.c): the launcher is there. */
+/* The first line each host's agent reads on stdin (--watch-stdin, agent/agent_stdin.c): the launcher is
+ * there. */
 #define TRUN_HOSTFILE_HELLO "trun-watch-stdin 1\n"
 /* ssh's own exit code: it could not reach the host, log in, or lost the connection. */
 #define TRUN_RSH_UNREACHABLE 255

@@ -9,7 +9,8 @@
  * would settle, without a store, is trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
  * observe modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is
- * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space"). */
+ * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space").
+ */
 #ifndef TRUN_RDZV_H
 #define TRUN_RDZV_H
 
@@ -190,8 +191,8 @@ int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusi
  * code: 0, 1 (the store cannot be read), 2 (a bad format or no endpoint). */
 int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *out);
 
-/* The agent token (trun_rdzv_token) and --rdzv-conf, whose values config/ checked already (rdzv_conf.c there):
- * keys trun does not read are said on stderr. 0, or -1 with the reason (the caller exits 2). */
+/* The agent token (trun_rdzv_token) and --rdzv-conf, whose values config/ checked already (rdzv_conf.c
+ * there): keys trun does not read are said on stderr. 0, or -1 with the reason (the caller exits 2). */
 int trun_rdzv_conf_check(const trun_config *cfg, char *err, size_t errlen);
 /* A rendezvous not started yet (NULL: out of memory): its round info all 0, no connection. */
 trun_rdzv *trun_rdzv_new(void);

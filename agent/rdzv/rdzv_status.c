@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "c10d/dynamic.h"
-#include "rdzv_int.h"
 #include "c10d/state.h"
+#include "rdzv_int.h"
 
 #define NAMED 64 /* nodes listed by name; beyond it, counted */
 

@@ -220,7 +220,8 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   snprintf(w->ks, sizeof(w->ks), "%s", r->key_space);
   snprintf(w->key, sizeof(w->key), "%s/end", r->key_space);
   w->seen_key[0] = '\0';
-  if (w->by_key) snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
+  if (w->by_key)
+    snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
   w->running = pthread_create(&w->thread, NULL, watch_thread, w) == 0;
   if (!w->running) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
 }

@@ -1,11 +1,11 @@
-/* Elastic rendezvous: torchelastic's decision table (agent/rdzv/c10d/dynamic.c) case by case, the state mutations
- * and dead-node pruning, and both executors (c10d and the `trun` backend) with many agents as threads
- * against an in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank hints,
- * corrupt states, and the survivors of a lost node regrouping without the last call (issue 22).
+/* Elastic rendezvous: torchelastic's decision table (agent/rdzv/c10d/dynamic.c) case by case, the state
+ * mutations and dead-node pruning, and both executors (c10d and the `trun` backend) with many agents as
+ * threads against an in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank
+ * hints, corrupt states, and the survivors of a lost node regrouping without the last call (issue 22).
  */
-#include "client.h"
 #include "agent/rdzv/c10d/dynamic.h"
 #include "agent/rdzv/trun/fast.h"
+#include "client.h"
 #include "unit.h"
 
 static trun_dyn_settings settings(int min, int max) {

@@ -1111,7 +1111,7 @@ START_TEST(test_owners_reset_with_reply_pending) {
   for (int i = 0; i < 2; i++) {
     char key[32];
     snprintf(key, sizeof(key), "/o/alive/%d", i);
-    fd[i] = connect_agent(); /* an agent's connection: its liveness key is owned */
+    fd[i] = connect_agent();                            /* an agent's connection: its liveness key is owned */
     m_str(m_str(m_u8(&m, 1), key), "me");               /* SET: owned */
     m_str(m_u64(m_u8(&m, 6), 1), "/o/end");             /* WAIT */
     m_str(m_u8(m_str(m_u8(&m, 3), "/big"), 3), "/big"); /* GET, GET: never read */

@@ -1,5 +1,5 @@
-/* The c10d backend as torchrun runs it (docs/torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's dynamic
- * rendezvous (c10d/dynamic.c), then torch's agent protocol in the round's key space
+/* The c10d backend as torchrun runs it (docs/torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's
+ * dynamic rendezvous (c10d/dynamic.c), then torch's agent protocol in the round's key space
  * "torch.rendezvous.<run_id>.<round>/": rank assignment, the workers' store address and the exit barrier.
  * Two protocol generations, told apart by the state's node key: torch 1.13 (`fqdn`) and torch >= 2.5
  * (`addr`), so that trun agents and torchrun agents of either generation share one job. */
@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "dynamic.h"
 #include "agent/rdzv/rdzv_int.h"
+#include "dynamic.h"
 
 /* The backend's own state (r->state). */
 typedef struct {

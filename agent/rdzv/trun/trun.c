@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fast.h"
 #include "agent/rdzv/rdzv_int.h"
+#include "fast.h"
 
 static trun_fast *fst(const trun_rdzv *r) { return r->state; }
 
