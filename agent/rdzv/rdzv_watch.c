@@ -5,7 +5,7 @@
  *   "ok"            every node's workers succeeded (rdzv_end.c, the last node to succeed);
  *   "fail:<g>"      node g's workers failed first (rdzv_end.c);
  *   "member:<why>"  the membership changes: "member:join" (a late node asks for a new round),
- * "member:lost:<g>" (node g's heartbeat stopped) (rdzv_fast.c); "gone:<g>"      the liveness found node g
+ * "member:lost:<g>" (node g's heartbeat stopped) (trun/fast.c); "gone:<g>"      the liveness found node g
  * gone (rdzv_live.c), on every backend (c10d's end key is set only then). Anyone with the job's token can
  * write the store, so a value is decoded strictly: anything else, a group rank that is not a small decimal
  * below the round's size included, reads as TRUN_RDZV_END_INVALID.

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "agent/rdzv/rdzv_int.h" /* the round end's values (trun__rdzv_end_encode) */
 #include "base/base.h"
 #include "store/store.h"
 
@@ -262,7 +263,9 @@ static int late(trun_fast *f, int64_t R, double deadline) {
     trun_debug("rendezvous %s round %lld is running with %s node(s): asking for a new round", f->base,
                (long long)R, v);
     key(f, k, sizeof(k), R, "end");
-    if ((rc = op_cas(f, k, "", "member:join", v, sizeof(v))) < 0) return rc;
+    char join[32];
+    trun__rdzv_end_encode(TRUN_RDZV_END_MEMBER, -1, "join", join, sizeof(join));
+    if ((rc = op_cas(f, k, "", join, v, sizeof(v))) < 0) return rc;
   }
   key(f, k, sizeof(k), R, "end");
   double left = deadline - trun_mono_s();
@@ -473,8 +476,9 @@ int trun_fast_tick(trun_fast *f) {
     return 0;
   }
   if (now - f->succ_since <= f->s.keep_alive_ms / 1000.0 * f->s.keep_alive_max_attempt) return 0;
-  char why[64];
-  snprintf(why, sizeof(why), "member:lost:%d", succ);
+  char lost[32], why[64];
+  snprintf(lost, sizeof(lost), "lost:%d", succ);
+  trun__rdzv_end_encode(TRUN_RDZV_END_MEMBER, -1, lost, why, sizeof(why));
   trun_warn(
       "node rank %d sent no heartbeat for %.0f s: ending round %lld so that the others go on without it",
       succ, now - f->succ_since, (long long)f->round);
