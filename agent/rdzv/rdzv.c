@@ -17,8 +17,6 @@ const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
   return &trun__rdzv_static;
 }
 
-const char *trun_rdzv_config_backend_name(const trun_config *cfg) { return trun__rdzv_backend_of(cfg)->name; }
-
 trun_rdzv *trun_rdzv_new(void) { return calloc(1, sizeof(trun_rdzv)); }
 
 void trun_rdzv_free(trun_rdzv *r) {

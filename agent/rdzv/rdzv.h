@@ -401,8 +401,6 @@ void trun_rdzv_close(trun_rdzv *r);
 int trun_rdzv_status(const trun_config *cfg, FILE *out);
 /* The name of the backend in use: "static", "c10d" or "trun". */
 const char *trun_rdzv_backend_name(const trun_rdzv *r);
-/* The name of the backend trun_rdzv_init would choose for cfg. */
-const char *trun_rdzv_config_backend_name(const trun_config *cfg);
 
 /* ---- the preview (rdzv_preview.c) ---- */
 /* What the rendezvous would do for a configuration, known without a store (--dry-run). */
