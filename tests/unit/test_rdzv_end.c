@@ -271,7 +271,7 @@ static int yes(const trun_rdzv *r) {
 }
 static const trun_rdzv_ops by_key = {.name = "by-key", .ends_by_key = yes}; /* static, trun */
 static const trun_rdzv_ops by_liveness = {.name = "by-liveness"};           /* c10d */
-static char live_stub;                                                      /* r->live: set, never read */
+static char live_placeholder;                                               /* r->live: set, never read */
 
 static trun_client *writer;
 
@@ -300,7 +300,7 @@ static void node(trun_rdzv *r, const trun_rdzv_ops *ops, int round) {
   r->info.round_id = 100 + round;
   snprintf(r->key_space, sizeof(r->key_space), "/trun/j/r%d", round);
   r->be = ops;
-  if (ops == &by_liveness) r->live = (struct trun_live *)&live_stub;
+  if (ops == &by_liveness) r->live = (struct trun_live *)&live_placeholder;
 }
 
 static void set(const char *k, const char *v) {
@@ -481,7 +481,7 @@ START_TEST(test_watch_single_node) {
   trun_rdzv r;
   node(&r, &by_key, 0);
   r.be = &by_liveness; /* no end key, and no liveness (r.live NULL) */
-  trun_rdzv_watch *w = (trun_rdzv_watch *)&live_stub;
+  trun_rdzv_watch *w = (trun_rdzv_watch *)&live_placeholder;
   char err[256];
   ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
   ck_assert_ptr_null(w);
