@@ -61,19 +61,8 @@ int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *o
         "and --rdzv-id (or PET_RDZV_ENDPOINT, PET_RDZV_ID)\n");
     return 2;
   }
-  trun_gen gen = TRUN_GEN_V2; /* a store served by torch 1.13 / 2.0 / 2.1 speaks its own generation */
-  char ver[32];
-  if (cfg->rdzv_conf && trun__rdzv_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)))
-    trun_client_parse_gen(ver, &gen);
   trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = cfg->endpoint_host;
-  o.port = cfg->endpoint_port;
-  o.gen = gen;
-  o.key_prefix = "";
-  o.connect_timeout_ms = 10000;
-  o.timeout_ms = 10000;
-  o.quiet_connect = 1;
+  trun__rdzv_outside_opts(cfg, 10000, &o);
   trun_client *c = NULL;
   int rc = trun_client_connect(&o, &c);
   trun_rdzv_exclusion *v = NULL;

@@ -71,15 +71,9 @@ int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
   r->cfg = cfg;
   char terr[200];
   trun_client_opts o;
-  trun_client_opts_default(&o);
+  trun__rdzv_outside_opts(cfg, timeout_ms, &o);
   /* Without a token (an explicit one that is not valid) the record is refused: said by the caller. */
   if (trun_rdzv_token(cfg, r->token, sizeof(r->token), terr, sizeof(terr)) >= 0) o.agent_token = r->token;
-  o.host = cfg->endpoint_host;
-  o.port = cfg->endpoint_port;
-  o.key_prefix = "";
-  o.connect_timeout_ms = timeout_ms;
-  o.timeout_ms = timeout_ms;
-  o.quiet_connect = 1;
   int rc = trun_client_connect(&o, &r->client);
   if (rc < 0) {
     r->client = NULL;

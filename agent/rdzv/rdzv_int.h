@@ -79,6 +79,10 @@ extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
 const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg);
 
 /* ---- rdzv_store.c ---- */
+/* Options for a connection to the job's rendezvous store from outside any round (--rdzv-status,
+ * --list-excluded, a node that never joins): cfg's endpoint, raw keys, the generation a c10d store of that
+ * torch speaks, timeout_ms for the connect and each request, no connect error lines (the caller says why). */
+void trun__rdzv_outside_opts(const trun_config *cfg, int timeout_ms, trun_client_opts *o);
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
  * -EINTR or another negative errno. */
 int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);

@@ -295,14 +295,8 @@ int trun_rdzv_status(const trun_config *cfg, FILE *out) {
   v.r.cfg = cfg;
   connect_note note = {.host = cfg->endpoint_host};
   trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = cfg->endpoint_host;
-  o.port = cfg->endpoint_port;
-  o.gen = cfg->backend == TRUN_RDZV_C10D ? trun__rdzv_c10d_gen(cfg) : TRUN_GEN_V2;
-  o.key_prefix = "";
-  o.timeout_ms = 10000;
+  trun__rdzv_outside_opts(cfg, 10000, &o);
   o.connect_timeout_ms = 5000;
-  o.quiet_connect = 1;
   o.on_connect_error = note_cause;
   o.on_connect_error_arg = &note;
   int rc = trun_client_connect(&o, &v.r.client);
