@@ -4,19 +4,13 @@
 
 #include "rdzv_int.h"
 
-int trun__rdzv_conf_get(const char *conf, const char *key, char *out, size_t len) {
-  return trun_config_conf_get(conf, key, out, len);
-}
-
 double trun__rdzv_conf_seconds(const trun_config *cfg, const char *key, double def) {
   char v[64];
-  if (!cfg->rdzv_conf || !trun__rdzv_conf_get(cfg->rdzv_conf, key, v, sizeof(v))) return def;
+  if (!cfg->rdzv_conf || !trun_config_conf_get(cfg->rdzv_conf, key, v, sizeof(v))) return def;
   char *end;
   double d = strtod(v, &end);
   return (*v && *end == '\0' && d > 0) ? d : def;
 }
-
-int trun__rdzv_conf_bool(const char *conf, const char *key) { return trun_config_conf_bool(conf, key); }
 
 /* A key trun's backends do not read: said, as torchrun ignores it too. */
 static void warn_unknown(void *arg, const char *key) {

@@ -19,19 +19,19 @@
 
 double trun_rdzv_exclude_seconds(const trun_config *cfg) {
   char v[64];
-  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_exclude_seconds", v, sizeof(v))) return EXCLUDE_DEFAULT_S;
+  if (!trun_config_conf_get(cfg->rdzv_conf, "trun_exclude_seconds", v, sizeof(v))) return EXCLUDE_DEFAULT_S;
   return strtod(v, NULL);
 }
 
 double trun_rdzv_wait_health_interval(const trun_config *cfg) {
   char v[64];
-  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_wait_health_interval", v, sizeof(v))) return 60.0;
+  if (!trun_config_conf_get(cfg->rdzv_conf, "trun_wait_health_interval", v, sizeof(v))) return 60.0;
   return strtod(v, NULL);
 }
 
 int trun_rdzv_exclude_failures(const trun_config *cfg) {
   char v[64];
-  if (!trun__rdzv_conf_get(cfg->rdzv_conf, "trun_exclude_failures", v, sizeof(v))) return FAILURES_DEFAULT;
+  if (!trun_config_conf_get(cfg->rdzv_conf, "trun_exclude_failures", v, sizeof(v))) return FAILURES_DEFAULT;
   return atoi(v);
 }
 

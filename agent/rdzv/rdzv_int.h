@@ -205,11 +205,7 @@ void trun__rdzv_addr_key(const trun_rdzv *r, int round, int g, char *out, size_t
 int trun__rdzv_guard_server(trun_server *s, void *arg);
 
 /* ---- rdzv_conf.c ---- */
-/* Finds key in "k=v,k=v" (--rdzv-conf); copies its value into out. 1 found, 0 absent. */
-int trun__rdzv_conf_get(const char *conf, const char *key, char *out, size_t len);
 /* Seconds from --rdzv-conf key (def when absent or not a positive number). */
 double trun__rdzv_conf_seconds(const trun_config *cfg, const char *key, double def);
-/* torch's get_as_bool: 1 true, 0 false, -1 absent, -2 not a boolean. */
-int trun__rdzv_conf_bool(const char *conf, const char *key);
 
 #endif

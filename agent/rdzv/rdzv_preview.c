@@ -8,7 +8,7 @@
 
 /* Who serves the store of an elastic backend: as trun__rdzv_elastic_connect decides it. */
 static void elastic_store(const trun_config *cfg, trun_rdzv_preview_info *out) {
-  int explicit_host = trun__rdzv_conf_bool(cfg->rdzv_conf, "is_host");
+  int explicit_host = trun_config_conf_bool(cfg->rdzv_conf, "is_host");
   out->hosts_store = explicit_host >= 0 ? explicit_host : trun__rdzv_is_this_host(cfg->endpoint_host);
   if (explicit_host >= 0)
     snprintf(out->store_how, sizeof(out->store_how), "%s (--rdzv-conf is_host=%s)",

@@ -189,7 +189,7 @@ int trun__rdzv_is_this_host(const char *host) {
 int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t errlen) {
   const trun_config *cfg = r->cfg;
 
-  int explicit_host = trun__rdzv_conf_bool(cfg->rdzv_conf, "is_host");
+  int explicit_host = trun_config_conf_bool(cfg->rdzv_conf, "is_host");
   int is_host = explicit_host >= 0 ? explicit_host : trun__rdzv_is_this_host(cfg->endpoint_host);
   int port = cfg->endpoint_port;
   const char *connect_host = cfg->endpoint_host;

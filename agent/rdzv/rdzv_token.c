@@ -27,7 +27,7 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
     snprintf(v, sizeof(v), "%s", env);
     src = TRUN_RDZV_TOKEN_ENV;
     if (strlen(env) >= sizeof(v)) v[0] = '\0'; /* too long: reported below */
-  } else if (cfg->rdzv_conf && trun__rdzv_conf_get(cfg->rdzv_conf, "trun_token", v, sizeof(v))) {
+  } else if (cfg->rdzv_conf && trun_config_conf_get(cfg->rdzv_conf, "trun_token", v, sizeof(v))) {
     src = "--rdzv-conf trun_token";
   }
   if (src) {

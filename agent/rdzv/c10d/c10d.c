@@ -38,7 +38,7 @@ static void layout_hint(const trun_config *cfg, trun_rdzv_layout *lay) {
   lay->redundancy = true;
   lay->tz = TRUN_RDZV_TZ_AWARE;
   lay->proto = 4;
-  if (!cfg->rdzv_conf || !trun__rdzv_conf_get(cfg->rdzv_conf, "torch_version", v, sizeof(v))) return;
+  if (!cfg->rdzv_conf || !trun_config_conf_get(cfg->rdzv_conf, "torch_version", v, sizeof(v))) return;
   int minor = strncmp(v, "2.", 2) == 0 ? atoi(v + 2) : -1;
   if (strcmp(v, "1.13") == 0) {
     lay->key = TRUN_RDZV_KEY_FQDN;
@@ -55,7 +55,7 @@ static void c10d_close(trun_rdzv *r);
 trun_gen trun__rdzv_c10d_gen(const trun_config *cfg) {
   trun_gen gen = TRUN_GEN_V2;
   char ver[32];
-  if (cfg->rdzv_conf && trun__rdzv_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
+  if (cfg->rdzv_conf && trun_config_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
       (strcmp(ver, "1.13") == 0 || strcmp(ver, "2.0") == 0 || strcmp(ver, "2.1") == 0))
     trun_client_parse_gen(ver, &gen);
   return gen;
