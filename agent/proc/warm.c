@@ -358,8 +358,9 @@ static int send_worker(int fd, char *const *argv, char *const *envp, char *const
   ssize_t n;
   do n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
   while (n < 0 && errno == EINTR);
-  close(mfd);
-  if (n < 0) return -errno; /* EAGAIN too: never wait on the pool process */
+  int err = n < 0 ? errno : 0;
+  close(mfd);             /* the pool process holds its own copy now */
+  if (n < 0) return -err; /* EAGAIN too: never wait on the pool process */
   *sent = 1;
   return n == head ? 0 : -EMSGSIZE; /* part of a few bytes: the process cannot be used */
 }
