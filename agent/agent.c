@@ -671,6 +671,7 @@ static int rounds(agent *a) {
   for (a->round = 0;; a->round++) {
     if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
       return trun_rdzv_excluded(a->rdzv) ? TRUN_EXIT_UNHEALTHY : 1;
+    if (trun__agent_warm_wait(a) < 0) return 1; /* a stop signal while the pool imports */
     int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun_wall_s();
     run_round(a);

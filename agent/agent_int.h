@@ -130,6 +130,7 @@ struct agent {
   trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
   trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
   trun_warm *warm;                /* --warm-start's pool (agent_warm.c), NULL when off */
+  double warm_wait_until;         /* trun__agent_warm_wait: when it stops waiting (wall s) */
   /* --preflight (agent_preflight.c): the rounds it was asked for, the local part a spare runs while it waits.
    */
   int pf_rounds;              /* rounds this agent started with --preflight on */
@@ -159,6 +160,10 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir);
 void trun__agent_warm_fill(agent *a);
 /* Starts worker w from the pool (w->pid set): 0; 1 when it must start cold (the reason said on stderr). */
 int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd);
+/* Before a group starts: lets pool processes still importing get ready (or fail), on the loop (its endpoints
+ * answer meanwhile), for at most TRUN_WARM_WAIT_S; a slot not ready by then starts cold. 0, -1 on a stop
+ * signal. Uses backoff_timer. */
+int trun__agent_warm_wait(agent *a);
 /* One line for --dry-run / --explain: whether the workers start warm, from what; measure: also start one pool
  * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
 void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out);

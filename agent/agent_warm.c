@@ -1,6 +1,6 @@
 /* --warm-start on the agent's side (agent/proc/warm.h, docs/warm-start.md): the pool's slot environments,
- * filling it as soon as the workers' base environment is known and after each group starts, and taking a
- * worker from it. */
+ * filling it as soon as the workers' base environment is known and after each group starts, waiting (on the
+ * loop) for pool processes still importing before a group starts, and taking a worker from it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -75,6 +75,33 @@ int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *e
   trun_info("--warm-start: local rank %d starts cold: %s", w->local_rank, why);
   trun_obs_warm_start(a->obs, 0);
   return 1;
+}
+
+/* How long a group's start waits for pool processes still importing (a hung import: then cold), and how
+ * often it looks. */
+#define TRUN_WARM_WAIT_S 60
+#define WAIT_TICK_MS 10
+
+static void on_wait_tick(uv_timer_t *t) {
+  agent *a = t->data;
+  if (a->signal_seen || trun_warm_importing(a->warm) == 0 || trun_wall_s() >= a->warm_wait_until)
+    uv_stop(t->loop);
+}
+
+int trun__agent_warm_wait(agent *a) {
+  if (a->warm == NULL || a->signal_seen) return a->signal_seen ? -1 : 0;
+  int n = trun_warm_importing(a->warm);
+  if (n == 0) return 0;
+  trun_debug("--warm-start: waiting for %d pool process(es) still importing %s", n, a->cfg->warm_modules);
+  a->warm_wait_until = trun_wall_s() + TRUN_WARM_WAIT_S;
+  uv_timer_start(&a->backoff_timer, on_wait_tick, WAIT_TICK_MS, WAIT_TICK_MS);
+  uv_run(a->loop, UV_RUN_DEFAULT);
+  uv_timer_stop(&a->backoff_timer);
+  if (a->signal_seen) return -1;
+  if ((n = trun_warm_importing(a->warm)) > 0)
+    trun_warn("--warm-start: %d pool process(es) not ready after %d s; those workers start cold", n,
+              TRUN_WARM_WAIT_S);
+  return 0;
 }
 
 void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,8 +18,6 @@
 #include "spawn.h"
 #include "strv.h"
 
-/* How long the agent waits for a pool process to take a handover that does not fit the socket's buffer. */
-#define SEND_WAIT_MS 30000
 /* Replacements of a slot's pool process in a row (killed from outside) before the slot gives up. */
 #define MAX_REPLACED 3
 
@@ -294,20 +293,25 @@ static int read_news(slot_t *s, int slot) {
   return 0;
 }
 
-/* Sends the worker: "<length>\n" and argc\0argv...\0changes... with the two fds as SCM_RIGHTS. The changes
- * turn the pool's environment (pool_env) into the worker's (envp): "NAME=value" to set, "NAME" to unset; the
- * rest stays as the pool process has it, with whatever an interpreter wrapper in PYTHON_EXEC did to it, as
- * it does to a cold worker's. (No cwd: the pool process started in the agent's, which never changes.) */
+/* Sends the worker without waiting on the pool process: the payload - argc\0argv...\0changes... - goes into a
+ * memfd, and the socket carries only "<length>\n" with the worker's stdout, stderr and that memfd as
+ * SCM_RIGHTS: a few bytes on a socket the agent never wrote to, so the send completes at once however large
+ * the argv and environment are (the loop never waits on a pool process). The changes turn the pool's
+ * environment (pool_env) into the worker's (envp): "NAME=value" to set, "NAME" to unset; the rest stays as
+ * the pool process has it, with whatever an interpreter wrapper in PYTHON_EXEC did to it, as it does to a
+ * cold worker's. (No cwd: the pool process started in the agent's, which never changes.) 0, or -errno with
+ * what failed in *what; *sent: whether anything reached the pool process. */
 static int send_worker(int fd, char *const *argv, char *const *envp, char *const *pool_env, int out_fd,
-                       int err_fd) {
-  size_t argc = 0, len = 12;
+                       int err_fd, const char **what, int *sent) {
+  *sent = 0;
+  size_t argc = 0, len = 32;
   for (; argv[argc]; argc++) len += strlen(argv[argc]) + 1;
   for (char *const *e = envp; e && *e; e++) len += strlen(*e) + 1;
   for (char *const *e = pool_env; e && *e; e++) len += strcspn(*e, "=") + 1;
-  char *msg = malloc(len + 32);
+  char *msg = malloc(len);
+  *what = "malloc";
   if (msg == NULL) return -ENOMEM;
-  size_t o = 32; /* the payload is built after room for the header */
-  o += (size_t)sprintf(msg + o, "%zu", argc) + 1;
+  size_t o = (size_t)sprintf(msg, "%zu", argc) + 1;
   for (size_t i = 0; i < argc; i++) o += (size_t)sprintf(msg + o, "%s", argv[i]) + 1;
   for (char *const *e = envp; e && *e; e++) {
     const char *was = lookup(pool_env, *e);
@@ -316,19 +320,33 @@ static int send_worker(int fd, char *const *argv, char *const *envp, char *const
   }
   for (char *const *e = pool_env; e && *e; e++)
     if (lookup(envp, *e) == NULL) o += (size_t)sprintf(msg + o, "%.*s", (int)strcspn(*e, "="), *e) + 1;
-  size_t payload = o - 32 - 1; /* fields joined by NUL: no NUL after the last */
+  size_t payload = o - 1; /* fields joined by NUL: no NUL after the last */
+  *what = "memfd_create";
+  int mfd = memfd_create("trun-warm-handover", MFD_CLOEXEC);
+  int rc = mfd < 0 ? -errno : 0;
+  for (size_t done = 0; rc == 0 && done < payload;) {
+    *what = "write to the handover memfd";
+    ssize_t n = write(mfd, msg + done, payload - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      rc = n < 0 ? -errno : -EIO;
+    else
+      done += (size_t)n;
+  }
+  free(msg);
+  if (rc < 0) {
+    if (mfd >= 0) close(mfd);
+    return rc;
+  }
   char hdr[32];
   int head = snprintf(hdr, sizeof(hdr), "%zu\n", payload);
-  size_t start = 32 - (size_t)head;
-  memcpy(msg + start, hdr, (size_t)head);
-  size_t total = (size_t)head + payload;
-  int fds[2] = {out_fd >= 0 ? out_fd : 1, err_fd >= 0 ? err_fd : 2};
+  int fds[3] = {out_fd >= 0 ? out_fd : 1, err_fd >= 0 ? err_fd : 2, mfd};
   union {
     char buf[CMSG_SPACE(sizeof(fds))];
     struct cmsghdr align;
   } u;
   memset(&u, 0, sizeof(u));
-  struct iovec iov = {.iov_base = msg + start, .iov_len = total};
+  struct iovec iov = {.iov_base = hdr, .iov_len = (size_t)head};
   struct msghdr mh = {
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
@@ -336,33 +354,15 @@ static int send_worker(int fd, char *const *argv, char *const *envp, char *const
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(fds));
   memcpy(CMSG_DATA(c), fds, sizeof(fds));
-  size_t sent = 0;
-  int rc = 0, waited_ms = 0;
-  while (sent < total) {
-    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN && waited_ms < SEND_WAIT_MS) {
-      /* A large environment and a pool process still importing: it reads once the import is done. */
-      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-      if (poll(&pfd, 1, 100) < 0 && errno != EINTR) {
-        rc = -errno;
-        break;
-      }
-      waited_ms += 100;
-      continue;
-    }
-    if (n < 0) {
-      rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
-      break;
-    }
-    sent += (size_t)n;
-    iov.iov_base = msg + start + sent;
-    iov.iov_len = total - sent;
-    mh.msg_control = NULL; /* the fds went with the first part */
-    mh.msg_controllen = 0;
-  }
-  free(msg);
-  return rc;
+  *what = "sendmsg";
+  ssize_t n;
+  do n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  int err = n < 0 ? errno : 0;
+  close(mfd);             /* the pool process holds its own copy now */
+  if (n < 0) return -err; /* EAGAIN too: never wait on the pool process */
+  *sent = 1;
+  return n == head ? 0 : -EMSGSIZE; /* part of a few bytes: the process cannot be used */
 }
 
 int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp, int out_fd, int err_fd,
@@ -381,12 +381,18 @@ int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp,
     snprintf(why, len, "%s", s->why);
     return 1;
   }
-  int rc = send_worker(s->fd, argv, envp, s->env, out_fd, err_fd);
+  if (!s->ready) { /* only a process that has imported its modules becomes a worker */
+    snprintf(why, len, "its pool process %d is still importing %s", (int)s->pid, p->modules);
+    return 1;
+  }
+  const char *what = "";
+  int sent = 0;
+  int rc = send_worker(s->fd, argv, envp, s->env, out_fd, err_fd, &what, &sent);
   if (rc < 0) {
-    snprintf(why, len, "handing the worker to pool process %d failed: sendmsg: %s", (int)s->pid,
+    snprintf(why, len, "handing the worker to pool process %d failed: %s: %s", (int)s->pid, what,
              strerror(-rc));
     /* Part of the handover may have gone: that process cannot be used; it is reaped and replaced. */
-    if (kill(-s->pid, SIGKILL) < 0) kill(s->pid, SIGKILL);
+    if (sent && kill(-s->pid, SIGKILL) < 0) kill(s->pid, SIGKILL);
     return 1;
   }
   *pid = s->pid;
@@ -423,6 +429,16 @@ int trun_warm_reaped(trun_warm *p, pid_t pid, int status) {
     return 1;
   }
   return 0;
+}
+
+int trun_warm_importing(trun_warm *p) {
+  int n = 0;
+  for (int i = 0; p && i < p->n; i++) {
+    slot_t *s = &p->s[i];
+    if (s->pid <= 0 || s->disabled || s->ready) continue;
+    if (read_news(s, i) == 0 && !s->ready && !s->disabled) n++;
+  }
+  return n;
 }
 
 int trun_warm_wait_ready(trun_warm *p, int slot, int timeout_ms, char *why, size_t len) {

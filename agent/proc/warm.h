@@ -5,10 +5,11 @@
  * A pool process is started by trun_spawn exactly like a cold worker (its own session, PDEATHSIG, default
  * signals, stdin /dev/null, the slot's CPU pinning and open-file limit) and registered with the guard, so
  * once handed over it is the worker: its pid, process group and guard are the cold worker's. It runs the
- * slot's Python with "-u" and the bootstrap of warm_boot.c, with the slot's environment minus the
- * variables only the rendezvous decides (trun_warm_round_var); a worker whose final environment differs
- * from it in anything else, whose argv is not "<the same python> -u (-c code | -m module | script) ...",
- * or whose script is not a regular file, starts cold, with the reason. */
+ * slot's Python with "-u" and the bootstrap of warm_boot.c (isolated from the agent's cwd: it imports
+ * nothing before sys.path is the cold worker's), with the slot's environment minus the variables only the
+ * rendezvous decides (trun_warm_round_var); a worker whose final environment differs from it in anything
+ * else, whose argv is not "<the same python> -u (-c code | -m module | script) ...", or whose script is not a
+ * regular file, starts cold, with the reason. */
 #ifndef TRUN_WARM_H
 #define TRUN_WARM_H
 
@@ -48,11 +49,17 @@ int trun_warm_round_var(const char *name);
 int trun_warm_check(const trun_warm *p, int slot, char *const *argv, char *const *envp, char *why,
                     size_t len);
 
-/* Hands slot's pool process the worker (argv, envp, out_fd / err_fd as its fds 1 and 2,
- * -1 = the agent's own): 0 with *pid the worker's pid (the slot is empty afterwards), 1 with the reason in
- * why when the worker must start cold instead (no pool process, it failed, trun_warm_check says no). */
+/* Hands slot's pool process the worker (argv, envp, out_fd / err_fd as its fds 1 and 2, -1 = the agent's
+ * own), without waiting on it (the argv and environment go in a memfd; see send_worker): 0 with *pid the
+ * worker's pid (the slot is empty afterwards), 1 with the reason in why when the worker must start cold
+ * instead (no pool process, it is still importing, it failed, the send failed, trun_warm_check says no).
+ * Only a process that said "ready" is handed a worker. */
 int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp, int out_fd, int err_fd,
                    pid_t *pid, char *why, size_t len);
+
+/* Reads, without waiting, what the pool processes said: the number of slots whose pool process is still
+ * importing (alive, not ready, not failed). */
+int trun_warm_importing(trun_warm *p);
 
 /* The agent reaped pid with status: 1 when it was a pool process (replaced when it had been ready, the slot
  * disabled with a line on stderr when it failed before), 0 when not one of the pool's. */

@@ -19,6 +19,11 @@ def load(d, lr, logdir):
             sys.exit(1)
         s["environ"][k] = "<run>"
     s["c_environ"] = [e if e.split("=", 1)[0] not in RUN_VARS else e.split("=", 1)[0] + "=<run>" for e in s["c_environ"]]
+    # A known difference (docs/warm-start.md): multiprocessing aliases __mp_main__ to whatever __main__ is when
+    # it is first imported; under --run-path a cold worker imports it inside runpy.run_path (its temporary
+    # __main__, with __file__), a warm one had it imported by the pool (the interpreter's __main__).
+    if "__mp_main__" in s.get("modules", {}):
+        s["modules"]["__mp_main__"] = "<__main__ when multiprocessing was imported>"
     return s
 
 

@@ -1,6 +1,8 @@
 # The shape of a worker's start, for tests/integration/38-warm-start.sh (a warm start must equal a cold one).
-# Usage: warmdump.py OUT_DIR CASE; CASE: dump (writes OUT_DIR/shape.<LOCAL_RANK>.json), raise (an uncaught
-# exception), exit3 (sys.exit(3)), kbint (an uncaught KeyboardInterrupt: python dies by SIGINT), record (an exception in a torchelastic @record main: the error file).
+# Usage: warmdump.py OUT_DIR CASE; CASE: dump (writes OUT_DIR/shape.<LOCAL_RANK>.json), dumplocal (imports
+# warmlocal, beside the script, then dumps), raise (an uncaught exception), exit3 (sys.exit(3)), kbint (an
+# uncaught KeyboardInterrupt: python dies by SIGINT), record (an exception in a torchelastic @record main: the
+# error file).
 # The first line on stdout says whether torch was already imported when the script began (a warm start).
 import sys
 
@@ -57,10 +59,16 @@ def shape():
         "stdout_line_buffering": sys.stdout.line_buffering,
         "stdout_write_through": getattr(sys.stdout, "write_through", None),
         "encoding": [sys.stdout.encoding, sys.stderr.encoding, sys.stdin.encoding],
+        # what was imported, from where: a warm worker imports exactly what a cold one does
+        "modules": {k: str(getattr(m, "__file__", None)) for k, m in sorted(sys.modules.items())},
     }
 
 
 def main(out, case):
+    if case == "dumplocal":  # a module beside the script, found there (sys.path[0]) as in a cold start
+        import warmlocal
+
+        case = "dump"
     if case == "dump":
         with open(os.path.join(out, "shape.%s.json" % os.environ["LOCAL_RANK"]), "w") as f:
             json.dump(shape(), f, indent=1, sort_keys=True)

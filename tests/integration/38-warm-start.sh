@@ -3,7 +3,8 @@
 # Each case runs once cold and once with --warm-start and compares (tests/helpers/warmdump.py, warmdiff.py):
 #  - the shape of the start, per local rank (os.environ and the C environment, argv, sys.orig_argv, sys.path,
 #    __name__, __file__, __main__'s keys and loader, cwd, stdin, stdout's kind, every signal's disposition and
-#    the blocked mask, session / group leadership, CPU affinity, sys.flags, stdio buffering) for a script, for
+#    the blocked mask, session / group leadership, CPU affinity, sys.flags, stdio buffering, sys.modules with
+#    each module's file) for a script, for
 #    -m module and for --run-path; torch 1.13 (host) and torch 2.6 (the trixie chroot, through a PYTHON_EXEC
 #    wrapper that execs the chroot's python3); CUDA never initialised by the pool;
 #  - an uncaught exception: exit code 1 in the report and the same traceback on stderr;
@@ -11,6 +12,10 @@
 #  - a torchelastic @record main: the same error file (message and call stack) and the report shows it;
 #  - the pool imports with the worker's sys.path[0] and sys.argv (a warm module beside the script is found
 #    and sees the worker's argv);
+#  - the pool is isolated from the agent's cwd (issue 41): modules planted there under the names the
+#    bootstrap and torch import (socket, _socket, array, signal, importlib, runpy, selectors, enum, ...) are
+#    never imported, warm as cold, and the worker still imports its own module from the script's directory
+#    (the shapes, sys.modules included, are the same);
 #  - --no-python with --warm-start starts cold and says why; --dry-run / --explain say warm or cold, and
 #    --explain gives a pool process's memory.
 # The warm run must really be warm: each worker prints whether torch was imported before its first line.
@@ -63,6 +68,22 @@ shape() {
 shape script113 "$host_py" /tmp 2 "$dump" @OUT@ dump
 shape module113 "$host_py" "$repo/tests/helpers" 2 -m warmdump @OUT@ dump
 shape runpath113 "$host_py" /tmp 2 --run-path "$dump" @OUT@ dump
+
+# The agent's cwd holds modules named as what the bootstrap and torch import, and a warmlocal.py that the
+# script imports from its own directory: a cold worker never sees the cwd (sys.path[0] is the script's
+# directory), nor may a warm one. Each planted module says so in planted.log and fails.
+plant=$tmp/plant
+mkdir -p "$plant" "$tmp/sdir"
+for m in socket _socket array signal _signal importlib runpy selectors enum select struct os warmlocal; do
+  printf 'open("%s/planted.log", "a").write("%s.py imported from the agent'"'"'s cwd\n")\nraise ImportError("planted")\n' \
+    "$tmp" "$m" >"$plant/$m.py"
+done
+cp "$dump" "$tmp/sdir/warmdump.py"
+printf 'WHERE = __file__\n' >"$tmp/sdir/warmlocal.py"
+shape planted113 "$host_py" "$plant" 2 "$tmp/sdir/warmdump.py" @OUT@ dumplocal
+[ ! -e "$tmp/planted.log" ] || fail "planted: a worker imported from the agent's cwd: $(sort -u "$tmp/planted.log" | xargs)"
+grep -q "\"warmlocal\": \"$tmp/sdir/warmlocal.py\"" "$tmp/planted113.warm.dir/shape.0.json" ||
+  fail "planted: the warm worker did not import warmlocal from the script's directory"
 
 # torch 2.6: the chroot's python3 behind a PYTHON_EXEC wrapper (exec all the way: the pid stays the pool's).
 py26=$tmp/python26

@@ -5,7 +5,13 @@
 #  - one of them is killed (SIGKILL) before use: the agent says so and starts another;
 #  - local rank 1 then crashes (exit 3): the restarted workers start warm, from the pool processes present
 #    at that moment (the replacement included: same pids), and all-reduce again; trun exits 0;
-#  - the metrics say 4 warm starts, 0 cold; when trun ends no pool process is left.
+#  - the metrics say 4 warm starts, 0 cold; when trun ends no pool process is left;
+#  - a pool process still importing is never handed a worker (issue 41): a --warm-start-modules module that
+#    fails slowly (it raises once the workers are due to start) makes the slot start cold, with the reason,
+#    and the job succeeds (it used to exit 3 with no output);
+#  - the start waits for a slow pool process on the loop, and the handover of 1 MiB of script arguments
+#    does not block it: the metrics endpoint answers while the start waits; the worker then starts warm with
+#    all its arguments.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -88,4 +94,62 @@ grep -q 'trun_worker_starts_total{start="warm"} 4' <<<"$metrics" &&
 for p in $pool $victim; do
   [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && fail "process $p outlived trun"
 done
+
+# slow CASE MODULE trun-args...: trun --warm-start (debug log) in the background with a warm module beside
+# $tmp/CASE/main.py that waits for $tmp/CASE/release; the module is released once the agent is about to start
+# the workers (its doctor line: the start follows at once) and the agent has had a moment to reach it.
+# Before the release, "$tmp/CASE/during" (a command, if present) runs. trun's exit code in $tmp/CASE/rc.
+slow() {
+  local case=$1 module=$2 d=$tmp/$1
+  shift 2
+  echo "== $case: trun --warm-start --warm-start-modules $module (it waits for a release)"
+  TRUN_LOG_LEVEL=debug PYTHON_EXEC=$host_py setsid "$trun" --warm-start --warm-start-modules "$module" \
+    --standalone --nproc-per-node 1 "$@" >"$d/trun.out" 2>"$d/trun.err" &
+  local pid=$! rc=0
+  _bg_pgids+=("$pid")
+  wait_until 180 grep -qs "doctor:" "$d/trun.err" || {
+    cat "$d/trun.err"
+    fail "$case: the agent did not reach the workers' start in 180 s"
+  }
+  sleep 1 # not a check: the start comes right after the doctor line
+  [ ! -f "$d/during" ] || . "$d/during"
+  touch "$d/release"
+  wait "$pid" || rc=$?
+  echo "$rc" >"$d/rc"
+  grep -v '^trun: debug' "$d/trun.err" | sed 's/^/    err| /' || true
+}
+# mkcase CASE MODULE FAILS(0|1): $tmp/CASE with main.py and the warm module MODULE (raising when FAILS=1).
+mkcase() {
+  local d=$tmp/$1
+  mkdir -p "$d"
+  printf 'import os, time\ndeadline = time.time() + 120\nwhile not os.path.exists("%s/release") and time.time() < deadline:\n    time.sleep(0.05)\nif %s:\n    raise RuntimeError("warm module failed on purpose")\n' \
+    "$d" "$3" >"$d/$2.py"
+  printf 'import sys\nprint("preloaded=%%s" %% ("%s" in sys.modules))\nprint("argv bytes %%d" %% sum(len(a) for a in sys.argv[1:]))\n' \
+    "$2" >"$d/main.py"
+}
+
+# A warm module that fails slowly: the pool process is still importing when the worker is due; it is not
+# handed the worker, its import fails, the worker starts cold and the job succeeds.
+mkcase slowfail warmslowfail 1
+slow slowfail warmslowfail "$tmp/slowfail/main.py"
+[ "$(cat "$tmp/slowfail/rc")" = 0 ] ||
+  fail "slowfail: trun exited $(cat "$tmp/slowfail/rc"), want 0 (a pool process handed the worker before it was ready?)"
+grep -qx "preloaded=False" "$tmp/slowfail/trun.out" || fail "slowfail: the worker did not start cold: $(cat "$tmp/slowfail/trun.out")"
+grep -q "local rank 0 starts cold: the pool process could not get ready: import warmslowfail failed: RuntimeError: warm module failed on purpose" \
+  "$tmp/slowfail/trun.err" || fail "slowfail: no line saying local rank 0 starts cold because its import failed"
+
+# 1 MiB of script arguments and a slow pool process: the agent waits for it on the loop and the handover does
+# not block: the metrics endpoint answers meanwhile; the worker starts warm with every byte of its arguments.
+mkcase large warmslow 0
+big=$("$host_py" -c 'print(" ".join(["x" * 65536] * 16))')
+port2=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$tmp/large/during" <<EOF
+curl -s --max-time 15 "http://127.0.0.1:$port2/metrics" >"$tmp/large/metrics" || true
+EOF
+slow large warmslow --metrics-port "$port2" "$tmp/large/main.py" $big
+grep -q '^trun_' "$tmp/large/metrics" ||
+  fail "large: the metrics endpoint did not answer while the worker's start waited for its pool process (the loop was blocked)"
+[ "$(cat "$tmp/large/rc")" = 0 ] || fail "large: trun exited $(cat "$tmp/large/rc"), want 0"
+grep -qx "preloaded=True" "$tmp/large/trun.out" && grep -qx "argv bytes 1048576" "$tmp/large/trun.out" ||
+  fail "large: the worker did not start warm with its 1 MiB of arguments: $(cut -c1-200 "$tmp/large/trun.out")"
 echo PASS

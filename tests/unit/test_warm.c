@@ -1,6 +1,7 @@
 /* agent/proc/warm.c: the --warm-start pool, with a real Python (/usr/bin/python3, no module imported so
  * that it is quick): which variables may differ, when a worker must start cold, the handover (argv, the
- * environment's changes, stdout, exit code), a pool process that dies before use, one that never gets ready.
+ * environment's changes, stdout, exit code), a pool process that dies before use, one that never gets ready,
+ * one not ready yet (never handed a worker: the worker starts cold).
  */
 #include <check.h>
 #include <errno.h>
@@ -107,6 +108,8 @@ START_TEST(handover) {
   char *env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=2", "LANG=C.UTF-8", "RANK=5", NULL};
   char why[512] = "";
   pid_t pid = 0;
+  ck_assert_msg(trun_warm_wait_ready(p, 0, 30000, why, sizeof(why)) == 0, "%s", why);
+  ck_assert_int_eq(trun_warm_importing(p), 0);
   ck_assert_msg(trun_warm_take(p, 0, argv, env, out[1], -1, &pid, why, sizeof(why)) == 0, "%s", why);
   close(out[1]);
   ck_assert_int_eq(pid, pool); /* the pool process is the worker */
@@ -128,8 +131,8 @@ START_TEST(handover) {
 END_TEST
 
 START_TEST(large_handover) {
-  /* A 2 MiB environment change (a variable of the round): more than the socket's buffer, sent in parts while
-   * the pool process reads. */
+  /* A 2 MiB environment change (a variable of the round): more than the socket's buffer; it goes in a memfd,
+   * so the handover is one short send however large it is. */
   trun_warm *p = trun_warm_new(1, "", NULL, NULL);
   char *argv[] = {PY, "-u", "-c", "import os; print(len(os.environ['MASTER_ADDR']))", NULL};
   ck_assert_int_eq(trun_warm_fill(p, 0, PY, argv + 2, NULL, pool_env), 0);
@@ -144,6 +147,7 @@ START_TEST(large_handover) {
   ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
   char why[512] = "";
   pid_t pid = 0;
+  ck_assert_msg(trun_warm_wait_ready(p, 0, 30000, why, sizeof(why)) == 0, "%s", why);
   ck_assert_msg(trun_warm_take(p, 0, argv, env, out[1], -1, &pid, why, sizeof(why)) == 0, "%s", why);
   close(out[1]);
   int st = wait_for(pid);
@@ -155,6 +159,30 @@ START_TEST(large_handover) {
   ck_assert_str_eq(buf, "2097152\n");
   close(out[0]);
   free(var);
+  trun_warm_free(p);
+}
+END_TEST
+
+START_TEST(not_ready_yet) {
+  /* Handed nothing before it says "ready" (its import could still fail, and the worker with it): the worker
+   * starts cold, the process stays for the next start. The take comes right after the start, long before
+   * Python is up. */
+  trun_warm *p = trun_warm_new(1, "", NULL, NULL);
+  char *argv[] = {PY, "-u", "-c", "pass", NULL};
+  ck_assert_int_eq(trun_warm_fill(p, 0, PY, argv + 2, NULL, pool_env), 0);
+  pid_t pool = trun_warm_pid(p, 0);
+  char why[512] = "";
+  pid_t pid = 0;
+  ck_assert_int_eq(trun_warm_importing(p), 1);
+  ck_assert_int_eq(trun_warm_take(p, 0, argv, pool_env, -1, -1, &pid, why, sizeof(why)), 1);
+  ck_assert_msg(strstr(why, "still importing") != NULL, "%s", why);
+  ck_assert_int_eq(trun_warm_pid(p, 0), pool);
+  ck_assert_msg(trun_warm_wait_ready(p, 0, 30000, why, sizeof(why)) == 0, "%s", why);
+  ck_assert_int_eq(trun_warm_importing(p), 0);
+  ck_assert_msg(trun_warm_take(p, 0, argv, pool_env, -1, -1, &pid, why, sizeof(why)) == 0, "%s", why);
+  ck_assert_int_eq(pid, pool);
+  int st = wait_for(pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   trun_warm_free(p);
 }
 END_TEST
@@ -220,6 +248,7 @@ int main(void) {
   tcase_add_test(tc, check_says_why);
   tcase_add_test(tc, handover);
   tcase_add_test(tc, large_handover);
+  tcase_add_test(tc, not_ready_yet);
   tcase_add_test(tc, dies_before_use);
   tcase_add_test(tc, never_ready);
   suite_add_tcase(s, tc);
