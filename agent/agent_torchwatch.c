@@ -96,6 +96,7 @@ static int file_timer(agent *a) {
     return -1;
   }
   trun_ftimer_set_accept(a->ftimer, accept_pid);
+  trun_watchdog_remove_on_exit(&a->guard, path); /* the FIFO goes with an agent killed by SIGKILL too */
   if (trun_strv_setenv(&a->env, "TORCHELASTIC_TIMER_FILE", path) < 0) {
     trun_error("out of memory setting TORCHELASTIC_TIMER_FILE");
     return -1;
