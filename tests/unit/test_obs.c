@@ -312,6 +312,8 @@ START_TEST(test_http_trickle) {
   ck_assert_msg(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "a trickled request got: '%.80s'", r);
   ck_assert_msg(scanned <= 4 * sizeof(req), "the reader examined %llu bytes for a %zu-byte request", scanned,
                 sizeof(req));
+  printf("a %zu-byte request trickled a byte at a time: the reader examined %llu bytes\n", sizeof(req),
+         scanned);
   /* the probe too */
   http_scanned = &scanned;
   r = http_on(req, sizeof(req), probe, &(int){1}, 0);
