@@ -1,6 +1,7 @@
-/* Was a worker killed for memory? Its memory cgroup's OOM-kill counter (cgroup v2 memory.events, v1
- * memory.oom_control; the counter counts kills of this cgroup's processes, whichever limit was hit) read
- * when it starts and after it dies, and the kernel log's record of the kill (/dev/kmsg, where readable). */
+/* Was a worker killed for memory? The kernel log's record of the kill (/dev/kmsg, where readable; only the
+ * kernel's own records), and its memory cgroup's OOM-kill counter (cgroup v2 memory.events, v1
+ * memory.oom_control; it counts kills of any of the cgroup's processes, whichever limit was hit: a hint,
+ * not evidence about one process) read when it starts and after it dies. */
 #ifndef TRUN_MEMCG_H
 #define TRUN_MEMCG_H
 
