@@ -70,6 +70,7 @@ static void maybe_finish(agent *a) {
 static void kill_groups(agent *a, int sig) {
   for (int i = 0; i < a->nproc; i++)
     if (a->w[i].pid > 0 && (a->w[i].running || sig == SIGKILL)) {
+      if (sig == SIGKILL && a->w[i].running) a->w[i].sigkill_sent = 1; /* ours: never the OOM killer's */
       if (kill(-a->w[i].pid, sig) < 0 && errno == ESRCH && a->w[i].running) kill(a->w[i].pid, sig);
     }
 }
@@ -108,6 +109,7 @@ static void worker_exited(agent *a, worker *w, int status) {
   w->running = 0;
   a->running--;
   w->exit_time = trun_wall_s();
+  w->exit_us = (unsigned long long)trun_mono_us();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   trun_obs_worker_exit(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + w->local_rank, w->local_rank,
                        w->status, w->torn_down);

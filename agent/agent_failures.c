@@ -12,11 +12,57 @@
 #include "agent_int.h"
 #include "base/base.h"
 
+/* The kernel's OOM-kill records since the round's first worker started (read once per report). */
+#define OOM_LOG_MAX 64
+typedef struct {
+  trun_kmsg_oom rec[OOM_LOG_MAX];
+  int n;       /* records, or -errno: the kernel log cannot be read */
+  int initial; /* this agent is in the initial PID namespace: the records' pids are the workers' */
+} oom_log;
+
+/* Inside a PID namespace a record's victim is matched by time: it died within this long of the record. */
+#define OOM_MATCH_US 5000000ull
+
+static void read_oom_log(agent *a, oom_log *log) {
+  unsigned long long since = 0;
+  for (int i = 0; i < a->nproc; i++)
+    if (a->w[i].start_us && (since == 0 || a->w[i].start_us < since)) since = a->w[i].start_us;
+  log->n = trun_kmsg_oom_kills("/dev/kmsg", since, log->rec, OOM_LOG_MAX);
+  log->initial = trun_pidns_initial("");
+}
+
+/* The kernel's record of worker i's OOM kill, NULL. In the initial PID namespace: the record naming its pid
+ * (certain). Inside one (a pod: the records name the host's pids, which this agent cannot see): a record
+ * made while it ran, whose victim it likely is: of the workers that a SIGKILL not sent by trun ended and
+ * that ran then, it was reaped first after the record (within OOM_MATCH_US), and its memory cgroup's
+ * counter moved (kills: the counter's change, -1 unknown). */
+static const trun_kmsg_oom *oom_record_of(agent *a, int i, const oom_log *log, long long kills) {
+  const worker *w = &a->w[i];
+  for (int k = log->n; k-- > 0;) {
+    const trun_kmsg_oom *r = &log->rec[k];
+    if (r->us < w->start_us) continue;
+    if (log->initial) {
+      if (r->pid == w->pid) return r;
+      continue;
+    }
+    if (kills == 0 || w->exit_us < r->us || w->exit_us - r->us > OOM_MATCH_US) continue;
+    int first = 1;
+    for (int j = 0; j < a->nproc && first; j++) {
+      const worker *o = &a->w[j];
+      if (j != i && o->status == -SIGKILL && !o->sigkill_sent && o->start_us <= r->us &&
+          o->exit_us >= r->us && o->exit_us < w->exit_us)
+        first = 0;
+    }
+    if (first) return r;
+  }
+  return NULL;
+}
+
 /* Why worker i died, in one line (proc/cause.h): f->cause and f->cause_kind. A worker the teardown stopped
  * gets one only when it says more than its signal. */
-static void set_cause(agent *a, int i, trun_failure *f) {
+static void set_cause(agent *a, int i, trun_failure *f, const oom_log *log /* NULL: out of memory */) {
   worker *w = &a->w[i];
-  char tail[TRUN_TAIL_MAX], kern[512] = "", cause[1024];
+  char tail[TRUN_TAIL_MAX], cause[1024];
   if (w->timer_scope[0]) { /* the watchdog's own kill: not memory, not a plain signal */
     char sig[32];
     snprintf(cause, sizeof(cause), "torch's file-timer watchdog: scope '%s' expired, killed with %s",
@@ -41,8 +87,14 @@ static void set_cause(agent *a, int i, trun_failure *f) {
     in.memcg = w->memcg.dir;
     in.memcg_limit = trun_memcg_limit(&w->memcg);
   }
-  if (w->status == -SIGKILL && trun_kmsg_oom_kill("/dev/kmsg", w->pid, w->start_us, kern, sizeof(kern)) == 1)
-    in.oom_kernel = kern;
+  in.sent_by_trun = w->sigkill_sent;
+  in.kmsg_err = log == NULL ? -ENOMEM : log->n < 0 ? log->n : 0;
+  const trun_kmsg_oom *r =
+      log && w->status == -SIGKILL && !w->sigkill_sent ? oom_record_of(a, i, log, in.oom_kills) : NULL;
+  if (r && log->initial)
+    in.oom_kernel = r->text;
+  else if (r)
+    in.oom_likely = r->text;
   if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed && !w->stuck[0]) in.xid = a->unhealthy_msg;
   trun_cause_kind k = trun_cause_describe(&in, cause, sizeof(cause));
   if (k == TRUN_CAUSE_NONE || (f->torn_down && (k == TRUN_CAUSE_SIGNAL || k == TRUN_CAUSE_EXIT))) return;
@@ -80,6 +132,8 @@ void trun__agent_worker_stuck(agent *a, worker *w) {
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
   size_t n = 0;
+  oom_log *log = calloc(1, sizeof(*log));
+  if (log) read_oom_log(a, log);
   for (int i = 0; i < a->nproc; i++) {
     worker *w = &a->w[i];
     if (w->status == 0) continue;
@@ -118,7 +172,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
         f->message = msg;
       }
     }
-    set_cause(a, i, f);
+    set_cause(a, i, f, log);
     if (w->stalled_s > 0) {
       char *msg = NULL;
       if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,
@@ -128,6 +182,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
       }
     }
   }
+  free(log);
   return n;
 }
 

@@ -56,6 +56,8 @@ typedef struct {
   int memcg_ok;                /* memcg and oom_base were read when it started */
   long long oom_base;          /* the cgroup's oom_kill counter then */
   unsigned long long start_us; /* CLOCK_MONOTONIC microseconds at its start (the kernel log's clock) */
+  unsigned long long exit_us;  /* and when it was reaped (0: not yet) */
+  int sigkill_sent;            /* trun's stop sent it SIGKILL while it ran: never an OOM kill */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
 } worker;
 

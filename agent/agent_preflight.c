@@ -116,10 +116,12 @@ void trun__agent_preflight_wait(agent *a) {
   snprintf(a->pf_result, sizeof(a->pf_result), "%s/trun-preflight-XXXXXX",
            tmpdir && *tmpdir ? tmpdir : "/tmp");
   int fd = mkstemp(a->pf_result);
-  if (fd >= 0)
+  if (fd >= 0) {
     close(fd);
-  else
+    trun_watchdog_remove_on_exit(&a->guard, a->pf_result); /* gone with an agent killed by SIGKILL too */
+  } else {
     a->pf_result[0] = '\0';
+  }
   char err[PATH_MAX + 128];
   fprintf(stderr,
           "trun: --preflight: this node waits as a spare: running the local preflight on its %d GPU(s) "

@@ -26,6 +26,12 @@ static worker *worker_of(agent *a, pid_t pid) {
   return NULL;
 }
 
+/* Only this node's running workers (and processes of their groups) may hold timers. */
+static int accept_pid(void *arg, pid_t pid) {
+  agent *a = arg;
+  return a->in_round && worker_of(a, pid) != NULL;
+}
+
 static void on_expired(void *arg, pid_t pid, const char *scope, int sig) {
   agent *a = arg;
   char sname[32];
@@ -89,6 +95,8 @@ static int file_timer(agent *a) {
         err);
     return -1;
   }
+  trun_ftimer_set_accept(a->ftimer, accept_pid);
+  trun_watchdog_remove_on_exit(&a->guard, path); /* the FIFO goes with an agent killed by SIGKILL too */
   if (trun_strv_setenv(&a->env, "TORCHELASTIC_TIMER_FILE", path) < 0) {
     trun_error("out of memory setting TORCHELASTIC_TIMER_FILE");
     return -1;

@@ -192,7 +192,7 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
       w->running = 1;
       a->running++;
       w->start_us = (unsigned long long)trun_mono_us();
-      /* Its memory cgroup's OOM kills so far: a SIGKILL with more of them later was the OOM killer. */
+      /* Its memory cgroup's OOM kills so far: a hint beside the kernel's record (agent_failures.c). */
       w->memcg_ok =
           trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;
       trun_watchdog_add(&a->guard, w->pid);

@@ -1,3 +1,5 @@
+/* torch's file-timer watchdog on the agent's loop (ftimer.h): the FIFO's reader, the request table and its
+ * passes. */
 #include "ftimer.h"
 
 #include <errno.h>
@@ -21,6 +23,9 @@
 #define PASS_MS 1000
 /* Reads of the FIFO (8 KiB each) per wake-up of the loop. */
 #define READS_PER_WAKEUP 8
+/* Refused requests (pids that are not this node's workers) are said one by one up to MAX_SAID, then
+ * counted and said in one line at most every REFUSED_EVERY_S seconds. */
+#define REFUSED_EVERY_S 10.0
 
 struct trun_ftimer {
   uv_loop_t *loop;
@@ -30,7 +35,10 @@ struct trun_ftimer {
   uv_timer_t timer;
   int handles; /* open libuv handles: freed when the last one closes */
   trun_ftimer_cb cb;
+  trun_ftimer_accept_cb accept; /* NULL: every pid may hold timers */
   void *arg;
+  unsigned long refused, refused_unsaid; /* requests refused at arrival; of them, not said yet */
+  double refused_said_at;                /* wall-clock seconds of the last line about them */
   char line[TRUN_FTIMER_MAX_LINE + 1];
   size_t len;
   int skipping; /* the current line is over TRUN_FTIMER_MAX_LINE: dropped up to its newline */
@@ -86,6 +94,7 @@ static void drop(trun_ftimer *t, size_t i) {
 }
 
 static void rearm(trun_ftimer *t);
+static void say_refused(trun_ftimer *t, int force);
 
 /* torch's _run_watchdog: every pid with an expired timer is reaped with the first expired signal > 0 (in
  * expiration order) and all its timers go; timers of pids that are gone go too. */
@@ -119,6 +128,7 @@ static void pass(trun_ftimer *t) {
 
 static void on_timer(uv_timer_t *h) {
   trun_ftimer *t = h->data;
+  say_refused(t, 0);
   pass(t);
   rearm(t);
 }
@@ -131,8 +141,44 @@ static void rearm(trun_ftimer *t) {
   uv_timer_start(&t->timer, on_timer, (uint64_t)ceil(next * 1000), 0);
 }
 
+/* The refused requests not said yet, in one line, when REFUSED_EVERY_S passed since the last (force: now). */
+static void say_refused(trun_ftimer *t, int force) {
+  double now = trun_wall_s();
+  if (t->refused_unsaid == 0 || (!force && now - t->refused_said_at < REFUSED_EVERY_S)) return;
+  trun_warn(
+      "file-timer watchdog %s: refused %lu more request%s for pids that are not this node's workers "
+      "(%lu in all)",
+      t->path, t->refused_unsaid, t->refused_unsaid == 1 ? "" : "s", t->refused);
+  t->refused_unsaid = 0;
+  t->refused_said_at = now;
+}
+
+/* A request for a pid that is not one of this node's workers (nor a process of their groups): refused
+ * when it arrives, so that it never takes a place in the table nor makes a line when it expires. */
+static void refuse(trun_ftimer *t, trun_ftimer_req *r) {
+  if (++t->refused <= MAX_SAID) {
+    trun_warn(
+        "file-timer watchdog %s: refusing pid %d's scope '%.80s': pid %d is no process of this node's "
+        "workers%s",
+        t->path, (int)r->pid, r->scope, (int)r->pid,
+        t->refused == MAX_SAID ? " (further refusals are counted and said every 10 s)" : "");
+    t->refused_said_at = trun_wall_s();
+  } else {
+    t->refused_unsaid++;
+    say_refused(t, 0);
+  }
+  free(r->scope);
+}
+
 static void request(trun_ftimer *t, trun_ftimer_req *r) {
   size_t i;
+  if (t->accept && !t->accept(t->arg, r->pid)) {
+    if (r->expiration_time < 0) /* a release: nothing of it is held */
+      free(r->scope);
+    else
+      refuse(t, r);
+    return;
+  }
   for (i = 0; i < t->n && !(t->t[i].pid == r->pid && strcmp(t->t[i].scope, r->scope) == 0); i++) {
   }
   if (r->expiration_time < 0) { /* release */
@@ -266,6 +312,12 @@ trun_ftimer *trun_ftimer_open(uv_loop_t *loop, const char *path, trun_ftimer_cb 
   return NULL;
 }
 
+void trun_ftimer_set_accept(trun_ftimer *t, trun_ftimer_accept_cb accept) {
+  if (t) t->accept = accept;
+}
+
+unsigned long trun_ftimer_refused(const trun_ftimer *t) { return t ? t->refused : 0; }
+
 const char *trun_ftimer_path(const trun_ftimer *t) { return t ? t->path : NULL; }
 
 void trun_ftimer_clear(trun_ftimer *t) {
@@ -288,6 +340,7 @@ static void on_closed(uv_handle_t *h) {
 
 void trun_ftimer_close(trun_ftimer *t) {
   if (t == NULL) return;
+  say_refused(t, 1);
   trun_ftimer_clear(t);
   if (unlink(t->path) < 0 && errno != ENOENT)
     trun_warn("file-timer watchdog: cannot remove the FIFO %s: %s", t->path, strerror(errno));

@@ -3,7 +3,8 @@
  * {"version": 1, "pid": P, "scope_id": "S", "expiration_time": T, "signal": N}; T is a wall-clock time
  * (time.time()), a negative T releases (pid, scope). A (pid, scope) whose time passes is handed to the
  * callback with the first expired signal > 0 (by expiration time) and every timer of that pid is dropped,
- * as torch's server does; timers of pids that no longer exist are dropped without a call. Malformed lines
+ * as torch's server does; timers of pids that no longer exist are dropped without a call. Requests for pids
+ * that the agent's check refuses (not its workers) are dropped when they arrive. Malformed lines
  * are logged (a few) and skipped; at most TRUN_FTIMER_MAX_TIMERS timers are kept; one wake-up of the loop
  * reads at most 64 KiB, so a writer that never stops cannot hold the loop. */
 #ifndef TRUN_FTIMER_H
@@ -35,6 +36,14 @@ typedef void (*trun_ftimer_cb)(void *arg, pid_t pid, const char *scope, int sign
  * loop. NULL with why in err. */
 trun_ftimer *trun_ftimer_open(uv_loop_t *loop, const char *path, trun_ftimer_cb cb, void *arg, char *err,
                               size_t errlen);
+/* Whether pid may hold timers (the agent: a process of this node's running workers or their process
+ * groups). Requests for other pids are refused when they arrive: they take no place in the table and never
+ * expire; the first few are said, then a count at most every 10 s. */
+typedef int (*trun_ftimer_accept_cb)(void *arg, pid_t pid);
+/* Sets the check (called with the open's arg); NULL (the default) accepts every pid. */
+void trun_ftimer_set_accept(trun_ftimer *t, trun_ftimer_accept_cb accept);
+/* Requests refused so far. */
+unsigned long trun_ftimer_refused(const trun_ftimer *t);
 const char *trun_ftimer_path(const trun_ftimer *t);
 /* Forgets every timer (a new round: torch starts a fresh server per round). */
 void trun_ftimer_clear(trun_ftimer *t);

@@ -25,6 +25,9 @@ int trun_metrics_start(uv_loop_t *loop, const char *host, int port, trun_metrics
 typedef int (*trun_metrics_probe)(void *arg, trun_buf *out);
 int trun_metrics_start_probe(uv_loop_t *loop, const char *host, int port, trun_metrics_probe probe, void *arg,
                              trun_metrics **out, int *port_out);
+/* The request bytes the reader has examined so far, over all connections: its work, linear in the bytes
+ * received however they are split (a client trickling a head byte by byte costs no more per byte). */
+unsigned long long trun_metrics_scanned(const trun_metrics *m);
 /* Closes the listener and every connection; memory goes once the loop has run the close callbacks. */
 void trun_metrics_close(trun_metrics *m);
 /* Appends "name{labels} value\n" (labels may be NULL or ""). */

@@ -129,18 +129,27 @@ trun_cause_kind trun_cause_describe(const trun_cause_in *in, char *out, size_t l
     snprintf(out, len, "%s", in->xid);
     return TRUN_CAUSE_GPU_XID;
   }
-  if (in->exit_code == -SIGKILL && (in->oom_kernel || in->oom_kills > 0)) {
+  /* Only the kernel's own record of the kill is evidence: the cgroup's counter also counts its other
+   * processes, and trun's own SIGKILL (the teardown) is never the OOM killer's. */
+  const char *rec = in->oom_kernel ? in->oom_kernel : in->oom_likely;
+  if (in->exit_code == -SIGKILL && !in->sent_by_trun && rec) {
     if (in->memcg_limit >= 0) {
       char h[32];
       human_bytes(in->memcg_limit, h, sizeof(h));
       snprintf(lim, sizeof(lim), ", limit %s", h);
     }
-    int n = snprintf(out, len,
-                     "killed by the kernel's OOM killer (out of memory%s%s%s): raise the memory limit of the "
-                     "pod or job, or use less host memory per worker",
-                     in->memcg ? " in memory cgroup " : "", in->memcg ? in->memcg : "", lim);
-    if (in->oom_kernel && n > 0 && (size_t)n < len) /* up to its resident size: "..., anon-rss:259156kB" */
-      snprintf(out + n, len - (size_t)n, "; kernel: %.*s", kernel_len(in->oom_kernel), in->oom_kernel);
+    int n =
+        snprintf(out, len,
+                 "%skilled by the kernel's OOM killer (out of memory%s%s%s): raise the memory limit of the "
+                 "pod or job, or use less host memory per worker",
+                 in->oom_kernel ? "" : "likely ", in->memcg ? " in memory cgroup " : "",
+                 in->memcg ? in->memcg : "", lim);
+    if (n > 0 && (size_t)n < len && !in->oom_kernel) /* inside a PID namespace: matched by time, not pid */
+      n += snprintf(out + n, len - (size_t)n,
+                    " (inside a PID namespace the kernel's record names the host's pid: matched by the time "
+                    "of its death)");
+    if (n > 0 && (size_t)n < len) /* up to its resident size: "..., anon-rss:259156kB" */
+      snprintf(out + n, len - (size_t)n, "; kernel: %.*s", kernel_len(rec), rec);
     return TRUN_CAUSE_OOM_KILL;
   }
   if (in->stalled_s > 0) {
@@ -161,10 +170,24 @@ trun_cause_kind trun_cause_describe(const trun_cause_in *in, char *out, size_t l
   }
   if (in->exit_code < 0) {
     trun_signal_name(-in->exit_code, sig, sizeof(sig));
-    snprintf(out, len, "killed by %s (signal %d)%s", sig, -in->exit_code,
-             in->exit_code == -SIGKILL && in->oom_kills == 0
-                 ? "; no OOM kill recorded in its memory cgroup: another process sent it"
-                 : "");
+    const char *why = "";
+    char more[256] = "";
+    if (in->exit_code == -SIGKILL && in->sent_by_trun)
+      why = "; sent by trun (the workers' stop, after --shutdown-timeout)";
+    else if (in->exit_code == -SIGKILL && in->oom_kills == 0)
+      why = "; no OOM kill recorded in its memory cgroup: another process sent it";
+    else if (in->exit_code == -SIGKILL && in->oom_kills > 0 && in->kmsg_err == 0)
+      why =
+          "; its memory cgroup counted an OOM kill while it ran, but the kernel's records name another "
+          "process: another process sent it";
+    else if (in->exit_code == -SIGKILL && in->oom_kills > 0) {
+      snprintf(more, sizeof(more),
+               "; its memory cgroup counted %lld OOM kill%s while it ran, but the kernel log cannot be read "
+               "(%s) to say whether it was this process: possibly the OOM killer",
+               in->oom_kills, in->oom_kills == 1 ? "" : "s", strerror(-in->kmsg_err));
+      why = more;
+    }
+    snprintf(out, len, "killed by %s (signal %d)%s", sig, -in->exit_code, why);
     return TRUN_CAUSE_SIGNAL;
   }
   if (in->exit_code == 0) return TRUN_CAUSE_NONE;

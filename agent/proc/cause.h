@@ -36,13 +36,19 @@ typedef struct {
   int exit_code;           /* exit status, or -signal */
   const char *stderr_tail; /* its last stderr lines, or NULL */
   const char *message;     /* its error file's message, or NULL */
-  long long oom_kills;     /* OOM kills in its memory cgroup since it started, -1: unknown */
-  const char *oom_kernel;  /* the kernel log's record of its OOM kill, or NULL */
-  const char *memcg;       /* its memory cgroup's directory, or NULL */
-  long long memcg_limit;   /* that cgroup's limit in bytes, -1: none or unknown */
-  const char *xid;         /* a hardware Xid on its GPU, or NULL */
-  double stalled_s;        /* > 0: --stall-timeout found it stalled */
-  const char *stuck;       /* SIGKILL did not end it: its state, or NULL */
+  long long oom_kills;     /* OOM kills in its memory cgroup since it started, -1: unknown (a hint only: the
+                              cgroup holds other processes too) */
+  const char *oom_kernel;  /* the kernel's record of the OOM kill of its pid (certain), or NULL */
+  const char
+      *oom_likely;       /* inside a PID namespace (whose pids the kernel's records do not use): the
+                            kernel's record of an OOM kill in its life that it is the likely victim of, NULL */
+  int kmsg_err;          /* 0: the kernel log was read; -errno: it could not be (no OOM evidence then) */
+  int sent_by_trun;      /* trun itself sent the SIGKILL (its teardown): never taken for memory */
+  const char *memcg;     /* its memory cgroup's directory, or NULL */
+  long long memcg_limit; /* that cgroup's limit in bytes, -1: none or unknown */
+  const char *xid;       /* a hardware Xid on its GPU, or NULL */
+  double stalled_s;      /* > 0: --stall-timeout found it stalled */
+  const char *stuck;     /* SIGKILL did not end it: its state, or NULL */
 } trun_cause_in;
 
 /* The one-line cause in out[len] and its kind. */

@@ -130,34 +130,72 @@ long long trun_memcg_limit(const trun_memcg *m) {
   return v;
 }
 
-int trun_kmsg_oom_kill(const char *kmsg, pid_t pid, unsigned long long since_us, char *out, size_t len) {
+/* One /dev/kmsg record "<prio>,<seq>,<usec>,<flags>[,...];<text>\n[ KEY=value\n...]" (rec, NUL-terminated):
+ * 1 with its OOM kill in *r when it is the kernel's own (facility 0) "Killed process <pid> (<comm>)" record,
+ * else 0. Writes to /dev/kmsg by any process get facility 1 (user) at least: never believed. */
+static int oom_record(char *rec, trun_kmsg_oom *r) {
+  char *semi = strchr(rec, ';');
+  unsigned prio = 0;
+  unsigned long long us = 0;
+  if (semi == NULL || sscanf(rec, "%u,%*u,%llu", &prio, &us) != 2 || (prio >> 3) != 0) return 0;
+  char *text = semi + 1;
+  text[strcspn(text, "\n")] = '\0';
+  const char *k = strstr(text, "Killed process ");
+  int pid = 0;
+  if (k == NULL || sscanf(k, "Killed process %d (", &pid) != 1 || pid <= 0) return 0;
+  r->us = us;
+  r->pid = (pid_t)pid;
+  snprintf(r->text, sizeof(r->text), "%s", text);
+  return 1;
+}
+
+int trun_kmsg_oom_kills(const char *kmsg, unsigned long long since_us, trun_kmsg_oom *out, size_t max) {
   int fd = open(kmsg, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return -errno;
-  char rec[8192], needle[48];
-  snprintf(needle, sizeof(needle), "Killed process %d (", (int)pid);
-  int found = 0;
+  char rec[8192];
+  size_t n = 0;
   for (;;) {
-    ssize_t n = read(fd, rec, sizeof(rec) - 1);                /* one record per read */
-    if (n < 0 && (errno == EINTR || errno == EPIPE)) continue; /* EPIPE: overwritten while we read */
-    if (n < 0 && errno == EAGAIN) break;
-    if (n < 0) {
+    ssize_t got = read(fd, rec, sizeof(rec) - 1);                /* one record per read */
+    if (got < 0 && (errno == EINTR || errno == EPIPE)) continue; /* EPIPE: overwritten while we read */
+    if (got < 0 && errno == EAGAIN) break;
+    if (got < 0) {
       int e = -errno;
       close(fd);
-      return found ? 1 : e;
+      return n ? (int)n : e;
     }
-    if (n == 0) break;
-    rec[n] = '\0';
-    /* "<prio>,<seq>,<usec>,<flags>[,...];<text>\n[ KEY=value\n...]" */
-    char *semi = strchr(rec, ';');
-    unsigned long long us = 0;
-    if (semi == NULL || sscanf(rec, "%*u,%*u,%llu", &us) != 1 || us < since_us) continue;
-    char *text = semi + 1;
-    text[strcspn(text, "\n")] = '\0';
-    if (strstr(text, needle)) {
-      snprintf(out, len, "%s", text);
-      found = 1; /* the last one wins (a reused pid) */
+    if (got == 0) break;
+    rec[got] = '\0';
+    trun_kmsg_oom r;
+    if (max == 0 || !oom_record(rec, &r) || r.us < since_us) continue;
+    if (n == max) { /* keep the latest */
+      memmove(out, out + 1, (max - 1) * sizeof(*out));
+      n--;
     }
+    out[n++] = r;
   }
   close(fd);
-  return found;
+  return (int)n;
+}
+
+int trun_kmsg_oom_kill(const char *kmsg, pid_t pid, unsigned long long since_us, char *out, size_t len) {
+  trun_kmsg_oom r[16];
+  int n = trun_kmsg_oom_kills(kmsg, since_us, r, sizeof(r) / sizeof(r[0]));
+  if (n < 0) return n;
+  for (int i = n; i-- > 0;) /* the last one wins (a reused pid) */
+    if (r[i].pid == pid) {
+      snprintf(out, len, "%s", r[i].text);
+      return 1;
+    }
+  return 0;
+}
+
+/* The initial PID namespace's inode number (PROC_PID_INIT_INO, fixed since Linux 3.8). */
+#define TRUN_PID_INIT_INO 0xEFFFFFFCu
+
+int trun_pidns_initial(const char *root) {
+  char p[PATH_MAX];
+  struct stat st;
+  snprintf(p, sizeof(p), "%s/proc/self/ns/pid", root);
+  if (stat(p, &st) != 0) return 0;
+  return st.st_ino == TRUN_PID_INIT_INO;
 }

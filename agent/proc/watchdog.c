@@ -1,12 +1,16 @@
+/* The guard process (watchdog.h): it outlives the agent, kills what is left of the worker sessions and
+ * removes the agent's FIFOs when the agent dies. */
 #include "watchdog.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,7 +20,8 @@
 
 /* What the agent tells the guard: a worker session started (its leader's start time, in clock ticks since
  * boot as /proc/PID/stat field 22 says it), or its leader was reaped. */
-enum { MSG_ADD = 1, MSG_GONE = 2 };
+enum { MSG_ADD = 1, MSG_GONE = 2, MSG_FILE = 3 /* start: the length of a path that follows */ };
+#define MAX_FILES 8
 typedef struct {
   int32_t sid;
   int32_t kind;
@@ -126,14 +131,54 @@ static void kill_sessions(const session *set, size_t n) {
   closedir(d);
 }
 
+/* A file the guard removes when the agent is gone: its path, and the device and inode it had when the agent
+ * named it (a file made there since by someone else is left alone). */
+typedef struct {
+  char path[PATH_MAX];
+  dev_t dev;
+  ino_t ino;
+} guarded_file;
+
+/* Reads exactly n bytes: 0, or -1 (EOF or an error). */
+static int read_all(int fd, char *p, size_t n) {
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static void remove_files(const guarded_file *f, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    struct stat st;
+    if (lstat(f[i].path, &st) == 0 && st.st_dev == f[i].dev && st.st_ino == f[i].ino) unlink(f[i].path);
+  }
+}
+
 static void guard(int fd) {
   session *set = malloc(MAX_SESSIONS * sizeof(*set));
-  size_t n = 0;
+  guarded_file files[MAX_FILES];
+  size_t n = 0, nfiles = 0;
   guard_msg m;
   ssize_t r;
   while ((r = read(fd, &m, sizeof(m))) != 0) {
     if (r < 0 && errno == EINTR) continue;
     if (r != (ssize_t)sizeof(m)) break;
+    if (m.kind == MSG_FILE) {
+      char path[PATH_MAX];
+      struct stat st;
+      if (m.start == 0 || m.start >= sizeof(path) || read_all(fd, path, (size_t)m.start) < 0) break;
+      path[m.start] = '\0';
+      if (nfiles < MAX_FILES && lstat(path, &st) == 0) {
+        snprintf(files[nfiles].path, sizeof(files[nfiles].path), "%s", path);
+        files[nfiles].dev = st.st_dev;
+        files[nfiles++].ino = st.st_ino;
+      }
+      continue;
+    }
     if (set == NULL) continue;
     session *s = find(set, n, m.sid);
     if (m.kind == MSG_ADD && n < MAX_SESSIONS)
@@ -143,6 +188,7 @@ static void guard(int fd) {
   }
   if (set) kill_sessions(set, n);
   free(set);
+  remove_files(files, nfiles);
   _exit(0);
 }
 
@@ -196,6 +242,22 @@ void trun_watchdog_add(trun_watchdog *w, pid_t sid) {
 }
 
 void trun_watchdog_gone(trun_watchdog *w, pid_t sid) { send_msg(w, sid, MSG_GONE, 0); }
+
+void trun_watchdog_remove_on_exit(trun_watchdog *w, const char *path) {
+  size_t len = strlen(path);
+  if (w->fd < 0 || len == 0 || len >= PATH_MAX) return;
+  char buf[sizeof(guard_msg) + PATH_MAX];
+  guard_msg m = {0, MSG_FILE, len};
+  memcpy(buf, &m, sizeof(m));
+  memcpy(buf + sizeof(m), path, len);
+  size_t off = 0, total = sizeof(m) + len;
+  while (off < total) { /* the agent is the only writer: the message stays whole */
+    ssize_t r = write(w->fd, buf + off, total - off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return;
+    off += (size_t)r;
+  }
+}
 
 void trun_watchdog_stop(trun_watchdog *w) {
   if (w->fd >= 0) close(w->fd);

@@ -1,6 +1,6 @@
 /* A guard process that outlives the agent only to kill its workers: if the agent dies, even by SIGKILL,
  * every worker session it started is killed (process groups, then any process left in those sessions),
- * so workers and their children never outlive the agent. */
+ * so workers and their children never outlive the agent; the agent's FIFOs named to it are removed. */
 #ifndef TRUN_WATCHDOG_H
 #define TRUN_WATCHDOG_H
 
@@ -26,7 +26,11 @@ void trun_watchdog_add_at(trun_watchdog *w, pid_t sid, uint64_t start);
 void trun_watchdog_gone(trun_watchdog *w, pid_t sid);
 /* Process pid's start time (/proc/PID/stat field 22, clock ticks since boot); 0 when it is gone. */
 uint64_t trun_watchdog_start_time(pid_t pid);
-/* Closes the pipe: the guard kills what is left of the registered sessions and exits. */
+/* The guard removes the file at path (the file-timer FIFO) when the agent is gone, even by SIGKILL, if it
+ * is still the file that was there when this was called (same device and inode); at most 8 such files. */
+void trun_watchdog_remove_on_exit(trun_watchdog *w, const char *path);
+/* Closes the pipe: the guard kills what is left of the registered sessions, removes the files named by
+ * trun_watchdog_remove_on_exit that are still there, and exits. */
 void trun_watchdog_stop(trun_watchdog *w);
 
 #endif

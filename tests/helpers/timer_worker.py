@@ -7,6 +7,9 @@ MODE hang: attempt 0 hangs inside torch.distributed.elastic.timer.expires(after=
   with "wait" it first waits for OUT_DIR/go.
 MODE garbage: attempt 0 first writes junk into the FIFO (not JSON, a bad pid, a 6000-byte line, an empty
   line), then hangs as in MODE hang.
+MODE flood: attempt 0 first writes 10,000 requests for live pids that are not the job's (outside its process
+  group): 5,000 already expired (signal 0), 5,000 expiring in an hour (enough to fill the agent's table), then
+  hangs as in MODE hang (for 60 s at most: a watchdog crowded out never kills it; it then exits 7).
 MODE release: a scope of 1 s released in time, then 3 s of sleep outside any scope: exits 0.
 MODE none: TORCHELASTIC_TIMER_FILE is not set (the watchdog is off); exits 0.
 """
@@ -47,9 +50,28 @@ if attempt == 0:
         os.write(fd, b'{"version": 1, "pid": -3, "scope_id": "x", "expiration_time": 1, "signal": 9}\n')
         os.write(fd, b"y" * 6000 + b"\n\n")
         os.close(fd)
+    if mode == "flood":
+        me = os.getpgid(0)
+        strays = []
+        for e in os.listdir("/proc"):
+            try:
+                if e.isdigit() and os.getpgid(int(e)) != me:
+                    strays.append(int(e))
+            except OSError:
+                pass
+        assert strays, "no process outside the job"
+        fd = os.open(path, os.O_WRONLY)  # blocking: the agent reads as we write
+        now = time.time()
+        for i in range(10000):
+            exp = now - 1 if i % 2 else now + 3600
+            line = '{"version": 1, "pid": %d, "scope_id": "stray%d", "expiration_time": %f, "signal": 0}\n' % (
+                strays[i % min(200, len(strays))], i, exp)
+            os.write(fd, line.encode())
+        os.close(fd)
+        print("rank %d: wrote 10000 requests for %d pids outside the job" % (rank, min(200, len(strays))), flush=True)
     with timer.expires(after=2, scope="hung_step"):
         print("rank %d: hanging inside scope hung_step" % rank, flush=True)
-        time.sleep(600)
+        time.sleep(60 if mode == "flood" else 600)
     sys.exit(7)  # never reached: the watchdog kills this process
 
 with open(os.path.join(out, "restarted.%d" % rank), "w") as f:

@@ -7,6 +7,10 @@
 #  2. no restart left: exit 1, the failure report's root cause is exit code -9 and names the scope;
 #  3. TORCHELASTIC_TIMER_FILE given (a regular file there first): that path is the FIFO the workers get;
 #     junk written into it first (not JSON, a bad pid, a 6000-byte line) is ignored and the hang still killed;
+#  3b. a flood: the worker writes 10,000 requests for up to 200 live pids outside the job (half expired, half
+#     expiring in an hour, more than the 4096-entry table): trun refuses them as they arrive (the count of
+#     10,000 is said), says at most 20 warning lines about them, and the worker's own hung scope is still
+#     killed and restarted;
 #  4. a scope released in time kills nothing (exit 0); without the variable no TORCHELASTIC_TIMER_FILE;
 #  5. torch 2.6 workers (trixie chroot): the same kill and restart;
 #  6. side by side with torchrun 1.13 on the same script: seconds from launch to the restarted worker's
@@ -95,6 +99,16 @@ killed given
 grep -q "ignoring a request line: not JSON" "$tmp/given.err" || fail "given: the junk line was not said"
 grep -q "ignoring a request line over 4096 bytes" "$tmp/given.err" || fail "given: the long line was not said"
 [ -e "$given" ] && fail "given: $given is left after the job"
+
+# 3b. A flood of requests for pids that are not this node's workers: refused at arrival, warnings bounded.
+job flood 0 --standalone --nproc-per-node 1 --max-restarts 1 "$worker" "$tmp/flood" flood
+killed flood
+grep -q "wrote 10000 requests" "$tmp/flood.out" || fail "flood: the worker did not write its requests"
+grep -q "refused [0-9]* more requests for pids that are not this node's workers (10000 in all)" "$tmp/flood.err" ||
+  fail "flood: the 10000 refused requests were not counted"
+n=$(grep -Ec "file-timer watchdog.*(refus|no process of this node|timers are held already)" "$tmp/flood.err" || true)
+echo "    warning lines about the 10000 stray requests: $n"
+[ "$n" -le 20 ] || fail "flood: $n warning lines for requests of pids outside the job (want at most 20)"
 
 # 4. A released scope kills nothing; without the variable, no timer file.
 job release 0 --standalone --nproc-per-node 2 "$worker" "$tmp/release" release

@@ -4,6 +4,8 @@
 # (os.setpgid(0, 0)). Once the agent is gone nothing of the job may remain: every process is found by the
 # marker TRUN_TEST_MARKER=<uuid> in its environment (/proc/*/environ), so moving to another process group
 # hides nothing. Polls until none remains and prints the measured time; fails if any remains after 10 s.
+# The agent runs torch's file-timer watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1): its FIFO
+# (<TMPDIR>/watchdog_timer_<uuid>) is there before the kill and must be gone after it (the guard removes it).
 set -u
 . "$(dirname "$0")/../helpers/mn_lib.sh"
 
@@ -14,7 +16,8 @@ trap cleanup EXIT
 mkdir -p "$tmp/out"
 note "marker $MARKER"
 
-SIG_OUT=$tmp/out "$TRUN" --nproc-per-node 2 --log-dir "$tmp/logs" "$TRUN_REPO/tests/helpers/sig_worker.py" tree \
+mkdir -p "$tmp/tmpdir"
+TMPDIR=$tmp/tmpdir TORCHELASTIC_ENABLE_FILE_TIMER=1 SIG_OUT=$tmp/out "$TRUN" --nproc-per-node 2 --log-dir "$tmp/logs" "$TRUN_REPO/tests/helpers/sig_worker.py" tree \
   >"$tmp/agent.out" 2>"$tmp/agent.err" &
 agent=$!
 wait_for '[ -f "$tmp/out/ready.0" ] && [ -f "$tmp/out/ready.1" ]' 60 || {
@@ -29,6 +32,9 @@ for lr in (0, 1):
     assert d["child_pgid"] == d["pgid"], d                           # child stays in the worker's group
 print("tree ok: children in the worker's group, grandchildren in their own groups")
 PY
+fifo=$(ls "$tmp/tmpdir"/watchdog_timer_* 2>/dev/null | head -n1)
+[ -n "$fifo" ] && [ -p "$fifo" ] || fail "no file-timer FIFO under $tmp/tmpdir before the kill: $(ls "$tmp/tmpdir")"
+echo "the file-timer FIFO before the kill: $fifo"
 before=$(marked_pids); n_before=$(echo "$before" | grep -c .)
 echo "$n_before marked processes (agent, its guard, 2 x (worker, sleep, python, sleep))"
 
@@ -42,4 +48,9 @@ else
   dump_agent agent "$tmp/agent.out" "$tmp/agent.err"
   fail "processes of the job survived the agent's SIGKILL by more than 10 s"
 fi
-echo "PASS: SIGKILL to the agent took down workers, children and own-process-group grandchildren"
+if wait_for '[ ! -e "$fifo" ]' 10; then
+  echo "the file-timer FIFO is gone"
+else
+  fail "the file-timer FIFO $fifo outlived the agent's SIGKILL"
+fi
+echo "PASS: SIGKILL to the agent took down workers, children and own-process-group grandchildren, and its FIFO"

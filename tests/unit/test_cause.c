@@ -124,14 +124,35 @@ START_TEST(describe_order) {
   in.oom_kills = 0;
   ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_SIGNAL);
   ck_assert_msg(strstr(out, "no OOM kill recorded") != NULL, "%s", out);
-  /* the counter went up: the OOM killer, with the cgroup and its limit */
+  /* the counter went up, but it counts the cgroup's other processes too: not evidence on its own */
   in.oom_kills = 1;
   in.memcg = "/sys/fs/cgroup/memory/job";
   in.memcg_limit = 256 << 20;
+  ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_SIGNAL);
+  ck_assert_msg(strstr(out, "the kernel's records name another process") != NULL, "%s", out);
+  in.kmsg_err = -EPERM;
+  ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_SIGNAL);
+  ck_assert_msg(strstr(out, "kernel log cannot be read (Operation not permitted)") != NULL &&
+                    strstr(out, "possibly the OOM killer") != NULL,
+                "%s", out);
+  in.kmsg_err = 0;
+  /* the kernel's record naming it: the OOM killer, with the cgroup and its limit */
+  in.oom_kernel = "Memory cgroup out of memory: Killed process 42 (python3) total-vm:1kB, anon-rss:2kB";
   ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_OOM_KILL);
   ck_assert_msg(strstr(out,
                        "killed by the kernel's OOM killer (out of memory in memory cgroup "
                        "/sys/fs/cgroup/memory/job, limit 256 MiB)") == out,
+                "%s", out);
+  /* trun's own SIGKILL (its teardown) is never the OOM killer's, whatever the log says */
+  in.sent_by_trun = 1;
+  ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_SIGNAL);
+  ck_assert_msg(strstr(out, "sent by trun") != NULL, "%s", out);
+  /* inside a PID namespace: a record matched by time is only likely, and says so */
+  in = base(-SIGKILL);
+  in.oom_likely = "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:1kB, anon-rss:2kB";
+  ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_OOM_KILL);
+  ck_assert_msg(strstr(out, "likely killed by the kernel's OOM killer") == out &&
+                    strstr(out, "PID namespace") != NULL && strstr(out, "Killed process 4242") != NULL,
                 "%s", out);
   /* the kernel's record alone is enough, cut before its page detail */
   in = base(-SIGKILL);
@@ -313,6 +334,37 @@ START_TEST(memcg_v2) {
 }
 END_TEST
 
+/* The kernel log's records: only the kernel's own (facility 0) OOM kills are believed. A regular file of
+ * one record reads like /dev/kmsg (one record per read). */
+START_TEST(kmsg_facility) {
+  make_root();
+  char p[1024], text[512];
+  snprintf(p, sizeof(p), "%s/kmsg", root);
+  trun_kmsg_oom r[4];
+  /* the kernel's: "3" = kern.err */
+  write_file(p, "3,812,5000000,-;Memory cgroup out of memory: Killed process 42 (python3) total-vm:1kB\n");
+  ck_assert_int_eq(trun_kmsg_oom_kills(p, 0, r, 4), 1);
+  ck_assert_int_eq(r[0].pid, 42);
+  ck_assert_int_eq((long long)r[0].us, 5000000);
+  ck_assert_int_eq(trun_kmsg_oom_kill(p, 42, 0, text, sizeof(text)), 1);
+  ck_assert_int_eq(trun_kmsg_oom_kill(p, 43, 0, text, sizeof(text)), 0);
+  ck_assert_int_eq(trun_kmsg_oom_kill(p, 42, 5000001, text, sizeof(text)), 0); /* before it started */
+  /* a process's write to /dev/kmsg: "<3>..." still gets facility 1 (user): 11 = user.err, 12 = user.warn */
+  write_file(p, "11,813,5000001,-;Memory cgroup out of memory: Killed process 42 (python3) total-vm:1kB\n");
+  ck_assert_int_eq(trun_kmsg_oom_kills(p, 0, r, 4), 0);
+  ck_assert_int_eq(trun_kmsg_oom_kill(p, 42, 0, text, sizeof(text)), 0);
+  write_file(p, "12,814,5000002,-;Killed process 42 (python3)\n");
+  ck_assert_int_eq(trun_kmsg_oom_kill(p, 42, 0, text, sizeof(text)), 0);
+  /* no prefix, another record */
+  write_file(p, "Killed process 42 (python3)\n");
+  ck_assert_int_eq(trun_kmsg_oom_kills(p, 0, r, 4), 0);
+  write_file(p, "6,815,5000003,-;oom-kill:constraint=CONSTRAINT_MEMCG,task=python3,pid=42,uid=0\n");
+  ck_assert_int_eq(trun_kmsg_oom_kills(p, 0, r, 4), 0);
+  ck_assert_int_eq(trun_kmsg_oom_kills("/nonexistent/kmsg", 0, r, 4), -ENOENT);
+  rm_root();
+}
+END_TEST
+
 START_TEST(memcg_this_process) {
   /* the real system: whatever it has, the call answers without crashing, and a found cgroup reads */
   trun_memcg m;
@@ -397,6 +449,7 @@ static Suite *cause_suite(void) {
   tcase_add_test(tc, tail_ring);
   tcase_add_test(tc, memcg_v1);
   tcase_add_test(tc, memcg_v2);
+  tcase_add_test(tc, kmsg_facility);
   tcase_add_test(tc, memcg_this_process);
   tcase_add_test(tc, proc_state);
   tcase_add_test(tc, report_cause);

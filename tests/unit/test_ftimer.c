@@ -241,6 +241,85 @@ START_TEST(test_reads_bounded_per_wakeup) {
 }
 END_TEST
 
+/* Requests for pids that are not the agent's workers are refused when they arrive: they take no place in
+ * the table, never expire into a callback, and 3000 of them make a bounded number of log lines (the first
+ * few, then a count at most every 10 s and at close), while a worker's request still counts. */
+typedef struct {
+  seen s;
+  pid_t worker;
+} gate;
+
+static void on_expired_gated(void *arg, pid_t pid, const char *scope, int sig) {
+  on_expired(&((gate *)arg)->s, pid, scope, sig);
+}
+
+static int only_worker(void *arg, pid_t pid) { return pid == ((gate *)arg)->worker; }
+
+START_TEST(test_refused) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  char dir[] = "/tmp/trun-ftimer-XXXXXX", path[128], log[160], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/timer", dir);
+  snprintf(log, sizeof(log), "%s/stderr", dir);
+  int saved = dup(2), lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(saved, 0);
+  ck_assert_int_ge(lfd, 0);
+  ck_assert_int_eq(dup2(lfd, 2), 2); /* the warnings, to count them */
+  close(lfd);
+  gate g = {.worker = sleeper()};
+  pid_t other = sleeper(); /* a live process that is not a worker */
+  trun_ftimer *t = trun_ftimer_open(&loop, path, on_expired_gated, &g, err, sizeof(err));
+  ck_assert_msg(t != NULL, "%s", err);
+  trun_ftimer_set_accept(t, only_worker);
+  int fd = open(path, O_WRONLY | O_NONBLOCK);
+  ck_assert_int_ge(fd, 0);
+  for (int i = 0; i < 3000; i++) {
+    char line[200];
+    int n = snprintf(line, sizeof(line),
+                     "{\"version\": 1, \"pid\": %d, \"scope_id\": \"s%d\", \"expiration_time\": %.3f, "
+                     "\"signal\": 9}\n",
+                     (int)(i % 2 ? other : 1), i, i % 3 ? wall() - 1 : wall() + 600);
+    while (write(fd, line, (size_t)n) < 0) {
+      ck_assert_int_eq(errno, EAGAIN);
+      uv_run(&loop, UV_RUN_NOWAIT);
+    }
+  }
+  close(fd);
+  send_line(path,
+            "{\"version\": 1, \"pid\": %d, \"scope_id\": \"real\", \"expiration_time\": %.3f, "
+            "\"signal\": 15}\n",
+            (int)g.worker, wall() + 0.3);
+  RUN_UNTIL(&loop, g.s.calls > 0);
+  ck_assert_int_eq(trun_ftimer_refused(t), 3000);
+  ck_assert_int_eq(g.s.calls, 1); /* only the worker's scope */
+  ck_assert_int_eq(g.s.pid, g.worker);
+  ck_assert_str_eq(g.s.scope, "real");
+  ck_assert_int_eq(trun_ftimer_count(t), 0);
+  trun_ftimer_close(t);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  fflush(stderr);
+  ck_assert_int_eq(dup2(saved, 2), 2);
+  close(saved);
+  FILE *f = fopen(log, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[1024];
+  int lines = 0, counted = 0;
+  while (fgets(line, sizeof(line), f)) {
+    lines++;
+    if (strstr(line, "(3000 in all)")) counted = 1;
+  }
+  fclose(f);
+  ck_assert_msg(lines <= 12, "%d log lines for 3000 refused requests", lines);
+  ck_assert_msg(counted, "the count of refused requests was not said at close");
+  reap(g.worker);
+  reap(other);
+  unlink(log);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_open_errors) {
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -261,6 +340,7 @@ static Suite *ftimer_suite(void) {
   tcase_add_test(tc, test_parse);
   tcase_add_test(tc, test_serve);
   tcase_add_test(tc, test_reads_bounded_per_wakeup);
+  tcase_add_test(tc, test_refused);
   tcase_add_test(tc, test_open_errors);
   suite_add_tcase(s, tc);
   return s;
