@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/rdzv/c10d/pickle.h"
+#include "base/pickle.h"
 #include "agent/rdzv/c10d/state.h"
 #include "fuzz_check.h"
 
