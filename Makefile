@@ -17,7 +17,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 # The modules (docs/architecture.md): each a folder, one public header named after it. Code includes another
 # module's header by its path from the top (-I.); tests, fuzz targets and benches may also include a module's
 # private headers by name.
-MODULES := base store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher
+MODULES := base store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent/hang agent launcher
 INC     := -I.
 TEST_INC := -I. $(addprefix -I,$(MODULES)) -Itests/unit
 CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
