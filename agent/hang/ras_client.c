@@ -227,7 +227,7 @@ int trun_ras_query(const char *addr, int timeout_ms, size_t max_bytes, char **js
     return fail(err, errlen, rc, "NCCL RAS at %.80s: connect: %s", addr, strerror(-rc));
   }
   /* RAS's own gathering gets a little under our time, so that it answers with what it has (unresponsive
-   * ranks listed as missing) before we give up. */
+   * ranks listed as missing) before we give up. Whole seconds: NCCL 2.28.9 refuses "TIMEOUT 1.5". */
   int ras_s = timeout_ms / 2000;
   if (ras_s < 1) ras_s = 1;
   char req[128];

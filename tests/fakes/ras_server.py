@@ -2,7 +2,7 @@
 """A stand-in for NCCL's RAS client port (what every NCCL >= 2.24 process serves on localhost:28028), for tests,
 on 127.0.0.1 only. Python stdlib only. It speaks the protocol as NCCL 2.28's src/ras/client_support.cc does:
 lines ending in "\\n" (a "\\r" before it is dropped); "CLIENT PROTOCOL n" -> "SERVER PROTOCOL 2", "TIMEOUT s" ->
-"OK" (or "ERROR: Invalid timeout value s"), "SET FORMAT json|text" -> "OK" (or "ERROR: Invalid format f"),
+"OK" (whole seconds only: 2.28.9 answers "ERROR: Invalid timeout value 1.5"), "SET FORMAT json|text" -> "OK" (or "ERROR: Invalid format f"),
 "STATUS" / "VERBOSE STATUS" -> the report, then the connection is closed; anything else ->
 "ERROR: Unknown command <line>". The reports are our captures (tests/fixtures/hang/, 4 x H100, NCCL 2.28.9).
 
@@ -24,6 +24,8 @@ Modes (what VERBOSE STATUS answers):
   huge          8 MiB of a JSON array after the OK lines
   old           an NCCL before 2.28.7: SET FORMAT is an unknown command, the report is text
   notras        "HTTP/1.1 400 Bad Request" and close
+  wire          replays wire-h200x2-sleep.bin (what real NCCL 2.28.9 sent, handshake included) once the
+                VERBOSE STATUS line has come, whatever came before it
 """
 import argparse
 import json
@@ -79,6 +81,14 @@ def serve(conn, mode, step):
     buf = b""
     fmt = "text"
     try:
+        if mode == "wire":
+            while b"verbose status\n" not in buf.lower():
+                data = conn.recv(4096)
+                if not data:
+                    return
+                buf += data
+            conn.sendall(fixture("wire-h200x2-sleep.bin"))
+            return
         if mode == "notras":
             conn.recv(4096)
             conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
@@ -95,10 +105,7 @@ def serve(conn, mode, step):
                 if low.startswith("client protocol "):
                     conn.sendall(b"SERVER PROTOCOL 2\n")
                 elif low.startswith("timeout "):
-                    try:
-                        ok = float(cmd[8:]) >= 0
-                    except ValueError:
-                        ok = False
+                    ok = cmd[8:].isdigit()
                     conn.sendall(b"OK\n" if ok else b"ERROR: Invalid timeout value %s\n" % cmd[8:].encode())
                 elif low.startswith("set format ") and mode != "old":
                     f = low[11:]
@@ -143,7 +150,7 @@ def main():
     ap.add_argument("--port-file", required=True)
     a = ap.parse_args()
     modes = ("mismatch", "sleep", "spin", "advancing", "unresponsive", "malformed", "lying", "slow", "trickle", "huge",
-             "old", "notras")
+             "old", "notras", "wire")
     if a.mode not in modes:
         print("ras_server.py: unknown mode %s (one of %s)" % (a.mode, ", ".join(modes)), file=sys.stderr)
         sys.exit(2)

@@ -634,6 +634,36 @@ START_TEST(client_against_standin) {
 }
 END_TEST
 
+START_TEST(client_real_nccl_wire) {
+  /* The bytes real NCCL 2.28.9 sent (2 x H200): rank 1 sleeps after 20 all-reduces, rank 0 waits in the
+   * 21st. Through the client, the reader and the detector: rank 1 named. */
+  standin s;
+  char *json, err[256];
+  size_t n;
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  standin_start(&s, "wire");
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(ask(&s, 60000, 0, &json, &n, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(json[0], '{');
+    trun_ras_snapshot *snap = NULL;
+    ck_assert_msg(trun_ras_parse(json, n, &snap, err, sizeof(err)) == 0, "%s", err);
+    free(json);
+    ck_assert_int_eq(snap->comms[0].size, 2);
+    ck_assert_int_eq(trun_hang_feed(d, snap, i * 7.5, &v), i == 2);
+    trun_ras_snapshot_free(snap);
+  }
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].pid, 669);
+  ck_assert_str_eq(v.comm[0].culprit[0].why, "launched AllReduce up to 20 (others 21)");
+  ck_assert_str_eq(v.comm[0].wait_kind, "AllReduce");
+  ck_assert_uint_eq(v.comm[0].wait_n, 21);
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+  standin_stop(&s);
+}
+END_TEST
+
 /* One mode of the stand-in: the client's return code and a word of its error. */
 static void client_fails(const char *mode, int timeout_ms, size_t max, int want, const char *word) {
   standin s;
@@ -737,6 +767,7 @@ int main(void) {
   tcase_add_test(tc, fr_bad);
   tcase_add_test(tc, pickle_binfloat);
   tcase_add_test(tc, client_against_standin);
+  tcase_add_test(tc, client_real_nccl_wire);
   tcase_add_test(tc, client_slow);
   tcase_add_test(tc, client_trickle);
   tcase_add_test(tc, client_huge);
