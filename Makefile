@@ -145,7 +145,7 @@ demo:
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
 STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lpthread -ldl -lrt -lm
-TOPO_OBJ := $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/topo_health.o
+TOPO_OBJ := $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/topo_health.o $(B)/obj/tools/topo_hang.o
 portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(TOPO_OBJ) $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
 	$(CC) $(OPT) -o $(B)/portable/trun-topo $(TOPO_OBJ) $(B)/libtrun.a $(STATIC_LIBS)

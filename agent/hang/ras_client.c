@@ -202,7 +202,8 @@ int trun_ras_query(const char *addr, int timeout_ms, size_t max_bytes, char **js
                 max_bytes);
   char host[256], port[8];
   if (split_addr(addr, host, sizeof(host), port, sizeof(port)))
-    return fail(err, errlen, -EINVAL, "NCCL_RAS_ADDR %.80s: not host:port or [ipv6]:port", addr);
+    return fail(err, errlen, -EINVAL, "NCCL RAS address %.80s: not host:port or [ipv6]:port (NCCL_RAS_ADDR)",
+                addr);
   double deadline = trun_mono_ms() + timeout_ms;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG},
                   *res = NULL;
