@@ -141,4 +141,6 @@ for args in "--window 0" "--window x" "--interval 0" "--for -1" "--json" "--bogu
 done
 hang 0 --help
 has o "usage: trun-topo hang"
+"$py" "$repo/tests/tools/man_options.py" "$repo/docs/man/trun-topo.1" "$tmp/o" >/dev/null ||
+  fail "docs/man/trun-topo.1 lacks options that trun-topo hang --help lists"
 echo "48-hang-ras: ok"
