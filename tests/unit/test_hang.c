@@ -459,7 +459,7 @@ START_TEST(fr_timing_p2p) {
   /* Made by Python's pickle (protocol 2): a duration (BINFLOAT, as with TORCH_NCCL_ENABLE_TIMING), a started
    * collective, a point-to-point send of another group last. */
   char p[PATH_MAX], err[512];
-  snprintf(p, sizeof(p), "%s/fuzz/corpus/fuzz_fr/timing-p2p", repo());
+  snprintf(p, sizeof(p), "%s/tests/fixtures/hang/fr-timing-p2p.pickle", repo());
   trun_fr_dump *d = NULL;
   ck_assert_msg(trun_fr_load_file(p, &d, err, sizeof(err)) == 0, "%s", err);
   ck_assert_uint_eq(d->nentries, 3);
