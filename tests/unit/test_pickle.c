@@ -12,8 +12,8 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#include "base/pickle.h"
 #include "agent/rdzv/c10d/state.h"
+#include "base/pickle.h"
 #include "unit.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
