@@ -19,9 +19,8 @@
 #include "base/base.h"
 #include "hang.h"
 
-#define MAX_KINDS                                                                          \
-  64 /* distinct kinds in one communicator we analyse (more: named as a disagreement only) \
-      */
+/* Distinct collective kinds of one communicator that are analysed (more: a disagreement, not analysed). */
+#define MAX_KINDS 32
 
 typedef struct tracked {
   char hash[24], secondary[48];
@@ -91,49 +90,66 @@ static int canonical(const trun_ras_comm *c, trun_buf *b) {
   return rc;
 }
 
-/* The analysis of one communicator's present ranks. */
+/* The analysis of one communicator's present ranks: its collective kinds and a table of counts, rank by
+ * kind, so that every step below is O(ranks x kinds) or a sort (a hostile answer of 100,000 ranks costs a
+ * fraction of a second, not ranks squared). */
 typedef struct {
-  size_t nk;
+  size_t np, nk;
   char kind[MAX_KINDS][24];
   bool overflow; /* more kinds than MAX_KINDS */
-} kinds;
+  uint64_t *m;   /* m[i * nk + k]: present rank i's count of kind k (0 when it lists none) */
+} table;
 
-static uint64_t count_of(const trun_ras_rank *r, const char *kind) {
-  for (size_t k = 0; k < r->nkinds; k++)
-    if (strcmp(r->counts[k].name, kind) == 0) return r->counts[k].n;
-  return 0;
-}
-
-static void collect_kinds(const trun_ras_comm *c, kinds *K) {
-  K->nk = 0;
-  K->overflow = false;
-  for (size_t i = 0; i < c->npresent; i++)
+static int table_build(const trun_ras_comm *c, table *T) {
+  T->np = c->npresent;
+  T->nk = 0;
+  T->overflow = false;
+  T->m = NULL;
+  for (size_t i = 0; i < T->np; i++)
     for (size_t k = 0; k < c->ranks[i].nkinds; k++) {
       const char *name = c->ranks[i].counts[k].name;
       size_t j = 0;
-      while (j < K->nk && strcmp(K->kind[j], name) != 0) j++;
-      if (j < K->nk) continue;
-      if (K->nk == MAX_KINDS) {
-        K->overflow = true;
+      while (j < T->nk && strcmp(T->kind[j], name) != 0) j++;
+      if (j < T->nk) continue;
+      if (T->nk == MAX_KINDS) {
+        T->overflow = true;
         continue;
       }
-      snprintf(K->kind[K->nk++], sizeof(K->kind[0]), "%s", name);
+      snprintf(T->kind[T->nk++], sizeof(T->kind[0]), "%s", name);
     }
+  size_t cells = T->np * T->nk; /* at most TRUN_RAS_MAX_SIZE x MAX_KINDS */
+  T->m = calloc(cells ? cells : 1, sizeof(uint64_t));
+  if (!T->m) return -ENOMEM;
+  for (size_t i = 0; i < T->np; i++)
+    for (size_t k = 0; k < c->ranks[i].nkinds; k++)
+      for (size_t j = 0; j < T->nk; j++)
+        if (strcmp(T->kind[j], c->ranks[i].counts[k].name) == 0) {
+          T->m[i * T->nk + j] = c->ranks[i].counts[k].n;
+          break;
+        }
+  return 0;
+}
+
+static const uint64_t *row(const table *T, size_t i) { return T->m + i * T->nk; }
+
+static bool same_row(const table *T, size_t a, size_t b) {
+  return T->nk == 0 || memcmp(row(T, a), row(T, b), T->nk * sizeof(uint64_t)) == 0;
 }
 
 /* 1 when the present ranks disagree on some count, or some rank is missing or unaccounted for. */
-static bool disagree(const trun_ras_comm *c, const kinds *K) {
-  if (c->npresent < (size_t)c->size || K->overflow) return true;
-  for (size_t k = 0; k < K->nk; k++)
-    for (size_t i = 1; i < c->npresent; i++)
-      if (count_of(&c->ranks[i], K->kind[k]) != count_of(&c->ranks[0], K->kind[k])) return true;
+static bool disagree(const trun_ras_comm *c, const table *T) {
+  if (c->npresent < (size_t)c->size || T->overflow) return true;
+  for (size_t i = 1; i < T->np; i++)
+    if (!same_row(T, 0, i)) return true;
   return false;
 }
 
-static bool same_counts(const trun_ras_rank *a, const trun_ras_rank *b, const kinds *K) {
-  for (size_t k = 0; k < K->nk; k++)
-    if (count_of(a, K->kind[k]) != count_of(b, K->kind[k])) return false;
-  return true;
+static int cmp_rows(const void *a, const void *b, void *arg) {
+  const table *T = arg;
+  const uint64_t *x = row(T, *(const size_t *)a), *y = row(T, *(const size_t *)b);
+  for (size_t k = 0; k < T->nk; k++)
+    if (x[k] != y[k]) return x[k] < y[k] ? -1 : 1;
+  return 0;
 }
 
 static void add_culprit(trun_hang_comm *h, const trun_ras_rank *r, const char *why) {
@@ -148,84 +164,92 @@ static void add_culprit(trun_hang_comm *h, const trun_ras_rank *r, const char *w
   h->nculprits++;
 }
 
-/* "launched AllReduce up to 50 (others 51), Broadcast up to 1 (others 0)": r's counts against ref's. */
-static void why_counts(char *out, size_t outlen, const trun_ras_rank *r, const uint64_t *ref,
-                       const kinds *K) {
+/* "launched AllReduce up to 50 (others 51), Broadcast up to 1 (others 0)": rank i's counts against ref. */
+static void why_counts(char *out, size_t outlen, const table *T, size_t i, const uint64_t *ref) {
   size_t o = 0;
   out[0] = '\0';
-  for (size_t k = 0; k < K->nk; k++) {
-    uint64_t n = count_of(r, K->kind[k]);
+  for (size_t k = 0; k < T->nk; k++) {
+    uint64_t n = row(T, i)[k];
     if (n == ref[k]) continue;
-    int w = snprintf(out + o, outlen - o, "%s%s up to %llu (others %llu)", o ? ", " : "launched ", K->kind[k],
+    int w = snprintf(out + o, outlen - o, "%s%s up to %llu (others %llu)", o ? ", " : "launched ", T->kind[k],
                      (unsigned long long)n, (unsigned long long)ref[k]);
     if (w < 0 || (size_t)w >= outlen - o) break;
     o += (size_t)w;
   }
 }
 
+/* The largest group of present ranks with identical counts: its first rank in *best and its size; *tie when
+ * another group is as large. */
+static int largest_group(const table *T, size_t *best, size_t *bestn, bool *tie) {
+  size_t *idx = malloc((T->np ? T->np : 1) * sizeof(*idx));
+  if (!idx) return -ENOMEM;
+  for (size_t i = 0; i < T->np; i++) idx[i] = i;
+  qsort_r(idx, T->np, sizeof(*idx), cmp_rows, (void *)T);
+  *bestn = 0;
+  *tie = false;
+  for (size_t a = 0; a < T->np;) {
+    size_t b = a + 1;
+    while (b < T->np && same_row(T, idx[a], idx[b])) b++;
+    if (b - a > *bestn)
+      *best = idx[a], *bestn = b - a, *tie = false;
+    else if (b - a == *bestn)
+      *tie = true;
+    a = b;
+  }
+  free(idx);
+  return 0;
+}
+
 /* Names the culprits and the waiters of a hung communicator into h. */
-static void attribute(const trun_ras_comm *c, const kinds *K, trun_hang_comm *h) {
-  size_t np = c->npresent;
+static void attribute(const trun_ras_comm *c, const table *T, trun_hang_comm *h) {
+  size_t np = T->np, nk = T->nk;
   uint64_t ref[MAX_KINDS], max[MAX_KINDS];
   char why[160];
   bool *culprit = calloc(np ? np : 1, sizeof(bool));
   if (!culprit) return; /* the line still says hung; no names */
-  for (size_t k = 0; k < K->nk; k++) {
+  for (size_t k = 0; k < nk; k++) {
     max[k] = 0;
     for (size_t i = 0; i < np; i++)
-      if (count_of(&c->ranks[i], K->kind[k]) > max[k]) max[k] = count_of(&c->ranks[i], K->kind[k]);
+      if (row(T, i)[k] > max[k]) max[k] = row(T, i)[k];
   }
   /* Ranks behind in no kind: they launched everything anyone launched. */
   size_t ahead = 0;
   for (size_t i = 0; i < np; i++) {
     bool behind = false;
-    for (size_t k = 0; k < K->nk && !behind; k++) behind = count_of(&c->ranks[i], K->kind[k]) < max[k];
+    for (size_t k = 0; k < nk && !behind; k++) behind = row(T, i)[k] < max[k];
     culprit[i] = behind;
     ahead += !behind;
   }
-  const trun_ras_rank *refr = NULL;
+  if (nk) memcpy(ref, max, nk * sizeof(ref[0]));
   if (ahead > 0 && ahead < np) {
-    memcpy(ref, max, K->nk * sizeof(ref[0]));
     h->nwaiters = ahead;
   } else if (ahead == 0 && np > 0) {
     /* A mismatch: the largest group of ranks with identical counts is the reference, when it is the only one
      * of its size. */
     size_t best = 0, bestn = 0;
-    bool tie = false;
-    for (size_t i = 0; i < np; i++) {
-      size_t m = 0;
-      for (size_t j = 0; j < np; j++) m += same_counts(&c->ranks[i], &c->ranks[j], K);
-      if (m > bestn) {
-        best = i, bestn = m, tie = false;
-      } else if (m == bestn && !same_counts(&c->ranks[i], &c->ranks[best], K)) {
-        tie = true;
-      }
-    }
-    if (!tie && bestn > 0) {
-      refr = &c->ranks[best];
-      for (size_t k = 0; k < K->nk; k++) ref[k] = count_of(refr, K->kind[k]);
-      for (size_t i = 0; i < np; i++) culprit[i] = !same_counts(&c->ranks[i], refr, K);
+    bool tie = true;
+    if (largest_group(T, &best, &bestn, &tie) == 0 && !tie && bestn > 0) {
+      memcpy(ref, row(T, best), nk * sizeof(ref[0]));
+      for (size_t i = 0; i < np; i++) culprit[i] = !same_row(T, i, best);
       h->nwaiters = bestn;
     } else {
       for (size_t i = 0; i < np; i++) culprit[i] = true;
-      memcpy(ref, max, K->nk * sizeof(ref[0]));
       h->nwaiters = 0;
     }
   } else {
     /* Every present rank agrees: only missing ranks are to blame. */
     for (size_t i = 0; i < np; i++) culprit[i] = false;
-    memcpy(ref, max, K->nk * sizeof(ref[0]));
     h->nwaiters = np;
   }
   /* What the waiters wait in: the kind where the reference is ahead of the most culprits. */
   size_t bestk = SIZE_MAX, bestc = 0;
-  for (size_t k = 0; k < K->nk && h->nwaiters; k++) {
+  for (size_t k = 0; k < nk && h->nwaiters; k++) {
     size_t behind = 0;
-    for (size_t i = 0; i < np; i++) behind += culprit[i] && count_of(&c->ranks[i], K->kind[k]) < ref[k];
+    for (size_t i = 0; i < np; i++) behind += culprit[i] && row(T, i)[k] < ref[k];
     if (behind > bestc) bestk = k, bestc = behind;
   }
   if (bestk != SIZE_MAX) {
-    snprintf(h->wait_kind, sizeof(h->wait_kind), "%s", K->kind[bestk]);
+    snprintf(h->wait_kind, sizeof(h->wait_kind), "%s", T->kind[bestk]);
     h->wait_n = ref[bestk];
   }
   for (size_t i = 0; i < np; i++) {
@@ -233,7 +257,7 @@ static void attribute(const trun_ras_comm *c, const kinds *K, trun_hang_comm *h)
     if (h->nwaiters == 0)
       snprintf(why, sizeof(why), "ranks disagree on the order of collectives and no group is the largest");
     else
-      why_counts(why, sizeof(why), &c->ranks[i], ref, K);
+      why_counts(why, sizeof(why), T, i, ref);
     add_culprit(h, &c->ranks[i], why);
   }
   for (size_t i = np; i < c->nranks; i++) {
@@ -324,10 +348,16 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
     }
     x->seen = true;
     tr[i] = x;
-    kinds K;
-    collect_kinds(c, &K);
+    table T;
+    if ((rc = table_build(c, &T))) {
+      free(T.m);
+      trun_buf_free(&sig);
+      break;
+    }
     bool frozen = x->sig.len == sig.len && memcmp(x->sig.data, sig.data, sig.len) == 0;
-    if (!disagree(c, &K)) {
+    bool differ = disagree(c, &T);
+    free(T.m);
+    if (!differ) {
       x->since = -1;
       x->reported = false;
     } else if (!frozen || x->since < 0) {
@@ -351,9 +381,9 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
       snprintf(h->hash, sizeof(h->hash), "%s", c->hash);
       h->size = c->size;
       h->frozen_s = t - tr[i]->since;
-      kinds K;
-      collect_kinds(c, &K);
-      attribute(c, &K, h);
+      table T;
+      if (table_build(c, &T) == 0) attribute(c, &T, h);
+      free(T.m);
       make_line(c, h);
       if (pass == 0) v->nfresh++;
     }

@@ -379,6 +379,43 @@ START_TEST(detect_ahead_and_tie) {
 }
 END_TEST
 
+START_TEST(detect_many_ranks_mismatch) {
+  /* 20,000 ranks, every one behind in some kind: 2/3 launched AllReduce 1, 1/3 Broadcast 1 instead. The
+   * minority is named, the majority waits in AllReduce 1; the analysis sorts, it never compares every pair
+   * of ranks (a lying answer of this size took minutes that way). */
+  enum { N = 20000 };
+  trun_ras_rank *r = calloc(N, sizeof(*r));
+  ck_assert_ptr_nonnull(r);
+  for (int i = 0; i < N; i++) {
+    r[i].rank = i;
+    r[i].pid = i;
+    snprintf(r[i].host, sizeof(r[i].host), "h");
+    r[i].nkinds = 2;
+    snprintf(r[i].counts[0].name, sizeof(r[i].counts[0].name), "AllReduce");
+    snprintf(r[i].counts[1].name, sizeof(r[i].counts[1].name), "Broadcast");
+    r[i].counts[0].n = i % 3 != 2;
+    r[i].counts[1].n = i % 3 == 2;
+  }
+  trun_ras_comm c = {.hash = "0xbig", .size = N, .nranks = N, .npresent = N, .ranks = r};
+  trun_ras_snapshot s = {.ncomms = 1, .comms = &c};
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  ck_assert_int_eq(trun_hang_feed(d, &s, 0, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 15, &v), 1);
+  ck_assert_uint_eq(v.comm[0].nculprits, N / 3);
+  ck_assert_uint_eq(v.comm[0].nwaiters, N - N / 3);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 2);
+  ck_assert_str_eq(v.comm[0].culprit[0].why,
+                   "launched AllReduce up to 0 (others 1), Broadcast up to 1 (others 0)");
+  ck_assert_str_eq(v.comm[0].wait_kind, "AllReduce");
+  ck_assert_uint_eq(v.comm[0].wait_n, 1);
+  ck_assert_ptr_nonnull(strstr(v.comm[0].line, "and 6662 more ranks"));
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+  free(r);
+}
+END_TEST
+
 /* ---- the flight-recorder reader --------------------------------------------------------------------- */
 
 static trun_fr_dump *fr(const char *name) {
@@ -762,6 +799,7 @@ int main(void) {
   tcase_add_test(tc, detect_healthy_and_idle_never);
   tcase_add_test(tc, detect_unresponsive_rank);
   tcase_add_test(tc, detect_ahead_and_tie);
+  tcase_add_test(tc, detect_many_ranks_mismatch);
   tcase_add_test(tc, fr_dumps);
   tcase_add_test(tc, fr_timing_p2p);
   tcase_add_test(tc, fr_bad);
