@@ -17,7 +17,7 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 # The modules (docs/architecture.md): each a folder, one public header named after it. Code includes another
 # module's header by its path from the top (-I.); tests, fuzz targets and benches may also include a module's
 # private headers by name.
-MODULES := base store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent launcher
+MODULES := base store config agent/discover agent/proc agent/rdzv agent/nccl agent/observe agent/hang agent launcher
 INC     := -I.
 TEST_INC := -I. $(addprefix -I,$(MODULES)) -Itests/unit
 CFLAGS_ALL = $(CSTD) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
@@ -145,7 +145,7 @@ demo:
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.
 STATIC_LIBS := -Wl,-Bstatic -luv_a -ljansson -lyaml -Wl,-Bdynamic -lpthread -ldl -lrt -lm
-TOPO_OBJ := $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/topo_health.o
+TOPO_OBJ := $(B)/obj/tools/topo.o $(B)/obj/tools/topo_preflight.o $(B)/obj/tools/topo_health.o $(B)/obj/tools/topo_hang.o
 portable: pkgcheck $(B)/obj/launcher/main.o $(STORE_TOOL:%.c=$(B)/obj/%.o) $(TOPO_OBJ) $(B)/obj/tools/preflight.o $(B)/libtrun.a
 	@mkdir -p $(B)/portable
 	$(CC) $(OPT) -o $(B)/portable/trun-topo $(TOPO_OBJ) $(B)/libtrun.a $(STATIC_LIBS)

@@ -28,6 +28,7 @@ MODULES = {
     "rdzv": "agent/rdzv",
     "nccl": "agent/nccl",
     "observe": "agent/observe",
+    "hang": "agent/hang",
     "agent": "agent",
 }
 PROGRAMS = {"launcher": "launcher", "tools": "tools"}

@@ -3,7 +3,8 @@
  * one NIC row and column per RDMA device with its PCIe distance to each GPU); --json the same for tools.
  * Options: --json, --no-imds (no instance-metadata request), -h/--help, --version. Exit 0, or 2 for a bad
  * option. Subcommands: preflight (topo_preflight.c), health (topo_health.c: the node health checks, exit 3
- * on a failed one).
+ * on a failed one), hang (topo_hang.c: NCCL RAS and flight-recorder dumps through agent/hang/, exit 3 on a
+ * hang).
  * A discovery problem (a CUDA_VISIBLE_DEVICES entry that names no GPU, a broken NVML) is reported on stderr
  * and what was found is still printed. Test hooks: see agent/discover/discover.h. */
 #include <jansson.h>
@@ -31,6 +32,8 @@ static const char *usage =
     "       trun-topo --nccl-log FILE... [--efa] [--json]\n"
     "       trun-topo preflight [trun-preflight options]\n"
     "       trun-topo health [--json] [--no-imds] [--checks LIST]\n"
+    "       trun-topo hang [--ras-addr HOST:PORT] [--once [--json]] [--window S] [--interval S] [--for S]\n"
+    "       trun-topo hang --fr FILE...\n"
     "  Shows the GPUs the workers would see (NVML; the CUDA runtime where NVML is missing), the RDMA/EFA\n"
     "  devices (sysfs) and how they connect, like `nvidia-smi topo -m` with NIC columns, and the P2P read\n"
     "  status of each GPU pair like `nvidia-smi topo -p2p r`.\n"
@@ -48,6 +51,8 @@ static const char *usage =
     "              verdict); see trun-preflight --help\n"
     "  health      the node health checks of trun's gate (--health-check), each with its status and\n"
     "              reason; exit 3 when one failed; see trun-topo health --help\n"
+    "  hang        watch the NCCL job's collective counts through NCCL RAS and name the ranks of a hang;\n"
+    "              exit 3 on a hang; see trun-topo hang --help\n"
     "  --version   print trun-topo's version and exit\n";
 
 typedef struct {
@@ -243,11 +248,13 @@ static int nccl_log_main(char **files, int nfiles, int as_json, int efa) {
 
 int trun_topo_preflight(int argc, char **argv); /* tools/topo_preflight.c */
 int trun_topo_health(int argc, char **argv);    /* tools/topo_health.c */
+int trun_topo_hang(int argc, char **argv);      /* tools/topo_hang.c */
 
 int main(int argc, char **argv) {
   int as_json = 0, no_imds = 0, efa = 0, nfiles = 0, nccl_log = 0;
   if (argc > 1 && strcmp(argv[1], "preflight") == 0) return trun_topo_preflight(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "health") == 0) return trun_topo_health(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "hang") == 0) return trun_topo_hang(argc - 1, argv + 1);
   char **files = calloc((size_t)argc, sizeof(char *));
   if (files == NULL) {
     fprintf(stderr, "trun-topo: out of memory (calloc of %d argument slots)\n", argc);

@@ -12,8 +12,8 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#include "agent/rdzv/c10d/pickle.h"
 #include "agent/rdzv/c10d/state.h"
+#include "base/pickle.h"
 #include "unit.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -310,7 +310,7 @@ typedef struct {
 static const bad_case bad_cases[] = {
     {"", -EINVAL, "pickle: offset 0: truncated: no STOP opcode"},
     {"8004ff", -EINVAL, "pickle: offset 2: opcode 0xff UNKNOWN: unknown opcode"},
-    {"800447000000000000000000", -EINVAL, "opcode 0x47 BINFLOAT: opcode not supported"},
+    {"8004463132330a2e", -EINVAL, "opcode 0x46 FLOAT: opcode not supported"},
     {"800193", -EINVAL, "pickle: offset 0: opcode 0x80 PROTO: unsupported protocol 1"},
     {"80048c016193", -EINVAL, "pickle: offset 5: opcode 0x93 STACK_GLOBAL: stack underflow"},
     {"80048c05616263", -EINVAL,

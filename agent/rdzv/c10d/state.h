@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pickle.h"
+#include "base/base.h"
 
 typedef enum { TRUN_RDZV_KEY_UNKNOWN = 0, TRUN_RDZV_KEY_ADDR, TRUN_RDZV_KEY_FQDN } trun_rdzv_key;
 typedef enum { TRUN_RDZV_TZ_UNKNOWN = 0, TRUN_RDZV_TZ_NAIVE, TRUN_RDZV_TZ_AWARE } trun_rdzv_tz;

@@ -1,4 +1,4 @@
-/* Pickle VM (reader), opcode writer and base64: see c10d/pickle.h. */
+/* Pickle VM (reader), opcode writer and base64: see pickle.h. */
 #include "pickle.h"
 
 #include <errno.h>
@@ -245,8 +245,8 @@ static int add_items(vm *m, trun_pk_val *c, trun_pk_val *const *items, size_t k)
 }
 
 static const char *type_name(trun_pk_type t) {
-  static const char *const names[] = {"None", "bool", "int", "str",    "bytes", "tuple",
-                                      "list", "dict", "set", "global", "object"};
+  static const char *const names[] = {"None", "bool", "int", "str",    "bytes",  "tuple",
+                                      "list", "dict", "set", "global", "object", "float"};
   return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }
 
@@ -321,6 +321,19 @@ static int op_int(vm *m, int k, int sign) {
   trun_pk_val *v;
   if ((rc = new_val(m, TRUN_PK_INT, &v))) return rc;
   v->i = x;
+  return push(m, v);
+}
+
+/* BINFLOAT: 8 bytes, a big-endian IEEE 754 double (any bit pattern is a double: NaN and inf pass). */
+static int op_float(vm *m) {
+  int rc;
+  if ((rc = need(m, 8, "the float"))) return rc;
+  uint64_t u = 0;
+  for (int i = 0; i < 8; i++) u = (u << 8) | m->p[m->pos + (size_t)i];
+  m->pos += 8;
+  trun_pk_val *v;
+  if ((rc = new_val(m, TRUN_PK_FLOAT, &v))) return rc;
+  memcpy(&v->f, &u, sizeof(v->f));
   return push(m, v);
 }
 
@@ -605,6 +618,7 @@ static int step(vm *m, int *stop) {
     case 'J': return op_int(m, 4, 1);
     case 0x8a: return op_long(m, 1);
     case 0x8b: return op_long(m, 4);
+    case 'G': return op_float(m); /* BINFLOAT */
     default:
       if (strcmp(trun_pickle_opname(m->op), "UNKNOWN") == 0) FAIL(-EINVAL, "unknown opcode");
       FAIL(-EINVAL, "opcode not supported");

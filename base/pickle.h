@@ -1,12 +1,13 @@
-/* A small pickle reader and writer: exactly what torchelastic's c10d rendezvous state needs (see
- * docs/torchrun-compat.md §3.3), plus base64.
+/* A small pickle reader and writer: what torchelastic's c10d rendezvous state needs (see
+ * docs/torchrun-compat.md §3.3) and what torch's flight-recorder dumps hold (agent/hang/), plus base64.
  *
  * Reader: a pickle VM for protocols 2-5 that builds a value tree (None, bool, int64, str, bytes, tuple, list,
  * dict, set, global, object) instead of Python objects. Supported opcodes: PROTO FRAME STOP MARK POP POP_MARK
  * DUP GLOBAL STACK_GLOBAL (SHORT_)BINUNICODE BINUNICODE8 (SHORT_)BINBYTES BINBYTES8 MEMOIZE (LONG_)BINPUT
  * (LONG_)BINGET EMPTY_TUPLE TUPLE TUPLE1-3 EMPTY_LIST APPEND(S) EMPTY_DICT SETITEM(S) EMPTY_SET ADDITEMS
- * NEWOBJ REDUCE BUILD NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1 LONG4. NEWOBJ and REDUCE make an
- * object node (class, args); BUILD sets its state. Two REDUCEs are evaluated because protocols 2-3 need them:
+ * NEWOBJ REDUCE BUILD NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1 LONG4 BINFLOAT. NEWOBJ and REDUCE
+ * make an object node (class, args); BUILD sets its state. Two REDUCEs are evaluated because protocols 2-3
+ * need them:
  * `_codecs.encode(str, 'latin1')` (how protocol 2 pickles bytes) gives bytes, and `builtins.set(list)` (how
  * protocols 2-3 pickle a set) gives a set. Anything else (unknown opcode, truncated data, wrong types, memo
  * index out of range, stack underflow, absurd lengths, nesting over the limit) fails with a message naming
@@ -20,8 +21,8 @@
  * 64 KiB or more; the caller marks the start of each save with trun_pkw_begin_save). Memo bookkeeping (which
  * object is already memoized, by identity) is the caller's. Strings and bytes of 64 KiB or more are written
  * inside the frame, unlike CPython (never the case for rendezvous states). */
-#ifndef TRUN_AGENT_PICKLE_H
-#define TRUN_AGENT_PICKLE_H
+#ifndef TRUN_BASE_PICKLE_H
+#define TRUN_BASE_PICKLE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@ typedef enum trun_pk_type {
   TRUN_PK_SET,    /* items[len] in pickle order (duplicates kept) */
   TRUN_PK_GLOBAL, /* s/n: module, s2/n2: name */
   TRUN_PK_OBJ,    /* cls(args) by NEWOBJ or REDUCE (reduced=1); state: from BUILD or NULL */
+  TRUN_PK_FLOAT,  /* f (BINFLOAT: a big-endian IEEE 754 double) */
 } trun_pk_type;
 
 typedef struct trun_pk_val trun_pk_val;
@@ -48,6 +50,7 @@ struct trun_pk_val {
   uint8_t op;    /* the opcode that made it */
   size_t offset; /* that opcode's byte offset, for messages */
   int64_t i;     /* BOOL, INT */
+  double f;      /* FLOAT */
   char *s, *s2;
   size_t n, n2;
   trun_pk_val **items;

@@ -1,0 +1,51 @@
+/* libFuzzer target for the flight-recorder dump reader (agent/hang/fr.c over base/pickle.c): the input is one
+ * rank's dump (seeds: our twelve 4 x H100 dumps in tests/fixtures/hang/flight-recorder). A parse either fails
+ * with a named error ("flight-recorder dump: ...") or gives a dump whose strings are printable and bounded
+ * and whose frames are at most TRUN_FR_MAX_FRAMES. ASan/UBSan/LSan find the rest. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "agent/hang/hang.h"
+#include "fuzz_check.h"
+
+static void printable(const char *s) {
+  CHECK(s != NULL);
+  size_t n = strlen(s);
+  CHECK(n <= 1024);
+  for (size_t i = 0; i < n; i++) CHECK((unsigned char)s[i] >= 0x20 && s[i] != 0x7f);
+}
+
+static void op(const trun_fr_op *o) {
+  if (!o->present) {
+    CHECK(o->name == NULL && o->pg == NULL);
+    return;
+  }
+  printable(o->name);
+  printable(o->pg);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char err[256];
+  trun_fr_dump *d = NULL;
+  int rc = trun_fr_parse(data, size, &d, err, sizeof(err));
+  if (rc) {
+    CHECK(rc == -EINVAL || rc == -E2BIG || rc == -ENOMEM);
+    CHECK(d == NULL && strncmp(err, "flight-recorder dump: ", 22) == 0);
+    return 0;
+  }
+  CHECK(strncmp(d->version, "2.", 2) == 0);
+  op(&d->completed);
+  op(&d->started);
+  op(&d->scheduled);
+  op(&d->last);
+  CHECK(d->last.present == (d->last_state != NULL));
+  if (d->last_state) printable(d->last_state);
+  CHECK(d->nframes <= TRUN_FR_MAX_FRAMES && d->nframes <= d->nentries * TRUN_FR_MAX_FRAMES);
+  for (size_t i = 0; i < d->nframes; i++) {
+    printable(d->frames[i].file);
+    printable(d->frames[i].name);
+  }
+  trun_fr_free(d);
+  return 0;
+}

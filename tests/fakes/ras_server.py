@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""A stand-in for NCCL's RAS client port (what every NCCL >= 2.24 process serves on localhost:28028), for tests,
+on 127.0.0.1 only. Python stdlib only. It speaks the protocol as NCCL 2.28's src/ras/client_support.cc does:
+lines ending in "\\n" (a "\\r" before it is dropped); "CLIENT PROTOCOL n" -> "SERVER PROTOCOL 2", "TIMEOUT s" ->
+"OK" (whole seconds only: 2.28.9 answers "ERROR: Invalid timeout value 1.5"), "SET FORMAT json|text" -> "OK" (or "ERROR: Invalid format f"),
+"STATUS" / "VERBOSE STATUS" -> the report, then the connection is closed; anything else ->
+"ERROR: Unknown command <line>". The reports are our captures (tests/fixtures/hang/, 4 x H100, NCCL 2.28.9).
+
+Usage: ras_server.py --mode MODE --port-file FILE
+Listens on an ephemeral loopback port and writes "PORT\\n" to FILE once it listens. Stops on SIGTERM / SIGINT.
+Each connection is served on its own thread; connection N (from 0) of a mode that moves serves step N.
+
+Modes (what VERBOSE STATUS answers):
+  mismatch      the mismatch hang, frozen (ras-mismatch-20s.json: rank 3 broadcast, ranks 0-2 all-reduce)
+  sleep         the sleep hang, frozen (ras-sleep-20s.json: rank 3 behind on AllReduce)
+  spin          equal frozen counts (ras-spin-20s.json: rank 3 spins on its GPU before the all-reduce)
+  advancing     a healthy job: every connection, every rank's AllReduce count is 100 + N (rank 3 one behind
+                on odd N, as a job between two launches looks)
+  unresponsive  rank 3 listed under missing_ranks (unresponsive), ranks 0-2 frozen at AllReduce 51
+  malformed     "{ this is not json" after the OK lines
+  lying         JSON whose rank 3 is rank 9 of a 4-rank communicator
+  slow          the handshake answered, the report never sent (the connection held open)
+  trickle       the report one byte every 50 ms
+  huge          8 MiB of a JSON array after the OK lines
+  old           an NCCL before 2.28.7: SET FORMAT is an unknown command, the report is text
+  notras        "HTTP/1.1 400 Bad Request" and close
+  wire          replays wire-h200x2-sleep.bin (what real NCCL 2.28.9 sent, handshake included) once the
+                VERBOSE STATUS line has come, whatever came before it
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.join(HERE, "..", "fixtures", "hang")
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name), "rb") as f:
+        return f.read()
+
+
+def report(mode, step):
+    if mode in ("mismatch", "sleep", "spin"):
+        return fixture("ras-%s-20s.json" % mode)
+    if mode == "advancing":
+        doc = json.loads(fixture("ras-sleep-12s.json"))
+        for r in doc["communicators"][0]["ranks"]:
+            n = 100 + step
+            if r["rank"] == 3 and step % 2 == 1:
+                n -= 1
+            r["collective_counts"]["AllReduce"] = n
+        return json.dumps(doc, indent=2).encode() + b"\n"
+    if mode == "unresponsive":
+        doc = json.loads(fixture("ras-sleep-20s.json"))
+        comm = doc["communicators"][0]
+        r3 = comm["ranks"].pop(3)
+        comm["ranks_count"] = 3
+        comm["missing_ranks_count"] = 1
+        comm["missing_ranks"] = [{"rank": 3, "host": r3["host"], "pid": r3["pid"], "cuda_dev": 3, "nvml_dev": 3,
+                                  "status": {"unresponsive": True, "considered_dead": False}}]
+        return json.dumps(doc, indent=2).encode() + b"\n"
+    if mode == "malformed":
+        return b"{ this is not json\n"
+    if mode == "lying":
+        doc = json.loads(fixture("ras-sleep-20s.json"))
+        doc["communicators"][0]["ranks"][3]["rank"] = 9
+        return json.dumps(doc).encode()
+    if mode == "old":
+        return fixture("ras-sleep-20s.txt")
+    raise ValueError(mode)
+
+
+def serve(conn, mode, step):
+    conn.settimeout(30)
+    buf = b""
+    fmt = "text"
+    try:
+        if mode == "wire":
+            while b"verbose status\n" not in buf.lower():
+                data = conn.recv(4096)
+                if not data:
+                    return
+                buf += data
+            conn.sendall(fixture("wire-h200x2-sleep.bin"))
+            return
+        if mode == "notras":
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
+        while True:
+            data = conn.recv(4096)
+            if not data:
+                return
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                cmd = line.rstrip(b"\r").decode("ascii", "replace")
+                low = cmd.lower()
+                if low.startswith("client protocol "):
+                    conn.sendall(b"SERVER PROTOCOL 2\n")
+                elif low.startswith("timeout "):
+                    ok = cmd[8:].isdigit()
+                    conn.sendall(b"OK\n" if ok else b"ERROR: Invalid timeout value %s\n" % cmd[8:].encode())
+                elif low.startswith("set format ") and mode != "old":
+                    f = low[11:]
+                    if f in ("json", "text"):
+                        fmt = f
+                        conn.sendall(b"OK\n")
+                    else:
+                        conn.sendall(b"ERROR: Invalid format %s\n" % cmd[11:].encode())
+                elif low in ("status", "verbose status"):
+                    if mode == "slow":
+                        time.sleep(3600)
+                        return
+                    if mode == "huge":
+                        chunk = b"[" + b"1," * 65535 + b"1]\n"
+                        for _ in range(64):
+                            conn.sendall(chunk)
+                        return
+                    body = report("sleep" if mode == "trickle" else mode, step)
+                    if fmt == "text" and mode != "old":
+                        body = b"(text report)\n"
+                    if mode == "trickle":
+                        for i in range(len(body)):
+                            conn.sendall(body[i:i + 1])
+                            time.sleep(0.05)
+                        return
+                    conn.sendall(body)
+                    return
+                else:
+                    conn.sendall(b"ERROR: Unknown command %s\n" % cmd.encode())
+    except OSError:
+        pass
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", required=True)
+    ap.add_argument("--port-file", required=True)
+    a = ap.parse_args()
+    modes = ("mismatch", "sleep", "spin", "advancing", "unresponsive", "malformed", "lying", "slow", "trickle", "huge",
+             "old", "notras", "wire")
+    if a.mode not in modes:
+        print("ras_server.py: unknown mode %s (one of %s)" % (a.mode, ", ".join(modes)), file=sys.stderr)
+        sys.exit(2)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    tmp = a.port_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("%d\n" % s.getsockname()[1])
+    os.rename(tmp, a.port_file)
+    step = 0
+    while True:
+        conn, _ = s.accept()
+        threading.Thread(target=serve, args=(conn, a.mode, step), daemon=True).start()
+        step += 1
+
+
+if __name__ == "__main__":
+    main()

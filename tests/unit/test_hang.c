@@ -1,0 +1,821 @@
+/* agent/hang/: the NCCL RAS client, the RAS JSON reader, the hang detector and the flight-recorder reader.
+ * Fixtures (tests/fixtures/hang/): our captures of three real hangs on 4 x H100, NCCL 2.28.9, torch 2.11
+ * (hang_worker.py): `sleep` (rank 3 sleeps, ranks 0-2 enter all-reduce 51), `mismatch` (rank 3 broadcasts,
+ * ranks 0-2 all-reduce), `spin` (rank 3 spins in a GPU kernel before the all-reduce: RAS counts launches, so
+ * every count is equal). RAS answers at 6/12/20 s after the start; each rank's flight-recorder dump.
+ * The detector is fed them with made-up times; the client is run against tests/fakes/ras_server.py (real
+ * sockets, every mode). Paths: TRUN_REPO (default: the current directory). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "hang.h"
+
+static const char *repo(void) {
+  const char *r = getenv("TRUN_REPO");
+  return r && *r ? r : ".";
+}
+
+static char *slurp(const char *rel, size_t *n) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof(p), "%s/tests/fixtures/hang/%s", repo(), rel);
+  FILE *f = fopen(p, "rb");
+  ck_assert_msg(f != NULL, "%s: %s", p, strerror(errno));
+  char *buf = malloc(16 << 20);
+  ck_assert_ptr_nonnull(buf);
+  *n = fread(buf, 1, (16 << 20) - 1, f);
+  buf[*n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static trun_ras_snapshot *load(const char *name) {
+  size_t n;
+  char *j = slurp(name, &n), err[256];
+  trun_ras_snapshot *s = NULL;
+  int rc = trun_ras_parse(j, n, &s, err, sizeof(err));
+  ck_assert_msg(rc == 0, "%s: %s", name, err);
+  free(j);
+  return s;
+}
+
+/* Feeds snapshot file name at time t; returns the number of hung communicators, fills v. */
+static int feed(trun_hang_detector *d, const char *name, double t, trun_hang_verdict *v) {
+  trun_ras_snapshot *s = load(name);
+  int k = trun_hang_feed(d, s, t, v);
+  trun_ras_snapshot_free(s);
+  return k;
+}
+
+/* ---- the reader --------------------------------------------------------------------------------- */
+
+START_TEST(parse_captures) {
+  trun_ras_snapshot *s = load("ras-mismatch-12s.json");
+  ck_assert_str_eq(s->nccl_version, "2.28.9");
+  ck_assert_uint_eq(s->ncomms, 1);
+  trun_ras_comm *c = &s->comms[0];
+  ck_assert_str_eq(c->hash, "0x326111d269af5c41");
+  ck_assert_str_eq(c->secondary, "0x9b1399de3431483f:0x1255b1d6d73c7611");
+  ck_assert_int_eq(c->size, 4);
+  ck_assert_uint_eq(c->nranks, 4);
+  ck_assert_uint_eq(c->npresent, 4);
+  for (int r = 0; r < 4; r++) {
+    ck_assert_int_eq(c->ranks[r].rank, r);
+    ck_assert_int_eq(c->ranks[r].pid, 1021 + r);
+    ck_assert_int_eq(c->ranks[r].cuda_dev, r);
+    ck_assert_str_eq(c->ranks[r].host, "192.0.2.2");
+    ck_assert_uint_eq(c->ranks[r].nkinds, 5);
+    ck_assert(!c->ranks[r].missing && !c->ranks[r].abort_flag);
+  }
+  ck_assert_str_eq(c->ranks[3].counts[0].name, "Broadcast");
+  ck_assert_uint_eq(c->ranks[3].counts[0].n, 1);
+  ck_assert_str_eq(c->ranks[3].counts[4].name, "AllReduce");
+  ck_assert_uint_eq(c->ranks[3].counts[4].n, 50);
+  ck_assert_uint_eq(c->ranks[0].counts[4].n, 51);
+  trun_ras_snapshot_free(s);
+}
+END_TEST
+
+/* The sleep capture with one substitution: (from, to) replaced once; the parse must fail naming want. */
+static void lie(const char *from, const char *to, int want_rc, const char *want) {
+  size_t n;
+  char *j = slurp("ras-sleep-20s.json", &n), err[256];
+  char *at = strstr(j, from);
+  ck_assert_msg(at != NULL, "fixture lacks %s", from);
+  size_t fl = strlen(from), tl = strlen(to);
+  char *out = malloc(n + tl + 1);
+  memcpy(out, j, (size_t)(at - j));
+  memcpy(out + (at - j), to, tl);
+  strcpy(out + (at - j) + tl, at + fl);
+  trun_ras_snapshot *s = (trun_ras_snapshot *)1;
+  int rc = trun_ras_parse(out, strlen(out), &s, err, sizeof(err));
+  ck_assert_msg(rc == want_rc, "%s -> %s: rc %d (%s)", from, to, rc, err);
+  ck_assert_ptr_null(s);
+  ck_assert_msg(strstr(err, want) != NULL, "%s -> %s: error \"%s\" lacks \"%s\"", from, to, err, want);
+  ck_assert_msg(strncmp(err, "NCCL RAS answer: ", 17) == 0, "%s", err);
+  free(out);
+  free(j);
+}
+
+START_TEST(parse_lies) {
+  lie("\"rank\": 3,", "\"rank\": 4,", -EINVAL, "\"rank\" = 4, outside 0..3");
+  lie("\"rank\": 3,", "\"rank\": 2,", -EINVAL, "rank 2 listed twice");
+  lie("\"rank\": 3,", "\"rank\": -1,", -EINVAL, "outside 0..3");
+  lie("\"ranks_count\": 4", "\"ranks_count\": 3", -EINVAL, "ranks_count 3");
+  lie("\"size\": 4", "\"size\": 3", -EINVAL, "ranks_count");
+  lie("\"size\": 4", "\"size\": 0", -EINVAL, "\"size\" = 0");
+  lie("\"size\": 4", "\"size\": \"4\"", -EINVAL, "\"size\" is not an integer");
+  lie("\"AllReduce\": 50", "\"AllReduce\": -50", -EINVAL, "count of AllReduce");
+  lie("\"AllReduce\": 50", "\"AllReduce\": 5.0", -EINVAL, "count of AllReduce");
+  lie("\"AllReduce\": 50", "\"AllReduce\": 50, \"AllReduce\": 51", -EINVAL, "not JSON");
+  lie("\"AllReduce\": 50", "\"All Reduce\": 50", -EINVAL, "not a word");
+  lie("\"host\": \"192.0.2.2\",\n          \"pid\": 907",
+      "\"host\": \"192.0.2.2\\u001b[31m\",\n          \"pid\": 907", -EINVAL, "control");
+  lie("\"pid\": 907", "\"pid\": 99999999999", -EINVAL, "\"pid\"");
+  lie("\"communicators_count\": 1", "\"communicators_count\": 2", -EINVAL, "communicators_count 2");
+  lie("\"communicators\": [", "\"communicators\": {\"x\": [", -EINVAL, "not JSON");
+  lie("\"collective_counts\": {\n            \"Broadcast\": 0,\n            \"Reduce\": 0,\n            "
+      "\"AllGather\": 0,"
+      "\n            \"ReduceScatter\": 0,\n            \"AllReduce\": 50",
+      "\"collective_counts\": "
+      "{\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1,\"i\":1,\"j\":1,\"k\":1,"
+      "\"l\":1,\"m\":1,\"n\":1,\"o\":1,\"p\":1,\"q\":1",
+      -E2BIG, "17 collective kinds");
+  lie("\"missing_ranks\": [\n\n      ]", "\"missing_ranks\": [{\"rank\": 0}]", -EINVAL,
+      "missing_ranks_count 0");
+  lie("\"missing_ranks\": [\n\n      ]", "\"missing_ranks\": 7", -EINVAL,
+      "\"missing_ranks\" is not an array");
+  lie("\"ranks\": [", "\"ranks\": 3, \"x\": [", -EINVAL, "\"ranks\" is not an array");
+
+  /* Whole answers: not JSON, not an object, too big, a communicator twice, a long host. */
+  char err[256];
+  trun_ras_snapshot *s = NULL;
+  ck_assert_int_eq(trun_ras_parse("{ this is not json", 18, &s, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "not JSON"));
+  ck_assert_int_eq(trun_ras_parse("[1,2]", 5, &s, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "not a JSON object"));
+  ck_assert_int_eq(trun_ras_parse("{}", TRUN_RAS_MAX_ANSWER + 1, &s, err, sizeof(err)), -E2BIG);
+  const char *twice =
+      "{\"communicators\": [{\"hash\": \"0x1\", \"size\": 1, \"ranks\": []},"
+      "{\"hash\": \"0x1\", \"size\": 1, \"ranks\": []}]}";
+  ck_assert_int_eq(trun_ras_parse(twice, strlen(twice), &s, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "communicator 0x1 listed twice"));
+  char longhost[400];
+  snprintf(
+      longhost, sizeof(longhost),
+      "{\"communicators\": [{\"hash\": \"0x1\", \"size\": 1, \"ranks\": [{\"rank\": 0, \"host\": \"%0100d\","
+      " \"collective_counts\": {}}]}]}",
+      0);
+  ck_assert_int_eq(trun_ras_parse(longhost, strlen(longhost), &s, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "\"host\" is 100 bytes"));
+  /* Deep nesting: jansson's own depth limit, a clean error. */
+  static char deep[40000];
+  memset(deep, '[', sizeof(deep) - 1);
+  ck_assert_int_eq(trun_ras_parse(deep, sizeof(deep) - 1, &s, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_null(s);
+  /* An empty job: no communicators is an answer. */
+  const char *none = "{\"communicators_count\": 0, \"communicators\": []}";
+  ck_assert_int_eq(trun_ras_parse(none, strlen(none), &s, err, sizeof(err)), 0);
+  ck_assert_uint_eq(s->ncomms, 0);
+  trun_ras_snapshot_free(s);
+}
+END_TEST
+
+/* ---- the detector ------------------------------------------------------------------------------- */
+
+START_TEST(detect_sleep_names_rank3) {
+  trun_hang_detector *d = trun_hang_new(0);
+  trun_hang_verdict v;
+  ck_assert_int_eq(feed(d, "ras-sleep-12s.json", 12, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 20, &v), 0); /* frozen 8 s: under the window */
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 26.9, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 27, &v), 1);
+  ck_assert_uint_eq(v.nfresh, 1);
+  trun_hang_comm *h = &v.comm[0];
+  ck_assert_str_eq(h->hash, "0xe1fe929aaf4e2ffe");
+  ck_assert_int_eq(h->size, 4);
+  ck_assert_double_eq_tol(h->frozen_s, 15, 1e-9);
+  ck_assert_uint_eq(h->nculprits, 1);
+  ck_assert_int_eq(h->culprit[0].rank, 3);
+  ck_assert_int_eq(h->culprit[0].pid, 907);
+  ck_assert_int_eq(h->culprit[0].cuda_dev, 3);
+  ck_assert_str_eq(h->culprit[0].host, "192.0.2.2");
+  ck_assert_str_eq(h->culprit[0].why, "launched AllReduce up to 50 (others 51)");
+  ck_assert_str_eq(h->wait_kind, "AllReduce");
+  ck_assert_uint_eq(h->wait_n, 51);
+  ck_assert_uint_eq(h->nwaiters, 3);
+  ck_assert_str_eq(h->line,
+                   "communicator 0xe1fe929aaf4e2ffe (4 ranks): counts frozen for 15 s: rank 3 (pid 907 on "
+                   "192.0.2.2, GPU 3) launched AllReduce up to 50 (others 51); 3 ranks wait in AllReduce 51");
+  trun_hang_verdict_clear(&v);
+  /* Still hung later: reported again, no longer fresh. */
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 40, &v), 1);
+  ck_assert_uint_eq(v.nfresh, 0);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 3);
+  trun_hang_verdict_clear(&v);
+  /* The job gone (nothing answers): forgotten; the same answer again starts a new window. */
+  trun_hang_reset(d);
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 41, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 56, &v), 1);
+  ck_assert_uint_eq(v.nfresh, 1);
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+}
+END_TEST
+
+START_TEST(detect_mismatch_names_rank3) {
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  ck_assert_int_eq(feed(d, "ras-mismatch-6s.json", 6, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-mismatch-12s.json", 12, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-mismatch-20s.json", 20, &v), 0);
+  ck_assert_int_eq(feed(d, "ras-mismatch-20s.json", 27, &v), 1);
+  trun_hang_comm *h = &v.comm[0];
+  ck_assert_uint_eq(h->nculprits, 1);
+  ck_assert_int_eq(h->culprit[0].rank, 3);
+  ck_assert_int_eq(h->culprit[0].pid, 1024);
+  ck_assert_str_eq(h->culprit[0].why,
+                   "launched Broadcast up to 1 (others 0), AllReduce up to 50 (others 51)");
+  ck_assert_str_eq(h->wait_kind, "AllReduce");
+  ck_assert_uint_eq(h->wait_n, 51);
+  ck_assert_uint_eq(h->nwaiters, 3);
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+}
+END_TEST
+
+START_TEST(detect_spin_not_named) {
+  /* Every rank launched AllReduce 51 (rank 3's GPU spins before it): equal frozen counts, as an idle job. */
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  ck_assert_int_eq(feed(d, "ras-spin-12s.json", 12, &v), 0);
+  for (double t = 20; t < 3600; t += 20) ck_assert_int_eq(feed(d, "ras-spin-20s.json", t, &v), 0);
+  trun_hang_free(d);
+}
+END_TEST
+
+/* A 4-rank snapshot built by hand: counts[r] AllReduce counts; missing: rank 3 listed as missing. */
+static void mk(trun_ras_snapshot *s, trun_ras_comm *c, trun_ras_rank *r, const uint64_t *counts,
+               int missing) {
+  memset(s, 0, sizeof(*s));
+  memset(c, 0, sizeof(*c));
+  memset(r, 0, 4 * sizeof(*r));
+  snprintf(c->hash, sizeof(c->hash), "0xabc");
+  c->size = 4;
+  c->nranks = 4;
+  c->npresent = missing ? 3 : 4;
+  c->ranks = r;
+  for (int i = 0; i < 4; i++) {
+    r[i].rank = i;
+    r[i].pid = 100 + i;
+    r[i].cuda_dev = i;
+    snprintf(r[i].host, sizeof(r[i].host), "10.0.0.%d", i / 2);
+    if (missing && i == 3) {
+      r[i].missing = r[i].unresponsive = true;
+      continue;
+    }
+    r[i].nkinds = 2;
+    snprintf(r[i].counts[0].name, sizeof(r[i].counts[0].name), "AllGather");
+    r[i].counts[0].n = 7;
+    snprintf(r[i].counts[1].name, sizeof(r[i].counts[1].name), "AllReduce");
+    r[i].counts[1].n = counts[i];
+  }
+  s->ncomms = 1;
+  s->comms = c;
+}
+
+START_TEST(detect_healthy_and_idle_never) {
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  trun_ras_snapshot s;
+  trun_ras_comm c;
+  trun_ras_rank r[4];
+  /* Advancing: every snapshot some ranks are a launch ahead of others, and the counts move. */
+  for (int i = 0; i < 500; i++) {
+    uint64_t n = 1000 + (uint64_t)i, counts[4] = {n + 1, n, n + 1, n + (i % 2)};
+    mk(&s, &c, r, counts, 0);
+    ck_assert_int_eq(trun_hang_feed(d, &s, i * 5.0, &v), 0);
+  }
+  /* Idle with equal counts, for an hour. */
+  uint64_t eq[4] = {42, 42, 42, 42};
+  for (int i = 0; i < 720; i++) {
+    mk(&s, &c, r, eq, 0);
+    ck_assert_int_eq(trun_hang_feed(d, &s, 2500 + i * 5.0, &v), 0);
+  }
+  /* Time going backwards is taken as the last time: never a hang by itself. */
+  uint64_t behind[4] = {43, 43, 43, 42};
+  mk(&s, &c, r, behind, 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 10000, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 1, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 10014.5, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 10015, &v), 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 3);
+  trun_hang_verdict_clear(&v);
+  /* It moves again: no longer hung. */
+  uint64_t moved[4] = {44, 44, 44, 44};
+  mk(&s, &c, r, moved, 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 10020, &v), 0);
+  trun_hang_free(d);
+  /* Bad windows. */
+  ck_assert_ptr_null(trun_hang_new(0.5));
+  ck_assert_ptr_null(trun_hang_new(-1));
+  ck_assert_ptr_null(trun_hang_new(1e9));
+}
+END_TEST
+
+START_TEST(detect_unresponsive_rank) {
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  trun_ras_snapshot s;
+  trun_ras_comm c;
+  trun_ras_rank r[4];
+  uint64_t counts[4] = {51, 51, 51, 0};
+  mk(&s, &c, r, counts, 1);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 0, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 15, &v), 1);
+  trun_hang_comm *h = &v.comm[0];
+  ck_assert_uint_eq(h->nculprits, 1);
+  ck_assert_int_eq(h->culprit[0].rank, 3);
+  ck_assert_int_eq(h->culprit[0].pid, 103);
+  ck_assert_str_eq(h->culprit[0].host, "10.0.0.1");
+  ck_assert_str_eq(h->culprit[0].why, "missing from RAS (its process does not answer)");
+  ck_assert_uint_eq(h->nwaiters, 3);
+  trun_hang_verdict_clear(&v);
+  /* Rank 2 unaccounted for too (neither present nor missing): said in the line. */
+  c.nranks = 2;
+  c.npresent = 2;
+  ck_assert_int_eq(trun_hang_feed(d, &s, 16, &v), 0); /* changed: a new window */
+  ck_assert_int_eq(trun_hang_feed(d, &s, 31, &v), 1);
+  ck_assert_ptr_nonnull(strstr(v.comm[0].line, "2 ranks not reported by RAS"));
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+}
+END_TEST
+
+START_TEST(detect_ahead_and_tie) {
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  trun_ras_snapshot s;
+  trun_ras_comm c;
+  trun_ras_rank r[4];
+  /* One rank ahead, three behind: the three are named (they never launched what rank 0 waits in). */
+  uint64_t ahead[4] = {52, 51, 51, 51};
+  mk(&s, &c, r, ahead, 0);
+  trun_hang_feed(d, &s, 0, &v);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 20, &v), 1);
+  ck_assert_uint_eq(v.comm[0].nculprits, 3);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 1);
+  ck_assert_uint_eq(v.comm[0].nwaiters, 1);
+  ck_assert_uint_eq(v.comm[0].wait_n, 52);
+  ck_assert_ptr_nonnull(strstr(v.comm[0].line, "1 rank wait in AllReduce 52"));
+  trun_hang_verdict_clear(&v);
+  /* Two against two, each ahead in another kind: no majority, every rank named. */
+  mk(&s, &c, r, ahead, 0);
+  for (int i = 0; i < 4; i++) {
+    r[i].counts[0].n = i < 2 ? 8 : 7;
+    r[i].counts[1].n = i < 2 ? 51 : 52;
+  }
+  ck_assert_int_eq(trun_hang_feed(d, &s, 21, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 36, &v), 1);
+  ck_assert_uint_eq(v.comm[0].nculprits, 4);
+  ck_assert_uint_eq(v.comm[0].nwaiters, 0);
+  ck_assert_str_eq(v.comm[0].culprit[0].why,
+                   "ranks disagree on the order of collectives and no group is the largest");
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+}
+END_TEST
+
+START_TEST(detect_many_ranks_mismatch) {
+  /* 20,000 ranks, every one behind in some kind: 2/3 launched AllReduce 1, 1/3 Broadcast 1 instead. The
+   * minority is named, the majority waits in AllReduce 1; the analysis sorts, it never compares every pair
+   * of ranks (a lying answer of this size took minutes that way). */
+  enum { N = 20000 };
+  trun_ras_rank *r = calloc(N, sizeof(*r));
+  ck_assert_ptr_nonnull(r);
+  for (int i = 0; i < N; i++) {
+    r[i].rank = i;
+    r[i].pid = i;
+    snprintf(r[i].host, sizeof(r[i].host), "h");
+    r[i].nkinds = 2;
+    snprintf(r[i].counts[0].name, sizeof(r[i].counts[0].name), "AllReduce");
+    snprintf(r[i].counts[1].name, sizeof(r[i].counts[1].name), "Broadcast");
+    r[i].counts[0].n = i % 3 != 2;
+    r[i].counts[1].n = i % 3 == 2;
+  }
+  trun_ras_comm c = {.hash = "0xbig", .size = N, .nranks = N, .npresent = N, .ranks = r};
+  trun_ras_snapshot s = {.ncomms = 1, .comms = &c};
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  ck_assert_int_eq(trun_hang_feed(d, &s, 0, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, &s, 15, &v), 1);
+  ck_assert_uint_eq(v.comm[0].nculprits, N / 3);
+  ck_assert_uint_eq(v.comm[0].nwaiters, N - N / 3);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 2);
+  ck_assert_str_eq(v.comm[0].culprit[0].why,
+                   "launched AllReduce up to 0 (others 1), Broadcast up to 1 (others 0)");
+  ck_assert_str_eq(v.comm[0].wait_kind, "AllReduce");
+  ck_assert_uint_eq(v.comm[0].wait_n, 1);
+  ck_assert_ptr_nonnull(strstr(v.comm[0].line, "and 6662 more ranks"));
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+  free(r);
+}
+END_TEST
+
+/* ---- the flight-recorder reader --------------------------------------------------------------------- */
+
+static trun_fr_dump *fr(const char *name) {
+  char p[PATH_MAX], err[512];
+  snprintf(p, sizeof(p), "%s/tests/fixtures/hang/flight-recorder/%s", repo(), name);
+  trun_fr_dump *d = NULL;
+  int rc = trun_fr_load_file(p, &d, err, sizeof(err));
+  ck_assert_msg(rc == 0, "%s", err);
+  return d;
+}
+
+START_TEST(fr_dumps) {
+  /* sleep, rank 3: it never entered all-reduce 51; 50 completed. */
+  trun_fr_dump *d = fr("sleep_rank_3");
+  ck_assert_str_eq(d->version, "2.10");
+  ck_assert_str_eq(d->comm_lib_version, "2.28.9");
+  ck_assert_uint_eq(d->nentries, 50);
+  ck_assert_int_eq(d->last_enqueued, 50);
+  ck_assert_int_eq(d->last_started, -1);
+  ck_assert_int_eq(d->last_completed, 50);
+  ck_assert(d->completed.present);
+  ck_assert_int_eq(d->completed.seq, 50);
+  ck_assert_str_eq(d->completed.name, "nccl:all_reduce");
+  ck_assert_str_eq(d->completed.pg, "0");
+  ck_assert(!d->started.present && !d->scheduled.present);
+  ck_assert_str_eq(d->last_state, "completed");
+  ck_assert_int_eq(d->last.seq, 50);
+  ck_assert_uint_eq(d->nframes, 3);
+  ck_assert_str_eq(d->frames[0].name, "all_reduce");
+  ck_assert_ptr_nonnull(strstr(d->frames[0].file, "torch/distributed/distributed_c10d.py"));
+  ck_assert_int_eq(d->frames[0].line, 3068);
+  ck_assert_str_eq(d->frames[2].name, "<module>");
+  ck_assert_ptr_nonnull(strstr(d->frames[2].file, "hang_worker.py"));
+  ck_assert_int_eq(d->frames[2].line, 8);
+  trun_fr_free(d);
+  /* sleep, ranks 0-2: all-reduce 51 scheduled, never completed. */
+  for (int r = 0; r < 3; r++) {
+    char name[32];
+    snprintf(name, sizeof(name), "sleep_rank_%d", r);
+    d = fr(name);
+    ck_assert_uint_eq(d->nentries, 51);
+    ck_assert_int_eq(d->last_enqueued, 51);
+    ck_assert_int_eq(d->last_completed, 50);
+    ck_assert_int_eq(d->completed.seq, 50);
+    ck_assert(d->scheduled.present);
+    ck_assert_int_eq(d->scheduled.seq, 51);
+    ck_assert_str_eq(d->scheduled.name, "nccl:all_reduce");
+    ck_assert_str_eq(d->last_state, "scheduled");
+    ck_assert_str_eq(d->frames[0].name, "all_reduce");
+    ck_assert_int_eq(d->frames[2].line, 15);
+    trun_fr_free(d);
+  }
+  /* mismatch, rank 3: its 51st collective is a broadcast; the others' an all-reduce. */
+  d = fr("mismatch_rank_3");
+  ck_assert_int_eq(d->scheduled.seq, 51);
+  ck_assert_str_eq(d->scheduled.name, "nccl:broadcast");
+  ck_assert_str_eq(d->last.name, "nccl:broadcast");
+  ck_assert_str_eq(d->frames[0].name, "broadcast");
+  trun_fr_free(d);
+  d = fr("mismatch_rank_0");
+  ck_assert_str_eq(d->scheduled.name, "nccl:all_reduce");
+  trun_fr_free(d);
+  /* spin: every rank scheduled all-reduce 51 (no start times: timing was off). */
+  for (int r = 0; r < 4; r++) {
+    char name[32];
+    snprintf(name, sizeof(name), "spin_rank_%d", r);
+    d = fr(name);
+    ck_assert_int_eq(d->scheduled.seq, 51);
+    ck_assert_str_eq(d->scheduled.name, "nccl:all_reduce");
+    ck_assert(!d->started.present);
+    ck_assert_int_eq(d->last_completed, 50);
+    trun_fr_free(d);
+  }
+}
+END_TEST
+
+START_TEST(fr_timing_p2p) {
+  /* Made by Python's pickle (protocol 2): a duration (BINFLOAT, as with TORCH_NCCL_ENABLE_TIMING), a started
+   * collective, a point-to-point send of another group last. */
+  char p[PATH_MAX], err[512];
+  snprintf(p, sizeof(p), "%s/tests/fixtures/hang/fr-timing-p2p.pickle", repo());
+  trun_fr_dump *d = NULL;
+  ck_assert_msg(trun_fr_load_file(p, &d, err, sizeof(err)) == 0, "%s", err);
+  ck_assert_uint_eq(d->nentries, 3);
+  ck_assert_int_eq(d->last_enqueued, 3);
+  ck_assert_int_eq(d->last_started, 3);
+  ck_assert_int_eq(d->last_completed, 2);
+  ck_assert_int_eq(d->completed.seq, 2);
+  ck_assert_str_eq(d->completed.name, "nccl:all_gather");
+  ck_assert_int_eq(d->started.seq, 3);
+  ck_assert_str_eq(d->started.name, "nccl:reduce_scatter");
+  ck_assert(d->scheduled.p2p);
+  ck_assert_int_eq(d->scheduled.seq, 1);
+  ck_assert_str_eq(d->scheduled.name, "nccl:send 0->1");
+  ck_assert_str_eq(d->scheduled.pg, "1");
+  ck_assert_str_eq(d->last_state, "scheduled");
+  ck_assert_uint_eq(d->nframes, 1);
+  ck_assert_str_eq(d->frames[0].file, "b.py");
+  ck_assert_int_eq(d->frames[0].line, 2);
+  trun_fr_free(d);
+}
+END_TEST
+
+START_TEST(fr_bad) {
+  char err[512], p[PATH_MAX];
+  trun_fr_dump *d = (trun_fr_dump *)1;
+  size_t n;
+  char *b = slurp("flight-recorder/sleep_rank_0", &n);
+  /* Truncated anywhere: a named pickle error, never a crash. */
+  for (size_t k = 0; k < n; k += 97) {
+    ck_assert_int_lt(trun_fr_parse((uint8_t *)b, k, &d, err, sizeof(err)), 0);
+    ck_assert_ptr_null(d);
+    ck_assert_msg(strncmp(err, "flight-recorder dump: ", 22) == 0, "%s", err);
+  }
+  free(b);
+  /* Not a dict; another format; entries not a list; a float (BINFLOAT) where timing is on. */
+  const uint8_t list[] = {0x80, 2, ']', '.'};
+  ck_assert_int_eq(trun_fr_parse(list, sizeof(list), &d, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "not a dict"));
+  const uint8_t v3[] = {0x80, 2,   '}', 'X', 7, 0, 0, 0,   'v', 'e', 'r', 's', 'i',
+                        'o',  'n', 'X', 3,   0, 0, 0, '3', '.', '0', 's', '.'};
+  ck_assert_int_eq(trun_fr_parse(v3, sizeof(v3), &d, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "format 3.0"));
+  const uint8_t ent[] = {0x80, 2,    '}',  '(',  'X',  7,    0,    0,    0,    'v', 'e', 'r',
+                         's',  'i',  'o',  'n',  'X',  3,    0,    0,    0,    '2', '.', '1',
+                         'X',  7,    0,    0,    0,    'e',  'n',  't',  'r',  'i', 'e', 's',
+                         'G',  0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18, 'u', '.'};
+  ck_assert_int_eq(trun_fr_parse(ent, sizeof(ent), &d, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "\"entries\" is not a list"));
+  /* A symbolic link a worker planted is not followed; a directory is not a dump. */
+  snprintf(p, sizeof(p), "/tmp/trun-test-hang-%d", (int)getpid());
+  ck_assert_int_eq(symlink("/etc/passwd", p), 0);
+  ck_assert_int_eq(trun_fr_load_file(p, &d, err, sizeof(err)), -ELOOP);
+  ck_assert_ptr_nonnull(strstr(err, p));
+  unlink(p);
+  ck_assert_int_eq(trun_fr_load_file("/tmp", &d, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
+  ck_assert_int_eq(trun_fr_load_file("/nonexistent/dump", &d, err, sizeof(err)), -ENOENT);
+}
+END_TEST
+
+START_TEST(pickle_binfloat) {
+  const uint8_t pk[] = {0x80, 2, 'G', 0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18, '.'};
+  trun_pickle_doc *doc = NULL;
+  trun_pickle_err e;
+  ck_assert_int_eq(trun_pickle_load(pk, sizeof(pk), NULL, &doc, &e), 0);
+  ck_assert_int_eq(doc->root->type, TRUN_PK_FLOAT);
+  ck_assert_double_eq_tol(doc->root->f, 3.141592653589793, 1e-15);
+  trun_pickle_free(doc);
+  ck_assert_int_eq(trun_pickle_load(pk, 6, NULL, &doc, &e), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(e.msg, "BINFLOAT"));
+}
+END_TEST
+
+/* ---- the client against the stand-in ------------------------------------------------------------ */
+
+typedef struct {
+  pid_t pid;
+  int port;
+  char addr[32];
+  char pf[128];
+} standin;
+
+static void standin_start(standin *s, const char *mode) {
+  snprintf(s->pf, sizeof(s->pf), "/tmp/trun-test-ras-%d-%s", (int)getpid(), mode);
+  unlink(s->pf);
+  char script[PATH_MAX];
+  snprintf(script, sizeof(script), "%s/tests/fakes/ras_server.py", repo());
+  s->pid = fork();
+  ck_assert_int_ge(s->pid, 0);
+  if (s->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* ends with this test's process, even when an assertion fails */
+    execl("/usr/bin/python3", "python3", script, "--mode", mode, "--port-file", s->pf, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 2000; i++) { /* up to 20 s for the interpreter to start on a busy box */
+    FILE *f = fopen(s->pf, "r");
+    if (f) {
+      int ok = fscanf(f, "%d", &s->port) == 1;
+      fclose(f);
+      if (ok) break;
+    }
+    int st;
+    ck_assert_int_eq(waitpid(s->pid, &st, WNOHANG), 0);
+    usleep(10000);
+  }
+  ck_assert_int_gt(s->port, 0);
+  snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", s->port);
+}
+
+static void standin_stop(standin *s) {
+  kill(s->pid, SIGTERM);
+  waitpid(s->pid, NULL, 0);
+  unlink(s->pf);
+}
+
+static int ask(standin *s, int timeout_ms, size_t max, char **json, size_t *n, char *err, size_t errlen) {
+  return trun_ras_query(s->addr, timeout_ms, max, json, n, err, errlen);
+}
+
+START_TEST(client_against_standin) {
+  standin s;
+  char *json = NULL, err[256];
+  size_t n;
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  /* The frozen mismatch, asked four times 7 s apart (made-up times): rank 3 named at the third answer. */
+  standin_start(&s, "mismatch");
+  int hung = 0;
+  for (int i = 0; i < 4; i++) {
+    ck_assert_msg(ask(&s, 60000, 0, &json, &n, err, sizeof(err)) == 0, "%s", err);
+    trun_ras_snapshot *snap = NULL;
+    ck_assert_msg(trun_ras_parse(json, n, &snap, err, sizeof(err)) == 0, "%s", err);
+    free(json);
+    hung = trun_hang_feed(d, snap, i * 7.5, &v);
+    trun_ras_snapshot_free(snap);
+    if (hung) break;
+  }
+  ck_assert_int_eq(hung, 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 3);
+  ck_assert_int_eq(v.comm[0].culprit[0].pid, 1024);
+  trun_hang_verdict_clear(&v);
+  standin_stop(&s);
+  /* Advancing: 12 answers over 60 s, never hung. */
+  trun_hang_reset(d);
+  standin_start(&s, "advancing");
+  for (int i = 0; i < 12; i++) {
+    ck_assert_msg(ask(&s, 60000, 0, &json, &n, err, sizeof(err)) == 0, "%s", err);
+    trun_ras_snapshot *snap = NULL;
+    ck_assert_msg(trun_ras_parse(json, n, &snap, err, sizeof(err)) == 0, "%s", err);
+    free(json);
+    ck_assert_int_eq(trun_hang_feed(d, snap, i * 5.0, &v), 0);
+    trun_ras_snapshot_free(snap);
+  }
+  standin_stop(&s);
+  /* Unresponsive rank: parsed as missing, named. */
+  trun_hang_reset(d);
+  standin_start(&s, "unresponsive");
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(ask(&s, 60000, 0, &json, &n, err, sizeof(err)) == 0, "%s", err);
+    trun_ras_snapshot *snap = NULL;
+    ck_assert_msg(trun_ras_parse(json, n, &snap, err, sizeof(err)) == 0, "%s", err);
+    free(json);
+    hung = trun_hang_feed(d, snap, 100 + i * 15.0, &v);
+    trun_ras_snapshot_free(snap);
+  }
+  ck_assert_int_eq(hung, 1);
+  ck_assert_str_eq(v.comm[0].culprit[0].why, "missing from RAS (its process does not answer)");
+  ck_assert_int_eq(v.comm[0].culprit[0].pid, 907);
+  trun_hang_verdict_clear(&v);
+  standin_stop(&s);
+  trun_hang_free(d);
+}
+END_TEST
+
+START_TEST(client_real_nccl_wire) {
+  /* The bytes real NCCL 2.28.9 sent (2 x H200): rank 1 sleeps after 20 all-reduces, rank 0 waits in the
+   * 21st. Through the client, the reader and the detector: rank 1 named. */
+  standin s;
+  char *json, err[256];
+  size_t n;
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  standin_start(&s, "wire");
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(ask(&s, 60000, 0, &json, &n, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(json[0], '{');
+    trun_ras_snapshot *snap = NULL;
+    ck_assert_msg(trun_ras_parse(json, n, &snap, err, sizeof(err)) == 0, "%s", err);
+    free(json);
+    ck_assert_int_eq(snap->comms[0].size, 2);
+    ck_assert_int_eq(trun_hang_feed(d, snap, i * 7.5, &v), i == 2);
+    trun_ras_snapshot_free(snap);
+  }
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].pid, 669);
+  ck_assert_str_eq(v.comm[0].culprit[0].why, "launched AllReduce up to 20 (others 21)");
+  ck_assert_str_eq(v.comm[0].wait_kind, "AllReduce");
+  ck_assert_uint_eq(v.comm[0].wait_n, 21);
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+  standin_stop(&s);
+}
+END_TEST
+
+/* One mode of the stand-in: the client's return code and a word of its error. */
+static void client_fails(const char *mode, int timeout_ms, size_t max, int want, const char *word) {
+  standin s;
+  char *json = (char *)1, err[256];
+  size_t n = 7;
+  standin_start(&s, mode);
+  int rc = ask(&s, timeout_ms, max, &json, &n, err, sizeof(err));
+  ck_assert_msg(rc == want, "mode %s: rc %d (%s), want %d", mode, rc, err, want);
+  ck_assert_ptr_null(json);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_msg(strstr(err, word) != NULL, "mode %s: \"%s\" lacks \"%s\"", mode, err, word);
+  ck_assert_msg(strstr(err, s.addr) != NULL, "mode %s: \"%s\" does not name %s", mode, err, s.addr);
+  standin_stop(&s);
+}
+
+START_TEST(client_slow) { client_fails("slow", 1000, 0, -ETIMEDOUT, "no full answer within 1000 ms"); }
+END_TEST
+
+START_TEST(client_trickle) { client_fails("trickle", 1000, 0, -ETIMEDOUT, "no full answer"); }
+END_TEST
+
+START_TEST(client_huge) {
+  client_fails("huge", 60000, 0, -E2BIG, "answer over 4194304 bytes");
+  client_fails("mismatch", 60000, 1024, -E2BIG, "answer over 1024 bytes");
+}
+END_TEST
+
+START_TEST(client_old_and_notras) {
+  client_fails("old", 60000, 0, -EPROTO, "NCCL 2.28.7 or later");
+  client_fails("notras", 60000, 0, -EPROTO, "not a RAS server");
+}
+END_TEST
+
+START_TEST(client_malformed_lying) {
+  /* Malformed and lying answers pass the client (it checks the protocol, not the report) and stop at the
+   * reader. */
+  standin s;
+  char *json, err[256];
+  size_t n;
+  standin_start(&s, "malformed");
+  ck_assert_int_eq(ask(&s, 60000, 0, &json, &n, err, sizeof(err)), 0);
+  trun_ras_snapshot *snap = NULL;
+  ck_assert_int_eq(trun_ras_parse(json, n, &snap, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "not JSON"));
+  free(json);
+  standin_stop(&s);
+  standin_start(&s, "lying");
+  ck_assert_int_eq(ask(&s, 60000, 0, &json, &n, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_ras_parse(json, n, &snap, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "\"rank\" = 9, outside 0..3"));
+  free(json);
+  standin_stop(&s);
+}
+END_TEST
+
+START_TEST(client_nothing_listens) {
+  /* A loopback port nobody listens on: -ECONNREFUSED, the "no NCCL job" answer. */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof(a);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  close(fd);
+  char addr[64], err[256], *json;
+  size_t n;
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+  ck_assert_int_eq(trun_ras_query(addr, 2000, 0, &json, &n, err, sizeof(err)), -ECONNREFUSED);
+  ck_assert_ptr_nonnull(strstr(err, "nothing listens"));
+  /* Bad addresses and arguments. */
+  const char *bad[] = {"",          "localhost",  "localhost:", "localhost:0", "localhost:65536",
+                       "::1:28028", "[::1]28028", "host:12ab",  ":28028"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    ck_assert_msg(trun_ras_query(bad[i], 2000, 0, &json, &n, err, sizeof(err)) == -EINVAL, "%s", bad[i]);
+    ck_assert_ptr_nonnull(strstr(err, "NCCL RAS address"));
+  }
+  ck_assert_int_eq(trun_ras_query(addr, 50, 0, &json, &n, err, sizeof(err)), -EINVAL);
+  ck_assert_int_eq(trun_ras_query(addr, 2000, 100, &json, &n, err, sizeof(err)), -EINVAL);
+  /* Where to ask. */
+  char *env[] = {"PATH=/bin", "NCCL_RAS_ADDR=[::1]:29000", NULL}, *env0[] = {"PATH=/bin", NULL};
+  ck_assert_str_eq(trun_ras_addr(env), "[::1]:29000");
+  ck_assert_str_eq(trun_ras_addr(env0), "localhost:28028");
+  ck_assert_str_eq(trun_ras_addr(NULL), "localhost:28028");
+}
+END_TEST
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  Suite *s = suite_create("hang");
+  TCase *tc = tcase_create("all");
+  tcase_set_timeout(tc, 300); /* a busy 2-core box starts Python slowly */
+  tcase_add_test(tc, parse_captures);
+  tcase_add_test(tc, parse_lies);
+  tcase_add_test(tc, detect_sleep_names_rank3);
+  tcase_add_test(tc, detect_mismatch_names_rank3);
+  tcase_add_test(tc, detect_spin_not_named);
+  tcase_add_test(tc, detect_healthy_and_idle_never);
+  tcase_add_test(tc, detect_unresponsive_rank);
+  tcase_add_test(tc, detect_ahead_and_tie);
+  tcase_add_test(tc, detect_many_ranks_mismatch);
+  tcase_add_test(tc, fr_dumps);
+  tcase_add_test(tc, fr_timing_p2p);
+  tcase_add_test(tc, fr_bad);
+  tcase_add_test(tc, pickle_binfloat);
+  tcase_add_test(tc, client_against_standin);
+  tcase_add_test(tc, client_real_nccl_wire);
+  tcase_add_test(tc, client_slow);
+  tcase_add_test(tc, client_trickle);
+  tcase_add_test(tc, client_huge);
+  tcase_add_test(tc, client_old_and_notras);
+  tcase_add_test(tc, client_malformed_lying);
+  tcase_add_test(tc, client_nothing_listens);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

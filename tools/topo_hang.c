@@ -1,0 +1,204 @@
+/* `trun-topo hang`: the hang detector of agent/hang/ by hand, on a node where an NCCL job runs. It asks the
+ * job's NCCL RAS (NCCL_RAS_ADDR, else localhost:28028) for its communicators and their collective counts:
+ * once (--once: print them), or every --interval seconds until a communicator's counts stand still while
+ * its ranks disagree for --window seconds (a hang: the culprit ranks and what the others wait in, exit 3)
+ * or --for seconds pass (exit 0). --fr FILE... reads torch flight-recorder dumps instead. Exit: 0 no hang
+ * (or printed), 1 RAS gave no usable answer (--once), 3 a hang, 2 bad usage or a dump that cannot be read. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent/hang/hang.h"
+#include "base/base.h"
+
+extern char **environ;
+
+int trun_topo_hang(int argc, char **argv);
+
+static const char *usage =
+    "usage: trun-topo hang [--ras-addr HOST:PORT] [--once [--json]] [--window S] [--interval S] [--for S]\n"
+    "       trun-topo hang --fr FILE...\n"
+    "  Asks NCCL's RAS (served by every process of an NCCL 2.24+ job; JSON answers need 2.28.7+) for the\n"
+    "  job's communicators and each rank's collective counts, and watches them: counts that stand still\n"
+    "  while the ranks disagree (some behind, some missing) for the window are a hang, and the ranks behind\n"
+    "  are named with their pid, host and GPU. Equal frozen counts are not a hang (an idle job looks so).\n"
+    "  --ras-addr A  where RAS listens (default: $NCCL_RAS_ADDR, else localhost:28028)\n"
+    "  --once        one answer: every communicator, its ranks and their counts; --json: the answer as JSON\n"
+    "  --window S    seconds of frozen, disagreeing counts that make a hang (default 15)\n"
+    "  --interval S  seconds between questions (default 5)\n"
+    "  --for S       stop watching after S seconds (default: until a hang)\n"
+    "  --fr FILE...  read torch flight-recorder dumps: each rank's last completed / started / scheduled\n"
+    "                collective and the Python frames of its last entry\n"
+    "  Exit: 0 no hang (or printed), 1 no usable RAS answer (--once), 3 a hang, 2 bad usage or dump.\n";
+
+static int bad_usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "trun-topo hang: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "; see trun-topo hang --help\n");
+  return 2;
+}
+
+static int seconds(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static void print_snapshot(const trun_ras_snapshot *s) {
+  printf("NCCL %s: %zu communicator(s)%s\n", s->nccl_version[0] ? s->nccl_version : "(version unknown)",
+         s->ncomms, s->timeouts ? " (RAS timed out reaching some processes)" : "");
+  for (size_t i = 0; i < s->ncomms; i++) {
+    const trun_ras_comm *c = &s->comms[i];
+    printf("communicator %s: %d ranks, %zu answered, %zu missing\n", c->hash, c->size, c->npresent,
+           c->nranks - c->npresent);
+    for (size_t k = 0; k < c->nranks; k++) {
+      const trun_ras_rank *r = &c->ranks[k];
+      printf("  rank %d pid %ld on %s GPU %d:", r->rank, r->pid, r->host, r->cuda_dev);
+      if (r->missing)
+        printf(" missing%s%s", r->unresponsive ? ", unresponsive" : "", r->dead ? ", dead" : "");
+      for (size_t j = 0; j < r->nkinds; j++)
+        if (r->counts[j].n) printf(" %s %llu", r->counts[j].name, (unsigned long long)r->counts[j].n);
+      if (r->async_error) printf(" (async error %d)", r->async_error);
+      printf("\n");
+    }
+  }
+}
+
+static int read_dumps(int n, char **files) {
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    trun_fr_dump *d;
+    char err[512];
+    if (trun_fr_load_file(files[i], &d, err, sizeof(err))) {
+      fprintf(stderr, "trun-topo hang: %s\n", err);
+      rc = 2;
+      continue;
+    }
+    printf("%s: format %s, NCCL %s, %zu entries\n", files[i], d->version,
+           d->comm_lib_version[0] ? d->comm_lib_version : "?", d->nentries);
+    const trun_fr_op *ops[3] = {&d->completed, &d->started, &d->scheduled};
+    const char *names[3] = {"completed", "started", "scheduled"};
+    for (int k = 0; k < 3; k++) {
+      if (ops[k]->present)
+        printf("  last %-9s %s %lld (%s, group %s)\n", names[k], ops[k]->p2p ? "p2p" : "collective",
+               (long long)ops[k]->seq, ops[k]->name, ops[k]->pg);
+      else
+        printf("  last %-9s none\n", names[k]);
+    }
+    if (d->last.present)
+      printf("  last entry: %s %s %lld\n", d->last_state, d->last.name, (long long)d->last.seq);
+    for (size_t k = 0; k < d->nframes; k++)
+      printf("    #%zu %s at %s:%ld\n", k, d->frames[k].name, d->frames[k].file, d->frames[k].line);
+    trun_fr_free(d);
+  }
+  return rc;
+}
+
+static void nap(double s) {
+  if (s <= 0) return;
+  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+  }
+}
+
+int trun_topo_hang(int argc, char **argv) {
+  const char *addr = trun_ras_addr(environ);
+  int once = 0, json = 0;
+  double window = TRUN_HANG_DEFAULT_WINDOW_S, interval = 5, total = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (strcmp(a, "--fr") == 0) {
+      if (i + 1 >= argc) return bad_usage("%s needs at least one dump file", a);
+      return read_dumps(argc - i - 1, argv + i + 1);
+    } else if (strcmp(a, "--once") == 0) {
+      once = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      json = 1;
+    } else if (i + 1 < argc && strcmp(a, "--ras-addr") == 0) {
+      addr = argv[++i];
+    } else if (i + 1 < argc && strcmp(a, "--window") == 0) {
+      if (seconds(argv[++i], 1, 3600, &window))
+        return bad_usage("--window %s: want seconds in 1..3600", argv[i]);
+    } else if (i + 1 < argc && strcmp(a, "--interval") == 0) {
+      if (seconds(argv[++i], 0.1, 600, &interval))
+        return bad_usage("--interval %s: want seconds in 0.1..600", argv[i]);
+    } else if (i + 1 < argc && strcmp(a, "--for") == 0) {
+      if (seconds(argv[++i], 0.1, 1e7, &total)) return bad_usage("--for %s: want seconds above 0", argv[i]);
+    } else {
+      return bad_usage("unknown or incomplete option %s", a);
+    }
+  }
+  if (json && !once) return bad_usage("%s goes with --once", "--json");
+  trun_hang_detector *d = trun_hang_new(window);
+  if (!d) {
+    fprintf(stderr, "trun-topo hang: out of memory\n");
+    return 1;
+  }
+  double start = trun_mono_s();
+  char last_err[256] = "";
+  int rc = 0;
+  for (;;) {
+    double t = trun_mono_s();
+    char *text = NULL, err[256];
+    size_t n = 0;
+    trun_ras_snapshot *s = NULL;
+    int q = trun_ras_query(addr, 10000, 0, &text, &n, err, sizeof(err));
+    if (q == -EINVAL) { /* a bad address: the same next time */
+      fprintf(stderr, "trun-topo hang: %s\n", err);
+      rc = 2;
+      break;
+    }
+    if (q == 0 && (q = trun_ras_parse(text, n, &s, err, sizeof(err))) != 0)
+      q = q == -ENOMEM ? -ENOMEM : -EPROTO;
+    if (q) {
+      if (once || strcmp(err, last_err) != 0) fprintf(stderr, "trun-topo hang: %s\n", err);
+      snprintf(last_err, sizeof(last_err), "%s", err);
+      trun_hang_reset(d);
+      if (once) {
+        rc = 1;
+        free(text);
+        break;
+      }
+    } else if (once) {
+      if (json)
+        fwrite(text, 1, n, stdout);
+      else
+        print_snapshot(s);
+      trun_ras_snapshot_free(s);
+      free(text);
+      break;
+    } else {
+      last_err[0] = '\0';
+      trun_hang_verdict v;
+      int k = trun_hang_feed(d, s, t, &v);
+      trun_ras_snapshot_free(s);
+      if (k > 0) {
+        for (size_t i = 0; i < v.ncomms; i++) printf("trun-topo hang: HUNG: %s\n", v.comm[i].line);
+        trun_hang_verdict_clear(&v);
+        free(text);
+        rc = 3;
+        break;
+      }
+      if (k < 0) fprintf(stderr, "trun-topo hang: out of memory\n");
+    }
+    free(text);
+    double now = trun_mono_s();
+    if (total > 0 && now - start >= total) {
+      printf("trun-topo hang: no hang in %.0f s\n", now - start);
+      break;
+    }
+    nap(interval - (now - t));
+  }
+  trun_hang_free(d);
+  fflush(stdout);
+  return rc;
+}
