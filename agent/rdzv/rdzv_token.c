@@ -34,6 +34,14 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
     size_t n = strlen(v);
     int printable = n > 0;
     for (size_t i = 0; i < n; i++) printable &= v[i] > 0x20 && v[i] < 0x7f;
+    if (n > 0 && strspn(v, "*") == n) {
+      snprintf(
+          err, errlen,
+          "%s is masked ('*' only, as --print-config and --dry-run print it): give the job's agent token "
+          "itself, the same on every node",
+          src);
+      return -1;
+    }
     if (n < TRUN_STORE_TOKEN_MIN || n > TRUN_STORE_TOKEN_MAX || !printable) {
       snprintf(err, errlen,
                "%s: the agent token must be %d to %d printable characters without spaces (e.g. the output "
