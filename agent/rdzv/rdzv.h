@@ -137,6 +137,10 @@ typedef enum {
  * reason (an explicit token that is not 16 to 100 printable characters; exit 2). The agent never passes
  * TRUN_RDZV_TOKEN_ENV to its workers. */
 #define TRUN_RDZV_TOKEN_ENV "TRUN_RDZV_TOKEN"
+/* 1 when this agent hosts the rendezvous store of a job of several nodes whose token is the derived one
+ * (no TRUN_RDZV_TOKEN, no trun_token): anyone who reaches the store and learns the run id can write the
+ * agents' key space. The agent says so once per job (this is true on one agent only). */
+int trun_rdzv_token_public(const trun_rdzv *r);
 int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, size_t errlen);
 /* ---- the exclusion list (rdzv_exclude.c, rdzv_export.c) ---- */
 #define TRUN_RDZV_MAX_EXCLUSIONS 4096 /* records read in one go */

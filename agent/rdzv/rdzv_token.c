@@ -61,6 +61,10 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
   return 0;
 }
 
+int trun_rdzv_token_public(const trun_rdzv *r) {
+  return r->host != NULL && !r->token_explicit && r->cfg != NULL && r->cfg->max_nodes > 1;
+}
+
 int trun__rdzv_guard_server(trun_server *s, void *arg) {
   const trun_rdzv *r = arg;
   char root[300];
