@@ -126,10 +126,12 @@ static void copy_str(json_t *o, const char *key, char *out, size_t len) {
   out[at] = '\0';
 }
 
-/* 1 when s is a name as a node's identity holds it: non-empty (unless empty_ok), only letters, digits and
- * the characters of extra. A host name that is not one goes nowhere (a Slurm --exclude list above all). */
+/* 1 when s is a name as a node's identity holds it: non-empty (unless empty_ok), not starting with '-'
+ * (an option), only letters, digits and the characters of extra. A host name that is not one goes nowhere
+ * (a Slurm --exclude list above all). */
 static int name_ok(const char *s, const char *extra, int empty_ok) {
   if (s[0] == '\0') return empty_ok;
+  if (s[0] == '-') return 0;
   for (const char *c = s; *c; c++)
     if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
           strchr(extra, *c)))
