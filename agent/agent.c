@@ -542,6 +542,16 @@ static int meet(agent *a) {
     return -1;
   }
   trun_obs_set_rdzv(a->obs, a->rdzv);
+  if (trun_rdzv_token_public(a->rdzv)) { /* once per job: said by the agent that hosts its store */
+    snprintf(err, sizeof(err),
+             "job '%s' runs on several nodes without a secret agent token (TRUN_RDZV_TOKEN is unset): its "
+             "token is derived from the run id, which anyone who reaches the rendezvous store can learn; it "
+             "stops mistakes, not attackers (a stray client could end its rounds or exclude its nodes); give "
+             "every node the same TRUN_RDZV_TOKEN, e.g. from 'openssl rand -hex 32' (docs/store.md)",
+             a->cfg->run_id);
+    trun_warn("%s", err);
+    trun_obs_insecure_token(a->obs, a->cfg->run_id, err);
+  }
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
   if (trun_rdzv_watch_open(a->rdzv, &a->watch, err, sizeof(err)) < 0) {
     trun_error("%s", err);

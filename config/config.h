@@ -92,6 +92,10 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
 /* --rdzv-conf (rdzv_conf.c): the value of key in conf ("k=v,k=v"), cut to len - 1 bytes: 1 found, 0 absent.
  */
 int trun_config_conf_get(const char *conf, const char *key, char *out, size_t len);
+/* Masks, in place, the value of every "trun_token=" in s (an --rdzv-conf value, or any command-line word or
+ * environment string that may hold one) with '*', so that printing s or showing it in /proc shows no agent
+ * token. Returns the number of values masked. */
+int trun_config_conf_mask(char *s);
 /* torch's get_as_bool of key in conf: 1 true, 0 false, -1 absent, -2 not a boolean. */
 int trun_config_conf_bool(const char *conf, const char *key);
 /* Every key=value of conf (NULL: none) has a value of the form its key takes: 0, or -1 with the reason in err

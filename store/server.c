@@ -171,9 +171,11 @@ typedef struct {
   trun_buf *out;
   uint64_t n;
   size_t bytes;
+  const conn *c; /* the asking connection: the agents' keys are listed only to an agent */
 } list_acc;
 
 static int list_count(void *arg, trun_slice key) {
+  if (trun__key_hidden(((list_acc *)arg)->c, key)) return 0;
   ((list_acc *)arg)->n++;
   ((list_acc *)arg)->bytes += 8 + key.n;
   return 0;
@@ -187,6 +189,7 @@ static int reply_fits(conn *c, size_t n, const char **why) {
 }
 
 static int list_put(void *arg, trun_slice key) {
+  if (trun__key_hidden(((list_acc *)arg)->c, key)) return 0;
   return trun_buf_append_str(((list_acc *)arg)->out, key.p, key.n);
 }
 
@@ -338,7 +341,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_QUEUE_LEN: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key)); break;
     case TRUN_OP_LIST: {
-      list_acc acc = {out, 0, 8};
+      list_acc acc = {out, 0, 8, c};
       trun_kv_foreach(kv, list_count, &acc);
       if (!reply_fits(c, acc.bytes, why)) return -EMSGSIZE;
       rc = trun_buf_append_u64(out, acc.n);

@@ -102,6 +102,10 @@ int trun__key_owned(const conn *c, trun_slice key) {
   return c->srv->own_gone && c->agent && key_form(c->srv, key, c->srv->own_marker);
 }
 
+int trun__key_hidden(const conn *c, trun_slice key) {
+  return !c->agent && c->srv->nprot > 0 && agents_root(c->srv, key) != 0;
+}
+
 int trun_server_address_keys(trun_server *s, const char *marker) {
   if (marker == NULL || marker[0] != '/') return -EINVAL;
   char *m = strdup(marker);

@@ -159,6 +159,9 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
 int trun__agent_request(conn *c, const trun_req *r, const char **why);
 /* Whether c's SET of key makes c its owner (trun_server_own_keys). */
 int trun__key_owned(const conn *c, trun_slice key);
+/* 1 when LIST must not show key to c: it is the agents' (a protected key space) and c presented no agent
+ * token. The run id in those keys is what the derived token is made from (docs/store.md). */
+int trun__key_hidden(const conn *c, trun_slice key);
 void trun__server_auth_free(trun_server *s);
 
 /* server_shard.c */

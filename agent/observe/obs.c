@@ -291,6 +291,11 @@ void trun_obs_membership(trun_obs *o, int waiting) {
   trun_events_emit(o->ev, "membership_change", json_pack("{s:i}", "waiting", waiting));
 }
 
+void trun_obs_insecure_token(trun_obs *o, const char *run_id, const char *message) {
+  if (o == NULL) return;
+  trun_events_emit(o->ev, "insecure_token", json_pack("{s:s,s:s}", "run_id", run_id, "message", message));
+}
+
 void trun_obs_waiting(trun_obs *o, const trun_wait_info *w) {
   if (o == NULL) return;
   snprintf(o->wait_kind, sizeof(o->wait_kind), "%s", w->done ? "" : w->kind);

@@ -33,6 +33,9 @@ void trun_obs_warm_start(trun_obs *o, int warm);
 void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down);
 void trun_obs_restart(trun_obs *o, int attempt, int remaining);
 void trun_obs_membership(trun_obs *o, int waiting);
+/* The job has no secret agent token (trun_rdzv_token_public): "insecure_token" event with its run id and
+ * the warning's words. */
+void trun_obs_insecure_token(trun_obs *o, const char *run_id, const char *message);
 /* A wait of the agent reports (agent/rdzv/rdzv.h, "waits"): the "waiting" event, and the trun_wait_seconds
  * metric while it lasts (its done report clears it). */
 void trun_obs_waiting(trun_obs *o, const trun_wait_info *w);
