@@ -669,8 +669,8 @@ static int rounds(agent *a) {
     trun_info("%s=%d: the job used %d restart(s) before this run; %d of --max-restarts %d left",
               pol.offset_from, pol.offset, pol.offset, budget, pol.max_restarts);
   for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
-      return trun_rdzv_excluded(a->rdzv) ? TRUN_EXIT_UNHEALTHY : 1;
+    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: its kind's code */
+      return trun_rdzv_excluded(a->rdzv) ? trun_rdzv_excluded(a->rdzv) : TRUN_EXIT_FAILED;
     int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun_wall_s();
     run_round(a);
