@@ -13,7 +13,6 @@
 #include "base/base.h"
 #include "config/config.h"
 
-
 /* Runs the job described by cfg with envp as the base environment; returns the exit code. */
 int trun_agent_run(const trun_config *cfg, char **envp);
 /* --dry-run: prints the resolved plan and starts nothing. Returns the exit code. */

@@ -6,11 +6,11 @@
 #ifndef TRUN_EXIT_H
 #define TRUN_EXIT_H
 
-#define TRUN_EXIT_OK 0          /* every worker succeeded */
-#define TRUN_EXIT_FAILED 1      /* the job failed (restarts used up, a stop signal, the rendezvous failed) */
-#define TRUN_EXIT_USAGE 2       /* bad input: command line, config file, environment */
-#define TRUN_EXIT_UNHEALTHY 3   /* this node's hardware or kernel is bad: drain or replace the node */
-#define TRUN_EXIT_CUT_OFF 4     /* this node lost the job's network (rendezvous store): requeue, do not drain */
+#define TRUN_EXIT_OK 0        /* every worker succeeded */
+#define TRUN_EXIT_FAILED 1    /* the job failed (restarts used up, a stop signal, the rendezvous failed) */
+#define TRUN_EXIT_USAGE 2     /* bad input: command line, config file, environment */
+#define TRUN_EXIT_UNHEALTHY 3 /* this node's hardware or kernel is bad: drain or replace the node */
+#define TRUN_EXIT_CUT_OFF 4   /* this node lost the job's network (rendezvous store): requeue, do not drain */
 #define TRUN_EXIT_NO_PROGRESS 5 /* restarts make no progress: do not requeue */
 #define TRUN_EXIT_EXCLUDED 6    /* the job excluded this node for what its workers did, not its hardware */
 

@@ -659,8 +659,9 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
                    l.first_bad, bad->code, why);
       const trun_exit_info *x = trun_exit_info_of(code);
       if (!start_failed && code > TRUN_EXIT_FAILED && x)
-        trun_error("exit %d, %s: host %s (node rank %zu) exited %d (of the hosts' codes, 2, 5, 3, 6, 4 come first)",
-                   code, x->meaning, l.nodes[l.worst].h->host, l.worst, code);
+        trun_error(
+            "exit %d, %s: host %s (node rank %zu) exited %d (of the hosts' codes, 2, 5, 3, 6, 4 come first)",
+            code, x->meaning, l.nodes[l.worst].h->host, l.worst, code);
       for (size_t i = 0; i < hf.n; i++) {
         if (l.nodes[i].out) trun_stream_close(l.nodes[i].out);
         if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);
