@@ -61,8 +61,8 @@ static int read_row(const char *root, const char *pid, proc_row *r) {
   /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
    * priority nice num_threads itrealvalue starttime */
   if (p == NULL ||
-      sscanf(p + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &r->state,
-             &ppid, &pgrp, &sid, &r->start) != 5)
+      sscanf(p + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             &r->state, &ppid, &pgrp, &sid, &r->start) != 5)
     return -1;
   r->pid = atoi(pid);
   r->ppid = ppid;
@@ -187,7 +187,8 @@ int trun_strays_kill(trun_strays *s, const trun_strays_view *v) {
       proc_row *r = &rows[i];
       if (!r->job) continue;
       if (r->state == 'Z') { /* a zombie the agent inherited: reap it; another's goes with its parent */
-        if (r->ppid == me && waitpid(r->pid, NULL, WNOHANG) == 0) left++;
+        if (r->ppid == me && waitpid(r->pid, NULL, WNOHANG) == 0)
+          left++;
         else if (r->ppid != me)
           left++;
         continue;

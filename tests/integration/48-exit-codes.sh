@@ -72,7 +72,8 @@ rsh=$repo/tests/helpers/code_rsh.sh
 # hostfile_code WANT HOST...: a static job over HOSTs through code_rsh.sh exits WANT.
 hostfile_code() {
   local want=$1 rc=0; shift
-  printf '%s slots=1\n' "$@" >"$tmp/hosts"
+  local h i=0; : >"$tmp/hosts"
+  for h in "$@"; do echo "$h-$i slots=1" >>"$tmp/hosts"; i=$((i + 1)); done
   "$trun" --hostfile "$tmp/hosts" --rsh "$rsh" --master-port 29481 "$repo/tests/helpers/touch.py" \
     >"$tmp/hf.out" 2>"$tmp/hf.err" || rc=$?
   echo "hosts $*: exit $rc"
