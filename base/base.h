@@ -1,8 +1,8 @@
 /* base: what every module of trun shares and nothing of trun's needs to know about: one-line diagnostics
  * (log.h), growable byte buffers and a small PRNG (buf.h), closing a child's inherited descriptors on any
- * glibc (closefrom.h), one clock (clock.h: monotonic for intervals and deadlines, wall for timestamps) and
- * the lookup of a variable in an environment vector (env.h), and the exit code table of every program
- * (exit.h). May use: nothing of trun's (libc only). Every other module and program may use it. */
+ * glibc (closefrom.h), one clock (clock.h: monotonic for intervals and deadlines, wall for timestamps), the
+ * lookup of a variable in an environment vector (env.h) and the exit code table of every program (exit.h).
+ * May use: nothing of trun's (libc only). Every other module and program may use it. */
 #ifndef TRUN_BASE_H
 #define TRUN_BASE_H
 

@@ -385,7 +385,7 @@ struct launcher {
   size_t n;
   size_t running;
   int open_streams;
-  int code;         /* the job's: first non-zero, else 0 */
+  int code;         /* the job's: the hosts' codes combined by trun_exit_worst, else 0 */
   size_t first_bad; /* node of the first non-zero exit */
   size_t worst;     /* node whose code the job ends with (trun_exit_worst) */
   int is_static;

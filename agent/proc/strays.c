@@ -22,7 +22,7 @@ typedef struct {
   pid_t pid, ppid, sid;
   unsigned long long start;
   char state;
-  int job; /* 1: a process of the job */
+  int job; /* 1: a process of the job, 2: not, 0: not decided yet */
 } proc_row;
 
 struct trun_strays {
@@ -99,27 +99,39 @@ static int has(const pid_t *v, size_t n, pid_t p) {
   return 0;
 }
 
-/* Marks the job's rows: the workers, the orphans the agent inherited (not in its session, not kept), every
- * process of a registered session, and their descendants. */
+static int by_pid(const void *x, const void *y) {
+  pid_t a = ((const proc_row *)x)->pid, b = ((const proc_row *)y)->pid;
+  return (a > b) - (a < b);
+}
+
+static proc_row *row_of(proc_row *rows, size_t n, pid_t pid) {
+  proc_row key = {.pid = pid};
+  return bsearch(&key, rows, n, sizeof(*rows), by_pid);
+}
+
+/* Marks the job's rows (job 1; 2: not the job's): the workers, the orphans the agent inherited (not in its
+ * session, not kept), every process of a registered session, and their descendants. Rows sorted by pid; each
+ * parent chain is walked once (O(n log n)). */
 static void mark(const trun_strays *s, const trun_strays_view *v, proc_row *rows, size_t n) {
   pid_t me = getpid(), my_sid = getsid(0);
+  qsort(rows, n, sizeof(*rows), by_pid);
   for (size_t i = 0; i < n; i++) {
     proc_row *r = &rows[i];
-    if (r->pid == me) continue;
-    if (has(v->workers, v->nworkers, r->pid) || has(s->sessions, s->n, r->sid) ||
-        (r->ppid == me && r->sid != my_sid && !has(v->keep, v->nkeep, r->pid)))
-      r->job = 1;
+    if (r->pid == me || r->ppid == me)
+      r->job = r->pid != me && (has(v->workers, v->nworkers, r->pid) ||
+                                (r->sid != my_sid && !has(v->keep, v->nkeep, r->pid)))
+                   ? 1
+                   : 2;
+    if (has(v->workers, v->nworkers, r->pid) || has(s->sessions, s->n, r->sid)) r->job = 1;
   }
-  for (int changed = 1; changed;) { /* the descendants, to the fixpoint (a few passes: the tree's depth) */
-    changed = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (rows[i].job || rows[i].ppid == me) continue;
-      for (size_t j = 0; j < n; j++)
-        if (rows[j].job && rows[j].pid == rows[i].ppid) {
-          rows[i].job = changed = 1;
-          break;
-        }
-    }
+  for (size_t i = 0; i < n; i++) {
+    /* Up the chain to the first row already decided (or a parent outside the table: not the job's), then
+     * the same answer for every row on the way. */
+    proc_row *r = &rows[i];
+    size_t depth = 0;
+    while (r && r->job == 0 && depth++ < n) r = row_of(rows, n, r->ppid);
+    int job = r && r->job ? r->job : 2;
+    for (proc_row *q = &rows[i]; q && q->job == 0; q = row_of(rows, n, q->ppid)) q->job = job;
   }
 }
 
@@ -134,9 +146,7 @@ static void add_session(trun_strays *s, const proc_row *rows, size_t n, pid_t si
     s->cap = cap;
   }
   s->sessions[s->n++] = sid;
-  const proc_row *leader = NULL;
-  for (size_t i = 0; i < n; i++)
-    if (rows[i].pid == sid) leader = &rows[i];
+  const proc_row *leader = row_of((proc_row *)rows, n, sid);
   if (s->guard && leader && leader->state != 'Z') {
     trun_watchdog_add_at(s->guard, sid, leader->start);
   } else if (s->guard) {
@@ -161,7 +171,8 @@ int trun_strays_scan(trun_strays *s, const trun_strays_view *v) {
   int added = 0;
   for (size_t i = 0; i < n; i++) {
     const proc_row *r = &rows[i];
-    if (!r->job || r->state == 'Z' || has(v->workers, v->nworkers, r->sid) || has(s->sessions, s->n, r->sid))
+    if (r->job != 1 || r->state == 'Z' || has(v->workers, v->nworkers, r->sid) ||
+        has(s->sessions, s->n, r->sid))
       continue;
     add_session(s, rows, n, r->sid, r);
     added++;
@@ -185,7 +196,7 @@ int trun_strays_kill(trun_strays *s, const trun_strays_view *v) {
     int left = 0;
     for (size_t i = 0; i < n; i++) {
       proc_row *r = &rows[i];
-      if (!r->job) continue;
+      if (r->job != 1) continue;
       if (r->state == 'Z') { /* a zombie the agent inherited: reap it; another's goes with its parent */
         if (r->ppid == me && waitpid(r->pid, NULL, WNOHANG) == 0)
           left++;
