@@ -10,13 +10,13 @@ static const trun_exit_info table[] = {
     {TRUN_EXIT_USAGE, "bad input", "a bad command line, config file or environment value; one line names it"},
     {TRUN_EXIT_UNHEALTHY, "this node is unhealthy: drain or replace it",
      "a failed health check with --health-check fail, a hardware Xid, a failed local preflight, or a worker "
-     "that SIGKILL cannot end (a driver or file system hang)"},
+     "that SIGKILL cannot end: a driver or file system hang"},
     {TRUN_EXIT_CUT_OFF, "this node was cut off from the job: requeue, do not drain",
      "no answer from the rendezvous store while its workers ran, or refused while excluded as cut off"},
     {TRUN_EXIT_NO_PROGRESS, "restarts make no progress: do not requeue",
      "a crash loop, or the job's restarts spent after requeues"},
     {TRUN_EXIT_EXCLUDED, "this node is excluded by the job, not for its hardware: do not drain",
-     "its workers failed first round after round (trun_exclude_failures)"},
+     "its workers failed first round after round, --rdzv-conf trun_exclude_failures"},
 };
 
 const trun_exit_info *trun_exit_table(int *n) {
