@@ -362,7 +362,8 @@ static void on_stray_timer(uv_timer_t *t) {
   pid_t *pids = calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t));
   if (pids == NULL) return;
   trun_strays_view v = stray_view(a, pids);
-  trun_strays_scan(a->strays, &v);
+  int rc = trun_strays_scan(a->strays, &v);
+  if (rc < 0) trun_debug("cannot read /proc for what the workers started: %s", strerror(-rc));
   free(pids);
 }
 
