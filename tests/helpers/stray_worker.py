@@ -2,7 +2,7 @@
 (start_new_session) and a double-forked daemon (fork, setsid, fork, the middle one exits). Their pids go to
 $STRAY_OUT/strays.<attempt>.<local_rank> (one per line). Then, by mode (argv[1]):
   wait     keep running (the test stops or kills the agent)
-  restart  attempt 0: exit 1 once the file is written (the agent restarts the workers); attempt 1: write
+  restart  attempt 0: exit 1 once every worker's file is written (the agent restarts them); attempt 1: write
            $STRAY_OUT/prev.<local_rank> with each of attempt 0's pids and whether it still runs, exit 0
   fds      write the worker's open descriptors (/proc/self/fd) to $STRAY_OUT/fds.<local_rank>, exit 0
 """
@@ -59,6 +59,10 @@ daemon = int(os.read(r, 32))
 os.waitpid(mid, 0)  # the middle process is gone: the daemon is an orphan now
 write("strays.%s.%s" % (attempt, lr), "%d\n%d\n" % (child.pid, daemon))
 if mode == "restart":
+    # every worker of attempt 0 has written its file before one fails (the failure stops the others)
+    n = int(os.environ["LOCAL_WORLD_SIZE"])
+    while not all(os.path.exists("%s/strays.0.%d" % (out, i)) for i in range(n)):
+        time.sleep(0.05)
     sys.exit(1)
 while True:
     time.sleep(1)
