@@ -125,6 +125,7 @@ void trun__agent_worker_stuck(agent *a, worker *w) {
   snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
            "rank %d (local %d, pid %d) on %s: SIGKILL did not end it: %.200s", rank, w->local_rank,
            (int)w->pid, a->host, w->stuck);
+  a->unhealthy_kind = "stuck"; /* a hang in the kernel: the node's trouble, exit 3 (base/exit.h) */
   a->unhealthy_lr = w->local_rank;
   a->unhealthy_time = w->exit_time;
   trun__agent_leave_unhealthy(a);

@@ -79,6 +79,8 @@ struct agent {
   trun_rdzv *rdzv;
   trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
   trun_watchdog guard;
+  trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
+  uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
   char run_dir[PATH_MAX];
   int files_off; /* --log-dir /dev/null */
   char host[256];
@@ -179,6 +181,8 @@ void trun__agent_announce_failure(agent *a);
 
 /* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */
 #define TRUN_STUCK_WAIT_S 10
+/* agent.c: how often a round looks for processes the workers started outside their sessions (strays.h). */
+#define TRUN_STRAY_SCAN_MS 1000
 /* agent_failures.c: a worker that SIGKILL did not end within TRUN_STUCK_WAIT_S: says so, stops waiting for
  * it (the round can end) and makes this node unhealthy (it leaves the job and exits 3). */
 void trun__agent_worker_stuck(agent *a, worker *w);

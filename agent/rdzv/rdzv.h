@@ -239,8 +239,13 @@ void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum);
 int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out);
 /* The job's exclusion list as read at the start of the last round: *out, how many (news marked). */
 int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out);
-/* 1 when this node is on the job's exclusion list (trun_rdzv_next_round failed for that: exit 3). */
+/* When this node is on the job's exclusion list (trun_rdzv_next_round failed for that), the exit code its
+ * kind calls for (trun_rdzv_exclusion_code), else 0. */
 int trun_rdzv_excluded(const trun_rdzv *r);
+/* The exit code of a node refused for an exclusion of this kind (base/exit.h): the node's hardware
+ * ("health", "xid", "preflight", "stuck") 3; "cut_off" (its network) 4; anything else ("failures": what its
+ * workers did) 6, so that a drain rule on 3 never drains a node for a link flap or a job's own crashes. */
+int trun_rdzv_exclusion_code(const char *kind);
 /* The kind of the rendezvous's wait in progress, else of its last one ("" before any; trun_wait_info). */
 const char *trun_rdzv_wait_kind(const trun_rdzv *r);
 /* This agent's connection to the rendezvous store is shut down: no request waits on it any more (a stuck

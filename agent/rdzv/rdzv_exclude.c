@@ -263,15 +263,23 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
       mine = e;
   }
   if (mine) {
-    r->excluded = 1;
-    snprintf(
-        err, errlen,
-        "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit 3, so "
-        "that the scheduler replaces it (--rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
-        me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at);
+    r->excluded = trun_rdzv_exclusion_code(mine->kind);
+    const trun_exit_info *x = trun_exit_info_of(r->excluded);
+    snprintf(err, errlen,
+             "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit %d "
+             "(%s; --rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
+             me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at, r->excluded,
+             x ? x->meaning : "");
     return -1;
   }
   return 0;
+}
+
+int trun_rdzv_exclusion_code(const char *kind) {
+  static const char *const hardware[] = {"health", "xid", "preflight", "stuck"};
+  for (size_t i = 0; i < sizeof(hardware) / sizeof(hardware[0]); i++)
+    if (strcmp(kind, hardware[i]) == 0) return TRUN_EXIT_UNHEALTHY;
+  return strcmp(kind, "cut_off") == 0 ? TRUN_EXIT_CUT_OFF : TRUN_EXIT_EXCLUDED;
 }
 
 int trun_rdzv_excluded_now(trun_client *c, const char *run_id, double cap_s, trun_rdzv_exclusion **out,
