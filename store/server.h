@@ -16,6 +16,13 @@ typedef struct trun_server trun_server;
  * connections buffer together at most 1 GiB. */
 #define TRUN_SERVER_DEFAULT_MAX_REPLY ((size_t)128 << 20)
 #define TRUN_SERVER_DEFAULT_MAX_INPUT ((size_t)1 << 30)
+/* Wait registrations (WAIT, BARRIER, WATCH_KEY; counted as TRUN_KV_REG_COST + the key each): 1 MiB for one
+ * connection, 256 MiB for all together. Connections that presented the agent token are not limited. */
+#define TRUN_SERVER_DEFAULT_MAX_WAIT_CONN ((size_t)1 << 20)
+#define TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL ((size_t)256 << 20)
+/* The work (keys and KiB of requests, see trun_server_opts.turn_work) that connections without the agent
+ * token get per turn of a loop, all together. */
+#define TRUN_SERVER_DEFAULT_TURN_WORK 32768
 
 typedef struct {
   const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
@@ -38,6 +45,13 @@ typedef struct {
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
   int threads;            /* event loops serving connections (default 1: only the caller's loop); each
                              further one runs on a thread of its own, see trun_server_start */
+  size_t max_wait_conn;   /* 0: no limit; else a connection's wait registrations (TRUN_KV_REG_COST + key
+                             each) at most this: a WAIT / BARRIER / WATCH_KEY beyond it closes the conn */
+  size_t max_wait_total;  /* 0: no limit; else every connection's registrations together; the connection
+                             whose request would take them beyond is closed */
+  size_t turn_work;       /* 0: no limit; else the requests of connections without the agent token run at
+                             most this much work per turn of a loop (a request costs 1 + its keys + its
+                             size / 256), the rest in later turns: agents' requests never wait behind more */
 } trun_server_opts;
 
 #define TRUN_SERVER_MAX_THREADS 64
@@ -50,6 +64,9 @@ typedef struct {
   uint64_t waiting;     /* connections with a pending WAIT */
   uint64_t refused;     /* closed by the access rules (allow-list, per-peer limit) */
   uint64_t input_bytes; /* input buffered now by every connection (partial requests, held requests) */
+  uint64_t wait_bytes;  /* wait and watch registrations now, as counted against max_wait_total */
+  uint64_t over_budget; /* connections closed for a wait over max_wait_conn or max_wait_total */
+  uint64_t deferred;    /* times a connection's requests were put off to a later turn (turn_work) */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);

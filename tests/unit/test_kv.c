@@ -77,7 +77,7 @@ static keylist kl;
 
 static int wait_on(tw *t, const char *k1, const char *k2, const char *k3) {
   L(&kl, k1, k2, k3);
-  return trun_kv_wait(kv, &t->w, kl.n, kl.b.data);
+  return trun_kv_wait(kv, &t->w, kl.n, kl.b.data, NULL);
 }
 
 static int check_on(const char *k1, const char *k2, const char *k3) {
@@ -385,7 +385,7 @@ END_TEST
 START_TEST(test_wait_ready) {
   tw a;
   tw_init(&a);
-  ck_assert_int_eq(trun_kv_wait(kv, &a.w, 0, NULL), 1);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, 0, NULL, NULL), 1);
   ck_assert_int_eq(trun_kv_set(kv, S("a"), S("1")), 0);
   ck_assert_int_eq(wait_on(&a, "a", NULL, NULL), 1);
   ck_assert_uint_eq(a.w.pending, 0);
@@ -519,7 +519,7 @@ START_TEST(test_free_with_waiters) {
   tw a;
   tw_init(&a);
   ck_assert_int_eq(wait_on(&a, "a", "b", NULL), 0);
-  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w")), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w"), NULL), 0);
   trun_kv_free(kv);
   kv = trun_kv_new();
   ck_assert_ptr_null(a.w.regs);
@@ -595,37 +595,37 @@ END_TEST
 START_TEST(test_barrier) {
   tw w[3];
   for (int i = 0; i < 3; i++) tw_init(&w[i]);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3, NULL), 0);
   value_is(kv, "bar", "1");
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("bar"), 3), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("bar"), 3, NULL), 0);
   value_is(kv, "bar", "2");
   ck_assert_int_eq(w[0].woken, 0); /* earlier arrivers wake only at completion */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[2].w, S("bar"), 3), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[2].w, S("bar"), 3, NULL), 1);
   value_is(kv, "bar", "3");
   ck_assert_int_eq(w[0].woken, 1);
   ck_assert_int_eq(w[1].woken, 1);
   ck_assert_int_eq(w[2].woken, 0); /* the last one is answered by the return value */
   /* The key is never reset: a later arrival passes at once. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3, NULL), 1);
   value_is(kv, "bar", "4");
   /* world <= 1 passes at once. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("solo"), 1), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("solo"), 1, NULL), 1);
   /* A key that is not a counter. */
   ck_assert_int_eq(trun_kv_set(kv, S("txt"), S("abc")), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("txt"), 2), -EINVAL);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("txt"), 2, NULL), -EINVAL);
   /* A plain WAIT on the barrier key is not woken by an arrival, only by completion. */
   tw p;
   tw_init(&p);
   ck_assert_int_eq(wait_on(&p, "b2", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b2"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b2"), 2, NULL), 0);
   ck_assert_int_eq(p.woken, 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b2"), 2), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b2"), 2, NULL), 1);
   ck_assert_int_eq(p.woken, 1);
   /* A cancelled barrier waiter is not woken. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b3"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b3"), 2, NULL), 0);
   ck_assert_int_eq(trun_kv_cancel(kv, &w[0].w), 1);
   int before = w[0].woken;
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b3"), 2), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b3"), 2, NULL), 1);
   ck_assert_int_eq(w[0].woken, before);
 }
 END_TEST
@@ -637,14 +637,14 @@ START_TEST(test_barrier_replaces_wait) {
   tw a;
   tw_init(&a);
   ck_assert_int_eq(wait_on(&a, "x", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b"), 1), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b"), 1, NULL), 1);
   ck_assert_uint_eq(a.w.pending, 0);
   ck_assert_ptr_null(a.w.regs);
   ck_assert_int_eq(trun_kv_set(kv, S("x"), S("1")), 0);
   ck_assert_int_eq(a.woken, 0);
   /* And when it registers. */
   ck_assert_int_eq(wait_on(&a, "y", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b9"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b9"), 2, NULL), 0);
   ck_assert_int_eq(trun_kv_set(kv, S("y"), S("1")), 0);
   ck_assert_int_eq(a.woken, 0);
   ck_assert_int_eq(trun_kv_cancel(kv, &a.w), 1);
@@ -657,8 +657,8 @@ START_TEST(test_watch) {
   tw a, b;
   tw_init(&a);
   tw_init(&b);
-  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("k")), 0);
-  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("other")), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("k"), NULL), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("other"), NULL), 0);
   ck_assert_uint_eq(trun_kv_num_keys(kv), 0); /* a watch is not a key */
   ck_assert_int_eq(trun_kv_set(kv, S("k"), S("v1")), 0);
   ck_assert_int_eq(trun_kv_set(kv, S("k"), S("v2")), 0);
