@@ -697,6 +697,129 @@ START_TEST(test_watch) {
 }
 END_TEST
 
+/* ---- wait budgets (issue 41: a WAIT on 131,072 fresh keys cost 27 MB and 60 ms under the lock) -------- */
+
+/* A list of n distinct keys "<prefix><i>". */
+static void many(keylist *l, const char *prefix, uint64_t n) {
+  trun_buf_free(&l->b);
+  l->n = 0;
+  char k[64];
+  for (uint64_t i = 0; i < n; i++) {
+    int len = snprintf(k, sizeof(k), "%s%llu", prefix, (unsigned long long)i);
+    ck_assert_int_eq(trun_buf_append_str(&l->b, k, (size_t)len), 0);
+    l->n++;
+  }
+}
+
+#define COST(klen) ((size_t)TRUN_KV_REG_COST + (klen))
+
+/* One waiter's budget: a list over it fails with -EDQUOT before it allocates past it and leaves nothing
+ * registered (no registration, no slot: a SET of those keys wakes nobody); within it, everything as before;
+ * the cost is given back by cancel and by wake-ups. */
+START_TEST(test_wait_budget_per_waiter) {
+  tw a, b;
+  tw_init(&a);
+  tw_init(&b);
+  trun_kv_budget bud = {.per_waiter = 9 * COST(2) + COST(3), .total = 0}; /* "k0".."k8" and "k10" */
+  many(&kl, "k", 11);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), -EDQUOT);
+  ck_assert_uint_eq(a.w.pending, 0);
+  ck_assert_ptr_null(a.w.regs);
+  ck_assert_uint_eq(a.w.bytes, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  ck_assert_int_eq(trun_kv_set(kv, S("k3"), S("x")), 0);
+  ck_assert_int_eq(a.woken, 0);
+  /* Keys that exist cost nothing: "k3" is set, so 11 keys need 10 registrations, which fit. */
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(a.w.pending, 10);
+  ck_assert_uint_eq(a.w.bytes, 9 * COST(2) + COST(3));
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 9 * COST(2) + COST(3));
+  /* Another waiter has a budget of its own. */
+  many(&kl, "k", 10);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 19);
+  ck_assert_int_eq(trun_kv_set(kv, S("k10"), S("v")), 0);
+  /* A WAIT replaces the earlier one: the budget holds the new list, not both. */
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(a.w.bytes, 9 * COST(2));
+  /* Wake-ups give the cost back. */
+  for (int i = 0; i < 10; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "k%d", i);
+    ck_assert_int_eq(trun_kv_set(kv, S(k), S("v")), 0);
+  }
+  ck_assert_int_eq(a.woken, 1);
+  ck_assert_int_eq(b.woken, 1);
+  ck_assert_uint_eq(a.w.bytes + b.w.bytes, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  /* Long keys count their length: one key of 300 bytes is over a budget of one short key. */
+  trun_kv_budget one = {.per_waiter = COST(8), .total = 0};
+  char longkey[301];
+  memset(longkey, 'L', 300);
+  longkey[300] = '\0';
+  ck_assert_int_eq(wait_on(&a, "short", NULL, NULL), 0); /* no budget: NULL */
+  L(&kl, longkey, NULL, NULL);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &one), -EDQUOT);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0); /* the earlier WAIT was replaced, the new one refused */
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 0);
+}
+END_TEST
+
+/* The total budget: a waiter whose list would take every waiter's registrations over it fails with -ENOSPC
+ * and registers nothing; the others keep theirs and are woken as before. */
+START_TEST(test_wait_budget_total) {
+  tw a, b, c;
+  tw_init(&a);
+  tw_init(&b);
+  tw_init(&c);
+  trun_kv_budget bud = {.per_waiter = 0, .total = 5 * COST(2)};
+  many(&kl, "a", 3);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  many(&kl, "b", 3);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), -ENOSPC);
+  ck_assert_uint_eq(b.w.bytes, 0);
+  ck_assert_uint_eq(b.w.pending, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 3);
+  many(&kl, "b", 2);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), 0); /* exactly at the total */
+  /* A watch and a barrier count too, and are refused the same way. */
+  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("w"), &bud), -ENOSPC);
+  ck_assert_int_eq(trun_kv_barrier(kv, &c.w, S("bar"), 2, &bud), -ENOSPC);
+  missing(kv, "bar"); /* refused before it began: the count was not raised */
+  ck_assert_uint_eq(c.w.pending, 0);
+  ck_assert_uint_eq(a.w.pending, 3);
+  ck_assert_int_eq(trun_kv_set(kv, S("b0"), S("x")), 0);
+  ck_assert_int_eq(trun_kv_set(kv, S("b1"), S("x")), 0);
+  ck_assert_int_eq(b.woken, 1);
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 3);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  ck_assert_int_eq(a.woken, 0);
+}
+END_TEST
+
+/* Watches count against the waiter's budget while they last, and are given back by cancel_watches. */
+START_TEST(test_watch_budget) {
+  tw a;
+  tw_init(&a);
+  trun_kv_budget bud = {.per_waiter = 2 * COST(2), .total = 0};
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w1"), &bud), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w2"), &bud), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w3"), &bud), -EDQUOT);
+  ck_assert_int_eq(wait_on(&a, "x", NULL, NULL), 0); /* unbudgeted (NULL) */
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 3);
+  L(&kl, "y", NULL, NULL);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), -EDQUOT); /* the watches use it up */
+  trun_kv_cancel_watches(kv, &a.w);
+  ck_assert_uint_eq(a.w.bytes, 0);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 1);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+}
+END_TEST
+
 static Suite *kv_suite(void) {
   Suite *s = suite_create("kv");
   TCase *tc = tcase_create("values");
@@ -722,6 +845,9 @@ static Suite *kv_suite(void) {
   tcase_add_test(tc, test_wait_cancel);
   tcase_add_test(tc, test_wait_duplicate_keys);
   tcase_add_test(tc, test_free_with_waiters);
+  tcase_add_test(tc, test_wait_budget_per_waiter);
+  tcase_add_test(tc, test_wait_budget_total);
+  tcase_add_test(tc, test_watch_budget);
   suite_add_tcase(s, tc);
   tc = tcase_create("queue_barrier_watch");
   tcase_add_checked_fixture(tc, setup, teardown);
