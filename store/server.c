@@ -836,15 +836,62 @@ void trun__shard_recheck_acl(shard *sh) {
   }
 }
 
+static int same_addr(const conn *a, const conn *b) {
+  return a->addr.family == b->addr.family && memcmp(a->addr.a, b->addr.a, 16) == 0;
+}
+
 /* Same address as c among the open connections of every shard, c included. */
 static int count_same_peer(trun_server *s, const conn *c) {
   int same = 0;
   pthread_mutex_lock(&s->conns_mu);
   for (int i = 0; i < s->nshards; i++)
-    for (conn *o = s->shards[i]->conns; o; o = o->next)
-      same += o->addr.family == c->addr.family && memcmp(o->addr.a, c->addr.a, 16) == 0;
+    for (conn *o = s->shards[i]->conns; o; o = o->next) same += same_addr(o, c);
   pthread_mutex_unlock(&s->conns_mu);
   return same;
+}
+
+/* c came beyond the per-peer limit of a server that knows an agent token: it is admitted on probation
+ * (no request but PING before it presents the token), within TRUN_SERVER_PEER_RESERVE such connections of its
+ * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
+ * connections thus never lock an agent out of its store, and connections admitted within the limit (the
+ * workers') are never evicted. */
+static void admit_on_probation(trun_server *s, conn *c) {
+  conn *oldest = NULL;
+  int n = 0;
+  __atomic_store_n(&c->probation, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&s->conns_mu);
+  for (int i = 0; i < s->nshards; i++)
+    for (conn *o = s->shards[i]->conns; o; o = o->next)
+      if (o != c && !o->evict && same_addr(o, c) && __atomic_load_n(&o->probation, __ATOMIC_RELAXED)) {
+        n++;
+        if (oldest == NULL || o->seq < oldest->seq) oldest = o;
+      }
+  shard *victim_sh = NULL;
+  if (n >= TRUN_SERVER_PEER_RESERVE && oldest) {
+    oldest->evict = 1;
+    victim_sh = oldest->sh;
+    if (victim_sh != c->sh) __atomic_store_n(&victim_sh->evict, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&s->conns_mu);
+  if (victim_sh == c->sh)
+    trun__shard_evict(c->sh);
+  else if (victim_sh)
+    uv_async_send(&victim_sh->async);
+}
+
+void trun__shard_evict(shard *sh) {
+  trun_server *s = sh->srv;
+  __atomic_store_n(&sh->evict, 0, __ATOMIC_RELAXED);
+  for (conn *c = sh->conns, *next; c; c = next) {
+    next = c->next;
+    pthread_mutex_lock(&s->conns_mu);
+    int evict = c->evict && !c->closing;
+    pthread_mutex_unlock(&s->conns_mu);
+    if (evict)
+      refuse(c,
+             "evicted: too many connections from this address, and this one did not present the job's "
+             "agent token (one beyond the per-peer limit is admitted only for the job's agents)");
+  }
 }
 
 /* c's socket is open on its shard's loop: checks the access rules and limits, then starts reading. */
@@ -858,6 +905,7 @@ static void conn_admit(conn *c) {
   if (sh->conns) sh->conns->prev = c;
   sh->conns = c;
   c->listed = 1;
+  c->seq = ++s->conn_seq;
   pthread_mutex_unlock(&s->conns_mu);
   c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
   if (!trun__addr_allowed(s, &c->addr)) {
@@ -874,8 +922,11 @@ static void conn_admit(conn *c) {
     return;
   }
   if (s->opts.max_conns_per_peer > 0 && count_same_peer(s, c) > s->opts.max_conns_per_peer) {
-    refuse(c, "too many connections from this address (the per-peer connection limit)");
-    return;
+    if (s->token == NULL) { /* set before connections come: no agent could get in beyond the limit */
+      refuse(c, "too many connections from this address (the per-peer connection limit)");
+      return;
+    }
+    admit_on_probation(s, c);
   }
   c->reading = 1;
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);

@@ -12,6 +12,8 @@
 typedef struct trun_server trun_server;
 
 #define TRUN_SERVER_MAX_LISTENERS 8
+/* Connections from one address admitted beyond max_conns_per_peer for the job's agents to get in. */
+#define TRUN_SERVER_PEER_RESERVE 16
 /* Defaults of trun_server_opts_default: one reply at most 128 MiB (two largest values), the input all
  * connections buffer together at most 1 GiB. */
 #define TRUN_SERVER_DEFAULT_MAX_REPLY ((size_t)128 << 20)
@@ -40,7 +42,10 @@ typedef struct {
                              so do pushed watch updates beyond max_pending_out + max_reply unread */
   size_t max_input_total; /* 0: no limit; else the input buffered by all connections together; a
                              connection whose request would take it beyond is closed */
-  int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
+  int max_conns_per_peer; /* 0: no limit; else more from one address are refused, except, on a server
+                             with an agent token, TRUN_SERVER_PEER_RESERVE more on probation: each must
+                             present the token before any request but PING (else it is closed); one more
+                             evicts the peer's oldest such connection that has not presented it yet */
   int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
   int threads;            /* event loops serving connections (default 1: only the caller's loop); each

@@ -64,6 +64,7 @@ struct shard {
   size_t nfds, capfds;
   conn *xq; /* connections with bytes in xout */
   int stop;
+  int evict;                /* atomic: a connection of this shard was marked for eviction (conn.evict) */
   uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
 };
 
@@ -76,6 +77,7 @@ struct trun_server {
   pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
   shard *cur;               /* under kv_mu: the shard whose request is being handled */
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
+  uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
   shard **shards;
   int nshards;
   unsigned next_shard;
@@ -140,6 +142,9 @@ struct conn {
                                 value it set; owned.len 0: none */
   int agent;                 /* under kv_mu: presented the job's agent token (server_auth.c) */
   int deferred;              /* in sh->dhead's list: its requests wait for a later turn (turn_work) */
+  int probation; /* atomic: admitted beyond max_conns_per_peer; must present the agent token first */
+  int evict;     /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
+  uint64_t seq;  /* under conns_mu: accept order */
   conn *dprev, *dnext;
   char why[320]; /* the reason of a refusal that names the request */
 };
@@ -153,6 +158,8 @@ void trun__server_handle_closed(trun_server *s);
 void trun__shard_adopt(shard *sh, int fd);
 /* On a shard's loop after the rules changed: closes the connections they no longer admit. */
 void trun__shard_recheck_acl(shard *sh);
+/* On a shard's loop: closes its connections marked for eviction (conn.evict). */
+void trun__shard_evict(shard *sh);
 
 /* server_acl.c */
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
