@@ -3,7 +3,7 @@
 
     wait_flood.py cpu   HOST PORT PID [--keys N] [--reqs R]
     wait_flood.py rss   HOST PORT PID [--keys N] [--conns C]
-    wait_flood.py ping  HOST PORT PID [--keys N] [--conns C] [--seconds S]
+    wait_flood.py ping  HOST PORT PID [--keys N] [--conns C] [--seconds S] [--token T]
     wait_flood.py flood HOST PORT     [--keys N] [--conns C] (--seconds S | --until FILE)
 
 Each flooding connection sends WAIT on N fresh keys (131072, the protocol's per-request maximum, by default)
@@ -14,7 +14,8 @@ for tests, not a benchmark with a verdict):
   rss    C connections each left waiting on N fresh keys: the server's RSS growth per waiting connection,
          and its RSS once they closed (is the memory given back);
   ping   PING round trips on a connection of its own (p50, max) with no flood, then under C flooding
-         connections for S seconds;
+         connections for S seconds; with --token, that connection first presents the agents' token
+         (TRUN_RDZV_TOKEN of a job whose agent hosts the store at HOST:PORT): it is an agent's connection;
   flood  C flooding connections until S seconds passed or FILE exists (the load of integration test 27).
 Exit 0, or 1 when the store stopped answering a PING (cpu, rss and ping cases)."""
 import argparse
@@ -26,7 +27,8 @@ import sys
 import threading
 import time
 
-WAIT, CANCEL_WAIT, PING = 6, 12, 13
+CHECK, WAIT, CANCEL_WAIT, PING = 5, 6, 12, 13
+TOKEN_KEY = b"/trun/.agent-token/"
 
 
 def s_str(b):
@@ -178,8 +180,13 @@ def pings(s, seconds):
 
 def case_ping(a):
     other = connect(a.host, a.port)
+    if a.token:
+        other.sendall(bytes([CHECK]) + struct.pack("<Q", 1) + s_str(TOKEN_KEY + a.token.encode()))
+        if recv_exact(other, 1) != b"\x00":
+            raise SystemExit("FAIL: the store did not take the token")
     p50, mx, n = pings(other, 2)
-    print("# ping: no flood: p50 %.2f ms, max %.2f ms (%d PINGs)" % (p50, mx, n))
+    who = "an agent's connection" if a.token else "a connection without the token"
+    print("# ping (%s): no flood: p50 %.2f ms, max %.2f ms (%d PINGs)" % (who, p50, mx, n))
     c0 = cpu_s(a.pid)
     # The flood runs in a process of its own: its threads must not hold this one's interpreter lock.
     fl = subprocess.Popen([sys.executable, __file__, "flood", a.host, str(a.port), "--keys", str(a.keys),
@@ -215,6 +222,7 @@ def main():
     p.add_argument("--conns", type=int, default=4)
     p.add_argument("--seconds", type=float, default=0)
     p.add_argument("--until", default="")
+    p.add_argument("--token", default="")
     a = p.parse_args()
     if a.case == "ping" and not a.seconds:
         a.seconds = 5
