@@ -16,7 +16,9 @@
  *   config bits 0-2: max_pending_out = 512 << b; bit 2 also: strangers get 24 units of work a loop turn
  *          (turn_work: their requests are put off to later turns); bit 3: legacy numbering 2.1 (else
  *          1.13); bit 4: small input limits (64 KiB a connection, 256 KiB in all), a 256 KiB reply cap and
- *          small wait budgets (40 registrations of a short key a connection, 100 in all); bit 5: two loops
+ *          small wait budgets (40 registrations of a short key a connection, 100 in all), and with bit 0
+ *          one connection an address and one more on probation (PING or the token first; a newcomer
+ *          evicts it); bit 5: two loops
  *          (connections dealt over the caller's loop and a thread of the server's: wake-ups and owners'
  *          ends cross threads; such runs are only as deterministic as that thread); bits 6-7:
  *          max_value = 1 KiB << (3 * b)
@@ -286,6 +288,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.max_reply = 256 * 1024;
     o.max_wait_conn = 40 * (TRUN_KV_REG_COST + 4);
     o.max_wait_total = 100 * (TRUN_KV_REG_COST + 4);
+    if (cfg & 1) { /* one connection an address, one more on probation: agents evict strangers */
+      o.max_conns_per_peer = 1;
+      o.peer_reserve = 1;
+    }
   }
   if (cfg & 32) o.threads = 2;
   int wait_us = (cfg & 32) ? 1000 : 0; /* the other loop's thread: give it time to catch up */

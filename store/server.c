@@ -76,6 +76,7 @@ void trun_server_opts_default(trun_server_opts *o) {
   o->max_wait_conn = TRUN_SERVER_DEFAULT_MAX_WAIT_CONN;
   o->max_wait_total = TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL;
   o->turn_work = TRUN_SERVER_DEFAULT_TURN_WORK;
+  o->peer_reserve = TRUN_SERVER_PEER_RESERVE;
   o->threads = 1;
 }
 
@@ -851,7 +852,7 @@ static int count_same_peer(trun_server *s, const conn *c) {
 }
 
 /* c came beyond the per-peer limit of a server that knows an agent token: it is admitted on probation
- * (no request but PING before it presents the token), within TRUN_SERVER_PEER_RESERVE such connections of its
+ * (no request but PING before it presents the token), within opts.peer_reserve such connections of its
  * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
  * connections thus never lock an agent out of its store, and connections admitted within the limit (the
  * workers') are never evicted. */
@@ -867,7 +868,7 @@ static void admit_on_probation(trun_server *s, conn *c) {
         if (oldest == NULL || o->seq < oldest->seq) oldest = o;
       }
   shard *victim_sh = NULL;
-  if (n >= TRUN_SERVER_PEER_RESERVE && oldest) {
+  if (n >= (s->opts.peer_reserve > 0 ? s->opts.peer_reserve : 1) && oldest) {
     oldest->evict = 1;
     victim_sh = oldest->sh;
     if (victim_sh != c->sh) __atomic_store_n(&victim_sh->evict, 1, __ATOMIC_RELEASE);
@@ -881,16 +882,16 @@ static void admit_on_probation(trun_server *s, conn *c) {
 
 void trun__shard_evict(shard *sh) {
   trun_server *s = sh->srv;
-  __atomic_store_n(&sh->evict, 0, __ATOMIC_RELAXED);
-  for (conn *c = sh->conns, *next; c; c = next) {
-    next = c->next;
+  for (;;) { /* one scan per victim (usually one): closing takes conns_mu itself */
+    conn *victim = NULL;
     pthread_mutex_lock(&s->conns_mu);
-    int evict = c->evict && !c->closing;
+    for (conn *c = sh->conns; c && victim == NULL; c = c->next)
+      if (c->evict && !c->closing) victim = c;
     pthread_mutex_unlock(&s->conns_mu);
-    if (evict)
-      refuse(c,
-             "evicted: too many connections from this address, and this one did not present the job's "
-             "agent token (one beyond the per-peer limit is admitted only for the job's agents)");
+    if (victim == NULL) return;
+    refuse(victim,
+           "evicted: too many connections from this address, and this one did not present the job's "
+           "agent token (one beyond the per-peer limit is admitted only for the job's agents)");
   }
 }
 

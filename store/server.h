@@ -43,7 +43,7 @@ typedef struct {
   size_t max_input_total; /* 0: no limit; else the input buffered by all connections together; a
                              connection whose request would take it beyond is closed */
   int max_conns_per_peer; /* 0: no limit; else more from one address are refused, except, on a server
-                             with an agent token, TRUN_SERVER_PEER_RESERVE more on probation: each must
+                             with an agent token, peer_reserve more on probation: each must
                              present the token before any request but PING (else it is closed); one more
                              evicts the peer's oldest such connection that has not presented it yet */
   int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
@@ -54,6 +54,8 @@ typedef struct {
                              each) at most this: a WAIT / BARRIER / WATCH_KEY beyond it closes the conn */
   size_t max_wait_total;  /* 0: no limit; else every connection's registrations together; the connection
                              whose request would take them beyond is closed */
+  int peer_reserve;       /* connections on probation beyond max_conns_per_peer (default
+                             TRUN_SERVER_PEER_RESERVE; at least 1) */
   size_t turn_work;       /* 0: no limit; else the requests of connections without the agent token run at
                              most this much work per turn of a loop (a request costs 1 + its keys + its
                              size / 256), the rest in later turns: agents' requests never wait behind more */

@@ -158,7 +158,7 @@ void trun__server_handle_closed(trun_server *s);
 void trun__shard_adopt(shard *sh, int fd);
 /* On a shard's loop after the rules changed: closes the connections they no longer admit. */
 void trun__shard_recheck_acl(shard *sh);
-/* On a shard's loop: closes its connections marked for eviction (conn.evict). */
+/* On a shard's loop: closes its connections marked for eviction (conn.evict); sh->evict says some are. */
 void trun__shard_evict(shard *sh);
 
 /* server_acl.c */

@@ -212,7 +212,7 @@ static void on_shard_async(uv_async_t *a) {
       trun__conn_flush(c);
   }
   trun__shard_recheck_acl(sh);
-  trun__shard_evict(sh);
+  if (__atomic_exchange_n(&sh->evict, 0, __ATOMIC_ACQ_REL)) trun__shard_evict(sh);
   trun__shard_flush_woken(sh);
   if (stop) {
     trun__shard_close_all(sh);
