@@ -192,11 +192,22 @@ int trun__agent_request(conn *c, const trun_req *r, const char **why) {
       return -EACCES;
     }
     c->agent = 1;
+    __atomic_store_n(&c->probation, 0, __ATOMIC_RELAXED); /* an agent: no longer evictable */
     if (trun_buf_append_u8(&c->out, TRUN_CHECK_READY) < 0) {
       *why = "out of memory";
       return -ENOMEM;
     }
     return 1;
+  }
+  /* Beyond the per-peer limit (server.c, admit_on_probation): nothing but the handshake's PING before the
+   * token. */
+  if (r->op != TRUN_OP_PING && __atomic_load_n(&c->probation, __ATOMIC_RELAXED)) {
+    STAT_ADD(s, refused, 1);
+    snprintf(c->why, sizeof(c->why),
+             "too many connections from this address (the per-peer connection limit): one beyond it must "
+             "present this job's agent token before any request but PING");
+    *why = c->why;
+    return -EACCES;
   }
   trun_slice which;
   if (c->agent && r->op == TRUN_OP_SET && key_form(s, r->key, s->addr_marker) &&
