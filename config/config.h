@@ -72,19 +72,18 @@ typedef struct {
   int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
   double stall_timeout;        /* --stall-timeout seconds, 0: off */
   int stall_signal;            /* --stall-signal, 0: none */
-  double hang_timeout; /* --hang-timeout seconds after a hang is named (TRUN_HANG_TIMEOUT_DEFAULT_S); 0: name
-                          only */
-  int store_allow_peers;     /* --store-allow-peers */
-  int store_threads;         /* --store-threads: 1..64, 0 = auto */
-  int health_check;          /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
-  const char *health_checks; /* --health-checks: "all" or a list (checked by the agent: exit 2) */
-  int watch_stdin;           /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
-  int warm_start;            /* --warm-start (agent/proc/warm.h) */
-  const char *warm_modules;  /* --warm-start-modules: "mod,mod.sub" */
-  double restart_backoff;    /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
-  int crash_loop_rounds;     /* --crash-loop K, 0: off */
-  double crash_loop_window;  /* --crash-loop SECONDS */
-  int restart_offset;        /* --restart-offset, -1: unset ($SLURM_RESTART_COUNT, else 0) */
+  double hang_timeout;         /* --hang-timeout seconds after a hang is named, 0: name only */
+  int store_allow_peers;       /* --store-allow-peers */
+  int store_threads;           /* --store-threads: 1..64, 0 = auto */
+  int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
+  const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
+  int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
+  int warm_start;              /* --warm-start (agent/proc/warm.h) */
+  const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
+  double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
+  int crash_loop_rounds;       /* --crash-loop K, 0: off */
+  double crash_loop_window;    /* --crash-loop SECONDS */
+  int restart_offset;          /* --restart-offset, -1: unset ($SLURM_RESTART_COUNT, else 0) */
   const char *script;
   char **script_args;
   int nscript_args;

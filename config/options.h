@@ -44,22 +44,22 @@ typedef enum {
   TRUN_OPT_LOG_LINE_PREFIX,
   TRUN_OPT_EXPLAIN,
   TRUN_OPT_NO_IMDS,
-  TRUN_OPT_CONFIG,         /* --config FILE: settings from a YAML file (config/yaml_file.h) */
-  TRUN_OPT_PRINT_CONFIG,   /* --print-config: print every setting with its source, then exit */
-  TRUN_OPT_HOSTFILE,       /* --hostfile FILE: one agent per host over --rsh (launcher/hostfile.h) */
-  TRUN_OPT_RSH,            /* --rsh CMD: the remote shell command of --hostfile */
-  TRUN_OPT_ON_SPLIT_PODS,  /* --on-split-pods warn|fail: the doctor's split-pod / GPU-clash findings
-                              (agent/nccl/doctor.h) */
-  TRUN_OPT_NCCL_REPORT,    /* --nccl-report: NCCL INFO logs per rank, transport report at the end
-                              (agent/nccl/nccl_log.h) */
-  TRUN_OPT_PREFLIGHT,      /* --preflight: NCCL all-reduce check before the workers (tools/preflight.c) */
-  TRUN_OPT_PREFLIGHT_PASS, /* --preflight-pass GBPS: busbw at or above it passes (else the table's) */
-  TRUN_OPT_PREFLIGHT_WARN, /* --preflight-warn GBPS: busbw at or above it warns, below it fails */
-  TRUN_OPT_EVENTS,         /* --events FILE|fd:N: JSON-lines event stream (agent/observe/events.h) */
-  TRUN_OPT_METRICS_PORT,   /* --metrics-port P: Prometheus endpoint (agent/observe/metrics.h) */
-  TRUN_OPT_STALL_TIMEOUT,  /* --stall-timeout S: hang detection (agent/observe/stall.h) */
-  TRUN_OPT_STALL_SIGNAL,   /* --stall-signal SIG: sent to a stalled worker before the restart */
-  TRUN_OPT_HANG_TIMEOUT,   /* --hang-timeout S: restart after a collective hang NCCL RAS shows (agent/hang) */
+  TRUN_OPT_CONFIG,            /* --config FILE: settings from a YAML file (config/yaml_file.h) */
+  TRUN_OPT_PRINT_CONFIG,      /* --print-config: print every setting with its source, then exit */
+  TRUN_OPT_HOSTFILE,          /* --hostfile FILE: one agent per host over --rsh (launcher/hostfile.h) */
+  TRUN_OPT_RSH,               /* --rsh CMD: the remote shell command of --hostfile */
+  TRUN_OPT_ON_SPLIT_PODS,     /* --on-split-pods warn|fail: the doctor's split-pod / GPU-clash findings
+                                 (agent/nccl/doctor.h) */
+  TRUN_OPT_NCCL_REPORT,       /* --nccl-report: NCCL INFO logs per rank, transport report at the end
+                                 (agent/nccl/nccl_log.h) */
+  TRUN_OPT_PREFLIGHT,         /* --preflight: NCCL all-reduce check before the workers (tools/preflight.c) */
+  TRUN_OPT_PREFLIGHT_PASS,    /* --preflight-pass GBPS: busbw at or above it passes (else the table's) */
+  TRUN_OPT_PREFLIGHT_WARN,    /* --preflight-warn GBPS: busbw at or above it warns, below it fails */
+  TRUN_OPT_EVENTS,            /* --events FILE|fd:N: JSON-lines event stream (agent/observe/events.h) */
+  TRUN_OPT_METRICS_PORT,      /* --metrics-port P: Prometheus endpoint (agent/observe/metrics.h) */
+  TRUN_OPT_STALL_TIMEOUT,     /* --stall-timeout S: hang detection (agent/observe/stall.h) */
+  TRUN_OPT_STALL_SIGNAL,      /* --stall-signal SIG: sent to a stalled worker before the restart */
+  TRUN_OPT_HANG_TIMEOUT,      /* --hang-timeout S: restart after a RAS-found hang (agent_hang.c) */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
   TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
