@@ -50,7 +50,7 @@ typedef struct {
   const char *xid;       /* a hardware Xid on its GPU, or NULL */
   double stalled_s;      /* > 0: --stall-timeout found it stalled */
   const char *stuck;     /* SIGKILL did not end it: its state, or NULL */
-  const char *hang; /* the hang detector named it the culprit of a hung collective: what it said, or NULL */
+  const char *hang;      /* behind in a hung collective (agent_hang.c): what it said, or NULL */
 } trun_cause_in;
 
 /* The one-line cause in out[len] and its kind. */
