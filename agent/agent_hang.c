@@ -8,11 +8,13 @@
  * RAS answers are untrusted: another local user may bind the port first, and two jobs on one node share it.
  * A culprit is this node's to name and act on only when RAS gives one of this node's addresses as its host
  * AND its pid is a running worker of this round (or of that worker's process group). A culprit on another
- * host is that node's agent's to name (every culprit is named once, by the node that can act on it); one on
- * this host whose pid is not ours gets a warning and nothing else. Nothing is ever signalled but our own
+ * host, or of another agent of this job on this host, is that agent's to name (every culprit is named once,
+ * by the agent that can act on it); one on this host whose pid is no worker of this job gets a warning and
+ * nothing else. Nothing is ever signalled but our own
  * workers, through the normal teardown. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -158,6 +160,24 @@ static worker *worker_of(agent *a, long pid) {
   return NULL;
 }
 
+/* 1 when process pid is a worker of this job started by another agent on this host (several agents per
+ * host, or a loopback test): its environment (readable only for our own user's processes) holds this job's
+ * TORCHELASTIC_RUN_ID. A hint that spares a warning only: nothing is done for it either way. */
+static int same_job_elsewhere(agent *a, long pid) {
+  char path[64], want[160], buf[65536];
+  snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+  int n = snprintf(want, sizeof(want), "TORCHELASTIC_RUN_ID=%s", a->cfg->run_id);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return 0; /* gone, or another user's: not ours */
+  ssize_t got = read(fd, buf, sizeof(buf) - 1);
+  if (close(fd) < 0) trun_debug("hang: close(%s): %s", path, strerror(errno));
+  if (got <= 0) return 0;
+  buf[got] = '\0';
+  for (ssize_t i = 0; i < got; i += (ssize_t)strlen(buf + i) + 1)
+    if (strncmp(buf + i, want, (size_t)n) == 0 && buf[i + n] == '\0') return 1;
+  return 0;
+}
+
 /* 1 when hash is in list[0..*n); else adds it (when room) and returns 0. */
 static int seen_before(char (*list)[24], int *n, const char *hash) {
   for (int i = 0; i < *n; i++)
@@ -184,6 +204,9 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
       if (nn < sizeof(names))
         nn += (size_t)snprintf(names + nn, sizeof(names) - nn, "%srank %d (local %d, pid %d)", nn ? ", " : "",
                                base + w->local_rank, w->local_rank, (int)w->pid);
+    } else if (is_local_host(h, u->host) && same_job_elsewhere(a, u->pid)) {
+      trun_debug("hang: rank %d (pid %ld) is this job's, of another agent on this host: it names it", u->rank,
+                 u->pid);
     } else if (is_local_host(h, u->host) && nf < sizeof(foreign)) {
       nf += (size_t)snprintf(foreign + nf, sizeof(foreign) - nf, "%spid %ld", nf ? ", " : "", u->pid);
     }

@@ -12,6 +12,8 @@
 #  (d) a lying answer (rank 1's pid is a process of this host that is no worker: a sleep the test owns):
 #      a warning, no restart, the process is not killed;
 #  (e) nothing listens at NCCL_RAS_ADDR: nothing said, the job runs;
+#  (g) two agents on loopback (static rendezvous, rank 1 on node rank 1), --hang-timeout 0: only node rank
+#      1's agent names rank 1, the other says nothing, nothing restarts;
 #  (f) --hang-timeout bad values exit 2; --help lists it.
 # Only loopback traffic. Exit: 0 pass, anything else fail.
 set -euo pipefail
@@ -156,6 +158,32 @@ kill -0 "$job" || fail "(e): trun ended"
 stop_pid "$job"
 show "$tmp/e.err"
 ! grep -qi 'hang\|RAS' "$tmp/e.err" || fail "(e): trun spoke of RAS or a hang with nothing listening"
+
+# (g) two agents (static rendezvous on loopback, one worker each; rank 1 on node rank 1), one RAS answer
+# naming rank 1 behind: the agent whose worker it is names it (--hang-timeout 0: name only); the other agent
+# says nothing (rank 1 is another agent's worker of this job, not a foreign pid).
+mkdir -p "$tmp/g"
+start_ras g job-behind "$tmp/g"
+mport=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+for nr in 1 0; do
+  NCCL_RAS_ADDR=$addr PYTHON_EXEC=$host_py setsid "$trun" --nnodes 2 --node-rank $nr --master-addr 127.0.0.1 \
+    --master-port "$mport" --nproc-per-node 1 --hang-timeout 0 --events "$tmp/g$nr.events" "$worker" "$tmp/g" \
+    >"$tmp/g$nr.out" 2>"$tmp/g$nr.err" &
+  eval "job$nr=\$!"
+  _bg_pgids+=("$!")
+done
+job=$job1
+wait_for g1 "node rank 1 names rank 1" grep -q 'hang: rank 1 (local 0, pid [0-9]*) is behind in a hung collective: .*not acted on (--hang-timeout 0)' "$tmp/g1.err"
+served=$(cat "$tmp/g.served")
+wait_for g1 "5 more answers" served_at_least "$tmp/g.served" $((served + 5))
+stop_pid "$job1"
+stop_pid "$job0"
+stop_pid "$server"
+show "$tmp/g0.err" "$tmp/g1.err"
+! grep -q 'hang' "$tmp/g0.err" || fail "(g): node rank 0 spoke of the hang of node rank 1's worker"
+[ "$(grep -c 'is behind in a hung collective' "$tmp/g1.err")" -eq 1 ] || fail "(g): node rank 1 named it not once"
+grep -q '"event": *"hang"' "$tmp/g1.events" || fail "(g): no hang event on node rank 1"
+[ ! -e "$tmp/g/attempt.1.0" ] || fail "(g): --hang-timeout 0 restarted the workers"
 
 # (f) the option's values.
 for bad in -1 abc nan 1e9 ''; do
