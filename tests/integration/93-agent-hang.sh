@@ -122,7 +122,7 @@ for c in b:job-advancing c:job-idle; do
   stop_pid "$job"
   stop_pid "$server"
   show "$tmp/$name.err"
-  ! grep -q 'hang' "$tmp/$name.err" || fail "($name, ${c#*:}): trun spoke of a hang"
+  ! grep -Eq 'hang:|hang detection' "$tmp/$name.err" || fail "($name, ${c#*:}): trun spoke of a hang"
   ! grep -q '"event": *"hang"' "$tmp/$name.events" || fail "($name): a hang event"
   [ ! -e "$tmp/$name/attempt.1.0" ] || fail "($name): the workers restarted"
 done
@@ -157,7 +157,7 @@ sleep 5 # a few polls of the closed port (what must not happen has no event to w
 kill -0 "$job" || fail "(e): trun ended"
 stop_pid "$job"
 show "$tmp/e.err"
-! grep -qi 'hang\|RAS' "$tmp/e.err" || fail "(e): trun spoke of RAS or a hang with nothing listening"
+! grep -Eq 'hang:|hang detection|RAS' "$tmp/e.err" || fail "(e): trun spoke of RAS or a hang with nothing listening"
 
 # (g) two agents (static rendezvous on loopback, one worker each; rank 1 on node rank 1), one RAS answer
 # naming rank 1 behind: the agent whose worker it is names it (--hang-timeout 0: name only); the other agent
@@ -180,7 +180,7 @@ stop_pid "$job1"
 stop_pid "$job0"
 stop_pid "$server"
 show "$tmp/g0.err" "$tmp/g1.err"
-! grep -q 'hang' "$tmp/g0.err" || fail "(g): node rank 0 spoke of the hang of node rank 1's worker"
+! grep -Eq 'hang:|hang detection' "$tmp/g0.err" || fail "(g): node rank 0 spoke of the hang of node rank 1's worker"
 [ "$(grep -c 'is behind in a hung collective' "$tmp/g1.err")" -eq 1 ] || fail "(g): node rank 1 named it not once"
 grep -q '"event": *"hang"' "$tmp/g1.events" || fail "(g): no hang event on node rank 1"
 [ ! -e "$tmp/g/attempt.1.0" ] || fail "(g): --hang-timeout 0 restarted the workers"
