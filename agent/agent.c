@@ -380,6 +380,15 @@ static void kill_strays(agent *a) {
   free(pids);
 }
 
+/* A collective hang past --hang-timeout (agent_hang.c): the workers stop like after a failure of the culprit
+ * at local rank lr (agent_hang.c then marks the culprits as root causes). */
+static void on_hang(agent *a, int lr) {
+  if (a->phase_stopping) return;
+  a->result = OUT_FAILED;
+  a->first_failed = lr;
+  begin_stop(a, SIGTERM, 1);
+}
+
 /* One attempt: start every local worker and supervise them until the round ends. */
 static void run_round(agent *a) {
   char attempt_dir[PATH_MAX] = "";
@@ -419,6 +428,7 @@ static void run_round(agent *a) {
   }
   a->in_round = 1;
   if (a->strays) uv_timer_start(&a->stray_timer, on_stray_timer, TRUN_STRAY_SCAN_MS, TRUN_STRAY_SCAN_MS);
+  trun__agent_hang_round(a, 1);
   uint64_t live = (uint64_t)trun_rdzv_live_ms(a->rdzv);
   if (live > 0) uv_timer_start(&a->live_timer, on_live_timer, live, live);
   maybe_finish(a); /* a worker may have failed to start */
@@ -429,6 +439,7 @@ static void run_round(agent *a) {
   uv_timer_stop(&a->stray_timer);
   kill_strays(a);
   trun_stall_end(a->stall);
+  trun__agent_hang_round(a, 0);
   a->in_round = 0;
 }
 
@@ -558,6 +569,7 @@ static int plan(agent *a) {
     return -1;
   }
   if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
+  if (trun__agent_hang_open(a) < 0) return -1;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
   trun__agent_warm_fill(a); /* imports while the agent meets the other nodes */
@@ -837,6 +849,7 @@ static int open_agent(agent *a) {
   trun_fqdn(a->host, sizeof(a->host));
   a->unhealthy_lr = -1;
   a->on_unhealthy = on_unhealthy;
+  a->on_hang = on_hang;
   raise_nofile(a);
   a->w = calloc((size_t)a->nproc, sizeof(worker));
   a->loop = malloc(sizeof(uv_loop_t));
@@ -888,6 +901,7 @@ static int open_agent(agent *a) {
  * node's watchers and children, the end watcher, events (the last one says code), the rendezvous (its
  * stores stop), the warm pool, the loop and its handles, the guard, the memory. */
 static void close_agent(agent *a, int code, char **orig_env) {
+  trun__agent_hang_close(a);
   trun__agent_health_close(a);
   trun__agent_preflight_close(a);
   trun__agent_torchwatch_close(a);

@@ -2,7 +2,7 @@
  * (agent.c; a worker's files, streams and process in agent_workers.c; failure records and the report in
  * agent_failures.c; the workers' torchrun environment in worker_env.c; --nproc-per-node in nproc.c;
  * --explain in explain.c; --dry-run in agent_dryrun.c; --watch-stdin in agent_stdin.c).
- * May use: base, config, discover, proc, rdzv, nccl, observe. Used by the launcher.
+ * May use: base, config, discover, proc, rdzv, nccl, observe, hang. Used by the launcher.
  * Exit codes: base/exit.h's table (TRUN_EXIT_*), the one every path uses.
  */
 #ifndef TRUN_AGENT_H
