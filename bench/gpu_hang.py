@@ -1,0 +1,102 @@
+"""Collective hangs on the GPU box (issue 37): how long until the culprit is named and until the job is training
+again, trun (NCCL RAS, defaults but --hang-timeout) vs torchrun 2.11 (torch's NCCL watchdog), one call.
+
+Each run starts bench/hang_worker.py on every GPU of the box (`--nproc-per-node gpu`): 50 healthy all-reduces,
+then the last rank hangs in one of three ways (HANG_KIND): `sleep` (it never enters the 51st all-reduce),
+`mismatch` (it broadcasts while the others all-reduce), `spin` (a GPU kernel that never ends, then the
+all-reduce). Only the job's first attempt hangs: the restarted attempt trains and exits 0, so "training again" is
+the moment a restarted rank finished its healthy phase. torch's process-group timeout is HANG_PG_TIMEOUT (60 s
+here so that a run ends inside the call; torch's default is 10 min, and a launcher that waits for the watchdog
+waits that long); trun runs with --hang-timeout HANG_TIMEOUT (10 s here; its default is 300 s).
+
+Times are seconds from the moment the hang began (the last "healthy phase done" line + the worker's 3 s pause):
+named = trun's `hang:` line naming the culprit (torchrun: the first watchdog timeout line, which names no
+culprit); restarted = a rank of the next attempt done with its healthy phase. The culprit each launcher named
+(trun: its `hang:` / root-cause lines; torchrun: its root-cause rank) is kept.
+
+Run on the GPU box: python3 bench/gpu_hang.py (TRUN_BIN: the directory of trun, default build/portable).
+Writes $OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
+"""
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.environ.get("OUT", os.path.join(REPO, "build", "gpu-results"))
+TRUN = os.path.join(os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable")), "trun")
+WORKER = os.path.join(REPO, "bench", "hang_worker.py")
+PG_TIMEOUT = os.environ.get("HANG_PG_TIMEOUT", "60")
+HANG_TIMEOUT = os.environ.get("HANG_TIMEOUT", "10")
+LIMIT = float(os.environ.get("HANG_RUN_LIMIT", "150"))
+
+
+def run(name, cmd, kind):
+    env = dict(os.environ, HANG_KIND=kind, PG_TIMEOUT=PG_TIMEOUT, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1",
+               HANG_ONLY_ATTEMPT="0")
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines, healthy0, named, named_line, restarted, culprit = [], None, None, "", None, ""
+    try:
+        for line in p.stdout:
+            t = time.monotonic() - t0
+            lines.append(f"{t:8.3f} {line.rstrip()}")
+            if "healthy phase done (attempt 0)" in line:
+                healthy0 = t
+            elif "healthy phase done (attempt 1)" in line and restarted is None:
+                restarted = t
+            if named is None and (re.search(r"hang: rank .* is behind", line) or "Watchdog caught collective" in line):
+                named, named_line = t, line.strip()
+            m = re.search(r"root cause: (rank \d+)", line) or re.search(r"rank\s*:\s*(\d+) \(local_rank", line)
+            if m and not culprit:
+                culprit = m.group(1)
+            if t > LIMIT:
+                p.kill()
+                break
+    finally:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    start = healthy0 + 3.0 if healthy0 is not None else None
+    rel = lambda x: round(x - start, 2) if (x is not None and start is not None) else None
+    m = re.search(r"hang: (rank \d+ \(local \d+, pid \d+\))", named_line)
+    return {"launcher": name, "kind": kind, "exit": p.returncode, "named_s": rel(named), "restarted_s": rel(restarted),
+            "named_line": named_line[:400], "trun_culprit": m.group(1) if m else None, "root_cause": culprit,
+            "wall_s": round(time.monotonic() - t0, 2)}, lines
+
+
+def main():
+    import torch
+    os.makedirs(OUT, exist_ok=True)
+    ngpu = torch.cuda.device_count()
+    common = ["--standalone", "--nproc-per-node", str(ngpu), "--max-restarts", "1", WORKER]
+    launchers = {"trun": [TRUN, "--hang-timeout", HANG_TIMEOUT],
+                 "torchrun-" + torch.__version__.split("+")[0]: [sys.executable, "-m", "torch.distributed.run"]}
+    kinds = os.environ.get("HANG_KINDS", "sleep,mismatch,spin").split(",")
+    only = os.environ.get("HANG_LAUNCHERS")
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+           "gpu_name": torch.cuda.get_device_name(0), "gpus": ngpu, "pg_timeout_s": int(PG_TIMEOUT),
+           "hang_timeout_s": int(HANG_TIMEOUT), "runs": []}
+    logs = []
+    for kind in kinds:
+        for name, base in launchers.items():
+            if only and name.split("-")[0] not in only.split(","):
+                continue
+            r, lines = run(name, base + common, kind)
+            print(json.dumps(r), flush=True)
+            res["runs"].append(r)
+            logs.append(f"==== {name} {kind}\n" + "\n".join(lines))
+    stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
+    json.dump(res, open(stem + ".json", "w"), indent=1)
+    open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
+    print(f"results: {stem}.json", flush=True)
+
+
+if __name__ == "__main__":
+    main()
