@@ -281,11 +281,60 @@ START_TEST(test_repeated_last_wins) {
 END_TEST
 
 START_TEST(test_value_starting_with_dash) {
-  ck_assert_int_eq(parse(ARGV("--rdzv-conf", "-x=1", "s.py"), NOENV), 0);
+  ck_assert_int_eq(parse(ARGV("--rdzv-conf=-x=1", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_RDZV_CONF, "-x=1");
+  /* argparse reads "-x=1" as an (unknown) option, not as the value of --rdzv-conf */
+  assert_fail(ARGV("--rdzv-conf", "-x=1", "s.py"), NOENV,
+              "argument --rdzv-conf/--rdzv_conf: expected one argument");
   ck_assert_int_eq(parse(ARGV("--role=--nnodes", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_ROLE, "--nnodes");
   ck_assert_int_eq(cl.v[TRUN_OPT_NNODES].src, TRUN_SRC_DEFAULT);
+}
+END_TEST
+
+/* Issue 38 item 3: an option never swallows the next option. Every option of real torchrun's parser
+ * (/usr/bin/python3's torch) that takes a value, with awkward values (options, prefixes, negative
+ * numbers, '-', '--', blanks), separate and '='-joined: trun refuses exactly where torchrun's argparse
+ * does. tests/helpers/argparse_cases.py prints torchrun's verdicts. */
+START_TEST(test_values_against_torchrun_argparse) {
+  FILE *f = popen("/usr/bin/python3 tests/helpers/argparse_cases.py", "r");
+  ck_assert_msg(f != NULL, "cannot run /usr/bin/python3 tests/helpers/argparse_cases.py");
+  static char line[4096];
+  int ncases = 0, nrefused = 0, nwrong = 0;
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *items[16] = {"trun"};
+    int n = 1;
+    char *verdict = line, *tab = strchr(line, '\t');
+    ck_assert_ptr_nonnull(tab);
+    *tab = '\0';
+    for (char *a = tab + 1; n < 15; n++) {
+      items[n] = a;
+      char *t = strchr(a, '\t');
+      if (!t) {
+        n++;
+        break;
+      }
+      *t = '\0';
+      a = t + 1;
+    }
+    items[n] = NULL;
+    int want_refuse = strcmp(verdict, "refuse") == 0;
+    ck_assert(want_refuse || strcmp(verdict, "accept") == 0);
+    int rc = parse(items, NOENV);
+    ncases++;
+    nrefused += want_refuse;
+    if ((rc < 0) != want_refuse) {
+      nwrong++;
+      fprintf(stderr, "torchrun %ss, trun %ss:", verdict, rc < 0 ? "refuse" : "accept");
+      for (int i = 1; i < n; i++) fprintf(stderr, " '%s'", items[i]);
+      fprintf(stderr, "%s%s\n", rc < 0 ? " -- " : "", rc < 0 ? err : "");
+    }
+  }
+  ck_assert_int_eq(pclose(f), 0);
+  ck_assert_int_gt(ncases, 1000);
+  ck_assert_int_gt(nrefused, 100);
+  ck_assert_int_eq(nwrong, 0);
 }
 END_TEST
 
@@ -608,6 +657,10 @@ END_TEST
 
 static Suite *cli_suite(void) {
   Suite *s = suite_create("cli");
+  TCase *torch = tcase_create("torchrun-argparse"); /* imports torch: seconds on a loaded machine */
+  tcase_set_timeout(torch, 120);
+  tcase_add_test(torch, test_values_against_torchrun_argparse);
+  suite_add_tcase(s, torch);
   TCase *tc = tcase_create("cli");
   tcase_add_test(tc, test_table_exact);
   tcase_add_test(tc, test_src_names);
