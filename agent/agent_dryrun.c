@@ -80,6 +80,11 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   print_plan(cfg, &pv, out);
   fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
           cfg->signals_text);
+  if (!cfg->no_python || cfg->run_path) {
+    char py[PATH_MAX + 128];
+    trun_agent_describe_python(envp, py, sizeof(py));
+    fprintf(out, "interpreter: %s\n", py);
+  }
   static const char *const shown[] = {"LOCAL_RANK",
                                       "RANK",
                                       "GROUP_RANK",

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# What a user sees (issue 38): an option never swallows the next one ('--log_dir --dry-run' exits 2 like
+# torchrun's "expected one argument", and nothing runs or is created); a script, an -m module, a
+# --no-python program or a PYTHON_EXEC that does not exist exits 2 naming it before anything starts;
+# --dry-run names the workers' interpreter and the rule that chose it; a worker that fails at start-up
+# (No module named ...) is reported with the interpreter that ran it.
+# Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../helpers/lib.sh"
+need_trun
+need_host_torch
+w=$repo/tests/helpers/touch.py
+out=$tmp/ran
+mkdir -p "$out" "$tmp/cwd"
+cd "$tmp/cwd"
+
+# bad NAME REGEX ARGS...: exit 2, exactly one stderr line matching REGEX, no worker ran, no file made here.
+bad() {
+  local name=$1 re=$2
+  shift 2
+  local rc=0
+  trun_run "$@" >"$tmp/o" 2>"$tmp/e" || rc=$?
+  echo "== $name: trun $* -> rc $rc: $(cat "$tmp/e")"
+  [ $rc -eq 2 ] || fail "$name: exit $rc, want 2 (stderr: $(cat "$tmp/e"))"
+  [ "$(wc -l <"$tmp/e")" -eq 1 ] || fail "$name: want exactly one stderr line, got:
+$(cat "$tmp/e")"
+  grep -Eq -- "$re" "$tmp/e" || fail "$name: the stderr line does not name the problem (/$re/): $(cat "$tmp/e")"
+  [ -z "$(ls "$out")" ] || fail "$name: a worker ran: $(ls "$out")"
+  [ -z "$(ls -A "$tmp/cwd")" ] || fail "$name: files were made in the working directory: $(ls -A "$tmp/cwd")"
+}
+
+# Item 3: the issue's command line, and the same value rule as torchrun's argparse on it.
+bad swallow "argument --log-dir/--log_dir: expected one argument" --tee 3 --log_dir --dry-run "$w" "$out"
+bad swallow-short "argument -r/--redirects: expected one argument" -r --nproc-per-node 2 "$w" "$out"
+bad swallow-prefix "argument --role: expected one argument" --role --nnod 2 "$w" "$out"
+rc=0
+"$host_py" -m torch.distributed.run --tee 3 --log_dir --dry-run "$w" "$out" >/dev/null 2>"$tmp/e" || rc=$?
+grep -q "argument --log_dir: expected one argument" "$tmp/e" || fail "torchrun 1.13 itself said: $(cat "$tmp/e")"
+rm -rf "$tmp/cwd/--dry-run"
+echo "ok: an option's value is never an option (torchrun exits $rc the same way)"
+
+# Item 6: what does not exist is named before anything starts.
+bad no-script "the training script 'nosuch\.py' in $tmp/cwd: No such file or directory" --nproc-per-node 2 nosuch.py
+bad no-script-abs "the training script '/nonexistent/x\.py': No such file" /nonexistent/x.py
+bad no-run-path "the training script '/nonexistent/x\.py'" --run-path /nonexistent/x.py
+bad no-module "no module named 'nosuchpkg_38' \(-m nosuchpkg_38\.train\) for the workers' interpreter $host_py" \
+  -m nosuchpkg_38.train
+bad no-program "the training program 'nosuchprog_38' \(--no-python\) is not on PATH" --no-python nosuchprog_38
+rc=0
+PYTHON_EXEC=/nonexistent/python3 run_pg "$trun" "$w" "$out" >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc -eq 2 ] && grep -q "the workers' interpreter '/nonexistent/python3' (PYTHON_EXEC) is not an executable file" \
+  "$tmp/e" || fail "a PYTHON_EXEC that does not exist: exit $rc: $(cat "$tmp/e")"
+[ -z "$(ls "$out")" ] || fail "a worker ran with a PYTHON_EXEC that does not exist"
+# what exists still runs: a script, an -m module found from the working directory, a --no-python program
+printf 'import sys; open(sys.argv[1] + "/ran.m", "w").close()\n' >"$tmp/cwd/mymod_38.py"
+trun_run -m mymod_38 "$out" >"$tmp/o" 2>&1 || fail "-m with a module of the working directory: $(cat "$tmp/o")"
+[ -e "$out/ran.m" ] || fail "-m mymod_38 did not run"
+trun_run --no-python true >"$tmp/o" 2>&1 || fail "--no-python true: $(cat "$tmp/o")"
+trun_run --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>&1 || fail "a good script: $(cat "$tmp/o")"
+[ -e "$out/ran.1" ] || fail "the good script did not run"
+echo "ok: a missing script, module, program or interpreter exits 2 before anything starts"
+
+# Item 5: the interpreter is named, with the rule that chose it.
+trun_run --dry-run "$w" "$out" >"$tmp/dry" 2>&1 || fail "--dry-run: $(cat "$tmp/dry")"
+grep -qx "interpreter: $host_py (PYTHON_EXEC)" "$tmp/dry" ||
+  fail "--dry-run does not name PYTHON_EXEC's interpreter: $(grep -i interp "$tmp/dry")"
+mkdir -p "$tmp/bin"
+ln -s "$host_py" "$tmp/bin/python3"
+env -u PYTHON_EXEC PATH="$tmp/bin:$PATH" "$trun" --dry-run "$w" "$out" >"$tmp/dry" 2>&1 || fail "--dry-run: $(cat "$tmp/dry")"
+grep -qx "interpreter: $tmp/bin/python3 (the first python3 on PATH; set PYTHON_EXEC to choose another)" "$tmp/dry" ||
+  fail "--dry-run does not name the python3 on PATH: $(grep -i interp "$tmp/dry")"
+printf 'import no_such_module_38\n' >"$tmp/imp.py"
+rc=0
+trun_run --crash-loop 0 "$tmp/imp.py" >"$tmp/o" 2>"$tmp/e" || rc=$?
+[ $rc -eq 1 ] || fail "an import error: exit $rc, want 1"
+grep -q "No module named 'no_such_module_38'; interpreter: $host_py (PYTHON_EXEC)" "$tmp/e" ||
+  fail "the start-up failure does not name the interpreter: $(grep -i 'module' "$tmp/e")"
+echo "ok: the workers' interpreter is named (--dry-run, a start-up failure)"
