@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_int.h"
 #include "base/base.h"
 #include "worker_env.h"
 
@@ -109,4 +110,27 @@ int trun_agent_check_script(const trun_config *cfg, char **envp, char *err, size
   snprintf(err, len, "the training script '%s'%s%s: %s; nothing was started", script,
            script[0] == '/' ? "" : " in ", script[0] == '/' ? "" : cwd, why);
   return -1;
+}
+
+int trun__agent_check_ranks_filter(const trun_config *cfg, int nproc, char *err, size_t len) {
+  if (!cfg->ranks_filter_set) return 0;
+  int shown = 0, beyond = 0;
+  for (int lr = 0; lr < TRUN_MAX_LOCAL; lr++) {
+    if (!cfg->ranks_filter[lr]) continue;
+    if (lr < nproc)
+      shown++;
+    else
+      beyond++;
+  }
+  if (shown == 0) {
+    snprintf(err, len,
+             "--local-ranks-filter names no local rank of this node's %d worker%s (0-%d): the console would "
+             "show none of their output; give ranks below %d",
+             nproc, nproc == 1 ? "" : "s", nproc - 1, nproc);
+    return -1;
+  }
+  if (beyond)
+    trun_warn("--local-ranks-filter names %d local rank%s beyond this node's %d workers (0-%d): %s not shown",
+              beyond, beyond == 1 ? "" : "s", nproc, nproc - 1, beyond == 1 ? "it is" : "they are");
+  return 0;
 }

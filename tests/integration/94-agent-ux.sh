@@ -77,3 +77,17 @@ trun_run --crash-loop 0 "$tmp/imp.py" >"$tmp/o" 2>"$tmp/e" || rc=$?
 grep -q "No module named 'no_such_module_38'; interpreter: $host_py (PYTHON_EXEC)" "$tmp/e" ||
   fail "the start-up failure does not name the interpreter: $(grep -i 'module' "$tmp/e")"
 echo "ok: the workers' interpreter is named (--dry-run, a start-up failure)"
+
+# Item 4: --standalone with more nodes asked for, and a --local-ranks-filter that hides every worker, exit 2.
+rm -f "$out"/ran.* "$tmp/cwd/mymod_38.py"
+bad standalone-nnodes "--standalone runs one node, but --nnodes 2 asks for more" --standalone --nnodes 2 "$w" "$out"
+bad filter-none "--local-ranks-filter names no local rank of this node's 2 workers \(0-1\)" \
+  --local-ranks-filter 5 --nproc-per-node 2 "$w" "$out"
+trun_run --dry-run --standalone "$w" "$out" >"$tmp/dry" 2>&1 || fail "--dry-run --standalone: $(cat "$tmp/dry")"
+grep -q "rendezvous: static (--standalone: trun's single-node rendezvous; torchrun's c10d)" "$tmp/dry" ||
+  fail "--dry-run --standalone does not say what it runs: $(grep rendezvous: "$tmp/dry")"
+trun_run --local-ranks-filter 1,7 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$tmp/e" ||
+  fail "--local-ranks-filter 1,7: $(cat "$tmp/e")"
+grep -q "local-ranks-filter names 1 local rank beyond this node's 2 workers (0-1)" "$tmp/e" ||
+  fail "--local-ranks-filter 1,7 does not say that rank 7 does not exist: $(cat "$tmp/e")"
+echo "ok: --standalone --nnodes 2 and an empty --local-ranks-filter exit 2"
