@@ -91,3 +91,23 @@ trun_run --local-ranks-filter 1,7 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$t
 grep -q "local-ranks-filter names 1 local rank beyond this node's 2 workers (0-1)" "$tmp/e" ||
   fail "--local-ranks-filter 1,7 does not say that rank 7 does not exist: $(cat "$tmp/e")"
 echo "ok: --standalone --nnodes 2 and an empty --local-ranks-filter exit 2"
+# Item 9: console lines carry no source locations ("(agent_failures.c:248)") except at TRUN_LOG_LEVEL=debug.
+! grep -E '\([a-z_]+\.c:[0-9]+\)' "$tmp/e" || fail "a console line ends in a source location (above)"
+TRUN_LOG_LEVEL=debug trun_run --local-ranks-filter 1,7 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$tmp/e" ||
+  fail "--local-ranks-filter 1,7 at debug level: $(cat "$tmp/e")"
+grep -qE 'beyond this node.*\(agent_script\.c:[0-9]+\)$' "$tmp/e" ||
+  fail "TRUN_LOG_LEVEL=debug lost the source locations: $(cat "$tmp/e")"
+echo "ok: source locations only at TRUN_LOG_LEVEL=debug"
+
+# Item 8: -r / --tee without --log-dir says once where the files go.
+rm -f "$out"/ran.*
+trun_run -r 3 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$tmp/e" || fail "-r 3: $(cat "$tmp/e")"
+[ "$(grep -c "the workers' --redirects / --tee logs go to $TMPDIR/torchelastic_" "$tmp/e")" -eq 1 ] ||
+  fail "-r 3 without --log-dir does not say once where the logs go: $(cat "$tmp/e")"
+d=$(sed -n "s|.*logs go to \(/[^ ]*\)/attempt_<N>/.*|\1|p" "$tmp/e")
+[ -f "$d/attempt_0/1/stdout.log" ] || fail "the logs are not where it said: $d"
+trun_run --tee 3 --log-dir "$tmp/logs" "$w" "$out" >"$tmp/o" 2>"$tmp/e" || fail "--tee 3 --log-dir: $(cat "$tmp/e")"
+! grep -q "logs go to" "$tmp/e" || fail "with --log-dir the line is noise: $(cat "$tmp/e")"
+trun_run "$w" "$out" >"$tmp/o" 2>"$tmp/e" || fail "a plain run: $(cat "$tmp/e")"
+! grep -q "logs go to" "$tmp/e" || fail "without -r / --tee the line is noise: $(cat "$tmp/e")"
+echo "ok: -r / --tee without --log-dir say where the logs go"
