@@ -199,9 +199,9 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                     "Static rendezvous: once every node joined, node rank 0's store admits "
                                     "only the joined nodes' addresses and its own."},
     [TRUN_OPT_STORE_THREADS] =
-        {"store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
+        {"store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
          "Threads (event loops) of the TCPStore servers this agent hosts, 1-64. auto: 4 "
-         "with 32 or more usable CPUs, 2 with 8 or more, else 1. (default: auto)"},
+         "with 32 or more usable CPUs, 2 with 8 or more, else 1."},
     [TRUN_OPT_HEALTH_CHECK] =
         {"health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", TRUN_G_TRUN, "{off,warn,fail}",
          "Before the first rendezvous, check this node (GPU count, memory errors, clocks, PCIe, NVLink, "

@@ -111,3 +111,25 @@ trun_run --tee 3 --log-dir "$tmp/logs" "$w" "$out" >"$tmp/o" 2>"$tmp/e" || fail 
 trun_run "$w" "$out" >"$tmp/o" 2>"$tmp/e" || fail "a plain run: $(cat "$tmp/e")"
 ! grep -q "logs go to" "$tmp/e" || fail "without -r / --tee the line is noise: $(cat "$tmp/e")"
 echo "ok: -r / --tee without --log-dir say where the logs go"
+
+# Item 12: a rendezvous_start event carries no group rank (none is assigned yet); the round's end does.
+trun_run --events "$tmp/ev.jsonl" "$w" "$out" >"$tmp/o" 2>&1 || fail "--events: $(cat "$tmp/o")"
+"$host_py" - "$tmp/ev.jsonl" <<'PY' || fail "rendezvous events' group_rank (above)"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+start = [e for e in ev if e.get("event", e.get("type")) == "rendezvous_start"]
+end = [e for e in ev if e.get("event", e.get("type")) == "rendezvous_end"]
+assert start and end, ev
+assert all("group_rank" not in e for e in start), start
+assert all(e.get("group_rank") == 0 for e in end), end
+PY
+# the config key table (config/README.md) lists every backend and only the implemented numa-binding value
+"$host_py" - "$repo/config/README.md" <<'PY' || fail "config/README.md's key table (above)"
+import sys
+rows = {l.split("|")[1].strip(): l.split("|")[2] for l in open(sys.argv[1]) if l.startswith("| `")}
+assert all("`%s`" % b in rows["`rdzv-backend`"] for b in ("static", "c10d", "trun")), rows["`rdzv-backend`"]
+assert rows["`numa-binding`"].split("(")[0].strip() == "`node`", rows["`numa-binding`"]
+PY
+rm -f "$out"/ran.*
+bad numa-socket "--numa-binding 'socket'" --numa-binding socket "$w" "$out"
+echo "ok: events, the config key table"

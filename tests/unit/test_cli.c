@@ -128,7 +128,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_STALL_SIGNAL, "stall-signal", "stall_signal", 0, 0, NULL, "TRUN_STALL_SIGNAL", "trun"},
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
-    {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", "trun"},
+    {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", "trun"},
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
@@ -335,6 +335,23 @@ START_TEST(test_values_against_torchrun_argparse) {
   ck_assert_int_gt(ncases, 1000);
   ck_assert_int_gt(nrefused, 100);
   ck_assert_int_eq(nwrong, 0);
+}
+END_TEST
+
+/* Issue 38 item 12: every option that takes a value says its default once ("(default: auto) (default:
+ * unset; ...)" for --store-threads), flags never. */
+START_TEST(test_help_one_default_each) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  trun_cli_help(f);
+  ck_assert_int_eq(fclose(f), 0);
+  int want = 0, got = 0;
+  for (int id = 0; id < TRUN_OPT__COUNT; id++) want += !trun_opt_desc_of((trun_opt_id)id)->is_flag;
+  for (const char *p = strstr(text, "(default:"); p; p = strstr(p + 1, "(default:")) got++;
+  free(text);
+  ck_assert_int_eq(got, want);
 }
 END_TEST
 
@@ -670,6 +687,7 @@ static Suite *cli_suite(void) {
   tcase_add_test(tc, test_flag_with_value_is_error);
   tcase_add_test(tc, test_repeated_last_wins);
   tcase_add_test(tc, test_value_starting_with_dash);
+  tcase_add_test(tc, test_help_one_default_each);
   tcase_add_test(tc, test_unique_prefixes);
   tcase_add_test(tc, test_ambiguous_prefixes);
   tcase_add_test(tc, test_short_forms);
