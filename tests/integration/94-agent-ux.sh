@@ -133,3 +133,48 @@ PY
 rm -f "$out"/ran.*
 bad numa-socket "--numa-binding 'socket'" --numa-binding socket "$w" "$out"
 echo "ok: events, the config key table"
+
+# Item 7: a port held by a program that is not a store is named as such (not 600 s of "handshake failed:
+# timed out"); an address this host cannot route (link-local without its interface) is retried like any
+# unreachable master, and no message names trun-store's --target.
+cat >"$tmp/silent.py" <<'PY'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:  # accepts and never answers: not a TCPStore
+    held.append(s.accept()[0])
+PY
+setsid "$host_py" "$tmp/silent.py" >"$tmp/silent.port" &
+_bg_pgids+=("$!")
+for _ in $(seq 100); do [ -s "$tmp/silent.port" ] && break; sleep 0.1; done
+port=$(cat "$tmp/silent.port")
+[ -n "$port" ] || fail "the silent listener did not start"
+# agent_until FILE REGEX ARGS...: runs an agent in the background until its stderr (FILE) matches REGEX
+# (safety limit 90 s), then stops it with SIGTERM; returns 1 if it ended or never said it.
+agent_until() {
+  local f=$1 re=$2 said=1
+  shift 2
+  PYTHON_EXEC=$host_py setsid "$trun" "$@" >/dev/null 2>"$f" &
+  local pid=$!
+  _bg_pgids+=("$pid")
+  for _ in $(seq 900); do
+    grep -Eq -- "$re" "$f" && { said=0; break; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null || said=1
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  return $said
+}
+agent_until "$tmp/e7" "something answers on that port but it is not a TCPStore" \
+  --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" --no-python true ||
+  fail "a port held by a silent program is not named as such: $(cat "$tmp/e7")"
+agent_until "$tmp/e7b" "waiting [0-9]+ s" \
+  --nnodes 2 --node-rank 1 --master-addr "[fe80::1]" --master-port 29555 --no-python true ||
+  fail "an unroutable master was not retried: $(cat "$tmp/e7b")"
+! grep -q -- "--target" "$tmp/e7" "$tmp/e7b" || fail "trun names trun-store's --target: $(cat "$tmp/e7b")"
+echo "ok: a port held by another program, an unroutable master"
