@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -50,17 +49,20 @@ static int trun__module_found(const char *python, const char *name, char **envp)
   char *argv[] = {(char *)python, "-c",
                   "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)",
                   top, NULL};
-  posix_spawn_file_actions_t fa;
-  if (posix_spawn_file_actions_init(&fa) != 0) return -1;
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, python, &fa, NULL, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    trun_debug("posix_spawnp(%s) for the -m check: %s", python, strerror(rc));
+  pid_t pid = fork();
+  if (pid < 0) {
+    trun_debug("fork for the -m check: %s", strerror(errno));
     return -1;
+  }
+  if (pid == 0) { /* the child: quiet, then the interpreter; 127 when it cannot be started */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+      (void)dup2(null, 0);
+      (void)dup2(null, 1);
+      (void)dup2(null, 2);
+    }
+    execvpe(python, argv, envp);
+    _exit(127);
   }
   int st;
   while (waitpid(pid, &st, 0) < 0)
