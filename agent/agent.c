@@ -346,6 +346,49 @@ static void on_unhealthy(agent *a) {
   if (a->unhealthy_lr >= 0) a->w[a->unhealthy_lr].torn_down = 0;
 }
 
+/* The view of the agent's children that strays.h goes by: the running workers, and the helpers in sessions of
+ * their own (the guard, the --warm-start pool, the local preflight). Fills pids (a->nproc + a->nproc + 2). */
+static trun_strays_view stray_view(agent *a, pid_t *pids) {
+  trun_strays_view v = {.workers = pids, .keep = pids + a->nproc};
+  for (int i = 0; i < a->nproc; i++)
+    if (a->w[i].running && a->w[i].pid > 0) pids[v.nworkers++] = a->w[i].pid;
+  pid_t *keep = pids + a->nproc;
+  keep[v.nkeep++] = a->guard.pid;
+  keep[v.nkeep++] = a->pf_pid;
+  for (int i = 0; i < a->nproc; i++) keep[v.nkeep++] = trun_warm_pid(a->warm, i);
+  return v;
+}
+
+static void on_stray_timer(uv_timer_t *t) {
+  agent *a = t->data;
+  pid_t *pids = calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t));
+  if (pids == NULL) return;
+  trun_strays_view v = stray_view(a, pids);
+  int rc = trun_strays_scan(a->strays, &v);
+  if (rc < 0) trun_debug("cannot read /proc for what the workers started: %s", strerror(-rc));
+  free(pids);
+}
+
+/* The end of a round (or of the agent): no process the workers started outlives it (strays.h). */
+static void kill_strays(agent *a) {
+  pid_t *pids = a->strays ? calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t)) : NULL;
+  if (pids == NULL) return;
+  trun_strays_view v = stray_view(a, pids);
+  v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
+  int n = trun_strays_kill(a->strays, &v);
+  if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
+  free(pids);
+}
+
+/* A collective hang past --hang-timeout (agent_hang.c): the workers stop like after a failure of the culprit
+ * at local rank lr (agent_hang.c then marks the culprits as root causes). */
+static void on_hang(agent *a, int lr) {
+  if (a->phase_stopping) return;
+  a->result = OUT_FAILED;
+  a->first_failed = lr;
+  begin_stop(a, SIGTERM, 1);
+}
+
 /* One attempt: start every local worker and supervise them until the round ends. */
 static void run_round(agent *a) {
   char attempt_dir[PATH_MAX] = "";
@@ -384,6 +427,8 @@ static void run_round(agent *a) {
     trun_obs_recovered(a->obs, ri->world_size, ri->group_world_size, s);
   }
   a->in_round = 1;
+  if (a->strays) uv_timer_start(&a->stray_timer, on_stray_timer, TRUN_STRAY_SCAN_MS, TRUN_STRAY_SCAN_MS);
+  trun__agent_hang_round(a, 1);
   uint64_t live = (uint64_t)trun_rdzv_live_ms(a->rdzv);
   if (live > 0) uv_timer_start(&a->live_timer, on_live_timer, live, live);
   maybe_finish(a); /* a worker may have failed to start */
@@ -391,7 +436,10 @@ static void run_round(agent *a) {
   uv_run(a->loop, UV_RUN_DEFAULT);
   trun_nccl_report_finish(rep);
   uv_timer_stop(&a->live_timer);
+  uv_timer_stop(&a->stray_timer);
+  kill_strays(a);
   trun_stall_end(a->stall);
+  trun__agent_hang_round(a, 0);
   a->in_round = 0;
 }
 
@@ -432,6 +480,7 @@ static void teardown(agent *a) {
   close_handle((uv_handle_t *)&a->stop_wait_timer);
   close_handle((uv_handle_t *)&a->remote);
   close_handle((uv_handle_t *)&a->live_timer);
+  close_handle((uv_handle_t *)&a->stray_timer);
   close_handle((uv_handle_t *)&a->news_async);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
@@ -520,6 +569,7 @@ static int plan(agent *a) {
     return -1;
   }
   if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
+  if (trun__agent_hang_open(a) < 0) return -1;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
   trun__agent_warm_fill(a); /* imports while the agent meets the other nodes */
@@ -542,6 +592,16 @@ static int meet(agent *a) {
     return -1;
   }
   trun_obs_set_rdzv(a->obs, a->rdzv);
+  if (trun_rdzv_token_public(a->rdzv)) { /* once per job: said by the agent that hosts its store */
+    snprintf(err, sizeof(err),
+             "job '%s' runs on several nodes without a secret agent token (TRUN_RDZV_TOKEN is unset): its "
+             "token is derived from the run id, which anyone who reaches the rendezvous store can learn; it "
+             "stops mistakes, not attackers (a stray client could end its rounds or exclude its nodes); give "
+             "every node the same TRUN_RDZV_TOKEN, e.g. from 'openssl rand -hex 32' (docs/store.md)",
+             a->cfg->run_id);
+    trun_warn("%s", err);
+    trun_obs_insecure_token(a->obs, a->cfg->run_id, err);
+  }
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
   if (trun_rdzv_watch_open(a->rdzv, &a->watch, err, sizeof(err)) < 0) {
     trun_error("%s", err);
@@ -671,9 +731,9 @@ static int rounds(agent *a) {
     trun_info("%s=%d: the job used %d restart(s) before this run; %d of --max-restarts %d left",
               pol.offset_from, pol.offset, pol.offset, budget, pol.max_restarts);
   for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: exit 3 too */
-      return trun_rdzv_excluded(a->rdzv) ? TRUN_EXIT_UNHEALTHY : 1;
-    if (trun__agent_warm_wait(a) < 0) return 1; /* a stop signal while the pool imports */
+    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: its kind's code */
+      return trun_rdzv_excluded(a->rdzv) ? trun_rdzv_excluded(a->rdzv) : TRUN_EXIT_FAILED;
+    if (trun__agent_warm_wait(a) < 0) return TRUN_EXIT_FAILED; /* a stop signal while the pool imports */
     int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun_wall_s();
     run_round(a);
@@ -793,6 +853,7 @@ static int open_agent(agent *a) {
   trun_fqdn(a->host, sizeof(a->host));
   a->unhealthy_lr = -1;
   a->on_unhealthy = on_unhealthy;
+  a->on_hang = on_hang;
   raise_nofile(a);
   a->w = calloc((size_t)a->nproc, sizeof(worker));
   a->loop = malloc(sizeof(uv_loop_t));
@@ -822,6 +883,9 @@ static int open_agent(agent *a) {
   a->remote.data = a;
   uv_timer_init(a->loop, &a->live_timer);
   a->live_timer.data = a;
+  uv_timer_init(a->loop, &a->stray_timer);
+  a->stray_timer.data = a;
+  a->strays = trun_strays_new("/proc", a->guard.pid > 0 ? &a->guard : NULL);
   uv_async_init(a->loop, &a->news_async, on_news_async);
   a->news_async.data = a;
   if (setup_signals(a) < 0) {
@@ -841,6 +905,7 @@ static int open_agent(agent *a) {
  * node's watchers and children, the end watcher, events (the last one says code), the rendezvous (its
  * stores stop), the warm pool, the loop and its handles, the guard, the memory. */
 static void close_agent(agent *a, int code, char **orig_env) {
+  trun__agent_hang_close(a);
   trun__agent_health_close(a);
   trun__agent_preflight_close(a);
   trun__agent_torchwatch_close(a);
@@ -848,6 +913,8 @@ static void close_agent(agent *a, int code, char **orig_env) {
   trun_obs_close(a->obs, code);
   trun_stall_close(a->stall);
   trun_rdzv_free(a->rdzv);
+  if (a->loop) kill_strays(a); /* what a round's end did not see (a stop between rounds) */
+  trun_strays_free(a->strays);
   trun_warm_free(a->warm);
   if (a->loop) teardown(a);
   trun_watchdog_stop(&a->guard);

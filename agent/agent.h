@@ -2,26 +2,16 @@
  * (agent.c; a worker's files, streams and process in agent_workers.c; failure records and the report in
  * agent_failures.c; the workers' torchrun environment in worker_env.c; --nproc-per-node in nproc.c;
  * --explain in explain.c; --dry-run in agent_dryrun.c; --watch-stdin in agent_stdin.c).
- * May use: base, config, discover, proc, rdzv, nccl, observe. Used by the launcher.
- * Exit codes (torchrun's): 0 every worker succeeded, 1 a worker failed (restarts used up), the agent was
- * stopped by a signal, or the rendezvous failed; 2 bad input (the launcher's); and trun's own 3
- * (TRUN_EXIT_UNHEALTHY): this node is unhealthy (--health-check fail found a failed check before joining, or
- * a hardware Xid during the job), so that a scheduler replaces it (docs/health.md); 4 (TRUN_EXIT_CUT_OFF):
- * this node lost the rendezvous store for twice the liveness window while its workers ran, stopped them and
- * left (docs/rendezvous.md#recovery); 5 (TRUN_EXIT_NO_PROGRESS, restart_policy.h): restarts make no progress
- * (a crash loop, or the job's restarts spent after a requeue): do not requeue (docs/supervision.md#restarts).
+ * May use: base, config, discover, proc, rdzv, nccl, observe, hang. Used by the launcher.
+ * Exit codes: base/exit.h's table (TRUN_EXIT_*), the one every path uses.
  */
 #ifndef TRUN_AGENT_H
 #define TRUN_AGENT_H
 
 #include <stdio.h>
 
+#include "base/base.h"
 #include "config/config.h"
-
-/* The node is unhealthy: a failed health check with --health-check fail, or a hardware Xid. */
-#define TRUN_EXIT_UNHEALTHY 3
-/* The node was cut off from the rendezvous store while its workers ran: it stopped them and left. */
-#define TRUN_EXIT_CUT_OFF 4
 
 /* Runs the job described by cfg with envp as the base environment; returns the exit code. */
 int trun_agent_run(const trun_config *cfg, char **envp);

@@ -80,7 +80,8 @@ static void set_cause(agent *a, int i, trun_failure *f, const oom_log *log /* NU
                       .oom_kills = -1,
                       .memcg_limit = -1,
                       .stalled_s = w->stalled_s,
-                      .stuck = w->stuck[0] ? w->stuck : NULL};
+                      .stuck = w->stuck[0] ? w->stuck : NULL,
+                      .hang = w->hang[0] ? w->hang : NULL};
   long long kills;
   if (w->memcg_ok && trun_memcg_oom_kills(&w->memcg, &kills) == 0) {
     in.oom_kills = kills - w->oom_base;
@@ -132,6 +133,7 @@ void trun__agent_worker_stuck(agent *a, worker *w) {
   snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
            "rank %d (local %d, pid %d) on %s: SIGKILL did not end it: %.200s", rank, w->local_rank,
            (int)w->pid, a->host, w->stuck);
+  a->unhealthy_kind = "stuck"; /* a hang in the kernel: the node's trouble, exit 3 (base/exit.h) */
   a->unhealthy_lr = w->local_rank;
   a->unhealthy_time = w->exit_time;
   trun__agent_leave_unhealthy(a);
@@ -180,6 +182,14 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
       }
     }
     set_cause(a, i, f, log);
+    if (w->hang[0]) {
+      char *msg = NULL;
+      if (asprintf(&msg, "%s%s%s", w->hang, f->message ? "; then: " : "", f->message ? f->message : "") >=
+          0) {
+        free(f->message);
+        f->message = msg;
+      }
+    }
     if (w->stalled_s > 0) {
       char *msg = NULL;
       if (asprintf(&msg, "stalled for %.0f s (no output, no CPU time; --stall-timeout)%s%s", w->stalled_s,

@@ -1,7 +1,8 @@
 /* Internals of the agent shared by its files (libuv's convention: trun__ names are private): agent.c (life
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
  * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
- * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_stdin.c (--watch-stdin),
+ * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_hang.c (collective hangs
+ * from NCCL RAS), agent_stdin.c (--watch-stdin),
  * agent_dryrun.c (--dry-run). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
@@ -35,6 +36,7 @@ typedef enum {
 } outcome;
 
 typedef struct agent agent;
+typedef struct trun__hang trun__hang; /* agent_hang.c */
 
 typedef struct {
   agent *a;
@@ -59,6 +61,7 @@ typedef struct {
   unsigned long long exit_us;  /* and when it was reaped (0: not yet) */
   int sigkill_sent;            /* trun's stop sent it SIGKILL while it ran: never an OOM kill */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
+  char hang[512];              /* --hang-timeout tore the round down for it: the hang ("" not) */
 } worker;
 
 struct agent {
@@ -79,6 +82,8 @@ struct agent {
   trun_rdzv *rdzv;
   trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
   trun_watchdog guard;
+  trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
+  uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
   char run_dir[PATH_MAX];
   int files_off; /* --log-dir /dev/null */
   char host[256];
@@ -145,6 +150,10 @@ struct agent {
   /* agent_wait.c: the wait for workers after the stop signal, reported every second while due. */
   trun_wait stop_wait;
   uv_timer_t stop_wait_timer;
+  /* agent_hang.c: collective hang detection from NCCL RAS; on_hang (agent.c) stops the round for the culprit
+   * at local rank lr. */
+  trun__hang *hang;
+  void (*on_hang)(agent *a, int lr);
 };
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
@@ -182,6 +191,8 @@ void trun__agent_announce_failure(agent *a);
 
 /* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */
 #define TRUN_STUCK_WAIT_S 10
+/* agent.c: how often a round looks for processes the workers started outside their sessions (strays.h). */
+#define TRUN_STRAY_SCAN_MS 1000
 /* agent_failures.c: a worker that SIGKILL did not end within TRUN_STUCK_WAIT_S: says so, stops waiting for
  * it (the round can end) and makes this node unhealthy (it leaves the job and exits 3). */
 void trun__agent_worker_stuck(agent *a, worker *w);
@@ -229,6 +240,13 @@ int trun__agent_unhealthy_exit(agent *a);
 void trun__agent_after_round_health(agent *a);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
+
+/* agent_hang.c: hang detection from NCCL RAS (on by default; nothing when no NCCL job answers): starts its
+ * thread (0; -1 out of memory); round: active 1 when a round's workers start, 0 when they are reaped; close
+ * (before the loop is torn down) stops the thread. */
+int trun__agent_hang_open(agent *a);
+void trun__agent_hang_round(agent *a, int active);
+void trun__agent_hang_close(agent *a);
 
 /* torch's agent gives its health-check server this timeout (seconds) over the watchdog's last progress. */
 #define TRUN_HEALTH_PORT_TIMEOUT_S 60

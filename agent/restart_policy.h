@@ -6,12 +6,9 @@
 #ifndef TRUN_RESTART_POLICY_H
 #define TRUN_RESTART_POLICY_H
 
+#include "base/base.h"
 #include "config/config.h"
 
-/* Restarts make no progress (a crash loop, or the job's restart budget spent after a requeue): the agent
- * exits with this code so that the scheduler does not requeue the job (Slurm: not in RequeueExit;
- * Kubernetes: podFailurePolicy FailJob onExitCodes [5]). */
-#define TRUN_EXIT_NO_PROGRESS 5
 /* The longest back-off (unless --restart-backoff itself is longer). */
 #define TRUN_BACKOFF_MAX_S 60.0
 

@@ -54,6 +54,8 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   if (v == NULL) return NULL;
   *omp_forced = 0;
   trun_strv_unsetenv(v, TRUN_RDZV_TOKEN_ENV); /* the agents' secret: workers must not write their keys */
+  for (size_t i = 0; v[i]; i++)               /* nor read it from a PET_RDZV_CONF with trun_token= */
+    if (strncmp(v[i], "PET_RDZV_CONF=", 14) == 0) trun_config_conf_mask(v[i] + 14);
   int rc = 0;
   if (trun_env_get(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
     rc = trun_strv_setenv(&v, "OMP_NUM_THREADS", "1");

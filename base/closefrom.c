@@ -60,6 +60,14 @@ int trun__closefrom_scan(int lowfd) {
   return 0;
 }
 
+void trun_close_range(int lowfd, int highfd) {
+  if (lowfd > highfd) return;
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, (unsigned)lowfd, (unsigned)highfd, 0) == 0) return;
+#endif
+  for (int fd = lowfd; fd <= highfd; fd++) close(fd);
+}
+
 void trun_closefrom(int lowfd) {
 #ifdef TRUN_HAVE_CLOSEFROM
   closefrom(lowfd);

@@ -373,6 +373,12 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (VAL(TRUN_OPT_STALL_SIGNAL) && (cfg->stall_signal = signal_number(VAL(TRUN_OPT_STALL_SIGNAL))) <= 0)
     return fail(err, errlen, cl, TRUN_OPT_STALL_SIGNAL,
                 "--stall-signal '%s' must be a signal name like SIGUSR1", VAL(TRUN_OPT_STALL_SIGNAL));
+  cfg->hang_timeout = TRUN_HANG_TIMEOUT_DEFAULT_S;
+  if (VAL(TRUN_OPT_HANG_TIMEOUT) && (parse_double(VAL(TRUN_OPT_HANG_TIMEOUT), &cfg->hang_timeout) < 0 ||
+                                     !isfinite(cfg->hang_timeout) || cfg->hang_timeout > 86400))
+    return fail(err, errlen, cl, TRUN_OPT_HANG_TIMEOUT,
+                "--hang-timeout '%s' must be a number of seconds 0-86400 (0: name the hang only)",
+                VAL(TRUN_OPT_HANG_TIMEOUT));
   cfg->store_allow_peers =
       VAL(TRUN_OPT_STORE_ALLOW_PEERS) && strcmp(VAL(TRUN_OPT_STORE_ALLOW_PEERS), "0") != 0;
   cfg->store_threads = 0;

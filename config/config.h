@@ -14,6 +14,9 @@
 
 #define TRUN_MAX_LOCAL 1024
 #define TRUN_MAX_SIGNALS 16
+/* --hang-timeout's default: well inside torch's NCCL watchdog (10 min), so that trun's restart comes first,
+ * and long enough for a rank that writes a checkpoint while the others wait for it in a barrier. */
+#define TRUN_HANG_TIMEOUT_DEFAULT_S 300.0
 
 /* --health-check: what a failed node health check does (agent/discover/health.h). */
 enum { TRUN_HEALTH_CHECK_OFF = 0, TRUN_HEALTH_CHECK_WARN, TRUN_HEALTH_CHECK_FAIL };
@@ -69,6 +72,7 @@ typedef struct {
   int metrics_port;            /* --metrics-port, -1: off, 0: a free port */
   double stall_timeout;        /* --stall-timeout seconds, 0: off */
   int stall_signal;            /* --stall-signal, 0: none */
+  double hang_timeout;         /* --hang-timeout seconds after a hang is named, 0: name only */
   int store_allow_peers;       /* --store-allow-peers */
   int store_threads;           /* --store-threads: 1..64, 0 = auto */
   int health_check;            /* --health-check: TRUN_HEALTH_CHECK_OFF, _WARN (default) or _FAIL */
@@ -92,6 +96,10 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
 /* --rdzv-conf (rdzv_conf.c): the value of key in conf ("k=v,k=v"), cut to len - 1 bytes: 1 found, 0 absent.
  */
 int trun_config_conf_get(const char *conf, const char *key, char *out, size_t len);
+/* Masks, in place, the value of every "trun_token=" in s (an --rdzv-conf value, or any command-line word or
+ * environment string that may hold one) with '*', so that printing s or showing it in /proc shows no agent
+ * token. Returns the number of values masked. */
+int trun_config_conf_mask(char *s);
 /* torch's get_as_bool of key in conf: 1 true, 0 false, -1 absent, -2 not a boolean. */
 int trun_config_conf_bool(const char *conf, const char *key);
 /* Every key=value of conf (NULL: none) has a value of the form its key takes: 0, or -1 with the reason in err

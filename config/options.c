@@ -194,6 +194,10 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                "SIGNAL",
                                "Send SIGNAL (e.g. SIGUSR1 for a faulthandler stack dump) to a stalled worker "
                                "and wait 5 s before the restart."},
+    [TRUN_OPT_HANG_TIMEOUT] =
+        {"hang-timeout", "hang_timeout", 0, 0, "300", "TRUN_HANG_TIMEOUT", TRUN_G_TRUN, "SECONDS",
+         "Once NCCL RAS shows a collective hung (counts frozen while ranks disagree, 15 s), restart the "
+         "workers SECONDS later with the rank behind as the root cause. 0: name it only."},
     [TRUN_OPT_STORE_ALLOW_PEERS] = {"store-allow-peers", "store_allow_peers", 0, 1, NULL,
                                     "TRUN_STORE_ALLOW_PEERS", TRUN_G_TRUN, NULL,
                                     "Static rendezvous: once every node joined, node rank 0's store admits "

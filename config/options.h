@@ -59,6 +59,7 @@ typedef enum {
   TRUN_OPT_METRICS_PORT,      /* --metrics-port P: Prometheus endpoint (agent/observe/metrics.h) */
   TRUN_OPT_STALL_TIMEOUT,     /* --stall-timeout S: hang detection (agent/observe/stall.h) */
   TRUN_OPT_STALL_SIGNAL,      /* --stall-signal SIG: sent to a stalled worker before the restart */
+  TRUN_OPT_HANG_TIMEOUT,      /* --hang-timeout S: restart after a RAS-found hang (agent_hang.c) */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
   TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */

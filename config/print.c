@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config.h"
 #include "yaml_file.h"
 
 #define TRUN_PRINT_COMMENT_COL 44
@@ -166,7 +167,12 @@ void trun_print_config(FILE *f, const trun_settings *cl, int only_changed) {
     const char *key = trun_yaml_key((trun_opt_id)id);
     if (!key || (only_changed && cl->v[id].src == TRUN_SRC_DEFAULT)) continue;
     trun_config_source(cl, (trun_opt_id)id, src, sizeof(src));
-    trun_print_line(f, key, cl->v[id].val, trun_opt_desc_of((trun_opt_id)id)->is_flag, NULL, 0, src);
+    /* The agent token is a secret: --rdzv-conf prints with trun_token masked (read back, it exits 2). */
+    char *masked = id == TRUN_OPT_RDZV_CONF && cl->v[id].val ? strdup(cl->v[id].val) : NULL;
+    if (masked) trun_config_conf_mask(masked);
+    trun_print_line(f, key, masked ? masked : cl->v[id].val, trun_opt_desc_of((trun_opt_id)id)->is_flag, NULL,
+                    0, src);
+    free(masked);
   }
   if (only_changed && !cl->script) return;
   static char *const none[] = {NULL};

@@ -34,6 +34,20 @@ int trun_config_conf_get(const char *conf, const char *key, char *out, size_t le
   return 0;
 }
 
+int trun_config_conf_mask(char *s) {
+  static const char key[] = "trun_token";
+  int n = 0;
+  for (char *p = s ? strstr(s, key) : NULL; p; p = strstr(p, key)) {
+    p += sizeof(key) - 1;
+    while (*p == ' ') p++;
+    if (*p != '=') continue;
+    for (p++; *p && *p != ','; p++)
+      if (*p != ' ') *p = '*';
+    n++;
+  }
+  return n;
+}
+
 int trun_config_conf_bool(const char *conf, const char *key) {
   char v[32];
   if (!conf || !trun_config_conf_get(conf, key, v, sizeof(v))) return -1;

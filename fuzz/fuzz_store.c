@@ -144,7 +144,7 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
     case TRUN_OP_WAIT: {
       int was = c->w.pending > 0;
       CHECK(was == c->waiting);
-      rc = trun_kv_wait(kv, &c->w, r->count, r->items);
+      rc = trun_kv_wait(kv, &c->w, r->count, r->items, NULL);
       account(c, was, rc);
       if (rc == 1) {
         rc = 0;
@@ -155,7 +155,7 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
     case TRUN_OP_BARRIER: {
       int was = c->w.pending > 0;
       CHECK(was == c->waiting);
-      rc = trun_kv_barrier(kv, &c->w, r->key, r->num);
+      rc = trun_kv_barrier(kv, &c->w, r->key, r->num, NULL);
       if (rc == -EINVAL || rc == -ERANGE) {
         account(c, was, 1);
         return -1;
@@ -224,7 +224,7 @@ static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
       trun_kv_foreach(kv, count_key, &cnt);
       break;
     }
-    case TRUN_OP_WATCH_KEY: rc = trun_kv_watch(kv, &c->w, r->key); break;
+    case TRUN_OP_WATCH_KEY: rc = trun_kv_watch(kv, &c->w, r->key, NULL); break;
     default: return -1; /* "query type not served" */
   }
   return rc < 0 ? -1 : 0;

@@ -6,11 +6,19 @@
  * (liveness keys, as the rendezvous uses them) writes "/end" when an agent's connection (connect's argument
  * bit 3: it presents the job's token; bit 4: a wrong one, and the server closes it) that owned a
  * "/r/alive/<n>" key ends, which wakes the waiters of "/end" from whatever path closed it. Small output and
- * memory limits make back-pressure, reply caps and input budgets reachable with small values.
+ * memory limits make back-pressure, reply caps and input budgets reachable with small values. Waiter-heavy
+ * requests (issue 41): a WAIT whose argument has bit 3 set names 16 to 128 fresh keys ("/f<i>", or
+ * "/f<i>" of a range that other connections name too: waits across connections), so that, with the small
+ * wait budgets, a connection's own and the store's total budget are spent and connections are closed for
+ * them mid-interleaving; CANCEL_WAIT is one of the ops. The agents' connections are not budgeted.
  *
  * Input: [config][actions...]
- *   config bits 0-2: max_pending_out = 512 << b; bit 3: legacy numbering 2.1 (else 1.13); bit 4: small
- *          input limits (64 KiB a connection, 256 KiB in all) and a 256 KiB reply cap; bit 5: two loops
+ *   config bits 0-2: max_pending_out = 512 << b; bit 2 also: strangers get 24 units of work a loop turn
+ *          (turn_work: their requests are put off to later turns); bit 3: legacy numbering 2.1 (else
+ *          1.13); bit 4: small input limits (64 KiB a connection, 256 KiB in all), a 256 KiB reply cap and
+ *          small wait budgets (40 registrations of a short key a connection, 100 in all), and with bit 0
+ *          one connection an address and one more on probation (PING or the token first; a newcomer
+ *          evicts it); bit 5: two loops
  *          (connections dealt over the caller's loop and a thread of the server's: wake-ups and owners'
  *          ends cross threads; such runs are only as deterministic as that thread); bits 6-7:
  *          max_value = 1 KiB << (3 * b)
@@ -54,6 +62,7 @@ static uv_loop_t g_loop;
 static int g_loop_ready;
 static uint8_t g_val[1 << 17];
 static uint8_t g_sink[1 << 16];
+static const fclient *g_clients; /* the run's client array: a client's index names its fresh keys */
 
 static const char *const g_keys[] = {"/a", "/b", "/end", "/r/alive/0", "/r/alive/1", "/big", "", "/q"};
 static const size_t g_sizes[] = {0, 1, 9, 300, 4000, 40000, 70000, 1 << 17};
@@ -107,6 +116,15 @@ static void put_key(trun_buf *b, int sel) {
   trun_buf_append_str(b, k, strlen(k));
 }
 
+/* n keys "/f<i>" from first on: fresh ones (nobody sets them, except a SET of "/f0".."/f7" below). */
+static void put_fresh(trun_buf *b, int first, int n) {
+  char k[16];
+  for (int i = 0; i < n; i++) {
+    int len = snprintf(k, sizeof(k), "/f%d", first + i);
+    trun_buf_append_str(b, k, (size_t)len);
+  }
+}
+
 static void put_val(trun_buf *b, int sel) {
   size_t n = g_sizes[sel & 7];
   trun_buf_append_str(b, g_val, n);
@@ -123,6 +141,12 @@ static void queue_request(fclient *c, input *in) {
   int n = 1 + (b >> 5); /* list length */
   switch (op) {
     case TRUN_OP_SET:
+      if ((b & 7) == 7) { /* "/f0".."/f7": wakes the many-key waiters of the shared range */
+        put_fresh(o, (b >> 3) & 7, 1);
+        put_val(o, 1);
+        break;
+      }
+      /* fall through */
     case TRUN_OP_APPEND:
     case TRUN_OP_QUEUE_PUSH:
       put_key(o, b);
@@ -146,8 +170,15 @@ static void queue_request(fclient *c, input *in) {
       put_key(o, b);
       trun_buf_append_u64(o, (uint64_t)(1 + (b >> 6)));
       break;
-    case TRUN_OP_CHECK:
     case TRUN_OP_WAIT:
+      if (b & 8) { /* many fresh keys: 16 << (b >> 6) of them, from 0 (shared) or from 1000 * client */
+        int many = 16 << (b >> 6);
+        trun_buf_append_u64(o, (uint64_t)many);
+        put_fresh(o, (b & 4) ? 0 : 1000 * (1 + (int)(c - g_clients)), many);
+        break;
+      }
+      /* fall through */
+    case TRUN_OP_CHECK:
     case TRUN_OP_MULTI_GET:
       trun_buf_append_u64(o, (uint64_t)n);
       for (int i = 0; i < n; i++) put_key(o, (b & 16) ? b : b + i * 3); /* bit 4: one key n times */
@@ -249,11 +280,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.max_pending_out = (size_t)512 << (cfg & 7);
   o.legacy = (cfg & 8) ? TRUN_GEN_LEGACY21 : TRUN_GEN_LEGACY113;
   o.limits.max_value = (uint64_t)1024 << (3 * (cfg >> 6));
-  o.limits.max_keys = 8;
+  o.limits.max_keys = 128; /* the many-key WAITs; the other lists name at most 8 */
+  if (cfg & 4) o.turn_work = 24;
   if (cfg & 16) {
     o.max_conn_memory = 64 * 1024;
     o.max_input_total = 256 * 1024;
     o.max_reply = 256 * 1024;
+    o.max_wait_conn = 40 * (TRUN_KV_REG_COST + 4);
+    o.max_wait_total = 100 * (TRUN_KV_REG_COST + 4);
+    if (cfg & 1) { /* one connection an address, one more on probation: agents evict strangers */
+      o.max_conns_per_peer = 1;
+      o.peer_reserve = 1;
+    }
   }
   if (cfg & 32) o.threads = 2;
   int wait_us = (cfg & 32) ? 1000 : 0; /* the other loop's thread: give it time to catch up */
@@ -266,6 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(trun_server_allow(s, "127.0.0.2/32") == 0);
   fclient cl[NCONN];
   for (int i = 0; i < NCONN; i++) cl[i] = (fclient){.fd = -1};
+  g_clients = cl;
   while (in.n) {
     act(s, cl, (cfg & 8) != 0, &in);
     if (wait_us) usleep((useconds_t)wait_us / 10);
@@ -276,11 +315,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < (wait_us ? 5000 : 100); i++) {
     spin();
     trun_server_get_stats(s, &st);
-    if (st.connections == 0 && st.waiting == 0) break;
+    if (st.connections == 0 && st.waiting == 0 && st.wait_bytes == 0) break;
     if (wait_us) usleep((useconds_t)wait_us);
   }
   CHECK(st.connections == 0); /* every reset was noticed, whatever the connection was doing */
   CHECK(st.waiting == 0);
+  CHECK(st.wait_bytes == 0); /* every registration given back, budgets included */
+  CHECK(trun_kv_num_regs(trun_server_kv(s)) == 0);
   /* The server still answers: a V2 handshake and a PING. */
   int fd = dial(trun_server_port(s), 1);
   CHECK(fd >= 0);

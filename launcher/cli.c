@@ -480,4 +480,13 @@ void trun_cli_help(FILE *f) {
                  "An option that is not on the command line takes the value of the environment variable "
                  "shown (PET_<NAME>) when that is set, else its default.",
                  0, 0);
+  fprintf(f, "\nexit codes:\n");
+  int n;
+  const trun_exit_info *x = trun_exit_table(&n);
+  for (int i = 0; i < n; i++) {
+    char code[8];
+    snprintf(code, sizeof(code), "%d", x[i].code);
+    snprintf(text, sizeof(text), "%s (%s)", x[i].meaning, x[i].detail);
+    trun_help_entry(f, code, text);
+  }
 }

@@ -385,8 +385,9 @@ struct launcher {
   size_t n;
   size_t running;
   int open_streams;
-  int code;         /* the job's: first non-zero, else 0 */
+  int code;         /* the job's: the hosts' codes combined by trun_exit_worst, else 0 */
   size_t first_bad; /* node of the first non-zero exit */
+  size_t worst;     /* node whose code the job ends with (trun_exit_worst) */
   int is_static;
   int signal_seen;
   const char *rsh0; /* the --rsh program, for messages */
@@ -471,11 +472,13 @@ static void hf_node_exited(launcher *l, hf_node *nd, int status) {
           nd->h->host, nd->rank, l->rsh0);
     else
       trun_warn("host %s (node rank %zu): the agent exited %d", nd->h->host, nd->rank, nd->code);
-    if (l->code == 0) {
-      /* trun's codes: an agent's own (1, 2, 3 unhealthy, 4 cut off) as they are, so that a scheduler still
-       * replaces the node; anything else (ssh's 255, a signal) is a failure, 1. */
-      l->code = nd->code >= 1 && nd->code <= TRUN_EXIT_CUT_OFF ? nd->code : 1;
-      l->first_bad = (size_t)(nd - l->nodes);
+    /* The job's code: the first of the hosts' codes in base/exit.h's order (2 > 5 > 3 > 6 > 4 > 1), an
+     * agent's own as it is, so that a scheduler still acts on it; ssh's 255 or a signal counts as 1. */
+    int was = l->code;
+    l->code = trun_exit_worst(l->code, nd->code);
+    if (l->code != was && was != 0) l->worst = (size_t)(nd - l->nodes);
+    if (was == 0) {
+      l->first_bad = l->worst = (size_t)(nd - l->nodes);
       if (l->is_static && l->running > 0 && !l->signal_seen) {
         if (unreachable) {
           /* A static job cannot go on without that host: the others would wait for it in the rendezvous. */
@@ -654,6 +657,11 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
       else if (!start_failed && code != 0)
         trun_error("the job failed: the first host to fail was %s (node rank %zu, exit %d%s)", bad->h->host,
                    l.first_bad, bad->code, why);
+      const trun_exit_info *x = trun_exit_info_of(code);
+      if (!start_failed && code > TRUN_EXIT_FAILED && x)
+        trun_error(
+            "exit %d, %s: host %s (node rank %zu) exited %d (of the hosts' codes, 2, 5, 3, 6, 4 come first)",
+            code, x->meaning, l.nodes[l.worst].h->host, l.worst, code);
       for (size_t i = 0; i < hf.n; i++) {
         if (l.nodes[i].out) trun_stream_close(l.nodes[i].out);
         if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);

@@ -48,8 +48,9 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
 void trun_argv_free(char **argv);
 
 /* The launcher: loads cl's hostfile, starts every host's agent, prefixes each output line with "[host] ",
- * forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to every child, and returns the job's exit code (the first
- * non-zero exit among the hosts in the order they ended, else 0; 2 for a bad hostfile or --rsh). With
+ * forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to every child, and returns the job's exit code (of the hosts'
+ * codes the first in base/exit.h's order, trun_exit_worst: 2, 5, 3, 6, 4, then 1 for any other non-zero
+ * code such as ssh's 255 or a signal; else 0; 2 for a bad hostfile or --rsh). With
  * cfg->dry_run it prints each host's command to out and starts nothing. */
 int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char **envp, FILE *out);
 

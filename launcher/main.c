@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "hostfile.h"
 #include "platform.h"
+#include "secret.h"
 
 #ifndef TRUN_VERSION_STRING /* from build/gen/trun_version.h, which the Makefile writes from VERSION */
 #define TRUN_VERSION_STRING "unknown"
@@ -57,6 +58,8 @@ static int resolve(trun_settings *cl, trun_platform *plat, trun_yaml_doc *doc, t
 
 int main(int argc, char **argv) {
   trun_log_set_prog("trun");
+  /* First: the agent token out of /proc/<pid>/environ and cmdline (secret.h). */
+  if ((argv = trun_secret_hide(argc, argv)) == NULL) return 1;
   trun_settings cl;
   char err[1024];
   if (trun_cli_parse(argc, argv, environ, &cl, err, sizeof(err)) < 0) {

@@ -22,6 +22,7 @@ typedef struct slot slot;
 struct trun_wait_reg {
   trun_waiter *w;
   slot *s;
+  size_t cost; /* TRUN_KV_REG_COST + the key's length: counted in w->bytes and kv->reg_bytes */
   trun_wait_reg *s_prev, *s_next; /* in the slot's list */
   trun_wait_reg *w_prev, *w_next; /* in the waiter's list */
 };
@@ -46,6 +47,8 @@ struct trun_kv {
   size_t nslots;
   uint64_t nkeys;
   size_t bytes;
+  size_t reg_bytes; /* every registration's cost (waits and watches) */
+  uint64_t nregs;
   uint64_t seed[2]; /* the hash's key */
 };
 
@@ -118,6 +121,17 @@ static void reg_unlink(trun_wait_reg *r, trun_wait_reg **slot_head, trun_wait_re
   if (r->w_next) r->w_next->w_prev = r->w_prev;
 }
 
+/* Unlinks r from its slot's list (watch: the watchers) and its waiter's, gives back its cost, frees it. */
+static void reg_drop(trun_kv *kv, trun_wait_reg *r, int watch) {
+  trun_waiter *w = r->w;
+  slot *s = r->s;
+  reg_unlink(r, watch ? &s->watchers : &s->waiters, watch ? &w->watches : &w->regs);
+  w->bytes -= r->cost;
+  kv->reg_bytes -= r->cost;
+  kv->nregs--;
+  free(r);
+}
+
 static void slot_free(slot *s) {
   qitem *q = s->qhead;
   while (q) {
@@ -137,16 +151,8 @@ void trun_kv_free(trun_kv *kv) {
     while (s) {
       slot *n = s->chain;
       /* Registrations belong to live waiters: detach them so that a later cancel is harmless. */
-      while (s->waiters) {
-        trun_wait_reg *r = s->waiters;
-        reg_unlink(r, &s->waiters, &r->w->regs);
-        free(r);
-      }
-      while (s->watchers) {
-        trun_wait_reg *r = s->watchers;
-        reg_unlink(r, &s->watchers, &r->w->watches);
-        free(r);
-      }
+      while (s->waiters) reg_drop(kv, s->waiters, 0);
+      while (s->watchers) reg_drop(kv, s->watchers, 1);
       slot_free(s);
       s = n;
     }
@@ -185,10 +191,8 @@ static void grow(trun_kv *kv) {
   kv->nbuckets = nb;
 }
 
-static slot *find_or_add(trun_kv *kv, trun_slice key) {
-  uint64_t h = hash_bytes(kv, key.p, key.n);
-  slot **link = find_link(kv, key, h);
-  if (*link) return *link;
+/* A new empty slot for key (hash h) at link, the end of its bucket's chain (find_link found no slot). */
+static slot *slot_add_at(trun_kv *kv, slot **link, trun_slice key, uint64_t h) {
   slot *s = calloc(1, sizeof(*s));
   if (s == NULL) return NULL;
   s->key = malloc(key.n ? key.n : 1);
@@ -205,6 +209,12 @@ static slot *find_or_add(trun_kv *kv, trun_slice key) {
   return s;
 }
 
+static slot *find_or_add(trun_kv *kv, trun_slice key) {
+  uint64_t h = hash_bytes(kv, key.p, key.n);
+  slot **link = find_link(kv, key, h);
+  return *link ? *link : slot_add_at(kv, link, key, h);
+}
+
 /* Frees the slot when it holds nothing. */
 static void maybe_drop(trun_kv *kv, slot *s) {
   if (s->has_value || s->qlen || s->waiters || s->watchers) return;
@@ -216,12 +226,10 @@ static void maybe_drop(trun_kv *kv, slot *s) {
 }
 
 /* Wakes waiters of s: all of them, or only the first when one_only. */
-static void wake_slot(slot *s, int one_only) {
+static void wake_slot(trun_kv *kv, slot *s, int one_only) {
   while (s->waiters) {
-    trun_wait_reg *r = s->waiters;
-    trun_waiter *w = r->w;
-    reg_unlink(r, &s->waiters, &w->regs);
-    free(r);
+    trun_waiter *w = s->waiters->w;
+    reg_drop(kv, s->waiters, 0);
     if (w->pending > 0 && --w->pending == 0 && w->wake) w->wake(w);
     if (one_only) break;
   }
@@ -258,7 +266,7 @@ static int put_value_w(trun_kv *kv, slot *s, trun_slice val, int wake) {
     kv->nkeys++;
     kv->bytes += s->klen;
   }
-  if (wake) wake_slot(s, 0);
+  if (wake) wake_slot(kv, s, 0);
   return 0;
 }
 
@@ -306,7 +314,7 @@ int trun_kv_append(trun_kv *kv, trun_slice key, trun_slice val) {
     memcpy(s->val + s->vlen, val.p, val.n);
   }
   s->vlen = need;
-  wake_slot(s, 0);
+  wake_slot(kv, s, 0);
   return 0;
 }
 
@@ -409,11 +417,23 @@ int trun_kv_check(trun_kv *kv, uint64_t count, const uint8_t *items) {
   return 1;
 }
 
-static int add_reg(slot *s, trun_waiter *w, int watch) {
+/* Whether one more registration of cost for w stays within the budget b: 0, -EDQUOT or -ENOSPC. */
+static int budget_check(const trun_kv *kv, const trun_waiter *w, size_t cost, const trun_kv_budget *b) {
+  if (b == NULL) return 0;
+  if (b->per_waiter > 0 && (w->bytes > b->per_waiter || cost > b->per_waiter - w->bytes)) return -EDQUOT;
+  if (b->total > 0 && (kv->reg_bytes > b->total || cost > b->total - kv->reg_bytes)) return -ENOSPC;
+  return 0;
+}
+
+static int add_reg(trun_kv *kv, slot *s, trun_waiter *w, int watch) {
   trun_wait_reg *r = calloc(1, sizeof(*r));
   if (r == NULL) return -ENOMEM;
   r->w = w;
   r->s = s;
+  r->cost = TRUN_KV_REG_COST + s->klen;
+  w->bytes += r->cost;
+  kv->reg_bytes += r->cost;
+  kv->nregs++;
   trun_wait_reg **sh = watch ? &s->watchers : &s->waiters;
   trun_wait_reg **wh = watch ? &w->watches : &w->regs;
   r->s_next = *sh;
@@ -428,10 +448,8 @@ static int add_reg(slot *s, trun_waiter *w, int watch) {
 uint64_t trun_kv_cancel(trun_kv *kv, trun_waiter *w) {
   uint64_t n = 0;
   while (w->regs) {
-    trun_wait_reg *r = w->regs;
-    slot *s = r->s;
-    reg_unlink(r, &s->waiters, &w->regs);
-    free(r);
+    slot *s = w->regs->s;
+    reg_drop(kv, w->regs, 0);
     maybe_drop(kv, s);
     n++;
   }
@@ -441,26 +459,31 @@ uint64_t trun_kv_cancel(trun_kv *kv, trun_waiter *w) {
 
 void trun_kv_cancel_watches(trun_kv *kv, trun_waiter *w) {
   while (w->watches) {
-    trun_wait_reg *r = w->watches;
-    slot *s = r->s;
-    reg_unlink(r, &s->watchers, &w->watches);
-    free(r);
+    slot *s = w->watches->s;
+    reg_drop(kv, w->watches, 1);
     maybe_drop(kv, s);
   }
 }
 
-int trun_kv_wait(trun_kv *kv, trun_waiter *w, uint64_t count, const uint8_t *items) {
+int trun_kv_wait(trun_kv *kv, trun_waiter *w, uint64_t count, const uint8_t *items, const trun_kv_budget *b) {
   trun_kv_cancel(kv, w);
   const uint8_t *pos = items;
   for (uint64_t i = 0; i < count; i++) {
     trun_slice key = trun_req_item(&pos);
-    slot *s = find(kv, key);
+    uint64_t h = hash_bytes(kv, key.p, key.n); /* once: the lookup and the insert share it */
+    slot **link = find_link(kv, key, h), *s = *link;
     if (present(s)) continue;
-    if (s == NULL && (s = find_or_add(kv, key)) == NULL) {
+    /* Checked before anything is allocated: a list over the budget costs no more than the budget holds. */
+    int rc = budget_check(kv, w, TRUN_KV_REG_COST + key.n, b);
+    if (rc < 0) {
+      trun_kv_cancel(kv, w);
+      return rc;
+    }
+    if (s == NULL && (s = slot_add_at(kv, link, key, h)) == NULL) {
       trun_kv_cancel(kv, w);
       return -ENOMEM;
     }
-    if (add_reg(s, w, 0) < 0) {
+    if (add_reg(kv, s, w, 0) < 0) {
       maybe_drop(kv, s);
       trun_kv_cancel(kv, w);
       return -ENOMEM;
@@ -470,27 +493,36 @@ int trun_kv_wait(trun_kv *kv, trun_waiter *w, uint64_t count, const uint8_t *ite
   return w->pending == 0 ? 1 : 0;
 }
 
-int trun_kv_barrier(trun_kv *kv, trun_waiter *w, trun_slice key, int64_t world) {
+int trun_kv_barrier(trun_kv *kv, trun_waiter *w, trun_slice key, int64_t world, const trun_kv_budget *b) {
   int64_t count;
   trun_kv_cancel(kv, w); /* like WAIT: replaces w's earlier registrations, also when passing at once */
-  int rc = add_w(kv, key, 1, &count, 0); /* earlier arrivers are woken only at completion */
+  int rc = budget_check(kv, w, TRUN_KV_REG_COST + key.n, b);
+  if (rc < 0) return rc;
+  rc = add_w(kv, key, 1, &count, 0); /* earlier arrivers are woken only at completion */
   if (rc < 0) return rc;
   slot *s = find(kv, key);
   if (count >= world) {
-    wake_slot(s, 0);
+    wake_slot(kv, s, 0);
     return 1;
   }
   trun_kv_cancel(kv, w);
-  if (add_reg(s, w, 0) < 0) return -ENOMEM;
+  if (add_reg(kv, s, w, 0) < 0) return -ENOMEM;
   w->pending = 1;
   return 0;
 }
 
-int trun_kv_watch(trun_kv *kv, trun_waiter *w, trun_slice key) {
+int trun_kv_watch(trun_kv *kv, trun_waiter *w, trun_slice key, const trun_kv_budget *b) {
+  int rc = budget_check(kv, w, TRUN_KV_REG_COST + key.n, b);
+  if (rc < 0) return rc;
   slot *s = find_or_add(kv, key);
   if (s == NULL) return -ENOMEM;
-  return add_reg(s, w, 1);
+  rc = add_reg(kv, s, w, 1);
+  if (rc < 0) maybe_drop(kv, s);
+  return rc;
 }
+
+size_t trun_kv_reg_bytes(const trun_kv *kv) { return kv->reg_bytes; }
+uint64_t trun_kv_num_regs(const trun_kv *kv) { return kv->nregs; }
 
 int trun_kv_queue_push(trun_kv *kv, trun_slice key, trun_slice val) {
   slot *s = find_or_add(kv, key);
@@ -510,7 +542,7 @@ int trun_kv_queue_push(trun_kv *kv, trun_slice key, trun_slice val) {
   s->qtail = q;
   s->qlen++;
   kv->bytes += val.n;
-  wake_slot(s, 1);
+  wake_slot(kv, s, 1);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "server_int.h"
 
 static void refuse(conn *c, const char *why);
+static void conn_undefer(conn *c);
 
 static void server_free(trun_server *s) {
   trun_kv_free(s->kv);
@@ -72,6 +73,10 @@ void trun_server_opts_default(trun_server_opts *o) {
   o->max_pending_out = 4u << 20;
   o->max_reply = TRUN_SERVER_DEFAULT_MAX_REPLY;
   o->max_input_total = TRUN_SERVER_DEFAULT_MAX_INPUT;
+  o->max_wait_conn = TRUN_SERVER_DEFAULT_MAX_WAIT_CONN;
+  o->max_wait_total = TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL;
+  o->turn_work = TRUN_SERVER_DEFAULT_TURN_WORK;
+  o->peer_reserve = TRUN_SERVER_PEER_RESERVE;
   o->threads = 1;
 }
 
@@ -89,6 +94,9 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->waiting = __atomic_load_n(&s->stats.waiting, __ATOMIC_RELAXED);
   st->refused = __atomic_load_n(&s->stats.refused, __ATOMIC_RELAXED);
   st->input_bytes = __atomic_load_n(&s->stats.input_bytes, __ATOMIC_RELAXED);
+  st->wait_bytes = __atomic_load_n(&s->stats.wait_bytes, __ATOMIC_RELAXED);
+  st->over_budget = __atomic_load_n(&s->stats.over_budget, __ATOMIC_RELAXED);
+  st->deferred = __atomic_load_n(&s->stats.deferred, __ATOMIC_RELAXED);
 }
 
 static int somaxconn(void) {
@@ -171,9 +179,11 @@ typedef struct {
   trun_buf *out;
   uint64_t n;
   size_t bytes;
+  const conn *c; /* the asking connection: the agents' keys are listed only to an agent */
 } list_acc;
 
 static int list_count(void *arg, trun_slice key) {
+  if (trun__key_hidden(((list_acc *)arg)->c, key)) return 0;
   ((list_acc *)arg)->n++;
   ((list_acc *)arg)->bytes += 8 + key.n;
   return 0;
@@ -187,6 +197,7 @@ static int reply_fits(conn *c, size_t n, const char **why) {
 }
 
 static int list_put(void *arg, trun_slice key) {
+  if (trun__key_hidden(((list_acc *)arg)->c, key)) return 0;
   return trun_buf_append_str(((list_acc *)arg)->out, key.p, key.n);
 }
 
@@ -223,11 +234,39 @@ static void conn_gone(conn *c) {
   s->cur = NULL;
 }
 
+/* The wait budget of c's registrations: none for an agent of the job (its waits are the job's own). */
+static const trun_kv_budget *wait_budget(const conn *c, trun_kv_budget *b) {
+  if (c->agent) return NULL;
+  b->per_waiter = c->srv->opts.max_wait_conn;
+  b->total = c->srv->opts.max_wait_total;
+  return b;
+}
+
+/* A WAIT, BARRIER or WATCH_KEY over a wait budget (rc -EDQUOT or -ENOSPC): *why says which. */
+static int wait_refused(conn *c, int rc, const trun_req *r, const char **why) {
+  const trun_server_opts *o = &c->srv->opts;
+  if (rc == -EDQUOT)
+    snprintf(c->why, sizeof(c->why),
+             "%s on %llu keys: its wait registrations (%d bytes and the key each) are over the "
+             "connection's wait budget of %zu bytes; wait on fewer keys at a time (trun-store serve: "
+             "--max-wait-bytes)",
+             trun_proto_op_name(r->op), (unsigned long long)(r->op == TRUN_OP_WAIT ? r->count : 1),
+             TRUN_KV_REG_COST, o->max_wait_conn);
+  else
+    snprintf(c->why, sizeof(c->why),
+             "%s: the store's wait budget of %zu bytes (every connection's wait registrations) is spent; "
+             "retry, or raise it (trun-store serve: --max-wait-bytes-total)",
+             trun_proto_op_name(r->op), o->max_wait_total);
+  *why = c->why;
+  return rc;
+}
+
 /* Executes one request. Returns 0, or a negative errno with *why set (the connection is closed). */
 static int handle(conn *c, const trun_req *r, const char **why) {
   trun_kv *kv = c->srv->kv;
   trun_buf *out = &c->out;
   trun_slice v;
+  trun_kv_budget budget;
   int64_t n;
   int rc = 0;
   STAT_ADD(c->srv, ops, 1);
@@ -267,8 +306,9 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_WAIT: {
       int was = c->w.pending > 0;
-      rc = trun_kv_wait(kv, &c->w, r->count, r->items);
+      rc = trun_kv_wait(kv, &c->w, r->count, r->items, wait_budget(c, &budget));
       if (was) STAT_ADD(c->srv, waiting, -1);
+      if (rc == -EDQUOT || rc == -ENOSPC) return wait_refused(c, rc, r, why);
       if (rc == 1)
         rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
       else if (rc == 0)
@@ -277,8 +317,9 @@ static int handle(conn *c, const trun_req *r, const char **why) {
     }
     case TRUN_OP_BARRIER: {
       int was = c->w.pending > 0;
-      rc = trun_kv_barrier(kv, &c->w, r->key, r->num);
+      rc = trun_kv_barrier(kv, &c->w, r->key, r->num, wait_budget(c, &budget));
       if (was) STAT_ADD(c->srv, waiting, -1);
+      if (rc == -EDQUOT || rc == -ENOSPC) return wait_refused(c, rc, r, why);
       if (rc == 1)
         rc = trun_buf_append_u8(out, TRUN_WAIT_STOP_WAITING);
       else if (rc == 0)
@@ -338,7 +379,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     case TRUN_OP_QUEUE_LEN: rc = trun_buf_append_u64(out, (uint64_t)trun_kv_queue_len(kv, r->key)); break;
     case TRUN_OP_LIST: {
-      list_acc acc = {out, 0, 8};
+      list_acc acc = {out, 0, 8, c};
       trun_kv_foreach(kv, list_count, &acc);
       if (!reply_fits(c, acc.bytes, why)) return -EMSGSIZE;
       rc = trun_buf_append_u64(out, acc.n);
@@ -346,7 +387,8 @@ static int handle(conn *c, const trun_req *r, const char **why) {
       break;
     }
     case TRUN_OP_WATCH_KEY:
-      rc = trun_kv_watch(kv, &c->w, r->key);
+      rc = trun_kv_watch(kv, &c->w, r->key, wait_budget(c, &budget));
+      if (rc == -EDQUOT || rc == -ENOSPC) return wait_refused(c, rc, r, why);
       if (rc == 0) rc = trun_buf_append_u8(out, TRUN_WATCH_REGISTERED);
       break;
     default: *why = "query type not served"; return -EBADMSG;
@@ -436,7 +478,9 @@ void trun__conn_close(conn *c, const char *why) {
   if (trun_kv_cancel(s->kv, &c->w) > 0) STAT_ADD(s, waiting, -1);
   trun_kv_cancel_watches(s->kv, &c->w);
   conn_gone(c);
+  __atomic_store_n(&s->stats.wait_bytes, (uint64_t)trun_kv_reg_bytes(s->kv), __ATOMIC_RELAXED);
   pthread_mutex_unlock(&s->kv_mu);
+  conn_undefer(c);
   /* No registration is left, so no other thread queues for c any more. */
   pthread_mutex_lock(&c->sh->mu);
   trun__xq_unlink(c);
@@ -457,10 +501,10 @@ static void conn_write(conn *c);
 static void update_reading(conn *c) {
   size_t pending = trun__pending_out(c), max = c->srv->opts.max_pending_out;
   if (c->closing || c->doomed) return;
-  if (c->reading && (c->held || pending > max)) {
+  if (c->reading && (c->held || c->deferred || pending > max)) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
-  } else if (!c->reading && !c->held && pending <= max / 2) {
+  } else if (!c->reading && !c->held && !c->deferred && pending <= max / 2) {
     c->reading = 1;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc < 0) trun__conn_close(c, uv_strerror(rc));
@@ -545,6 +589,79 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   *b = uv_buf_init((char *)c->in.data + c->in.len, (unsigned)(room > 0x7fffffff ? 0x7fffffff : room));
 }
 
+/* ---- the strangers' share of a turn (opts.turn_work) ------------------------------------------ */
+
+static void on_kick(uv_idle_t *h) {
+  (void)h; /* only keeps the loop from blocking while conns are deferred */
+}
+
+/* c's requests wait for a later turn: it stops reading (update_reading) until on_turn runs them. */
+static void conn_defer(conn *c) {
+  shard *sh = c->sh;
+  if (c->deferred) return;
+  c->deferred = 1;
+  c->dnext = NULL;
+  c->dprev = sh->dtail;
+  if (sh->dtail)
+    sh->dtail->dnext = c;
+  else
+    sh->dhead = c;
+  sh->dtail = c;
+  STAT_ADD(c->srv, deferred, 1);
+  if (!uv_is_active((uv_handle_t *)&sh->kick)) uv_idle_start(&sh->kick, on_kick);
+}
+
+/* Takes c off its shard's deferred list. */
+static void conn_undefer(conn *c) {
+  shard *sh = c->sh;
+  if (!c->deferred) return;
+  if (c->dprev)
+    c->dprev->dnext = c->dnext;
+  else
+    sh->dhead = c->dnext;
+  if (c->dnext)
+    c->dnext->dprev = c->dprev;
+  else
+    sh->dtail = c->dprev;
+  c->dprev = c->dnext = NULL;
+  c->deferred = 0;
+  if (sh->dhead == NULL) uv_idle_stop(&sh->kick);
+}
+
+/* Each turn of the shard's loop, before it polls: a new budget for strangers, spent first on the
+ * connections put off before, oldest first; what the poll then reads from agents runs at once. */
+static void on_turn(uv_prepare_t *h) {
+  shard *sh = h->data;
+  size_t max = sh->srv->opts.turn_work;
+  sh->spent = 0;
+  while (sh->dhead && (max == 0 || sh->spent < max)) {
+    conn *c = sh->dhead;
+    conn_undefer(c);
+    if (c->closing || c->doomed) continue;
+    size_t used = process(c, c->in.data, c->in.len);
+    if (c->closing) continue;
+    trun_buf_consume(&c->in, used);
+    if (c->in.len == 0) conn_in_release(c);
+    trun__conn_flush(c);
+  }
+  trun__shard_flush_woken(sh);
+}
+
+void trun__shard_turn_init(shard *sh) {
+  uv_prepare_init(sh->loop, &sh->turn);
+  sh->turn.data = sh;
+  uv_prepare_start(&sh->turn, on_turn);
+  uv_unref((uv_handle_t *)&sh->turn); /* never what keeps a loop running */
+  uv_idle_init(sh->loop, &sh->kick);
+  sh->kick.data = sh;
+  uv_unref((uv_handle_t *)&sh->kick);
+}
+
+void trun__shard_turn_close(shard *sh, uv_close_cb cb) {
+  uv_close((uv_handle_t *)&sh->turn, cb);
+  uv_close((uv_handle_t *)&sh->kick, cb);
+}
+
 /* Executes one request under the key space's lock; replies queued for c by other threads go first. */
 static int handle_locked(conn *c, const trun_req *r, const char **why) {
   trun_server *s = c->srv;
@@ -557,8 +674,22 @@ static int handle_locked(conn *c, const trun_req *r, const char **why) {
   s->cur = c->sh;
   int rc = handle(c, r, why);
   s->cur = NULL;
+  __atomic_store_n(&s->stats.wait_bytes, (uint64_t)trun_kv_reg_bytes(s->kv), __ATOMIC_RELAXED);
   pthread_mutex_unlock(&s->kv_mu);
   return rc;
+}
+
+/* Closes c for a wait over a budget: counted, logged for the first few only (a flood must not flood the
+ * log too). */
+static void over_budget(conn *c, const char *why) {
+  trun_server *s = c->srv;
+  STAT_ADD(s, over_budget, 1);
+  STAT_ADD(s, rejected, 1);
+  unsigned n = __atomic_add_fetch(&s->budget_logged, 1, __ATOMIC_RELAXED);
+  if (n <= 10)
+    trun_warn("closed connection from %s (%s): %s%s", c->peer, trun_proto_gen_name(c->gen), why,
+              n == 10 ? " (further closes for the wait budgets are counted, not logged)" : "");
+  trun__conn_close(c, NULL);
 }
 
 /* Parses and executes every whole request in data[0..len); returns the bytes taken. c->need is left
@@ -576,6 +707,10 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
   while (off < len && !c->closing && !c->doomed) {
     if (trun__pending_out(c) > s->opts.max_pending_out) {
       c->held = 1; /* back-pressure: the rest waits in c->in until the client reads */
+      break;
+    }
+    if (!c->agent && s->opts.turn_work > 0 && c->sh->spent >= s->opts.turn_work) {
+      conn_defer(c); /* strangers had their share of this turn: the rest waits in c->in */
       break;
     }
     if (len - off < c->need) break;
@@ -609,6 +744,11 @@ static size_t process(conn *c, const uint8_t *data, size_t len) {
     }
     const char *why = NULL;
     int rc = handle_locked(c, &r, &why);
+    if (!c->agent) c->sh->spent += 1 + (size_t)r.count + (size_t)n / 256;
+    if (rc == -EDQUOT || rc == -ENOSPC) {
+      over_budget(c, why);
+      return off;
+    }
     if (rc < 0) {
       char msg[256];
       if (rc == -EMSGSIZE)
@@ -700,15 +840,62 @@ void trun__shard_recheck_acl(shard *sh) {
   }
 }
 
+static int same_addr(const conn *a, const conn *b) {
+  return a->addr.family == b->addr.family && memcmp(a->addr.a, b->addr.a, 16) == 0;
+}
+
 /* Same address as c among the open connections of every shard, c included. */
 static int count_same_peer(trun_server *s, const conn *c) {
   int same = 0;
   pthread_mutex_lock(&s->conns_mu);
   for (int i = 0; i < s->nshards; i++)
-    for (conn *o = s->shards[i]->conns; o; o = o->next)
-      same += o->addr.family == c->addr.family && memcmp(o->addr.a, c->addr.a, 16) == 0;
+    for (conn *o = s->shards[i]->conns; o; o = o->next) same += same_addr(o, c);
   pthread_mutex_unlock(&s->conns_mu);
   return same;
+}
+
+/* c came beyond the per-peer limit of a server that knows an agent token: it is admitted on probation
+ * (no request but PING before it presents the token), within opts.peer_reserve such connections of its
+ * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
+ * connections thus never lock an agent out of its store, and connections admitted within the limit (the
+ * workers') are never evicted. */
+static void admit_on_probation(trun_server *s, conn *c) {
+  conn *oldest = NULL;
+  int n = 0;
+  __atomic_store_n(&c->probation, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&s->conns_mu);
+  for (int i = 0; i < s->nshards; i++)
+    for (conn *o = s->shards[i]->conns; o; o = o->next)
+      if (o != c && !o->evict && same_addr(o, c) && __atomic_load_n(&o->probation, __ATOMIC_RELAXED)) {
+        n++;
+        if (oldest == NULL || o->seq < oldest->seq) oldest = o;
+      }
+  shard *victim_sh = NULL;
+  if (n >= (s->opts.peer_reserve > 0 ? s->opts.peer_reserve : 1) && oldest) {
+    oldest->evict = 1;
+    victim_sh = oldest->sh;
+    if (victim_sh != c->sh) __atomic_store_n(&victim_sh->evict, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&s->conns_mu);
+  if (victim_sh == c->sh)
+    trun__shard_evict(c->sh);
+  else if (victim_sh)
+    uv_async_send(&victim_sh->async);
+}
+
+void trun__shard_evict(shard *sh) {
+  trun_server *s = sh->srv;
+  for (;;) { /* one scan per victim (usually one): closing takes conns_mu itself */
+    conn *victim = NULL;
+    pthread_mutex_lock(&s->conns_mu);
+    for (conn *c = sh->conns; c && victim == NULL; c = c->next)
+      if (c->evict && !c->closing) victim = c;
+    pthread_mutex_unlock(&s->conns_mu);
+    if (victim == NULL) return;
+    refuse(victim,
+           "evicted: too many connections from this address, and this one did not present the job's "
+           "agent token (one beyond the per-peer limit is admitted only for the job's agents)");
+  }
 }
 
 /* c's socket is open on its shard's loop: checks the access rules and limits, then starts reading. */
@@ -722,6 +909,7 @@ static void conn_admit(conn *c) {
   if (sh->conns) sh->conns->prev = c;
   sh->conns = c;
   c->listed = 1;
+  c->seq = ++s->conn_seq;
   pthread_mutex_unlock(&s->conns_mu);
   c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
   if (!trun__addr_allowed(s, &c->addr)) {
@@ -738,8 +926,11 @@ static void conn_admit(conn *c) {
     return;
   }
   if (s->opts.max_conns_per_peer > 0 && count_same_peer(s, c) > s->opts.max_conns_per_peer) {
-    refuse(c, "too many connections from this address (the per-peer connection limit)");
-    return;
+    if (s->token == NULL) { /* set before connections come: no agent could get in beyond the limit */
+      refuse(c, "too many connections from this address (the per-peer connection limit)");
+      return;
+    }
+    admit_on_probation(s, c);
   }
   c->reading = 1;
   int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -868,6 +1059,7 @@ static void server_close_handles(trun_server *s) {
   if (s->shards && s->shards[0]) {
     uv_close((uv_handle_t *)&s->shards[0]->reaper, trun__on_shard_handle_closed);
     uv_close((uv_handle_t *)&s->shards[0]->async, trun__on_shard_handle_closed);
+    trun__shard_turn_close(s->shards[0], trun__on_shard_handle_closed);
   }
 }
 

@@ -12,10 +12,19 @@
 typedef struct trun_server trun_server;
 
 #define TRUN_SERVER_MAX_LISTENERS 8
+/* Connections from one address admitted beyond max_conns_per_peer for the job's agents to get in. */
+#define TRUN_SERVER_PEER_RESERVE 16
 /* Defaults of trun_server_opts_default: one reply at most 128 MiB (two largest values), the input all
  * connections buffer together at most 1 GiB. */
 #define TRUN_SERVER_DEFAULT_MAX_REPLY ((size_t)128 << 20)
 #define TRUN_SERVER_DEFAULT_MAX_INPUT ((size_t)1 << 30)
+/* Wait registrations (WAIT, BARRIER, WATCH_KEY; counted as TRUN_KV_REG_COST + the key each): 1 MiB for one
+ * connection, 256 MiB for all together. Connections that presented the agent token are not limited. */
+#define TRUN_SERVER_DEFAULT_MAX_WAIT_CONN ((size_t)1 << 20)
+#define TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL ((size_t)256 << 20)
+/* The work (keys and KiB of requests, see trun_server_opts.turn_work) that connections without the agent
+ * token get per turn of a loop, all together. */
+#define TRUN_SERVER_DEFAULT_TURN_WORK 32768
 
 typedef struct {
   const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
@@ -33,11 +42,23 @@ typedef struct {
                              so do pushed watch updates beyond max_pending_out + max_reply unread */
   size_t max_input_total; /* 0: no limit; else the input buffered by all connections together; a
                              connection whose request would take it beyond is closed */
-  int max_conns_per_peer; /* 0: no limit; else more from one address are refused */
+  int max_conns_per_peer; /* 0: no limit; else more from one address are refused, except, on a server
+                             with an agent token, peer_reserve more on probation: each must
+                             present the token before any request but PING (else it is closed); one more
+                             evicts the peer's oldest such connection that has not presented it yet */
   int max_conns;          /* 0: no limit; else connections beyond it are refused (keeps the host's fds) */
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
   int threads;            /* event loops serving connections (default 1: only the caller's loop); each
                              further one runs on a thread of its own, see trun_server_start */
+  size_t max_wait_conn;   /* 0: no limit; else a connection's wait registrations (TRUN_KV_REG_COST + key
+                             each) at most this: a WAIT / BARRIER / WATCH_KEY beyond it closes the conn */
+  size_t max_wait_total;  /* 0: no limit; else every connection's registrations together; the connection
+                             whose request would take them beyond is closed */
+  int peer_reserve;       /* connections on probation beyond max_conns_per_peer (default
+                             TRUN_SERVER_PEER_RESERVE; at least 1) */
+  size_t turn_work;       /* 0: no limit; else the requests of connections without the agent token run at
+                             most this much work per turn of a loop (a request costs 1 + its keys + its
+                             size / 256), the rest in later turns: agents' requests never wait behind more */
 } trun_server_opts;
 
 #define TRUN_SERVER_MAX_THREADS 64
@@ -50,6 +71,9 @@ typedef struct {
   uint64_t waiting;     /* connections with a pending WAIT */
   uint64_t refused;     /* closed by the access rules (allow-list, per-peer limit) */
   uint64_t input_bytes; /* input buffered now by every connection (partial requests, held requests) */
+  uint64_t wait_bytes;  /* wait and watch registrations now, as counted against max_wait_total */
+  uint64_t over_budget; /* connections closed for a wait over max_wait_conn or max_wait_total */
+  uint64_t deferred;    /* times a connection's requests were put off to a later turn (turn_work) */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);

@@ -102,6 +102,10 @@ int trun__key_owned(const conn *c, trun_slice key) {
   return c->srv->own_gone && c->agent && key_form(c->srv, key, c->srv->own_marker);
 }
 
+int trun__key_hidden(const conn *c, trun_slice key) {
+  return !c->agent && c->srv->nprot > 0 && agents_root(c->srv, key) != 0;
+}
+
 int trun_server_address_keys(trun_server *s, const char *marker) {
   if (marker == NULL || marker[0] != '/') return -EINVAL;
   char *m = strdup(marker);
@@ -188,11 +192,22 @@ int trun__agent_request(conn *c, const trun_req *r, const char **why) {
       return -EACCES;
     }
     c->agent = 1;
+    __atomic_store_n(&c->probation, 0, __ATOMIC_RELAXED); /* an agent: no longer evictable */
     if (trun_buf_append_u8(&c->out, TRUN_CHECK_READY) < 0) {
       *why = "out of memory";
       return -ENOMEM;
     }
     return 1;
+  }
+  /* Beyond the per-peer limit (server.c, admit_on_probation): nothing but the handshake's PING before the
+   * token. */
+  if (r->op != TRUN_OP_PING && __atomic_load_n(&c->probation, __ATOMIC_RELAXED)) {
+    STAT_ADD(s, refused, 1);
+    snprintf(c->why, sizeof(c->why),
+             "too many connections from this address (the per-peer connection limit): one beyond it must "
+             "present this job's agent token before any request but PING");
+    *why = c->why;
+    return -EACCES;
   }
   trun_slice which;
   if (c->agent && r->op == TRUN_OP_SET && key_form(s, r->key, s->addr_marker) &&

@@ -51,7 +51,11 @@ struct shard {
   uv_idle_t reaper; /* closes doomed connections outside the key space's callbacks */
   uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
   int ndoomed;
-  conn *conns;  /* modified by this shard's thread only, under srv->conns_mu */
+  uv_prepare_t turn; /* each loop turn, before polling: the strangers' work budget anew, deferred conns run */
+  uv_idle_t kick;    /* active while connections are deferred: the loop does not block in poll */
+  size_t spent;      /* work of connections without the agent token in this turn (opts.turn_work) */
+  conn *dhead, *dtail; /* deferred connections, in the order they were put off */
+  conn *conns;         /* modified by this shard's thread only, under srv->conns_mu */
   conn *flushq; /* connections of this shard that got bytes outside their own request: flushed before the
                    callback that queued them returns (trun__shard_flush_woken) */
   unsigned acl_seen;
@@ -60,6 +64,7 @@ struct shard {
   size_t nfds, capfds;
   conn *xq; /* connections with bytes in xout */
   int stop;
+  int evict;                /* atomic: a connection of this shard was marked for eviction (conn.evict) */
   uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
 };
 
@@ -72,6 +77,7 @@ struct trun_server {
   pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
   shard *cur;               /* under kv_mu: the shard whose request is being handled */
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
+  uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
   shard **shards;
   int nshards;
   unsigned next_shard;
@@ -88,6 +94,7 @@ struct trun_server {
   int acl_on;
   unsigned acl_gen;
   unsigned refused_logged;
+  unsigned budget_logged; /* closes for the wait budgets logged so far */
   /* Owned keys (trun_server_own_keys), set before connections come; read under kv_mu. */
   char *own_marker;
   trun_server_gone_fn own_gone;
@@ -134,7 +141,12 @@ struct conn {
   trun_buf owned, owned_val; /* under kv_mu: the key this connection owns (trun_server_own_keys) and the
                                 value it set; owned.len 0: none */
   int agent;                 /* under kv_mu: presented the job's agent token (server_auth.c) */
-  char why[320];             /* the reason of a refusal that names the request */
+  int deferred;              /* in sh->dhead's list: its requests wait for a later turn (turn_work) */
+  int probation; /* atomic: admitted beyond max_conns_per_peer; must present the agent token first */
+  int evict;     /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
+  uint64_t seq;  /* under conns_mu: accept order */
+  conn *dprev, *dnext;
+  char why[320]; /* the reason of a refusal that names the request */
 };
 
 /* server.c */
@@ -146,6 +158,8 @@ void trun__server_handle_closed(trun_server *s);
 void trun__shard_adopt(shard *sh, int fd);
 /* On a shard's loop after the rules changed: closes the connections they no longer admit. */
 void trun__shard_recheck_acl(shard *sh);
+/* On a shard's loop: closes its connections marked for eviction (conn.evict); sh->evict says some are. */
+void trun__shard_evict(shard *sh);
 
 /* server_acl.c */
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
@@ -159,6 +173,9 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
 int trun__agent_request(conn *c, const trun_req *r, const char **why);
 /* Whether c's SET of key makes c its owner (trun_server_own_keys). */
 int trun__key_owned(const conn *c, trun_slice key);
+/* 1 when LIST must not show key to c: it is the agents' (a protected key space) and c presented no agent
+ * token. The run id in those keys is what the derived token is made from (docs/store.md). */
+int trun__key_hidden(const conn *c, trun_slice key);
 void trun__server_auth_free(trun_server *s);
 
 /* server_shard.c */
@@ -182,6 +199,10 @@ void trun__conn_unqueue_flush(conn *c);
 /* Owner thread: flushes every queued connection. Every callback of a shard's loop that may run a request or
  * close a connection (a close wakes the waiters of the keys it owned) ends with it. */
 void trun__shard_flush_woken(shard *sh);
+/* Starts the turn and kick handles of sh on its loop (server.c). */
+void trun__shard_turn_init(shard *sh);
+/* Closes them (cb: as for the shard's other handles). */
+void trun__shard_turn_close(shard *sh, uv_close_cb cb);
 /* Closes every connection of sh and the sockets waiting to be adopted. */
 void trun__shard_close_all(shard *sh);
 void trun__on_shard_handle_closed(uv_handle_t *h);

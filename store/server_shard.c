@@ -212,11 +212,13 @@ static void on_shard_async(uv_async_t *a) {
       trun__conn_flush(c);
   }
   trun__shard_recheck_acl(sh);
+  if (__atomic_exchange_n(&sh->evict, 0, __ATOMIC_ACQ_REL)) trun__shard_evict(sh);
   trun__shard_flush_woken(sh);
   if (stop) {
     trun__shard_close_all(sh);
     uv_close((uv_handle_t *)&sh->reaper, trun__on_shard_handle_closed);
     uv_close((uv_handle_t *)&sh->async, trun__on_shard_handle_closed);
+    trun__shard_turn_close(sh, trun__on_shard_handle_closed);
   }
 }
 
@@ -252,6 +254,7 @@ static shard *shard_new(trun_server *s, int index) {
   sh->reaper.data = sh;
   uv_async_init(sh->loop, &sh->async, on_shard_async);
   sh->async.data = sh;
+  trun__shard_turn_init(sh);
   return sh;
 }
 
@@ -273,7 +276,7 @@ int trun__shards_start(trun_server *s, int n) {
   if (s->shards == NULL) return UV_ENOMEM;
   if ((s->shards[0] = shard_new(s, 0)) == NULL) return UV_ENOMEM;
   s->nshards = 1;
-  s->handles_open += 2;
+  s->handles_open += 4;
   /* Worker threads take no process signals: the hosting program's loop handles them. */
   sigset_t all, old;
   sigfillset(&all);
@@ -290,6 +293,7 @@ int trun__shards_start(trun_server *s, int n) {
       trun_error("pthread_create for store thread %d: %s", i, strerror(e));
       uv_close((uv_handle_t *)&sh->reaper, NULL);
       uv_close((uv_handle_t *)&sh->async, NULL);
+      trun__shard_turn_close(sh, NULL);
       uv_run(sh->loop, UV_RUN_DEFAULT);
       uv_loop_close(sh->loop);
       pthread_mutex_destroy(&sh->mu);

@@ -37,7 +37,8 @@ static void serve_usage(FILE *f) {
           "usage: trun-store serve [--host H] [--port P] [--ready-file F] [--legacy 1.13|2.1]\n"
           "                        [--max-key-bytes N] [--max-value-bytes N] [--max-keys N] [--threads N]\n"
           "                        [--max-conns N] [--max-conns-per-peer N] [--max-conn-memory N]\n"
-          "                        [--max-input-bytes N] [--max-reply-bytes N]\n"
+          "                        [--max-input-bytes N] [--max-reply-bytes N] [--max-wait-bytes N]\n"
+          "                        [--max-wait-bytes-total N]\n"
           "  --host H          address to listen on (default: :: dual-stack, else 0.0.0.0)\n"
           "  --port P          TCP port; 0 picks a free one (default 29500)\n"
           "  --ready-file F    write the port to F once listening\n"
@@ -53,10 +54,14 @@ static void serve_usage(FILE *f) {
           "  --max-conn-memory N     input one connection's request may buffer (default %zu)\n"
           "  --max-input-bytes N     input all connections buffer together (default %zu; 0: no limit)\n"
           "  --max-reply-bytes N     one reply, e.g. a MULTI_GET (default %zu; 0: no limit)\n"
+          "  --max-wait-bytes N      one connection's pending WAIT / BARRIER / WATCH_KEY registrations,\n"
+          "                          %d bytes and the key each (default %zu; 0: no limit)\n"
+          "  --max-wait-bytes-total N  all connections' registrations together (default %zu; 0: no limit)\n"
           "Prints 'trun-store: listening on HOST:PORT' on stdout once ready.\n",
           TRUN_DEFAULT_MAX_KEY, TRUN_DEFAULT_MAX_VALUE, TRUN_DEFAULT_MAX_KEYS, TRUN_SERVER_MAX_THREADS,
           SERVE_FD_RESERVE, SERVE_MAX_CONNS_PER_PEER, SERVE_MAX_CONN_MEMORY, TRUN_SERVER_DEFAULT_MAX_INPUT,
-          TRUN_SERVER_DEFAULT_MAX_REPLY);
+          TRUN_SERVER_DEFAULT_MAX_REPLY, TRUN_KV_REG_COST, TRUN_SERVER_DEFAULT_MAX_WAIT_CONN,
+          TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL);
 }
 
 int trun_store_serve_main(int argc, char **argv) {
@@ -89,6 +94,8 @@ int trun_store_serve_main(int argc, char **argv) {
                                        {"max-conn-memory", required_argument, 0, 'M'},
                                        {"max-input-bytes", required_argument, 0, 'I'},
                                        {"max-reply-bytes", required_argument, 0, 'R'},
+                                       {"max-wait-bytes", required_argument, 0, 'W'},
+                                       {"max-wait-bytes-total", required_argument, 0, 'w'},
                                        {"help", no_argument, 0, 'H'},
                                        {0, 0, 0, 0}};
   int ch;
@@ -153,6 +160,16 @@ int trun_store_serve_main(int argc, char **argv) {
         if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
           return trun_tool_bad_arg("--max-reply-bytes", optarg);
         o.max_reply = (size_t)v;
+        break;
+      case 'W':
+        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-wait-bytes", optarg);
+        o.max_wait_conn = (size_t)v;
+        break;
+      case 'w':
+        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
+          return trun_tool_bad_arg("--max-wait-bytes-total", optarg);
+        o.max_wait_total = (size_t)v;
         break;
       case 'H': serve_usage(stdout); return 0;
       default: serve_usage(stderr); return 2;

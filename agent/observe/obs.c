@@ -27,6 +27,7 @@ struct trun_obs {
   unsigned long restarts;
   int running, succeeded, failed, stopped;
   unsigned long stalls;
+  unsigned long hangs;
   struct {
     char scope[96]; /* escaped for a label value */
     unsigned long n;
@@ -94,6 +95,9 @@ static void render(void *arg, trun_buf *out) {
   trun_metrics_sample(out, "trun_rendezvous_duration_seconds", NULL, o->rdzv_duration);
   trun_metrics_header(out, "trun_stalls_total", "counter", "Workers found stalled by --stall-timeout.");
   trun_metrics_sample(out, "trun_stalls_total", NULL, (double)o->stalls);
+  trun_metrics_header(out, "trun_hangs_total", "counter",
+                      "Hung collectives NCCL RAS showed with a culprit among this node's workers.");
+  trun_metrics_sample(out, "trun_hangs_total", NULL, (double)o->hangs);
   trun_metrics_header(
       out, "trun_timer_expired_total", "counter",
       "Workers killed by torch's file-timer watchdog (TORCHELASTIC_ENABLE_FILE_TIMER), by scope.");
@@ -292,6 +296,11 @@ void trun_obs_membership(trun_obs *o, int waiting) {
   trun_events_emit(o->ev, "membership_change", json_pack("{s:i}", "waiting", waiting));
 }
 
+void trun_obs_insecure_token(trun_obs *o, const char *run_id, const char *message) {
+  if (o == NULL) return;
+  trun_events_emit(o->ev, "insecure_token", json_pack("{s:s,s:s}", "run_id", run_id, "message", message));
+}
+
 void trun_obs_waiting(trun_obs *o, const trun_wait_info *w) {
   if (o == NULL) return;
   snprintf(o->wait_kind, sizeof(o->wait_kind), "%s", w->done ? "" : w->kind);
@@ -352,6 +361,16 @@ void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idl
     json_object_set_new(f, "signal", json_string(name));
   }
   trun_events_emit(o->ev, "stall", f);
+}
+
+void trun_obs_hang(trun_obs *o, pid_t pid, int rank, int local_rank, const char *comm, const char *kind,
+                   unsigned long long count, double frozen_s, const char *why) {
+  if (o == NULL) return;
+  o->hangs++;
+  json_t *f = json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:f,s:s}", "pid", (int)pid, "rank", rank, "local_rank",
+                        local_rank, "communicator", comm, "collective", kind, "count", (json_int_t)count,
+                        "frozen_s", frozen_s, "why", why);
+  trun_events_emit(o->ev, "hang", f);
 }
 
 /* A scope as a Prometheus label value: \\, \" and \n escaped, cut to fit (never inside an escape). */

@@ -33,6 +33,9 @@ void trun_obs_warm_start(trun_obs *o, int warm);
 void trun_obs_worker_exit(trun_obs *o, pid_t pid, int rank, int local_rank, int status, int torn_down);
 void trun_obs_restart(trun_obs *o, int attempt, int remaining);
 void trun_obs_membership(trun_obs *o, int waiting);
+/* The job has no secret agent token (trun_rdzv_token_public): "insecure_token" event with its run id and
+ * the warning's words. */
+void trun_obs_insecure_token(trun_obs *o, const char *run_id, const char *message);
 /* A wait of the agent reports (agent/rdzv/rdzv.h, "waits"): the "waiting" event, and the trun_wait_seconds
  * metric while it lasts (its done report clears it). */
 void trun_obs_waiting(trun_obs *o, const trun_wait_info *w);
@@ -44,6 +47,11 @@ void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds)
  * trun_failure_causes_total{cause="stuck"}. */
 void trun_obs_stuck(trun_obs *o, pid_t pid, int rank, int local_rank, const char *state);
 void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idle_s, int signal);
+/* NCCL RAS shows a hung collective whose culprit is worker pid (rank, local_rank) of this node: "hang" event
+ * (communicator, collective kind and count the others wait in, seconds frozen, what the culprit launched),
+ * trun_hangs_total. */
+void trun_obs_hang(trun_obs *o, pid_t pid, int rank, int local_rank, const char *comm, const char *kind,
+                   unsigned long long count, double frozen_s, const char *why);
 /* torch's file-timer watchdog (ftimer.h) expired scope in worker pid (rank, local_rank; -1 -1: a process
  * of a worker's group) and sends it signal (0: none): "timer_expired" event,
  * trun_timer_expired_total{scope}. */

@@ -27,7 +27,8 @@ static const char *const names[TRUN_CAUSE__COUNT] = {[TRUN_CAUSE_NONE] = "none",
                                                      [TRUN_CAUSE_OOM_KILL] = "oom_kill",
                                                      [TRUN_CAUSE_GPU_XID] = "gpu_xid",
                                                      [TRUN_CAUSE_STUCK] = "stuck",
-                                                     [TRUN_CAUSE_TIMER] = "timer_expired"};
+                                                     [TRUN_CAUSE_TIMER] = "timer_expired",
+                                                     [TRUN_CAUSE_HANG] = "hang"};
 
 const char *trun_cause_name(trun_cause_kind k) {
   return k >= 0 && k < TRUN_CAUSE__COUNT ? names[k] : "unknown";
@@ -128,6 +129,10 @@ trun_cause_kind trun_cause_describe(const trun_cause_in *in, char *out, size_t l
   if (in->xid) {
     snprintf(out, len, "%s", in->xid);
     return TRUN_CAUSE_GPU_XID;
+  }
+  if (in->hang) { /* the teardown's signal ended it: the hang is why */
+    snprintf(out, len, "%s", in->hang);
+    return TRUN_CAUSE_HANG;
   }
   /* Only the kernel's own record of the kill is evidence: the cgroup's counter also counts its other
    * processes, and trun's own SIGKILL (the teardown) is never the OOM killer's. */

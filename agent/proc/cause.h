@@ -1,7 +1,7 @@
 /* Why a worker died, in one line: the kernel's OOM killer (its memory cgroup's counter, the kernel log), a
- * CUDA out-of-memory or NCCL error (its last stderr lines), a GPU Xid, a stall, a process that SIGKILL
- * cannot end (D state), a start-up error, else its signal or exit code. The failure report, the console,
- * events and metrics all say it (docs/supervision.md#causes). */
+ * CUDA out-of-memory or NCCL error (its last stderr lines), a GPU Xid, a stall, a hung collective, a process
+ * that SIGKILL cannot end (D state), a start-up error, else its signal or exit code. The failure report, the
+ * console, events and metrics all say it (docs/supervision.md#causes). */
 #ifndef TRUN_CAUSE_H
 #define TRUN_CAUSE_H
 
@@ -22,6 +22,7 @@ typedef enum {
   TRUN_CAUSE_GPU_XID,      /* a hardware Xid on its GPU */
   TRUN_CAUSE_STUCK,        /* SIGKILL did not end it (uninterruptible sleep, D state) */
   TRUN_CAUSE_TIMER,        /* torch's file-timer watchdog killed it (agent/observe/ftimer.h) */
+  TRUN_CAUSE_HANG,         /* NCCL RAS named it behind in a hung collective (--hang-timeout, agent/hang/) */
   TRUN_CAUSE__COUNT
 } trun_cause_kind;
 
@@ -49,6 +50,7 @@ typedef struct {
   const char *xid;       /* a hardware Xid on its GPU, or NULL */
   double stalled_s;      /* > 0: --stall-timeout found it stalled */
   const char *stuck;     /* SIGKILL did not end it: its state, or NULL */
+  const char *hang;      /* behind in a hung collective (agent_hang.c): what it said, or NULL */
 } trun_cause_in;
 
 /* The one-line cause in out[len] and its kind. */

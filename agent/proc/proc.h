@@ -2,7 +2,8 @@
  * without a shell, in a session of its own, with CPU affinity and resource limits (spawn.h); their output
  * read line by line, prefixed, tee'd and logged (output.h); the torchelastic error files and the failure
  * report (report.h) with each death's one-line cause (cause.h; memory cgroups' OOM kills: memcg.h); the guard
- * process that kills every worker session if the agent dies (watchdog.h); environments and argument lists as
+ * process that kills every worker session if the agent dies (watchdog.h) and what the workers started
+ * outside their sessions (strays.h); environments and argument lists as
  * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h).
  * May use: base, discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
@@ -14,6 +15,7 @@
 #include "output.h"
 #include "report.h"
 #include "spawn.h"
+#include "strays.h"
 #include "strv.h"
 #include "warm.h"
 #include "watchdog.h"

@@ -1,3 +1,5 @@
+/* trun_spawn (spawn.h): fork + exec of one worker (or pool process, preflight, --hostfile rsh) without a
+ * shell. */
 #include "spawn.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/discover/discover.h"
+#include "base/base.h"
 
 /* Child side failure: send the step and errno to the parent, then exit 127 (the shell's convention). */
 static void child_fail(int fd, uint8_t step, int err) {
@@ -97,6 +100,13 @@ static void child_run(const trun_spawn_req *req, const char *path, pid_t agent, 
     if (req->close_fds[i] > 2) close(req->close_fds[i]);
   if (req->stdout_fd > 2) close(req->stdout_fd);
   if (req->stderr_fd > 2 && req->stderr_fd != req->stdout_fd) close(req->stderr_fd);
+  /* Nothing else the agent holds or inherited reaches the child (torchrun's Popen closes them too): only
+   * 0-2, req->inherit_fd, and the error pipe (close-on-exec) until the exec. */
+  int lo = errfd, hi = req->inherit_fd > 2 && req->inherit_fd != errfd ? req->inherit_fd : errfd;
+  if (lo > hi) lo = hi, hi = errfd;
+  trun_close_range(3, lo - 1);
+  trun_close_range(lo + 1, hi - 1);
+  trun_closefrom(hi + 1);
   /* The agent handles signals through libuv; workers start with the defaults and nothing blocked. */
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));

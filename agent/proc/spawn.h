@@ -20,7 +20,8 @@ typedef struct {
                                   inherit */
 } trun_spawn_req;
 
-/* Forks a child that: starts its own session (so it leads its process group, like torchrun 2.x's
+/* Forks a child that: closes every descriptor but 0-2 and req->inherit_fd (whatever the agent opened or
+ * inherited), starts its own session (so it leads its process group, like torchrun 2.x's
  * start_new_session), asks the kernel for SIGKILL when the agent dies (PR_SET_PDEATHSIG, and exits at once
  * if the agent is already gone), reads stdin from req->stdin_fd or /dev/null, resets signal dispositions and
  * the signal mask, pins itself to req->cpus when given, then execs. Exec failure is reported back through a

@@ -137,9 +137,14 @@ typedef enum {
  * reason (an explicit token that is not 16 to 100 printable characters; exit 2). The agent never passes
  * TRUN_RDZV_TOKEN_ENV to its workers. */
 #define TRUN_RDZV_TOKEN_ENV "TRUN_RDZV_TOKEN"
+/* 1 when this agent hosts the rendezvous store of a job of several nodes whose token is the derived one
+ * (no TRUN_RDZV_TOKEN, no trun_token): anyone who reaches the store and learns the run id can write the
+ * agents' key space. The agent says so once per job (this is true on one agent only). */
+int trun_rdzv_token_public(const trun_rdzv *r);
 int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, size_t errlen);
 /* ---- the exclusion list (rdzv_exclude.c, rdzv_export.c) ---- */
 #define TRUN_RDZV_MAX_EXCLUSIONS 4096 /* records read in one go */
+#define TRUN_RDZV_EXCL_SKEW_S 300.0   /* how far ahead of this clock a record's "at" may be (clock skew) */
 
 /* A node as the exclusion list names it: the same node has the same host and, where both records know them,
  * the same instance id and a GPU UUID in common (a replaced machine under the old name is another node). */
@@ -180,12 +185,15 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
 /* 1 when exclusion e names node id. */
 int trun_rdzv_exclusion_matches(const trun_rdzv_exclusion *e, const trun_rdzv_node_id *id);
 /* The job's exclusion records after the first `from` ones, ended ones too, read on c: *out (the caller
- * frees it) and *n (records that are not trun's are left out). How many records were read, or a negative
- * errno. */
-int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv_exclusion **out, int *n);
+ * frees it) and *n (records that are not trun's are left out: host names of other characters than a host's,
+ * a time ahead of this clock). Each lasts at most cap_s (trun_rdzv_exclude_seconds) from its "at", and its
+ * words hold no control characters (escaped). How many records were read, or a negative errno. */
+int trun_rdzv_exclusions(trun_client *c, const char *run_id, double cap_s, int from,
+                         trun_rdzv_exclusion **out, int *n);
 /* The exclusions in force now (for a status view): as trun_rdzv_exclusions from the first, without the
  * ended ones. 0 or a negative errno. */
-int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusion **out, int *n);
+int trun_rdzv_excluded_now(trun_client *c, const char *run_id, double cap_s, trun_rdzv_exclusion **out,
+                           int *n);
 /* trun --list-excluded FORMAT: reads the list from the job's rendezvous store (cfg's endpoint and run id)
  * and prints the exclusions in force as a Slurm --exclude host list ("slurm") or JSON ("json"). The exit
  * code: 0, 1 (the store cannot be read), 2 (a bad format or no endpoint). */
@@ -231,8 +239,13 @@ void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum);
 int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out);
 /* The job's exclusion list as read at the start of the last round: *out, how many (news marked). */
 int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out);
-/* 1 when this node is on the job's exclusion list (trun_rdzv_next_round failed for that: exit 3). */
+/* When this node is on the job's exclusion list (trun_rdzv_next_round failed for that), the exit code its
+ * kind calls for (trun_rdzv_exclusion_code), else 0. */
 int trun_rdzv_excluded(const trun_rdzv *r);
+/* The exit code of a node refused for an exclusion of this kind (base/exit.h): the node's hardware
+ * ("health", "xid", "preflight", "stuck") 3; "cut_off" (its network) 4; anything else ("failures": what its
+ * workers did) 6, so that a drain rule on 3 never drains a node for a link flap or a job's own crashes. */
+int trun_rdzv_exclusion_code(const char *kind);
 /* The kind of the rendezvous's wait in progress, else of its last one ("" before any; trun_wait_info). */
 const char *trun_rdzv_wait_kind(const trun_rdzv *r);
 /* This agent's connection to the rendezvous store is shut down: no request waits on it any more (a stuck

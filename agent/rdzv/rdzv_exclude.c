@@ -110,16 +110,58 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
   return rc;
 }
 
+/* Copies string member key of o into out with every C0 control and DEL as a C escape (\n, \t, \xNN): the
+ * record's words reach terminals (node 0's stderr, an agent's exit line) and must not drive them. */
 static void copy_str(json_t *o, const char *key, char *out, size_t len) {
   const char *s = json_string_value(json_object_get(o, key));
-  snprintf(out, len, "%s", s ? s : "");
+  size_t at = 0;
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c && at + 5 < len; c++) {
+    if (*c >= 0x20 && *c != 0x7f)
+      out[at++] = (char)*c;
+    else if (*c == '\n' || *c == '\t')
+      at += (size_t)snprintf(out + at, len - at, "\\%c", *c == '\n' ? 'n' : 't');
+    else
+      at += (size_t)snprintf(out + at, len - at, "\\x%02x", *c);
+  }
+  out[at] = '\0';
 }
 
-/* One record's JSON into e: 0, or -1 when it is not one of ours. */
-static int parse_record(const trun_buf *b, trun_rdzv_exclusion *e) {
+/* 1 when s is a name as a node's identity holds it: non-empty (unless empty_ok), not starting with '-'
+ * (an option), only letters, digits and the characters of extra. A host name that is not one goes nowhere
+ * (a Slurm --exclude list above all). */
+static int name_ok(const char *s, const char *extra, int empty_ok) {
+  if (s[0] == '\0') return empty_ok;
+  if (s[0] == '-') return 0;
+  for (const char *c = s; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          strchr(extra, *c)))
+      return 0;
+  return 1;
+}
+
+/* One record's JSON into e, checked: 0, or -1 when it is not one trun writes (names with other characters
+ * than a host's, its time not a number or more than TRUN_RDZV_EXCL_SKEW_S ahead of this clock). The
+ * exclusion lasts at most cap_s (the job's trun_exclude_seconds) from when it was made, whatever its until
+ * says; its words are escaped (copy_str). */
+static int parse_record(const trun_buf *b, double cap_s, double now, trun_rdzv_exclusion *e) {
   json_t *o = json_loadb((const char *)b->data, b->len, 0, NULL);
-  if (!json_is_object(o) || !json_is_number(json_object_get(o, "until")) ||
-      !json_is_string(json_object_get(o, "host"))) {
+  json_t *host = json_object_get(o, "host"), *hostname = json_object_get(o, "hostname");
+  json_t *inst = json_object_get(o, "instance"), *gpus = json_object_get(o, "gpus");
+  int ok = json_is_object(o) && json_is_number(json_object_get(o, "until")) &&
+           json_is_number(json_object_get(o, "at")) && json_is_string(host) &&
+           (hostname == NULL || json_is_string(hostname)) && (inst == NULL || json_is_string(inst)) &&
+           (gpus == NULL || json_is_string(gpus));
+  /* host: a name or address (IPv6 with ':', '[', ']' and a zone after '%'); hostname: a host name. */
+  ok = ok && strlen(json_string_value(host)) < sizeof(e->id.host) &&
+       name_ok(json_string_value(host), ".-_:[]%", 0);
+  ok = ok && (hostname == NULL || (strlen(json_string_value(hostname)) < sizeof(e->id.hostname) &&
+                                   name_ok(json_string_value(hostname), ".-_", 1)));
+  ok = ok && (inst == NULL || name_ok(json_string_value(inst), ".-_:", 1));
+  ok = ok && (gpus == NULL || name_ok(json_string_value(gpus), ".-_:,", 1));
+  double at = ok ? json_number_value(json_object_get(o, "at")) : 0;
+  double until = ok ? json_number_value(json_object_get(o, "until")) : 0;
+  ok = ok && at == at && until == until && at <= now + TRUN_RDZV_EXCL_SKEW_S; /* not NaN, not ahead */
+  if (!ok) {
     json_decref(o);
     return -1;
   }
@@ -129,13 +171,14 @@ static int parse_record(const trun_buf *b, trun_rdzv_exclusion *e) {
   copy_str(o, "gpus", e->id.gpus, sizeof(e->id.gpus));
   copy_str(o, "kind", e->kind, sizeof(e->kind));
   copy_str(o, "cause", e->cause, sizeof(e->cause));
-  e->at = json_number_value(json_object_get(o, "at"));
-  e->until = json_number_value(json_object_get(o, "until"));
+  e->at = at;
+  e->until = until > at + cap_s ? at + (cap_s > 0 ? cap_s : 0) : until;
   json_decref(o);
   return 0;
 }
 
-int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv_exclusion **out, int *n) {
+int trun_rdzv_exclusions(trun_client *c, const char *run_id, double cap_s, int from,
+                         trun_rdzv_exclusion **out, int *n) {
   *out = NULL;
   *n = 0;
   char k[400];
@@ -164,10 +207,13 @@ int trun_rdzv_exclusions(trun_client *c, const char *run_id, int from, trun_rdzv
       return rc;
     }
     v[got].index = (int)i;
-    if (parse_record(&b, &v[got]) == 0)
+    if (parse_record(&b, cap_s, trun_wall_s(), &v[got]) == 0)
       got++;
     else
-      trun_warn("the exclusion record %s is not one trun writes; it is ignored", k);
+      trun_warn(
+          "the exclusion record %s is not one trun writes (a host name of other characters than a "
+          "host's, or a time ahead of this clock); it is ignored",
+          k);
     trun_buf_free(&b);
   }
   *out = v;
@@ -182,7 +228,8 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
   if (r->client == NULL || trun_rdzv_exclude_seconds(r->cfg) <= 0) return 0;
   trun_rdzv_exclusion *fresh = NULL;
   int nf = 0;
-  int rc = trun_rdzv_exclusions(r->client, r->cfg->run_id, r->excl_read, &fresh, &nf);
+  int rc = trun_rdzv_exclusions(r->client, r->cfg->run_id, trun_rdzv_exclude_seconds(r->cfg), r->excl_read,
+                                &fresh, &nf);
   if (rc < 0) {
     trun_debug("could not read the job's exclusion list: %s", strerror(-rc));
     return 0; /* the rendezvous itself says what is wrong with the store */
@@ -216,19 +263,28 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
       mine = e;
   }
   if (mine) {
-    r->excluded = 1;
-    snprintf(
-        err, errlen,
-        "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit 3, so "
-        "that the scheduler replaces it (--rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
-        me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at);
+    r->excluded = trun_rdzv_exclusion_code(mine->kind);
+    const trun_exit_info *x = trun_exit_info_of(r->excluded);
+    snprintf(err, errlen,
+             "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit %d "
+             "(%s; --rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
+             me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at, r->excluded,
+             x ? x->meaning : "");
     return -1;
   }
   return 0;
 }
 
-int trun_rdzv_excluded_now(trun_client *c, const char *run_id, trun_rdzv_exclusion **out, int *n) {
-  int rc = trun_rdzv_exclusions(c, run_id, 0, out, n);
+int trun_rdzv_exclusion_code(const char *kind) {
+  static const char *const hardware[] = {"health", "xid", "preflight", "stuck"};
+  for (size_t i = 0; i < sizeof(hardware) / sizeof(hardware[0]); i++)
+    if (strcmp(kind, hardware[i]) == 0) return TRUN_EXIT_UNHEALTHY;
+  return strcmp(kind, "cut_off") == 0 ? TRUN_EXIT_CUT_OFF : TRUN_EXIT_EXCLUDED;
+}
+
+int trun_rdzv_excluded_now(trun_client *c, const char *run_id, double cap_s, trun_rdzv_exclusion **out,
+                           int *n) {
+  int rc = trun_rdzv_exclusions(c, run_id, cap_s, 0, out, n);
   if (rc < 0) return rc;
   double now = trun_wall_s();
   int k = 0;

@@ -67,7 +67,7 @@ int trun_rdzv_excluded_print(const trun_config *cfg, const char *format, FILE *o
   int rc = trun_client_connect(&o, &c);
   trun_rdzv_exclusion *v = NULL;
   int n = 0;
-  if (rc == 0) rc = trun_rdzv_excluded_now(c, cfg->run_id, &v, &n);
+  if (rc == 0) rc = trun_rdzv_excluded_now(c, cfg->run_id, trun_rdzv_exclude_seconds(cfg), &v, &n);
   if (c) trun_client_close(c);
   if (rc < 0) {
     fprintf(stderr,

@@ -46,7 +46,7 @@ struct trun_rdzv {
   const trun_node *node;
   /* The job's exclusion list as read at the start of the last round (rdzv_exclude.c): every record, with
    * what is news to this node since the round before (n_excl_news of them); excluded: this node is on it
-   * (trun_rdzv_next_round failed for that: the agent exits 3). */
+   * (trun_rdzv_next_round failed for that): the exit code of its kind, else 0. */
   trun_rdzv_exclusion *excl;
   int n_excl, n_excl_news, excl_read, excluded;
 };

@@ -256,7 +256,8 @@ store:
  */
 static int print_excluded(view *v) {
   trun_rdzv_exclusion *e = NULL;
-  int n = 0, rc = trun_rdzv_excluded_now(v->r.client, v->r.cfg->run_id, &e, &n);
+  int n = 0,
+      rc = trun_rdzv_excluded_now(v->r.client, v->r.cfg->run_id, trun_rdzv_exclude_seconds(v->r.cfg), &e, &n);
   if (rc < 0) {
     fprintf(stderr, "trun: error: reading job '%s''s exclusion list from the store: %s\n", v->r.cfg->run_id,
             strerror(-rc));

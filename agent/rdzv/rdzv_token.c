@@ -34,6 +34,14 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
     size_t n = strlen(v);
     int printable = n > 0;
     for (size_t i = 0; i < n; i++) printable &= v[i] > 0x20 && v[i] < 0x7f;
+    if (n > 0 && strspn(v, "*") == n) {
+      snprintf(
+          err, errlen,
+          "%s is masked ('*' only, as --print-config and --dry-run print it): give the job's agent token "
+          "itself, the same on every node",
+          src);
+      return -1;
+    }
     if (n < TRUN_STORE_TOKEN_MIN || n > TRUN_STORE_TOKEN_MAX || !printable) {
       snprintf(err, errlen,
                "%s: the agent token must be %d to %d printable characters without spaces (e.g. the output "
@@ -51,6 +59,10 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
   uint64_t b = fnv(fnv(0x84222325cbf29ce4ull, what, (size_t)wn), domain, sizeof(domain) - 1);
   snprintf(out, len, "derived-%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
   return 0;
+}
+
+int trun_rdzv_token_public(const trun_rdzv *r) {
+  return r->host != NULL && !r->token_explicit && r->cfg != NULL && r->cfg->max_nodes > 1;
 }
 
 int trun__rdzv_guard_server(trun_server *s, void *arg) {

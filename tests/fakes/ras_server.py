@@ -6,7 +6,7 @@ lines ending in "\\n" (a "\\r" before it is dropped); "CLIENT PROTOCOL n" -> "SE
 "STATUS" / "VERBOSE STATUS" -> the report, then the connection is closed; anything else ->
 "ERROR: Unknown command <line>". The reports are our captures (tests/fixtures/hang/, 4 x H100, NCCL 2.28.9).
 
-Usage: ras_server.py --mode MODE --port-file FILE
+Usage: ras_server.py --mode MODE --port-file FILE [--pid-dir DIR --ranks N [--behind R] [--host H] [--served FILE]]
 Listens on an ephemeral loopback port and writes "PORT\\n" to FILE once it listens. Stops on SIGTERM / SIGINT.
 Each connection is served on its own thread; connection N (from 0) of a mode that moves serves step N.
 
@@ -26,6 +26,14 @@ Modes (what VERBOSE STATUS answers):
   notras        "HTTP/1.1 400 Bad Request" and close
   wire          replays wire-h200x2-sleep.bin (what real NCCL 2.28.9 sent, handshake included) once the
                 VERBOSE STATUS line has come, whatever came before it
+The job modes template one N-rank communicator whose rank r has the pid in DIR/pid.<r> (written by a real
+job's workers; read at each connection, so a restarted job's new pids are served) on host H (127.0.0.1):
+  job-behind    frozen: every rank launched AllReduce 51, rank R (--behind, default 1) only 50
+  job-advancing every rank's AllReduce count is 100 + N at connection N (rank R one behind on odd N)
+  job-idle      frozen, equal: every rank launched AllReduce 51
+While a pid file is missing they answer no communicator. --served FILE: after each answer naming every pid,
+the count of such answers so far is written to FILE (a test waits for the detector's window to pass without
+timing it).
 """
 import argparse
 import json
@@ -45,7 +53,52 @@ def fixture(name):
         return f.read()
 
 
-def report(mode, step):
+def job_report(mode, step, opt):
+    pids = []
+    for r in range(opt.ranks):
+        try:
+            with open(os.path.join(opt.pid_dir, "pid.%d" % r)) as f:
+                pids.append(int(f.read().strip()))
+        except (OSError, ValueError):
+            pids = None
+            break
+    doc = {"nccl_version": "2.28.9", "cuda_runtime_version": 13000, "cuda_driver_version": 13000,
+           "timestamp": "2026-11-28 00:00:00", "communicators_count": 0, "communicators": []}
+    if pids is None:
+        return json.dumps(doc).encode() + b"\n", False
+    ranks = []
+    for r, pid in enumerate(pids):
+        n = 51
+        if mode == "job-behind" and r == opt.behind:
+            n = 50
+        elif mode == "job-advancing":
+            n = 100 + step - (1 if r == opt.behind and step % 2 == 1 else 0)
+        ranks.append({"rank": r, "host": opt.host, "pid": pid, "cuda_dev": r, "nvml_dev": r,
+                      "status": {"init_state": 0, "async_error": 0, "finalize_called": False, "destroy_flag": False,
+                                 "abort_flag": False},
+                      "collective_counts": {"Broadcast": 0, "Reduce": 0, "AllGather": 0, "ReduceScatter": 0,
+                                            "AllReduce": n}})
+    doc["communicators_count"] = 1
+    doc["communicators"] = [{"hash": "0x5eed000000000001", "secondary_hash": "0x1:0x2", "size": opt.ranks,
+                             "ranks_count": opt.ranks, "missing_ranks_count": 0, "ranks": ranks,
+                             "missing_ranks": []}]
+    return json.dumps(doc, indent=2).encode() + b"\n", True
+
+
+SERVED = [0]
+SERVED_LOCK = threading.Lock()
+
+
+def report(mode, step, opt=None):
+    if mode.startswith("job-"):
+        body, full = job_report(mode, step, opt)
+        if full and opt.served:
+            with SERVED_LOCK:
+                SERVED[0] += 1
+                with open(opt.served + ".tmp", "w") as f:
+                    f.write("%d\n" % SERVED[0])
+                os.rename(opt.served + ".tmp", opt.served)
+        return body
     if mode in ("mismatch", "sleep", "spin"):
         return fixture("ras-%s-20s.json" % mode)
     if mode == "advancing":
@@ -76,7 +129,7 @@ def report(mode, step):
     raise ValueError(mode)
 
 
-def serve(conn, mode, step):
+def serve(conn, mode, step, opt):
     conn.settimeout(30)
     buf = b""
     fmt = "text"
@@ -123,7 +176,7 @@ def serve(conn, mode, step):
                         for _ in range(64):
                             conn.sendall(chunk)
                         return
-                    body = report("sleep" if mode == "trickle" else mode, step)
+                    body = report("sleep" if mode == "trickle" else mode, step, opt)
                     if fmt == "text" and mode != "old":
                         body = b"(text report)\n"
                     if mode == "trickle":
@@ -148,9 +201,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", required=True)
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--pid-dir")
+    ap.add_argument("--ranks", type=int, default=0)
+    ap.add_argument("--behind", type=int, default=1)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--served")
     a = ap.parse_args()
     modes = ("mismatch", "sleep", "spin", "advancing", "unresponsive", "malformed", "lying", "slow", "trickle", "huge",
-             "old", "notras", "wire")
+             "old", "notras", "wire", "job-behind", "job-advancing", "job-idle")
+    if a.mode.startswith("job-") and (not a.pid_dir or a.ranks < 1):
+        print("ras_server.py: mode %s needs --pid-dir DIR and --ranks N" % a.mode, file=sys.stderr)
+        sys.exit(2)
     if a.mode not in modes:
         print("ras_server.py: unknown mode %s (one of %s)" % (a.mode, ", ".join(modes)), file=sys.stderr)
         sys.exit(2)
@@ -167,7 +228,7 @@ def main():
     step = 0
     while True:
         conn, _ = s.accept()
-        threading.Thread(target=serve, args=(conn, a.mode, step), daemon=True).start()
+        threading.Thread(target=serve, args=(conn, a.mode, step, a), daemon=True).start()
         step += 1
 
 

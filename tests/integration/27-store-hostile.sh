@@ -19,7 +19,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/trun-27.XXXXXX")
 trap 'store_cleanup; rm -rf "$work"' EXIT
 
 # The limits' options: a bad value exits 2 naming the option.
-for opt in --max-conns --max-conns-per-peer --max-conn-memory --max-input-bytes --max-reply-bytes; do
+for opt in --max-conns --max-conns-per-peer --max-conn-memory --max-input-bytes --max-reply-bytes \
+  --max-wait-bytes --max-wait-bytes-total; do
   "$STORE" serve --port 0 "$opt" 12x >/dev/null 2>"$work/err"
   rc=$?
   [ $rc -eq 2 ] && grep -q -- "$opt" "$work/err" || { cat "$work/err"; echo "FAIL: serve $opt 12x: exit $rc"; exit 1; }

@@ -10,7 +10,7 @@
 #     write is refused too (tests/helpers/keys_worker.py records it);
 #  3. the job then finishes as if nothing happened: both workers pass a final barrier, both agents exit 0.
 # 5. The same stray against a 2-node c10d job (derived token, --rdzv-id j82c): its write of the round's trun
-#    end key (/torch.rendezvous.j82c.<round>/trun/end, the round found with trun-store cli list) is refused,
+#    end key (/torch.rendezvous.j82c.<round>/trun/end, the round found with trun-store cli check) is refused,
 #    torch's own keys stay writable (a stray key of its own there is taken), the job ends with exit 0.
 # 4. An agent whose TRUN_RDZV_TOKEN is not node 0's is refused: it exits non-zero with a message naming the
 #    token; node 0 (waiting for it) is then stopped by the test. A token of 5 characters exits 2 at once.
@@ -96,7 +96,16 @@ done
 dumpc() { for n in 0 1; do echo "== c10d agent $n stderr"; cat "$tmp/c$n.err"; done; }
 wait_for "[ -f '$tmp/out5/ok.0' ] && [ -f '$tmp/out5/ok.1' ]" 180 || { dumpc; fail "5: the c10d job did not all-reduce"; }
 live=""
-wait_for "live=\$(\"$STORE_CLI\" cli --target 127.0.0.1:$port --prefix '' list 2>/dev/null | tr ' ' '\\n' | grep -m1 '^/torch.rendezvous.j82c.[0-9]*/trun/live/')" 60 ||
+# LIST hides the agents' keys from a client without the token (test 91): the round is found by CHECKs.
+find_live() {
+  local r
+  for r in 0 1 2 3 4 5 6 7; do
+    [ "$("$STORE_CLI" cli --target "127.0.0.1:$port" --prefix '' check "/torch.rendezvous.j82c.$r/trun/live/0" 2>/dev/null)" = true ] &&
+      { live=/torch.rendezvous.j82c.$r/trun/live/0; return 0; }
+  done
+  return 1
+}
+wait_for find_live 60 ||
   { dumpc; fail "5: no trun liveness key of the c10d round in the store"; }
 ks=${live%/live/*}
 note "5: the round's trun key space: $ks"

@@ -16,7 +16,7 @@
 #      excluded, and h0 and h1 train on undisturbed.
 #   6. Repeated failures (trun, trun_exclude_failures=2): h2's worker fails at once, round after round, while
 #      h0's and h1's wait for it; after its second such round h2 excludes itself (kind failures), is refused
-#      at its next rendezvous (exit 3), and h0 and h1 train on as a world of 2.
+#      at its next rendezvous (exit 6: excluded, not for its hardware), and h0 and h1 train on as a world of 2.
 #   7. Bad input: --list-excluded xml, no endpoint, a bad trun_exclude_seconds exit 2; a store that is not
 #      there exits 1 naming it.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
@@ -197,7 +197,7 @@ PY
   dumpf() { for n in 0 1 2; do dump_agent "failing agent $n" "$out/agent$n.out" "$out/agent$n.err"; done; }
   note "trun: h2's workers fail first round after round"
   wait_pid_exit "${pid[2]}" 180 || { dumpf; fail "failing: h2 still runs"; }
-  [ "$WAIT_RC" = 3 ] || { dumpf; fail "failing: h2 exited $WAIT_RC, want 3 (excluded)"; }
+  [ "$WAIT_RC" = 6 ] || { dumpf; fail "failing: h2 exited $WAIT_RC, want 6 (excluded, not for its hardware)"; }
   grep -q "node 10.251.0.3 is excluded from job 'failing' for [0-9]* more s (failures: its workers were the first to fail in 2 rounds in a row" \
     "$out/agent2.err" || { dumpf; fail "failing: h2 does not name its exclusion for repeated failures"; }
   wait_for "[ \$(worlds $out 2) -ge 2 ]" 120 || { dumpf; fail "failing: h0 + h1 did not train on as a world of 2"; }

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include "client.h"
 #include "rdzv_int.h"
 #include "store_acl.h"
 #include "unit.h"
@@ -380,6 +381,75 @@ START_TEST(test_per_peer_limit_threads) {
 }
 END_TEST
 
+#define ACL_TOKEN "unit-acl-agent-token-0123"
+
+static void token_on(trun_server *s, void *arg) {
+  (void)arg;
+  ck_assert_int_eq(trun_server_agent_token(s, ACL_TOKEN), 0);
+}
+
+/* Presents the agent token (CHECK of its key): 1 READY, 0 the connection ended. */
+static int present(int fd) {
+  const char *k = TRUN_STORE_TOKEN_KEY ACL_TOKEN;
+  uint8_t req[128];
+  size_t n = strlen(k), off = 0;
+  req[off++] = 0x05;
+  for (int i = 0; i < 8; i++) req[off++] = (uint8_t)(i == 0 ? 1 : 0);
+  for (int i = 0; i < 8; i++) req[off++] = (uint8_t)(n >> (8 * i));
+  memcpy(req + off, k, n);
+  off += n;
+  if (unit_send(fd, req, off) < 0) return 0;
+  uint8_t b;
+  return unit_recv(fd, &b, 1) == 0 && b == 0x00;
+}
+
+/* Issue 41, finding 11: a local process that holds a peer's whole per-peer limit of idle connections does
+ * not lock the job's agents out. On a server with an agent token, connections beyond the limit are admitted
+ * on probation (PING only until they present the token); TRUN_SERVER_PEER_RESERVE of them at most, one more
+ * evicts the oldest that did not present it. The connections within the limit are never evicted; a
+ * probationary connection that sends another request is closed. */
+START_TEST(test_per_peer_reserve_for_agents) {
+  start_opts(2, 0);
+  unit_server_call(&us, token_on, NULL);
+  int a = conn(), b = conn(), p[TRUN_SERVER_PEER_RESERVE];
+  ck_assert_int_eq(ping(a, 1), 1);
+  ck_assert_int_eq(ping(b, 2), 1);
+  for (int i = 0; i < TRUN_SERVER_PEER_RESERVE; i++) {
+    p[i] = conn();
+    ck_assert_int_eq(ping(p[i], (uint32_t)(10 + i)), 1); /* on probation: PING is served */
+  }
+  ck_assert_uint_eq(stats().refused, 0);
+  /* The reserve is full of idle strangers: an agent still gets in, evicting the oldest of them. */
+  int ag = conn();
+  ck_assert_int_eq(ping(ag, 99), 1);
+  ck_assert_int_eq(present(ag), 1);
+  ck_assert_int_eq(ping(ag, 100), 1);
+  ck_assert_int_eq(ping(p[0], 200), 0);
+  ck_assert_int_eq(ping(p[1], 201), 1);
+  ck_assert_int_eq(ping(a, 3), 1); /* within the limit: untouched */
+  ck_assert_int_eq(ping(b, 4), 1);
+  /* A probationary connection's request other than PING and the token closes it. */
+  uint8_t numkeys = 0x07; /* GETNUMKEYS */
+  ck_assert_int_eq(unit_send(p[1], &numkeys, 1), 0);
+  ck_assert(unit_eof(p[1]));
+  ck_assert_uint_eq(stats().refused, 2);
+  /* The agent is no longer evictable: 17 more strangers evict only strangers. */
+  int q[TRUN_SERVER_PEER_RESERVE + 1];
+  for (int i = 0; i <= TRUN_SERVER_PEER_RESERVE; i++) {
+    q[i] = conn();
+    ck_assert_int_eq(ping(q[i], (uint32_t)(300 + i)), 1);
+  }
+  ck_assert_int_eq(ping(ag, 101), 1);
+  ck_assert_int_eq(ping(q[TRUN_SERVER_PEER_RESERVE], 400), 1);
+  close(a);
+  close(b);
+  close(ag);
+  for (int i = 0; i < TRUN_SERVER_PEER_RESERVE; i++) close(p[i]);
+  for (int i = 0; i <= TRUN_SERVER_PEER_RESERVE; i++) close(q[i]);
+  stop();
+}
+END_TEST
+
 /* The total connection limit (the agent's open-file budget): the same rule as per peer, all peers counted. */
 START_TEST(test_total_limit) {
   trun_server_opts o;
@@ -462,6 +532,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
   tcase_add_test(tc, test_per_peer_limit_threads);
+  tcase_add_test(tc, test_per_peer_reserve_for_agents);
   tcase_add_test(tc, test_conn_memory_limit);
   tcase_add_test(tc, test_total_limit);
   tcase_add_test(tc, test_conn_budget);
@@ -474,6 +545,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_enforced_later);
   tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
+  tcase_add_test(tc, test_per_peer_reserve_for_agents);
   tcase_add_test(tc, test_conn_memory_limit);
   suite_add_tcase(s, tc);
   return s;

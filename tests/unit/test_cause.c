@@ -182,6 +182,11 @@ START_TEST(describe_order) {
   in.stalled_s = 31;
   ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_STALL);
   ck_assert_str_eq(out, "stalled for 31 s (no output, no CPU time; --stall-timeout)");
+  /* a hung collective (--hang-timeout tore it down: its SIGTERM) before a stall */
+  in.hang = "hang (NCCL RAS): behind in communicator 0x1, frozen for 20 s";
+  ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_HANG);
+  ck_assert_str_eq(out, in.hang);
+  ck_assert_str_eq(trun_cause_name(TRUN_CAUSE_HANG), "hang");
   in.xid = "GPU 3 GPU-abc Xid 79: GPU has fallen off the bus";
   ck_assert_int_eq(trun_cause_describe(&in, out, sizeof(out)), TRUN_CAUSE_GPU_XID);
   ck_assert_str_eq(out, in.xid);

@@ -126,6 +126,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_METRICS_PORT, "metrics-port", "metrics_port", 0, 0, NULL, "TRUN_METRICS_PORT", "trun"},
     {TRUN_OPT_STALL_TIMEOUT, "stall-timeout", "stall_timeout", 0, 0, NULL, "TRUN_STALL_TIMEOUT", "trun"},
     {TRUN_OPT_STALL_SIGNAL, "stall-signal", "stall_signal", 0, 0, NULL, "TRUN_STALL_SIGNAL", "trun"},
+    {TRUN_OPT_HANG_TIMEOUT, "hang-timeout", "hang_timeout", 0, 0, "300", "TRUN_HANG_TIMEOUT", "trun"},
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
     {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", "trun"},

@@ -205,6 +205,13 @@ START_TEST(rdzv_conf_values) {
   ck_assert_str_eq(v, "no");
   ck_assert_int_eq(trun_config_conf_bool(c.rdzv_conf, "is_host"), 0);
   ck_assert_int_eq(trun_config_conf_bool(c.rdzv_conf, "absent"), -1);
+  /* trun_token values masked in place, whatever surrounds them; other keys kept */
+  char m[] = "join_timeout=30, trun_token = abc-def ,x=1,--rdzv-conf=trun_token=zz";
+  ck_assert_int_eq(trun_config_conf_mask(m), 2);
+  ck_assert_str_eq(m, "join_timeout=30, trun_token = ******* ,x=1,--rdzv-conf=trun_token=**");
+  char none[] = "trun_tokens,trun_token";
+  ck_assert_int_eq(trun_config_conf_mask(none), 0);
+  ck_assert_int_eq(trun_config_conf_mask(NULL), 0);
 }
 END_TEST
 

@@ -77,7 +77,7 @@ static keylist kl;
 
 static int wait_on(tw *t, const char *k1, const char *k2, const char *k3) {
   L(&kl, k1, k2, k3);
-  return trun_kv_wait(kv, &t->w, kl.n, kl.b.data);
+  return trun_kv_wait(kv, &t->w, kl.n, kl.b.data, NULL);
 }
 
 static int check_on(const char *k1, const char *k2, const char *k3) {
@@ -385,7 +385,7 @@ END_TEST
 START_TEST(test_wait_ready) {
   tw a;
   tw_init(&a);
-  ck_assert_int_eq(trun_kv_wait(kv, &a.w, 0, NULL), 1);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, 0, NULL, NULL), 1);
   ck_assert_int_eq(trun_kv_set(kv, S("a"), S("1")), 0);
   ck_assert_int_eq(wait_on(&a, "a", NULL, NULL), 1);
   ck_assert_uint_eq(a.w.pending, 0);
@@ -519,7 +519,7 @@ START_TEST(test_free_with_waiters) {
   tw a;
   tw_init(&a);
   ck_assert_int_eq(wait_on(&a, "a", "b", NULL), 0);
-  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w")), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w"), NULL), 0);
   trun_kv_free(kv);
   kv = trun_kv_new();
   ck_assert_ptr_null(a.w.regs);
@@ -595,37 +595,37 @@ END_TEST
 START_TEST(test_barrier) {
   tw w[3];
   for (int i = 0; i < 3; i++) tw_init(&w[i]);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3, NULL), 0);
   value_is(kv, "bar", "1");
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("bar"), 3), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("bar"), 3, NULL), 0);
   value_is(kv, "bar", "2");
   ck_assert_int_eq(w[0].woken, 0); /* earlier arrivers wake only at completion */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[2].w, S("bar"), 3), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[2].w, S("bar"), 3, NULL), 1);
   value_is(kv, "bar", "3");
   ck_assert_int_eq(w[0].woken, 1);
   ck_assert_int_eq(w[1].woken, 1);
   ck_assert_int_eq(w[2].woken, 0); /* the last one is answered by the return value */
   /* The key is never reset: a later arrival passes at once. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("bar"), 3, NULL), 1);
   value_is(kv, "bar", "4");
   /* world <= 1 passes at once. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("solo"), 1), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("solo"), 1, NULL), 1);
   /* A key that is not a counter. */
   ck_assert_int_eq(trun_kv_set(kv, S("txt"), S("abc")), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("txt"), 2), -EINVAL);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("txt"), 2, NULL), -EINVAL);
   /* A plain WAIT on the barrier key is not woken by an arrival, only by completion. */
   tw p;
   tw_init(&p);
   ck_assert_int_eq(wait_on(&p, "b2", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b2"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b2"), 2, NULL), 0);
   ck_assert_int_eq(p.woken, 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b2"), 2), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b2"), 2, NULL), 1);
   ck_assert_int_eq(p.woken, 1);
   /* A cancelled barrier waiter is not woken. */
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b3"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[0].w, S("b3"), 2, NULL), 0);
   ck_assert_int_eq(trun_kv_cancel(kv, &w[0].w), 1);
   int before = w[0].woken;
-  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b3"), 2), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &w[1].w, S("b3"), 2, NULL), 1);
   ck_assert_int_eq(w[0].woken, before);
 }
 END_TEST
@@ -637,14 +637,14 @@ START_TEST(test_barrier_replaces_wait) {
   tw a;
   tw_init(&a);
   ck_assert_int_eq(wait_on(&a, "x", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b"), 1), 1);
+  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b"), 1, NULL), 1);
   ck_assert_uint_eq(a.w.pending, 0);
   ck_assert_ptr_null(a.w.regs);
   ck_assert_int_eq(trun_kv_set(kv, S("x"), S("1")), 0);
   ck_assert_int_eq(a.woken, 0);
   /* And when it registers. */
   ck_assert_int_eq(wait_on(&a, "y", NULL, NULL), 0);
-  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b9"), 2), 0);
+  ck_assert_int_eq(trun_kv_barrier(kv, &a.w, S("b9"), 2, NULL), 0);
   ck_assert_int_eq(trun_kv_set(kv, S("y"), S("1")), 0);
   ck_assert_int_eq(a.woken, 0);
   ck_assert_int_eq(trun_kv_cancel(kv, &a.w), 1);
@@ -657,8 +657,8 @@ START_TEST(test_watch) {
   tw a, b;
   tw_init(&a);
   tw_init(&b);
-  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("k")), 0);
-  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("other")), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("k"), NULL), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("other"), NULL), 0);
   ck_assert_uint_eq(trun_kv_num_keys(kv), 0); /* a watch is not a key */
   ck_assert_int_eq(trun_kv_set(kv, S("k"), S("v1")), 0);
   ck_assert_int_eq(trun_kv_set(kv, S("k"), S("v2")), 0);
@@ -697,6 +697,129 @@ START_TEST(test_watch) {
 }
 END_TEST
 
+/* ---- wait budgets (issue 41: a WAIT on 131,072 fresh keys cost 27 MB and 60 ms under the lock) -------- */
+
+/* A list of n distinct keys "<prefix><i>". */
+static void many(keylist *l, const char *prefix, uint64_t n) {
+  trun_buf_free(&l->b);
+  l->n = 0;
+  char k[64];
+  for (uint64_t i = 0; i < n; i++) {
+    int len = snprintf(k, sizeof(k), "%s%llu", prefix, (unsigned long long)i);
+    ck_assert_int_eq(trun_buf_append_str(&l->b, k, (size_t)len), 0);
+    l->n++;
+  }
+}
+
+#define COST(klen) ((size_t)TRUN_KV_REG_COST + (klen))
+
+/* One waiter's budget: a list over it fails with -EDQUOT before it allocates past it and leaves nothing
+ * registered (no registration, no slot: a SET of those keys wakes nobody); within it, everything as before;
+ * the cost is given back by cancel and by wake-ups. */
+START_TEST(test_wait_budget_per_waiter) {
+  tw a, b;
+  tw_init(&a);
+  tw_init(&b);
+  trun_kv_budget bud = {.per_waiter = 9 * COST(2) + COST(3), .total = 0}; /* "k0".."k8" and "k10" */
+  many(&kl, "k", 11);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), -EDQUOT);
+  ck_assert_uint_eq(a.w.pending, 0);
+  ck_assert_ptr_null(a.w.regs);
+  ck_assert_uint_eq(a.w.bytes, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  ck_assert_int_eq(trun_kv_set(kv, S("k3"), S("x")), 0);
+  ck_assert_int_eq(a.woken, 0);
+  /* Keys that exist cost nothing: "k3" is set, so 11 keys need 10 registrations, which fit. */
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(a.w.pending, 10);
+  ck_assert_uint_eq(a.w.bytes, 9 * COST(2) + COST(3));
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 9 * COST(2) + COST(3));
+  /* Another waiter has a budget of its own. */
+  many(&kl, "k", 10);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 19);
+  ck_assert_int_eq(trun_kv_set(kv, S("k10"), S("v")), 0);
+  /* A WAIT replaces the earlier one: the budget holds the new list, not both. */
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(a.w.bytes, 9 * COST(2));
+  /* Wake-ups give the cost back. */
+  for (int i = 0; i < 10; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "k%d", i);
+    ck_assert_int_eq(trun_kv_set(kv, S(k), S("v")), 0);
+  }
+  ck_assert_int_eq(a.woken, 1);
+  ck_assert_int_eq(b.woken, 1);
+  ck_assert_uint_eq(a.w.bytes + b.w.bytes, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  /* Long keys count their length: one key of 300 bytes is over a budget of one short key. */
+  trun_kv_budget one = {.per_waiter = COST(8), .total = 0};
+  char longkey[301];
+  memset(longkey, 'L', 300);
+  longkey[300] = '\0';
+  ck_assert_int_eq(wait_on(&a, "short", NULL, NULL), 0); /* no budget: NULL */
+  L(&kl, longkey, NULL, NULL);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &one), -EDQUOT);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0); /* the earlier WAIT was replaced, the new one refused */
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 0);
+}
+END_TEST
+
+/* The total budget: a waiter whose list would take every waiter's registrations over it fails with -ENOSPC
+ * and registers nothing; the others keep theirs and are woken as before. */
+START_TEST(test_wait_budget_total) {
+  tw a, b, c;
+  tw_init(&a);
+  tw_init(&b);
+  tw_init(&c);
+  trun_kv_budget bud = {.per_waiter = 0, .total = 5 * COST(2)};
+  many(&kl, "a", 3);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  many(&kl, "b", 3);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), -ENOSPC);
+  ck_assert_uint_eq(b.w.bytes, 0);
+  ck_assert_uint_eq(b.w.pending, 0);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 3);
+  many(&kl, "b", 2);
+  ck_assert_int_eq(trun_kv_wait(kv, &b.w, kl.n, kl.b.data, &bud), 0); /* exactly at the total */
+  /* A watch and a barrier count too, and are refused the same way. */
+  ck_assert_int_eq(trun_kv_watch(kv, &b.w, S("w"), &bud), -ENOSPC);
+  ck_assert_int_eq(trun_kv_barrier(kv, &c.w, S("bar"), 2, &bud), -ENOSPC);
+  missing(kv, "bar"); /* refused before it began: the count was not raised */
+  ck_assert_uint_eq(c.w.pending, 0);
+  ck_assert_uint_eq(a.w.pending, 3);
+  ck_assert_int_eq(trun_kv_set(kv, S("b0"), S("x")), 0);
+  ck_assert_int_eq(trun_kv_set(kv, S("b1"), S("x")), 0);
+  ck_assert_int_eq(b.woken, 1);
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 3);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+  ck_assert_int_eq(a.woken, 0);
+}
+END_TEST
+
+/* Watches count against the waiter's budget while they last, and are given back by cancel_watches. */
+START_TEST(test_watch_budget) {
+  tw a;
+  tw_init(&a);
+  trun_kv_budget bud = {.per_waiter = 2 * COST(2), .total = 0};
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w1"), &bud), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w2"), &bud), 0);
+  ck_assert_int_eq(trun_kv_watch(kv, &a.w, S("w3"), &bud), -EDQUOT);
+  ck_assert_int_eq(wait_on(&a, "x", NULL, NULL), 0); /* unbudgeted (NULL) */
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 3);
+  L(&kl, "y", NULL, NULL);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), -EDQUOT); /* the watches use it up */
+  trun_kv_cancel_watches(kv, &a.w);
+  ck_assert_uint_eq(a.w.bytes, 0);
+  ck_assert_int_eq(trun_kv_wait(kv, &a.w, kl.n, kl.b.data, &bud), 0);
+  ck_assert_uint_eq(trun_kv_cancel(kv, &a.w), 1);
+  ck_assert_uint_eq(trun_kv_num_regs(kv), 0);
+  ck_assert_uint_eq(trun_kv_reg_bytes(kv), 0);
+}
+END_TEST
+
 static Suite *kv_suite(void) {
   Suite *s = suite_create("kv");
   TCase *tc = tcase_create("values");
@@ -722,6 +845,9 @@ static Suite *kv_suite(void) {
   tcase_add_test(tc, test_wait_cancel);
   tcase_add_test(tc, test_wait_duplicate_keys);
   tcase_add_test(tc, test_free_with_waiters);
+  tcase_add_test(tc, test_wait_budget_per_waiter);
+  tcase_add_test(tc, test_wait_budget_total);
+  tcase_add_test(tc, test_watch_budget);
   suite_add_tcase(s, tc);
   tc = tcase_create("queue_barrier_watch");
   tcase_add_checked_fixture(tc, setup, teardown);

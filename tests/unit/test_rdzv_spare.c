@@ -202,7 +202,7 @@ START_TEST(test_exclusion_list) {
   trun_rdzv_node_identity("10.0.0.2", NULL, &me);
   ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "GPU 0 Xid 79: fallen off the bus"), 0);
   ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), -1);
-  ck_assert_int_eq(r.excluded, 1);
+  ck_assert_int_eq(r.excluded, 3); /* xid: the hardware, exit 3 (trun_rdzv_exclusion_code) */
   ck_assert_msg(
       strstr(err, "node 10.0.0.2 is excluded") && strstr(err, "xid: GPU 0 Xid 79") && strstr(err, "exit 3"),
       "%s", err);
@@ -235,6 +235,83 @@ START_TEST(test_exclusion_list) {
   ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "xid", "again"), 0);
   ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ex/excluded/n"), 0, &n), 0);
   ck_assert_int_eq((int)n, 3);
+  free(r.excl);
+  trun_client_close(r.client);
+  unit_server_stop(&us);
+}
+END_TEST
+
+/* Forged exclusion records (issue 41, finding 5), written raw into the job's list: an until 1e6 s ahead lasts
+ * no longer than trun_exclude_seconds; host names with other characters than a host's (a word-split Slurm
+ * --exclude list, a bracketed range) or an "at" ahead of this clock are not trun's and are ignored; a cause
+ * with an ANSI escape and a newline is read escaped, and the exports carry it escaped. */
+START_TEST(test_exclusion_forged) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "fx");
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
+  cfg.endpoint_port = us.port;
+  cfg.rdzv_conf = "trun_exclude_seconds=1800";
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 0);
+  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  double now = trun_wall_s();
+  char rec[5][512];
+  snprintf(rec[0], sizeof(rec[0]),
+           "{\"host\":\"10.0.0.7\",\"hostname\":\"n7\",\"kind\":\"health\",\"cause\":\"ecc\\u001b[2J\\nFAKE "
+           "LINE\",\"at\":%.0f,\"until\":%.0f}",
+           now, now + 1e6);
+  snprintf(
+      rec[1], sizeof(rec[1]),
+      "{\"host\":\"10.0.0.8\",\"hostname\":\"n7 --wrap=id --output=/tmp/x\",\"kind\":\"health\",\"cause\":"
+      "\"x\",\"at\":%.0f,\"until\":%.0f}",
+      now, now + 60);
+  snprintf(
+      rec[2], sizeof(rec[2]),
+      "{\"host\":\"10.0.0.9\",\"hostname\":\"gpu[001-512]\",\"kind\":\"health\",\"cause\":\"x\",\"at\":%.0f,"
+      "\"until\":%.0f}",
+      now, now + 60);
+  snprintf(
+      rec[3], sizeof(rec[3]),
+      "{\"host\":\"10.0.0.10;reboot\",\"hostname\":\"n10\",\"kind\":\"health\",\"cause\":\"x\",\"at\":%.0f,"
+      "\"until\":%.0f}",
+      now, now + 60);
+  snprintf(rec[4], sizeof(rec[4]),
+           "{\"host\":\"10.0.0.11\",\"hostname\":\"n11\",\"kind\":\"health\",\"cause\":\"x\",\"at\":%.0f,"
+           "\"until\":%.0f}",
+           now + 1e6, now + 2e6);
+  for (int i = 0; i < 5; i++) {
+    int64_t n;
+    char k[64];
+    ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/fx/excluded/n"), 1, &n), 0);
+    snprintf(k, sizeof(k), "/trun/fx/excluded/%d", (int)n);
+    ck_assert_int_eq(trun_client_set(r.client, trun_str(k), trun_str(rec[i])), 0);
+  }
+  char err[1024];
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 1); /* only the first is trun's form */
+  ck_assert_str_eq(r.excl[0].id.hostname, "n7");
+  ck_assert_msg(r.excl[0].until <= now + 1800 + 1, "until %.0f is %.0f s ahead", r.excl[0].until,
+                r.excl[0].until - now);
+  ck_assert_str_eq(r.excl[0].cause, "ecc\\x1b[2J\\nFAKE LINE");
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "n7\n");
+  free(buf);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "json", f), 0);
+  fclose(f);
+  ck_assert_msg(strstr(buf, "ecc\\\\x1b[2J\\\\nFAKE LINE") && !strstr(buf, "\\u001b") &&
+                    !strstr(buf, "wrap") && !strstr(buf, "gpu[") && !strstr(buf, "n11"),
+                "%s", buf);
+  free(buf);
   free(r.excl);
   trun_client_close(r.client);
   unit_server_stop(&us);
@@ -291,7 +368,7 @@ START_TEST(test_health_records) {
   free(rec);
   trun_rdzv_exclusion *e = NULL;
   int ne = 0;
-  ck_assert_int_eq(trun_rdzv_excluded_now(r.client, "hj", &e, &ne), 0);
+  ck_assert_int_eq(trun_rdzv_excluded_now(r.client, "hj", 1800, &e, &ne), 0);
   ck_assert_int_eq(ne, 1);
   ck_assert_str_eq(e[0].id.host, "10.0.0.9");
   free(e);
@@ -314,6 +391,7 @@ static Suite *spare_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_exclusion_matches);
   tcase_add_test(tc, test_exclusion_list);
+  tcase_add_test(tc, test_exclusion_forged);
   tcase_add_test(tc, test_health_records);
   suite_add_tcase(s, tc);
   return s;

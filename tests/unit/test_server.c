@@ -1253,6 +1253,146 @@ START_TEST(test_input_budget) {
 }
 END_TEST
 
+/* ---- wait budgets and the strangers' share of a turn (issue 41, finding 1) ------------------------ */
+
+/* The server's log lines (stderr) while a test case runs: capture_start, then capture_end into buf. */
+static int saved_stderr = -1;
+static FILE *capture_file;
+static void capture_start(void) {
+  fflush(stderr);
+  capture_file = tmpfile();
+  ck_assert_ptr_nonnull(capture_file);
+  saved_stderr = dup(2);
+  ck_assert_int_ge(saved_stderr, 0);
+  ck_assert_int_ge(dup2(fileno(capture_file), 2), 0);
+  trun_log_set_level(TRUN_LOG_WARN);
+}
+static void capture_end(char *buf, size_t len) {
+  trun_log_set_level(TRUN_LOG_ERROR);
+  fflush(stderr);
+  ck_assert_int_ge(dup2(saved_stderr, 2), 0);
+  close(saved_stderr);
+  rewind(capture_file);
+  size_t n = fread(buf, 1, len - 1, capture_file);
+  buf[n] = '\0';
+  fclose(capture_file);
+}
+
+/* WAIT of n fresh keys "<prefix>NNNN" (4 digits: each key is strlen(prefix) + 4 bytes). */
+static void send_wait_many(int fd, const char *prefix, int n) {
+  msg m = {0};
+  m_u64(m_u8(&m, 6), (uint64_t)n);
+  char k[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(k, sizeof(k), "%s%04d", prefix, i);
+    m_str(&m, k);
+  }
+  send_msg(fd, &m);
+  m_free(&m);
+}
+
+static void agent_token_on(trun_server *s, void *arg) {
+  (void)arg;
+  ck_assert_int_eq(trun_server_agent_token(s, OWN_TOKEN), 0);
+}
+
+/* A connection without the agent token that WAITs on more keys than its budget is closed with a line that
+ * names the budget, costs nothing afterwards (wait_bytes 0, no waiter), and the others are served: a
+ * connection within its budget waits and is woken as before, an agent's connection is not budgeted. The
+ * total budget closes the connection whose WAIT would exceed it and keeps the others' registrations. */
+START_TEST(test_wait_budgets) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  const size_t cost = TRUN_KV_REG_COST + 6; /* "/bNNNN" */
+  o.max_wait_conn = 8 * cost;
+  o.max_wait_total = 12 * cost;
+  start_with(&o);
+  unit_server_call(&us, agent_token_on, NULL);
+  char log[8192];
+  int w = connect_v2(), a = connect_v2(), b = connect_v2(), ag = connect_agent();
+  capture_start();
+  send_wait_many(a, "/a", 9); /* over 8 */
+  expect_eof(a);
+  close(a);
+  ping(w, 1);
+  capture_end(log, sizeof(log));
+  ck_assert_msg(strstr(log, "WAIT on 9 keys") && strstr(log, "over the connection's wait budget of"),
+                "log: %s", log);
+  trun_server_stats st = stats();
+  ck_assert_uint_eq(st.over_budget, 1);
+  ck_assert_uint_eq(st.wait_bytes, 0);
+  ck_assert_uint_eq(st.waiting, 0);
+  /* Within the budget: registered (8 keys), then woken by SETs. */
+  send_wait_many(w, "/b", 8);
+  until_waiting(1);
+  ck_assert_uint_eq(stats().wait_bytes, 8 * cost);
+  /* The total: 8 registered, b's 5 more would make 13 > 12: b is closed, w keeps its registrations. */
+  capture_start();
+  send_wait_many(b, "/c", 5);
+  expect_eof(b);
+  close(b);
+  capture_end(log, sizeof(log));
+  ck_assert_msg(strstr(log, "the store's wait budget of") != NULL, "log: %s", log);
+  ck_assert_uint_eq(stats().over_budget, 2);
+  ck_assert_uint_eq(stats().wait_bytes, 8 * cost);
+  /* The agent is held to neither: 20 keys while the total is nearly spent. */
+  send_wait_many(ag, "/d", 20);
+  until_waiting(2);
+  ck_assert_uint_eq(stats().wait_bytes, 28 * cost);
+  msg m = {0};
+  send_msg(ag, m_u8(&m, 12)); /* CANCEL_WAIT */
+  expect_hex(ag, "01");
+  for (int i = 0; i < 8; i++) {
+    char k[16];
+    snprintf(k, sizeof(k), "/b%04d", i);
+    send_msg(ag, m_str(m_str(m_u8(&m, 1), k), "v"));
+  }
+  expect_hex(w, "00");
+  ping(w, 2);
+  ping(ag, 3);
+  st = stats();
+  ck_assert_uint_eq(st.wait_bytes, 0);
+  ck_assert_uint_eq(st.waiting, 0);
+  close(w);
+  close(ag);
+  m_free(&m);
+}
+END_TEST
+
+/* With a share of one unit per turn, a stranger's 200 pipelined PINGs are put off turn after turn and all
+ * answered in order; an agent's 200 are never put off. */
+START_TEST(test_turn_work_defers_strangers) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.turn_work = 1;
+  start_with(&o);
+  unit_server_call(&us, agent_token_on, NULL);
+  int a = connect_v2(), ag = connect_agent();
+  msg m = {0}, want = {0};
+  for (uint32_t i = 0; i < 200; i++) {
+    m_u32(m_u8(&m, 0x0d), i);
+    m_u32(&want, i);
+  }
+  msg m2 = {0}, want2 = {0};
+  m_mem(&m2, m.b, m.n);
+  m_mem(&want2, want.b, want.n);
+  uint64_t d0 = stats().deferred;
+  send_msg(ag, &m);
+  expect(ag, &want);
+  ck_assert_uint_eq(stats().deferred, d0);
+  send_msg(a, &m2);
+  expect(a, &want2);
+  ck_assert_uint_ge(stats().deferred, d0 + 1);
+  ping(a, 7);
+  close(a);
+  close(ag);
+  m_free(&m);
+  m_free(&want);
+  m_free(&m2);
+  m_free(&want2);
+}
+END_TEST
+
 /* ---- threads ----------------------------------------------------------------------------------- */
 
 /* 64 connections over 4 loops: one SET wakes every waiter whatever its thread, and 3,200 pipelined ADDs
@@ -1350,6 +1490,8 @@ static Suite *server_suite(void) {
   tcase_add_test(tc, test_limits_close);
   tcase_add_test(tc, test_reply_cap);
   tcase_add_test(tc, test_input_budget);
+  tcase_add_test(tc, test_wait_budgets);
+  tcase_add_test(tc, test_turn_work_defers_strangers);
   tcase_add_loop_test(tc, test_watcher_slow_consumer, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("wait");

@@ -1,0 +1,329 @@
+/* Collective hang detection for the agent (agent/agent_int.h), on by default: a thread asks the node's NCCL
+ * RAS (agent/hang/hang.h; NCCL_RAS_ADDR from the workers' environment, else localhost:28028) every
+ * TRUN__HANG_POLL_MS while the workers run and feeds the detector; a hung communicator comes to the loop
+ * (an async handle), which maps its culprits to this node's workers and names them (one console line per
+ * communicator and round, the "hang" event, trun_hangs_total) and, --hang-timeout seconds after it was
+ * named, tears the round down with the culprit as the root cause (cause kind "hang").
+ *
+ * RAS answers are untrusted: another local user may bind the port first, and two jobs on one node share it.
+ * A culprit is this node's to name and act on only when RAS gives one of this node's addresses as its host
+ * AND its pid is a running worker of this round (or of that worker's process group). A culprit on another
+ * host, or of another agent of this job on this host, is that agent's to name (every culprit is named once,
+ * by the agent that can act on it); one on this host whose pid is no worker of this job gets a warning and
+ * nothing else. Nothing is ever signalled but our own
+ * workers, through the normal teardown. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/hang/hang.h"
+#include "agent_int.h"
+#include "base/base.h"
+#include "config/config.h"
+
+#define TRUN__HANG_POLL_MS 2000  /* between the end of one RAS query and the next */
+#define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
+#define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
+#define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
+
+struct trun__hang {
+  agent *a; /* loop side only */
+  char addr[300];
+  /* Shared with the thread, under mu. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int thread_on;
+  int stop;
+  int active;          /* the workers of round gen run */
+  int gen;             /* bumped at each round's start */
+  trun_hang_verdict v; /* the latest hung communicators ... */
+  int v_gen;           /* ... of this round */
+  int err_pending;     /* an answer this round that is no usable RAS answer, not yet said ... */
+  char err_msg[512];   /* ... in words */
+  int err_gen;         /* the round whose first such error was taken */
+  uv_async_t async;    /* the thread has news */
+  int async_on;
+  /* Loop side. */
+  char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric */
+  int nlocal;
+  char seen[TRUN__HANG_MAX_SEEN][24]; /* communicators named this round */
+  int nseen;
+  char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about this round */
+  int nwarned;
+  int acted; /* this round was torn down for a hang */
+};
+
+/* ---- the thread -------------------------------------------------------------------------------------- */
+
+static void *poll_thread(void *arg) {
+  trun__hang *h = arg;
+  trun_hang_detector *d = trun_hang_new(0);
+  int gen = -1;
+  pthread_mutex_lock(&h->mu);
+  while (!h->stop && d) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += TRUN__HANG_POLL_MS / 1000;
+    ts.tv_nsec += (long)(TRUN__HANG_POLL_MS % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+    }
+    if (h->stop) break;
+    if (!h->active || h->gen != gen) { /* a new round: its communicators are new */
+      trun_hang_reset(d);
+      gen = h->gen;
+      if (!h->active) continue;
+    }
+    pthread_mutex_unlock(&h->mu);
+    char *json = NULL, err[512] = "";
+    size_t n = 0;
+    trun_ras_snapshot *s = NULL;
+    trun_hang_verdict v = {0};
+    int rc = trun_ras_query(h->addr, TRUN__HANG_QUERY_MS, 0, &json, &n, err, sizeof(err));
+    if (rc == 0) rc = trun_ras_parse(json, n, &s, err, sizeof(err));
+    free(json);
+    int hung = 0;
+    if (rc == 0)
+      hung = trun_hang_feed(d, s, trun_mono_s(), &v);
+    else
+      trun_hang_reset(d); /* nothing (usable) answered: no NCCL job, or the job gone */
+    trun_ras_snapshot_free(s);
+    pthread_mutex_lock(&h->mu);
+    int news = 0;
+    if (h->gen == gen && h->active) {
+      if (rc != 0 && rc != -ECONNREFUSED && h->err_gen != gen) { /* said once per round */
+        h->err_gen = gen;
+        h->err_pending = 1;
+        snprintf(h->err_msg, sizeof(h->err_msg), "%s", err);
+        news = 1;
+      }
+      if (hung > 0) {
+        trun_hang_verdict_clear(&h->v);
+        h->v = v;
+        h->v_gen = gen;
+        v = (trun_hang_verdict){0};
+        news = 1;
+      }
+    }
+    trun_hang_verdict_clear(&v);
+    if (news) uv_async_send(&h->async);
+  }
+  pthread_mutex_unlock(&h->mu);
+  trun_hang_free(d);
+  return NULL;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------------------- */
+
+/* This node's addresses (numeric), for "is the culprit's host this node". */
+static void read_local_addrs(trun__hang *h) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) < 0) {
+    trun_warn("hang detection: getifaddrs: %s; only loopback counts as this node", strerror(errno));
+    ifs = NULL;
+  }
+  for (struct ifaddrs *i = ifs; i && h->nlocal < TRUN__HANG_MAX_ADDRS; i = i->ifa_next) {
+    if (i->ifa_addr == NULL) continue;
+    const void *p =
+        i->ifa_addr->sa_family == AF_INET    ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+        : i->ifa_addr->sa_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr
+                                             : NULL;
+    if (p && inet_ntop(i->ifa_addr->sa_family, p, h->local[h->nlocal], sizeof(h->local[0]))) h->nlocal++;
+  }
+  if (ifs) freeifaddrs(ifs);
+}
+
+static int is_local_host(const trun__hang *h, const char *host) {
+  if (strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0) return 1;
+  for (int i = 0; i < h->nlocal; i++)
+    if (strcmp(h->local[i], host) == 0) return 1;
+  return 0;
+}
+
+/* The running worker of this round that pid is (or is in the process group of), NULL. */
+static worker *worker_of(agent *a, long pid) {
+  if (pid <= 0) return NULL;
+  for (int i = 0; i < a->nproc; i++)
+    if (a->w[i].running && a->w[i].pid > 0 && a->w[i].pid == (pid_t)pid) return &a->w[i];
+  pid_t pg = getpgid((pid_t)pid);
+  for (int i = 0; pg > 0 && i < a->nproc; i++)
+    if (a->w[i].running && a->w[i].pid == pg) return &a->w[i];
+  return NULL;
+}
+
+/* 1 when process pid is a worker of this job started by another agent on this host (several agents per
+ * host, or a loopback test): its environment (readable only for our own user's processes) holds this job's
+ * TORCHELASTIC_RUN_ID. A hint that spares a warning only: nothing is done for it either way. */
+static int same_job_elsewhere(agent *a, long pid) {
+  char path[64], want[160], buf[65536];
+  snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+  int n = snprintf(want, sizeof(want), "TORCHELASTIC_RUN_ID=%s", a->cfg->run_id);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return 0; /* gone, or another user's: not ours */
+  ssize_t got = read(fd, buf, sizeof(buf) - 1);
+  if (close(fd) < 0) trun_debug("hang: close(%s): %s", path, strerror(errno));
+  if (got <= 0) return 0;
+  buf[got] = '\0';
+  for (ssize_t i = 0; i < got; i += (ssize_t)strlen(buf + i) + 1)
+    if (strncmp(buf + i, want, (size_t)n) == 0 && buf[i + n] == '\0') return 1;
+  return 0;
+}
+
+/* 1 when hash is in list[0..*n); else adds it (when room) and returns 0. */
+static int seen_before(char (*list)[24], int *n, const char *hash) {
+  for (int i = 0; i < *n; i++)
+    if (strcmp(list[i], hash) == 0) return 1;
+  if (*n < TRUN__HANG_MAX_SEEN) snprintf(list[(*n)++], sizeof(list[0]), "%s", hash);
+  return 0;
+}
+
+static void on_comm(trun__hang *h, const trun_hang_comm *c) {
+  agent *a = h->a;
+  const trun_config *cfg = a->cfg;
+  int base = trun_rdzv_info(a->rdzv)->base_rank;
+  worker *ours[TRUN_HANG_MAX_CULPRITS];
+  const trun_hang_culprit *ourc[TRUN_HANG_MAX_CULPRITS];
+  int nours = 0;
+  char names[512] = "", foreign[512] = "";
+  size_t nn = 0, nf = 0;
+  size_t shown = c->nculprits < TRUN_HANG_MAX_CULPRITS ? c->nculprits : TRUN_HANG_MAX_CULPRITS;
+  for (size_t k = 0; k < shown; k++) {
+    const trun_hang_culprit *u = &c->culprit[k];
+    worker *w = is_local_host(h, u->host) ? worker_of(a, u->pid) : NULL;
+    if (w) {
+      ours[nours] = w, ourc[nours++] = u;
+      if (nn < sizeof(names))
+        nn += (size_t)snprintf(names + nn, sizeof(names) - nn, "%srank %d (local %d, pid %d)", nn ? ", " : "",
+                               base + w->local_rank, w->local_rank, (int)w->pid);
+    } else if (is_local_host(h, u->host) && same_job_elsewhere(a, u->pid)) {
+      trun_debug("hang: rank %d (pid %ld) is this job's, of another agent on this host: it names it", u->rank,
+                 u->pid);
+    } else if (is_local_host(h, u->host) && nf < sizeof(foreign)) {
+      nf += (size_t)snprintf(foreign + nf, sizeof(foreign) - nf, "%spid %ld", nf ? ", " : "", u->pid);
+    }
+  }
+  if (nf > 0 && !seen_before(h->warned, &h->nwarned, c->hash))
+    trun_warn(
+        "hang: NCCL RAS at %s shows communicator %s hung with %s of this host behind, but no such pid is a "
+        "worker of this job on this node: not acted on (another job shares the RAS port, or the answer is "
+        "false)",
+        h->addr, c->hash, foreign);
+  if (nours == 0) {
+    trun_debug("hang: %s (no culprit is a worker of this node: its own node names it)", c->line);
+    return;
+  }
+  if (!seen_before(h->seen, &h->nseen, c->hash)) {
+    char act[160];
+    if (cfg->hang_timeout > 0)
+      snprintf(act, sizeof(act), "restarting the workers in %.0f s unless it moves (--hang-timeout)",
+               cfg->hang_timeout);
+    else
+      snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
+    trun_error("hang: %s is behind in a hung collective: %s; %s", names, c->line, act);
+    for (int i = 0; i < nours; i++)
+      trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
+                    c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why);
+  }
+  double window = TRUN_HANG_DEFAULT_WINDOW_S;
+  if (cfg->hang_timeout <= 0 || h->acted || a->phase_stopping || c->frozen_s < window + cfg->hang_timeout)
+    return;
+  h->acted = 1;
+  trun_error("hang: %s still behind after %.0f s (--hang-timeout): restarting the workers", names,
+             cfg->hang_timeout);
+  for (int i = 0; i < nours; i++)
+    snprintf(ours[i]->hang, sizeof(ours[i]->hang),
+             "hang (NCCL RAS): behind in communicator %s, frozen for %.0f s: it %s; %zu rank(s) wait in %s "
+             "%llu; stopped by --hang-timeout %.0f",
+             c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
+             cfg->hang_timeout);
+  a->on_hang(a, ours[0]->local_rank);
+  for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
+}
+
+static void on_async(uv_async_t *as) {
+  trun__hang *h = as->data;
+  agent *a = h->a;
+  pthread_mutex_lock(&h->mu);
+  trun_hang_verdict v = h->v;
+  int current = h->v_gen == h->gen && h->active;
+  h->v = (trun_hang_verdict){0};
+  int err_new = h->err_pending && h->err_gen == h->gen && h->active;
+  h->err_pending = 0;
+  char msg[512];
+  snprintf(msg, sizeof(msg), "%s", h->err_msg);
+  pthread_mutex_unlock(&h->mu);
+  if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
+  if (current && a->in_round)
+    for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i]);
+  trun_hang_verdict_clear(&v);
+}
+
+static void free_hang(uv_handle_t *as) { free(as->data); }
+
+int trun__agent_hang_open(agent *a) {
+  trun__hang *h = calloc(1, sizeof(*h));
+  if (h == NULL) return -1;
+  h->a = a;
+  snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
+  read_local_addrs(h);
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&h->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  int rc = uv_async_init(a->loop, &h->async, on_async);
+  h->async.data = h;
+  h->async_on = rc == 0;
+  if (rc == 0) rc = pthread_create(&h->thread, NULL, poll_thread, h) == 0 ? 0 : -1;
+  h->thread_on = rc == 0;
+  a->hang = h;
+  if (rc != 0) {
+    trun_warn("hang detection is off: cannot start its thread");
+    return 0;
+  }
+  trun_debug("hang detection: asking NCCL RAS at %s every %d ms while the workers run", h->addr,
+             TRUN__HANG_POLL_MS);
+  return 0;
+}
+
+void trun__agent_hang_round(agent *a, int active) {
+  trun__hang *h = a->hang;
+  if (h == NULL) return;
+  pthread_mutex_lock(&h->mu);
+  if (active) h->gen++;
+  h->active = active;
+  trun_hang_verdict_clear(&h->v);
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  if (active) h->nseen = h->nwarned = h->acted = 0;
+}
+
+void trun__agent_hang_close(agent *a) {
+  trun__hang *h = a->hang;
+  if (h == NULL) return;
+  if (h->thread_on) {
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->thread, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
+  }
+  trun_hang_verdict_clear(&h->v);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  a->hang = NULL;
+  if (h->async_on)
+    uv_close((uv_handle_t *)&h->async, free_hang); /* freed once the loop has closed the handle */
+  else
+    free(h);
+}
