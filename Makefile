@@ -140,7 +140,7 @@ bench-deps:
 
 demo:
 	@scripts/deps.sh
-	@$(MAKE) --no-print-directory pkgcheck $(B)/trun
+	@$(MAKE) --no-print-directory pkgcheck $(B)/trun $(B)/trun-topo
 	@scripts/demo.sh
 
 # Binaries for a machine without libuv / jansson (the GPU box): those two linked in statically.

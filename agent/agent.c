@@ -832,6 +832,10 @@ static int check_input(agent *a) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
+  if (trun__agent_check_ranks_filter(a->cfg, a->nproc, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    return 2;
+  }
   unsigned checks;
   if (a->cfg->health_check != TRUN_HEALTH_CHECK_OFF &&
       trun_health_parse_checks(a->cfg->health_checks, &checks, err, sizeof(err)) < 0) {

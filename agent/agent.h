@@ -23,5 +23,12 @@ int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen);
  * (variable, value, source, reason) to out, starts nothing. Returns the exit code (0; 2 for a bad
  * --nproc-per-node). */
 int trun_explain(const trun_config *cfg, char **envp, FILE *out);
+/* Before anything starts (agent_script.c): the workers' interpreter (unless --no-python) and the script (a
+ * file; an executable for --no-python; a top-level module the interpreter finds for -m) exist. 0, or -1
+ * with the reason in err (exit 2). */
+int trun_agent_check_script(const trun_config *cfg, char **envp, char *err, size_t len);
+/* The workers' interpreter as a path and the rule that chose it, e.g. "/usr/bin/python3 (the first
+ * python3 on PATH; set PYTHON_EXEC to choose another)". */
+void trun_agent_describe_python(char **envp, char *out, size_t len);
 
 #endif

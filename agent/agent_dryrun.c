@@ -49,8 +49,9 @@ static void print_plan(const trun_config *cfg, const trun_rdzv_preview_info *p, 
     fprintf(out, "nodes: %s (this node: group rank %d)", nodes, p->group_rank);
   else
     fprintf(out, "nodes: %s (this node: group rank decided at the rendezvous)", nodes);
-  fprintf(out, "  rendezvous: %s at %s:%s  run id: %s\n", p->backend, p->endpoint_host,
-          p->endpoint_port == 0 ? "<free port>" : port, cfg->run_id);
+  fprintf(out, "  rendezvous: %s%s at %s:%s  run id: %s\n", p->backend,
+          cfg->standalone ? " (--standalone: trun's single-node rendezvous; torchrun's c10d)" : "",
+          p->endpoint_host, p->endpoint_port == 0 ? "<free port>" : port, cfg->run_id);
   fprintf(out, "rendezvous store: %s\n", p->store_how);
   if (p->ranks_known)
     fprintf(out, "workers on this node: %d (global ranks %d-%d of %d%s)\n", p->nproc, p->base_rank,
@@ -68,6 +69,10 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
+  if (trun__agent_check_ranks_filter(cfg, nproc, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    return 2;
+  }
   trun_rdzv_preview_info pv;
   if (trun_rdzv_preview(cfg, nproc, &pv, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
@@ -80,6 +85,11 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   print_plan(cfg, &pv, out);
   fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
           cfg->signals_text);
+  if (!cfg->no_python || cfg->run_path) {
+    char py[PATH_MAX + 128];
+    trun_agent_describe_python(envp, py, sizeof(py));
+    fprintf(out, "interpreter: %s\n", py);
+  }
   static const char *const shown[] = {"LOCAL_RANK",
                                       "RANK",
                                       "GROUP_RANK",

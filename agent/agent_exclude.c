@@ -29,8 +29,9 @@ void trun__agent_exclusion_news(agent *a) {
     trun_obs_exclusion(a->obs, e, active);
     if (trun_rdzv_info(a->rdzv)->group_rank != 0) continue;
     if (e->news & TRUN_RDZV_EXCL_NEW)
-      fprintf(stderr, "trun: node %s (%s) is excluded from the job for %.0f s: %s: %s\n", e->id.host,
-              e->id.hostname, e->until - e->at, e->kind, e->cause);
+      fprintf(stderr, "trun: node %s%s%s%s is excluded from the job for %.0f s: %s: %s\n", e->id.host,
+              e->id.hostname[0] ? " (" : "", e->id.hostname, e->id.hostname[0] ? ")" : "", e->until - e->at,
+              e->kind, e->cause);
     if (e->news & TRUN_RDZV_EXCL_ENDED)
       fprintf(stderr, "trun: the exclusion of node %s (%s: %s) has ended; it may join again\n", e->id.host,
               e->kind, e->cause);

@@ -99,6 +99,13 @@ static void set_cause(agent *a, int i, trun_failure *f, const oom_log *log /* NU
   if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed && !w->stuck[0]) in.xid = a->unhealthy_msg;
   trun_cause_kind k = trun_cause_describe(&in, cause, sizeof(cause));
   if (k == TRUN_CAUSE_NONE || (f->torn_down && (k == TRUN_CAUSE_SIGNAL || k == TRUN_CAUSE_EXIT))) return;
+  size_t n = strlen(cause);
+  if (k == TRUN_CAUSE_STARTUP && (!a->cfg->no_python || a->cfg->run_path) && a->env &&
+      n < sizeof(cause) - 16) {
+    snprintf(cause + n, sizeof(cause) - n, "; interpreter: "); /* "No module named 'torch'": which Python? */
+    n = strlen(cause);
+    trun_agent_describe_python(a->env, cause + n, sizeof(cause) - n);
+  }
   f->cause = strdup(cause);
   f->cause_kind = strdup(trun_cause_name(k));
 }

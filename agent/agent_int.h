@@ -177,6 +177,9 @@ int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *e
 int trun__agent_warm_wait(agent *a);
 /* One line for --dry-run / --explain: whether the workers start warm, from what; measure: also start one pool
  * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
+/* --local-ranks-filter against this node's nproc workers (agent_script.c): -1 with the reason when it names
+ * none of them (the console would show nothing); a warning for ranks beyond them. */
+int trun__agent_check_ranks_filter(const trun_config *cfg, int nproc, char *err, size_t len);
 void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, int measure, FILE *out);
 
 /* The round's failures to events and metrics; final: also the job's failure report (on

@@ -64,6 +64,14 @@ int trun__agent_make_run_dir(agent *a) {
       (int)sizeof(a->run_dir))
     return -ENAMETOOLONG;
   if (mkdtemp(a->run_dir) == NULL) return -errno;
+  int files = 0; /* -r / --tee without --log-dir: the files land in a fresh temporary directory; say where */
+  for (int lr = 0; lr < a->nproc && !files; lr++)
+    files = trun_config_redirects(a->cfg, lr) || trun_config_tee(a->cfg, lr);
+  if (files && a->cfg->log_dir == NULL)
+    trun_info(
+        "the workers' --redirects / --tee logs go to %s/attempt_<N>/<local rank>/{stdout,stderr}.log "
+        "(no --log-dir given)",
+        a->run_dir);
   return 0;
 }
 

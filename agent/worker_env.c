@@ -199,18 +199,30 @@ int trun_env_python(const char *exe, char *out, size_t len) {
   return 0;
 }
 
+const char *trun_worker_python(char *const *envp, char *buf, size_t len, const char **how) {
+  const char *python = trun_env_get(envp, "PYTHON_EXEC");
+  if (python != NULL && python[0] != '\0') {
+    if (how) *how = "PYTHON_EXEC";
+    return python;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) exe[n] = '\0';
+  if (n > 0 && trun_env_python(exe, buf, len) == 0) {
+    if (how) *how = "the environment trun is installed in";
+    return buf;
+  }
+  if (how) *how = "the first python3 on PATH";
+  return "python3";
+}
+
 char **trun_worker_argv(const trun_config *cfg, char *const *envp, int local_rank) {
   size_t n = (size_t)cfg->nscript_args + 8;
   char **v = calloc(n, sizeof(char *));
   if (v == NULL) return NULL;
   size_t i = 0;
-  const char *python = trun_env_get(envp, "PYTHON_EXEC");
-  char exe[PATH_MAX], env_python[PATH_MAX];
-  if (python == NULL || python[0] == '\0') {
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len > 0) exe[len] = '\0';
-    python = len > 0 && trun_env_python(exe, env_python, sizeof(env_python)) == 0 ? env_python : "python3";
-  }
+  char env_python[PATH_MAX];
+  const char *python = trun_worker_python(envp, env_python, sizeof(env_python), NULL);
   int ok = 1;
   if (cfg->run_path) {
     /* torchrun runs runpy.run_path in a child interpreter; so does this. */

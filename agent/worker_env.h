@@ -29,6 +29,10 @@ const char *trun_worker_cpus(char *const *envp);
  * started it: when the program at exe lives in a venv's or conda environment's bin/ (../pyvenv.cfg or
  * ../conda-meta exists) and that directory holds an executable python3, out = that path and 0; else -1. */
 int trun_env_python(const char *exe, char *out, size_t len);
+/* The workers' Python: $PYTHON_EXEC, else the Python of the environment this trun is installed in
+ * (trun_env_python of /proc/self/exe, written to buf), else "python3" (searched on PATH at exec). *how (when
+ * how is not NULL) says which rule chose it, in words. */
+const char *trun_worker_python(char *const *envp, char *buf, size_t len, const char **how);
 /* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced.
  * python: $PYTHON_EXEC, else the Python of the environment this trun is installed in (trun_env_python of
  * /proc/self/exe), else python3 from PATH. */

@@ -38,8 +38,10 @@ void trun_log_at(int level, const char *file, int line, const char *fmt, ...) {
   va_end(ap);
   /* One write per line so that concurrent writers never interleave mid-line. */
   char lineb[1200];
-  int n = snprintf(lineb, sizeof(lineb), "%s: %s: %s (%s:%d)\n", log_prog, names[level], msg,
-                   base ? base + 1 : file, line);
+  int n = trun_log_level() >= TRUN_LOG_DEBUG /* source locations are for developers (TRUN_LOG_LEVEL=debug) */
+              ? snprintf(lineb, sizeof(lineb), "%s: %s: %s (%s:%d)\n", log_prog, names[level], msg,
+                         base ? base + 1 : file, line)
+              : snprintf(lineb, sizeof(lineb), "%s: %s: %s\n", log_prog, names[level], msg);
   if (n > (int)sizeof(lineb)) n = (int)sizeof(lineb);
   fwrite(lineb, 1, (size_t)n, stderr);
 }

@@ -439,6 +439,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   const char *ep = VAL(TRUN_OPT_RDZV_ENDPOINT);
   cfg->endpoint_port = -1;
   if (cfg->standalone) {
+    /* torchrun would wait for the other nodes at localhost: never what was meant. A detected node count (a
+     * Slurm allocation of several nodes) is not asked for: each node runs its own single-node job. */
+    if (cfg->max_nodes != 1 && v[TRUN_OPT_NNODES].src != TRUN_SRC_DETECTED)
+      return fail(err, errlen, cl, TRUN_OPT_NNODES,
+                  "--standalone runs one node, but --nnodes %s asks for more: drop --standalone and give "
+                  "--rdzv-endpoint (or --master-addr) for a job of several nodes, or --nnodes 1",
+                  VAL(TRUN_OPT_NNODES));
     cfg->backend = TRUN_RDZV_C10D;
     cfg->min_nodes = cfg->max_nodes = 1;
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");

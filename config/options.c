@@ -27,9 +27,12 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                           "User-defined group id (the job id), shared by all nodes of the job."},
     [TRUN_OPT_RDZV_CONF] = {"rdzv-conf", "rdzv_conf", 0, 0, "", "PET_RDZV_CONF", TRUN_G_RDZV, "RDZV_CONF",
                             "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...)."},
-    [TRUN_OPT_STANDALONE] = {"standalone", NULL, 0, 1, NULL, "PET_STANDALONE", TRUN_G_RDZV, NULL,
-                             "Start a local standalone rendezvous backend (c10d on a free port with a random "
-                             "run id); the rdzv options are ignored. Useful for single-node jobs."},
+    [TRUN_OPT_STANDALONE] =
+        {"standalone", NULL, 0, 1, NULL, "PET_STANDALONE", TRUN_G_RDZV, NULL,
+         "Start a local standalone rendezvous for a single-node job (trun's own single-node "
+         "rendezvous - shown as static - on a free port with a random run id; torchrun "
+         "uses c10d there, the workers see the same); the rdzv options are ignored and "
+         "--nnodes above 1 is refused."},
     [TRUN_OPT_MAX_RESTARTS] = {"max-restarts", "max_restarts", 0, 0, "0", "PET_MAX_RESTARTS", TRUN_G_USER,
                                "MAX_RESTARTS", "Maximum number of worker group restarts before failing."},
     [TRUN_OPT_MONITOR_INTERVAL] = {"monitor-interval", "monitor_interval", 0, 0, "0.1",
@@ -200,18 +203,19 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                     "Static rendezvous: once every node joined, node rank 0's store admits "
                                     "only the joined nodes' addresses and its own."},
     [TRUN_OPT_STORE_THREADS] =
-        {"store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
+        {"store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
          "Threads (event loops) of the TCPStore servers this agent hosts, 1-64. auto: 4 "
-         "with 32 or more usable CPUs, 2 with 8 or more, else 1. (default: auto)"},
+         "with 32 or more usable CPUs, 2 with 8 or more, else 1."},
     [TRUN_OPT_HEALTH_CHECK] =
         {"health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", TRUN_G_TRUN, "{off,warn,fail}",
          "Before the first rendezvous, check this node (GPU count, memory errors, clocks, PCIe, NVLink, "
          "the driver's recovery action, EFA ports, /dev/shm) and during the job watch for hardware Xids: "
          "warn, or fail (exit 3 before joining, so that the scheduler replaces the node), or off."},
-    [TRUN_OPT_HEALTH_CHECKS] = {"health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS",
-                                TRUN_G_TRUN, "LIST",
-                                "The checks --health-check runs: all, or names separated by commas; -name "
-                                "leaves one out (e.g. -pcie,-shm). See trun-topo health."},
+    [TRUN_OPT_HEALTH_CHECKS] =
+        {"health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", TRUN_G_TRUN, "LIST",
+         "The checks --health-check runs: all, or names separated by commas; -name "
+         "leaves one out (e.g. --health-checks=-pcie,-shm: with '=', as a value led by '-' "
+         "is read as an option otherwise). See trun-topo health."},
     [TRUN_OPT_WATCH_STDIN] = {"watch-stdin", "watch_stdin", 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
                               "Tie the job to stdin (--hostfile gives it to every host's agent): once the "
                               "launcher's first line came, the end of stdin (the ssh session is gone) stops "

@@ -138,6 +138,51 @@ static int trun_match_long(const char *word, size_t len, char *err, size_t errle
 
 /* ---- argv ------------------------------------------------------------------------------------------- */
 
+static int trun_short_id(char c) {
+  if (c == 'h') return TRUN_PSEUDO_HELP;
+  for (int id = 0; id < TRUN_OPT__COUNT; id++)
+    if (OPT(id)->short_name && OPT(id)->short_name == c) return id;
+  return -1;
+}
+
+/* argparse's negative-number test (^-\d+$|^-\d*\.\d+$): such an argument is a positional, not an option. */
+static int trun_is_negative_number(const char *arg) {
+  if (arg[0] != '-') return 0;
+  const char *s = arg + 1;
+  size_t ndig = strspn(s, "0123456789");
+  if (s[ndig] == '\0') return ndig > 0;
+  if (s[ndig] != '.') return 0;
+  s += ndig + 1;
+  size_t nfrac = strspn(s, "0123456789");
+  return nfrac > 0 && s[nfrac] == '\0';
+}
+
+/* Whether some option is spelt arg (without its "--") or starts with it: argparse's prefix lookup. */
+static int trun_prefixes_long(const char *word, size_t len) {
+  for (int id = 0; id < TRUN_PSEUDO__END; id++)
+    for (int k = 0; k < 2; k++) {
+      const char *s = trun_spelling(id, k);
+      if (s && strncmp(s, word, len) == 0) return 1;
+    }
+  return 0;
+}
+
+/* argparse's _parse_optional: whether arg is read as an option (a known one, a prefix of one, or an
+ * unknown one) rather than as a value or a positional. An option's value must not be one: torchrun says
+ * "expected one argument" for "--log_dir --dry-run" where a plain read would swallow --dry-run. */
+static int trun_reads_as_option(const char *arg) {
+  if (arg[0] != '-' || arg[1] == '\0') return 0;
+  if (arg[1] == '-') {
+    const char *word = arg + 2;
+    const char *eq = strchr(word, '=');
+    if (trun_prefixes_long(word, eq ? (size_t)(eq - word) : strlen(word))) return 1;
+  } else if (trun_short_id(arg[1]) >= 0) {
+    return 1;
+  }
+  if (trun_is_negative_number(arg)) return 0;
+  return strchr(arg, ' ') == NULL;
+}
+
 typedef struct {
   int argc;
   char **argv;
@@ -165,7 +210,7 @@ static int trun_take_value(trun_argp *p, int id, const char *explicit_val) {
     return 0;
   }
   if (!explicit_val) {
-    if (p->i + 1 >= p->argc) {
+    if (p->i + 1 >= p->argc || trun_reads_as_option(p->argv[p->i + 1])) {
       trun_opt_argname(id, name, sizeof(name));
       trun_errf(p->err, p->errlen, "argument %s: expected one argument", name);
       return -1;
@@ -205,13 +250,6 @@ static int trun_parse_long(trun_argp *p) {
   return trun_take_value(p, id, eq ? eq + 1 : NULL);
 }
 
-static int trun_short_id(char c) {
-  if (c == 'h') return TRUN_PSEUDO_HELP;
-  for (int id = 0; id < TRUN_OPT__COUNT; id++)
-    if (OPT(id)->short_name && OPT(id)->short_name == c) return id;
-  return -1;
-}
-
 /* "-m", "-r VALUE", "-rVALUE", "-r=VALUE" and clusters such as "-mt3" (flags go on with the next letter). */
 static int trun_parse_short(trun_argp *p) {
   const char *arg = p->argv[p->i];
@@ -234,14 +272,6 @@ static int trun_parse_short(trun_argp *p) {
     return trun_take_value(p, id, arg[j + 1] ? rest : NULL);
   }
   return 0;
-}
-
-/* argparse's negative-number test: such an argument is a positional, not an option. */
-static int trun_is_negative_number(const char *arg) {
-  if (arg[0] != '-' || !arg[1]) return 0;
-  char *end;
-  strtod(arg, &end);
-  return *end == '\0' && (isdigit((unsigned char)arg[1]) || arg[1] == '.');
 }
 
 static void trun_take_script(trun_argp *p, int at) {

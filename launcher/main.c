@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   /* First: the agent token out of /proc/<pid>/environ and cmdline (secret.h). */
   if ((argv = trun_secret_hide(argc, argv)) == NULL) return 1;
   trun_settings cl;
-  char err[512];
+  char err[1024];
   if (trun_cli_parse(argc, argv, environ, &cl, err, sizeof(err)) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
@@ -90,6 +90,9 @@ int main(int argc, char **argv) {
     code = trun_explain(&cfg, environ, stdout);
   } else if (code == 0 && cl.v[TRUN_OPT_HOSTFILE].val && *cl.v[TRUN_OPT_HOSTFILE].val) {
     code = trun_hostfile_launch(&cl, &cfg, environ, stdout);
+  } else if (code == 0 && trun_agent_check_script(&cfg, environ, err, sizeof(err)) < 0) {
+    fprintf(stderr, "trun: error: %s\n", err);
+    code = 2;
   } else if (code == 0 && cfg.dry_run) {
     trun_print_config(stdout, &cl, 1);
     code = trun_agent_dry_run(&cfg, environ, stdout);

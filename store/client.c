@@ -52,6 +52,9 @@ void trun_client_opts_default(trun_client_opts *o) {
 /* ---- time and randomness ---------------------------------------------------------------------- */
 
 /* Absolute deadline in ms, or -1 for none (ms < 0). */
+/* The longest one VALIDATE/PING handshake may take before the attempt counts as failed (and is retried). */
+#define TRUN_HANDSHAKE_MS 10000
+
 static int64_t deadline_after(int ms) { return ms < 0 ? -1 : trun_mono_us() / 1000 + ms; }
 
 /* poll() timeout until deadline: -1 for none, 0 when passed. */
@@ -261,11 +264,17 @@ static int connect_family(trun_client *c, int family, int64_t deadline, int *out
     rc = connect_addr(ai, deadline, &fd);
     if (rc == 0 && c->o.gen == TRUN_GEN_V2) {
       stage = TRUN_CONNECT_HANDSHAKE;
-      rc = handshake(c, fd, deadline);
+      /* A program that accepts and never answers (not a store) must not hold one attempt for the whole
+       * connect time-out: each handshake gets at most TRUN_HANDSHAKE_MS, then the failure is told. */
+      int64_t hs = deadline_after(TRUN_HANDSHAKE_MS);
+      rc = handshake(c, fd, deadline >= 0 && deadline < hs ? deadline : hs);
       if (rc < 0) {
         close(fd); /* a failed handshake: the socket is dropped, its close result does not matter */
         snprintf(c->last_err, sizeof(c->last_err), "VALIDATE/PING handshake failed: %s%s", strerror(-rc),
-                 rc == -ECONNRESET ? " (a torch < 2.2 server? try the 1.13 or 2.1 generation)" : "");
+                 rc == -ECONNRESET ? " (a torch < 2.2 server? try the 1.13 or 2.1 generation)"
+                 : rc == -ETIMEDOUT || rc == -EPROTO
+                     ? " (something answers on that port but is not a TCPStore: another program holds it?)"
+                     : "");
         if (rc == -ETIMEDOUT) rc = -EPROTO; /* the server answered the connect: keep retrying */
       }
     } else if (rc < 0) {
@@ -273,6 +282,10 @@ static int connect_family(trun_client *c, int family, int64_t deadline, int *out
     }
     if (rc < 0 && c->o.on_connect_error)
       c->o.on_connect_error(c->o.on_connect_error_arg, stage, -rc, c->last_err);
+    /* An address this host cannot reach now (no route for it, a link-local one without its interface, a
+     * firewall): retried like any unreachable store, which the network may yet reach. */
+    if (stage == TRUN_CONNECT_TCP && (rc == -EINVAL || rc == -EPERM || rc == -EACCES || rc == -ENETDOWN))
+      rc = -ENETUNREACH;
     if (rc == 0) {
       *out = fd;
       break;
@@ -304,8 +317,8 @@ static int client_open(trun_client *c) {
       return rc;
     }
     if (!retryable(-rc)) {
-      trun_error("cannot connect to TCPStore %s: %s; check --target / MASTER_ADDR and MASTER_PORT", c->where,
-                 c->last_err);
+      trun_error("cannot connect to TCPStore %s: %s; check the address and port given for the store",
+                 c->where, c->last_err);
       return rc;
     }
     int left = remaining_ms(deadline);

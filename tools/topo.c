@@ -79,6 +79,11 @@ static void print_numa(int numa) {
 }
 
 static void print_table(const trun_node *n, const topo_paths *p) {
+  if (n->ngpu == 0 && n->nrdma == 0) { /* a CPU box: no matrix and no legend for it */
+    printf("no NVIDIA GPU (GPU discovery: %s) and no RDMA device here: no topology to show\n",
+           n->gpu_source && n->gpu_source[0] ? n->gpu_source : "none");
+    return;
+  }
   printf("\t");
   for (int g = 0; g < n->ngpu; g++) printf("GPU%d\t", g);
   for (int r = 0; r < n->nrdma; r++) printf("NIC%d\t", r);

@@ -214,6 +214,7 @@ void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *gi
 void trun_obs_rdzv_start(trun_obs *o, int round) {
   if (o == NULL) return;
   o->rdzv_started = trun_mono_s();
+  trun_events_set_group_rank(o->ev, -1); /* a round's ranks are not known before its end */
   trun_events_emit(o->ev, "rendezvous_start", json_pack("{s:i}", "round", round));
 }
 

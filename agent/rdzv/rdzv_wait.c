@@ -105,6 +105,14 @@ void trun_wait_connect_cause(int stage, int err, const char *said, const char *h
         said);
     return;
   }
+  if (stage == TRUN_CONNECT_HANDSHAKE && (err == EPROTO || err == ETIMEDOUT)) {
+    snprintf(out, len,
+             "something answers on that port but it is not a TCPStore (no answer to torch's VALIDATE/PING "
+             "handshake): another program holds the port; choose another --master-port or --rdzv-endpoint "
+             "port (%s)",
+             said);
+    return;
+  }
   switch (err) {
     case ECONNREFUSED:
       snprintf(out, len, "connection refused: nothing listens on that port yet (%s)", said);

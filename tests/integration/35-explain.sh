@@ -62,9 +62,12 @@ grep -q "^  EFA devices: 4, usable in this container: 4" "$tmp/explain.out" || f
 grep -q "^workers on this node: 8 " "$tmp/explain.out" || fail "--explain: nproc gpu"
 # explain_row NAME VALUE-LINE SOURCE: the variable's line and the source line after it.
 explain_row() {
-  grep -A1 -x -- "  $2" "$tmp/explain.out" | grep -q -- "^      source: $3; .*§" ||
-    fail "--explain: no row '$2' with source $3"
+  grep -A1 -x -- "  $2" "$tmp/explain.out" | grep -q -- "^      source: $3; [^ ,:].\{20\}" ||
+    fail "--explain: no row '$2' with source $3 and a reason in words"
 }
+# explanations in words: no references to trun's design notes (issue 38: "§2, §3", "(O1, O7)")
+! grep -nE '§|[ (][OLNA][0-9]+[,):]|\(\)|::|; [,:]' "$tmp/explain.out" ||
+  fail "--explain prints references instead of words (above)"
 explain_row FI_PROVIDER "FI_PROVIDER=efa" trun
 explain_row FI_EFA_USE_DEVICE_RDMA "FI_EFA_USE_DEVICE_RDMA=1" trun
 explain_row FI_EFA_FORK_SAFE "FI_EFA_FORK_SAFE (left to plugin, not set)" plugin

@@ -153,7 +153,7 @@ done
 grep -q "^  MASTER_ADDR=<decided at the rendezvous>$" "$tmp/dry.c10d" || fail "--dry-run c10d: $(grep MASTER_ADDR "$tmp/dry.c10d")"
 grep -q "^  MASTER_PORT=29400$" "$tmp/dry.trun" || fail "--dry-run trun: $(grep MASTER_PORT "$tmp/dry.trun")"
 trun_run --dry-run --standalone --rdzv-backend trun --nproc-per-node 1 "$w" >"$tmp/dry.sa" 2>&1 || fail "--dry-run --standalone"
-grep -q "rendezvous: static at" "$tmp/dry.sa" || fail "--dry-run --standalone: $(grep rendezvous "$tmp/dry.sa")"
+grep -q "rendezvous: static (--standalone: trun's single-node rendezvous; torchrun's c10d) at" "$tmp/dry.sa" || fail "--dry-run --standalone: $(grep rendezvous "$tmp/dry.sa")"
 echo "ok: --dry-run names the backend and the ranks it knows"
 
 # PET_NPROC_PER_NODE: the fallback (3 workers run), and the command line wins over it (1 worker).

@@ -129,7 +129,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_HANG_TIMEOUT, "hang-timeout", "hang_timeout", 0, 0, "300", "TRUN_HANG_TIMEOUT", "trun"},
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
-    {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, NULL, "TRUN_STORE_THREADS", "trun"},
+    {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", "trun"},
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
@@ -282,11 +282,77 @@ START_TEST(test_repeated_last_wins) {
 END_TEST
 
 START_TEST(test_value_starting_with_dash) {
-  ck_assert_int_eq(parse(ARGV("--rdzv-conf", "-x=1", "s.py"), NOENV), 0);
+  ck_assert_int_eq(parse(ARGV("--rdzv-conf=-x=1", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_RDZV_CONF, "-x=1");
+  /* argparse reads "-x=1" as an (unknown) option, not as the value of --rdzv-conf */
+  assert_fail(ARGV("--rdzv-conf", "-x=1", "s.py"), NOENV,
+              "argument --rdzv-conf/--rdzv_conf: expected one argument");
   ck_assert_int_eq(parse(ARGV("--role=--nnodes", "s.py"), NOENV), 0);
   assert_cli(TRUN_OPT_ROLE, "--nnodes");
   ck_assert_int_eq(cl.v[TRUN_OPT_NNODES].src, TRUN_SRC_DEFAULT);
+}
+END_TEST
+
+/* Issue 38 item 3: an option never swallows the next option. Every option of real torchrun's parser
+ * (/usr/bin/python3's torch) that takes a value, with awkward values (options, prefixes, negative
+ * numbers, '-', '--', blanks), separate and '='-joined: trun refuses exactly where torchrun's argparse
+ * does. tests/helpers/argparse_cases.py prints torchrun's verdicts. */
+START_TEST(test_values_against_torchrun_argparse) {
+  FILE *f = popen("/usr/bin/python3 tests/helpers/argparse_cases.py", "r");
+  ck_assert_msg(f != NULL, "cannot run /usr/bin/python3 tests/helpers/argparse_cases.py");
+  static char line[4096];
+  int ncases = 0, nrefused = 0, nwrong = 0;
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *items[16] = {"trun"};
+    int n = 1;
+    char *verdict = line, *tab = strchr(line, '\t');
+    ck_assert_ptr_nonnull(tab);
+    *tab = '\0';
+    for (char *a = tab + 1; n < 15; n++) {
+      items[n] = a;
+      char *t = strchr(a, '\t');
+      if (!t) {
+        n++;
+        break;
+      }
+      *t = '\0';
+      a = t + 1;
+    }
+    items[n] = NULL;
+    int want_refuse = strcmp(verdict, "refuse") == 0;
+    ck_assert(want_refuse || strcmp(verdict, "accept") == 0);
+    int rc = parse(items, NOENV);
+    ncases++;
+    nrefused += want_refuse;
+    if ((rc < 0) != want_refuse) {
+      nwrong++;
+      fprintf(stderr, "torchrun %ss, trun %ss:", verdict, rc < 0 ? "refuse" : "accept");
+      for (int i = 1; i < n; i++) fprintf(stderr, " '%s'", items[i]);
+      fprintf(stderr, "%s%s\n", rc < 0 ? " -- " : "", rc < 0 ? err : "");
+    }
+  }
+  ck_assert_int_eq(pclose(f), 0);
+  ck_assert_int_gt(ncases, 1000);
+  ck_assert_int_gt(nrefused, 100);
+  ck_assert_int_eq(nwrong, 0);
+}
+END_TEST
+
+/* Issue 38 item 12: every option that takes a value says its default once ("(default: auto) (default:
+ * unset; ...)" for --store-threads), flags never. */
+START_TEST(test_help_one_default_each) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  trun_cli_help(f);
+  ck_assert_int_eq(fclose(f), 0);
+  int want = 0, got = 0;
+  for (int id = 0; id < TRUN_OPT__COUNT; id++) want += !trun_opt_desc_of((trun_opt_id)id)->is_flag;
+  for (const char *p = strstr(text, "(default:"); p; p = strstr(p + 1, "(default:")) got++;
+  free(text);
+  ck_assert_int_eq(got, want);
 }
 END_TEST
 
@@ -609,6 +675,10 @@ END_TEST
 
 static Suite *cli_suite(void) {
   Suite *s = suite_create("cli");
+  TCase *torch = tcase_create("torchrun-argparse"); /* imports torch: seconds on a loaded machine */
+  tcase_set_timeout(torch, 120);
+  tcase_add_test(torch, test_values_against_torchrun_argparse);
+  suite_add_tcase(s, torch);
   TCase *tc = tcase_create("cli");
   tcase_add_test(tc, test_table_exact);
   tcase_add_test(tc, test_src_names);
@@ -618,6 +688,7 @@ static Suite *cli_suite(void) {
   tcase_add_test(tc, test_flag_with_value_is_error);
   tcase_add_test(tc, test_repeated_last_wins);
   tcase_add_test(tc, test_value_starting_with_dash);
+  tcase_add_test(tc, test_help_one_default_each);
   tcase_add_test(tc, test_unique_prefixes);
   tcase_add_test(tc, test_ambiguous_prefixes);
   tcase_add_test(tc, test_short_forms);

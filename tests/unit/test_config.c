@@ -64,7 +64,13 @@ END_TEST
 
 START_TEST(standalone_and_endpoints) {
   trun_config c;
-  PARSE_OK(&c, "--standalone", "--nnodes", "4", "t.py");
+  /* issue 38: --standalone with several nodes asked for is refused, not silently run as one node */
+  parse_err("--standalone runs one node, but --nnodes 2 asks for more", NULL,
+            (const char *const[]){"--standalone", "--nnodes", "2", "t.py", NULL});
+  parse_err("--nnodes 1:4 asks for more", NULL,
+            (const char *const[]){"--standalone", "--nnodes", "1:4", "t.py", NULL});
+  PARSE_OK(&c, "--standalone", "--nnodes", "1", "t.py");
+  PARSE_OK(&c, "--standalone", "t.py");
   ck_assert_int_eq(c.backend, TRUN_RDZV_C10D);
   ck_assert_int_eq(c.max_nodes, 1);
   ck_assert_str_eq(c.endpoint_host, "localhost");
@@ -288,7 +294,7 @@ START_TEST(health_check) {
   PARSE_OK(&c, "t.py");
   ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_WARN);
   ck_assert_str_eq(c.health_checks, "all");
-  PARSE_OK(&c, "--health-check", "fail", "--health-checks", "-pcie,-shm", "t.py");
+  PARSE_OK(&c, "--health-check", "fail", "--health-checks=-pcie,-shm", "t.py");
   ck_assert_int_eq(c.health_check, TRUN_HEALTH_CHECK_FAIL);
   ck_assert_str_eq(c.health_checks, "-pcie,-shm");
   PARSE_OK(&c, "--health_check=off", "t.py");
