@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +39,8 @@ def run(name, cmd, kind):
     env = dict(os.environ, HANG_KIND=kind, PG_TIMEOUT=PG_TIMEOUT, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1",
                HANG_ONLY_ATTEMPT="0")
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                         start_new_session=True)
     lines, healthy0, named, named_line, restarted, culprit = [], None, None, "", None, ""
     try:
         for line in p.stdout:
@@ -54,14 +56,18 @@ def run(name, cmd, kind):
             if m and not culprit:
                 culprit = m.group(1)
             if t > LIMIT:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
                 break
     finally:
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        # A launcher killed at the limit leaves its workers (a sleeping rank keeps NCCL's RAS port and would answer
+        # the next run's queries): nothing of this run may outlive it.
+        subprocess.run(["pkill", "-9", "-f", WORKER], check=False)
+        time.sleep(2)
     start = healthy0 + 3.0 if healthy0 is not None else None
     rel = lambda x: round(x - start, 2) if (x is not None and start is not None) else None
     m = re.search(r"hang: (rank \d+ \(local \d+, pid \d+\))", named_line)
