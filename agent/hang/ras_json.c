@@ -174,6 +174,53 @@ static int read_comm(ctx *c, json_t *j, trun_ras_comm *out, size_t *total) {
   return rc;
 }
 
+/* The last byte of a line that is not white space ('\0' for a blank line). */
+static char line_last(const char *p, size_t from, size_t to) {
+  while (to > from && (p[to - 1] == ' ' || p[to - 1] == '\t' || p[to - 1] == '\r')) to--;
+  return to > from ? p[to - 1] : '\0';
+}
+
+/* NCCL 2.28.9 writes a "missing_ranks" record without the comma after "nvml_dev" (seen on 2 x H200 whenever a
+ * rank stops answering: the mismatched-collective hang), so the one answer that names the culprit is no JSON.
+ * Its JSON is one item a line: where a line ends a value (a number, a string, true / false / null, } or ])
+ * and the next non-blank line starts a member or an element (" or {), the comma is put back. Strings cannot
+ * span lines, so no byte inside a string is touched; the result is parsed as strictly as any answer. Returns
+ * a new buffer (*mn bytes) or NULL when there is nothing to mend (or no memory). */
+static char *mend_commas(const char *p, size_t n, size_t *mn) {
+  char *m = malloc(2 * n + 1);
+  if (!m) return NULL;
+  size_t k = 0, added = 0, start = 0;
+  char prev = '\0'; /* the last non-blank byte of the previous non-blank line */
+  while (start < n) {
+    const char *nl = memchr(p + start, '\n', n - start);
+    size_t end = nl ? (size_t)(nl - p) + 1 : n, first = start;
+    while (first < end && (p[first] == ' ' || p[first] == '\t')) first++;
+    char f = first < end ? p[first] : '\0';
+    int ends_value = prev == '"' || prev == '}' || prev == ']' || prev == 'e' || prev == 'l' ||
+                     (prev >= '0' && prev <= '9');
+    if (ends_value && (f == '"' || f == '{') && k > 0) {
+      size_t at = k; /* after the previous line's last value: before its new line */
+      while (at > 0 && (m[at - 1] == '\n' || m[at - 1] == '\r' || m[at - 1] == ' ' || m[at - 1] == '\t'))
+        at--;
+      memmove(m + at + 1, m + at, k - at);
+      m[at] = ',';
+      k++;
+      added++;
+    }
+    memcpy(m + k, p + start, end - start);
+    k += end - start;
+    char last = line_last(p, start, nl ? end - 1 : end);
+    if (last != '\0') prev = last;
+    start = end;
+  }
+  if (added == 0) {
+    free(m);
+    return NULL;
+  }
+  *mn = k;
+  return m;
+}
+
 int trun_ras_parse(const char *p, size_t n, trun_ras_snapshot **out, char *err, size_t errlen) {
   ctx c = {err, errlen};
   *out = NULL;
@@ -181,7 +228,14 @@ int trun_ras_parse(const char *p, size_t n, trun_ras_snapshot **out, char *err, 
   if (n > TRUN_RAS_MAX_ANSWER) return bad(&c, -E2BIG, "%zu bytes, over %u", n, TRUN_RAS_MAX_ANSWER);
   json_error_t je;
   json_t *root = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
-  if (!root) return bad(&c, -EINVAL, "not JSON: line %d column %d: %s", je.line, je.column, je.text);
+  if (!root) {
+    size_t mn = 0;
+    char *m = mend_commas(p, n, &mn);
+    json_error_t je2;
+    if (m) root = json_loadb(m, mn, JSON_REJECT_DUPLICATES, &je2);
+    free(m);
+    if (!root) return bad(&c, -EINVAL, "not JSON: line %d column %d: %s", je.line, je.column, je.text);
+  }
   int rc = 0;
   trun_ras_snapshot *s = calloc(1, sizeof(*s));
   if (!s) {

@@ -110,6 +110,44 @@ static void lie(const char *from, const char *to, int want_rc, const char *want)
   free(j);
 }
 
+/* NCCL 2.28.9's answer when a rank stops answering (2 x H200, the mismatch hang: rank 1 broadcasts, rank 0
+ * all-reduces): its "missing_ranks" record lacks a comma, so the answer is no JSON as sent. The reader puts
+ * the comma back and the detector names the missing rank; valid answers and other garbage are not "mended".
+ */
+START_TEST(parse_nccl_missing_comma) {
+  trun_ras_snapshot *s = load("ras-h200x2-mismatch-missing.json");
+  ck_assert_uint_eq(s->ncomms, 1);
+  trun_ras_comm *c = &s->comms[0];
+  ck_assert_int_eq(c->size, 2);
+  ck_assert_uint_eq(c->npresent, 1);
+  ck_assert_uint_eq(c->nranks, 2);
+  ck_assert(c->ranks[1].missing && c->ranks[1].unresponsive);
+  ck_assert_int_eq(c->ranks[1].rank, 1);
+  ck_assert_int_eq(c->ranks[1].pid, 1235);
+  trun_hang_detector *d = trun_hang_new(15);
+  trun_hang_verdict v;
+  ck_assert_int_eq(trun_hang_feed(d, s, 0, &v), 0);
+  ck_assert_int_eq(trun_hang_feed(d, s, 15, &v), 1);
+  ck_assert_uint_eq(v.comm[0].nculprits, 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].rank, 1);
+  ck_assert_int_eq(v.comm[0].culprit[0].pid, 1235);
+  trun_hang_verdict_clear(&v);
+  trun_hang_free(d);
+  trun_ras_snapshot_free(s);
+  /* Not every broken answer is mended: a comma missing inside one line, or a value cut off, stays an error.
+   */
+  const char *bad[] = {"{\"communicators\": [] \"x\": 1}", "{\n  \"communicators\": [\n",
+                       "{\n  \"a\": tru\n  \"b\": 1\n}"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char err[256];
+    trun_ras_snapshot *t = NULL;
+    ck_assert_int_eq(trun_ras_parse(bad[i], strlen(bad[i]), &t, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_null(t);
+    ck_assert_ptr_nonnull(strstr(err, "not JSON"));
+  }
+}
+END_TEST
+
 START_TEST(parse_lies) {
   lie("\"rank\": 3,", "\"rank\": 4,", -EINVAL, "\"rank\" = 4, outside 0..3");
   lie("\"rank\": 3,", "\"rank\": 2,", -EINVAL, "rank 2 listed twice");
@@ -793,6 +831,7 @@ int main(void) {
   tcase_set_timeout(tc, 300); /* a busy 2-core box starts Python slowly */
   tcase_add_test(tc, parse_captures);
   tcase_add_test(tc, parse_lies);
+  tcase_add_test(tc, parse_nccl_missing_comma);
   tcase_add_test(tc, detect_sleep_names_rank3);
   tcase_add_test(tc, detect_mismatch_names_rank3);
   tcase_add_test(tc, detect_spin_not_named);
