@@ -149,11 +149,14 @@ static int is_local_host(const trun__hang *h, const char *host) {
   return 0;
 }
 
-/* The running worker of this round that pid is (or is in the process group of), NULL. */
+/* The worker of this round that pid is (or is in the process group of), NULL. A worker that has already
+ * exited counts too: RAS lists it as missing when it left while its peers still wait for it in a collective
+ * (seen on 2 x H200: a rank whose mismatched broadcast completed on its side finished its script, exit 0, and
+ * rank 0 waited in the all-reduce for ever). Naming it and stopping this round touch only our own workers. */
 static worker *worker_of(agent *a, long pid) {
   if (pid <= 0) return NULL;
   for (int i = 0; i < a->nproc; i++)
-    if (a->w[i].running && a->w[i].pid > 0 && a->w[i].pid == (pid_t)pid) return &a->w[i];
+    if (a->w[i].pid > 0 && a->w[i].pid == (pid_t)pid) return &a->w[i];
   pid_t pg = getpgid((pid_t)pid);
   for (int i = 0; pg > 0 && i < a->nproc; i++)
     if (a->w[i].running && a->w[i].pid == pg) return &a->w[i];
@@ -202,8 +205,9 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
     if (w) {
       ours[nours] = w, ourc[nours++] = u;
       if (nn < sizeof(names))
-        nn += (size_t)snprintf(names + nn, sizeof(names) - nn, "%srank %d (local %d, pid %d)", nn ? ", " : "",
-                               base + w->local_rank, w->local_rank, (int)w->pid);
+        nn += (size_t)snprintf(names + nn, sizeof(names) - nn, "%srank %d (local %d, pid %d%s)",
+                               nn ? ", " : "", base + w->local_rank, w->local_rank, (int)w->pid,
+                               w->running ? "" : ", already exited");
     } else if (is_local_host(h, u->host) && same_job_elsewhere(a, u->pid)) {
       trun_debug("hang: rank %d (pid %ld) is this job's, of another agent on this host: it names it", u->rank,
                  u->pid);

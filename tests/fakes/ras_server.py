@@ -31,6 +31,9 @@ job's workers; read at each connection, so a restarted job's new pids are served
   job-behind    frozen: every rank launched AllReduce 51, rank R (--behind, default 1) only 50
   job-advancing every rank's AllReduce count is 100 + N at connection N (rank R one behind on odd N)
   job-idle      frozen, equal: every rank launched AllReduce 51
+  job-gone      rank R listed under missing_ranks (unresponsive: its process is gone), the others frozen at
+                AllReduce 51 (what NCCL 2.28.9 said on 2 x H200 when rank 1's mismatched broadcast completed on
+                its side, it finished its script and rank 0 waited in the all-reduce)
 While a pid file is missing they answer no communicator. --served FILE: after each answer naming every pid,
 the count of such answers so far is written to FILE (a test waits for the detector's window to pass without
 timing it).
@@ -78,10 +81,15 @@ def job_report(mode, step, opt):
                                  "abort_flag": False},
                       "collective_counts": {"Broadcast": 0, "Reduce": 0, "AllGather": 0, "ReduceScatter": 0,
                                             "AllReduce": n}})
+    missing = []
+    if mode == "job-gone":
+        gone = ranks.pop(opt.behind)
+        missing = [{"rank": gone["rank"], "host": gone["host"], "pid": gone["pid"], "cuda_dev": gone["cuda_dev"],
+                    "nvml_dev": gone["nvml_dev"], "status": {"unresponsive": True, "considered_dead": False}}]
     doc["communicators_count"] = 1
     doc["communicators"] = [{"hash": "0x5eed000000000001", "secondary_hash": "0x1:0x2", "size": opt.ranks,
-                             "ranks_count": opt.ranks, "missing_ranks_count": 0, "ranks": ranks,
-                             "missing_ranks": []}]
+                             "ranks_count": len(ranks), "missing_ranks_count": len(missing), "ranks": ranks,
+                             "missing_ranks": missing}]
     return json.dumps(doc, indent=2).encode() + b"\n", True
 
 
@@ -208,7 +216,7 @@ def main():
     ap.add_argument("--served")
     a = ap.parse_args()
     modes = ("mismatch", "sleep", "spin", "advancing", "unresponsive", "malformed", "lying", "slow", "trickle", "huge",
-             "old", "notras", "wire", "job-behind", "job-advancing", "job-idle")
+             "old", "notras", "wire", "job-behind", "job-advancing", "job-idle", "job-gone")
     if a.mode.startswith("job-") and (not a.pid_dir or a.ranks < 1):
         print("ras_server.py: mode %s needs --pid-dir DIR and --ranks N" % a.mode, file=sys.stderr)
         sys.exit(2)

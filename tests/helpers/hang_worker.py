@@ -1,7 +1,8 @@
-"""A worker for test 49-agent-hang (torch 1.13, gloo): joins the process group, writes its pid to
+"""A worker for test 93-agent-hang (torch 1.13, gloo): joins the process group, writes its pid to
 <dir>/pid.<rank> (the RAS stand-in serves it; the file is replaced, never half-written) and
 <dir>/attempt.<restart count>.<rank>, then sleeps until SIGTERM (the hang the stand-in pretends; a sleeping
-rank is what NCCL RAS shows as a rank behind). Usage: hang_worker.py DIR"""
+rank is what NCCL RAS shows as a rank behind). HANG_EXIT_RANK=R: rank R exits 0 at once instead (a rank that
+left while its peers wait for it). Usage: hang_worker.py DIR"""
 import os
 import sys
 import time
@@ -18,5 +19,7 @@ with open(tmp, "w") as f:
 os.rename(tmp, os.path.join(out, "pid.%d" % rank))
 open(os.path.join(out, "attempt.%d.%d" % (attempt, rank)), "w").close()
 print("rank %d attempt %d: pid %d asleep" % (rank, attempt, os.getpid()), flush=True)
+if os.environ.get("HANG_EXIT_RANK") == str(rank):
+    sys.exit(0)
 while True:
     time.sleep(3600)

@@ -12,6 +12,9 @@
 #  (d) a lying answer (rank 1's pid is a process of this host that is no worker: a sleep the test owns):
 #      a warning, no restart, the process is not killed;
 #  (e) nothing listens at NCCL_RAS_ADDR: nothing said, the job runs;
+#  (h) rank 1 exits 0 at once while RAS lists it as missing and rank 0 frozen in an all-reduce (what NCCL said
+#      on 2 x H200 when a mismatched broadcast completed on rank 1's side): rank 1 is named ("already exited"),
+#      --hang-timeout 1 stops the round, exit 1 with rank 1 as the root cause of kind hang;
 #  (g) two agents on loopback (static rendezvous, rank 1 on node rank 1), --hang-timeout 0: only node rank
 #      1's agent names rank 1, the other says nothing, nothing restarts;
 #  (f) --hang-timeout bad values exit 2; --help lists it.
@@ -158,6 +161,20 @@ kill -0 "$job" || fail "(e): trun ended"
 stop_pid "$job"
 show "$tmp/e.err"
 ! grep -Eq 'hang:|hang detection|RAS' "$tmp/e.err" || fail "(e): trun spoke of RAS or a hang with nothing listening"
+
+# (h) the culprit has exited: a worker of this round all the same.
+mkdir -p "$tmp/h"
+start_ras h job-gone "$tmp/h"
+HANG_EXIT_RANK=1 start_job h "$addr" --max-restarts 0 --hang-timeout 1
+rc=0
+wait "$job" || rc=$?
+stop_pid "$server"
+show "$tmp/h.err"
+[ $rc -eq 1 ] || fail "(h): trun exited $rc, want 1 (the round stopped by --hang-timeout)"
+grep -q 'hang: rank 1 (local 1, pid [0-9]*, already exited) is behind in a hung collective' "$tmp/h.err" ||
+  fail "(h): the exited rank 1 is not named"
+! grep -q 'no such pid is a worker' "$tmp/h.err" || fail "(h): the exited worker was taken for a stranger"
+expect_root h 'rank *: 1 \(local_rank: 1\)' 'cause *: hang \(NCCL RAS\)'
 
 # (g) two agents (static rendezvous on loopback, one worker each; rank 1 on node rank 1), one RAS answer
 # naming rank 1 behind: the agent whose worker it is names it (--hang-timeout 0: name only); the other agent
