@@ -145,7 +145,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
   if (log) read_oom_log(a, log);
   for (int i = 0; i < a->nproc; i++) {
     worker *w = &a->w[i];
-    if (w->status == 0) continue;
+    if (w->status == 0 && !w->hang[0]) continue; /* a culprit of a hang that exited 0 is one too */
     trun_failure *f = &fs[n++];
     memset(f, 0, sizeof(*f));
     f->global_rank = trun_rdzv_info(a->rdzv)->base_rank + i;
