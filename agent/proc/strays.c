@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "procstat.h"
 
 #define TRUN_STRAYS_KILL_MS 5000 /* the longest the end-of-round sweep waits for the killed to go */
 
@@ -48,25 +49,13 @@ void trun_strays_free(trun_strays *s) {
 
 /* One row from root/PID/stat: 0, or -1 when the process is gone or the line is not understood. */
 static int read_row(const char *root, const char *pid, proc_row *r) {
-  char path[512], buf[1024];
-  snprintf(path, sizeof(path), "%s/%s/stat", root, pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t len = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (len <= 0) return -1;
-  buf[len] = '\0';
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-  int ppid, pgrp, sid;
-  /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-   * priority nice num_threads itrealvalue starttime */
-  if (p == NULL ||
-      sscanf(p + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-             &r->state, &ppid, &pgrp, &sid, &r->start) != 5)
-    return -1;
+  trun__proc_stat st;
+  if (trun__proc_stat_read(root, pid, &st) != 0) return -1;
+  r->state = st.state;
+  r->start = st.start;
   r->pid = atoi(pid);
-  r->ppid = ppid;
-  r->sid = sid;
+  r->ppid = st.ppid;
+  r->sid = st.sid;
   r->job = 0;
   return 0;
 }

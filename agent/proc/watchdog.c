@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "procstat.h"
 
 #define MAX_SESSIONS 65536
 
@@ -36,26 +37,10 @@ typedef struct {
 
 /* Process pid's session and start time from /proc/PID/stat: 0, or -1 when there is no such process. */
 static int proc_stat(const char *pid, pid_t *sid, uint64_t *start) {
-  char path[300], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t len = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (len <= 0) return -1;
-  buf[len] = '\0';
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-  int ppid, pgrp, session_id;
-  unsigned long long st;
-  char state;
-  /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-   * priority nice num_threads itrealvalue starttime */
-  if (p == NULL ||
-      sscanf(p + 1, " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
-             &ppid, &pgrp, &session_id, &st) != 5)
-    return -1;
-  *sid = session_id;
-  *start = st;
+  trun__proc_stat st;
+  if (trun__proc_stat_read("/proc", pid, &st) != 0) return -1;
+  *sid = st.sid;
+  *start = st.start;
   return 0;
 }
 
