@@ -90,6 +90,7 @@ def main():
            "gpu_name": torch.cuda.get_device_name(0), "gpus": ngpu, "pg_timeout_s": int(PG_TIMEOUT),
            "hang_timeout_s": int(HANG_TIMEOUT), "runs": []}
     logs = []
+    stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
     for kind in kinds:
         for name, base in launchers.items():
             if only and name.split("-")[0] not in only.split(","):
@@ -98,9 +99,9 @@ def main():
             print(json.dumps(r), flush=True)
             res["runs"].append(r)
             logs.append(f"==== {name} {kind}\n" + "\n".join(lines))
-    stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
-    json.dump(res, open(stem + ".json", "w"), indent=1)
-    open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
+            # Written after every run: a call cut at its limit still leaves what ran.
+            json.dump(res, open(stem + ".json", "w"), indent=1)
+            open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
     print(f"results: {stem}.json", flush=True)
 
 
