@@ -11,11 +11,12 @@
 #     naming exactly the three broken links; docs/testing.md has one row per tests/integration/NN-name.sh
 #     (a scratch tree with a test missing from the table and a row without a test fails naming both).
 #  5. The docs stand alone (issue 38): no shipped doc (README.md, docs/ with the man pages, examples/, k8s/,
-#     config/README.md, packaging/) and no program output (the four programs' --help, trun --explain and
-#     --dry-run on this box) cites what does not ship: paths outside the tree (../shared, shared/spec, /work/),
-#     the project's notes and specifications, section signs, design-note tags, *.md names not in the tree. On a scratch
-#     tree with one of each (and their harmless look-alikes: --seed, manual_seed, /shared/opt, spec:, H100)
-#     it exits 1 naming file:line of each and nothing else.
+#     config/README.md, packaging/) and no program output (the four programs' --help, trun --dry-run on this
+#     box, trun --explain and trun-topo --json on the p4d node fixture) cites what does not ship: paths
+#     outside the tree (../shared, shared/spec, /work/), the project's notes and specifications, section
+#     signs, design-note tags, *.md names not in the tree. On a scratch tree with one of each (and harmless
+#     look-alikes: --seed, manual_seed, /shared/opt, spec:, H100, NVLink's NV12) it exits 1 naming file:line
+#     of each and nothing else.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,17 +59,26 @@ echo "== 5. the shipped docs and the programs' output cite nothing outside the t
 for p in trun trun-store trun-topo trun-preflight; do
   "$build/$p" --help >"$tmp/help-$p.txt" 2>&1 || fail "$p --help: exit $? ($(tail -1 "$tmp/help-$p.txt"))"
 done
-"$build/trun" --explain --no-imds >"$tmp/explain.txt" 2>&1 || fail "trun --explain: exit $?"
+# --explain and trun-topo --json on the p4d node fixture (fake NVML): every NCCL / EFA decision with its reason.
+fx=$repo/tests/fixtures/nodes/p4d.24xlarge
+on_p4d() {
+  env -i PATH="$PATH" TRUN_SYSFS_ROOT="$fx/sys" TRUN_DEV_ROOT="$fx/dev" TRUN_DMI_ROOT="$fx/dmi" \
+    TRUN_NVML_LIBRARY="$build/libnvidia-ml-fake.so" TRUN_FAKE_NVML_TOPO="$fx/nvml.json" "$@"
+}
+on_p4d "$build/trun" --explain --no-imds >"$tmp/explain.txt" 2>&1 || fail "trun --explain: exit $?"
+grep -q '^  FI_PROVIDER=efa' "$tmp/explain.txt" || fail "trun --explain on the p4d fixture: no FI_PROVIDER row"
+on_p4d "$build/trun-topo" --json --no-imds >"$tmp/topo.json" 2>&1 || fail "trun-topo --json: exit $?"
 (cd "$repo" && "$build/trun" --dry-run --nproc-per-node 2 examples/allreduce.py) >"$tmp/dryrun.txt" 2>&1 ||
   fail "trun --dry-run: exit $? ($(tail -1 "$tmp/dryrun.txt"))"
 texts=()
 for p in trun trun-store trun-topo trun-preflight; do texts+=(--text "$p --help=$tmp/help-$p.txt"); done
 "$py" "$repo/tests/tools/check_docs.py" "${texts[@]}" --text "trun --explain=$tmp/explain.txt" \
+  --text "trun-topo --json=$tmp/topo.json" \
   --text "trun --dry-run=$tmp/dryrun.txt" || fail "the docs or the programs' output cite what does not ship"
 s=$tmp/cites
 mkdir -p "$s/docs/man" "$s/examples/x" "$s/k8s" "$s/packaging"
 printf '# Cites\n\nSee `shared/spec/gpu-efa-nccl.md` for it.\nfine: /shared/opt/trun and --seed 3\n' >"$s/README.md"
-printf '# P\n\nAs the seeds measured.\nOur rule (O1, O7) holds.\nThe H100 (x1) box.\n' >"$s/docs/p.md"
+printf '# P\n\nAs the seeds measured.\nOur rule (O1, O7) holds.\nThe H100 (x1) box, GPUs 0-1 (NV12).\n' >"$s/docs/p.md"
 printf '.TH T 1\nsee section \\(sc3 of it\ntorch.manual_seed(args.seed)\n' >"$s/docs/man/t.1"
 printf '# from ../shared/seeds/x.txt\nimport random\n' >"$s/examples/x/run.py"
 printf 'spec:\n  # the spec says so\n' >"$s/k8s/job.yaml"

@@ -132,7 +132,7 @@ CITES = [
                 r"|\b(?:in|from|by) the seed\b(?! of)|\b[Tt]he seed (?:measured|says|shows|ran)\b"),
      "the project's seed notes (they do not ship)"),
     (re.compile(r"§|\\\(sc|\\\[sc\]"), "a section sign: a reference to a section of a document that does not ship"),
-    (re.compile(r"\((?:[A-Z]{1,2}[0-9]{1,2}[a-z]?)(?:,\s*[A-Z]{1,2}[0-9]{1,2}[a-z]?)*\)"),
+    (re.compile(r"\((?:[A-Z][0-9]{1,2}[a-z]?)(?:,\s*[A-Z][0-9]{1,2}[a-z]?)*\)"),  # not NVLink's (NV12)
      "a design-note tag (a source list that does not ship)"),
     (re.compile(r"\b(?:[Tt]he|[Ii]ts|[Oo]ur|trun's) spec(?:'s)?\b(?![.:/_-])"),
      "'the spec' as a document (it does not ship)"),
