@@ -1,6 +1,5 @@
 /* trun --explain: what trun found on this node and which environment it gives the workers, with reasons. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "agent.h"
 #include "agent/nccl/nccl.h"
@@ -48,66 +47,13 @@ static void print_summary(const trun_node *n, FILE *out) {
   fprintf(out, "  CPUs usable (affinity, cgroup quota): %d\n", n->cpus_usable);
 }
 
-/* Whether s starts a reference tag of the design notes ("§3", "O1", "L1", "N5", "A1") ending at a
- * delimiter; its length in *len. */
-static int spec_tag(const char *s, size_t *len) {
-  size_t n = 0;
-  if (strncmp(s, "§", strlen("§")) == 0)
-    n = strlen("§");
-  else if (*s == 'O' || *s == 'L' || *s == 'N' || *s == 'A')
-    n = 1;
-  else
-    return 0;
-  size_t d = strspn(s + n, "0123456789");
-  if (d == 0 || (s[n + d] && !strchr(" ,):", s[n + d]))) return 0;
-  *len = n + d;
-  return 1;
-}
-
-/* A decision's reason in words: without the references to trun's design notes ("§3: ", "(O1, O7)"). */
-static void plain_reason(const char *in, char *out, size_t len) {
-  size_t o = 0;
-  for (const char *p = in; *p && o + 1 < len;) {
-    size_t t;
-    int at_word = p == in || strchr(" (,", p[-1]);
-    if (at_word && spec_tag(p, &t)) {
-      p += t;
-      if (*p == ':') p++;
-      while (*p == ' ' && (o == 0 || out[o - 1] == ' ' || out[o - 1] == '(')) p++;
-      continue;
-    }
-    out[o++] = *p++;
-  }
-  out[o] = '\0';
-  /* what the tags leave behind: "(, x" "x, )" "x,)" "()" " ," and doubled blanks */
-  static const char *const fix[][2] = {{"(, ", "("}, {", )", ")"}, {",)", ")"},  {" ()", ""},
-                                       {"()", ""},   {" ,", ","},  {"  ", " "},  {" )", ")"},
-                                       {"( ", "("},  {"::", ":"},  {": ,", ":"}, {":,", ":"}};
-  for (int changed = 1; changed;) {
-    changed = 0;
-    for (size_t i = 0; i < sizeof(fix) / sizeof(fix[0]); i++) {
-      char *m = strstr(out, fix[i][0]);
-      if (!m) continue;
-      size_t fl = strlen(fix[i][0]), tl = strlen(fix[i][1]);
-      memmove(m + tl, m + fl, strlen(m + fl) + 1);
-      memcpy(m, fix[i][1], tl);
-      changed = 1;
-    }
-  }
-  for (o = strlen(out); o > 0 && (out[o - 1] == ' ' || out[o - 1] == ','); o--) out[o - 1] = '\0';
-  size_t lead = strspn(out, " ,:");
-  memmove(out, out + lead, strlen(out + lead) + 1);
-}
-
 static void print_decision(const trun_env_decision *d, FILE *out) {
   if (d->set)
     fprintf(out, "  %s=%s\n", d->name, d->value);
   else
     fprintf(out, "  %s %s\n", d->name,
             d->source == TRUN_ENV_PLUGIN ? "(left to plugin, not set)" : "(not set)");
-  char reason[sizeof(d->reason) + 1];
-  plain_reason(d->reason, reason, sizeof(reason));
-  fprintf(out, "      source: %s; %s\n", trun_env_source_name(d->source), reason);
+  fprintf(out, "      source: %s; %s\n", trun_env_source_name(d->source), d->reason); /* in words */
 }
 
 int trun_explain(const trun_config *cfg, char **envp, FILE *out) {

@@ -1,4 +1,5 @@
-/* Each worker's command line and environment: exactly torchrun's contract (spec torchrun-compat §2). */
+/* Each worker's command line and environment: exactly torchrun's contract
+ * (docs/dev/torchrun-internals.md "The workers' argv and environment"). */
 #ifndef TRUN_WORKER_ENV_H
 #define TRUN_WORKER_ENV_H
 

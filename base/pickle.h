@@ -1,5 +1,6 @@
 /* A small pickle reader and writer: what torchelastic's c10d rendezvous state needs (see
- * docs/torchrun-compat.md §3.3) and what torch's flight-recorder dumps hold (agent/hang/), plus base64.
+ * docs/dev/torchrun-internals.md "The state") and what torch's flight-recorder dumps hold (agent/hang/), plus
+ * base64.
  *
  * Reader: a pickle VM for protocols 2-5 that builds a value tree (None, bool, int64, str, bytes, tuple, list,
  * dict, set, global, object) instead of Python objects. Supported opcodes: PROTO FRAME STOP MARK POP POP_MARK

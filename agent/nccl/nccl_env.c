@@ -1,4 +1,4 @@
-/* Environment decisions (agent/nccl/nccl_env.h). Each rule names the spec section it rests on
+/* Environment decisions (agent/nccl/nccl_env.h). Each rule's comment names the spec section it rests on
  * (shared/spec/gpu-efa-nccl.md) and its source keys (O1 = aws-ofi-nccl platform code, L1 = libfabric EFA
  * provider, N1/N5 = NCCL paths.cc / socket.cc, ...). What the rules do:
  *  - usable EFA devices (a uverbs node in this container, §1): FI_PROVIDER=efa; FI_EFA_USE_DEVICE_RDMA=1
@@ -67,9 +67,9 @@ static int plugin_sets_netdevs(const char *t) { return has_prefix(t, "p5en.") ||
 static const char *plugin_topo_kind(const char *t) {
   static const char *const fixed[] = {"p4d.24xlarge", "p4de.24xlarge", "g5.48xlarge", NULL};
   static const char *const made[] = {"p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", NULL};
-  if (is_one_of(t, fixed)) return "its static topology XML (O4)";
-  if (is_one_of(t, made))
-    return "a generated topology with the NIC groups, NCCL_TOPO_FILE=/proc/self/fd/N (O5)";
+  if (is_one_of(t, fixed)) return "its static topology XML"; /* O4 */
+  if (is_one_of(t, made))                                    /* O5 */
+    return "a generated topology with the NIC groups, NCCL_TOPO_FILE=/proc/self/fd/N";
   return NULL;
 }
 
@@ -139,59 +139,64 @@ int trun_socket_interfaces(char *out, size_t outlen) {
 static void decide_efa(const trun_node *node, int efa, trun_env_plan *p) {
   const char *t = node->instance.instance_type;
   const char *tn = t[0] ? t : "this instance (type unknown)";
+  /* The reasons are what users read (--explain, trun-topo --json): words only. Their sources, in the
+   * design notes' tags, stay in these comments. */
+  /* §3; O1, O3 */
   add(p, "FI_PROVIDER", TRUN_ENV_TRUN, "efa",
-      "§3: %d usable EFA device(s); the plugin filters to efa itself when unset (O1), set explicitly so "
-      "libfabric never picks a TCP provider (needed by plugins <= v1.5.0, O3)",
+      "%d usable EFA device(s); the plugin filters to efa itself when unset, set explicitly so "
+      "libfabric never picks a TCP provider (needed by plugins <= v1.5.0)",
       efa);
-  if (node->ngpu > 0 && trun_instance_has_gdr(t))
+  if (node->ngpu > 0 && trun_instance_has_gdr(t)) /* §2; O1, O3, A1 */
     add(p, "FI_EFA_USE_DEVICE_RDMA", TRUN_ENV_TRUN, "1",
-        "§2: %s has GPUDirect RDMA (plugin gdr_required, O1); libfabric >= 1.18 turns it on by itself, "
-        "plugins <= v1.6 need it (O3, A1)",
+        "%s has GPUDirect RDMA (plugin gdr_required); libfabric >= 1.18 turns it on by itself, "
+        "plugins <= v1.6 need it",
         t);
-  else if (node->ngpu == 0)
+  else if (node->ngpu == 0) /* §2; L1 */
     add(p, "FI_EFA_USE_DEVICE_RDMA", TRUN_ENV_TRUN, NULL,
-        "§2: no NVIDIA GPU here, no GPUDirect RDMA to ask for; libfabric's default from the device (L1)");
-  else
+        "no NVIDIA GPU here, no GPUDirect RDMA to ask for; libfabric's default from the device");
+  else /* §2; L1 */
     add(p, "FI_EFA_USE_DEVICE_RDMA", TRUN_ENV_TRUN, NULL,
-        "§2: %s has no GPUDirect RDMA in the spec's table; =1 fails on devices without RDMA read, "
-        "libfabric's default from the device (L1)",
+        "%s has no GPUDirect RDMA in trun's instance table; =1 fails on devices without RDMA read, "
+        "libfabric's default from the device",
         tn);
+  /* §3; O1, O2, O3 */
   add(p, "FI_EFA_FORK_SAFE", TRUN_ENV_PLUGIN, NULL,
-      "§3: the plugin always sets it to 1 on CUDA builds (O1, since v1.1.5 O2); never RDMAV_FORK_SAFE (O3)");
+      "the plugin always sets it to 1 on CUDA builds (since v1.1.5); never RDMAV_FORK_SAFE");
+  /* §3; O1, O7 */
   add(p, "OFI_NCCL_PROTOCOL", TRUN_ENV_PLUGIN, NULL,
-      "§3: SENDRECV or RDMA, the default comes from the plugin's platform block for %s (O1, O7)", tn);
+      "SENDRECV or RDMA, the default comes from the plugin's platform block for %s", tn);
   if (node->ngpu == 0) return;
+  /* §3; O1, O3 */
   add(p, "NCCL_PROTO", TRUN_ENV_PLUGIN, NULL,
-      "§3: the plugin sets simple only when the endpoint lacks 128-byte in-order delivery (O1, O3)");
+      "the plugin sets simple only when the endpoint lacks 128-byte in-order delivery");
+  /* §3; O1, O8 */
   add(p, "NCCL_TUNER_PLUGIN", TRUN_ENV_PLUGIN, NULL,
-      "§3: v1.16.0+ carries its own tuner, enabled on AWS, and names itself here (O1, O8)");
-  if (plugin_sets_buffsize(t)) {
-    add(p, "NCCL_BUFFSIZE", TRUN_ENV_PLUGIN, NULL, "§3: the plugin sets 8388608 on %s (v1.16.0+, O2)", t);
-    add(p, "NCCL_P2P_NET_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL, "§3: the plugin sets 524288 on %s (v1.16.0+, O2)",
-        t);
+      "v1.16.0+ carries its own tuner, enabled on AWS, and names itself here");
+  if (plugin_sets_buffsize(t)) { /* §3; O2 */
+    add(p, "NCCL_BUFFSIZE", TRUN_ENV_PLUGIN, NULL, "the plugin sets 8388608 on %s (v1.16.0+)", t);
+    add(p, "NCCL_P2P_NET_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL, "the plugin sets 524288 on %s (v1.16.0+)", t);
   }
-  if (plugin_p5_block(t)) {
-    add(p, "NCCL_NVLSTREE_MAX_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL,
-        "§3: the p5+ block sets 524288 (v1.8.0+, O1)");
-    add(p, "NCCL_NVLS_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL, "§3: the p5+ block sets 524288 (by v1.11, O1)");
-    add(p, "NCCL_NET_FORCE_FLUSH", TRUN_ENV_PLUGIN, NULL, "§3: the p5+ block sets 0 (O1)");
+  if (plugin_p5_block(t)) { /* §3; O1, O2 */
+    add(p, "NCCL_NVLSTREE_MAX_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL, "the p5+ block sets 524288 (v1.8.0+)");
+    add(p, "NCCL_NVLS_CHUNKSIZE", TRUN_ENV_PLUGIN, NULL, "the p5+ block sets 524288 (by v1.11)");
+    add(p, "NCCL_NET_FORCE_FLUSH", TRUN_ENV_PLUGIN, NULL, "the p5+ block sets 0");
     add(p, "NCCL_NVLS_ENABLE", TRUN_ENV_PLUGIN, NULL,
-        "§3: the plugin sets 0 only for NCCL < 2.18.5 (v1.7.3+); trun never touches it (O2)");
+        "the plugin sets 0 only for NCCL < 2.18.5 (v1.7.3+); trun never touches it");
   }
-  if (plugin_sets_netdevs(t))
+  if (plugin_sets_netdevs(t)) /* §3; O1 */
     add(p, "NCCL_NETDEVS_POLICY", TRUN_ENV_PLUGIN, NULL,
-        "§3: the P5en/P6-B200 block sets max:1 (HEAD, NCCL >= 2.28.3, O1)");
+        "the P5en/P6-B200 block sets max:1 (HEAD, NCCL >= 2.28.3)");
 }
 
 static void decide_nccl(const trun_node *node, int efa, trun_env_plan *p) {
   const char *t = node->instance.instance_type;
   const char *kind = efa > 0 ? plugin_topo_kind(t) : NULL;
-  if (kind)
+  if (kind) /* §2 */
     add(p, "NCCL_TOPO_FILE", TRUN_ENV_PLUGIN, NULL,
-        "§2: on %s the plugin supplies %s when it is unset; setting one would disable that", t, kind);
-  else
+        "on %s the plugin supplies %s when it is unset; setting one would disable that", t, kind);
+  else /* §2 */
     add(p, "NCCL_TOPO_FILE", TRUN_ENV_TRUN, NULL,
-        "§2: trun never writes a topology file; NCCL detects the topology (a user's file is honoured)");
+        "trun never writes a topology file; NCCL detects the topology (a user's file is honoured)");
 
   int all_nv = node->ngpu >= 2, bad_a = -1, bad_b = -1;
   for (int a = 0; all_nv && a < node->ngpu; a++)
@@ -200,28 +205,26 @@ static void decide_nccl(const trun_node *node, int efa, trun_env_plan *p) {
         all_nv = 0, bad_a = a, bad_b = b;
         break;
       }
-  if (all_nv)
+  if (all_nv) /* §4; N1 */
     add(p, "NCCL_P2P_LEVEL", TRUN_ENV_TRUN, "NVL",
-        "§4 (N1): every pair of the %d visible GPUs is NVLink (%s); P2P over NVLink only", node->ngpu,
+        "every pair of the %d visible GPUs is NVLink (%s); P2P over NVLink only", node->ngpu,
         node->links[0][1]);
-  else if (node->ngpu < 2)
-    add(p, "NCCL_P2P_LEVEL", TRUN_ENV_TRUN, NULL, "§4 (N1): one visible GPU, no local pair; NCCL's default");
-  else
-    add(p, "NCCL_P2P_LEVEL", TRUN_ENV_TRUN, NULL,
-        "§4 (N1): GPUs %d and %d are %s, not NVLink; NCCL's default (PXB)", bad_a, bad_b,
-        node->links[bad_a][bad_b]);
+  else if (node->ngpu < 2) /* §4; N1 */
+    add(p, "NCCL_P2P_LEVEL", TRUN_ENV_TRUN, NULL, "one visible GPU, no local pair; NCCL's default");
+  else /* §4; N1 */
+    add(p, "NCCL_P2P_LEVEL", TRUN_ENV_TRUN, NULL, "GPUs %d and %d are %s, not NVLink; NCCL's default (PXB)",
+        bad_a, bad_b, node->links[bad_a][bad_b]);
 
   char ifs[200];
   int nif = trun_socket_interfaces(ifs, sizeof(ifs) - 1);
   if (nif > 0) {
     char value[sizeof(ifs) + 1];
     snprintf(value, sizeof(value), "=%s", ifs);
-    add(p, "NCCL_SOCKET_IFNAME", TRUN_ENV_TRUN, value,
-        "§4 (N5), §7: bootstrap/TCP sockets on the up interfaces, exact names, without "
-        "lo/docker*/veth*/virbr*/eni*");
+    add(p, "NCCL_SOCKET_IFNAME", TRUN_ENV_TRUN, value, /* §4, §7; N5 */
+        "bootstrap/TCP sockets on the up interfaces, exact names, without lo/docker*/veth*/virbr*/eni*");
   } else {
-    add(p, "NCCL_SOCKET_IFNAME", TRUN_ENV_TRUN, NULL,
-        "§4 (N5): no up interface besides lo/docker*/veth*/virbr*/eni*; NCCL's own order");
+    add(p, "NCCL_SOCKET_IFNAME", TRUN_ENV_TRUN, NULL, /* §4; N5 */
+        "no up interface besides lo/docker*/veth*/virbr*/eni*; NCCL's own order");
   }
 }
 
@@ -256,7 +259,7 @@ static void apply_user(trun_env_plan *p, char *const *envp) {
     name[eq - *e] = '\0';
     int seen = 0;
     for (int i = 0; i < p->n && !seen; i++) seen = strcmp(p->d[i].name, name) == 0;
-    if (!seen) add(p, name, TRUN_ENV_USER, eq + 1, "§3: set by the user, passed on unchanged");
+    if (!seen) add(p, name, TRUN_ENV_USER, eq + 1, "set by the user, passed on unchanged");
   }
 }
 

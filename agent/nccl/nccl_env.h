@@ -1,6 +1,7 @@
 /* The NCCL / libfabric environment trun gives the workers, decided from what discovery found
  * (agent/discover/discover.h) and the user's environment. Facts and rules: shared/spec/gpu-efa-nccl.md §2-§4;
- * every decision carries its reason with the spec section. A variable the user set is never changed. */
+ * every decision carries its reason in words (users read it: --explain, trun-topo --json); the spec sections
+ * and sources it rests on are comments beside each rule. A variable the user set is never changed. */
 #ifndef TRUN_NCCL_ENV_H
 #define TRUN_NCCL_ENV_H
 
@@ -22,7 +23,7 @@ typedef struct {
   char value[256]; /* the value the workers get; "" when set == 0 */
   int set;         /* 1: the workers see name=value */
   trun_env_source source;
-  char reason[512];
+  char reason[512]; /* in words, without references to design notes */
 } trun_env_decision;
 
 typedef struct {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # trun's exit code table (base/exit.h) is kept by every path and said the same everywhere:
-#  1. `trun --help` prints the table; README.md, docs/cli.md, the man page docs/man/trun.1 and k8s/README.md
+#  1. `trun --help` prints the table; README.md, docs/cli.md, the man page docs/man/trun.1, k8s/README.md and
+#     docs/torchrun-compat.md (the migration guide)
 #     carry each code with the same short meaning (compared after dropping Markdown / roff markup); the
 #     Kubernetes podFailurePolicy rules in k8s/README.md, docs/health.md and docs/supervision.md fail the job
 #     on 2 and 5 only and ignore 3 (and 4) only; the Slurm drain rules (docs/health.md,
@@ -38,7 +39,7 @@ def norm(path):
     return " ".join(t.split()).lower()
 
 bad = 0
-for doc in ("README.md", "docs/cli.md", "docs/man/trun.1", "k8s/README.md"):
+for doc in ("README.md", "docs/cli.md", "docs/man/trun.1", "k8s/README.md", "docs/torchrun-compat.md"):
     t = norm("%s/%s" % (repo, doc))
     for code, meaning in sorted(table.items()):
         if ("%d %s" % (code, meaning)).lower() not in t:

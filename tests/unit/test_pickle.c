@@ -176,7 +176,7 @@ START_TEST(fixtures_decode_and_reencode) {
 }
 END_TEST
 
-/* docs/torchrun-compat.md §3.3: a 1.13 state read from a real store. */
+/* docs/dev/torchrun-internals.md "The state": a 1.13 state read from a real store. */
 static const char spec113[] =
     "gASVYQEAAAAAAACMN3RvcmNoLmRpc3RyaWJ1dGVkLmVsYXN0aWMucmVuZGV6dm91cy5keW5hbWljX3JlbmRlenZvdXOUjBBfUmVuZGV6"
     "dm91c1"

@@ -1,6 +1,7 @@
-/* The c10d backend as torchrun runs it (docs/torchrun-compat.md §3; agent/rdzv/rdzv_int.h): torchelastic's
- * dynamic rendezvous (c10d/dynamic.c), then torch's agent protocol in the round's key space
- * "torch.rendezvous.<run_id>.<round>/": rank assignment, the workers' store address and the exit barrier.
+/* The c10d backend as torchrun runs it (docs/dev/torchrun-internals.md "The c10d rendezvous";
+ * agent/rdzv/rdzv_int.h): torchelastic's dynamic rendezvous (c10d/dynamic.c), then torch's agent protocol in
+ * the round's key space "torch.rendezvous.<run_id>.<round>/": rank assignment, the workers' store address
+ * and the exit barrier.
  * Two protocol generations, told apart by the state's node key: torch 1.13 (`fqdn`) and torch >= 2.5
  * (`addr`), so that trun agents and torchrun agents of either generation share one job. */
 #include <arpa/inet.h>

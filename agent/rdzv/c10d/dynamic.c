@@ -1,6 +1,6 @@
 /* torchelastic's dynamic rendezvous: see c10d/dynamic.h. The decisions follow torch's _RendezvousJoinOp,
  * _RendezvousExitOp, _RendezvousKeepAliveOp, _RendezvousCloseOp and _DistributedRendezvousOpExecutor
- * (1.13; 2.3+ adds the redundancy list), docs/torchrun-compat.md §3.4-§3.5. */
+ * (1.13; 2.3+ adds the redundancy list), docs/dev/torchrun-internals.md "Joining and leaving". */
 #include "dynamic.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* torchelastic's dynamic ("c10d") rendezvous in C (docs/torchrun-compat.md §3.4-§3.5): the whole state as a
- * base64 pickle under `torch.rendezvous.<run_id>`, updated by compare-and-set; join / exit / keep-alive /
- * close operations decided from (state, this node, deadlines) exactly as torch's op executor does, so that
- * trun agents and torchrun agents (1.13 and 2.x) take part in one rendezvous.
+/* torchelastic's dynamic ("c10d") rendezvous in C (docs/dev/torchrun-internals.md "Joining and leaving"): the
+ * whole state as a base64 pickle under `torch.rendezvous.<run_id>`, updated by compare-and-set; join / exit /
+ * keep-alive / close operations decided from (state, this node, deadlines) exactly as torch's op executor
+ * does, so that trun agents and torchrun agents (1.13 and 2.x) take part in one rendezvous.
  *
  * The pure part (trun_dyn_join_action & co.) decides and applies actions on a state held in memory; the
  * executor (trun_dyn_run_*) syncs that state with a store through a trun_client. */

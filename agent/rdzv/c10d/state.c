@@ -1,4 +1,4 @@
-/* c10d rendezvous state <-> pickle: see c10d/state.h and docs/torchrun-compat.md §3.3. */
+/* c10d rendezvous state <-> pickle: see c10d/state.h and docs/dev/torchrun-internals.md "The state". */
 #include "state.h"
 
 #include <errno.h>
