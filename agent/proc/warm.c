@@ -302,8 +302,9 @@ static int read_news(slot_t *s, int slot) {
   buf[strcspn(buf, "\n")] = '\0';
   if (strncmp(buf, "ready", 5) == 0) {
     s->ready = 1;
-    if (buf[5] == ' ') /* --warm-start-cuda: what became of the context (made, or why not) */
-      trun_debug("--warm-start: local rank %d: pool process %d: %s", slot, (int)s->pid, buf + 6);
+    /* with --warm-start-cuda, what became of the context (made, or why not) */
+    trun_debug("--warm-start: local rank %d: pool process %d ready%s%s", slot, (int)s->pid,
+               buf[5] == ' ' ? ": " : "", buf[5] == ' ' ? buf + 6 : "");
   } else if (strncmp(buf, "error ", 6) == 0 && !s->disabled)
     disable(s, slot, "the pool process could not get ready: %s", buf + 6);
   return 0;
