@@ -541,14 +541,21 @@ static char **preflight_env(void *arg, int lr) {
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
 
+/* The node's GPUs, EFA devices, instance and CPUs, once per agent (a->node; NULL when out of memory). */
+static void discover(agent *a) {
+  a->discovered = 1;
+  if ((a->node = calloc(1, sizeof(*a->node))) != NULL)
+    a->discover_rc = trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds,
+                                        a->discover_err, sizeof(a->discover_err));
+}
+
 /* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,
  * torch's watchdog and health port. 0, or -1 / -2 (bad input) said on stderr. */
 static int plan(agent *a) {
   char *err = a->discover_err; /* kept for the health gate */
   int omp_forced = 0;
-  if ((a->node = calloc(1, sizeof(*a->node))) != NULL &&
-      trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds, err,
-                         sizeof(a->discover_err)) < 0)
+  if (!a->discovered) discover(a);
+  if (a->node != NULL && a->discover_rc < 0)
     trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
   a->env = trun_agent_env(a->env, a->cfg, a->nproc, a->node, &omp_forced);
   if (a->env == NULL) {
@@ -828,7 +835,11 @@ static int check_input(agent *a) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
-  if (trun_nproc_resolve(a->cfg->nproc_spec, &a->nproc, err, sizeof(err)) < 0) {
+  /* gpu / auto count the GPUs of the node's discovery, made here once for plan() too */
+  const char *spec = a->cfg->nproc_spec;
+  if (strcmp(spec, "gpu") == 0 || strcmp(spec, "auto") == 0) discover(a);
+  if ((a->node ? trun__nproc_resolve_node(spec, a->node, &a->nproc, err, sizeof(err))
+               : trun_nproc_resolve(spec, &a->nproc, err, sizeof(err))) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
