@@ -544,9 +544,12 @@ static char **preflight_env(void *arg, int lr) {
 /* The node's GPUs, EFA devices, instance and CPUs, once per agent (a->node; NULL when out of memory). */
 static void discover(agent *a) {
   a->discovered = 1;
-  if ((a->node = calloc(1, sizeof(*a->node))) != NULL)
-    a->discover_rc = trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds,
-                                        a->discover_err, sizeof(a->discover_err));
+  double t0 = trun_mono_ms();
+  if ((a->node = calloc(1, sizeof(*a->node))) == NULL) return;
+  a->discover_rc = trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds,
+                                      a->discover_err, sizeof(a->discover_err));
+  trun_debug("node discovery: %d GPU(s) (%s), %d RDMA device(s), in %.1f ms", a->node->ngpu,
+             a->node->gpu_source ? a->node->gpu_source : "none", a->node->nrdma, trun_mono_ms() - t0);
 }
 
 /* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,

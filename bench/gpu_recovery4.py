@@ -47,6 +47,10 @@ BACKEND = os.environ.get("GPU_R4_BACKEND", "nccl")
 BUDGET = float(os.environ.get("GPU_R4_BUDGET", "450"))
 CRASHES = int(os.environ.get("GPU_R4_CRASHES", "2"))
 T0 = time.time()
+# NVLink multicast stays off on the shared GPU box, in every process this starts (as bench/gpu.sh does).
+for _k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+    os.environ.setdefault(_k, "0" if _k == "NCCL_NVLS_ENABLE" else "1")
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
 TORCHRUN = None  # main() picks it
 JOB_CAP = 150.0  # one recovery job, whatever happens
 TORCHRUN_CAP = 45.0  # torchrun: a recovery not seen this long after the crash counts as none
