@@ -375,7 +375,9 @@ static void kill_strays(agent *a) {
   if (pids == NULL) return;
   trun_strays_view v = stray_view(a, pids);
   v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
+  double t0 = trun_mono_ms();
   int n = trun_strays_kill(a->strays, &v);
+  trun_debug("strays: /proc looked at in %.1f ms, %d process(es) killed", trun_mono_ms() - t0, n);
   if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
   free(pids);
 }
