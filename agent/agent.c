@@ -31,9 +31,26 @@
 
 static void maybe_finish(agent *a);
 
+/* Debug (TRUN_LOG_LEVEL=debug): a worker whose output pipe ended while it still runs is exiting (the kernel
+ * closes its files before its parent learns of the exit; with CUDA, the driver's teardown comes in between)
+ * or closed its stdout / stderr: said once with the time, so that a trace shows how much sooner than the
+ * reap a crash could be known. */
+static void note_eof(agent *a) {
+  for (int i = 0; i < a->nproc; i++) {
+    worker *w = &a->w[i];
+    if (!w->running || w->eof_said ||
+        !((w->out && !trun_stream_is_open(w->out)) || (w->err && !trun_stream_is_open(w->err))))
+      continue;
+    w->eof_said = 1;
+    trun_debug("rank %d (local %d, pid %d): its output pipe ended while it still runs",
+               trun_rdzv_info(a->rdzv)->base_rank + i, i, (int)w->pid);
+  }
+}
+
 static void on_stream_eof(void *arg) {
   agent *a = arg;
   a->open_streams--;
+  if (trun_log_level() >= TRUN_LOG_DEBUG) note_eof(a);
   maybe_finish(a);
 }
 

@@ -60,6 +60,7 @@ typedef struct {
   unsigned long long start_us; /* CLOCK_MONOTONIC microseconds at its start (the kernel log's clock) */
   unsigned long long exit_us;  /* and when it was reaped (0: not yet) */
   int sigkill_sent;            /* trun's stop sent it SIGKILL while it ran: never an OOM kill */
+  int eof_said;                /* debug: its output pipe's end while it still ran was said */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
   char hang[512];              /* --hang-timeout tore the round down for it: the hang ("" not) */
 } worker;

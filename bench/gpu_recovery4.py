@@ -10,7 +10,8 @@
      cut communicator set-up (NCCL_RUNTIME_CONNECT=0, NCCL_CUMEM_ENABLE=0, NCCL_SOCKET_IFNAME=lo); torchrun
      2.11 once. Each sample has its timeline: the crashed worker's exit, the survivors' exits (trun's events),
      the replacements' start (handover), and in each replacement script start, torch imported, CUDA context,
-     process group, first all-reduce (the workers' own clocks; one machine, one clock).
+     process group, first all-reduce (the workers' own clocks; one machine, one clock); and when each
+     exiting worker's output pipe ended, before trun reaped it (trun's debug lines).
 A warm configuration crashes only once every pool process is ready (blocked in recvmsg on its control socket,
 from /proc), so the pool is never caught importing; a start that still waited for one is flagged (pool_waited,
 from trun's debug lines). trun runs with --restart-backoff 0 --crash-loop 0: it restarts at once every time, as
@@ -286,7 +287,20 @@ def torchrun_cmd():
     return [PY, wrapper] if v.startswith("1.13") and os.path.exists(wrapper) else [PY, "-m", "torch.distributed.run"]
 
 
-def sample(d, k, n, evs, crash):
+def pipe_ends(err_path):
+    """trun's debug lines "rank R (...): its output pipe ended while it still runs (... @T)": [(rank, T)]. A
+    process's files close before its parent learns of its exit (with CUDA, the driver's teardown in between):
+    how much sooner a crash could be known."""
+    try:
+        text = open(err_path).read()
+    except OSError:
+        return []
+    return [(int(m.group(1)), float(m.group(2))) for m in
+            re.finditer(r"rank (\d+) \(local \d+, pid \d+\): its output pipe ended while it still runs \(.*@(\d+\.\d+)\)",
+                        text)]
+
+
+def sample(d, k, n, evs, crash, ends=()):
     """Crash k (in attempt k) until the N replacements (attempt k+1) are ready: seconds and the timeline."""
     rs = []
     for r in range(n):
@@ -306,6 +320,10 @@ def sample(d, k, n, evs, crash):
         tl["survivors_exit_ms"] = [ms(e["t"]) for e in surv[: n - 1]]
     if starts:
         tl["handover_ms"] = [ms(e["t"]) for e in starts]
+    late = [(r, t) for r, t in ends if t > crash - 1]
+    if late:
+        tl["crashed_pipe_end_ms"] = [ms(t) for r, t in late if r == n - 1][:1]
+        tl["survivors_pipe_end_ms"] = [ms(t) for r, t in late if r != n - 1][: n - 1]
     for key in ("t0", "import", "cuda", "pg", "ready"):
         tl[f"workers_{key}_ms"] = [ms(x[key]) for x in rs]
     return max(x["ready"] for x in rs) - crash, tl
@@ -346,7 +364,7 @@ def recovery_job(name, base, extra_env, n, crashes, warm):
                     raise RuntimeError(f"no recovery within {TORCHRUN_CAP:.0f} s of the crash")
                 time.sleep(0.02)
             if k > 0:
-                s = sample(d, k - 1, n, events(ev), crash)
+                s = sample(d, k - 1, n, events(ev), crash, pipe_ends(errp))
                 if s:
                     secs, tl = s
                     # whether this start had to wait for a pool process still importing (it should not)
