@@ -31,9 +31,26 @@
 
 static void maybe_finish(agent *a);
 
+/* Debug (TRUN_LOG_LEVEL=debug): a worker whose output pipe ended while it still runs is exiting (the kernel
+ * closes its files before its parent learns of the exit; with CUDA, the driver's teardown comes in between)
+ * or closed its stdout / stderr: said once with the time, so that a trace shows how much sooner than the
+ * reap a crash could be known. */
+static void note_eof(agent *a) {
+  for (int i = 0; i < a->nproc; i++) {
+    worker *w = &a->w[i];
+    if (!w->running || w->eof_said ||
+        !((w->out && !trun_stream_is_open(w->out)) || (w->err && !trun_stream_is_open(w->err))))
+      continue;
+    w->eof_said = 1;
+    trun_debug("rank %d (local %d, pid %d): its output pipe ended while it still runs",
+               trun_rdzv_info(a->rdzv)->base_rank + i, i, (int)w->pid);
+  }
+}
+
 static void on_stream_eof(void *arg) {
   agent *a = arg;
   a->open_streams--;
+  if (trun_log_level() >= TRUN_LOG_DEBUG) note_eof(a);
   maybe_finish(a);
 }
 
@@ -375,7 +392,9 @@ static void kill_strays(agent *a) {
   if (pids == NULL) return;
   trun_strays_view v = stray_view(a, pids);
   v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
+  double t0 = trun_mono_ms();
   int n = trun_strays_kill(a->strays, &v);
+  trun_debug("strays: /proc looked at in %.1f ms, %d process(es) killed", trun_mono_ms() - t0, n);
   if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
   free(pids);
 }
@@ -541,14 +560,24 @@ static char **preflight_env(void *arg, int lr) {
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
 
+/* The node's GPUs, EFA devices, instance and CPUs, once per agent (a->node; NULL when out of memory). */
+static void discover(agent *a) {
+  a->discovered = 1;
+  double t0 = trun_mono_ms();
+  if ((a->node = calloc(1, sizeof(*a->node))) == NULL) return;
+  a->discover_rc = trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds,
+                                      a->discover_err, sizeof(a->discover_err));
+  trun_debug("node discovery: %d GPU(s) (%s), %d RDMA device(s), in %.1f ms", a->node->ngpu,
+             a->node->gpu_source ? a->node->gpu_source : "none", a->node->nrdma, trun_mono_ms() - t0);
+}
+
 /* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,
  * torch's watchdog and health port. 0, or -1 / -2 (bad input) said on stderr. */
 static int plan(agent *a) {
   char *err = a->discover_err; /* kept for the health gate */
   int omp_forced = 0;
-  if ((a->node = calloc(1, sizeof(*a->node))) != NULL &&
-      trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds, err,
-                         sizeof(a->discover_err)) < 0)
+  if (!a->discovered) discover(a);
+  if (a->node != NULL && a->discover_rc < 0)
     trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
   a->env = trun_agent_env(a->env, a->cfg, a->nproc, a->node, &omp_forced);
   if (a->env == NULL) {
@@ -828,7 +857,11 @@ static int check_input(agent *a) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }
-  if (trun_nproc_resolve(a->cfg->nproc_spec, &a->nproc, err, sizeof(err)) < 0) {
+  /* gpu / auto count the GPUs of the node's discovery, made here once for plan() too */
+  const char *spec = a->cfg->nproc_spec;
+  if (strcmp(spec, "gpu") == 0 || strcmp(spec, "auto") == 0) discover(a);
+  if ((a->node ? trun__nproc_resolve_node(spec, a->node, &a->nproc, err, sizeof(err))
+               : trun_nproc_resolve(spec, &a->nproc, err, sizeof(err))) < 0) {
     fprintf(stderr, "trun: error: %s (run 'trun --help' for the options)\n", err);
     return 2;
   }

@@ -60,6 +60,7 @@ typedef struct {
   unsigned long long start_us; /* CLOCK_MONOTONIC microseconds at its start (the kernel log's clock) */
   unsigned long long exit_us;  /* and when it was reaped (0: not yet) */
   int sigkill_sent;            /* trun's stop sent it SIGKILL while it ran: never an OOM kill */
+  int eof_said;                /* debug: its output pipe's end while it still ran was said */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
   char hang[512];              /* --hang-timeout tore the round down for it: the hang ("" not) */
 } worker;
@@ -81,6 +82,8 @@ struct agent {
   int round;
   trun_rdzv *rdzv;
   trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
+  int discovered;  /* node is filled (check_input discovers it for --nproc-per-node gpu / auto) */
+  int discover_rc; /* and what trun_discover_node returned then */
   trun_watchdog guard;
   trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
   uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
@@ -155,6 +158,11 @@ struct agent {
   trun__hang *hang;
   void (*on_hang)(agent *a, int lr);
 };
+
+/* nproc.c: trun_nproc_resolve from a node discovery already made (trun_discover_node): `gpu` and `auto` count
+ * its GPUs instead of asking NVML once more (each asking forks an NVML child: about 0.1 s on a 4-GPU node).
+ */
+int trun__nproc_resolve_node(const char *spec, const trun_node *node, int *nproc, char *err, size_t errlen);
 
 /* agent_workers.c: torchrun's run directory, <log-dir or $TMPDIR/torchelastic_XXXXXX>/<run_id>_XXXXXX (or
  * no files for --log-dir /dev/null). 0 or -errno. */

@@ -52,6 +52,11 @@ void trun__agent_warm_fill(agent *a) {
     if (trun_warm_pid(a->warm, lr) > 0) continue;
     char **env = slot_env(a->env, a->cfg, a->nproc, lr);
     char **argv = env ? trun_worker_argv(a->cfg, env, lr) : NULL;
+    /* --warm-start-cuda: the device the worker's LOCAL_RANK names (0 with --virtual-local-rank, whose
+     * CUDA_VISIBLE_DEVICES holds its one GPU). TRUN_CUDA_DRIVER_LIBRARY: the tests' fake driver. */
+    if (a->cfg->warm_cuda)
+      trun_warm_set_cuda(a->warm, lr, a->cfg->virtual_local_rank ? 0 : lr,
+                         trun_env_get(a->env, "TRUN_CUDA_DRIVER_LIBRARY"));
     if (argv && argv[1] && argv[2])
       trun_warm_fill(a->warm, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
     else

@@ -12,6 +12,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
+#include "agent_int.h"
 #include "base/base.h"
 
 extern char **environ;
@@ -35,18 +36,22 @@ static int count_dev_nodes(void) {
   return n;
 }
 
+/* The GPUs node lists ("nvml" or "cudart"), else the /dev/nvidiaN nodes. */
+static int count_node_gpus(const trun_node *node) {
+  if (node->gpu_source && strcmp(node->gpu_source, "none") != 0) return node->ngpu;
+  return count_dev_nodes();
+}
+
 static int count_visible_gpus(void) {
   trun_node *node = calloc(1, sizeof(*node));
   if (node == NULL) return count_dev_nodes();
   char err[512] = "";
   int rc = trun_discover_gpus(node, environ, err, sizeof(err));
-  int n = node->ngpu;
-  const char *source = node->gpu_source;
-  free(node);
   if (rc < 0) /* like CUDA: the GPUs before the entry that names none */
-    trun_warn("counting GPUs for --nproc-per-node: %s; using the %d GPU(s) before it", err, n);
-  if (source && strcmp(source, "none") != 0) return n; /* "nvml" or "cudart" */
-  return count_dev_nodes();
+    trun_warn("counting GPUs for --nproc-per-node: %s; using the %d GPU(s) before it", err, node->ngpu);
+  int n = count_node_gpus(node);
+  free(node);
+  return n;
 }
 
 /* `cpu` keeps torchrun's meaning, os.cpu_count(): every online CPU, whatever the affinity or quota. */
@@ -55,13 +60,13 @@ static int cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
-int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
+static int resolve(const char *spec, const trun_node *node, int *nproc, char *err, size_t errlen) {
   if (strcmp(spec, "cpu") == 0) {
     *nproc = cpu_count();
     return 0;
   }
   if (strcmp(spec, "gpu") == 0 || strcmp(spec, "auto") == 0) {
-    int g = count_visible_gpus();
+    int g = node ? count_node_gpus(node) : count_visible_gpus();
     if (g > 0) {
       *nproc = g;
       return 0;
@@ -81,4 +86,12 @@ int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
     return -1;
   }
   return 0;
+}
+
+int trun_nproc_resolve(const char *spec, int *nproc, char *err, size_t errlen) {
+  return resolve(spec, NULL, nproc, err, errlen);
+}
+
+int trun__nproc_resolve_node(const char *spec, const trun_node *node, int *nproc, char *err, size_t errlen) {
+  return resolve(spec, node, nproc, err, errlen);
 }

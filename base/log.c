@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+
 /* Process-wide logging settings: set once at start-up, read afterwards. */
 static const char *log_prog = "trun";
 static int log_level = -1;
@@ -38,9 +40,11 @@ void trun_log_at(int level, const char *file, int line, const char *fmt, ...) {
   va_end(ap);
   /* One write per line so that concurrent writers never interleave mid-line. */
   char lineb[1200];
-  int n = trun_log_level() >= TRUN_LOG_DEBUG /* source locations are for developers (TRUN_LOG_LEVEL=debug) */
-              ? snprintf(lineb, sizeof(lineb), "%s: %s: %s (%s:%d)\n", log_prog, names[level], msg,
-                         base ? base + 1 : file, line)
+  /* Source locations and the wall-clock time (seconds since the epoch, to the microsecond: lines line up with
+   * the events and with what workers stamp) are for developers (TRUN_LOG_LEVEL=debug). */
+  int n = trun_log_level() >= TRUN_LOG_DEBUG
+              ? snprintf(lineb, sizeof(lineb), "%s: %s: %s (%s:%d @%.6f)\n", log_prog, names[level], msg,
+                         base ? base + 1 : file, line, trun_wall_s())
               : snprintf(lineb, sizeof(lineb), "%s: %s: %s\n", log_prog, names[level], msg);
   if (n > (int)sizeof(lineb)) n = (int)sizeof(lineb);
   fwrite(lineb, 1, (size_t)n, stderr);

@@ -399,6 +399,10 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
   cfg->warm_start = VAL(TRUN_OPT_WARM_START) && strcmp(VAL(TRUN_OPT_WARM_START), "0") != 0;
   cfg->warm_modules = VAL(TRUN_OPT_WARM_START_MODULES);
+  cfg->warm_cuda = VAL(TRUN_OPT_WARM_START_CUDA) && strcmp(VAL(TRUN_OPT_WARM_START_CUDA), "0") != 0;
+  if (cfg->warm_cuda && !cfg->warm_start)
+    return fail(err, errlen, cl, TRUN_OPT_WARM_START_CUDA,
+                "--warm-start-cuda needs --warm-start (it makes the CUDA contexts in the warm-start pool)");
   if (!module_list_ok(cfg->warm_modules))
     return fail(err, errlen, cl, TRUN_OPT_WARM_START_MODULES,
                 "--warm-start-modules '%s' must be Python module names separated by commas (torch,numpy)",

@@ -79,6 +79,7 @@ typedef struct {
   const char *health_checks;   /* --health-checks: "all" or a list (checked by the agent: exit 2) */
   int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
   int warm_start;              /* --warm-start (agent/proc/warm.h) */
+  int warm_cuda;               /* --warm-start-cuda: the pool makes each slot's CUDA context */
   const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
   double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
   int crash_loop_rounds;       /* --crash-loop K, 0: off */

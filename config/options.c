@@ -235,6 +235,12 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                      "torch,torch.distributed", "PET_WARM_START_MODULES", TRUN_G_TRUN, "LIST",
                                      "Modules the --warm-start pool imports, separated by commas (none may "
                                      "initialise CUDA)."},
+    [TRUN_OPT_WARM_START_CUDA] = {"warm-start-cuda", "warm_start_cuda", 0, 1, NULL, "PET_WARM_START_CUDA",
+                                  TRUN_G_TRUN, NULL,
+                                  "With --warm-start: each pool process also makes the CUDA context of its "
+                                  "worker's GPU (device LOCAL_RANK) before the worker is handed to it, so "
+                                  "that a restart skips that too; each GPU then holds one more context "
+                                  "(about 0.5 GiB) while the workers run."},
     [TRUN_OPT_RESTART_BACKOFF] =
         {"restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF", TRUN_G_TRUN, "SECONDS",
          "Wait before restarting workers that failed within the --crash-loop window a second time in a "

@@ -22,16 +22,17 @@
 #define MAX_REPLACED 3
 
 typedef struct {
-  pid_t pid;     /* the pool process, 0 none */
-  int fd;        /* the agent's end of its control socket, -1 none */
-  int ready;     /* it said "ready" */
-  int disabled;  /* its workers start cold: why says why */
-  int replaced;  /* replacements since the last handover */
-  char *python;  /* the interpreter it runs */
-  char *cpus;    /* its CPU pinning, NULL none */
-  char **tail;   /* the worker's argv after "<python> -u": its sys.argv and sys.path[0] for the imports */
-  char **env;    /* the environment it was started with */
-  char why[256]; /* why the slot is disabled */
+  pid_t pid;      /* the pool process, 0 none */
+  int fd;         /* the agent's end of its control socket, -1 none */
+  int ready;      /* it said "ready" */
+  int disabled;   /* its workers start cold: why says why */
+  int replaced;   /* replacements since the last handover */
+  char *python;   /* the interpreter it runs */
+  char *cpus;     /* its CPU pinning, NULL none */
+  char **tail;    /* the worker's argv after "<python> -u": its sys.argv and sys.path[0] for the imports */
+  char **env;     /* the environment it was started with */
+  char cuda[320]; /* the bootstrap's CUDA argument: "-" none, or "<ordinal>,<driver library>" */
+  char why[256];  /* why the slot is disabled */
 } slot_t;
 
 struct trun_warm {
@@ -56,7 +57,10 @@ trun_warm *trun_warm_new(int nslots, const char *modules, const struct rlimit *n
   p->n = nslots;
   p->nofile = nofile;
   p->guard = guard;
-  for (int i = 0; i < nslots; i++) p->s[i].fd = -1;
+  for (int i = 0; i < nslots; i++) {
+    p->s[i].fd = -1;
+    snprintf(p->s[i].cuda, sizeof(p->s[i].cuda), "-");
+  }
   return p;
 }
 
@@ -111,7 +115,7 @@ static int spawn_slot(trun_warm *p, int slot) {
   snprintf(fd_s, sizeof(fd_s), "%d", sv[1]);
   size_t ntail = 0;
   while (s->tail[ntail]) ntail++;
-  char **argv = calloc(ntail + 8, sizeof(char *));
+  char **argv = calloc(ntail + 9, sizeof(char *));
   if (argv == NULL) {
     close(sv[0]);
     close(sv[1]);
@@ -119,9 +123,10 @@ static int spawn_slot(trun_warm *p, int slot) {
     disable(s, slot, "%s", "out of memory");
     return -1;
   }
-  char *head[] = {s->python, "-u", "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s, p->modules};
+  char *head[] = {s->python,        "-u", "-c",       (char *)trun__warm_boot,
+                  "trun-warm-pool", fd_s, p->modules, s->cuda};
   memcpy(argv, head, sizeof(head));
-  memcpy(argv + 7, s->tail, ntail * sizeof(char *));
+  memcpy(argv + 8, s->tail, ntail * sizeof(char *));
   trun_spawn_req req = {.argv = argv,
                         .envp = s->env,
                         .stdout_fd = null,
@@ -179,6 +184,15 @@ int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail
   s->tail = mn;
   s->cpus = c;
   return spawn_slot(p, slot);
+}
+
+void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib) {
+  if (p == NULL || slot < 0 || slot >= p->n) return;
+  if (ordinal < 0)
+    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "-");
+  else
+    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "%d,%s", ordinal,
+             lib && lib[0] ? lib : "libcuda.so.1");
 }
 
 int trun_warm_round_var(const char *name) {
@@ -286,9 +300,12 @@ static int read_news(slot_t *s, int slot) {
   if (n == 0) return 1;
   buf[n] = '\0';
   buf[strcspn(buf, "\n")] = '\0';
-  if (strncmp(buf, "ready", 5) == 0)
+  if (strncmp(buf, "ready", 5) == 0) {
     s->ready = 1;
-  else if (strncmp(buf, "error ", 6) == 0 && !s->disabled)
+    /* with --warm-start-cuda, what became of the context (made, or why not) */
+    trun_debug("--warm-start: local rank %d: pool process %d ready%s%s", slot, (int)s->pid,
+               buf[5] == ' ' ? ": " : "", buf[5] == ' ' ? buf + 6 : "");
+  } else if (strncmp(buf, "error ", 6) == 0 && !s->disabled)
     disable(s, slot, "the pool process could not get ready: %s", buf + 6);
   return 0;
 }

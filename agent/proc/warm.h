@@ -38,6 +38,11 @@ void trun_warm_free(trun_warm *p);
  * or nothing to do, -1 (said on stderr; the slot is disabled and its workers start cold). */
 int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail, const char *cpus,
                    char *const *envp);
+/* --warm-start-cuda: slot's pool processes started from now on make the CUDA primary context of device
+ * ordinal (as the slot's CUDA_VISIBLE_DEVICES numbers them) after their imports, through the driver library
+ * lib (NULL: libcuda.so.1), so that the worker finds it made; ordinal < 0: none (the default). A process
+ * already started keeps what it was started with. */
+void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib);
 
 /* Whether environment variable NAME (with or without "=value") is one only the rendezvous decides (RANK,
  * MASTER_ADDR, TORCHELASTIC_*, ...: read by torch when the worker runs, never at import) and so may differ

@@ -1,16 +1,19 @@
 /* The Python side of warm start (warm.h), run as
- * `python -u -c <this> trun-warm-pool <fd> <modules> <tail...>` (tail: the worker's argv after "python -u").
+ * `python -u -c <this> trun-warm-pool <fd> <modules> <cuda> <tail...>` (tail: the worker's argv after
+ * "python -u"; cuda: "-", or "<ordinal>,<driver library>" for --warm-start-cuda).
  * Isolated from the agent's working directory: before its first import it takes out the '' that "-c" put
  * first on sys.path and puts there what the cold worker's interpreter has (the script's real directory, the
  * cwd for -m, '' for -c; nothing under -P / -I), and the one module it needs for itself (_socket, for the
  * control socket) is dropped from sys.modules again, so that the warm modules and the worker import exactly
  * what a cold worker would, from where it would. It then imports the warm modules with sys.argv and
- * sys.path[0] the worker's, says "ready" (or "error <why>") on the control socket <fd>, waits for the
- * agent's handover ("<length>\n" with the worker's stdout, stderr and a memfd holding its argv and
- * environment changes, as SCM_RIGHTS), then becomes that worker: fds 1 and 2, os.environ and the C
- * environment, sys.argv / sys.orig_argv, sys.path[0], a fresh __main__ namespace, and runs the script, -m
- * module or -c code as python would (tracebacks without its own frame, exit 1 on an exception, SystemExit
- * as is, KeyboardInterrupt as SIGINT). */
+ * sys.path[0] the worker's, with --warm-start-cuda makes the primary CUDA context of device <ordinal> through
+ * the driver API (torch's own CUDA state stays untouched, as in a cold worker), says "ready" (with what
+ * became of the context) or "error <why>" on the control socket <fd>, waits for the agent's handover
+ * ("<length>\n" with the worker's stdout, stderr and a memfd holding its argv and environment changes, as
+ * SCM_RIGHTS), then becomes that worker: fds 1 and 2, os.environ and the C environment, sys.argv /
+ * sys.orig_argv, sys.path[0], a fresh __main__ namespace, and runs the script, -m module or -c code as python
+ * would (tracebacks without its own frame, exit 1 on an exception, SystemExit as is, KeyboardInterrupt as
+ * SIGINT). */
 #include "warm.h"
 
 const char trun__warm_boot[] =
@@ -26,7 +29,7 @@ const char trun__warm_boot[] =
     "        del sys.path[0]\n"
     "    import os  # loaded at start-up (site); else found where the cold worker's would be\n"
     "    me = sys._getframe().f_code\n"
-    "    fd, modules, tail = int(sys.argv[2]), sys.argv[3], sys.argv[4:]\n"
+    "    fd, modules, cuda, tail = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]\n"
     "    def path0_for(mode):  # sys.path[0] as python sets it for a script, -m or -c\n"
     "        if mode in (\"-c\", \"-m\"):\n"
     "            return \"\" if mode == \"-c\" else os.getcwd()\n"
@@ -55,8 +58,34 @@ const char trun__warm_boot[] =
     "            err = \"importing %s initialised CUDA\" % modules\n"
     "    except BaseException as e:\n"
     "        err = \"import %s failed: %s: %s\" % (m, type(e).__name__, e)\n"
+    "    def cuda_ctx(spec):  # --warm-start-cuda: the device's primary context, made through the driver\n"
+    "        ordinal, _, lib = spec.partition(\",\")\n"
+    "        had = set(sys.modules)  # ctypes as the modules left it: what it adds is forgotten again\n"
+    "        try:\n"
+    "            import ctypes\n"
+    "            C, d = ctypes, ctypes.CDLL(lib)\n"
+    "            n, dev, ctx = C.c_int(0), C.c_int(0), C.c_void_p()\n"
+    "            rc = d.cuInit(0)\n"
+    "            if rc == 0:\n"
+    "                rc = d.cuDeviceGetCount(C.byref(n))\n"
+    "            if rc == 0 and int(ordinal) >= n.value:\n"
+    "                return \"no CUDA context: device %s is not among the %d visible\" % (ordinal, n.value)\n"
+    "            if rc == 0:\n"
+    "                rc = d.cuDeviceGet(C.byref(dev), int(ordinal))\n"
+    "            if rc == 0:\n"
+    "                rc = d.cuDevicePrimaryCtxRetain(C.byref(ctx), dev)\n"
+    "            if rc:\n"
+    "                return \"no CUDA context on device %s: CUDA driver error %d\" % (ordinal, rc)\n"
+    "            return \"CUDA context made on device %s\" % ordinal\n"
+    "        except Exception as e:\n"
+    "            return \"no CUDA context: %s: %s\" % (type(e).__name__, e)\n"
+    "        finally:\n"
+    "            for k in set(sys.modules) - had:\n"
+    "                del sys.modules[k]\n"
+    "    note = \"\" if err or cuda == \"-\" else \" \" + \" \".join(cuda_ctx(cuda).split())\n"
     "    try:\n"
-    "        ctl.sendall((\"error \" + \" \".join(err.split()) if err else \"ready\").encode() + b\"\\n\")\n"
+    "        ctl.sendall((\"error \" + \" \".join(err.split()) if err else \"ready\" + note).encode() + "
+    "b\"\\n\")\n"
     "    except OSError:\n"
     "        pass  # the agent is gone\n"
     "    if err:\n"

@@ -15,7 +15,11 @@
  * does: indices or GPU-<uuid> prefixes; the first entry naming no GPU ends the list); none left →
  * cudaErrorNoDevice. It serves cudaGetDeviceCount, cudaGetDeviceProperties_v2 (the head of cudaDeviceProp:
  * name[256], uuid[16], luid[8], luidDeviceNodeMask, totalGlobalMem), cudaDeviceGetPCIBusId and
- * cudaDeviceCanAccessPeer. A test fake, so plain globals. */
+ * cudaDeviceCanAccessPeer.
+ * The driver API's first steps (the --warm-start-cuda pool, agent/proc/warm_boot.c, loads this file through
+ * TRUN_CUDA_DRIVER_LIBRARY): cuInit, cuDeviceGetCount (TRUN_FAKE_CUDA_DEVICES, default 2), cuDeviceGet and
+ * cuDevicePrimaryCtxRetain, which appends "pid <pid> retain <ordinal> cvd <CUDA_VISIBLE_DEVICES or ->" to
+ * the file TRUN_FAKE_CUDA_LOG names. A test fake, so plain globals. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -119,6 +123,47 @@ int cudaGetDeviceCount(int *n) {
   }
   const char *v = getenv("TRUN_FAKE_CUDA_DEVICES");
   *n = v && *v ? atoi(v) : 2;
+  return 0;
+}
+
+/* ---- the driver API (CUresult: 0 success, 101 invalid device, 3 not initialised) ---- */
+
+static int driver_ready;
+
+int cuInit(unsigned flags);
+int cuInit(unsigned flags) {
+  driver_ready = flags == 0;
+  return flags == 0 ? 0 : 1;
+}
+
+int cuDeviceGetCount(int *n);
+int cuDeviceGetCount(int *n) {
+  if (!driver_ready) return 3;
+  const char *v = getenv("TRUN_FAKE_CUDA_DEVICES");
+  *n = v && *v ? atoi(v) : 2;
+  return 0;
+}
+
+int cuDeviceGet(int *dev, int ordinal);
+int cuDeviceGet(int *dev, int ordinal) {
+  int n = 0;
+  if (cuDeviceGetCount(&n) != 0) return 3;
+  if (ordinal < 0 || ordinal >= n) return 101;
+  *dev = ordinal;
+  return 0;
+}
+
+int cuDevicePrimaryCtxRetain(void **ctx, int dev);
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+  if (!driver_ready) return 3;
+  static int fake_ctx;
+  *ctx = &fake_ctx;
+  const char *log = getenv("TRUN_FAKE_CUDA_LOG"), *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  FILE *f = log && *log ? fopen(log, "a") : NULL;
+  if (f) {
+    fprintf(f, "pid %d retain %d cvd %s\n", (int)getpid(), dev, cvd ? cvd : "-");
+    fclose(f);
+  }
   return 0;
 }
 

@@ -30,12 +30,15 @@
  * (every 20 ms up to its time-out) and delivers each line once, for GPUs registered with
  * nvmlEventTypeXidCriticalError.
  *
+ * TRUN_FAKE_NVML_INIT_LOG names a file to which each nvmlInit_v2 appends "init <pid>" (how often trun asks).
+ *
  * It implements exactly the entry points agent/discover/ looks up. A test fake, so plain globals. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nvml.h"
 
@@ -141,6 +144,12 @@ static int p2p_of(const char *s) {
 }
 
 trun_nvmlReturn_t nvmlInit_v2(void) {
+  const char *log = getenv("TRUN_FAKE_NVML_INIT_LOG");
+  FILE *lf = log && *log ? fopen(log, "a") : NULL;
+  if (lf) {
+    fprintf(lf, "init %d\n", (int)getpid());
+    fclose(lf);
+  }
   const char *path = getenv("TRUN_FAKE_NVML_TOPO");
   if (!path) return TRUN_NVML_ERROR_LIBRARY_NOT_FOUND;
   json_error_t je;

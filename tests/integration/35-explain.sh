@@ -10,6 +10,7 @@
 #     copy of the fixture whose node0/node1 cpulists are swapped to CPUs 1 / 0: every variable --explain
 #     printed as set by trun reached both workers with that value, the user-set ones are unchanged, the
 #     plugin's are not set, and each worker runs on exactly its GPU's NUMA CPUs.
+#  4. --nproc-per-node gpu discovers the node once (NVML initialised as often as with a number).
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -134,4 +135,15 @@ for lr in (0, 1):
     assert w["affinity"] == [want], (lr, w["affinity"])
     print("local rank %d: torch %s, affinity %s, %d decided variables checked" % (lr, w["torch"], w["affinity"], len(trun_set)))
 PY
+
+echo "== 4. --nproc-per-node gpu asks NVML no more often than a number does (one discovery, not two)"
+for spec in 8 gpu; do
+  : >"$tmp/inits.$spec"
+  rc=0
+  node "$fx" TRUN_FAKE_NVML_INIT_LOG="$tmp/inits.$spec" "$trun" --no-imds --standalone --nproc-per-node "$spec" \
+    --no-python /bin/true >"$tmp/n.$spec.out" 2>"$tmp/n.$spec.err" || rc=$?
+  [ $rc -eq 0 ] || fail "--nproc-per-node $spec: exit $rc: $(cat "$tmp/n.$spec.err")"
+done
+[ "$(wc -l <"$tmp/inits.gpu")" -eq "$(wc -l <"$tmp/inits.8")" ] ||
+  fail "--nproc-per-node gpu initialised NVML $(wc -l <"$tmp/inits.gpu") times, a number $(wc -l <"$tmp/inits.8")"
 echo PASS

@@ -152,4 +152,22 @@ grep -q '^trun_' "$tmp/large/metrics" ||
 [ "$(cat "$tmp/large/rc")" = 0 ] || fail "large: trun exited $(cat "$tmp/large/rc"), want 0"
 grep -qx "preloaded=True" "$tmp/large/trun.out" && grep -qx "argv bytes 1048576" "$tmp/large/trun.out" ||
   fail "large: the worker did not start warm with its 1 MiB of arguments: $(cut -c1-200 "$tmp/large/trun.out")"
+
+# --warm-start-cuda: each pool process makes the CUDA primary context of its worker's device (LOCAL_RANK)
+# through the driver (here the fake one, build/libcuda-nccl-fake.so, which logs each retain with its pid)
+# before it is handed the worker: every worker's pid has one retain of its own local rank.
+echo "== --warm-start-cuda (fake CUDA driver)"
+mkdir -p "$tmp/cuda"
+printf 'import os, sys\nopen(os.path.join(sys.argv[1], "worker." + os.environ["LOCAL_RANK"]), "w").write("%%d\\n" %% os.getpid())\n' \
+  >"$tmp/cuda/w.py"
+rc=0
+TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_CUDA_LOG=$tmp/cuda/log PYTHON_EXEC=$host_py \
+  "$trun" --warm-start --warm-start-cuda --warm-start-modules json --standalone --nproc-per-node 2 \
+  "$tmp/cuda/w.py" "$tmp/cuda" >"$tmp/cuda/out" 2>"$tmp/cuda/err" || rc=$?
+[ $rc -eq 0 ] || fail "--warm-start-cuda: trun exited $rc: $(cat "$tmp/cuda/err")"
+for lr in 0 1; do
+  wpid=$(cat "$tmp/cuda/worker.$lr")
+  grep -qx "pid $wpid retain $lr cvd -" "$tmp/cuda/log" 2>/dev/null ||
+    fail "--warm-start-cuda: worker $lr (pid $wpid) did not find its device's context made by its pool process: $(cat "$tmp/cuda/log" 2>/dev/null)"
+done
 echo PASS

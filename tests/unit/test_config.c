@@ -225,11 +225,16 @@ START_TEST(bad_inputs) {
             (const char *const[]){"--warm-start-modules", "a.", "t.py", NULL});
   parse_err("--warm-start-modules '1a'", NULL,
             (const char *const[]){"--warm-start-modules", "1a", "t.py", NULL});
+  parse_err("--warm-start-cuda needs --warm-start", NULL,
+            (const char *const[]){"--warm-start-cuda", "t.py", NULL});
   {
     trun_config ok;
     PARSE_OK(&ok, "--warm-start", "--warm-start-modules", "torch,numpy.linalg,_x1", "t.py");
     ck_assert(ok.warm_start);
     ck_assert_str_eq(ok.warm_modules, "torch,numpy.linalg,_x1");
+    ck_assert(!ok.warm_cuda);
+    PARSE_OK(&ok, "--warm-start", "--warm-start-cuda", "t.py");
+    ck_assert(ok.warm_start && ok.warm_cuda);
     PARSE_OK(&ok, "t.py");
     ck_assert(!ok.warm_start);
     ck_assert_str_eq(ok.warm_modules, "torch,torch.distributed");
