@@ -95,8 +95,10 @@ int trun__rdzv_job_read(trun_client *c, const char *run_id, trun__rdzv_job *out,
   int rc = trun_client_check(c, 1, &ks);
   if (rc <= 0) return rc;
   trun_buf b = {0};
-  if ((rc = trun_client_get(c, ks, &b, 5000)) == 0)
-    rc = parse_job(&b, run_id, out, why, whylen) == 0 ? 1 : -EPROTO;
+  rc = trun_client_get(c, ks, &b, 5000);
+  if (rc == -EPROTO)
+    rc = -EIO; /* the store's answer, not the record, made no sense: -EPROTO is the record's */
+  if (rc == 0) rc = parse_job(&b, run_id, out, why, whylen) == 0 ? 1 : -EPROTO;
   trun_buf_free(&b);
   return rc;
 }

@@ -17,7 +17,8 @@
 #include "c10d/state.h"
 #include "rdzv_int.h"
 
-#define NAMED 64 /* nodes listed by name; beyond it, counted */
+#define NAMED 64            /* nodes listed by name; beyond it, counted */
+#define LOSS_SCAN_MAX 16384 /* group ranks looked at for loss records */
 
 /* Where the job's size comes from. */
 enum { SIZE_UNKNOWN = 0, SIZE_STORE, SIZE_COMMAND_LINE };
@@ -56,6 +57,7 @@ static void print_of(const view *v, int range) {
 
 static void print_losses(view *v, const char *ks, int world, const char *round) {
   trun_rdzv_loss lost[TRUN_RDZV_MAX_LOSSES];
+  if (world > LOSS_SCAN_MAX) world = LOSS_SCAN_MAX; /* the size comes from the store: bounded requests */
   int n = trun__rdzv_losses(&v->r, ks, world, lost, TRUN_RDZV_MAX_LOSSES);
   for (int i = 0; i < n; i++)
     fprintf(v->out, "  round %s: node %d (%s), %s, seen by %s %.0f s ago\n", round, lost[i].node,
@@ -265,7 +267,17 @@ static int status_static(view *v) {
     fprintf(v->out, "nodes (static, %d):\n", world);
   else
     fprintf(v->out, "nodes (static, node ranks 0-%d looked at):\n", world - 1);
+  /* The round's join counter ends the look once every node that joined was seen and enough missing ones
+   * named: a job of many nodes (or a record that claims many) costs requests for the nodes there, not for
+   * every node rank. */
+  int64_t njoined = -1;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/joined", cfg->run_id, R);
+  if (trun__rdzv_get_count(v->r.client, k, &njoined) < 0) njoined = -1;
   for (int g = 0; g < world; g++) {
+    if (njoined >= 0 && joined >= njoined && nmissing > NAMED) {
+      nmissing += world - g; /* the rest: none of them joined */
+      break;
+    }
     snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", cfg->run_id, R, g);
     if ((rc = trun__rdzv_get_text(v->r.client, k, val, sizeof(val))) < 0) goto store;
     if (rc == 0) {
@@ -278,7 +290,9 @@ static int status_static(view *v) {
     char at[64];
     snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", cfg->run_id, R, g);
     if ((rc = trun__rdzv_get_text(v->r.client, k, at, sizeof(at))) < 0) goto store;
-    fprintf(v->out, "  node rank %d: %s", g, val);
+    char shown[sizeof(val)];
+    trun__rdzv_escape(val, shown, sizeof(shown)); /* any token holder writes it: text, not terminal codes */
+    fprintf(v->out, "  node rank %d: %s", g, shown);
     if (at[0]) fprintf(v->out, ", joined %.0f s ago", v->now > atof(at) ? v->now - atof(at) : 0.0);
     fputc('\n', v->out);
   }
