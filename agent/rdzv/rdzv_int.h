@@ -177,6 +177,11 @@ void trun__rdzv_job_publish(trun_rdzv *r);
 /* Reads the job's record of run_id on c: 1 (into *out), 0 none, -EPROTO a value no trun agent writes
  * (why says what is wrong with it), or another negative errno from the store. */
 int trun__rdzv_job_read(trun_client *c, const char *run_id, trun__rdzv_job *out, char *why, size_t whylen);
+/* A record's n bytes (untrusted: anyone with the job's token writes /trun/<run_id>/) as job run_id's into
+ * *out: 0, or -EPROTO with why (not JSON, over 4 KiB, a backend or size trun never writes, another run id,
+ * nproc_per_node or torch_version with other characters than theirs). The words (host) are escaped. */
+int trun__rdzv_job_parse(const void *data, size_t n, const char *run_id, trun__rdzv_job *out, char *why,
+                         size_t whylen);
 /* A backend's name: "static", "c10d", "trun". */
 const char *trun__rdzv_backend_text(trun_rdzv_backend b);
 

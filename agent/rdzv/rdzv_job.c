@@ -41,15 +41,14 @@ static char *job_json(const trun_rdzv *r) {
   return s;
 }
 
-/* A record's JSON (untrusted: anyone with the job's token writes /trun/<run_id>/) into *out: 0, or -EPROTO
- * with why. The shape (backend, sizes) must be exactly what trun writes; the words are escaped. */
-static int parse_job(const trun_buf *b, const char *run_id, trun__rdzv_job *out, char *why, size_t whylen) {
+int trun__rdzv_job_parse(const void *data, size_t n, const char *run_id, trun__rdzv_job *out, char *why,
+                         size_t whylen) {
   memset(out, 0, sizeof(*out));
-  if (b->len > JOB_MAX_BYTES) {
-    snprintf(why, whylen, "%zu bytes, more than a record trun writes", b->len);
+  if (n > JOB_MAX_BYTES) {
+    snprintf(why, whylen, "%zu bytes, more than a record trun writes", n);
     return -EPROTO;
   }
-  json_t *o = json_loadb((const char *)b->data, b->len, 0, NULL);
+  json_t *o = json_loadb((const char *)data, n, 0, NULL);
   const char *be = json_string_value(json_object_get(o, "backend"));
   const char *rid = json_string_value(json_object_get(o, "run_id"));
   json_t *mn = json_object_get(o, "min_nodes"), *mx = json_object_get(o, "max_nodes");
@@ -98,7 +97,7 @@ int trun__rdzv_job_read(trun_client *c, const char *run_id, trun__rdzv_job *out,
   rc = trun_client_get(c, ks, &b, 5000);
   if (rc == -EPROTO)
     rc = -EIO; /* the store's answer, not the record, made no sense: -EPROTO is the record's */
-  if (rc == 0) rc = parse_job(&b, run_id, out, why, whylen) == 0 ? 1 : -EPROTO;
+  if (rc == 0) rc = trun__rdzv_job_parse(b.data, b.len, run_id, out, why, whylen) == 0 ? 1 : -EPROTO;
   trun_buf_free(&b);
   return rc;
 }
@@ -117,7 +116,7 @@ void trun__rdzv_job_publish(trun_rdzv *r) {
     trun_debug("could not publish job '%s' in the rendezvous store (%s): %s", cfg->run_id, k, strerror(-rc));
   } else if (b.len != strlen(rec) || memcmp(b.data, rec, b.len) != 0) {
     /* Another agent's record stands: the same job unless its shape differs from this node's. */
-    if (parse_job(&b, cfg->run_id, &theirs, why, sizeof(why)) < 0)
+    if (trun__rdzv_job_parse(b.data, b.len, cfg->run_id, &theirs, why, sizeof(why)) < 0)
       trun_debug("job '%s''s record in the rendezvous store is not one trun writes (%s)", cfg->run_id, why);
     else if (theirs.backend != cfg->backend || theirs.min_nodes != cfg->min_nodes ||
              theirs.max_nodes != cfg->max_nodes)
