@@ -230,6 +230,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (parse_nnodes(VAL(TRUN_OPT_NNODES), &cfg->min_nodes, &cfg->max_nodes) < 0)
     return fail(err, errlen, cl, TRUN_OPT_NNODES, "--nnodes '%s' is not N or MIN:MAX with 0 < MIN <= MAX",
                 VAL(TRUN_OPT_NNODES));
+  cfg->nnodes_given = v[TRUN_OPT_NNODES].src != TRUN_SRC_DEFAULT;
   cfg->nproc_spec = VAL(TRUN_OPT_NPROC_PER_NODE);
   const char *np = cfg->nproc_spec;
   int tmp;
@@ -239,6 +240,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 "--nproc-per-node '%s' must be a number from 1 to %d, cpu, gpu or auto", np, TRUN_MAX_LOCAL);
 
   const char *backend = VAL(TRUN_OPT_RDZV_BACKEND);
+  cfg->backend_given = v[TRUN_OPT_RDZV_BACKEND].src != TRUN_SRC_DEFAULT;
   if (strcmp(backend, "static") == 0)
     cfg->backend = TRUN_RDZV_STATIC;
   else if (strcmp(backend, "c10d") == 0)
@@ -442,6 +444,9 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   /* Rendezvous endpoint and the standalone / single-node switches (torchrun's rules). */
   const char *ep = VAL(TRUN_OPT_RDZV_ENDPOINT);
   cfg->endpoint_port = -1;
+  /* --rdzv-status reads the job's backend and size from its store: a command line that would not start a
+   * job of its own (a range, or an endpoint without a port, with the default backend) still names it. */
+  int status_only = VAL(TRUN_OPT_RDZV_STATUS) && strcmp(VAL(TRUN_OPT_RDZV_STATUS), "0") != 0;
   if (cfg->standalone) {
     /* torchrun would wait for the other nodes at localhost: never what was meant. A detected node count (a
      * Slurm allocation of several nodes) is not asked for: each node runs its own single-node job. */
@@ -460,7 +465,8 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
         cfg->endpoint_host[0] == '\0')
       return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
                   "--rdzv-endpoint '%s' is not host[:port] or [ipv6]:port", ep);
-    if (cfg->backend != TRUN_RDZV_STATIC && cfg->endpoint_port < 0) cfg->endpoint_port = 29400;
+    if ((cfg->backend != TRUN_RDZV_STATIC || (status_only && !cfg->backend_given)) && cfg->endpoint_port < 0)
+      cfg->endpoint_port = 29400;
     if (cfg->backend == TRUN_RDZV_STATIC && cfg->endpoint_port < 0)
       return fail(err, errlen, cl, TRUN_OPT_RDZV_ENDPOINT,
                   "--rdzv-endpoint '%s' needs a port with the static backend", ep);
@@ -483,7 +489,7 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "localhost");
     cfg->endpoint_port = 29400;
   }
-  if (cfg->backend == TRUN_RDZV_STATIC) {
+  if (cfg->backend == TRUN_RDZV_STATIC && !status_only) {
     if (cfg->min_nodes != cfg->max_nodes)
       return fail(err, errlen, cl, TRUN_OPT_NNODES,
                   "--nnodes %s: a range needs --rdzv-backend c10d (static takes a fixed number)",

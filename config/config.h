@@ -26,8 +26,10 @@ typedef enum { TRUN_RDZV_STATIC = 0, TRUN_RDZV_C10D, TRUN_RDZV_TRUN } trun_rdzv_
 
 typedef struct {
   int min_nodes, max_nodes;
+  int nnodes_given;       /* --nnodes / PET_NNODES set, or detected (not the default) */
   const char *nproc_spec; /* "4", "cpu", "auto", "gpu" */
   trun_rdzv_backend backend;
+  int backend_given;       /* --rdzv-backend / PET_RDZV_BACKEND set (not the default) */
   char endpoint_host[256]; /* rendezvous store host */
   int endpoint_port;       /* -1 when absent */
   char run_id[128];

@@ -124,10 +124,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                           "Print the resolved plan - nodes, ranks, each local rank's environment - and start "
                           "nothing."},
     [TRUN_OPT_RDZV_STATUS] = {"rdzv-status", NULL, 0, 1, NULL, NULL, TRUN_G_TRUN, NULL,
-                              "Print the rendezvous state of the job that --rdzv-endpoint / --rdzv-id / "
-                              "--rdzv-backend (or --master-addr / --master-port) name - round, members, "
-                              "waiting, lost nodes - and start nothing; no script needed. Exit 0, 1 (store "
-                              "unreachable or unreadable), 2 (bad input)."},
+                              "Print the rendezvous state of the job whose store --rdzv-endpoint (or "
+                              "--master-addr / --master-port) and --rdzv-id name - its backend and size as "
+                              "the store holds them, round, members, missing, waiting and lost nodes - and "
+                              "start nothing; no script needed. Exit 0, 1 (store unreachable or unreadable), "
+                              "2 (bad input)."},
     [TRUN_OPT_LOG_LINE_PREFIX] =
         {"log-line-prefix", "log_line_prefix", 0, 0, NULL, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
          TRUN_G_TRUN, "TEMPLATE",

@@ -42,6 +42,7 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_r
   if (explicit_token < 0) return -1;
   r->token_explicit = explicit_token;
   if (be->init(r, err, errlen) < 0) return -1;
+  trun__rdzv_job_publish(r); /* for --rdzv-status: the job's backend and size (rdzv_job.c) */
   if (trun__rdzv_live_start(r) < 0) {
     snprintf(err, errlen, "out of memory starting the liveness thread");
     trun_rdzv_close(r);

@@ -408,9 +408,10 @@ int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms);
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled);
 /* Stops the stores this agent hosts, closes the connection, frees the backend's state. */
 void trun_rdzv_close(trun_rdzv *r);
-/* --rdzv-status: the rendezvous state of the job cfg names (endpoint, run id, backend, node counts), read
- * from its store with one connection, printed to out: round, members, waiting and lost nodes, the attempt.
- * Returns 0, 1 (the store is unreachable or its state unreadable; said on stderr) or 2 (no endpoint). */
+/* --rdzv-status: the rendezvous state of the job cfg names (endpoint, run id), read from its store with one
+ * connection, printed to out: the job's backend and size as the store holds them (cfg's, where given and
+ * contradicted, named), round, members, missing, waiting and lost nodes, the attempt. Returns 0, 1 (the
+ * store is unreachable or its state unreadable; said on stderr) or 2 (no endpoint). */
 int trun_rdzv_status(const trun_config *cfg, FILE *out);
 /* The name of the backend in use: "static", "c10d" or "trun". */
 const char *trun_rdzv_backend_name(const trun_rdzv *r);

@@ -110,10 +110,13 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
   return rc;
 }
 
-/* Copies string member key of o into out with every C0 control and DEL as a C escape (\n, \t, \xNN): the
- * record's words reach terminals (node 0's stderr, an agent's exit line) and must not drive them. */
+/* Copies string member key of o into out, escaped (trun__rdzv_escape): the record's words reach terminals
+ * (node 0's stderr, an agent's exit line) and must not drive them. */
 static void copy_str(json_t *o, const char *key, char *out, size_t len) {
-  const char *s = json_string_value(json_object_get(o, key));
+  trun__rdzv_escape(json_string_value(json_object_get(o, key)), out, len);
+}
+
+void trun__rdzv_escape(const char *s, char *out, size_t len) {
   size_t at = 0;
   for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c && at + 5 < len; c++) {
     if (*c >= 0x20 && *c != 0x7f)
@@ -123,13 +126,10 @@ static void copy_str(json_t *o, const char *key, char *out, size_t len) {
     else
       at += (size_t)snprintf(out + at, len - at, "\\x%02x", *c);
   }
-  out[at] = '\0';
+  if (len) out[at] = '\0';
 }
 
-/* 1 when s is a name as a node's identity holds it: non-empty (unless empty_ok), not starting with '-'
- * (an option), only letters, digits and the characters of extra. A host name that is not one goes nowhere
- * (a Slurm --exclude list above all). */
-static int name_ok(const char *s, const char *extra, int empty_ok) {
+int trun__rdzv_name_ok(const char *s, const char *extra, int empty_ok) {
   if (s[0] == '\0') return empty_ok;
   if (s[0] == '-') return 0;
   for (const char *c = s; *c; c++)
@@ -153,11 +153,11 @@ static int parse_record(const trun_buf *b, double cap_s, double now, trun_rdzv_e
            (gpus == NULL || json_is_string(gpus));
   /* host: a name or address (IPv6 with ':', '[', ']' and a zone after '%'); hostname: a host name. */
   ok = ok && strlen(json_string_value(host)) < sizeof(e->id.host) &&
-       name_ok(json_string_value(host), ".-_:[]%", 0);
+       trun__rdzv_name_ok(json_string_value(host), ".-_:[]%", 0);
   ok = ok && (hostname == NULL || (strlen(json_string_value(hostname)) < sizeof(e->id.hostname) &&
-                                   name_ok(json_string_value(hostname), ".-_", 1)));
-  ok = ok && (inst == NULL || name_ok(json_string_value(inst), ".-_:", 1));
-  ok = ok && (gpus == NULL || name_ok(json_string_value(gpus), ".-_:,", 1));
+                                   trun__rdzv_name_ok(json_string_value(hostname), ".-_", 1)));
+  ok = ok && (inst == NULL || trun__rdzv_name_ok(json_string_value(inst), ".-_:", 1));
+  ok = ok && (gpus == NULL || trun__rdzv_name_ok(json_string_value(gpus), ".-_:,", 1));
   double at = ok ? json_number_value(json_object_get(o, "at")) : 0;
   double until = ok ? json_number_value(json_object_get(o, "until")) : 0;
   ok = ok && at == at && until == until && at <= now + TRUN_RDZV_EXCL_SKEW_S; /* not NaN, not ahead */

@@ -146,6 +146,45 @@ int trun__rdzv_attempt_settle(trun_rdzv *r);
  * sets r->excluded and returns -1 with the cause in err. */
 int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen);
 
+/* s (NULL: "") into out, cut to len - 1 bytes, with every C0 control and DEL as a C escape (\n, \t, \xNN):
+ * words of a record any token holder (or, for open keys, anyone) wrote reach terminals as text. */
+void trun__rdzv_escape(const char *s, char *out, size_t len);
+/* 1 when s is a name as a node's identity holds it: non-empty (unless empty_ok), not starting with '-'
+ * (an option), only letters, digits and the characters of extra. A host name that is not one goes nowhere
+ * (a Slurm --exclude list above all). */
+int trun__rdzv_name_ok(const char *s, const char *extra, int empty_ok);
+
+/* ---- rdzv_job.c: the job's record, for --rdzv-status ---- */
+/* What every trun agent of a job publishes in its rendezvous store under /trun/<run_id>/job (JSON; the first
+ * agent's stands, compare-and-set): the job as its agents were started, which a reader without the job's
+ * command line (trun --rdzv-status) cannot know from the rendezvous keys alone. Open to read: nothing in it
+ * is secret (no token, no --rdzv-conf but torch_version). */
+typedef struct trun__rdzv_job {
+  trun_rdzv_backend backend;
+  int min_nodes, max_nodes;
+  char nproc[16];         /* --nproc-per-node as given: a number, gpu, cpu or auto */
+  char torch_version[16]; /* --rdzv-conf torch_version ("": not given) */
+  char host[256];         /* the agent that wrote it (escaped) */
+  long long pid;
+  double at; /* wall-clock seconds */
+} trun__rdzv_job;
+/* The key of the job's record: /trun/<run_id>/job. */
+void trun__rdzv_job_key(const char *run_id, char *out, size_t len);
+/* After the backend's init: publishes r's job unless one is there; where the stored one has another backend
+ * or size, says so once (the rendezvous of such nodes does not complete). Failures are only debug lines:
+ * the record serves readers outside the job. */
+void trun__rdzv_job_publish(trun_rdzv *r);
+/* Reads the job's record of run_id on c: 1 (into *out), 0 none, -EPROTO a value no trun agent writes
+ * (why says what is wrong with it), or another negative errno from the store. */
+int trun__rdzv_job_read(trun_client *c, const char *run_id, trun__rdzv_job *out, char *why, size_t whylen);
+/* A record's n bytes (untrusted: anyone with the job's token writes /trun/<run_id>/) as job run_id's into
+ * *out: 0, or -EPROTO with why (not JSON, over 4 KiB, a backend or size trun never writes, another run id,
+ * nproc_per_node or torch_version with other characters than theirs). The words (host) are escaped. */
+int trun__rdzv_job_parse(const void *data, size_t n, const char *run_id, trun__rdzv_job *out, char *why,
+                         size_t whylen);
+/* A backend's name: "static", "c10d", "trun". */
+const char *trun__rdzv_backend_text(trun_rdzv_backend b);
+
 /* ---- rdzv_addr.c ---- */
 /* The numeric text of an IPv4 or IPv6 address: 0, or -1 for another family. */
 int trun__rdzv_sa_text(const struct sockaddr *sa, char *text, size_t len);

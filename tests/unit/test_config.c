@@ -115,6 +115,34 @@ START_TEST(dynamic_endpoint_from_platform) {
 }
 END_TEST
 
+/* --rdzv-status reads the backend and size from the store: it knows which of them the command line gave, and
+ * a command line that names a job without its backend (a range, an endpoint without a port) still names it.
+ */
+START_TEST(rdzv_status_command_line) {
+  trun_config c;
+  PARSE_OK(&c, "t.py");
+  ck_assert(!c.nnodes_given && !c.backend_given);
+  PARSE_OK(&c, "--nnodes", "2", "--rdzv-backend", "static", "--master-port", "5", "t.py");
+  ck_assert(c.nnodes_given && c.backend_given);
+  PARSE_OK(&c, "--rdzv-status", "--rdzv-endpoint", "head", "--rdzv-id", "j");
+  ck_assert(!c.nnodes_given && !c.backend_given);
+  ck_assert_str_eq(c.endpoint_host, "head");
+  ck_assert_int_eq(c.endpoint_port, 29400);
+  PARSE_OK(&c, "--rdzv-status", "--nnodes", "1:2", "--rdzv-endpoint", "head:7");
+  ck_assert(c.nnodes_given);
+  ck_assert_int_eq(c.min_nodes, 1);
+  ck_assert_int_eq(c.max_nodes, 2);
+  /* Starting a job, those stay errors. */
+  parse_err("a range needs --rdzv-backend c10d", NULL,
+            (const char *const[]){"--nnodes", "1:2", "--rdzv-endpoint", "head:7", "t.py", NULL});
+  parse_err("needs a port with the static backend", NULL,
+            (const char *const[]){"--rdzv-endpoint", "head", "t.py", NULL});
+  parse_err(
+      "needs a port with the static backend", NULL,
+      (const char *const[]){"--rdzv-status", "--rdzv-backend", "static", "--rdzv-endpoint", "head", NULL});
+}
+END_TEST
+
 START_TEST(redirects_tee_filter) {
   trun_config c;
   PARSE_OK(&c, "--redirects", "0:3,1:1", "-t", "2", "--local-ranks-filter", "0,2", "t.py");
@@ -496,6 +524,7 @@ int main(void) {
   tcase_add_test(tc, static_multi_node);
   tcase_add_test(tc, standalone_and_endpoints);
   tcase_add_test(tc, dynamic_endpoint_from_platform);
+  tcase_add_test(tc, rdzv_status_command_line);
   tcase_add_test(tc, redirects_tee_filter);
   tcase_add_test(tc, signals_and_timeouts);
   tcase_add_test(tc, bad_inputs);
