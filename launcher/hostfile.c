@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,15 +29,6 @@
 #define TRUN_RSH_UNREACHABLE 255
 /* After every child is reaped: how long output still held open by a leftover process is read. */
 #define TRUN_HOSTFILE_DRAIN_MS 2000
-
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- the hostfile ----------------------------------------------------------------------------------- */
 
@@ -86,8 +76,8 @@ static int parse_line(const char *path, int lineno, const char *s, size_t n, tru
     size_t start = i;
     while (i < n && !isspace((unsigned char)s[i])) i++;
     if (nt == 2) {
-      hf_errf(err, errlen, "%s:%d: unexpected '%.*s': a line is 'host' or 'host slots=N'", path, lineno,
-              (int)(i - start), s + start);
+      trun_errf(err, errlen, "%s:%d: unexpected '%.*s': a line is 'host' or 'host slots=N'", path, lineno,
+                (int)(i - start), s + start);
       return -1;
     }
     tok[nt] = s + start;
@@ -98,27 +88,27 @@ static int parse_line(const char *path, int lineno, const char *s, size_t n, tru
   h->line = lineno;
   if (nt == 0) return 0;
   if (!host_ok(tok[0], len[0])) {
-    hf_errf(err, errlen,
-            "%s:%d: '%.*s' is not a host name (letters, digits, '.', '-', '_', ':', '@', '[', ']'; at most "
-            "255 characters; not starting with '-')",
-            path, lineno, (int)(len[0] > 80 ? 80 : len[0]), tok[0]);
+    trun_errf(err, errlen,
+              "%s:%d: '%.*s' is not a host name (letters, digits, '.', '-', '_', ':', '@', '[', ']'; at most "
+              "255 characters; not starting with '-')",
+              path, lineno, (int)(len[0] > 80 ? 80 : len[0]), tok[0]);
     return -1;
   }
   if (nt == 2) {
     if (len[1] < 6 || strncmp(tok[1], "slots=", 6) != 0) {
-      hf_errf(err, errlen, "%s:%d: unexpected '%.*s' after the host: a line is 'host' or 'host slots=N'",
-              path, lineno, (int)(len[1] > 80 ? 80 : len[1]), tok[1]);
+      trun_errf(err, errlen, "%s:%d: unexpected '%.*s' after the host: a line is 'host' or 'host slots=N'",
+                path, lineno, (int)(len[1] > 80 ? 80 : len[1]), tok[1]);
       return -1;
     }
     if (parse_slots(tok[1] + 6, len[1] - 6, &h->slots) < 0) {
-      hf_errf(err, errlen, "%s:%d: slots must be an integer from 1 to %d, got '%.*s'", path, lineno,
-              TRUN_MAX_LOCAL, (int)(len[1] - 6 > 40 ? 40 : len[1] - 6), tok[1] + 6);
+      trun_errf(err, errlen, "%s:%d: slots must be an integer from 1 to %d, got '%.*s'", path, lineno,
+                TRUN_MAX_LOCAL, (int)(len[1] - 6 > 40 ? 40 : len[1] - 6), tok[1] + 6);
       return -1;
     }
   }
   h->host = strndup(tok[0], len[0]);
   if (!h->host) {
-    hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+    trun_errf(err, errlen, "%s:%d: out of memory", path, lineno);
     return -1;
   }
   return 0;
@@ -128,7 +118,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
                         size_t errlen) {
   memset(out, 0, sizeof(*out));
   if (memchr(text, '\0', len)) {
-    hf_errf(err, errlen, "%s: contains a NUL byte: not a hostfile", path);
+    trun_errf(err, errlen, "%s: contains a NUL byte: not a hostfile", path);
     return -1;
   }
   size_t cap = 0;
@@ -145,14 +135,14 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
     if (!h.host) continue;
     for (size_t i = 0; i < out->n; i++)
       if (strcmp(out->h[i].host, h.host) == 0) {
-        hf_errf(err, errlen,
-                "%s:%d: host '%s' is already on line %d (one line per host; slots=N sets its workers)", path,
-                lineno, h.host, out->h[i].line);
+        trun_errf(err, errlen,
+                  "%s:%d: host '%s' is already on line %d (one line per host; slots=N sets its workers)",
+                  path, lineno, h.host, out->h[i].line);
         free(h.host);
         goto fail;
       }
     if (out->n == TRUN_HOSTFILE_MAX_HOSTS) {
-      hf_errf(err, errlen, "%s:%d: more than %d hosts", path, lineno, TRUN_HOSTFILE_MAX_HOSTS);
+      trun_errf(err, errlen, "%s:%d: more than %d hosts", path, lineno, TRUN_HOSTFILE_MAX_HOSTS);
       free(h.host);
       goto fail;
     }
@@ -160,7 +150,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
       size_t ncap = cap ? cap * 2 : 16;
       trun_host *nh = realloc(out->h, ncap * sizeof(*nh));
       if (!nh) {
-        hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+        trun_errf(err, errlen, "%s:%d: out of memory", path, lineno);
         free(h.host);
         goto fail;
       }
@@ -170,7 +160,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
     out->h[out->n++] = h;
   }
   if (out->n == 0) {
-    hf_errf(err, errlen, "%s: no hosts (one 'host [slots=N]' per line)", path);
+    trun_errf(err, errlen, "%s: no hosts (one 'host [slots=N]' per line)", path);
     return -1;
   }
   return 0;
@@ -183,13 +173,13 @@ int trun_hostfile_load(const char *path, trun_hostfile *out, char *err, size_t e
   memset(out, 0, sizeof(*out));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    hf_errf(err, errlen, "--hostfile %s: cannot open: %s", path, strerror(errno));
+    trun_errf(err, errlen, "--hostfile %s: cannot open: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > TRUN_HOSTFILE_MAX_BYTES) {
-    hf_errf(err, errlen, "--hostfile %s: not a regular file of at most %d bytes", path,
-            TRUN_HOSTFILE_MAX_BYTES);
+    trun_errf(err, errlen, "--hostfile %s: not a regular file of at most %d bytes", path,
+              TRUN_HOSTFILE_MAX_BYTES);
     close(fd);
     return -1;
   }
@@ -203,7 +193,7 @@ int trun_hostfile_load(const char *path, trun_hostfile *out, char *err, size_t e
   }
   close(fd);
   if (!buf) {
-    hf_errf(err, errlen, "--hostfile %s: out of memory", path);
+    trun_errf(err, errlen, "--hostfile %s: out of memory", path);
     return -1;
   }
   int rc = trun_hostfile_parse(path, buf, got, out, err, errlen);
@@ -300,7 +290,8 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
     push_raw(&b, strndup(start, (size_t)(p - start)));
   }
   if (b.n == 0 && !b.oom) {
-    hf_errf(err, errlen, "--rsh is empty: give the remote shell command, e.g. --rsh '%s'", TRUN_RSH_DEFAULT);
+    trun_errf(err, errlen, "--rsh is empty: give the remote shell command, e.g. --rsh '%s'",
+              TRUN_RSH_DEFAULT);
     trun_argv_free(b.v);
     return -1;
   }
@@ -356,7 +347,7 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
     for (int k = 0; k < cl->nscript_args; k++) push_raw(&b, trun_shell_quote(cl->script_args[k]));
   }
   if (b.oom) {
-    hf_errf(err, errlen, "out of memory building the command of host %s", hf->h[i].host);
+    trun_errf(err, errlen, "out of memory building the command of host %s", hf->h[i].host);
     trun_argv_free(b.v);
     return -1;
   }
