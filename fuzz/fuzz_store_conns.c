@@ -286,8 +286,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.max_conn_memory = 64 * 1024;
     o.max_input_total = 256 * 1024;
     o.max_reply = 256 * 1024;
-    o.max_wait_conn = 40 * (TRUN_KV_REG_COST + 4);
-    o.max_wait_total = 100 * (TRUN_KV_REG_COST + 4);
+    o.max_wait_conn = 40 * (TRUN_SERVER_WAIT_REG_COST + 4);
+    o.max_wait_total = 100 * (TRUN_SERVER_WAIT_REG_COST + 4);
     if (cfg & 1) { /* one connection an address, one more on probation: agents evict strangers */
       o.max_conns_per_peer = 1;
       o.peer_reserve = 1;
