@@ -381,10 +381,9 @@ struct launcher {
   size_t worst;     /* node whose code the job ends with (trun_exit_worst) */
   int is_static;
   int signal_seen;
-  const char *rsh0; /* the --rsh program, for messages */
-  uv_signal_t sigchld;
-  uv_signal_t sigs[4];
-  uv_timer_t drain, grace;
+  const char *rsh0;  /* the --rsh program, for messages */
+  trun_super *super; /* reaps the rsh children, catches the stop signals, the static job's grace */
+  uv_timer_t drain;
 };
 
 static const int hf_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -434,8 +433,8 @@ static void hf_forward(launcher *l, int sig, int to_rsh) {
   }
 }
 
-static void hf_on_grace(uv_timer_t *t) {
-  launcher *l = t->data;
+static void hf_on_grace(void *arg) {
+  launcher *l = arg;
   trun_warn(
       "the agent of host %s (node rank %zu) exited %d %d s ago and %zu host(s) still run: sending them "
       "SIGTERM",
@@ -477,28 +476,24 @@ static void hf_node_exited(launcher *l, hf_node *nd, int status) {
                     nd->h->host, l->running);
           hf_forward(l, SIGTERM, 0);
         }
-        uv_timer_start(&l->grace, hf_on_grace, TRUN_HOSTFILE_GRACE_MS, 0);
+        trun_super_grace(l->super, TRUN_HOSTFILE_GRACE_MS);
       }
     }
   }
   hf_maybe_finish(l);
 }
 
-static void hf_on_sigchld(uv_signal_t *h, int signum) {
-  (void)signum;
-  launcher *l = h->data;
-  int status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-    for (size_t i = 0; i < l->n; i++)
-      if (l->nodes[i].pid == pid && l->nodes[i].running) {
-        hf_node_exited(l, &l->nodes[i], status);
-        break;
-      }
+static void hf_on_exit(void *arg, pid_t pid, int status) {
+  launcher *l = arg;
+  for (size_t i = 0; i < l->n; i++)
+    if (l->nodes[i].pid == pid && l->nodes[i].running) {
+      hf_node_exited(l, &l->nodes[i], status);
+      break;
+    }
 }
 
-static void hf_on_signal(uv_signal_t *h, int sig) {
-  launcher *l = h->data;
+static void hf_on_signal(void *arg, int sig) {
+  launcher *l = arg;
   char name[32];
   int again = l->signal_seen != 0;
   trun_warn("%s: forwarding it to the %zu running host(s)%s", trun_signal_name(sig, name, sizeof(name)),
@@ -506,7 +501,7 @@ static void hf_on_signal(uv_signal_t *h, int sig) {
             again ? " again, also to their --rsh processes"
                   : " (a line on each agent's stdin; again: also to --rsh)");
   l->signal_seen = sig;
-  uv_timer_stop(&l->grace);
+  trun_super_grace_stop(l->super);
   hf_forward(l, sig, again);
 }
 
@@ -560,7 +555,7 @@ static int hf_start(launcher *l, size_t i, char **argv, char **envp, int *bad_in
     trun_error("host %s (node rank %zu): cannot start '%s' (--rsh): %s: %s; check --rsh and PATH",
                nd->h->host, i, argv[0], what, strerror(-rc));
     if (nd->pid > 0) {
-      nd->running = 1; /* exited 127: the SIGCHLD handler reaps it */
+      nd->running = 1; /* exited 127: the supervisor reaps it */
       l->running++;
     }
     return -1;
@@ -617,20 +612,18 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
       for (size_t i = 0; i < hf.n; i++)
         l.nodes[i] = (hf_node){.l = &l, .h = &hf.h[i], .rank = i, .in_fd = -1};
       l.rsh0 = argvs[0][0];
-      uv_signal_init(&l.loop, &l.sigchld);
-      l.sigchld.data = &l;
-      uv_signal_start(&l.sigchld, hf_on_sigchld, SIGCHLD);
-      for (int s = 0; s < 4; s++) {
-        uv_signal_init(&l.loop, &l.sigs[s]);
-        l.sigs[s].data = &l;
-        uv_signal_start(&l.sigs[s], hf_on_signal, hf_signals[s]);
-      }
       uv_timer_init(&l.loop, &l.drain);
-      uv_timer_init(&l.loop, &l.grace);
-      l.drain.data = l.grace.data = &l;
-      signal(SIGPIPE, SIG_IGN);
+      l.drain.data = &l;
+      trun_super_opts so = {.on_exit = hf_on_exit,
+                            .on_signal = hf_on_signal,
+                            .on_grace = hf_on_grace,
+                            .arg = &l,
+                            .signals = hf_signals,
+                            .nsignals = 4};
+      int src = trun_super_start(&l.loop, &so, &l.super);
+      if (src < 0) trun_error("cannot watch the hosts' processes and signals: %s", uv_strerror(src));
       trun_info("starting %zu agent(s) from %s with '%s' (master %s)", hf.n, path, rsh, hf_master(cl, &hf));
-      int start_failed = 0, bad_input = 0;
+      int start_failed = src < 0, bad_input = 0;
       for (size_t i = 0; i < hf.n && !start_failed; i++)
         if (hf_start(&l, i, argvs[i], envp, &bad_input) < 0) start_failed = 1;
       if (start_failed) hf_forward(&l, SIGTERM, 1);
@@ -658,10 +651,8 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
         if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);
         if (l.nodes[i].in_fd >= 0) close(l.nodes[i].in_fd);
       }
-      uv_close((uv_handle_t *)&l.sigchld, hf_close_cb);
-      for (int s = 0; s < 4; s++) uv_close((uv_handle_t *)&l.sigs[s], hf_close_cb);
+      trun_super_close(l.super);
       uv_close((uv_handle_t *)&l.drain, hf_close_cb);
-      uv_close((uv_handle_t *)&l.grace, hf_close_cb);
       uv_run(&l.loop, UV_RUN_DEFAULT);
       uv_loop_close(&l.loop);
       free(l.nodes);
