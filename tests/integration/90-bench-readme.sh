@@ -8,8 +8,8 @@
 #  4. tests/tools/check_docs.py: every relative link (and #anchor) of README.md, docs/*.md and the other READMEs
 #     names an existing file and heading; on a scratch tree with a missing file, a missing heading and a link
 #     in a code span, it exits 1 naming exactly the two broken links; docs/testing.md has one row per
-#     tests/integration/NN-name.sh (a scratch tree with a test missing from the table and a row without a
-#     test fails naming both).
+#     tests/integration/NN-name.sh and its unit index one row per tests/unit/test_*.c (a scratch tree with a
+#     test missing from each table and a row without a test fails naming all four).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,14 +46,18 @@ grep -q "^docs/a.md:3: ../README.md#install: no heading with id 'install'" "$tmp
   fail "missing heading not reported"
 [ "$(grep -c '^[a-zA-Z/.]*\.md:[0-9]*: ' "$tmp/links.err")" -eq 2 ] || fail "want exactly 2 broken links reported"
 
-echo "== 5. docs/testing.md lists every integration test"
-mkdir -p "$tmp/rows/docs" "$tmp/rows/tests/integration"
+echo "== 5. docs/testing.md lists every integration test and every unit test"
+mkdir -p "$tmp/rows/docs" "$tmp/rows/tests/integration" "$tmp/rows/tests/unit"
 touch "$tmp/rows/tests/integration/10-a.sh" "$tmp/rows/tests/integration/20-b.sh"
+touch "$tmp/rows/tests/unit/test_a.c" "$tmp/rows/tests/unit/test_b.c"
 printf '# T\n\n| test | what |\n|---|---|\n| `10-a` | a |\n| `30-c` | c |\n' >"$tmp/rows/docs/testing.md"
+printf '\n| test | what |\n|---|---|\n| `test_a.c` | a |\n| `test_c.c` | c |\n' >>"$tmp/rows/docs/testing.md"
 rc=0
 "$py" "$repo/tests/tools/check_docs.py" --root "$tmp/rows" 2>"$tmp/rows.err" || rc=$?
 cat "$tmp/rows.err"
 [ "$rc" -eq 1 ] || fail "check_docs.py on an incomplete test table: exit $rc, want 1"
 grep -q 'tests/integration/20-b.sh has no row' "$tmp/rows.err" || fail "unlisted test not reported"
 grep -q 'row `30-c` names no tests/integration/30-c.sh' "$tmp/rows.err" || fail "stale row not reported"
+grep -q 'tests/unit/test_b.c has no row in the index of unit tests' "$tmp/rows.err" || fail "unlisted unit test not reported"
+grep -q 'row `test_c.c` names no tests/unit/test_c.c' "$tmp/rows.err" || fail "stale unit row not reported"
 echo "PASS"

@@ -3,7 +3,7 @@ docs/*.md and the other READMEs (config/, k8s/, examples/, examples/*/) names a 
 and a #anchor names a heading of that Markdown file (GitHub's ids: lower case, punctuation dropped, spaces to
 hyphens, -1, -2 ... for repeats). Links inside code blocks and code spans are not links. External links
 (http:, https:, mailto:) are not checked. Also: docs/testing.md's table of integration tests has one row per
-tests/integration/NN-name.sh, no more, no less.
+tests/integration/NN-name.sh, and its index of unit tests one row per tests/unit/test_*.c, no more, no less.
 
 Usage: check_docs.py [--root DIR]   (default: the repository this file is in)
 Exit 0 when every link resolves; 1 with one line per broken link, `file:line: target: what is wrong`.
@@ -98,18 +98,31 @@ def test_rows(root):
              for t in sorted(rows - have)])
 
 
+def unit_rows(root):
+    """docs/testing.md's index of unit tests against tests/unit/test_*.c (both ways)."""
+    doc = os.path.join(root, "docs", "testing.md")
+    if not os.path.exists(doc):
+        return []
+    rows = set(re.findall(r"^\| `(test_\w+)\.c` \|", open(doc, encoding="utf-8").read(), re.M))
+    have = {os.path.basename(f)[:-2] for f in glob.glob(os.path.join(root, "tests", "unit", "test_*.c"))}
+    return ([f"docs/testing.md: tests/unit/{t}.c has no row in the index of unit tests; add one"
+             for t in sorted(have - rows)] +
+            [f"docs/testing.md: row `{t}.c` names no tests/unit/{t}.c; remove or rename it"
+             for t in sorted(rows - have)])
+
+
 def main():
     ap = argparse.ArgumentParser(description="Checks the relative links of README.md, docs/ and the other READMEs.")
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     root = os.path.abspath(ap.parse_args().root)
-    errors = check(root) + test_rows(root)
+    errors = check(root) + test_rows(root) + unit_rows(root)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
         sys.exit(f"check_docs.py: {len(errors)} problem(s); fix the target or the link (paths are relative to "
                  "the file that holds the link), or docs/testing.md's table")
     print(f"check_docs.py: every relative link of {len(pages(root))} Markdown files resolves; docs/testing.md lists "
-          "every integration test")
+          "every integration test and every unit test")
 
 
 if __name__ == "__main__":

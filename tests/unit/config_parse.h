@@ -1,6 +1,6 @@
 /* Shared by the Check tests that build a configuration from a command line (test_config.c,
- * test_restart_policy.c): argv "trun" + args (NULL-terminated) with envp, through the launcher's parser and
- * config/config.c. 0, or -1 with the error in err[512]. */
+ * test_worker_env.c, test_restart_policy.c): argv "trun" + args (NULL-terminated) with envp, through the
+ * launcher's parser and config/config.c. 0, or -1 with the error in err[512]. */
 #ifndef TRUN_TESTS_CONFIG_PARSE_H
 #define TRUN_TESTS_CONFIG_PARSE_H
 
