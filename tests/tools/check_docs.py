@@ -85,30 +85,29 @@ def check(root):
     return errors
 
 
-def test_rows(root):
-    """docs/testing.md's integration-test rows against tests/integration/*.sh (both ways)."""
+def rows_vs_files(root, row_re, pattern, strip, table, path):
+    """One table of docs/testing.md against the files it indexes (both ways): row_re's group is the name a
+    row gives, pattern the files (relative to root), strip what a file's base name loses to be that name."""
     doc = os.path.join(root, "docs", "testing.md")
     if not os.path.exists(doc):
         return []
-    rows = set(re.findall(r"^\| `(\d\d-[\w.-]+)` \|", open(doc, encoding="utf-8").read(), re.M))
-    have = {os.path.basename(f)[:-3] for f in glob.glob(os.path.join(root, "tests", "integration", "[0-9][0-9]-*.sh"))}
-    return ([f"docs/testing.md: tests/integration/{t}.sh has no row in the integration tests table; add one"
-             for t in sorted(have - rows)] +
-            [f"docs/testing.md: row `{t}` names no tests/integration/{t}.sh; remove or rename it"
-             for t in sorted(rows - have)])
+    rows = set(re.findall(row_re, open(doc, encoding="utf-8").read(), re.M))
+    names = [os.path.basename(f) for f in glob.glob(os.path.join(root, pattern))]
+    have = {n[:len(n) - strip] for n in names}
+    return ([f"docs/testing.md: {path % t} has no row in {table}; add one" for t in sorted(have - rows)] +
+            [f"docs/testing.md: row `{t}` names no {path % t}; remove or rename it" for t in sorted(rows - have)])
+
+
+def test_rows(root):
+    """docs/testing.md's integration-test rows against tests/integration/*.sh."""
+    return rows_vs_files(root, r"^\| `(\d\d-[\w.-]+)` \|", "tests/integration/[0-9][0-9]-*.sh", 3,
+                         "the integration tests table", "tests/integration/%s.sh")
 
 
 def unit_rows(root):
-    """docs/testing.md's index of unit tests against tests/unit/test_*.c (both ways)."""
-    doc = os.path.join(root, "docs", "testing.md")
-    if not os.path.exists(doc):
-        return []
-    rows = set(re.findall(r"^\| `(test_\w+)\.c` \|", open(doc, encoding="utf-8").read(), re.M))
-    have = {os.path.basename(f)[:-2] for f in glob.glob(os.path.join(root, "tests", "unit", "test_*.c"))}
-    return ([f"docs/testing.md: tests/unit/{t}.c has no row in the index of unit tests; add one"
-             for t in sorted(have - rows)] +
-            [f"docs/testing.md: row `{t}.c` names no tests/unit/{t}.c; remove or rename it"
-             for t in sorted(rows - have)])
+    """docs/testing.md's index of unit tests against tests/unit/test_*.c."""
+    return rows_vs_files(root, r"^\| `(test_\w+\.c)` \|", "tests/unit/test_*.c", 0, "the index of unit tests",
+                         "tests/unit/%s")
 
 
 def main():

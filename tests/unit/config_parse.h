@@ -18,4 +18,12 @@ static inline int parse(trun_config *cfg, char *err, const char *const *args, ch
   return trun_config_from_settings(&cl, envp, cfg, err, 512);
 }
 
+/* parse() that must succeed (fails the test with the error otherwise). */
+#define PARSE_OK(cfg, ...)                                                \
+  do {                                                                    \
+    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
+    char e_[512] = "";                                                    \
+    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
+  } while (0)
+
 #endif

@@ -14,13 +14,6 @@
 #include "rdzv.h"
 #include "store_acl.h"
 
-#define PARSE_OK(cfg, ...)                                                \
-  do {                                                                    \
-    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
-    char e_[512] = "";                                                    \
-    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
-  } while (0)
-
 static void parse_err(const char *want, char **envp, const char *const *args) {
   trun_config cfg;
   char err[512] = "";

@@ -10,14 +10,8 @@
 #include "base/base.h"
 #include "config_parse.h"
 #include "rdzv.h"
+#include "unit.h"
 #include "worker_env.h"
-
-#define PARSE_OK(cfg, ...)                                                \
-  do {                                                                    \
-    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
-    char e_[512] = "";                                                    \
-    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
-  } while (0)
 
 /* ---- worker argv and environment ------------------------------------------------------------------ */
 
@@ -161,7 +155,7 @@ START_TEST(env_python) {
 }
 END_TEST
 
-int main(void) {
+static Suite *worker_env_suite(void) {
   Suite *s = suite_create("worker_env");
   TCase *tc = tcase_create("worker_env");
   tcase_add_test(tc, worker_environment);
@@ -169,9 +163,7 @@ int main(void) {
   tcase_add_test(tc, worker_argv);
   tcase_add_test(tc, env_python);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return s;
 }
+
+int main(void) { return unit_run(worker_env_suite()); }
