@@ -17,8 +17,8 @@
 #include "report.h"
 #include "spawn.h"
 #include "strays.h"
-#include "super.h"
 #include "strv.h"
+#include "super.h"
 #include "warm.h"
 #include "watchdog.h"
 
