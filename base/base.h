@@ -1,7 +1,8 @@
 /* base: what every module of trun shares and nothing of trun's needs to know about: one-line diagnostics
  * (log.h), growable byte buffers and a small PRNG (buf.h), closing a child's inherited descriptors on any
  * glibc (closefrom.h), one clock (clock.h: monotonic for intervals and deadlines, wall for timestamps),
- * the lookup of a variable in an environment vector (env.h), the exit code table of every program (exit.h)
+ * the lookup of a variable in an environment vector (env.h), the string builder of fixed buffers and error
+ * messages (str.h), the exit code table of every program (exit.h)
  * and a bounded pickle reader / writer with base64 (pickle.h: torchelastic's c10d state in rdzv, torch's
  * flight-recorder dumps in hang).
  * May use: nothing of trun's (libc only). Every other module and program may use it. */
@@ -15,5 +16,6 @@
 #include "exit.h"
 #include "log.h"
 #include "pickle.h"
+#include "str.h"
 
 #endif

@@ -43,6 +43,7 @@
 #include "fuzz_check.h"
 #include "log.h"
 #include "server.h"
+#include "server_int.h" /* the key space behind the server, for the invariants */
 
 #define NCONN 4
 #define FUZZ_TOKEN "fuzz-job-agent-token-0123"
@@ -77,7 +78,7 @@ static void on_gone(void *arg, trun_server *s, trun_slice key, trun_slice value,
   (void)arg;
   (void)value;
   (void)peer;
-  trun_kv_set(trun_server_kv(s), (trun_slice){(const uint8_t *)"/end", 4}, key);
+  trun_kv_set(s->kv, (trun_slice){(const uint8_t *)"/end", 4}, key);
 }
 
 static void spin(void) {
@@ -286,8 +287,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.max_conn_memory = 64 * 1024;
     o.max_input_total = 256 * 1024;
     o.max_reply = 256 * 1024;
-    o.max_wait_conn = 40 * (TRUN_KV_REG_COST + 4);
-    o.max_wait_total = 100 * (TRUN_KV_REG_COST + 4);
+    o.max_wait_conn = 40 * (TRUN_SERVER_WAIT_REG_COST + 4);
+    o.max_wait_total = 100 * (TRUN_SERVER_WAIT_REG_COST + 4);
     if (cfg & 1) { /* one connection an address, one more on probation: agents evict strangers */
       o.max_conns_per_peer = 1;
       o.peer_reserve = 1;
@@ -321,7 +322,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(st.connections == 0); /* every reset was noticed, whatever the connection was doing */
   CHECK(st.waiting == 0);
   CHECK(st.wait_bytes == 0); /* every registration given back, budgets included */
-  CHECK(trun_kv_num_regs(trun_server_kv(s)) == 0);
+  CHECK(trun_kv_num_regs(s->kv) == 0);
   /* The server still answers: a V2 handshake and a PING. */
   int fd = dial(trun_server_port(s), 1);
   CHECK(fd >= 0);

@@ -7,7 +7,6 @@
 #include "cli.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,23 +25,6 @@ static const char trun_flag_on[] = "1";
 #define OPT(id) (trun_opt_desc_of((trun_opt_id)(id)))
 
 /* ---- errors ----------------------------------------------------------------------------------------- */
-
-static void trun_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void trun_errf(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-/* Appends to err (kept NUL-terminated, truncated when full). */
-static void trun_errcat(char *err, size_t errlen, const char *s) {
-  if (!err || errlen == 0) return;
-  size_t n = strlen(err);
-  if (n + 1 >= errlen) return;
-  snprintf(err + n, errlen - n, "%s", s);
-}
 
 /* "--nproc-per-node/--nproc_per_node" or "-r/--redirects": argparse's name for an option in errors. */
 static void trun_opt_argname(int id, char *buf, size_t len) {
@@ -99,9 +81,7 @@ static void trun_err_ambiguous(const char *word, size_t len, char *err, size_t e
     for (int k = 0; k < 2; k++) {
       const char *s = trun_spelling(id, k);
       if (!s || strncmp(s, word, len) != 0) continue;
-      trun_errcat(err, errlen, sep);
-      trun_errcat(err, errlen, "--");
-      trun_errcat(err, errlen, s);
+      trun_catf(err, errlen, "%s--%s", sep, s);
       sep = ", ";
     }
   }

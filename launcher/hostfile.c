@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,15 +29,6 @@
 #define TRUN_RSH_UNREACHABLE 255
 /* After every child is reaped: how long output still held open by a leftover process is read. */
 #define TRUN_HOSTFILE_DRAIN_MS 2000
-
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- the hostfile ----------------------------------------------------------------------------------- */
 
@@ -86,8 +76,8 @@ static int parse_line(const char *path, int lineno, const char *s, size_t n, tru
     size_t start = i;
     while (i < n && !isspace((unsigned char)s[i])) i++;
     if (nt == 2) {
-      hf_errf(err, errlen, "%s:%d: unexpected '%.*s': a line is 'host' or 'host slots=N'", path, lineno,
-              (int)(i - start), s + start);
+      trun_errf(err, errlen, "%s:%d: unexpected '%.*s': a line is 'host' or 'host slots=N'", path, lineno,
+                (int)(i - start), s + start);
       return -1;
     }
     tok[nt] = s + start;
@@ -98,27 +88,27 @@ static int parse_line(const char *path, int lineno, const char *s, size_t n, tru
   h->line = lineno;
   if (nt == 0) return 0;
   if (!host_ok(tok[0], len[0])) {
-    hf_errf(err, errlen,
-            "%s:%d: '%.*s' is not a host name (letters, digits, '.', '-', '_', ':', '@', '[', ']'; at most "
-            "255 characters; not starting with '-')",
-            path, lineno, (int)(len[0] > 80 ? 80 : len[0]), tok[0]);
+    trun_errf(err, errlen,
+              "%s:%d: '%.*s' is not a host name (letters, digits, '.', '-', '_', ':', '@', '[', ']'; at most "
+              "255 characters; not starting with '-')",
+              path, lineno, (int)(len[0] > 80 ? 80 : len[0]), tok[0]);
     return -1;
   }
   if (nt == 2) {
     if (len[1] < 6 || strncmp(tok[1], "slots=", 6) != 0) {
-      hf_errf(err, errlen, "%s:%d: unexpected '%.*s' after the host: a line is 'host' or 'host slots=N'",
-              path, lineno, (int)(len[1] > 80 ? 80 : len[1]), tok[1]);
+      trun_errf(err, errlen, "%s:%d: unexpected '%.*s' after the host: a line is 'host' or 'host slots=N'",
+                path, lineno, (int)(len[1] > 80 ? 80 : len[1]), tok[1]);
       return -1;
     }
     if (parse_slots(tok[1] + 6, len[1] - 6, &h->slots) < 0) {
-      hf_errf(err, errlen, "%s:%d: slots must be an integer from 1 to %d, got '%.*s'", path, lineno,
-              TRUN_MAX_LOCAL, (int)(len[1] - 6 > 40 ? 40 : len[1] - 6), tok[1] + 6);
+      trun_errf(err, errlen, "%s:%d: slots must be an integer from 1 to %d, got '%.*s'", path, lineno,
+                TRUN_MAX_LOCAL, (int)(len[1] - 6 > 40 ? 40 : len[1] - 6), tok[1] + 6);
       return -1;
     }
   }
   h->host = strndup(tok[0], len[0]);
   if (!h->host) {
-    hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+    trun_errf(err, errlen, "%s:%d: out of memory", path, lineno);
     return -1;
   }
   return 0;
@@ -128,7 +118,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
                         size_t errlen) {
   memset(out, 0, sizeof(*out));
   if (memchr(text, '\0', len)) {
-    hf_errf(err, errlen, "%s: contains a NUL byte: not a hostfile", path);
+    trun_errf(err, errlen, "%s: contains a NUL byte: not a hostfile", path);
     return -1;
   }
   size_t cap = 0;
@@ -145,14 +135,14 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
     if (!h.host) continue;
     for (size_t i = 0; i < out->n; i++)
       if (strcmp(out->h[i].host, h.host) == 0) {
-        hf_errf(err, errlen,
-                "%s:%d: host '%s' is already on line %d (one line per host; slots=N sets its workers)", path,
-                lineno, h.host, out->h[i].line);
+        trun_errf(err, errlen,
+                  "%s:%d: host '%s' is already on line %d (one line per host; slots=N sets its workers)",
+                  path, lineno, h.host, out->h[i].line);
         free(h.host);
         goto fail;
       }
     if (out->n == TRUN_HOSTFILE_MAX_HOSTS) {
-      hf_errf(err, errlen, "%s:%d: more than %d hosts", path, lineno, TRUN_HOSTFILE_MAX_HOSTS);
+      trun_errf(err, errlen, "%s:%d: more than %d hosts", path, lineno, TRUN_HOSTFILE_MAX_HOSTS);
       free(h.host);
       goto fail;
     }
@@ -160,7 +150,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
       size_t ncap = cap ? cap * 2 : 16;
       trun_host *nh = realloc(out->h, ncap * sizeof(*nh));
       if (!nh) {
-        hf_errf(err, errlen, "%s:%d: out of memory", path, lineno);
+        trun_errf(err, errlen, "%s:%d: out of memory", path, lineno);
         free(h.host);
         goto fail;
       }
@@ -170,7 +160,7 @@ int trun_hostfile_parse(const char *path, const char *text, size_t len, trun_hos
     out->h[out->n++] = h;
   }
   if (out->n == 0) {
-    hf_errf(err, errlen, "%s: no hosts (one 'host [slots=N]' per line)", path);
+    trun_errf(err, errlen, "%s: no hosts (one 'host [slots=N]' per line)", path);
     return -1;
   }
   return 0;
@@ -183,13 +173,13 @@ int trun_hostfile_load(const char *path, trun_hostfile *out, char *err, size_t e
   memset(out, 0, sizeof(*out));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    hf_errf(err, errlen, "--hostfile %s: cannot open: %s", path, strerror(errno));
+    trun_errf(err, errlen, "--hostfile %s: cannot open: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > TRUN_HOSTFILE_MAX_BYTES) {
-    hf_errf(err, errlen, "--hostfile %s: not a regular file of at most %d bytes", path,
-            TRUN_HOSTFILE_MAX_BYTES);
+    trun_errf(err, errlen, "--hostfile %s: not a regular file of at most %d bytes", path,
+              TRUN_HOSTFILE_MAX_BYTES);
     close(fd);
     return -1;
   }
@@ -203,7 +193,7 @@ int trun_hostfile_load(const char *path, trun_hostfile *out, char *err, size_t e
   }
   close(fd);
   if (!buf) {
-    hf_errf(err, errlen, "--hostfile %s: out of memory", path);
+    trun_errf(err, errlen, "--hostfile %s: out of memory", path);
     return -1;
   }
   int rc = trun_hostfile_parse(path, buf, got, out, err, errlen);
@@ -300,7 +290,8 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
     push_raw(&b, strndup(start, (size_t)(p - start)));
   }
   if (b.n == 0 && !b.oom) {
-    hf_errf(err, errlen, "--rsh is empty: give the remote shell command, e.g. --rsh '%s'", TRUN_RSH_DEFAULT);
+    trun_errf(err, errlen, "--rsh is empty: give the remote shell command, e.g. --rsh '%s'",
+              TRUN_RSH_DEFAULT);
     trun_argv_free(b.v);
     return -1;
   }
@@ -356,7 +347,7 @@ int trun_hostfile_argv(const trun_settings *cl, const trun_config *cfg, const tr
     for (int k = 0; k < cl->nscript_args; k++) push_raw(&b, trun_shell_quote(cl->script_args[k]));
   }
   if (b.oom) {
-    hf_errf(err, errlen, "out of memory building the command of host %s", hf->h[i].host);
+    trun_errf(err, errlen, "out of memory building the command of host %s", hf->h[i].host);
     trun_argv_free(b.v);
     return -1;
   }
@@ -390,10 +381,9 @@ struct launcher {
   size_t worst;     /* node whose code the job ends with (trun_exit_worst) */
   int is_static;
   int signal_seen;
-  const char *rsh0; /* the --rsh program, for messages */
-  uv_signal_t sigchld;
-  uv_signal_t sigs[4];
-  uv_timer_t drain, grace;
+  const char *rsh0;  /* the --rsh program, for messages */
+  trun_super *super; /* reaps the rsh children, catches the stop signals, the static job's grace */
+  uv_timer_t drain;
 };
 
 static const int hf_signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -443,8 +433,8 @@ static void hf_forward(launcher *l, int sig, int to_rsh) {
   }
 }
 
-static void hf_on_grace(uv_timer_t *t) {
-  launcher *l = t->data;
+static void hf_on_grace(void *arg) {
+  launcher *l = arg;
   trun_warn(
       "the agent of host %s (node rank %zu) exited %d %d s ago and %zu host(s) still run: sending them "
       "SIGTERM",
@@ -486,28 +476,24 @@ static void hf_node_exited(launcher *l, hf_node *nd, int status) {
                     nd->h->host, l->running);
           hf_forward(l, SIGTERM, 0);
         }
-        uv_timer_start(&l->grace, hf_on_grace, TRUN_HOSTFILE_GRACE_MS, 0);
+        trun_super_grace(l->super, TRUN_HOSTFILE_GRACE_MS);
       }
     }
   }
   hf_maybe_finish(l);
 }
 
-static void hf_on_sigchld(uv_signal_t *h, int signum) {
-  (void)signum;
-  launcher *l = h->data;
-  int status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-    for (size_t i = 0; i < l->n; i++)
-      if (l->nodes[i].pid == pid && l->nodes[i].running) {
-        hf_node_exited(l, &l->nodes[i], status);
-        break;
-      }
+static void hf_on_exit(void *arg, pid_t pid, int status) {
+  launcher *l = arg;
+  for (size_t i = 0; i < l->n; i++)
+    if (l->nodes[i].pid == pid && l->nodes[i].running) {
+      hf_node_exited(l, &l->nodes[i], status);
+      break;
+    }
 }
 
-static void hf_on_signal(uv_signal_t *h, int sig) {
-  launcher *l = h->data;
+static void hf_on_signal(void *arg, int sig) {
+  launcher *l = arg;
   char name[32];
   int again = l->signal_seen != 0;
   trun_warn("%s: forwarding it to the %zu running host(s)%s", trun_signal_name(sig, name, sizeof(name)),
@@ -515,7 +501,7 @@ static void hf_on_signal(uv_signal_t *h, int sig) {
             again ? " again, also to their --rsh processes"
                   : " (a line on each agent's stdin; again: also to --rsh)");
   l->signal_seen = sig;
-  uv_timer_stop(&l->grace);
+  trun_super_grace_stop(l->super);
   hf_forward(l, sig, again);
 }
 
@@ -569,7 +555,7 @@ static int hf_start(launcher *l, size_t i, char **argv, char **envp, int *bad_in
     trun_error("host %s (node rank %zu): cannot start '%s' (--rsh): %s: %s; check --rsh and PATH",
                nd->h->host, i, argv[0], what, strerror(-rc));
     if (nd->pid > 0) {
-      nd->running = 1; /* exited 127: the SIGCHLD handler reaps it */
+      nd->running = 1; /* exited 127: the supervisor reaps it */
       l->running++;
     }
     return -1;
@@ -626,20 +612,18 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
       for (size_t i = 0; i < hf.n; i++)
         l.nodes[i] = (hf_node){.l = &l, .h = &hf.h[i], .rank = i, .in_fd = -1};
       l.rsh0 = argvs[0][0];
-      uv_signal_init(&l.loop, &l.sigchld);
-      l.sigchld.data = &l;
-      uv_signal_start(&l.sigchld, hf_on_sigchld, SIGCHLD);
-      for (int s = 0; s < 4; s++) {
-        uv_signal_init(&l.loop, &l.sigs[s]);
-        l.sigs[s].data = &l;
-        uv_signal_start(&l.sigs[s], hf_on_signal, hf_signals[s]);
-      }
       uv_timer_init(&l.loop, &l.drain);
-      uv_timer_init(&l.loop, &l.grace);
-      l.drain.data = l.grace.data = &l;
-      signal(SIGPIPE, SIG_IGN);
+      l.drain.data = &l;
+      trun_super_opts so = {.on_exit = hf_on_exit,
+                            .on_signal = hf_on_signal,
+                            .on_grace = hf_on_grace,
+                            .arg = &l,
+                            .signals = hf_signals,
+                            .nsignals = 4};
+      int src = trun_super_start(&l.loop, &so, &l.super);
+      if (src < 0) trun_error("cannot watch the hosts' processes and signals: %s", uv_strerror(src));
       trun_info("starting %zu agent(s) from %s with '%s' (master %s)", hf.n, path, rsh, hf_master(cl, &hf));
-      int start_failed = 0, bad_input = 0;
+      int start_failed = src < 0, bad_input = 0;
       for (size_t i = 0; i < hf.n && !start_failed; i++)
         if (hf_start(&l, i, argvs[i], envp, &bad_input) < 0) start_failed = 1;
       if (start_failed) hf_forward(&l, SIGTERM, 1);
@@ -667,10 +651,8 @@ int trun_hostfile_launch(const trun_settings *cl, const trun_config *cfg, char *
         if (l.nodes[i].err) trun_stream_close(l.nodes[i].err);
         if (l.nodes[i].in_fd >= 0) close(l.nodes[i].in_fd);
       }
-      uv_close((uv_handle_t *)&l.sigchld, hf_close_cb);
-      for (int s = 0; s < 4; s++) uv_close((uv_handle_t *)&l.sigs[s], hf_close_cb);
+      trun_super_close(l.super);
       uv_close((uv_handle_t *)&l.drain, hf_close_cb);
-      uv_close((uv_handle_t *)&l.grace, hf_close_cb);
       uv_run(&l.loop, UV_RUN_DEFAULT);
       uv_loop_close(&l.loop);
       free(l.nodes);

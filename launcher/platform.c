@@ -14,17 +14,6 @@
 
 #define TRUN_HOSTLIST_MAX 100000
 
-static int trun_perr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int trun_perr(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
 /* A decimal integer in [lo, hi] with nothing around it. */
 static int trun_pint(const char *s, long lo, long hi, long *out) {
   if (!s || !isdigit((unsigned char)s[0])) return -1;
@@ -69,25 +58,25 @@ static int trun_expand_item(const char *item, size_t len, char *prefix, size_t p
   const char *open = memchr(item, '[', len);
   const char *close = memchr(item, ']', len);
   if (!open) {
-    if (close) return trun_perr(err, errlen, "unbalanced ']' in '%.*s'", (int)len, item);
-    if (plen + len >= pcap) return trun_perr(err, errlen, "host name too long in '%.*s'", (int)len, item);
+    if (close) return trun_errf(err, errlen, "unbalanced ']' in '%.*s'", (int)len, item);
+    if (plen + len >= pcap) return trun_errf(err, errlen, "host name too long in '%.*s'", (int)len, item);
     memcpy(prefix + plen, item, len);
     if (trun_hosts_add(h, prefix, plen + len) < 0)
-      return trun_perr(err, errlen, "more than %d hosts, or out of memory", TRUN_HOSTLIST_MAX);
+      return trun_errf(err, errlen, "more than %d hosts, or out of memory", TRUN_HOSTLIST_MAX);
     return 0;
   }
   size_t lit = (size_t)(open - item);
   close = memchr(open, ']', len - lit);
-  if (!close) return trun_perr(err, errlen, "missing ']' in '%.*s'", (int)len, item);
+  if (!close) return trun_errf(err, errlen, "missing ']' in '%.*s'", (int)len, item);
   if (close && memchr(open + 1, '[', (size_t)(close - open - 1)))
-    return trun_perr(err, errlen, "nested '[' in '%.*s'", (int)len, item);
-  if (plen + lit >= pcap) return trun_perr(err, errlen, "host name too long in '%.*s'", (int)len, item);
+    return trun_errf(err, errlen, "nested '[' in '%.*s'", (int)len, item);
+  if (plen + lit >= pcap) return trun_errf(err, errlen, "host name too long in '%.*s'", (int)len, item);
   memcpy(prefix + plen, item, lit);
   size_t base = plen + lit;
   const char *rest = close + 1;
   size_t restlen = len - (size_t)(rest - item);
   const char *r = open + 1;
-  if (r == close) return trun_perr(err, errlen, "empty range '[]' in '%.*s'", (int)len, item);
+  if (r == close) return trun_errf(err, errlen, "empty range '[]' in '%.*s'", (int)len, item);
   while (r < close) {
     const char *comma = memchr(r, ',', (size_t)(close - r));
     const char *end = comma ? comma : close;
@@ -97,31 +86,31 @@ static int trun_expand_item(const char *item, size_t len, char *prefix, size_t p
     long lo, hi;
     char num[24];
     if (width == 0 || width >= sizeof(num) || (dash && (end - dash - 1 <= 0 || end - dash - 1 >= 24)))
-      return trun_perr(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
+      return trun_errf(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
     memcpy(num, r, width);
     num[width] = '\0';
     if (trun_pint(num, 0, 999999999, &lo) < 0)
-      return trun_perr(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
+      return trun_errf(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
     hi = lo;
     if (dash) {
       size_t hl = (size_t)(end - dash - 1);
       memcpy(num, dash + 1, hl);
       num[hl] = '\0';
       if (trun_pint(num, 0, 999999999, &hi) < 0 || hi < lo)
-        return trun_perr(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
+        return trun_errf(err, errlen, "bad range '%.*s' in '%.*s'", (int)(end - r), r, (int)len, item);
     }
     if (hi - lo >= TRUN_HOSTLIST_MAX)
-      return trun_perr(err, errlen, "range '%.*s' has more than %d hosts", (int)(end - r), r,
+      return trun_errf(err, errlen, "range '%.*s' has more than %d hosts", (int)(end - r), r,
                        TRUN_HOSTLIST_MAX);
     for (long x = lo; x <= hi; x++) {
       int w = snprintf(num, sizeof(num), "%0*ld", (int)width, x);
       if (base + (size_t)w >= pcap)
-        return trun_perr(err, errlen, "host name too long in '%.*s'", (int)len, item);
+        return trun_errf(err, errlen, "host name too long in '%.*s'", (int)len, item);
       memcpy(prefix + base, num, (size_t)w);
       if (trun_expand_item(rest, restlen, prefix, base + (size_t)w, pcap, h, err, errlen) < 0) return -1;
     }
     r = comma ? comma + 1 : close;
-    if (comma && r == close) return trun_perr(err, errlen, "empty range after ',' in '%.*s'", (int)len, item);
+    if (comma && r == close) return trun_errf(err, errlen, "empty range after ',' in '%.*s'", (int)len, item);
   }
   return 0;
 }
@@ -140,19 +129,19 @@ int trun_hostlist_expand(const char *list, char ***hosts, int *n, char *err, siz
       if (*e == ']') depth--;
     }
     if (e == p || trun_expand_item(p, (size_t)(e - p), prefix, 0, sizeof(prefix), &h, err, errlen) < 0) {
-      if (e == p) trun_perr(err, errlen, "empty host name in '%s'", list);
+      if (e == p) trun_errf(err, errlen, "empty host name in '%s'", list);
       trun_hostlist_free(h.v, h.n);
       return -1;
     }
     p = *e ? e + 1 : e;
     if (*e && !*p) {
       trun_hostlist_free(h.v, h.n);
-      return trun_perr(err, errlen, "empty host name in '%s'", list);
+      return trun_errf(err, errlen, "empty host name in '%s'", list);
     }
   }
   if (h.n == 0) {
     trun_hostlist_free(h.v, h.n);
-    return trun_perr(err, errlen, "no hosts in '%s'", list);
+    return trun_errf(err, errlen, "no hosts in '%s'", list);
   }
   *hosts = h.v;
   *n = h.n;
@@ -177,14 +166,10 @@ static int trun_pset(trun_platform *p, trun_opt_id id, const char *why, const ch
 
 static void trun_pnote(trun_platform *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void trun_pnote(trun_platform *p, const char *fmt, ...) {
-  size_t n = strlen(p->note);
-  if (n && n + 2 < sizeof(p->note)) {
-    memcpy(p->note + n, "; ", 3);
-    n += 2;
-  }
+  if (p->note[0]) trun_catf(p->note, sizeof(p->note), "; ");
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(p->note + n, sizeof(p->note) - n, fmt, ap);
+  trun_vcatf(p->note, sizeof(p->note), fmt, ap);
   va_end(ap);
 }
 
@@ -220,7 +205,7 @@ typedef struct {
 static int trun_need_int(trun_pctx *c, const char *var, long lo, long hi, long *out) {
   const char *s = ENV(var);
   if (trun_pint(s, lo, hi, out) < 0)
-    return trun_perr(c->err, c->errlen,
+    return trun_errf(c->err, c->errlen,
                      "%s='%s' is not an integer from %ld to %ld (set TRUN_PLATFORM=none to "
                      "skip platform detection)",
                      var, s ? s : "", lo, hi);
@@ -229,7 +214,7 @@ static int trun_need_int(trun_pctx *c, const char *var, long lo, long hi, long *
 
 static int trun_missing(trun_pctx *c, const char *platform, const char *vars) {
   if (!c->forced) return 0;
-  return trun_perr(c->err, c->errlen, "TRUN_PLATFORM=%s but the environment lacks %s", platform, vars);
+  return trun_errf(c->err, c->errlen, "TRUN_PLATFORM=%s but the environment lacks %s", platform, vars);
 }
 
 /* Entries of a comma-separated list ("0,1,3": 3); 0 for NULL or "". */
@@ -262,7 +247,7 @@ static int trun_detect_slurm(trun_pctx *c, trun_platform *p) {
   int nh;
   char why[256];
   if (trun_hostlist_expand(ENV(list_var), &hosts, &nh, why, sizeof(why)) < 0)
-    return trun_perr(c->err, c->errlen, "%s='%s': %s (set TRUN_PLATFORM=none to skip platform detection)",
+    return trun_errf(c->err, c->errlen, "%s='%s': %s (set TRUN_PLATFORM=none to skip platform detection)",
                      list_var, ENV(list_var), why);
   const char *master_why = !strcmp(list_var, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST, first host"
                            : !strcmp(list_var, "SLURM_NODELIST")    ? "SLURM_NODELIST, first host"
@@ -286,7 +271,7 @@ static int trun_detect_slurm(trun_pctx *c, trun_platform *p) {
     /* One agent for the allocation (started by the batch script): its tasks per node are the workers. In
      * a step each task is an agent, so the count says nothing about workers. */
     rc |= trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "SLURM_NTASKS_PER_NODE", "%ld", v);
-  return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
+  return rc ? trun_errf(c->err, c->errlen, "out of memory") : 1;
 }
 
 static int trun_detect_trainer_v2(trun_pctx *c, trun_platform *p) {
@@ -297,7 +282,7 @@ static int trun_detect_trainer_v2(trun_pctx *c, trun_platform *p) {
   p->name = "kubeflow-trainer-v2";
   /* PET_* are read as environment settings (they beat a config file); the torch plugin means nproc auto. */
   if (!ENV("PET_NPROC_PER_NODE") && trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "Trainer v2 default", "auto") < 0)
-    return trun_perr(c->err, c->errlen, "out of memory");
+    return trun_errf(c->err, c->errlen, "out of memory");
   return 1;
 }
 
@@ -322,7 +307,7 @@ static int trun_detect_pytorchjob_v1(trun_pctx *c, trun_platform *p) {
   rc |= trun_pset(p, TRUN_OPT_NODE_RANK, "RANK (the pod's index: a node rank)", "%ld", rank);
   rc |= trun_pset(p, TRUN_OPT_MASTER_ADDR, "MASTER_ADDR", "%s", ENV("MASTER_ADDR"));
   rc |= trun_pset(p, TRUN_OPT_MASTER_PORT, "MASTER_PORT", "%ld", port);
-  return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
+  return rc ? trun_errf(c->err, c->errlen, "out of memory") : 1;
 }
 
 static int trun_detect_indexed(trun_pctx *c, trun_platform *p, const char *which) {
@@ -332,7 +317,7 @@ static int trun_detect_indexed(trun_pctx *c, trun_platform *p, const char *which
   long index;
   if (trun_need_int(c, "JOB_COMPLETION_INDEX", 0, 100000000, &index) < 0) return -1;
   if (trun_pset(p, TRUN_OPT_NODE_RANK, "JOB_COMPLETION_INDEX", "%ld", index) < 0)
-    return trun_perr(c->err, c->errlen, "out of memory");
+    return trun_errf(c->err, c->errlen, "out of memory");
   /* The pod's hostname is <job>-<index> (a JobSet's Job is <jobset>-<replicated job>-<job index>); index 0
    * is <job>-0, reachable as <job>-0.<subdomain> through the headless Service named by spec.subdomain. */
   const char *host = c->host && c->host->hostname ? c->host->hostname : "";
@@ -377,7 +362,7 @@ static int trun_detect_indexed(trun_pctx *c, trun_platform *p, const char *which
     trun_pnote(p,
                "the node count is not in an Indexed Job's environment: set --nnodes, PET_NNODES or nnodes: "
                "in the config file");
-  return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
+  return rc ? trun_errf(c->err, c->errlen, "out of memory") : 1;
 }
 
 /* A JobSet's pods are an Indexed Job's, with the JobSet's name in JOBSET_NAME (from its label, through the
@@ -404,7 +389,7 @@ static int trun_detect_mpi(trun_pctx *c, trun_platform *p) {
   p->name = "mpi-operator";
   FILE *f = fopen(path, "r");
   if (!f)
-    return trun_perr(c->err, c->errlen, "cannot read the MPI hostfile %s (from %s): %s", path, var,
+    return trun_errf(c->err, c->errlen, "cannot read the MPI hostfile %s (from %s): %s", path, var,
                      strerror(errno));
   char line[1024], first[512] = "";
   long n = 0, rank = -1, slots = -1;
@@ -434,7 +419,7 @@ static int trun_detect_mpi(trun_pctx *c, trun_platform *p) {
     n++;
   }
   fclose(f);
-  if (n == 0) return trun_perr(c->err, c->errlen, "the MPI hostfile %s (from %s) lists no hosts", path, var);
+  if (n == 0) return trun_errf(c->err, c->errlen, "the MPI hostfile %s (from %s) lists no hosts", path, var);
   int rc = trun_pset(p, TRUN_OPT_NNODES, "MPI hostfile lines", "%ld", n);
   rc |= trun_pset(p, TRUN_OPT_MASTER_ADDR, "MPI hostfile, first host", "%s", first);
   long wr, ws;
@@ -447,7 +432,7 @@ static int trun_detect_mpi(trun_pctx *c, trun_platform *p) {
     trun_pnote(p, "host '%s' is not in %s: set --node-rank", host, path);
   if (same_slots && slots > 0)
     rc |= trun_pset(p, TRUN_OPT_NPROC_PER_NODE, "MPI hostfile slots", "%ld", slots);
-  return rc ? trun_perr(c->err, c->errlen, "out of memory") : 1;
+  return rc ? trun_errf(c->err, c->errlen, "out of memory") : 1;
 }
 
 static const struct {
@@ -483,7 +468,7 @@ int trun_platform_detect(char **envp, const trun_platform_host *host, trun_platf
     trun_platform_free(out); /* a detector that declined leaves nothing behind */
   }
   if (!any) {
-    trun_perr(err, errlen, "TRUN_PLATFORM='%s' is not one of auto, none", want);
+    trun_errf(err, errlen, "TRUN_PLATFORM='%s' is not one of auto, none", want);
     for (size_t i = 0; i < TRUN_NDETECTORS; i++) {
       size_t n = strlen(err);
       snprintf(err + n, errlen > n ? errlen - n : 0, ", %s", trun_detectors[i].name);

@@ -12,7 +12,14 @@ tools/) may use every module. base/ is the bottom: any module may name it, and i
   - a quoted include that names no file of the tree is an error.
 The "May use" lines must form no circle. Tests, fuzz targets and benches are not checked: they drive
 modules from outside and may include their private headers.
-Usage: scripts/check-layers.py [--root DIR] [--graph]   (--graph prints each module and what it uses).
+With --doc FILE (docs/architecture.md; `make layers` and test 05 pass it) the document must agree with the
+code, so that it cannot drift: its module table ("| module | folder | its job | may use |") has one row per
+module and program, each module's folder and "may use" cell name what its header's line says (the programs'
+say "every module"), and each row uses only rows below it; and the fenced block after the line
+"<!-- layers: check-layers.py --graph -->" is the layer drawing --graph prints (each module one layer above
+the highest it may use).
+Usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE]   (--graph prints each module and what it
+uses, then the layers).
 Exit codes: 0 the shape holds, 1 a rule is broken (every breach on stderr), 2 bad usage."""
 import os
 import re
@@ -108,8 +115,89 @@ def code_files(root):
                     yield rel + "/" + f
 
 
+def layers(uses):
+    """The layer drawing: the programs on top, then each module one layer above the highest it may use."""
+    level = {}
+
+    def lv(n, seen=()):
+        if n not in level:
+            level[n] = 0 if n in seen else 1 + max([lv(m, seen + (n,)) for m in uses.get(n, ())] or [-1])
+        return level[n]
+
+    for n in MODULES:
+        lv(n)
+    top = max(level.values() or [0]) + 1
+    rows = ["layer %d  %s  (programs: may use every module)" % (top, "  ".join(sorted(PROGRAMS)))]
+    for k in range(top - 1, -1, -1):
+        rows.append("layer %d  %s" % (k, "  ".join(sorted(n for n in level if level[n] == k))))
+    return rows
+
+
+DOC_MARK = "<!-- layers: check-layers.py --graph -->"
+
+
+def check_doc(path, uses, errors):
+    """The module table and the layer drawing of the architecture document against the code."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        errors.append("%s: cannot read: %s" % (path, e.strerror))
+        return
+    doc = os.path.basename(path)
+    lines = text.split("\n")
+    head = next((i for i, l in enumerate(lines) if re.match(r"\|\s*module\s*\|\s*folder\s*\|", l)), None)
+    if head is None:
+        errors.append("%s: no module table (| module | folder | its job | may use |)" % doc)
+        return
+    order, i = [], head + 2
+    while i < len(lines) and lines[i].startswith("|"):
+        cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
+        i += 1
+        if len(cells) < 4:
+            errors.append("%s:%d: a row of the module table has %d cells, want 4" % (doc, i, len(cells)))
+            continue
+        name, folder, said = cells[0], cells[1].strip("`").rstrip("/"), cells[-1]
+        order.append(name)
+        if name in PROGRAMS:
+            if folder != PROGRAMS[name] or "every module" not in said:
+                errors.append("%s:%d: program %s: want folder `%s/` and 'every module'" % (doc, i, name, PROGRAMS[name]))
+            continue
+        if name not in MODULES:
+            errors.append("%s:%d: '%s' in the module table is no module of scripts/check-layers.py" % (doc, i, name))
+            continue
+        if folder != MODULES[name]:
+            errors.append("%s:%d: module %s's folder is `%s/`, the table says `%s/`" % (doc, i, name, MODULES[name], folder))
+        got = set() if said.startswith("nothing") else set(w.strip() for w in said.split(",") if w.strip())
+        want = uses.get(name, set())
+        if got != want:
+            errors.append("%s:%d: module %s: the table says it may use %s, %s says: %s" % (
+                doc, i, name, ", ".join(sorted(got)) or "nothing", face(name), ", ".join(sorted(want)) or "nothing"))
+    for n in list(MODULES) + list(PROGRAMS):
+        if n not in order:
+            errors.append("%s: the module table has no row for %s" % (doc, n))
+    for k, n in enumerate(order):
+        above = [m for m in order[:k] if m in MODULES]
+        for m in sorted(uses.get(n, ())):
+            if m in above:
+                errors.append("%s: the module table lists %s above %s, which uses it (a module uses only rows below it)" % (doc, m, n))
+    if DOC_MARK not in lines:
+        errors.append("%s: no line '%s' before the layer drawing" % (doc, DOC_MARK))
+        return
+    j = lines.index(DOC_MARK) + 1
+    if j >= len(lines) or not lines[j].startswith("```"):
+        errors.append("%s:%d: a fenced block must follow '%s'" % (doc, j + 1, DOC_MARK))
+        return
+    k = j + 1
+    while k < len(lines) and not lines[k].startswith("```"):
+        k += 1
+    drawn = [l.rstrip() for l in lines[j + 1:k]]
+    if drawn != layers(uses):
+        errors.append("%s:%d: the layer drawing differs from the code's; it should read:\n%s" % (
+            doc, j + 2, "\n".join(layers(uses))))
+
+
 def main(argv):
-    root, graph = ".", False
+    root, graph, doc = ".", False, None
     args = list(argv)
     while args:
         a = args.pop(0)
@@ -117,8 +205,10 @@ def main(argv):
             root = args.pop(0)
         elif a == "--graph":
             graph = True
+        elif a == "--doc" and args:
+            doc = args.pop(0)
         else:
-            print("usage: scripts/check-layers.py [--root DIR] [--graph]", file=sys.stderr)
+            print("usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE]", file=sys.stderr)
             return 2
     errors = []
     uses = may_use(root, errors)
@@ -155,9 +245,12 @@ def main(argv):
             if other not in uses.get(me, set()):
                 errors.append('%s:%d: #include "%s": module %s may not use %s (%s says: May use: %s)' % (
                     rel, line, inc, me, other, face(me), ", ".join(sorted(uses.get(me, ()))) or "nothing"))
+    if doc:
+        check_doc(doc, uses, errors)
     if graph:
         for n in MODULES:
             print("%-9s %-16s may use: %s" % (n, MODULES[n] + "/", ", ".join(sorted(uses.get(n, ()))) or "-"))
+        print("\n".join(layers(uses)))
     for e in errors:
         print("layers: " + e, file=sys.stderr)
     if errors:

@@ -85,7 +85,16 @@ size_t trun__push_limit(const trun_server *s) {
 }
 
 int trun_server_port(const trun_server *s) { return s->port; }
-trun_kv *trun_server_kv(trun_server *s) { return s->kv; }
+_Static_assert(TRUN_SERVER_WAIT_REG_COST == TRUN_KV_REG_COST, "server.h's cost is the key space's");
+
+int trun_server_compare_set(trun_server *s, trun_slice key, trun_slice expected, trun_slice desired,
+                            trun_slice *reply) {
+  return trun_kv_compare_set(s->kv, key, expected, desired, reply);
+}
+
+int trun_server_add(trun_server *s, trun_slice key, int64_t delta, int64_t *result) {
+  return trun_kv_add(s->kv, key, delta, result);
+}
 void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->connections = __atomic_load_n(&s->stats.connections, __ATOMIC_RELAXED);
   st->accepted = __atomic_load_n(&s->stats.accepted, __ATOMIC_RELAXED);
@@ -270,7 +279,7 @@ static int handle(conn *c, const trun_req *r, const char **why) {
   int64_t n;
   int rc = 0;
   STAT_ADD(c->srv, ops, 1);
-  if ((rc = trun__agent_request(c, r, why)) != 0) return rc < 0 ? rc : 0;
+  if ((rc = trun__server_auth_request(c, r, why)) != 0) return rc < 0 ? rc : 0;
   switch (r->op) {
     case TRUN_OP_SET:
       rc = trun_kv_set(kv, r->key, r->val);

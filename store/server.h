@@ -7,7 +7,6 @@
 #include <uv.h>
 
 #include "codec.h"
-#include "kv.h"
 
 typedef struct trun_server trun_server;
 
@@ -18,8 +17,11 @@ typedef struct trun_server trun_server;
  * connections buffer together at most 1 GiB. */
 #define TRUN_SERVER_DEFAULT_MAX_REPLY ((size_t)128 << 20)
 #define TRUN_SERVER_DEFAULT_MAX_INPUT ((size_t)1 << 30)
-/* Wait registrations (WAIT, BARRIER, WATCH_KEY; counted as TRUN_KV_REG_COST + the key each): 1 MiB for one
- * connection, 256 MiB for all together. Connections that presented the agent token are not limited. */
+/* What one wait registration costs against the wait budgets below, beside its key's bytes. */
+#define TRUN_SERVER_WAIT_REG_COST 256
+/* Wait registrations (WAIT, BARRIER, WATCH_KEY; counted as TRUN_SERVER_WAIT_REG_COST + the key each): 1 MiB
+ * for one connection, 256 MiB for all together. Connections that presented the agent token are not limited.
+ */
 #define TRUN_SERVER_DEFAULT_MAX_WAIT_CONN ((size_t)1 << 20)
 #define TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL ((size_t)256 << 20)
 /* The work (keys and KiB of requests, see trun_server_opts.turn_work) that connections without the agent
@@ -50,8 +52,8 @@ typedef struct {
   size_t max_conn_memory; /* 0: no limit; else a request that needs more input buffer closes the conn */
   int threads;            /* event loops serving connections (default 1: only the caller's loop); each
                              further one runs on a thread of its own, see trun_server_start */
-  size_t max_wait_conn;   /* 0: no limit; else a connection's wait registrations (TRUN_KV_REG_COST + key
-                             each) at most this: a WAIT / BARRIER / WATCH_KEY beyond it closes the conn */
+  size_t max_wait_conn;   /* 0: no limit; else a connection's wait registrations (TRUN_SERVER_WAIT_REG_COST +
+                             key   each) at most this: a WAIT / BARRIER / WATCH_KEY beyond it closes the conn */
   size_t max_wait_total;  /* 0: no limit; else every connection's registrations together; the connection
                              whose request would take them beyond is closed */
   int peer_reserve;       /* connections on probation beyond max_conns_per_peer (default
@@ -84,9 +86,6 @@ void trun_server_opts_default(trun_server_opts *o);
  * joined by trun_server_close. */
 int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **out);
 int trun_server_port(const trun_server *s);
-/* The key space, for a program that hosts a one-thread store and reads or writes it in-process on the
- * store's loop. */
-trun_kv *trun_server_kv(trun_server *s);
 /* Safe from any thread. */
 void trun_server_get_stats(const trun_server *s, trun_server_stats *st);
 
@@ -124,13 +123,18 @@ int trun_server_address_keys(trun_server *s, const char *marker);
  * connection that last SET it; a connection without the token owns nothing. When that connection ends (the
  * peer closed or reset it, or the server refused it) while the key still holds the value it set, the server
  * calls gone(arg, s, key, value, peer) on the thread that served the connection, with the key space locked:
- * gone may read and write it through trun_server_kv(s) (trun_kv_set, trun_kv_compare_set, trun_kv_add;
- * waiters are woken as for a request) and must not block. A DELETE of the key by its owner releases it; so
+ * gone may write it through trun_server_compare_set and trun_server_add (waiters are woken as for a
+ * request) and must not block. A DELETE of the key by its owner releases it; so
  * does the server's own close. Call before the server has connections; gone NULL turns it off. 0 or -ENOMEM.
  */
 typedef void (*trun_server_gone_fn)(void *arg, trun_server *s, trun_slice key, trun_slice value,
                                     const char *peer);
 int trun_server_own_keys(trun_server *s, const char *marker, trun_server_gone_fn gone, void *arg);
+/* The key space in-process, only from inside a gone callback: what COMPARE_SET and ADD requests do (reply:
+ * the value now, valid until the key changes). 0 or a negative errno. */
+int trun_server_compare_set(trun_server *s, trun_slice key, trun_slice expected, trun_slice desired,
+                            trun_slice *reply);
+int trun_server_add(trun_server *s, trun_slice key, int64_t delta, int64_t *result);
 
 /* Closes the listener and every connection; the server is freed once libuv has released the handles
  * (run the loop). done may be NULL. */

@@ -176,7 +176,7 @@ static int writes_agents_keys(const trun_server *s, const trun_req *r, trun_slic
 static const uint8_t token_key[] = TRUN_STORE_TOKEN_KEY;
 #define TOKEN_KEY_LEN (sizeof(token_key) - 1)
 
-int trun__agent_request(conn *c, const trun_req *r, const char **why) {
+int trun__server_auth_request(conn *c, const trun_req *r, const char **why) {
   trun_server *s = c->srv;
   if (r->op == TRUN_OP_CHECK && r->count == 1) {
     const uint8_t *pos = r->items;

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "base/base.h"
+#include "kv.h"
 #include "server.h"
 
 #define READ_CHUNK 65536
@@ -170,7 +171,7 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
 /* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
  * -ENOMEM with *why set (the connection is closed): a write to the agents' key space by a connection that
  * did not present the token, or a wrong token. */
-int trun__agent_request(conn *c, const trun_req *r, const char **why);
+int trun__server_auth_request(conn *c, const trun_req *r, const char **why);
 /* Whether c's SET of key makes c its owner (trun_server_own_keys). */
 int trun__key_owned(const conn *c, trun_slice key);
 /* 1 when LIST must not show key to c: it is the agents' (a protected key space) and c presented no agent

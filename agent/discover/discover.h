@@ -1,10 +1,10 @@
-/* discover: what the node has. GPUs (NVML by dlopen; the CUDA runtime by dlopen as the fallback, in a
- * short-lived child only, so the agent never holds a CUDA context), RDMA / EFA devices (sysfs), the
- * instance's identity (IMDSv2, DMI fallback) and what AWS instance types have (instance_types.h), the CPUs
- * this process may use (cgroup quota) and CPU lists (cpulist.h), this host's name, GPU utilisation
- * sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid watcher (xid_watch.h).
- * NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks (environment):
- * TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
+/* discover: what the node has, in one call (trun_discover_node) or by part. GPUs (NVML by dlopen; the CUDA
+ * runtime by dlopen as the fallback, in a short-lived child only, so the agent never holds a CUDA context),
+ * RDMA / EFA devices (sysfs), the instance's identity (IMDSv2, DMI fallback) and what AWS instance types have
+ * (instance_types.h), the CPUs this process may use (cgroup quota) and CPU lists (cpulist.h), this host's
+ * name, GPU utilisation sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid
+ * watcher (xid_watch.h). NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks
+ * (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
  * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm). Facts: shared/spec/gpu-efa-nccl.md.
  * May use: base. Used by every other agent module, the launcher and the tools. */
 #ifndef TRUN_DISCOVER_H
@@ -108,6 +108,18 @@ int trun_discover_cpus(void);
 /* The NUMA node of a CPU set: the only node under TRUN_SYSFS_ROOT (default /sys)/devices/system/node, else
  * the node whose cpulist contains every CPU of cpulist; -1 when none (or cpulist is empty / malformed). */
 int trun_numa_of_cpulist(const char *cpulist);
+
+/* The whole node (discover_node.c). When to ask for the instance identity in trun_discover_node;
+ * TRUN_DISCOVER_NO_AFFINITY may be or'ed in (no per-GPU CPU affinity: see trun_discover_gpus_flags). */
+enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
+#define TRUN_DISCOVER_NO_AFFINITY 0x100
+/* Or'ed in: the GPUs' health facts too (TRUN_GPU_HEALTH, for the node health checks). */
+#define TRUN_DISCOVER_HEALTH 0x200
+/* Fills node (zeroed first): GPUs from NVML honouring envp's CUDA_VISIBLE_DEVICES, RDMA devices, the
+ * instance identity per identity (IMDS unless no_imds, then DMI), usable CPUs. 0, or -1 with err set when
+ * GPU discovery reported a problem (what was found is kept). */
+int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_imds, char *err,
+                       size_t errlen);
 
 /* Python's socket.getfqdn() for this host: the first name with a dot among the reverse name of the host
  * name's address and its aliases, else the reverse name, else the host name. */

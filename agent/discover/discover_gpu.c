@@ -38,7 +38,6 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,14 +88,6 @@ static void copy_str(char *dst, size_t n, const char *src) {
   dst[len] = '\0';
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static const char *nvml_err(const trun_nvml *n, trun_nvmlReturn_t rc) {
   const char *s = n->error_string ? n->error_string(rc) : NULL;
   return s ? s : "NVML error";
@@ -135,7 +126,7 @@ static int nvml_open(trun_nvml *n, char *err, size_t errlen) {
   n->nvlink_remote_type =
       (trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemoteDeviceType");
   if (!n->init || !n->get_count || !n->by_index) {
-    seterr(
+    trun_errf(
         err, errlen,
         "NVML library %s lacks nvmlInit_v2 / nvmlDeviceGetCount_v2 / nvmlDeviceGetHandleByIndex_v2 "
         "(driver too old or a broken install); install a matching NVIDIA driver or unset TRUN_NVML_LIBRARY",
@@ -374,17 +365,17 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
     return 0;
   }
   if (nr != TRUN_NVML_SUCCESS) {
-    seterr(err, errlen,
-           "nvmlInit_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi) or unset TRUN_NVML_LIBRARY",
-           n.error_string ? nvml_err(&n, nr) : "NVML error", nr);
+    trun_errf(err, errlen,
+              "nvmlInit_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi) or unset TRUN_NVML_LIBRARY",
+              n.error_string ? nvml_err(&n, nr) : "NVML error", nr);
     dlclose(n.dl);
     return -1;
   }
   unsigned count = 0;
   nr = n.get_count(&count);
   if (nr != TRUN_NVML_SUCCESS) {
-    seterr(err, errlen, "nvmlDeviceGetCount_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi)",
-           nvml_err(&n, nr), nr);
+    trun_errf(err, errlen, "nvmlDeviceGetCount_v2 failed: %s (%d); check the NVIDIA driver (nvidia-smi)",
+              nvml_err(&n, nr), nr);
     nvml_close(&n);
     return -1;
   }
@@ -392,7 +383,7 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
   node->gpus_listed = (int)count;
   trun_nvml_dev *all = calloc(TRUN_MAX_GPUS, sizeof(*all));
   if (!all) {
-    seterr(err, errlen, "out of memory listing GPUs");
+    trun_errf(err, errlen, "out of memory listing GPUs");
     nvml_close(&n);
     return -1;
   }
@@ -400,8 +391,9 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
   for (unsigned i = 0; i < count; i++) {
     nr = n.by_index(i, &all[ndev].dev);
     if (nr != TRUN_NVML_SUCCESS) {
-      seterr(err, errlen, "nvmlDeviceGetHandleByIndex_v2(%u) failed: %s (%d); check the GPU with nvidia-smi",
-             i, nvml_err(&n, nr), nr);
+      trun_errf(err, errlen,
+                "nvmlDeviceGetHandleByIndex_v2(%u) failed: %s (%d); check the GPU with nvidia-smi", i,
+                nvml_err(&n, nr), nr);
       free(all);
       nvml_close(&n);
       return -1;
@@ -446,7 +438,7 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
       for (int v = 0; is_mig && v < node->ngpu; v++)
         if (strcmp(node->gpus[v].uuid, mig.uuid) == 0) is_mig = 0;
       if (pick < 0 && !is_mig) {
-        seterr(
+        trun_errf(
             err, errlen,
             "CUDA_VISIBLE_DEVICES entry '%s' (in '%s') names no %sGPU%s: like CUDA, it and the entries after "
             "it are hidden; fix CUDA_VISIBLE_DEVICES (%d GPU%s here, see trun-topo)",

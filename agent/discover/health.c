@@ -191,16 +191,6 @@ typedef struct {
   char skip_val[64]; /* the value then */
 } verdict;
 
-static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...) {
-  size_t o = strlen(buf);
-  if (o + 1 >= len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + o, len - o, fmt, ap);
-  va_end(ap);
-}
-
 static void worsen(verdict *v, trun_health_status s) {
   if (s > v->c->status) v->c->status = s;
 }
@@ -212,8 +202,8 @@ static void subject(verdict *v, trun_health_status s, const char *value, const c
     v->omitted++;
     return;
   }
-  appendf(v->c->value, sizeof(v->c->value), "%s%s", v->bad ? "; " : "", value);
-  appendf(v->c->reason, sizeof(v->c->reason), "%s%s", v->bad ? " " : "", reason);
+  trun_catf(v->c->value, sizeof(v->c->value), "%s%s", v->bad ? "; " : "", value);
+  trun_catf(v->c->reason, sizeof(v->c->reason), "%s%s", v->bad ? " " : "", reason);
   v->bad++;
 }
 
@@ -231,7 +221,7 @@ static void skipped(verdict *v, const char *value, const char *fmt, ...) {
 
 static void finish(verdict *v, const char *pass_value, const char *pass_reason) {
   trun_health_check *c = v->c;
-  if (v->omitted) appendf(c->value, sizeof(c->value), "; and %d more", v->omitted);
+  if (v->omitted) trun_catf(c->value, sizeof(c->value), "; and %d more", v->omitted);
   if (c->status == TRUN_HEALTH_SKIP && v->skip[0]) {
     snprintf(c->value, sizeof(c->value), "%s", v->skip_val);
     snprintf(c->reason, sizeof(c->reason), "cannot run: %s.", v->skip);
@@ -313,7 +303,7 @@ static void check_nvml(const trun_node *node, const trun_health_env *env, verdic
   }
   if (err[0] && !nvml_error) {
     c->status = c->status < TRUN_HEALTH_WARN ? TRUN_HEALTH_WARN : c->status;
-    appendf(c->reason, sizeof(c->reason), " GPU discovery: %s", err);
+    trun_catf(c->reason, sizeof(c->reason), " GPU discovery: %s", err);
   }
 }
 
@@ -466,11 +456,11 @@ static trun_health_status judge_clocks(const trun_gpu *g, const char *lab, char 
                                  TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN;
   if (!(r & bad)) return TRUN_HEALTH_PASS;
   char what[96] = "";
-  if (r & TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN) appendf(what, sizeof(what), "HW slowdown");
+  if (r & TRUN_NVML_CLOCKS_EVENT_HW_SLOWDOWN) trun_catf(what, sizeof(what), "HW slowdown");
   if (r & TRUN_NVML_CLOCKS_EVENT_HW_THERMAL_SLOWDOWN)
-    appendf(what, sizeof(what), "%sHW thermal slowdown", what[0] ? ", " : "");
+    trun_catf(what, sizeof(what), "%sHW thermal slowdown", what[0] ? ", " : "");
   if (r & TRUN_NVML_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN)
-    appendf(what, sizeof(what), "%sHW power brake", what[0] ? ", " : "");
+    trun_catf(what, sizeof(what), "%sHW power brake", what[0] ? ", " : "");
   snprintf(val, vlen, "%s: %s (reasons 0x%llx)", lab, what, r);
   snprintf(why, wlen,
            "%s: %s engaged while idle: its clocks are cut by half or more (overheating, or the power supply "
@@ -581,7 +571,7 @@ static void check_nvlink(const trun_node *node, verdict *v) {
     for (int l = 0; l < h->nvlink_links && l < 64; l++)
       if (h->nvlink_down_mask >> l & 1) {
         down++;
-        appendf(links, sizeof(links), "%s%d", down > 1 ? "," : "", l);
+        trun_catf(links, sizeof(links), "%s%d", down > 1 ? "," : "", l);
       }
     if (down == h->nvlink_links && !nvswitch) {
       skipped(v, "no NVLink active",
@@ -773,7 +763,7 @@ void trun_health_summary(const trun_health *h, trun_health_status at_least, char
   for (int i = 0; i < h->n; i++) {
     const trun_health_check *c = &h->c[i];
     if (c->status < at_least || c->status == TRUN_HEALTH_SKIP) continue;
-    appendf(out, len, "%s%s %s [%s]: %s", out[0] ? "; " : "", c->status == TRUN_HEALTH_FAIL ? "FAIL" : "WARN",
-            c->name, c->value, c->reason);
+    trun_catf(out, len, "%s%s %s [%s]: %s", out[0] ? "; " : "",
+              c->status == TRUN_HEALTH_FAIL ? "FAIL" : "WARN", c->name, c->value, c->reason);
   }
 }

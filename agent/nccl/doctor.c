@@ -2,7 +2,6 @@
 #include "doctor.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -90,17 +89,6 @@ static trun_doctor_finding *add(trun_doctor_findings *f, trun_doctor_severity se
   return x;
 }
 
-/* appendf into a finding's text; silently cut at its end. */
-static void catf(char *s, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void catf(char *s, size_t cap, const char *fmt, ...) {
-  size_t n = strlen(s);
-  if (n + 1 >= cap) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s + n, cap - n, fmt, ap);
-  va_end(ap);
-}
-
 static int same_host(const trun_host_id *a, const trun_host_id *b) {
   if (a->instance_id[0] && b->instance_id[0]) return strcmp(a->instance_id, b->instance_id) == 0;
   return a->boot_id[0] && strcmp(a->boot_id, b->boot_id) == 0;
@@ -159,15 +147,15 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
     for (int i = 0; i < n; i++) {
       if (host[i] != h) continue;
       if (shown++ == 16) {
-        catf(f->text, sizeof(f->text), " ...");
+        trun_catf(f->text, sizeof(f->text), " ...");
         break;
       }
-      catf(f->text, sizeof(f->text), "%s group rank %d (host %s, %d GPU%s, %d worker%s)",
-           shown > 1 ? ";" : "", ids[i].group_rank, ids[i].hostname[0] ? ids[i].hostname : "?", ids[i].ngpu,
-           ids[i].ngpu == 1 ? "" : "s", ids[i].nproc, ids[i].nproc == 1 ? "" : "s");
+      trun_catf(f->text, sizeof(f->text), "%s group rank %d (host %s, %d GPU%s, %d worker%s)",
+                shown > 1 ? ";" : "", ids[i].group_rank, ids[i].hostname[0] ? ids[i].hostname : "?",
+                ids[i].ngpu, ids[i].ngpu == 1 ? "" : "s", ids[i].nproc, ids[i].nproc == 1 ? "" : "s");
     }
-    catf(f->text, sizeof(f->text), ".\n    Together they have %d GPU(s) that one agent could drive.\n%s",
-         gpus, SPLIT_COST);
+    trun_catf(f->text, sizeof(f->text), ".\n    Together they have %d GPU(s) that one agent could drive.\n%s",
+              gpus, SPLIT_COST);
   }
   /* (b) one GPU seen by two agents. */
   for (int i = 0; i < n; i++)
@@ -190,8 +178,9 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
       for (int j = i + 1; j < n; j++)
         for (int k = 0; k < ids[j].ngpu; k++)
           if (strcmp(ids[j].gpus[k], u) == 0)
-            catf(f->text, sizeof(f->text), ", group rank %d (host %s)", ids[j].group_rank, ids[j].hostname);
-      catf(
+            trun_catf(f->text, sizeof(f->text), ", group rank %d (host %s)", ids[j].group_rank,
+                      ids[j].hostname);
+      trun_catf(
           f->text, sizeof(f->text),
           ".\n    Their workers would share that GPU. Give each agent its own GPUs (the pods' nvidia.com/gpu "
           "requests, NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES), or run one agent per host.");

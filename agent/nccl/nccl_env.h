@@ -56,16 +56,4 @@ void trun_numa_cpus_for(const trun_node *node, int lr, char *out, size_t outlen)
 /* --nproc-per-node auto for node: visible GPUs, or the CPUs the cgroup allows when there are none. */
 int trun_nproc_auto(const trun_node *node);
 
-/* When to ask for the instance identity in trun_discover_node; TRUN_DISCOVER_NO_AFFINITY may be or'ed in
- * (no per-GPU CPU affinity: see trun_discover_gpus_flags). */
-enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
-#define TRUN_DISCOVER_NO_AFFINITY 0x100
-/* Or'ed in: the GPUs' health facts too (TRUN_GPU_HEALTH, for the node health checks). */
-#define TRUN_DISCOVER_HEALTH 0x200
-/* Fills node (zeroed first): GPUs from NVML honouring envp's CUDA_VISIBLE_DEVICES, RDMA devices, the
- * instance identity per identity (IMDS unless no_imds, then DMI), usable CPUs. 0, or -1 with err set when
- * GPU discovery reported a problem (what was found is kept). */
-int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_imds, char *err,
-                       size_t errlen);
-
 #endif

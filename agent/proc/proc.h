@@ -3,7 +3,8 @@
  * read line by line, prefixed, tee'd and logged (output.h); the torchelastic error files and the failure
  * report (report.h) with each death's one-line cause (cause.h; memory cgroups' OOM kills: memcg.h); the guard
  * process that kills every worker session if the agent dies (watchdog.h) and what the workers started
- * outside their sessions (strays.h); environments and argument lists as
+ * outside their sessions (strays.h); the supervisor's loop side for a launcher of children (super.h:
+ * SIGCHLD reaping, caught signals, a grace timer); environments and argument lists as
  * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h).
  * May use: base, discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
@@ -17,6 +18,7 @@
 #include "spawn.h"
 #include "strays.h"
 #include "strv.h"
+#include "super.h"
 #include "warm.h"
 #include "watchdog.h"
 

@@ -83,6 +83,11 @@ const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg);
  * --list-excluded, a node that never joins): cfg's endpoint, raw keys, the generation a c10d store of that
  * torch speaks, timeout_ms for the connect and each request, no connect error lines (the caller says why). */
 void trun__rdzv_outside_opts(const trun_config *cfg, int timeout_ms, trun_client_opts *o);
+/* The one place an agent's connection to the job's rendezvous store is described: r's store address, port
+ * and generation (set them first), raw keys, the agents' token, timeout_ms for each request (the connect
+ * keeps the client's default: the same), no connect error lines (the caller says why). Callers change only
+ * what their connection needs (connect_timeout_ms, quiet_errors). */
+void trun__rdzv_agent_opts(const trun_rdzv *r, int timeout_ms, trun_client_opts *o);
 /* Waits until key exists (at most timeout_ms), in slices so that r->poll can interrupt: 0, -ETIMEDOUT,
  * -EINTR or another negative errno. */
 int trun__rdzv_wait_key(trun_rdzv *r, const char *key, int timeout_ms);

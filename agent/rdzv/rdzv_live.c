@@ -88,6 +88,56 @@ static void ks_key(const char *ks, const char *what, int g, char *out, size_t le
     snprintf(out, len, "%s/%s", ks, what);
 }
 
+/* The key space a loss record is written into: through an agent's client, or in-process on the store host's
+ * server from inside its gone callback (server NULL: the client). */
+typedef struct {
+  trun_client *client;
+  trun_server *server;
+} ks_door;
+
+/* COMPARE_SET key from "" to val: 1 when the key holds val now (this writer won), 0, negative errno. */
+static int door_claim(const ks_door *d, const char *key, const char *val) {
+  size_t n = strlen(val);
+  if (d->server) {
+    trun_slice reply;
+    int rc = trun_server_compare_set(d->server, trun_str(key), trun_str(""), trun_str(val), &reply);
+    return rc < 0 ? rc : reply.n == n && memcmp(reply.p, val, n) == 0;
+  }
+  trun_buf out = {0};
+  int rc = trun_client_compare_set(d->client, trun_str(key), trun_str(""), trun_str(val), &out);
+  int won = rc == 0 && out.len == n && memcmp(out.data, val, n) == 0;
+  trun_buf_free(&out);
+  return rc < 0 ? rc : won;
+}
+
+static int door_count(const ks_door *d, const char *key) {
+  int64_t n;
+  return d->server ? trun_server_add(d->server, trun_str(key), 1, &n)
+                   : trun_client_add(d->client, trun_str(key), 1, &n);
+}
+
+/* The one writer of a node's loss: "<ks>/lost/<g>" (first record wins), then, for the winner, "lost_n" and
+ * "left" counted (the static exit barrier counts it out, rdzv_end.c) and the round's end set to NODE_LOST.
+ * 1 when this call wrote the record, 0 when there was one, negative errno. */
+static int write_loss(const ks_door *d, const char *ks, int g, const char *id, const char *cause,
+                      const char *by) {
+  char k[600], end[32];
+  char *rec = loss_json(g, id, cause, by, trun_wall_s());
+  if (rec == NULL) return -ENOMEM;
+  ks_key(ks, "lost", g, k, sizeof(k));
+  int won = door_claim(d, k, rec);
+  free(rec);
+  if (won <= 0) return won;
+  ks_key(ks, "lost_n", -1, k, sizeof(k));
+  int rc = door_count(d, k);
+  ks_key(ks, "left", -1, k, sizeof(k));
+  if (rc == 0) rc = door_count(d, k);
+  ks_key(ks, "end", -1, k, sizeof(k));
+  if (rc == 0) rc = trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end));
+  if (rc == 0) rc = door_claim(d, k, end);
+  return rc < 0 ? rc : 1;
+}
+
 /* The store host's server found an owner connection gone (trun_server_own_keys): key "<ks>/alive/<g>"
  * with value "addr pid local_id". Runs on the server's thread with the key space locked. */
 static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
@@ -108,51 +158,9 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   ks[at - k] = '\0';
   char cause[128];
   snprintf(cause, sizeof(cause), "its connection to the rendezvous store closed (from %s)", peer);
-  char *rec = loss_json(g, id, cause, "store", trun_wall_s());
-  if (rec == NULL) return;
-  trun_kv *kv = trun_server_kv(s);
-  trun_slice reply;
-  ks_key(ks, "lost", g, k, sizeof(k));
-  if (trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(rec), &reply) == 0 &&
-      reply.n == strlen(rec) && memcmp(reply.p, rec, reply.n) == 0) {
-    int64_t n;
-    char end[32];
-    ks_key(ks, "lost_n", -1, k, sizeof(k));
-    trun_kv_add(kv, trun_str(k), 1, &n);
-    ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
-    trun_kv_add(kv, trun_str(k), 1, &n);
-    ks_key(ks, "end", -1, k, sizeof(k));
-    if (trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end)) == 0)
-      trun_kv_compare_set(kv, trun_str(k), trun_str(""), trun_str(end), &reply);
+  ks_door d = {.server = s};
+  if (write_loss(&d, ks, g, id, cause, "store") == 1)
     trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
-  }
-  free(rec);
-}
-
-/* Writes the loss of node g on client c (first record wins) and ends the round. 1 when this call wrote
- * the record, 0 when there was one, negative errno. */
-static int publish_loss(trun_client *c, const char *ks, int g, const char *id, const char *cause,
-                        const char *by) {
-  char k[600], end[32];
-  char *rec = loss_json(g, id, cause, by, trun_wall_s());
-  if (rec == NULL) return -ENOMEM;
-  trun_buf out = {0};
-  ks_key(ks, "lost", g, k, sizeof(k));
-  int rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(rec), &out);
-  int won = rc == 0 && out.len == strlen(rec) && memcmp(out.data, rec, out.len) == 0;
-  free(rec);
-  if (won) {
-    int64_t n;
-    ks_key(ks, "lost_n", -1, k, sizeof(k));
-    rc = trun_client_add(c, trun_str(k), 1, &n);
-    ks_key(ks, "left", -1, k, sizeof(k)); /* the static exit barrier counts it out (rdzv_end.c) */
-    if (rc == 0) rc = trun_client_add(c, trun_str(k), 1, &n);
-    ks_key(ks, "end", -1, k, sizeof(k));
-    if (rc == 0) rc = trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end));
-    if (rc == 0) rc = trun_client_compare_set(c, trun_str(k), trun_str(""), trun_str(end), &out);
-  }
-  trun_buf_free(&out);
-  return rc < 0 ? rc : won;
 }
 
 int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
@@ -227,18 +235,11 @@ static int ensure_connected(trun_live *l) {
 }
 
 static int connect_once(trun_live *l) {
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = l->r->store_addr;
-  o.port = l->r->store_port;
-  o.gen = l->r->store_gen;
-  o.key_prefix = "";
-  o.agent_token = l->r->token;
   /* A slow answer is waited for (a time-out would close the connection, which the store's host takes for
    * a crash); trun_rdzv_cut_off judges the silence. Connecting is retried every interval. */
-  o.timeout_ms = 60000;
+  trun_client_opts o;
+  trun__rdzv_agent_opts(l->r, 60000, &o);
   o.connect_timeout_ms = (int)(l->interval * 1000) > 100 ? (int)(l->interval * 1000) : 100;
-  o.quiet_connect = 1;
   return trun_client_connect(&o, &l->c);
 }
 
@@ -361,7 +362,7 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   char cause[128], by[16];
   snprintf(cause, sizeof(cause), "%d heartbeats missed (%.1f s without one)", v->own_beats, quiet);
   snprintf(by, sizeof(by), "%d", g);
-  if ((rc = publish_loss(l->c, ks, v->succ, v->succ_id, cause, by)) == 1) {
+  if ((rc = write_loss(&(ks_door){.client = l->c}, ks, v->succ, v->succ_id, cause, by)) == 1) {
     trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, v->succ_id, cause);
     exclude_cut_off(l, v->succ_id, cause);
   }
@@ -418,7 +419,7 @@ static void *live_main(void *arg) {
         char cause[200], by[16];
         snprintf(cause, sizeof(cause), "it left the job: %s", leave);
         snprintf(by, sizeof(by), "%d", g);
-        if (publish_loss(l->c, ks, g, id, cause, by) < 0) drop_connection(l);
+        if (write_loss(&(ks_door){.client = l->c}, ks, g, id, cause, by) < 0) drop_connection(l);
       }
       if (l->c && now >= next_beat) {
         next_beat = now + l->interval;

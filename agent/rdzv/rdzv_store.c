@@ -216,18 +216,11 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
   r->info.master_port = port;
   snprintf(r->info.master_addr, sizeof(r->info.master_addr), "%s", cfg->endpoint_host);
 
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = connect_host;
-  o.port = port;
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
-  o.key_prefix = "";
-  o.agent_token = r->token;
-  o.timeout_ms = (int)trun__rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000;
-  o.quiet_connect = 1;
-  o.gen = gen;
   r->store_gen = gen;
+  trun_client_opts o;
+  trun__rdzv_agent_opts(r, (int)trun__rdzv_conf_seconds(cfg, "read_timeout", 60) * 1000, &o);
   int rc = trun__rdzv_connect_polling(r, &o, (int)trun__rdzv_conf_seconds(cfg, "join_timeout", 600) * 1000);
   if (rc < 0) {
     snprintf(err, errlen,
@@ -249,6 +242,17 @@ void trun__rdzv_close_stores(trun_rdzv *r) {
   r->client = NULL;
   if (r->host) trun_store_host_stop(r->host);
   r->host = NULL;
+}
+
+void trun__rdzv_agent_opts(const trun_rdzv *r, int timeout_ms, trun_client_opts *o) {
+  trun_client_opts_default(o);
+  o->host = r->store_addr;
+  o->port = r->store_port;
+  o->gen = r->store_gen;
+  o->key_prefix = "";
+  o->agent_token = r->token;
+  o->timeout_ms = timeout_ms;
+  o->quiet_connect = 1;
 }
 
 void trun__rdzv_outside_opts(const trun_config *cfg, int timeout_ms, trun_client_opts *o) {

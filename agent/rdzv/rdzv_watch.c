@@ -127,13 +127,9 @@ struct trun_rdzv_watch {
 /* A second connection to the rendezvous store, with the agents' token and raw keys. 0 or a negative errno. */
 static int watch_connect(const trun_rdzv *r, int timeout_ms, trun_client **out) {
   trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = r->store_addr;
-  o.port = r->store_port;
-  o.gen = r->store_gen;
-  o.key_prefix = "";
-  o.agent_token = r->token;
+  trun__rdzv_agent_opts(r, 300000, &o);
   o.connect_timeout_ms = timeout_ms;
+  o.quiet_connect = 0;
   /* The watcher's connection is closed at a round's end, and a store lost while the workers run is said by
    * the agent ("lost the rendezvous store"): the client's own error line would be noise. */
   o.quiet_errors = 1;

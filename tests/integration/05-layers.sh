@@ -3,7 +3,9 @@
 # on a copy of the code it rejects an include against the direction (nccl -> agent; a backend of rdzv -> agent),
 # a module's private header included from another module (a backend's too: its folder belongs to rdzv), a
 # circle in the "May use" lines, an include of no file, and base (the bottom) using anything of trun's: an
-# include of another module, or a "May use" line that names one.
+# include of another module, or a "May use" line that names one. docs/architecture.md cannot drift: the
+# checker (--doc) rejects a module table row whose "may use" cell or folder differs from the header's line, a
+# module missing from the table, a row above one that it uses, and a layer drawing that is not the code's.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,12 +14,13 @@ py=${TRUN_HOST_PY:-/usr/bin/python3}
 check() { "$py" "$repo/scripts/check-layers.py" "$@"; }
 
 echo "== 1. this tree"
-check --root "$repo" --graph || fail "the tree breaks the module rules (above)"
+check --root "$repo" --graph --doc "$repo/docs/architecture.md" ||
+  fail "the tree breaks the module rules, or docs/architecture.md disagrees with it (above)"
 
 # expect_breach NAME MESSAGE: a copy of the code with one change ($tmp/t) must fail naming MESSAGE.
 expect_breach() {
   local rc=0
-  check --root "$tmp/t" >/dev/null 2>"$tmp/err" || rc=$?
+  check --root "$tmp/t" --doc "$tmp/t/docs/architecture.md" >/dev/null 2>"$tmp/err" || rc=$?
   [ "$rc" -eq 1 ] || fail "$1: the checker exited $rc, want 1: $(cat "$tmp/err")"
   grep -qF "$2" "$tmp/err" || fail "$1: no '$2' in: $(cat "$tmp/err")"
   echo "ok: rejected $1"
@@ -25,8 +28,9 @@ expect_breach() {
 fresh_copy() {
   rm -rf "$tmp/t"
   mkdir -p "$tmp/t"
-  (cd "$repo" && cp -r --parents base store config agent launcher tools "$tmp/t/")
-  check --root "$tmp/t" >/dev/null || fail "an unchanged copy of the code does not pass"
+  (cd "$repo" && cp -r --parents base store config agent launcher tools docs/architecture.md "$tmp/t/")
+  check --root "$tmp/t" --doc "$tmp/t/docs/architecture.md" >/dev/null ||
+    fail "an unchanged copy of the code does not pass"
 }
 
 echo "== 2. breaches"
@@ -70,4 +74,30 @@ fresh_copy
 sed -i 's/^ \* May use: nothing of trun.s (libc only)\./ * May use: config./' "$tmp/t/base/base.h"
 grep -q 'May use: config\.' "$tmp/t/base/base.h" || fail "could not edit base's May use line"
 expect_breach "base's May use line naming a module" 'base is the bottom module and may use nothing'
+echo "== 3. the document against the code"
+doc=$tmp/t/docs/architecture.md
+fresh_copy
+sed -i 's/^\(| proc | `agent\/proc\/` | .*\)| base, discover |$/\1| base |/' "$doc"
+grep -q '^| proc | .*| base |$' "$doc" || fail "could not edit proc's row"
+expect_breach "a table row that forgets a module the header names" 'module proc: the table says it may use base, agent/proc/proc.h says: base, discover'
+
+fresh_copy
+sed -i 's/^ \* May use: base\./ * May use: base, store./' "$tmp/t/agent/discover/discover.h"
+expect_breach "a header that names a module the table does not" 'module discover: the table says it may use base, agent/discover/discover.h says: base, store'
+
+fresh_copy
+sed -i '/^| hang | `agent\/hang\/`/d' "$doc"
+expect_breach "a module without a row" 'the module table has no row for hang'
+
+fresh_copy
+row=$(grep '^| base | `base/`' "$doc")
+sed -i '/^| base | `base\/`/d' "$doc"
+sed -i "/^| store | \`store\/\`/i $(printf '%s' "$row" | sed 's/[\/&]/\\&/g')" "$doc"
+grep -q '^| base |' "$doc" || fail "could not move base's row"
+expect_breach "a row above one that uses it" 'the module table lists base above store'
+
+fresh_copy
+sed -i 's/^layer 2  proc  rdzv$/layer 2  rdzv/; s/^layer 1  config  discover  hang  store$/layer 1  config  discover  hang  proc  store/' "$doc"
+grep -q '^layer 2  rdzv$' "$doc" || fail "could not edit the layer drawing"
+expect_breach "a layer drawing that is not the code's" 'the layer drawing differs from the code'
 echo PASS

@@ -17,6 +17,9 @@
 #     signs, design-note tags, *.md names not in the tree. On a scratch tree with one of each (and harmless
 #     look-alikes: --seed, manual_seed, /shared/opt, spec:, H100, NVLink's NV12) it exits 1 naming file:line
 #     of each and nothing else.
+#  6. docs/testing.md has one row per tests/integration/NN-name.sh and its unit index one row per
+#     tests/unit/test_*.c (a scratch tree with a test missing from each table and a row without a test fails
+#     naming all four).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -96,14 +99,18 @@ for want in "README.md:3: 'shared/spec'" "README.md:3: 'shared/spec/gpu-efa-nccl
 done
 [ "$(grep -c "^[a-zA-Z0-9/. _-]*:[0-9]*: '" "$s.err")" -eq 11 ] || fail "want exactly 11 citations reported"
 
-echo "== 6. docs/testing.md lists every integration test"
-mkdir -p "$tmp/rows/docs" "$tmp/rows/tests/integration"
+echo "== 6. docs/testing.md lists every integration test and every unit test"
+mkdir -p "$tmp/rows/docs" "$tmp/rows/tests/integration" "$tmp/rows/tests/unit"
 touch "$tmp/rows/tests/integration/10-a.sh" "$tmp/rows/tests/integration/20-b.sh"
+touch "$tmp/rows/tests/unit/test_a.c" "$tmp/rows/tests/unit/test_b.c"
 printf '# T\n\n| test | what |\n|---|---|\n| `10-a` | a |\n| `30-c` | c |\n' >"$tmp/rows/docs/testing.md"
+printf '\n| test | what |\n|---|---|\n| `test_a.c` | a |\n| `test_c.c` | c |\n' >>"$tmp/rows/docs/testing.md"
 rc=0
 "$py" "$repo/tests/tools/check_docs.py" --root "$tmp/rows" 2>"$tmp/rows.err" || rc=$?
 cat "$tmp/rows.err"
 [ "$rc" -eq 1 ] || fail "check_docs.py on an incomplete test table: exit $rc, want 1"
 grep -q 'tests/integration/20-b.sh has no row' "$tmp/rows.err" || fail "unlisted test not reported"
 grep -q 'row `30-c` names no tests/integration/30-c.sh' "$tmp/rows.err" || fail "stale row not reported"
+grep -q 'tests/unit/test_b.c has no row in the index of unit tests' "$tmp/rows.err" || fail "unlisted unit test not reported"
+grep -q 'row `test_c.c` names no tests/unit/test_c.c' "$tmp/rows.err" || fail "stale unit row not reported"
 echo "PASS"

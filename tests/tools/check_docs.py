@@ -10,7 +10,8 @@
    that does not ship: no path outside the tree (`../shared`, `shared/spec`, `shared/seeds`, `/work/`), no
    "seeds" / "seed notes" (the project's notes), no section signs (`§3`, roff's `\(sc`), no design-note tags
    (`(R1)`, `(O1, O7)`), no "the spec" as a document, no `*.md` file name that is not in the tree.
-3. docs/testing.md's table of integration tests has one row per tests/integration/NN-name.sh, no more, no less.
+3. docs/testing.md's table of integration tests has one row per tests/integration/NN-name.sh, and its index of
+   unit tests one row per tests/unit/test_*.c, no more, no less.
 
 Usage: check_docs.py [--root DIR] [--text LABEL=FILE ...]   (default root: the repository this file is in)
 Exit 0 when all holds; 1 with one line per problem, `file:line: what is wrong: the fix`.
@@ -181,17 +182,29 @@ def standalone(root, texts):
     return errors
 
 
-def test_rows(root):
-    """docs/testing.md's integration-test rows against tests/integration/*.sh (both ways)."""
+def rows_vs_files(root, row_re, pattern, strip, table, path):
+    """One table of docs/testing.md against the files it indexes (both ways): row_re's group is the name a
+    row gives, pattern the files (relative to root), strip what a file's base name loses to be that name."""
     doc = os.path.join(root, "docs", "testing.md")
     if not os.path.exists(doc):
         return []
-    rows = set(re.findall(r"^\| `(\d\d-[\w.-]+)` \|", open(doc, encoding="utf-8").read(), re.M))
-    have = {os.path.basename(f)[:-3] for f in glob.glob(os.path.join(root, "tests", "integration", "[0-9][0-9]-*.sh"))}
-    return ([f"docs/testing.md: tests/integration/{t}.sh has no row in the integration tests table; add one"
-             for t in sorted(have - rows)] +
-            [f"docs/testing.md: row `{t}` names no tests/integration/{t}.sh; remove or rename it"
-             for t in sorted(rows - have)])
+    rows = set(re.findall(row_re, open(doc, encoding="utf-8").read(), re.M))
+    names = [os.path.basename(f) for f in glob.glob(os.path.join(root, pattern))]
+    have = {n[:len(n) - strip] for n in names}
+    return ([f"docs/testing.md: {path % t} has no row in {table}; add one" for t in sorted(have - rows)] +
+            [f"docs/testing.md: row `{t}` names no {path % t}; remove or rename it" for t in sorted(rows - have)])
+
+
+def test_rows(root):
+    """docs/testing.md's integration-test rows against tests/integration/*.sh."""
+    return rows_vs_files(root, r"^\| `(\d\d-[\w.-]+)` \|", "tests/integration/[0-9][0-9]-*.sh", 3,
+                         "the integration tests table", "tests/integration/%s.sh")
+
+
+def unit_rows(root):
+    """docs/testing.md's index of unit tests against tests/unit/test_*.c."""
+    return rows_vs_files(root, r"^\| `(test_\w+\.c)` \|", "tests/unit/test_*.c", 0, "the index of unit tests",
+                         "tests/unit/%s")
 
 
 def main():
@@ -208,7 +221,7 @@ def main():
         if not eq or not label or not os.path.isfile(path):
             ap.error(f"--text {t}: want LABEL=FILE with an existing file")
         texts.append((label, path))
-    errors = check(root) + standalone(root, texts) + test_rows(root)
+    errors = check(root) + standalone(root, texts) + test_rows(root) + unit_rows(root)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
@@ -216,7 +229,7 @@ def main():
                  "the file that holds the link), the citation, or docs/testing.md's table")
     print(f"check_docs.py: every relative link of {len(pages(root))} Markdown files resolves; "
           f"{len(shipped(root))} shipped files and {len(texts)} program outputs cite nothing outside the tree; "
-          "docs/testing.md lists every integration test")
+          "docs/testing.md lists every integration test and every unit test")
 
 
 if __name__ == "__main__":

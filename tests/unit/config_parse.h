@@ -1,6 +1,6 @@
 /* Shared by the Check tests that build a configuration from a command line (test_config.c,
- * test_restart_policy.c): argv "trun" + args (NULL-terminated) with envp, through the launcher's parser and
- * config/config.c. 0, or -1 with the error in err[512]. */
+ * test_worker_env.c, test_restart_policy.c): argv "trun" + args (NULL-terminated) with envp, through the
+ * launcher's parser and config/config.c. 0, or -1 with the error in err[512]. */
 #ifndef TRUN_TESTS_CONFIG_PARSE_H
 #define TRUN_TESTS_CONFIG_PARSE_H
 
@@ -17,5 +17,13 @@ static inline int parse(trun_config *cfg, char *err, const char *const *args, ch
   if (trun_cli_parse(argc, argv, envp, &cl, err, 512) < 0) return -1;
   return trun_config_from_settings(&cl, envp, cfg, err, 512);
 }
+
+/* parse() that must succeed (fails the test with the error otherwise). */
+#define PARSE_OK(cfg, ...)                                                \
+  do {                                                                    \
+    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
+    char e_[512] = "";                                                    \
+    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
+  } while (0)
 
 #endif

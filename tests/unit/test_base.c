@@ -1,7 +1,9 @@
-/* base/'s clock and environment vectors (base/clock.h, base/env.h): trun_env_get matches whole names only,
- * and each clock reads the clock it names, in the unit it names. */
+/* base/'s clock, environment vectors and string builder (base/clock.h, base/env.h, base/str.h): trun_env_get
+ * matches whole names only, each clock reads the clock it names, in the unit it names, and trun_errf /
+ * trun_catf keep a buffer NUL-terminated, cut at its size, and leave a NULL or empty one alone. */
 #include <check.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -62,6 +64,34 @@ START_TEST(mono_never_goes_back) {
 }
 END_TEST
 
+START_TEST(errf_sets_and_returns_minus_one) {
+  char b[8] = "old";
+  ck_assert_int_eq(trun_errf(b, sizeof(b), "%s %d", "new", 42), -1);
+  ck_assert_str_eq(b, "new 42");
+  ck_assert_int_eq(trun_errf(b, sizeof(b), "%s", "0123456789"), -1);
+  ck_assert_str_eq(b, "0123456"); /* cut at the buffer, NUL-terminated */
+  ck_assert_int_eq(trun_errf(NULL, 10, "x"), -1);
+  ck_assert_int_eq(trun_errf(b, 0, "x"), -1);
+  ck_assert_str_eq(b, "0123456");
+}
+END_TEST
+
+START_TEST(catf_appends_until_full) {
+  char b[8] = "";
+  trun_catf(b, sizeof(b), "%s", "ab");
+  trun_catf(b, sizeof(b), "-%d", 7);
+  ck_assert_str_eq(b, "ab-7");
+  trun_catf(b, sizeof(b), "%s", "xyzw");
+  ck_assert_str_eq(b, "ab-7xyz");
+  trun_catf(b, sizeof(b), "%s", "more"); /* full: unchanged */
+  ck_assert_str_eq(b, "ab-7xyz");
+  trun_catf(NULL, 8, "x");
+  char c[4] = "abc";
+  trun_catf(c, 0, "x");
+  ck_assert_int_eq(memcmp(c, "abc", 4), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("base");
   TCase *tc = tcase_create("base");
@@ -69,6 +99,8 @@ int main(void) {
   tcase_add_test(tc, env_get_first_wins);
   tcase_add_test(tc, clocks_read_their_clock);
   tcase_add_test(tc, mono_never_goes_back);
+  tcase_add_test(tc, errf_sets_and_returns_minus_one);
+  tcase_add_test(tc, catf_appends_until_full);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,11 +1,10 @@
-/* config/config.c: the typed configuration from torchrun's command line, and agent/worker_env.c:
- * each worker's argv and environment. */
+/* config/config.c: the typed configuration from torchrun's command line (through the launcher's parser and
+ * a detected platform), its checks and their messages. Each worker's argv and environment from it:
+ * test_worker_env.c. */
 #include <check.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "cli.h"
@@ -14,14 +13,6 @@
 #include "platform.h"
 #include "rdzv.h"
 #include "store_acl.h"
-#include "worker_env.h"
-
-#define PARSE_OK(cfg, ...)                                                \
-  do {                                                                    \
-    static const char *const a_[] = {__VA_ARGS__, NULL};                  \
-    char e_[512] = "";                                                    \
-    ck_assert_msg(parse(cfg, e_, a_, NULL) == 0, "parse failed: %s", e_); \
-  } while (0)
 
 static void parse_err(const char *want, char **envp, const char *const *args) {
   trun_config cfg;
@@ -375,148 +366,6 @@ START_TEST(store_threads) {
 }
 END_TEST
 
-/* ---- worker argv and environment ------------------------------------------------------------------ */
-
-/* Node 1 of 2, FAKE_NPROC workers a node. */
-#define FAKE_NPROC 2
-static trun_rdzv_round fake_round(void) {
-  trun_rdzv_round r;
-  memset(&r, 0, sizeof(r));
-  r.group_rank = 1;
-  r.group_world_size = 2;
-  r.base_rank = r.role_base_rank = 2;
-  r.world_size = r.role_world_size = 4;
-  strcpy(r.master_addr, "head");
-  r.master_port = 4321;
-  return r;
-}
-
-START_TEST(worker_environment) {
-  trun_config c;
-  PARSE_OK(&c, "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--max-restarts", "3",
-           "--master-port", "4321", "t.py");
-  char *base_in[] = {"PATH=/bin", "LOCAL_RANK=99", NULL};
-  int forced = 0;
-  char **base = trun_agent_env(base_in, &c, 2, NULL, &forced);
-  ck_assert_int_eq(forced, 1);
-  ck_assert_str_eq(trun_env_get(base, "OMP_NUM_THREADS"), "1");
-  ck_assert_str_eq(trun_env_get(base, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
-  trun_rdzv_round r = fake_round();
-  char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, 1, 2, "/l/attempt_2/1/error.json");
-  static const char *const want[][2] = {{"LOCAL_RANK", "1"},
-                                        {"RANK", "3"},
-                                        {"GROUP_RANK", "1"},
-                                        {"ROLE_RANK", "3"},
-                                        {"ROLE_NAME", "default"},
-                                        {"LOCAL_WORLD_SIZE", "2"},
-                                        {"WORLD_SIZE", "4"},
-                                        {"GROUP_WORLD_SIZE", "2"},
-                                        {"ROLE_WORLD_SIZE", "4"},
-                                        {"MASTER_ADDR", "head"},
-                                        {"MASTER_PORT", "4321"},
-                                        {"TORCHELASTIC_RESTART_COUNT", "2"},
-                                        {"TORCHELASTIC_MAX_RESTARTS", "3"},
-                                        {"TORCHELASTIC_RUN_ID", "none"},
-                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                                        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-                                        {"TORCHELASTIC_ERROR_FILE", "/l/attempt_2/1/error.json"},
-                                        {"PATH", "/bin"}};
-  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-    const char *v = trun_env_get(env, want[i][0]);
-    ck_assert_msg(v && strcmp(v, want[i][1]) == 0, "%s=%s, want %s", want[i][0], v ? v : "(unset)",
-                  want[i][1]);
-  }
-  int count = 0;
-  for (char **p = env; *p; p++) count += strncmp(*p, "LOCAL_RANK=", 11) == 0;
-  ck_assert_int_eq(count, 1); /* replaced, not duplicated */
-  ck_assert_ptr_null(trun_env_get(env, "CUDA_VISIBLE_DEVICES"));
-  trun_strv_free(env);
-  trun_strv_free(base);
-}
-END_TEST
-
-START_TEST(virtual_local_rank_gpus) {
-  trun_config c;
-  PARSE_OK(&c, "--virtual-local-rank", "--nproc-per-node", "2", "t.py");
-  char *base[] = {"CUDA_VISIBLE_DEVICES=3,5", NULL};
-  trun_rdzv_round r = fake_round();
-  char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, 1, 0, "");
-  ck_assert_str_eq(trun_env_get(env, "CUDA_VISIBLE_DEVICES"), "5");
-  ck_assert_str_eq(trun_env_get(env, "LOCAL_RANK"), "0");
-  trun_strv_free(env);
-  char *few[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
-  ck_assert_ptr_null(trun_worker_envp(few, &c, &r, FAKE_NPROC, 1, 0, ""));
-}
-END_TEST
-
-START_TEST(worker_argv) {
-  trun_config c;
-  PARSE_OK(&c, "-m", "pkg.train", "--rank", "${local_rank}", "x${local_rank}y${local_rank}");
-  char *env[] = {"PYTHON_EXEC=/opt/py", NULL};
-  char **argv = trun_worker_argv(&c, env, 7);
-  const char *want[] = {"/opt/py", "-u", "-m", "pkg.train", "--rank", "7", "x7y7", NULL};
-  for (int i = 0; want[i]; i++) ck_assert_str_eq(argv[i], want[i]);
-  ck_assert_ptr_null(argv[7]);
-  trun_strv_free(argv);
-  PARSE_OK(&c, "--no-python", "/bin/echo", "a");
-  argv = trun_worker_argv(&c, NULL, 0);
-  ck_assert_str_eq(argv[0], "/bin/echo");
-  ck_assert_str_eq(argv[1], "a");
-  ck_assert_ptr_null(argv[2]);
-  trun_strv_free(argv);
-  PARSE_OK(&c, "t.py");
-  argv = trun_worker_argv(&c, NULL, 0);
-  ck_assert_str_eq(argv[0], "python3");
-  trun_strv_free(argv);
-}
-END_TEST
-
-/* A file at path (made executable when mode has x bits). */
-static void touch(const char *path, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fclose(f);
-  ck_assert_int_eq(chmod(path, mode), 0);
-}
-
-START_TEST(env_python) {
-  char root[] = "/tmp/trun-envpy.XXXXXX", p[512], out[512];
-  ck_assert_ptr_nonnull(mkdtemp(root));
-  snprintf(p, sizeof(p), "%s/bin", root);
-  ck_assert_int_eq(mkdir(p, 0755), 0);
-  snprintf(p, sizeof(p), "%s/bin/trun", root);
-  touch(p, 0755);
-  /* bin/python3 but no pyvenv.cfg / conda-meta (/usr/bin/trun next to /usr/bin/python3): PATH's python3. */
-  char py[512];
-  snprintf(py, sizeof(py), "%s/bin/python3", root);
-  touch(py, 0755);
-  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), -1);
-  char cfg[512];
-  snprintf(cfg, sizeof(cfg), "%s/pyvenv.cfg", root);
-  touch(cfg, 0644);
-  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), 0);
-  ck_assert_str_eq(out, py);
-  /* A python3 that cannot be run is not taken. */
-  ck_assert_int_eq(chmod(py, 0644), 0);
-  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), -1);
-  ck_assert_int_eq(chmod(py, 0755), 0);
-  /* conda: ../conda-meta instead of ../pyvenv.cfg. */
-  ck_assert_int_eq(unlink(cfg), 0);
-  snprintf(cfg, sizeof(cfg), "%s/conda-meta", root);
-  ck_assert_int_eq(mkdir(cfg, 0755), 0);
-  ck_assert_int_eq(trun_env_python(p, out, sizeof(out)), 0);
-  ck_assert_str_eq(out, py);
-  ck_assert_int_eq(trun_env_python(p, out, 8), -1); /* too long for out */
-  ck_assert_int_eq(trun_env_python("trun", out, sizeof(out)), -1);
-  ck_assert_int_eq(rmdir(cfg), 0);
-  ck_assert_int_eq(unlink(py), 0);
-  ck_assert_int_eq(unlink(p), 0);
-  snprintf(p, sizeof(p), "%s/bin", root);
-  ck_assert_int_eq(rmdir(p), 0);
-  ck_assert_int_eq(rmdir(root), 0);
-}
-END_TEST
-
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -531,10 +380,6 @@ int main(void) {
   tcase_add_test(tc, rdzv_conf_values);
   tcase_add_test(tc, preflight_thresholds);
   tcase_add_test(tc, store_threads);
-  tcase_add_test(tc, worker_environment);
-  tcase_add_test(tc, virtual_local_rank_gpus);
-  tcase_add_test(tc, worker_argv);
-  tcase_add_test(tc, env_python);
   tcase_add_test(tc, health_check);
   tcase_add_test(tc, exit_barrier_and_names);
   suite_add_tcase(s, tc);

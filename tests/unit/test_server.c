@@ -606,14 +606,22 @@ START_TEST(test_disconnect_while_waiting) {
 }
 END_TEST
 
-/* Owned keys: the gone callback writes "/o/end" = "gone:" + the key, as the rendezvous does, on the server's
- * thread with the key space locked, so that a waiter of "/o/end" wakes. */
+/* Owned keys: the gone callback writes "/o/end" (then "/o/end2") = "gone:" + the key
+ * (trun_server_compare_set from "") and counts "/o/gone_n" (trun_server_add), as the rendezvous does, on the
+ * server's thread with the key space locked, so that a waiter of "/o/end" wakes. */
 static void owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
   (void)value;
   char v[128];
   int n = snprintf(v, sizeof(v), "gone:%.*s", (int)key.n, (const char *)key.p);
-  ck_assert_int_eq(
-      trun_kv_set(trun_server_kv(s), trun_str("/o/end"), (trun_slice){(const uint8_t *)v, (size_t)n}), 0);
+  trun_slice reply;
+  const char *end = *(int *)arg == 0 ? "/o/end" : "/o/end2"; /* each end once: compare-set from "" */
+  ck_assert_int_eq(trun_server_compare_set(s, trun_str(end), trun_str(""),
+                                           (trun_slice){(const uint8_t *)v, (size_t)n}, &reply),
+                   0);
+  ck_assert_int_eq((int)reply.n, n);
+  int64_t count;
+  ck_assert_int_eq(trun_server_add(s, trun_str("/o/gone_n"), 1, &count), 0);
+  ck_assert_int_ge(count, 1);
   ck_assert_msg(strncmp(peer, "127.0.0.1:", 10) == 0, "peer %s", peer);
   (*(int *)arg)++;
 }
@@ -676,7 +684,7 @@ START_TEST(test_owned_key_gone) {
   /* The new owner's end fires. */
   close(d);
   until_connections(1);
-  send_msg(w, m_str(m_u8(&m, 3), "/o/end"));
+  send_msg(w, m_str(m_u8(&m, 3), "/o/end2"));
   expect(w, m_str(&m, "gone:/o/r3/alive/1"));
   ck_assert_int_eq(gone, 2);
   close(w);
@@ -1303,7 +1311,7 @@ static void agent_token_on(trun_server *s, void *arg) {
 START_TEST(test_wait_budgets) {
   trun_server_opts o;
   trun_server_opts_default(&o);
-  const size_t cost = TRUN_KV_REG_COST + 6; /* "/bNNNN" */
+  const size_t cost = TRUN_SERVER_WAIT_REG_COST + 6; /* "/bNNNN" */
   o.max_wait_conn = 8 * cost;
   o.max_wait_total = 12 * cost;
   start_with(&o);

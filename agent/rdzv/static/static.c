@@ -66,16 +66,10 @@ static int static_init(trun_rdzv *r, char *err, size_t errlen) {
   trun__rdzv_static_master_addr(cfg, r->host_addr, r->info.master_addr, sizeof(r->info.master_addr));
   r->info.master_port = port;
 
-  trun_client_opts o;
-  trun_client_opts_default(&o);
-  o.host = connect_host;
-  o.port = port;
   snprintf(r->store_addr, sizeof(r->store_addr), "%s", connect_host);
   r->store_port = port;
-  o.key_prefix = "";
-  o.agent_token = r->token;
-  o.timeout_ms = join_timeout_ms(cfg);
-  o.quiet_connect = 1; /* waiting for node rank 0 is normal; a real time-out is reported below */
+  trun_client_opts o; /* quiet: waiting for node rank 0 is normal; a real time-out is reported below */
+  trun__rdzv_agent_opts(r, join_timeout_ms(cfg), &o);
   r->wait_have = static_store_have;
   int rc = trun__rdzv_connect_polling(r, &o, o.timeout_ms);
   if (rc == -EINTR) {

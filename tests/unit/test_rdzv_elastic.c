@@ -1,7 +1,8 @@
-/* Elastic rendezvous: torchelastic's decision table (agent/rdzv/c10d/dynamic.c) case by case, the state
- * mutations and dead-node pruning, and both executors (c10d and the `trun` backend) with many agents as
- * threads against an in-process store: distinct ranks, sorted order, last call, late joiners, --node-rank
- * hints, corrupt states, and the survivors of a lost node regrouping without the last call (issue 22).
+/* The elastic backends' protocol cores: torchelastic's decision table (agent/rdzv/c10d/dynamic.c) case by
+ * case, the state mutations and dead-node pruning, and both executors (c10d and the `trun` backend) with many
+ * agents as threads against an in-process store: distinct ranks, sorted order, last call, late joiners,
+ * --node-rank hints, corrupt states, and the survivors of a lost node regrouping without the last call (issue
+ * 22).
  */
 #include "agent/rdzv/c10d/dynamic.h"
 #include "agent/rdzv/trun/fast.h"
@@ -537,7 +538,7 @@ START_TEST(test_c10d_corrupt_state) {
 END_TEST
 
 static Suite *rdzv_suite(void) {
-  Suite *s = suite_create("rdzv");
+  Suite *s = suite_create("rdzv_elastic");
   TCase *tc = tcase_create("decisions");
   tcase_add_test(tc, test_join_table);
   tcase_add_test(tc, test_ranks_sorted);
