@@ -3,6 +3,7 @@
  * rank's command line and torchrun environment, and whether the workers would start warm. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent.h"
@@ -81,7 +82,23 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   trun_rdzv_round r;
   preview_round(&pv, &r);
   int omp_forced;
-  char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
+  trun_node *node = calloc(1, sizeof(*node));
+  char derr[512];
+  if (node &&
+      trun_discover_node(node, envp, trun_agent_discover_flags(cfg), cfg->no_imds, derr, sizeof(derr)) < 0)
+    trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", derr);
+  char **base = node ? trun_agent_env(envp, cfg, nproc, node, &omp_forced) : NULL;
+  char frdir[PATH_MAX]; /* where trun__agent_fr_open would put the dumps */
+  const char *t = getenv("TMPDIR");
+  if (cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") != 0)
+    snprintf(frdir, sizeof(frdir), "%s/%s_XXXXXX/flight_recorder", cfg->log_dir, cfg->run_id);
+  else
+    snprintf(frdir, sizeof(frdir), "%s/trun_fr_%s_XXXXXX", t && t[0] ? t : "/tmp", cfg->run_id);
+  if (base && trun__agent_fr_env(&base, node->ngpu, frdir) < 0) {
+    trun_strv_free(base);
+    base = NULL;
+  }
+  free(node);
   print_plan(cfg, &pv, out);
   fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
           cfg->signals_text);
@@ -109,7 +126,12 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
                                       "TORCHELASTIC_SIGNALS_TO_HANDLE",
                                       "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                       "OMP_NUM_THREADS",
-                                      "CUDA_VISIBLE_DEVICES"};
+                                      "CUDA_VISIBLE_DEVICES",
+                                      "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                      "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                                      "TORCH_FR_DUMP_TEMP_FILE",
+                                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                                      "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"};
   int code = 0;
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];

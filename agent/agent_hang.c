@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,7 +51,12 @@ struct trun__hang {
   int err_pending;     /* an answer this round that is no usable RAS answer, not yet said ... */
   char err_msg[512];   /* ... in words */
   int err_gen;         /* the round whose first such error was taken */
-  uv_async_t async;    /* the thread has news */
+  /* The flight recorder (agent_fr.c): where this round's workers dump and take requests, and what their
+   * dumps said when the latest hang was first seen ("" nothing). */
+  char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
+  int fr_base, fr_n;
+  char fr_line[1024];
+  uv_async_t async; /* the thread has news */
   int async_on;
   /* Loop side. */
   char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric */
@@ -97,6 +103,16 @@ static void *poll_thread(void *arg) {
     else
       trun_hang_reset(d); /* nothing (usable) answered: no NCCL job, or the job gone */
     trun_ras_snapshot_free(s);
+    char fr[sizeof(h->fr_line)] = "";
+    if (hung > 0 && v.nfresh > 0) { /* a new hang: every rank of this node dumps its flight recorder */
+      pthread_mutex_lock(&h->mu);
+      char dump[PATH_MAX], pipe[PATH_MAX];
+      int base = h->fr_base, nr = h->fr_n;
+      snprintf(dump, sizeof(dump), "%s", h->fr_dump);
+      snprintf(pipe, sizeof(pipe), "%s", h->fr_pipe);
+      pthread_mutex_unlock(&h->mu);
+      trun__agent_fr_ask(dump, pipe, base, nr, fr, sizeof(fr));
+    }
     pthread_mutex_lock(&h->mu);
     int news = 0;
     if (h->gen == gen && h->active) {
@@ -111,6 +127,7 @@ static void *poll_thread(void *arg) {
         h->v = v;
         h->v_gen = gen;
         v = (trun_hang_verdict){0};
+        if (fr[0]) snprintf(h->fr_line, sizeof(h->fr_line), "%s", fr);
         news = 1;
       }
     }
@@ -189,7 +206,7 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
   return 0;
 }
 
-static void on_comm(trun__hang *h, const trun_hang_comm *c) {
+static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
   agent *a = h->a;
   const trun_config *cfg = a->cfg;
   int base = trun_rdzv_info(a->rdzv)->base_rank;
@@ -233,9 +250,10 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
     else
       snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
     trun_error("hang: %s is behind in a hung collective: %s; %s", names, c->line, act);
+    if (fr[0]) trun_error("hang: flight recorder of this node's ranks: %s", fr);
     for (int i = 0; i < nours; i++)
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
-                    c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why);
+                    c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);
   }
   double window = TRUN_HANG_DEFAULT_WINDOW_S;
   if (cfg->hang_timeout <= 0 || h->acted || a->phase_stopping || c->frozen_s < window + cfg->hang_timeout)
@@ -246,9 +264,9 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
   for (int i = 0; i < nours; i++)
     snprintf(ours[i]->hang, sizeof(ours[i]->hang),
              "hang (NCCL RAS): behind in communicator %s, frozen for %.0f s: it %s; %zu rank(s) wait in %s "
-             "%llu; stopped by --hang-timeout %.0f",
+             "%llu; stopped by --hang-timeout %.0f%s%s",
              c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
-             cfg->hang_timeout);
+             cfg->hang_timeout, fr[0] ? "; flight recorder: " : "", fr);
   a->on_hang(a, ours[0]->local_rank);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
@@ -264,10 +282,12 @@ static void on_async(uv_async_t *as) {
   h->err_pending = 0;
   char msg[512];
   snprintf(msg, sizeof(msg), "%s", h->err_msg);
+  char fr[sizeof(h->fr_line)];
+  snprintf(fr, sizeof(fr), "%s", current ? h->fr_line : "");
   pthread_mutex_unlock(&h->mu);
   if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
   if (current && a->in_round)
-    for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i]);
+    for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i], fr);
   trun_hang_verdict_clear(&v);
 }
 
@@ -306,6 +326,16 @@ void trun__agent_hang_round(agent *a, int active) {
   pthread_mutex_lock(&h->mu);
   if (active) h->gen++;
   h->active = active;
+  h->fr_line[0] = '\0';
+  if (active) { /* where this round's workers dump (agent_fr.c; a user's own TORCH_* values too) */
+    const char *dump = trun_env_get(a->env, "TORCH_FR_DUMP_TEMP_FILE"),
+               *pipe = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+    if (dump == NULL) dump = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+    snprintf(h->fr_dump, sizeof(h->fr_dump), "%s", dump ? dump : "");
+    snprintf(h->fr_pipe, sizeof(h->fr_pipe), "%s", pipe ? pipe : "");
+    h->fr_base = trun_rdzv_info(a->rdzv)->base_rank;
+    h->fr_n = a->nproc;
+  }
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
