@@ -4,9 +4,10 @@
  * Set for the workers, each only when trun's own environment does not name it (the user's value wins), and
  * only on a node with a GPU (a node without one runs no NCCL job) and a flight recorder the user did not turn
  * off (TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_FR_BUFFER_SIZE = 0):
- *   TORCH_NCCL_TRACE_BUFFER_SIZE=2000     entries kept per process (torch's own default since it turned on)
- *   TORCH_NCCL_DUMP_ON_TIMEOUT=1          dump when torch's watchdog fires; and the heartbeat monitor looks
- * at the dump pipe every second instead of every 8 minutes TORCH_FR_DUMP_TEMP_FILE,
+ *   TORCH_NCCL_TRACE_BUFFER_SIZE=2000     entries kept per process (torch's own default since it turned on);
+ *                                          a user's TORCH_FR_BUFFER_SIZE instead (the dump pipe reads this
+ * name) TORCH_NCCL_DUMP_ON_TIMEOUT=1          dump when torch's watchdog fires; and the heartbeat monitor
+ * looks at the dump pipe every second instead of every 8 minutes TORCH_FR_DUMP_TEMP_FILE,
  * TORCH_NCCL_DEBUG_INFO_TEMP_FILE = <dir>/rank_   where rank R dumps (<dir>/rank_R; the second name is the
  * one torch 2.2 to 2.6 read) TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<dir>/rank_   torch makes the FIFO
  * <dir>/rank_R.pipe: a byte there dumps rank R and the job goes on (agent_hang.c writes it at a hang) <dir>:
@@ -41,11 +42,13 @@ int trun__agent_fr_env(char ***env, int ngpu, const char *dir) {
   if (snprintf(prefix, sizeof(prefix), "%s/rank_", dir) >= (int)sizeof(prefix)) return -ENAMETOOLONG;
   int user_file =
       trun_env_get(*env, "TORCH_FR_DUMP_TEMP_FILE") || trun_env_get(*env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+  const char *fr_size = trun_env_get(*env, "TORCH_FR_BUFFER_SIZE");
   struct {
     const char *name, *value;
     int keep;
   } set[] = {
-      {"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", trun_env_get(*env, "TORCH_FR_BUFFER_SIZE") != NULL},
+      /* torch's dump pipe reads this name only: a user's TORCH_FR_BUFFER_SIZE is copied into it */
+      {"TORCH_NCCL_TRACE_BUFFER_SIZE", fr_size ? fr_size : "2000", 0},
       {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1", 0},
       {"TORCH_FR_DUMP_TEMP_FILE", prefix, user_file},
       {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix, user_file},

@@ -9,7 +9,7 @@
 #      behind: its last all-reduce #50 completed, rank 0 waits in #51); the hang event has it in
 #      "flight_recorder" and the root cause in the failure report too; the directory is gone after exit;
 #  (b) --log-dir: the directory is <run dir>/flight_recorder, mode 0700, kept, with the dumps; a variable the
-#      user set is theirs (TORCH_NCCL_TRACE_BUFFER_SIZE=100, TORCH_FR_DUMP_TEMP_FILE);
+#      user set is theirs (TORCH_NCCL_TRACE_BUFFER_SIZE=100, TORCH_FR_DUMP_TEMP_FILE; TORCH_FR_BUFFER_SIZE=300 is copied into TORCH_NCCL_TRACE_BUFFER_SIZE, the name torch's dump pipe reads);
 #  (c) a node without a GPU (a gloo job): none of the variables, no directory; the hang is named all the same,
 #      without a flight-recorder line.
 # Only loopback traffic. Exit: 0 pass, anything else fail.
@@ -108,6 +108,8 @@ run_pg env "${gpus[@]}" PYTHON_EXEC="$host_py" FR_EXIT=1 TORCH_FR_DUMP_TEMP_FILE
   fail "(b2): the user's TORCH_FR_DUMP_TEMP_FILE was changed or paired"
 env "${gpus[@]}" TORCH_NCCL_TRACE_BUFFER_SIZE=0 "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b3.out"
 ! grep -q 'TORCH_FR_DUMP_TEMP_FILE\|TORCH_NCCL_DEBUG_INFO_PIPE_FILE' "$tmp/b3.out" || fail "(b3): variables set with the flight recorder off"
+env "${gpus[@]}" TORCH_FR_BUFFER_SIZE=300 "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b5.out"
+grep -qx '  TORCH_NCCL_TRACE_BUFFER_SIZE=300' "$tmp/b5.out" || fail "(b5): TORCH_FR_BUFFER_SIZE=300 is not copied into TORCH_NCCL_TRACE_BUFFER_SIZE"
 env "${gpus[@]}" "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b4.out"
 grep -q '^  TORCH_NCCL_DEBUG_INFO_PIPE_FILE=.*/trun_fr_.*/rank_$' "$tmp/b4.out" || fail "(b4): --dry-run does not show the pipe prefix"
 
