@@ -134,6 +134,9 @@ void trun_hang_free(trun_hang_detector *d);
  * counts, or frozen counts on which every rank agrees (an idle job, a GPU kernel that spins before the
  * collective), are never a hang. A communicator absent from the snapshot is forgotten. */
 int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, trun_hang_verdict *v);
+/* The longest time (seconds, up to the last feed) that a communicator of the last snapshot has had equal
+ * counts that did not move: an idle job, or every rank waiting in the same collective (0: none). */
+double trun_hang_quiet_s(const trun_hang_detector *d);
 /* A feed of "nothing answered" (RAS not up or the job gone): forgets every communicator. */
 void trun_hang_reset(trun_hang_detector *d);
 void trun_hang_verdict_clear(trun_hang_verdict *v);
@@ -208,5 +211,15 @@ void trun_fr_ranks_clear(trun_fr_rank *r, size_t n);
  * collective is older than the largest group's marked "behind", one whose collective or sizes differ at the
  * same number "mismatched", and ranks without a dump with their why. r sorted by rank. Returns the length. */
 size_t trun_fr_summarize(const trun_fr_rank *r, size_t n, char *out, size_t len);
+
+/* Every rank in NCCL, RAS counts equal and frozen: a and b are two probes of the same ranks (same order) some
+ * seconds apart. Returns 1 (hung) when every rank has a dump in both and its newest entry is the same
+ * collective, not completed, in both; 0 otherwise (an idle job has completed its newest entry; a job that
+ * moved; a rank without a dump). On 1, line (len bytes) says it for people, and culprit[0..*nculprit) (room
+ * for n) gets the ranks whose collective is "scheduled" while others' is "started"
+ * (TORCH_NCCL_ENABLE_TIMING=1 records starts): their GPU never began it. No such split: *nculprit 0, "culprit
+ * unknown". */
+int trun_fr_spin(const trun_fr_rank *a, const trun_fr_rank *b, size_t n, int *culprit, size_t *nculprit,
+                 char *line, size_t len);
 
 #endif

@@ -280,7 +280,13 @@ START_TEST(detect_spin_not_named) {
   trun_hang_detector *d = trun_hang_new(15);
   trun_hang_verdict v;
   ck_assert_int_eq(feed(d, "ras-spin-12s.json", 12, &v), 0);
+  ck_assert(trun_hang_quiet_s(d) == 0);
   for (double t = 20; t < 3600; t += 20) ck_assert_int_eq(feed(d, "ras-spin-20s.json", t, &v), 0);
+  ck_assert_msg(trun_hang_quiet_s(d) == 3580 - 12, "%f", trun_hang_quiet_s(d)); /* equal, unchanged since 12 */
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 3600, &v), 0); /* another job's counts: moved */
+  ck_assert(trun_hang_quiet_s(d) == 0);
+  trun_hang_reset(d);
+  ck_assert(trun_hang_quiet_s(d) == 0);
   trun_hang_free(d);
 }
 END_TEST
@@ -655,6 +661,67 @@ static void copy_file(const char *from, const char *to, size_t first) {
   close(fd);
 }
 
+/* Every rank in NCCL: two probes of the spin capture (every rank's all-reduce #51 scheduled) are a hang with
+ * no culprit; with start times recorded (TORCH_NCCL_ENABLE_TIMING: ranks 0-2 "started") rank 3 is named; the
+ * sleep capture (rank 3's newest completed), an idle job (every newest completed), a job that moved between
+ * the probes and a rank without a dump are not. */
+static void probe_of(trun_fr_rank *r, const char *k0, const char *k1, const char *k2, const char *k3) {
+  const char *k[4] = {k0, k1, k2, k3};
+  for (int i = 0; i < 4; i++) {
+    r[i].rank = i;
+    r[i].dump = k[i] ? fr(k[i]) : NULL;
+  }
+}
+
+static void set_state(trun_fr_rank *r, int i, const char *st) {
+  free(r[i].dump->last_state);
+  r[i].dump->last_state = strdup(st);
+}
+
+START_TEST(fr_spin_judge) {
+  trun_fr_rank a[4] = {{0}}, b[4] = {{0}};
+  int cul[4];
+  size_t nc = 9;
+  char line[512];
+  probe_of(a, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  probe_of(b, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 1);
+  ck_assert_uint_eq(nc, 0);
+  ck_assert_msg(strstr(line,
+                       "every rank waits in nccl:all_reduce #51 (scheduled) in both flight-recorder probes: "
+                       "culprit unknown"),
+                "%s", line);
+  for (int i = 0; i < 3; i++) set_state(a, i, "started"), set_state(b, i, "started");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 1);
+  ck_assert_uint_eq(nc, 1);
+  ck_assert_int_eq(cul[0], 3);
+  ck_assert_msg(
+      strstr(line, "rank 3 never started nccl:all_reduce #51 on the GPU while 3 rank(s) started it"), "%s",
+      line);
+  set_state(a, 0, "scheduled"); /* rank 0's state changed between the probes: it moved */
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "sleep_rank_0", "sleep_rank_1", "sleep_rank_2", "sleep_rank_3");
+  probe_of(b, "sleep_rank_0", "sleep_rank_1", "sleep_rank_2", "sleep_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0); /* rank 3 completed its newest */
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "sleep_rank_3", "sleep_rank_3", "sleep_rank_3",
+           "sleep_rank_3"); /* idle: every newest completed */
+  probe_of(b, "sleep_rank_3", "sleep_rank_3", "sleep_rank_3", "sleep_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  ck_assert_str_eq(line, "");
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  probe_of(b, "spin_rank_0", "spin_rank_1", "spin_rank_2", NULL); /* rank 3 gave no dump the second time */
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+}
+END_TEST
+
 /* torch's side of the dump pipe (its heartbeat monitor), played by a child: makes <dir>/rank_5.pipe, reads it
  * non-blocking, and on a byte writes a captured dump to <dir>/rank_5 (in two parts). */
 START_TEST(fr_probe_pipe) {
@@ -967,6 +1034,7 @@ int main(void) {
   tcase_add_test(tc, fr_bad);
   tcase_add_test(tc, fr_summary_captures);
   tcase_add_test(tc, fr_probe_pipe);
+  tcase_add_test(tc, fr_spin_judge);
   tcase_add_test(tc, pickle_binfloat);
   tcase_add_test(tc, client_against_standin);
   tcase_add_test(tc, client_real_nccl_wire);
