@@ -124,3 +124,107 @@ size_t trun__agent_fr_ask(const char *dump_prefix, const char *pipe_prefix, int 
   free(r);
   return got;
 }
+
+/* ---- every rank in NCCL: equal counts frozen, the flight recorder asked twice ------------------------- */
+
+void trun__agent_fr_spin_init(trun__fr_spin *s, char *const *env) {
+  memset(s, 0, sizeof(*s));
+  const char *w = trun_env_get(env, "TRUN_HANG_SPIN_WINDOW");
+  double v = w ? strtod(w, NULL) : 0;
+  s->window = v >= 2 && v <= 86400 ? v : TRUN__FR_SPIN_WINDOW_S;
+  if (w && s->window != v)
+    trun_warn("TRUN_HANG_SPIN_WINDOW=%s is not 2..86400 seconds: %.0f s is used", w, s->window);
+  s->gap = s->window / 3 < 2 ? 2 : s->window / 3 > 30 ? 30 : s->window / 3;
+}
+
+static void spin_forget(trun__fr_spin *s) {
+  trun_fr_ranks_clear(s->prev, s->nprev);
+  free(s->prev);
+  s->prev = NULL;
+  s->nprev = 0;
+  s->next = 0;
+}
+
+void trun__agent_fr_spin_free(trun__fr_spin *s) { spin_forget(s); }
+
+int trun__agent_fr_spin_step(trun__fr_spin *s, double quiet, double now, const char *dump_prefix,
+                             const char *pipe_prefix, int base_rank, int n, trun__fr_spin_verdict *out) {
+  if (quiet < s->window || n <= 0 || !dump_prefix[0] || !pipe_prefix[0]) {
+    spin_forget(s); /* counts moved or disagree (RAS's detector's case), or nothing to ask */
+    return 0;
+  }
+  if (now < s->next) return 0;
+  if (n > TRUN_FR_MAX_RANKS) n = TRUN_FR_MAX_RANKS;
+  trun_fr_rank *cur = calloc((size_t)n, sizeof(*cur));
+  if (cur == NULL) return 0;
+  for (int i = 0; i < n; i++) cur[i].rank = base_rank + i;
+  trun_fr_probe(dump_prefix, pipe_prefix, cur, (size_t)n, TRUN__FR_PROBE_MS);
+  int hung = 0;
+  if (s->prev && s->nprev == (size_t)n) {
+    memset(out, 0, sizeof(*out));
+    hung = trun_fr_spin(s->prev, cur, (size_t)n, out->culprit, &out->nculprit, out->line, sizeof(out->line));
+    out->quiet = quiet;
+  }
+  trun_fr_ranks_clear(s->prev, s->nprev);
+  free(s->prev);
+  s->prev = cur, s->nprev = (size_t)n;
+  s->next = now + s->gap;
+  return hung;
+}
+
+/* The loop's side: names it once per round; with the culprit among this node's workers, --hang-timeout
+ * seconds after it was named the round stops for it, as for a hang RAS names. */
+void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *named, int *acted) {
+  const trun_config *cfg = a->cfg;
+  int base = trun_rdzv_info(a->rdzv)->base_rank;
+  worker *ours[TRUN_FR_SPIN_MAX];
+  int nours = 0;
+  char names[512] = "";
+  size_t nn = 0;
+  for (size_t k = 0; k < v->nculprit && nours < TRUN_FR_SPIN_MAX; k++) {
+    int lr = v->culprit[k] - base;
+    if (lr < 0 || lr >= a->nproc || a->w[lr].pid <= 0) continue;
+    ours[nours++] = &a->w[lr];
+    if (nn < sizeof(names))
+      nn += (size_t)snprintf(names + nn, sizeof(names) - nn, "%srank %d (local %d, pid %d)", nn ? ", " : "",
+                             v->culprit[k], lr, (int)a->w[lr].pid);
+  }
+  if (!*named) {
+    *named = 1;
+    if (nours > 0) {
+      char act[160];
+      if (cfg->hang_timeout > 0)
+        snprintf(act, sizeof(act), "restarting the workers in %.0f s unless it moves (--hang-timeout)",
+                 cfg->hang_timeout);
+      else
+        snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
+      trun_error(
+          "hang: %s: every rank of this node is in a collective that does not complete, counts frozen "
+          "for %.0f s: %s; %s",
+          names, v->quiet, v->line, act);
+    } else {
+      trun_error(
+          "hang: every rank of this node is in a collective that does not complete, counts frozen for "
+          "%.0f s: %s; not acted on (no culprit named)",
+          v->quiet, v->line);
+    }
+    for (int i = 0; i < nours; i++)
+      trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, "", "", 0,
+                    v->quiet, v->line, v->line);
+    if (nours == 0) trun_obs_hang(a->obs, 0, -1, -1, "", "", 0, v->quiet, v->line, v->line);
+  }
+  if (nours == 0 || cfg->hang_timeout <= 0 || *acted || a->phase_stopping) return;
+  if (v->quiet < v->named_quiet + cfg->hang_timeout) return;
+  *acted = 1;
+  trun_error(
+      "hang: %s still in a collective that does not complete after %.0f s (--hang-timeout): restarting "
+      "the workers",
+      names, cfg->hang_timeout);
+  for (int i = 0; i < nours; i++)
+    snprintf(ours[i]->hang, sizeof(ours[i]->hang),
+             "hang (flight recorder): every rank of its node in a collective that does not complete, counts "
+             "frozen for %.0f s: %s; stopped by --hang-timeout %.0f",
+             v->quiet, v->line, cfg->hang_timeout);
+  a->on_hang(a, ours[0]->local_rank);
+  for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
+}

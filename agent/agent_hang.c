@@ -56,6 +56,11 @@ struct trun__hang {
   char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
   int fr_base, fr_n;
   char fr_line[1024];
+  trun__fr_spin sp;                     /* every rank in NCCL: the thread's own state */
+  trun__fr_spin_verdict spin, spin_new; /* the latest such verdict (spin_new: the thread's own) ... */
+  int spin_pending, spin_gen;           /* ... not yet handed to the loop, of this round */
+  int spin_named, spin_acted;           /* loop side, per round */
+  double spin_named_quiet;
   uv_async_t async; /* the thread has news */
   int async_on;
   /* Loop side. */
@@ -86,6 +91,7 @@ static void *poll_thread(void *arg) {
     if (h->stop) break;
     if (!h->active || h->gen != gen) { /* a new round: its communicators are new */
       trun_hang_reset(d);
+      trun__agent_fr_spin_free(&h->sp);
       gen = h->gen;
       if (!h->active) continue;
     }
@@ -104,15 +110,18 @@ static void *poll_thread(void *arg) {
       trun_hang_reset(d); /* nothing (usable) answered: no NCCL job, or the job gone */
     trun_ras_snapshot_free(s);
     char fr[sizeof(h->fr_line)] = "";
-    if (hung > 0 && v.nfresh > 0) { /* a new hang: every rank of this node dumps its flight recorder */
-      pthread_mutex_lock(&h->mu);
-      char dump[PATH_MAX], pipe[PATH_MAX];
-      int base = h->fr_base, nr = h->fr_n;
-      snprintf(dump, sizeof(dump), "%s", h->fr_dump);
-      snprintf(pipe, sizeof(pipe), "%s", h->fr_pipe);
-      pthread_mutex_unlock(&h->mu);
+    pthread_mutex_lock(&h->mu);
+    char dump[PATH_MAX], pipe[PATH_MAX];
+    int base = h->fr_base, nr = h->fr_n;
+    snprintf(dump, sizeof(dump), "%s", h->fr_dump);
+    snprintf(pipe, sizeof(pipe), "%s", h->fr_pipe);
+    pthread_mutex_unlock(&h->mu);
+    if (hung > 0 && v.nfresh > 0) /* a new hang: every rank of this node dumps its flight recorder */
       trun__agent_fr_ask(dump, pipe, base, nr, fr, sizeof(fr));
-    }
+    /* Equal counts that stand still: every rank in NCCL, or an idle job; the flight recorder tells
+     * (agent_fr.c). */
+    int spun = trun__agent_fr_spin_step(&h->sp, rc == 0 && hung == 0 ? trun_hang_quiet_s(d) : 0,
+                                        trun_mono_s(), dump, pipe, base, nr, &h->spin_new);
     pthread_mutex_lock(&h->mu);
     int news = 0;
     if (h->gen == gen && h->active) {
@@ -120,6 +129,12 @@ static void *poll_thread(void *arg) {
         h->err_gen = gen;
         h->err_pending = 1;
         snprintf(h->err_msg, sizeof(h->err_msg), "%s", err);
+        news = 1;
+      }
+      if (spun) {
+        h->spin = h->spin_new;
+        h->spin_pending = 1;
+        h->spin_gen = gen;
         news = 1;
       }
       if (hung > 0) {
@@ -136,6 +151,7 @@ static void *poll_thread(void *arg) {
   }
   pthread_mutex_unlock(&h->mu);
   trun_hang_free(d);
+  trun__agent_fr_spin_free(&h->sp);
   return NULL;
 }
 
@@ -284,7 +300,17 @@ static void on_async(uv_async_t *as) {
   snprintf(msg, sizeof(msg), "%s", h->err_msg);
   char fr[sizeof(h->fr_line)];
   snprintf(fr, sizeof(fr), "%s", current ? h->fr_line : "");
+  trun__fr_spin_verdict *sv = NULL;
+  if (h->spin_pending && h->spin_gen == h->gen && h->active && (sv = malloc(sizeof(*sv))) != NULL)
+    *sv = h->spin;
+  h->spin_pending = 0;
   pthread_mutex_unlock(&h->mu);
+  if (sv && a->in_round) {
+    if (!h->spin_named) h->spin_named_quiet = sv->quiet;
+    sv->named_quiet = h->spin_named_quiet;
+    trun__agent_fr_spin_report(a, sv, &h->spin_named, &h->spin_acted);
+  }
+  free(sv);
   if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
   if (current && a->in_round)
     for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i], fr);
@@ -299,6 +325,7 @@ int trun__agent_hang_open(agent *a) {
   h->a = a;
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
   read_local_addrs(h);
+  trun__agent_fr_spin_init(&h->sp, a->env);
   pthread_mutex_init(&h->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -339,7 +366,7 @@ void trun__agent_hang_round(agent *a, int active) {
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
-  if (active) h->nseen = h->nwarned = h->acted = 0;
+  if (active) h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
 }
 
 void trun__agent_hang_close(agent *a) {

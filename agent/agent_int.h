@@ -16,6 +16,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
+#include "agent/hang/hang.h"
 #include "agent/nccl/nccl.h"
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
@@ -265,6 +266,33 @@ void trun__agent_fr_close(agent *a);
  * TRUN__FR_PROBE_MS (blocking: the hang thread calls it). line: what they say together (trun_fr_summarize),
  * "" when no dump came. Returns the dumps read. */
 #define TRUN__FR_PROBE_MS 10000
+
+/* Every rank in NCCL (agent_fr.c, called by the hang thread): once a communicator's equal counts have stood
+ * still for the window (TRUN__FR_SPIN_WINDOW_S; TRUN_HANG_SPIN_WINDOW in the environment, 2..86400), the
+ * node's ranks are asked for dumps every gap (window / 3, 2..30 s), and two probes in a row whose newest
+ * entries are the same not-completed collective on every rank are a hang (trun_fr_spin). */
+#define TRUN__FR_SPIN_WINDOW_S 60.0
+#define TRUN_FR_SPIN_MAX 64 /* culprits kept */
+typedef struct {
+  double window, gap, next;
+  trun_fr_rank *prev; /* the last probe, NULL none */
+  size_t nprev;
+} trun__fr_spin;
+typedef struct {
+  double quiet;       /* how long the counts have stood still */
+  double named_quiet; /* quiet when it was first named (set by the caller) */
+  char line[512];
+  int culprit[TRUN_FR_MAX_RANKS];
+  size_t nculprit;
+} trun__fr_spin_verdict;
+void trun__agent_fr_spin_init(trun__fr_spin *s, char *const *env);
+void trun__agent_fr_spin_free(trun__fr_spin *s);
+/* One poll: quiet from trun_hang_quiet_s, now monotonic seconds. 1 with *out filled when it is hung. */
+int trun__agent_fr_spin_step(trun__fr_spin *s, double quiet, double now, const char *dump_prefix,
+                             const char *pipe_prefix, int base_rank, int n, trun__fr_spin_verdict *out);
+/* The loop's side of a verdict: one line and the hang event per round (*named), and the teardown for a
+ * culprit of this node --hang-timeout seconds later (*acted). */
+void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *named, int *acted);
 size_t trun__agent_fr_ask(const char *dump_prefix, const char *pipe_prefix, int base_rank, int n, char *line,
                           size_t len);
 

@@ -10,8 +10,12 @@
 #      "flight_recorder" and the root cause in the failure report too; the directory is gone after exit;
 #  (b) --log-dir: the directory is <run dir>/flight_recorder, mode 0700, kept, with the dumps; a variable the
 #      user set is theirs (TORCH_NCCL_TRACE_BUFFER_SIZE=100, TORCH_FR_DUMP_TEMP_FILE; TORCH_FR_BUFFER_SIZE=300 is copied into TORCH_NCCL_TRACE_BUFFER_SIZE, the name torch's dump pipe reads);
-#  (c) a node without a GPU (a gloo job): none of the variables, no directory; the hang is named all the same,
-#      without a flight-recorder line.
+#  (c) a node without a GPU (a gloo job): none of the variables, no directory;
+#  every rank in NCCL (RAS: job-idle, equal frozen counts; TRUN_HANG_SPIN_WINDOW=4, so probes 2 s apart):
+#  (d) the spin capture (every rank's all-reduce #51 scheduled in both probes): named, culprit unknown, not
+#      acted on; (d2) rank 0's #51 started (as with TORCH_NCCL_ENABLE_TIMING), rank 1's scheduled: rank 1 named,
+#      --hang-timeout 1 stops the round, root cause rank 1 of kind hang; (e) an idle job (every newest entry
+#      completed): never named, over three probes (counted by the worker's dumps, not timed).
 # Only loopback traffic. Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,9 +41,9 @@ show() {
   for f in "$@"; do [ -f "$f" ] && awk -v p="    $(basename "$f")| " '{print p $0}' "$f"; done
   return 0
 }
-start_ras() { # start_ras NAME DIR: the stand-in (job-behind, rank 1) for the workers writing DIR/pid.<rank>
+start_ras() { # start_ras NAME DIR [MODE]: the stand-in (job-behind, rank 1) for the workers writing DIR/pid.<rank>
   local pf=$tmp/$1.port
-  setsid "$host_py" "$fake" --mode job-behind --port-file "$pf" --pid-dir "$2" --ranks 2 --behind 1 \
+  setsid "$host_py" "$fake" --mode "${3:-job-behind}" --port-file "$pf" --pid-dir "$2" --ranks 2 --behind 1 \
     2>"$tmp/$1.ras.log" &
   server=$!
   _bg_pgids+=("$server")
@@ -113,19 +117,72 @@ grep -qx '  TORCH_NCCL_TRACE_BUFFER_SIZE=300' "$tmp/b5.out" || fail "(b5): TORCH
 env "${gpus[@]}" "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b4.out"
 grep -q '^  TORCH_NCCL_DEBUG_INFO_PIPE_FILE=.*/trun_fr_.*/rank_$' "$tmp/b4.out" || fail "(b4): --dry-run does not show the pipe prefix"
 
-# (c) no GPU: nothing set, the hang named without the flight recorder.
+# (c) no GPU: nothing set, no directory (the hang without a flight recorder is test 93's).
 mkdir -p "$tmp/c"
-start_ras c "$tmp/c"
-rc=0
-run_pg env TRUN_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 TRUN_CUDART_LIBRARY=/nonexistent/libcudart.so \
-  NCCL_RAS_ADDR="$addr" PYTHON_EXEC="$host_py" "$trun" --standalone --nproc-per-node 2 --max-restarts 0 --hang-timeout 1 "$worker" \
-  "$tmp/c" >"$tmp/c.out" 2>"$tmp/c.err" || rc=$?
-stop_pid "$server"
-show "$tmp/c.err"
-[ $rc -eq 1 ] || fail "(c): trun exited $rc, want 1"
+run_pg env TRUN_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 TRUN_CUDART_LIBRARY=/nonexistent/libcudart.so FR_EXIT=1 \
+  PYTHON_EXEC="$host_py" "$trun" --standalone --nproc-per-node 2 "$worker" "$tmp/c" >"$tmp/c.out" 2>"$tmp/c.err" ||
+  { show "$tmp/c.err"; fail "(c): trun failed"; }
 ! grep -q '^TORCH_NCCL_TRACE_BUFFER_SIZE=\|^TORCH_FR_DUMP_TEMP_FILE=\|^TORCH_NCCL_DEBUG_INFO\|^TORCH_NCCL_DUMP_ON_TIMEOUT=' "$tmp/c/env.0" ||
   fail "(c): flight-recorder variables on a node without a GPU"
-grep -q 'hang: rank 1 (local 1, pid [0-9]*) is behind' "$tmp/c.err" || fail "(c): the hang was not named"
-! grep -q 'flight recorder' "$tmp/c.err" || fail "(c): a flight-recorder line without a flight recorder"
 ! ls -d "$TMPDIR"/trun_fr_* 2>/dev/null || fail "(c): a flight-recorder directory without a GPU"
+
+# (d) every rank waits, nothing tells which: named, culprit unknown, nothing stopped.
+spin() { # spin NAME FIXTURES ARGS...: the job-idle stand-in, trun in the background; sets job
+  local name=$1 fx=$2
+  shift 2
+  mkdir -p "$tmp/$name"
+  start_ras "$name" "$tmp/$name" job-idle
+  FR_FIXTURES=$fx TRUN_HANG_SPIN_WINDOW=4 NCCL_RAS_ADDR=$addr PYTHON_EXEC=$host_py setsid env "${gpus[@]}" "$trun" \
+    --standalone --nproc-per-node 2 --max-restarts 0 --events "$tmp/$name.events" "$@" "$worker" "$tmp/$name" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  job=$!
+  _bg_pgids+=("$job")
+}
+wait_for() { # wait_for NAME WHAT CMD...: polls CMD while the job runs (generous bound: 200 s)
+  local name=$1 what=$2
+  shift 2
+  for _ in $(seq 1000); do
+    "$@" && return 0
+    kill -0 "$job" 2>/dev/null || { show "$tmp/$name.err"; fail "$name: trun ended while waiting for $what"; }
+    sleep 0.2
+  done
+  show "$tmp/$name.err"
+  fail "$name: no $what within 200 s"
+}
+spin d spin_rank_0,spin_rank_3 --hang-timeout 0
+wait_for d "the hang named" grep -q 'every rank of this node is in a collective that does not complete' "$tmp/d.err"
+wait_for d "a probe after it" test -e "$tmp/d/dumped.0.4"
+kill -0 "$job" || fail "(d): trun ended"
+stop_pid "$job"
+stop_pid "$server"
+show "$tmp/d.err"
+grep -q 'hang: every rank of this node is in a collective that does not complete, counts frozen for [0-9]* s: every rank waits in nccl:all_reduce #51 (scheduled) in both flight-recorder probes: culprit unknown.*not acted on (no culprit named)' "$tmp/d.err" ||
+  fail "(d): the line does not say every rank waits with the culprit unknown"
+[ "$(grep -c 'in a collective that does not complete' "$tmp/d.err")" -eq 1 ] || fail "(d): want the line once"
+[ ! -e "$tmp/d/attempt.1.0" ] || fail "(d): the workers restarted"
+"$host_py" - "$tmp/d.events" <<'PY' || fail "(d): the hang event"
+import json, sys
+h = [e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "hang"]
+assert len(h) == 1 and h[0]["rank"] == -1 and "culprit unknown" in h[0]["flight_recorder"], h
+PY
+
+# (d2) rank 0 started its all-reduce, rank 1 never did: rank 1 named and stopped.
+spin d2 ../fr-spin-started.pickle,spin_rank_3 --hang-timeout 1
+rc=0
+wait "$job" || rc=$?
+stop_pid "$server"
+show "$tmp/d2.err"
+[ $rc -eq 1 ] || fail "(d2): trun exited $rc, want 1 (the round stopped by --hang-timeout)"
+grep -q 'hang: rank 1 (local 1, pid [0-9]*): every rank of this node is in a collective that does not complete.*rank 1 never started nccl:all_reduce #51 on the GPU while 1 rank(s) started it' "$tmp/d2.err" ||
+  fail "(d2): rank 1 is not named as the rank whose collective never started"
+expect_root d2 'rank *: 1 \(local_rank: 1\)' 'cause *: hang \(flight recorder\): every rank of its node in a collective that does not complete'
+
+# (e) an idle job: every rank's newest collective completed; never named.
+spin e sleep_rank_3,sleep_rank_3 --hang-timeout 1
+wait_for e "three probes" test -e "$tmp/e/dumped.1.3"
+stop_pid "$job"
+stop_pid "$server"
+show "$tmp/e.err"
+! grep -q 'hang:' "$tmp/e.err" || fail "(e): an idle job was called hung"
+[ ! -e "$tmp/e/attempt.1.0" ] || fail "(e): the workers restarted"
 echo PASS
