@@ -21,7 +21,11 @@ files left and what `trun-topo hang --fr` reads in them (`fr_files`, `fr_topo`).
 (--hang-timeout 0, kind sleep, HANG_NAME_ONLY=0 skips it), shows that asking for the dumps through torch's pipe
 does not end the job: `first_exit_s` (the first worker exit or watchdog line) should be the watchdog's
 (HANG_PG_TIMEOUT after the hang), well after `fr_s`. The spin kind is not named by RAS (equal counts), so it has
-no flight-recorder line.
+no flight-recorder line from RAS; it is named from two flight-recorder probes once the equal counts stood still
+TRUN_HANG_SPIN_WINDOW seconds (20 here; trun's default 60): `spin_s` and `spin_line` ("culprit unknown" without
+start times). HANG_TIMING=1 adds a `trun-timing` run of the spin kind with TORCH_NCCL_ENABLE_TIMING=1, where the
+line should name the last rank (its all-reduce never started). What timing costs per collective is not measured
+here (50 all-reduces are too few to see it).
 
 Run on the GPU box: python3 bench/gpu_hang.py (TRUN_BIN: the directory of trun, default build/portable).
 Writes $OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
@@ -60,12 +64,14 @@ def fr_files(logdir):
 
 def run(name, cmd, kind):
     env = dict(os.environ, HANG_KIND=kind, PG_TIMEOUT=PG_TIMEOUT, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1",
-               HANG_ONLY_ATTEMPT="0")
+               HANG_ONLY_ATTEMPT="0", TRUN_HANG_SPIN_WINDOW=os.environ.get("TRUN_HANG_SPIN_WINDOW", "20"))
+    if name == "trun-timing":
+        env["TORCH_NCCL_ENABLE_TIMING"] = "1"
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                          start_new_session=True)
     lines, healthy0, named, named_line, restarted, culprit = [], None, None, "", None, ""
-    fr, fr_line, first_exit = None, "", None
+    fr, fr_line, first_exit, spin, spin_line = None, "", None, None, ""
     try:
         for line in p.stdout:
             t = time.monotonic() - t0
@@ -76,6 +82,8 @@ def run(name, cmd, kind):
                 restarted = t
             if named is None and (re.search(r"hang: rank .* is behind", line) or "Watchdog caught collective" in line):
                 named, named_line = t, line.strip()
+            if spin is None and "in a collective that does not complete" in line:
+                spin, spin_line = t, line.strip()
             if fr is None and "flight recorder of this node's ranks:" in line:
                 fr, fr_line = t, line.strip()
             if first_exit is None and re.search(r"exitcode|Watchdog caught|failed \(exitcode|SIGABRT", line):
@@ -102,6 +110,7 @@ def run(name, cmd, kind):
     return {"launcher": name, "kind": kind, "exit": p.returncode, "named_s": rel(named), "restarted_s": rel(restarted),
             "named_line": named_line[:400], "trun_culprit": m.group(1) if m else None, "root_cause": culprit,
             "fr_s": rel(fr), "fr_line": fr_line[:1000], "first_exit_s": rel(first_exit),
+            "spin_s": rel(spin), "spin_line": spin_line[:1000],
             "wall_s": round(time.monotonic() - t0, 2)}, lines
 
 
@@ -121,11 +130,13 @@ def main():
     logs = []
     if os.environ.get("HANG_NAME_ONLY", "1") == "1":
         launchers["trun-name-only"] = [TRUN, "--hang-timeout", "0"]
+    if os.environ.get("HANG_TIMING") == "1":
+        launchers["trun-timing"] = [TRUN, "--hang-timeout", HANG_TIMEOUT]
     for kind in kinds:
         for name, base in launchers.items():
             if only and name.split("-")[0] not in only.split(","):
                 continue
-            if name == "trun-name-only" and kind != "sleep":
+            if (name == "trun-name-only" and kind != "sleep") or (name == "trun-timing" and kind != "spin"):
                 continue
             logdir = None
             if name.startswith("trun"):
