@@ -126,12 +126,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
                                       "TORCHELASTIC_SIGNALS_TO_HANDLE",
                                       "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                       "OMP_NUM_THREADS",
-                                      "CUDA_VISIBLE_DEVICES",
-                                      "TORCH_NCCL_TRACE_BUFFER_SIZE",
-                                      "TORCH_NCCL_DUMP_ON_TIMEOUT",
-                                      "TORCH_FR_DUMP_TEMP_FILE",
-                                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-                                      "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"};
+                                      "CUDA_VISIBLE_DEVICES"};
   int code = 0;
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];
@@ -151,6 +146,10 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
       const char *v = trun_env_get(env, shown[i]), *unknown = unknown_value(&pv, shown[i]);
       if (v) fprintf(out, "  %s=%s\n", shown[i], unknown ? unknown : v);
+    }
+    for (const char *const *k = trun__agent_fr_vars; *k; k++) { /* torch's flight recorder (agent_fr.c) */
+      const char *v = trun_env_get(env, *k);
+      if (v) fprintf(out, "  %s=%s\n", *k, v);
     }
     trun_strv_free(argv);
     trun_strv_free(env);
