@@ -58,6 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = trun_fr_summarize(r, 3, line, sizeof(line));
   CHECK(n == strlen(line) && n < sizeof(line));
   for (size_t i = 0; i < n; i++) CHECK((unsigned char)line[i] >= 0x20 && (unsigned char)line[i] < 0x7f);
+  int cul[2]; /* two probes of two ranks with this dump: a hang only with a newest entry not completed */
+  size_t nc = 9;
+  int hung = trun_fr_spin(r, r, 2, cul, &nc, line, sizeof(line));
+  CHECK(hung == 0 || (d->last.present && strcmp(d->last_state, "completed") != 0));
+  CHECK(nc == 0 && strlen(line) < sizeof(line));
   trun_fr_free(d);
   return 0;
 }
