@@ -598,6 +598,7 @@ static int plan(agent *a) {
     return -1;
   }
   if ((rc = trun__agent_torchwatch_open(a)) < 0) return rc;
+  if (trun__agent_fr_open(a) < 0) return -1;
   if (trun__agent_hang_open(a) < 0) return -1;
   trun_obs_discovery(a->obs, a->nproc, a->env, a->node);
   trun_stall_use_gpus(a->stall, a->node);
@@ -939,6 +940,7 @@ static int open_agent(agent *a) {
  * stores stop), the warm pool, the loop and its handles, the guard, the memory. */
 static void close_agent(agent *a, int code, char **orig_env) {
   trun__agent_hang_close(a);
+  trun__agent_fr_close(a);
   trun__agent_health_close(a);
   trun__agent_preflight_close(a);
   trun__agent_torchwatch_close(a);

@@ -3,6 +3,7 @@
  * rank's command line and torchrun environment, and whether the workers would start warm. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent.h"
@@ -81,7 +82,23 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
   trun_rdzv_round r;
   preview_round(&pv, &r);
   int omp_forced;
-  char **base = trun_agent_env(envp, cfg, nproc, NULL, &omp_forced);
+  trun_node *node = calloc(1, sizeof(*node));
+  char derr[512];
+  if (node &&
+      trun_discover_node(node, envp, trun_agent_discover_flags(cfg), cfg->no_imds, derr, sizeof(derr)) < 0)
+    trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", derr);
+  char **base = node ? trun_agent_env(envp, cfg, nproc, node, &omp_forced) : NULL;
+  char frdir[PATH_MAX]; /* where trun__agent_fr_open would put the dumps */
+  const char *t = getenv("TMPDIR");
+  if (cfg->log_dir && strcmp(cfg->log_dir, "/dev/null") != 0)
+    snprintf(frdir, sizeof(frdir), "%s/%s_XXXXXX/flight_recorder", cfg->log_dir, cfg->run_id);
+  else
+    snprintf(frdir, sizeof(frdir), "%s/trun_fr_%s_XXXXXX", t && t[0] ? t : "/tmp", cfg->run_id);
+  if (base && trun__agent_fr_env(&base, node->ngpu, frdir) < 0) {
+    trun_strv_free(base);
+    base = NULL;
+  }
+  free(node);
   print_plan(cfg, &pv, out);
   fprintf(out, "restarts: %d  stop grace: %.0f s  signals: %s\n", cfg->max_restarts, cfg->shutdown_timeout,
           cfg->signals_text);
@@ -129,6 +146,10 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
       const char *v = trun_env_get(env, shown[i]), *unknown = unknown_value(&pv, shown[i]);
       if (v) fprintf(out, "  %s=%s\n", shown[i], unknown ? unknown : v);
+    }
+    for (const char *const *k = trun__agent_fr_vars; *k; k++) { /* torch's flight recorder (agent_fr.c) */
+      const char *v = trun_env_get(env, *k);
+      if (v) fprintf(out, "  %s=%s\n", *k, v);
     }
     trun_strv_free(argv);
     trun_strv_free(env);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,7 +51,17 @@ struct trun__hang {
   int err_pending;     /* an answer this round that is no usable RAS answer, not yet said ... */
   char err_msg[512];   /* ... in words */
   int err_gen;         /* the round whose first such error was taken */
-  uv_async_t async;    /* the thread has news */
+  /* The flight recorder (agent_fr.c): where this round's workers dump and take requests, and what their
+   * dumps said when the latest hang was first seen ("" nothing). */
+  char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
+  int fr_base, fr_n;
+  char fr_line[1024];
+  trun__fr_spin sp;                     /* every rank in NCCL: the thread's own state */
+  trun__fr_spin_verdict spin, spin_new; /* the latest such verdict (spin_new: the thread's own) ... */
+  int spin_pending, spin_gen;           /* ... not yet handed to the loop, of this round */
+  int spin_named, spin_acted;           /* loop side, per round */
+  double spin_named_quiet;
+  uv_async_t async; /* the thread has news */
   int async_on;
   /* Loop side. */
   char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric */
@@ -80,6 +91,7 @@ static void *poll_thread(void *arg) {
     if (h->stop) break;
     if (!h->active || h->gen != gen) { /* a new round: its communicators are new */
       trun_hang_reset(d);
+      trun__agent_fr_spin_free(&h->sp);
       gen = h->gen;
       if (!h->active) continue;
     }
@@ -97,6 +109,19 @@ static void *poll_thread(void *arg) {
     else
       trun_hang_reset(d); /* nothing (usable) answered: no NCCL job, or the job gone */
     trun_ras_snapshot_free(s);
+    char fr[sizeof(h->fr_line)] = "";
+    pthread_mutex_lock(&h->mu);
+    char dump[PATH_MAX], pipe[PATH_MAX];
+    int base = h->fr_base, nr = h->fr_n;
+    snprintf(dump, sizeof(dump), "%s", h->fr_dump);
+    snprintf(pipe, sizeof(pipe), "%s", h->fr_pipe);
+    pthread_mutex_unlock(&h->mu);
+    if (hung > 0 && v.nfresh > 0) /* a new hang: every rank of this node dumps its flight recorder */
+      trun__agent_fr_ask(dump, pipe, base, nr, fr, sizeof(fr));
+    /* Equal counts that stand still: every rank in NCCL, or an idle job; the flight recorder tells
+     * (agent_fr.c). */
+    int spun = trun__agent_fr_spin_step(&h->sp, rc == 0 && hung == 0 ? trun_hang_quiet_s(d) : 0,
+                                        trun_mono_s(), dump, pipe, base, nr, &h->spin_new);
     pthread_mutex_lock(&h->mu);
     int news = 0;
     if (h->gen == gen && h->active) {
@@ -106,11 +131,18 @@ static void *poll_thread(void *arg) {
         snprintf(h->err_msg, sizeof(h->err_msg), "%s", err);
         news = 1;
       }
+      if (spun) {
+        h->spin = h->spin_new;
+        h->spin_pending = 1;
+        h->spin_gen = gen;
+        news = 1;
+      }
       if (hung > 0) {
         trun_hang_verdict_clear(&h->v);
         h->v = v;
         h->v_gen = gen;
         v = (trun_hang_verdict){0};
+        if (fr[0]) snprintf(h->fr_line, sizeof(h->fr_line), "%s", fr);
         news = 1;
       }
     }
@@ -119,6 +151,7 @@ static void *poll_thread(void *arg) {
   }
   pthread_mutex_unlock(&h->mu);
   trun_hang_free(d);
+  trun__agent_fr_spin_free(&h->sp);
   return NULL;
 }
 
@@ -189,7 +222,7 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
   return 0;
 }
 
-static void on_comm(trun__hang *h, const trun_hang_comm *c) {
+static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
   agent *a = h->a;
   const trun_config *cfg = a->cfg;
   int base = trun_rdzv_info(a->rdzv)->base_rank;
@@ -233,9 +266,10 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
     else
       snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
     trun_error("hang: %s is behind in a hung collective: %s; %s", names, c->line, act);
+    if (fr[0]) trun_error("hang: flight recorder of this node's ranks: %s", fr);
     for (int i = 0; i < nours; i++)
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
-                    c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why);
+                    c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);
   }
   double window = TRUN_HANG_DEFAULT_WINDOW_S;
   if (cfg->hang_timeout <= 0 || h->acted || a->phase_stopping || c->frozen_s < window + cfg->hang_timeout)
@@ -246,9 +280,9 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
   for (int i = 0; i < nours; i++)
     snprintf(ours[i]->hang, sizeof(ours[i]->hang),
              "hang (NCCL RAS): behind in communicator %s, frozen for %.0f s: it %s; %zu rank(s) wait in %s "
-             "%llu; stopped by --hang-timeout %.0f",
+             "%llu; stopped by --hang-timeout %.0f%s%s",
              c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
-             cfg->hang_timeout);
+             cfg->hang_timeout, fr[0] ? "; flight recorder: " : "", fr);
   a->on_hang(a, ours[0]->local_rank);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
@@ -264,10 +298,22 @@ static void on_async(uv_async_t *as) {
   h->err_pending = 0;
   char msg[512];
   snprintf(msg, sizeof(msg), "%s", h->err_msg);
+  char fr[sizeof(h->fr_line)];
+  snprintf(fr, sizeof(fr), "%s", current ? h->fr_line : "");
+  trun__fr_spin_verdict *sv = NULL;
+  if (h->spin_pending && h->spin_gen == h->gen && h->active && (sv = malloc(sizeof(*sv))) != NULL)
+    *sv = h->spin;
+  h->spin_pending = 0;
   pthread_mutex_unlock(&h->mu);
+  if (sv && a->in_round) {
+    if (!h->spin_named) h->spin_named_quiet = sv->quiet;
+    sv->named_quiet = h->spin_named_quiet;
+    trun__agent_fr_spin_report(a, sv, &h->spin_named, &h->spin_acted);
+  }
+  free(sv);
   if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
   if (current && a->in_round)
-    for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i]);
+    for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i], fr);
   trun_hang_verdict_clear(&v);
 }
 
@@ -279,6 +325,7 @@ int trun__agent_hang_open(agent *a) {
   h->a = a;
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
   read_local_addrs(h);
+  trun__agent_fr_spin_init(&h->sp, a->env);
   pthread_mutex_init(&h->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -306,10 +353,20 @@ void trun__agent_hang_round(agent *a, int active) {
   pthread_mutex_lock(&h->mu);
   if (active) h->gen++;
   h->active = active;
+  h->fr_line[0] = '\0';
+  if (active) { /* where this round's workers dump (agent_fr.c; a user's own TORCH_* values too) */
+    const char *dump = trun_env_get(a->env, "TORCH_FR_DUMP_TEMP_FILE"),
+               *pipe = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+    if (dump == NULL) dump = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+    snprintf(h->fr_dump, sizeof(h->fr_dump), "%s", dump ? dump : "");
+    snprintf(h->fr_pipe, sizeof(h->fr_pipe), "%s", pipe ? pipe : "");
+    h->fr_base = trun_rdzv_info(a->rdzv)->base_rank;
+    h->fr_n = a->nproc;
+  }
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
-  if (active) h->nseen = h->nwarned = h->acted = 0;
+  if (active) h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
 }
 
 void trun__agent_hang_close(agent *a) {

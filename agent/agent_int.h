@@ -16,6 +16,7 @@
 
 #include "agent.h"
 #include "agent/discover/discover.h"
+#include "agent/hang/hang.h"
 #include "agent/nccl/nccl.h"
 #include "agent/observe/observe.h"
 #include "agent/proc/proc.h"
@@ -62,7 +63,7 @@ typedef struct {
   int sigkill_sent;            /* trun's stop sent it SIGKILL while it ran: never an OOM kill */
   int eof_said;                /* debug: its output pipe's end while it still ran was said */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
-  char hang[512];              /* --hang-timeout tore the round down for it: the hang ("" not) */
+  char hang[2048];             /* --hang-timeout tore the round down for it: the hang ("" not) */
 } worker;
 
 struct agent {
@@ -88,7 +89,9 @@ struct agent {
   trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
   uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
   char run_dir[PATH_MAX];
-  int files_off; /* --log-dir /dev/null */
+  char fr_dir[PATH_MAX]; /* the workers' flight-recorder dumps and pipes (agent_fr.c), "" none */
+  int fr_remove;         /* fr_dir is trun's temporary one: removed at exit */
+  int files_off;         /* --log-dir /dev/null */
   char host[256];
   uv_signal_t sigchld;
   uv_signal_t sigs[TRUN_MAX_SIGNALS];
@@ -255,6 +258,51 @@ void trun__agent_health_close(agent *a);
 int trun__agent_hang_open(agent *a);
 void trun__agent_hang_round(agent *a, int active);
 void trun__agent_hang_close(agent *a);
+
+/* agent_fr.c: torch's flight-recorder variables for the workers (trun__agent_fr_vars, NULL-terminated: what
+ * trun may add; each only when the environment does not name it, only with ngpu > 0, nothing when the user
+ * set a buffer size of 0) with the dumps and pipes under dir: 0 or -ENOMEM / -ENAMETOOLONG. open: after the
+ * run directory, makes the node's directory (mode 0700) and sets them in a->env (0; -1 out of memory; a
+ * directory it cannot make is a warning and no variables). close: removes the directory when it is trun's
+ * temporary one. */
+extern const char *const trun__agent_fr_vars[];
+int trun__agent_fr_env(char ***env, int ngpu, const char *dir);
+int trun__agent_fr_open(agent *a);
+void trun__agent_fr_close(agent *a);
+/* Asks this node's ranks base_rank..base_rank+n-1 for fresh dumps through their pipes (pipe_prefix, as in
+ * TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and reads them (dump_prefix, as in TORCH_FR_DUMP_TEMP_FILE), within
+ * TRUN__FR_PROBE_MS (blocking: the hang thread calls it). line: what they say together (trun_fr_summarize),
+ * "" when no dump came. Returns the dumps read. */
+#define TRUN__FR_PROBE_MS 10000
+
+/* Every rank in NCCL (agent_fr.c, called by the hang thread): once a communicator's equal counts have stood
+ * still for the window (TRUN__FR_SPIN_WINDOW_S; TRUN_HANG_SPIN_WINDOW in the environment, 2..86400), the
+ * node's ranks are asked for dumps every gap (window / 3, 2..30 s), and two probes in a row whose newest
+ * entries are the same not-completed collective on every rank are a hang (trun_fr_spin). */
+#define TRUN__FR_SPIN_WINDOW_S 60.0
+#define TRUN_FR_SPIN_MAX 64 /* culprits kept */
+typedef struct {
+  double window, gap, next;
+  trun_fr_rank *prev; /* the last probe, NULL none */
+  size_t nprev;
+} trun__fr_spin;
+typedef struct {
+  double quiet;       /* how long the counts have stood still */
+  double named_quiet; /* quiet when it was first named (set by the caller) */
+  char line[512];
+  int culprit[TRUN_FR_MAX_RANKS];
+  size_t nculprit;
+} trun__fr_spin_verdict;
+void trun__agent_fr_spin_init(trun__fr_spin *s, char *const *env);
+void trun__agent_fr_spin_free(trun__fr_spin *s);
+/* One poll: quiet from trun_hang_quiet_s, now monotonic seconds. 1 with *out filled when it is hung. */
+int trun__agent_fr_spin_step(trun__fr_spin *s, double quiet, double now, const char *dump_prefix,
+                             const char *pipe_prefix, int base_rank, int n, trun__fr_spin_verdict *out);
+/* The loop's side of a verdict: one line and the hang event per round (*named), and the teardown for a
+ * culprit of this node --hang-timeout seconds later (*acted). */
+void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *named, int *acted);
+size_t trun__agent_fr_ask(const char *dump_prefix, const char *pipe_prefix, int base_rank, int n, char *line,
+                          size_t len);
 
 /* torch's agent gives its health-check server this timeout (seconds) over the watchdog's last progress. */
 #define TRUN_HEALTH_PORT_TIMEOUT_S 60

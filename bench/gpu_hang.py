@@ -14,6 +14,19 @@ named = trun's `hang:` line naming the culprit (torchrun: the first watchdog tim
 culprit); restarted = a rank of the next attempt done with its healthy phase. The culprit each launcher named
 (trun: its `hang:` / root-cause lines; torchrun: its root-cause rank) is kept.
 
+The flight recorder (trun's part, issue 37 item 2): trun runs with --log-dir so that every rank's dump stays in
+<log dir>/<run>_*/flight_recorder/; each trun run records `fr_s` (when trun's "hang: flight recorder of this node's
+ranks:" line came, same origin), that line (`fr_line`: `behind` / `mismatched` is what it concluded), the dump
+files left and what `trun-topo hang --fr` reads in them (`fr_files`, `fr_topo`). One more run, `trun-name-only`
+(--hang-timeout 0, kind sleep, HANG_NAME_ONLY=0 skips it), shows that asking for the dumps through torch's pipe
+does not end the job: `first_exit_s` (the first worker exit or watchdog line) should be the watchdog's
+(HANG_PG_TIMEOUT after the hang), well after `fr_s`. The spin kind is not named by RAS (equal counts), so it has
+no flight-recorder line from RAS; it is named from two flight-recorder probes once the equal counts stood still
+TRUN_HANG_SPIN_WINDOW seconds (20 here; trun's default 60): `spin_s` and `spin_line` ("culprit unknown" without
+start times). HANG_TIMING=1 adds a `trun-timing` run of the spin kind with TORCH_NCCL_ENABLE_TIMING=1, where the
+line should name the last rank (its all-reduce never started). What timing costs per collective is not measured
+here (50 all-reduces are too few to see it).
+
 Run on the GPU box: python3 bench/gpu_hang.py (TRUN_BIN: the directory of trun, default build/portable).
 Writes $OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
 """
@@ -35,13 +48,30 @@ HANG_TIMEOUT = os.environ.get("HANG_TIMEOUT", "10")
 LIMIT = float(os.environ.get("HANG_RUN_LIMIT", "150"))
 
 
+def fr_files(logdir):
+    """The dumps trun's workers left under --log-dir, and what trun-topo hang --fr reads in them."""
+    files = []
+    for root, _, names in os.walk(logdir):
+        if os.path.basename(root) == "flight_recorder":
+            files += sorted(os.path.join(root, n) for n in names if not n.endswith(".pipe"))
+    topo = ""
+    if files:
+        q = subprocess.run([os.path.join(os.path.dirname(TRUN), "trun-topo"), "hang", "--fr"] + files,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        topo = q.stdout[-4000:]
+    return [os.path.relpath(f, logdir) for f in files], topo
+
+
 def run(name, cmd, kind):
     env = dict(os.environ, HANG_KIND=kind, PG_TIMEOUT=PG_TIMEOUT, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1",
-               HANG_ONLY_ATTEMPT="0")
+               HANG_ONLY_ATTEMPT="0", TRUN_HANG_SPIN_WINDOW=os.environ.get("TRUN_HANG_SPIN_WINDOW", "20"))
+    if name == "trun-timing":
+        env["TORCH_NCCL_ENABLE_TIMING"] = "1"
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                          start_new_session=True)
     lines, healthy0, named, named_line, restarted, culprit = [], None, None, "", None, ""
+    fr, fr_line, first_exit, spin, spin_line = None, "", None, None, ""
     try:
         for line in p.stdout:
             t = time.monotonic() - t0
@@ -52,6 +82,12 @@ def run(name, cmd, kind):
                 restarted = t
             if named is None and (re.search(r"hang: rank .* is behind", line) or "Watchdog caught collective" in line):
                 named, named_line = t, line.strip()
+            if spin is None and "in a collective that does not complete" in line:
+                spin, spin_line = t, line.strip()
+            if fr is None and "flight recorder of this node's ranks:" in line:
+                fr, fr_line = t, line.strip()
+            if first_exit is None and re.search(r"exitcode|Watchdog caught|failed \(exitcode|SIGABRT", line):
+                first_exit = t
             m = re.search(r"root cause: (rank \d+)", line) or re.search(r"rank\s*:\s*(\d+) \(local_rank", line)
             if m and not culprit:
                 culprit = m.group(1)
@@ -73,6 +109,8 @@ def run(name, cmd, kind):
     m = re.search(r"hang: (rank \d+ \(local \d+, pid \d+\))", named_line)
     return {"launcher": name, "kind": kind, "exit": p.returncode, "named_s": rel(named), "restarted_s": rel(restarted),
             "named_line": named_line[:400], "trun_culprit": m.group(1) if m else None, "root_cause": culprit,
+            "fr_s": rel(fr), "fr_line": fr_line[:1000], "first_exit_s": rel(first_exit),
+            "spin_s": rel(spin), "spin_line": spin_line[:1000],
             "wall_s": round(time.monotonic() - t0, 2)}, lines
 
 
@@ -91,11 +129,24 @@ def main():
            "hang_timeout_s": int(HANG_TIMEOUT), "runs": []}
     logs = []
     stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
+    if os.environ.get("HANG_NAME_ONLY", "1") == "1":
+        launchers["trun-name-only"] = [TRUN, "--hang-timeout", "0"]
+    if os.environ.get("HANG_TIMING") == "1":
+        launchers["trun-timing"] = [TRUN, "--hang-timeout", HANG_TIMEOUT]
     for kind in kinds:
         for name, base in launchers.items():
             if only and name.split("-")[0] not in only.split(","):
                 continue
+            if (name == "trun-name-only" and kind != "sleep") or (name == "trun-timing" and kind != "spin"):
+                continue
+            logdir = None
+            if name.startswith("trun"):
+                logdir = os.path.join(OUT, "%s-%s-logs" % (name, kind))
+                subprocess.run(["rm", "-rf", logdir], check=False)
+                base = base + ["--log-dir", logdir]
             r, lines = run(name, base + common, kind)
+            if logdir:
+                r["fr_files"], r["fr_topo"] = fr_files(logdir)
             print(json.dumps(r), flush=True)
             res["runs"].append(r)
             logs.append(f"==== {name} {kind}\n" + "\n".join(lines))

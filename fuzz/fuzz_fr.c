@@ -1,7 +1,8 @@
 /* libFuzzer target for the flight-recorder dump reader (agent/hang/fr.c over base/pickle.c): the input is one
  * rank's dump (seeds: our twelve 4 x H100 dumps in tests/fixtures/hang/flight-recorder). A parse either fails
  * with a named error ("flight-recorder dump: ...") or gives a dump whose strings are printable and bounded
- * and whose frames are at most TRUN_FR_MAX_FRAMES. ASan/UBSan/LSan find the rest. */
+ * and whose frames are at most TRUN_FR_MAX_FRAMES; the summary of it (as two ranks, and beside a rank without
+ * a dump) is printable ASCII within its buffer. ASan/UBSan/LSan find the rest. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -46,6 +47,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     printable(d->frames[i].file);
     printable(d->frames[i].name);
   }
+  CHECK(d->last.present == (d->last_sizes != NULL));
+  if (d->last_sizes) {
+    printable(d->last_sizes);
+    CHECK(strlen(d->last_sizes) <= 99);
+  }
+  trun_fr_rank r[3] = {
+      {.rank = 0, .dump = d}, {.rank = 1, .dump = d}, {.rank = 2, .why = "no dump within 10.0 s"}};
+  char line[300];
+  size_t n = trun_fr_summarize(r, 3, line, sizeof(line));
+  CHECK(n == strlen(line) && n < sizeof(line));
+  for (size_t i = 0; i < n; i++) CHECK((unsigned char)line[i] >= 0x20 && (unsigned char)line[i] < 0x7f);
+  int cul[2]; /* two probes of two ranks with this dump: a hang only with a newest entry not completed */
+  size_t nc = 9;
+  int hung = trun_fr_spin(r, r, 2, cul, &nc, line, sizeof(line));
+  CHECK(hung == 0 || (d->last.present && strcmp(d->last_state, "completed") != 0));
+  CHECK(nc == 0 && strlen(line) < sizeof(line));
   trun_fr_free(d);
   return 0;
 }

@@ -26,6 +26,7 @@ typedef struct tracked {
   char hash[24], secondary[48];
   trun_buf sig;  /* canonical counts */
   double since;  /* when the current frozen disagreement began; < 0: counts agree */
+  double moved;  /* when its counts last changed (or it first appeared) */
   bool reported; /* already returned as hung in this episode */
   bool seen;     /* present in the current snapshot */
 } tracked;
@@ -341,6 +342,7 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
       snprintf(x->hash, sizeof(x->hash), "%s", c->hash);
       snprintf(x->secondary, sizeof(x->secondary), "%s", c->secondary);
       x->since = -1;
+      x->moved = t;
     }
     if (x->seen) { /* listed twice (the reader refuses it; a caller's own snapshot may not) */
       trun_buf_free(&sig);
@@ -357,6 +359,7 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
     bool frozen = x->sig.len == sig.len && memcmp(x->sig.data, sig.data, sig.len) == 0;
     bool differ = disagree(c, &T);
     free(T.m);
+    if (!frozen) x->moved = t;
     if (!differ) {
       x->since = -1;
       x->reported = false;
@@ -405,4 +408,11 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
     return rc;
   }
   return (int)v->ncomms;
+}
+
+double trun_hang_quiet_s(const trun_hang_detector *d) {
+  double q = 0;
+  for (size_t i = 0; i < d->n; i++)
+    if (d->c[i].seen && d->c[i].since < 0 && d->last_t - d->c[i].moved > q) q = d->last_t - d->c[i].moved;
+  return q;
 }

@@ -91,12 +91,38 @@ void trun_fr_free(trun_fr_dump *d) {
   op_free(&d->scheduled);
   op_free(&d->last);
   free(d->last_state);
+  free(d->last_sizes);
   for (size_t i = 0; i < d->nframes; i++) {
     free(d->frames[i].file);
     free(d->frames[i].name);
   }
   free(d->frames);
   free(d);
+}
+
+/* The last entry's input_sizes ([[1048576], [4, 8]]) as text, at most MAX_SIZES bytes ("..." after); "" when
+ * absent or not a list of lists of ints. */
+#define MAX_SIZES 96
+static char *sizes_text(const trun_pk_val *v) {
+  char *s = calloc(1, MAX_SIZES + 4);
+  if (!s || !v || v->type != TRUN_PK_LIST) return s;
+  size_t o = 0;
+  s[o++] = '[';
+  for (size_t i = 0; i < v->len && o < MAX_SIZES; i++) {
+    const trun_pk_val *t = v->items[i];
+    if (t->type != TRUN_PK_LIST && t->type != TRUN_PK_TUPLE) return s[0] = '\0', s;
+    o += (size_t)snprintf(s + o, MAX_SIZES + 4 - o, "%s[", i ? ", " : "");
+    for (size_t j = 0; j < t->len && o < MAX_SIZES; j++) {
+      if (t->items[j]->type != TRUN_PK_INT) return s[0] = '\0', s;
+      o += (size_t)snprintf(s + o, MAX_SIZES + 4 - o, "%s%lld", j ? ", " : "", (long long)t->items[j]->i);
+    }
+    if (o < MAX_SIZES) s[o++] = ']';
+  }
+  if (o >= MAX_SIZES)
+    memcpy(s + MAX_SIZES, "...", 4);
+  else
+    s[o++] = ']', s[o] = '\0';
+  return s;
 }
 
 static int read_frames(trun_fr_dump *d, const trun_pk_val *e, char *err, size_t errlen) {
@@ -160,6 +186,7 @@ static int walk(const trun_pk_val *root, trun_fr_dump *d, char *err, size_t errl
   if (rc || !last) return rc;
   if ((rc = op_set(&d->last, last))) return rc;
   if (!(d->last_state = text(get(last, "state")))) return -ENOMEM;
+  if (!(d->last_sizes = sizes_text(get(last, "input_sizes")))) return -ENOMEM;
   return read_frames(d, last, err, errlen);
 }
 

@@ -134,6 +134,9 @@ void trun_hang_free(trun_hang_detector *d);
  * counts, or frozen counts on which every rank agrees (an idle job, a GPU kernel that spins before the
  * collective), are never a hang. A communicator absent from the snapshot is forgotten. */
 int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, trun_hang_verdict *v);
+/* The longest time (seconds, up to the last feed) that a communicator of the last snapshot has had equal
+ * counts that did not move: an idle job, or every rank waiting in the same collective (0: none). */
+double trun_hang_quiet_s(const trun_hang_detector *d);
 /* A feed of "nothing answered" (RAS not up or the job gone): forgets every communicator. */
 void trun_hang_reset(trun_hang_detector *d);
 void trun_hang_verdict_clear(trun_hang_verdict *v);
@@ -168,6 +171,7 @@ typedef struct trun_fr_dump {
   trun_fr_op completed, started, scheduled;
   trun_fr_op last;  /* the last entry, whatever its state */
   char *last_state; /* its state: "scheduled", "started", "completed" */
+  char *last_sizes; /* its input sizes as text, "[[1048576]]" ("" when absent or of another shape) */
   size_t nframes;   /* its Python frames, innermost first, at most TRUN_FR_MAX_FRAMES */
   trun_fr_frame *frames;
 } trun_fr_dump;
@@ -179,5 +183,43 @@ int trun_fr_parse(const uint8_t *p, size_t n, trun_fr_dump **out, char *err, siz
  * TRUN_FR_MAX_FILE bytes); -errno of open/read too, with the path in err. */
 int trun_fr_load_file(const char *path, trun_fr_dump **out, char *err, size_t errlen);
 void trun_fr_free(trun_fr_dump *d);
+
+/* ---- asking a job's ranks for their dumps ------------------------------------------------------ */
+
+#define TRUN_FR_MAX_RANKS 1024 /* ranks asked and summarised at once (a node's workers) */
+
+typedef struct trun_fr_rank {
+  int rank;           /* the global rank (torch names its files and pipes by it) */
+  trun_fr_dump *dump; /* what it dumped, NULL when nothing usable came */
+  char why[200];      /* no dump: why, in words */
+} trun_fr_rank;
+
+/* Asks each rank of out[0..n) (rank set by the caller) for a fresh dump through torch's dump pipe and
+ * collects it: writes one byte to <pipe_prefix><rank>.pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE; a FIFO only,
+ * opened non-blocking and not followed if a link: no reader means no flight recorder listens) when
+ * pipe_prefix is not NULL, then waits up to timeout_ms (100..600000) for <dump_prefix><rank> (torch's
+ * TORCH_FR_DUMP_TEMP_FILE) to change from what it was before and to read as a whole dump (torch writes it
+ * in place). pipe_prefix NULL: reads the dumps there now, changed or not. Fills out[i].dump or out[i].why;
+ * returns how many dumps were read. Bounded: TRUN_FR_MAX_FILE per file, timeout_ms in all. */
+size_t trun_fr_probe(const char *dump_prefix, const char *pipe_prefix, trun_fr_rank *out, size_t n,
+                     int timeout_ms);
+void trun_fr_ranks_clear(trun_fr_rank *r, size_t n);
+
+/* One line (at most len - 1 bytes, NUL-terminated) of what r[0..n)'s dumps say together: the ranks grouped
+ * by their newest entry, "ranks 0-2: nccl:all_reduce #51 scheduled [[1048576]] (train.py:15); rank 3:
+ * nccl:broadcast #51 scheduled [[1048576]] (train.py:13): mismatched", with a group whose newest
+ * collective is older than the largest group's marked "behind", one whose collective or sizes differ at the
+ * same number "mismatched", and ranks without a dump with their why. r sorted by rank. Returns the length. */
+size_t trun_fr_summarize(const trun_fr_rank *r, size_t n, char *out, size_t len);
+
+/* Every rank in NCCL, RAS counts equal and frozen: a and b are two probes of the same ranks (same order) some
+ * seconds apart. Returns 1 (hung) when every rank has a dump in both and its newest entry is the same
+ * collective, not completed, in both; 0 otherwise (an idle job has completed its newest entry; a job that
+ * moved; a rank without a dump). On 1, line (len bytes) says it for people, and culprit[0..*nculprit) (room
+ * for n) gets the ranks whose collective is "scheduled" while others' is "started"
+ * (TORCH_NCCL_ENABLE_TIMING=1 records starts): their GPU never began it. No such split: *nculprit 0, "culprit
+ * unknown". */
+int trun_fr_spin(const trun_fr_rank *a, const trun_fr_rank *b, size_t n, int *culprit, size_t *nculprit,
+                 char *line, size_t len);
 
 #endif

@@ -364,12 +364,12 @@ void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idl
 }
 
 void trun_obs_hang(trun_obs *o, pid_t pid, int rank, int local_rank, const char *comm, const char *kind,
-                   unsigned long long count, double frozen_s, const char *why) {
+                   unsigned long long count, double frozen_s, const char *why, const char *fr) {
   if (o == NULL) return;
   o->hangs++;
-  json_t *f = json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:f,s:s}", "pid", (int)pid, "rank", rank, "local_rank",
+  json_t *f = json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:f,s:s,s:s}", "pid", (int)pid, "rank", rank, "local_rank",
                         local_rank, "communicator", comm, "collective", kind, "count", (json_int_t)count,
-                        "frozen_s", frozen_s, "why", why);
+                        "frozen_s", frozen_s, "why", why, "flight_recorder", fr ? fr : "");
   trun_events_emit(o->ev, "hang", f);
 }
 

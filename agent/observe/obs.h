@@ -51,7 +51,7 @@ void trun_obs_stall(trun_obs *o, pid_t pid, int rank, int local_rank, double idl
  * (communicator, collective kind and count the others wait in, seconds frozen, what the culprit launched),
  * trun_hangs_total. */
 void trun_obs_hang(trun_obs *o, pid_t pid, int rank, int local_rank, const char *comm, const char *kind,
-                   unsigned long long count, double frozen_s, const char *why);
+                   unsigned long long count, double frozen_s, const char *why, const char *fr);
 /* torch's file-timer watchdog (ftimer.h) expired scope in worker pid (rank, local_rank; -1 -1: a process
  * of a worker's group) and sends it signal (0: none): "timer_expired" event,
  * trun_timer_expired_total{scope}. */

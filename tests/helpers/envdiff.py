@@ -5,7 +5,7 @@ Each dir holds env.<local_rank>.json written by tests/helpers/dumpenv.py. ALLOWE
 differences: "rename:OLD=NEW" (torchrun sets OLD, trun sets NEW, same value), "newer:KEY=VALUE" (this torchrun
 does not set KEY, trun sets KEY=VALUE as the newest torchrun does), "value:KEY=TORCHRUN>TRUN" (a deliberate
 value difference), "trun:KEY=VALUE" (trun's own NCCL / EFA decision, source "trun" in `trun --explain`, on a
-GPU or EFA node). Prints every difference found;
+GPU or EFA node). The flight-recorder variables trun adds on a GPU node are accepted by FLIGHT_RECORDER below. Prints every difference found;
 exit 1 when any difference is not excluded below or ALLOWED, 0 otherwise.
 """
 import json
@@ -25,6 +25,18 @@ EXCLUDED = {
     "TORCHELASTIC_RUN_ID": "--standalone picks a random UUID per run",
     "TORCHELASTIC_ERROR_FILE": "the run dir has a random name: only its attempt_N/<local_rank>/error.json tail "
                                "is compared",
+}
+
+# Keys trun adds for torch's flight recorder on a node with a GPU, unless the launching environment set them
+# (agent/agent_fr.c, docs/observability.md "The flight recorder"): accepted only where torchrun sets nothing,
+# with the value matching. The one list of them; agent_fr.c's trun__agent_fr_vars names the same five.
+FR_PREFIX = r".*/(flight_recorder|trun_fr_[^/]+)/rank_"
+FLIGHT_RECORDER = {
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("2000", "entries each NCCL process keeps (the default of recent torch, 0 before)"),
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": ("1", "dump when torch's watchdog fires; the dump pipe is read every second"),
+    "TORCH_FR_DUMP_TEMP_FILE": (FR_PREFIX, "where each rank dumps: the node's flight-recorder directory"),
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": (FR_PREFIX, "the same for torch 2.2 to 2.6"),
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": (FR_PREFIX, "the dump pipe trun writes at a hang (the job goes on)"),
 }
 
 label, tdir, rdir, nproc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -78,6 +90,9 @@ for lr in range(nproc):
             continue
         if tv is None and newer.get(k) == rv:
             seen.append("local rank %d: expected: only trun (like newer torchrun) sets %s=%s" % (lr, k, rv))
+            continue
+        if tv is None and k in FLIGHT_RECORDER and re.fullmatch(FLIGHT_RECORDER[k][0], rv):
+            seen.append("local rank %d: expected: trun's flight recorder %s=%s (%s)" % (lr, k, rv, FLIGHT_RECORDER[k][1]))
             continue
         if tv is None and decided.get(k) == rv:
             seen.append("local rank %d: expected: trun's own decision (--explain) %s=%s" % (lr, k, rv))

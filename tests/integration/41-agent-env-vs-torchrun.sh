@@ -4,7 +4,10 @@
 # and torchrun 2.6 (trixie chroot) vs trun starting chroot workers. tests/helpers/dumpenv.py dumps os.environ;
 # tests/helpers/envdiff.py compares (key sets equal, values equal) and lists the excluded keys with reasons.
 # Allowed, known difference: torch 1.13's torchrun sets NCCL_ASYNC_ERROR_HANDLING=1, trun sets the newer name
-# TORCH_NCCL_ASYNC_ERROR_HANDLING=1. Any other difference fails the test.
+# TORCH_NCCL_ASYNC_ERROR_HANDLING=1. On a node with a GPU trun also adds torch's flight-recorder variables
+# (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE,
+# TORCH_NCCL_DEBUG_INFO_PIPE_FILE): envdiff.py's FLIGHT_RECORDER list accepts exactly those, with their values
+# (none on a CPU-only box). Any other difference fails the test.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

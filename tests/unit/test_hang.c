@@ -280,7 +280,13 @@ START_TEST(detect_spin_not_named) {
   trun_hang_detector *d = trun_hang_new(15);
   trun_hang_verdict v;
   ck_assert_int_eq(feed(d, "ras-spin-12s.json", 12, &v), 0);
+  ck_assert(trun_hang_quiet_s(d) == 0);
   for (double t = 20; t < 3600; t += 20) ck_assert_int_eq(feed(d, "ras-spin-20s.json", t, &v), 0);
+  ck_assert_msg(trun_hang_quiet_s(d) == 3580 - 12, "%f", trun_hang_quiet_s(d)); /* equal, unchanged since 12 */
+  ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 3600, &v), 0); /* another job's counts: moved */
+  ck_assert(trun_hang_quiet_s(d) == 0);
+  trun_hang_reset(d);
+  ck_assert(trun_hang_quiet_s(d) == 0);
   trun_hang_free(d);
 }
 END_TEST
@@ -595,6 +601,190 @@ START_TEST(fr_bad) {
 }
 END_TEST
 
+/* What a job's dumps say together: the three captured hangs, and a rank without a dump. */
+static void summary_of(const char *kind, char *out, size_t len, int drop) {
+  trun_fr_rank r[4] = {{0}};
+  for (int i = 0; i < 4; i++) {
+    char name[64];
+    snprintf(name, sizeof(name), "%s_rank_%d", kind, i);
+    r[i].rank = i;
+    if (i == drop)
+      snprintf(r[i].why, sizeof(r[i].why), "no dump within 10.0 s");
+    else
+      r[i].dump = fr(name);
+  }
+  size_t n = trun_fr_summarize(r, 4, out, len);
+  ck_assert_uint_eq(n, strlen(out));
+  trun_fr_ranks_clear(r, 4);
+}
+
+START_TEST(fr_summary_captures) {
+  char s[1024];
+  summary_of("sleep", s, sizeof(s), -1);
+  ck_assert_str_eq(s,
+                   "ranks 0-2: nccl:all_reduce #51 scheduled [[1048576]] (hang_worker.py:15); rank 3: "
+                   "nccl:all_reduce #50 completed [[1048576]] (hang_worker.py:8): behind");
+  summary_of("mismatch", s, sizeof(s), -1);
+  ck_assert_str_eq(s,
+                   "ranks 0-2: nccl:all_reduce #51 scheduled [[1048576]] (hang_worker.py:15); rank 3: "
+                   "nccl:broadcast #51 scheduled [[1048576]] (hang_worker.py:13): mismatched");
+  summary_of("spin", s, sizeof(s), -1); /* every rank waits in #51: FR alone names no one */
+  ck_assert_str_eq(s,
+                   "ranks 0-2: nccl:all_reduce #51 scheduled [[1048576]] (hang_worker.py:17); rank 3: "
+                   "nccl:all_reduce #51 scheduled [[1048576]] (hang_worker.py:14)");
+  summary_of("sleep", s, sizeof(s), 1);
+  ck_assert_str_eq(s,
+                   "ranks 0, 2: nccl:all_reduce #51 scheduled [[1048576]] (hang_worker.py:15); rank 1: no "
+                   "dump (no dump within 10.0 s); rank 3: nccl:all_reduce #50 completed [[1048576]] "
+                   "(hang_worker.py:8): behind");
+  char small[40]; /* cut, never past the buffer */
+  summary_of("mismatch", small, sizeof(small), -1);
+  ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to, size_t first) {
+  FILE *f = fopen(from, "rb");
+  ck_assert_ptr_nonnull(f);
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  if (first && first < n) { /* as torch writes in place: a part first, read as a half-written dump */
+    ck_assert_int_eq(write(fd, buf, first), (ssize_t)first);
+    usleep(300000);
+    ck_assert_int_eq(write(fd, buf + first, n - first), (ssize_t)(n - first));
+  } else {
+    ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+  }
+  close(fd);
+}
+
+/* Every rank in NCCL: two probes of the spin capture (every rank's all-reduce #51 scheduled) are a hang with
+ * no culprit; with start times recorded (TORCH_NCCL_ENABLE_TIMING: ranks 0-2 "started") rank 3 is named; the
+ * sleep capture (rank 3's newest completed), an idle job (every newest completed), a job that moved between
+ * the probes and a rank without a dump are not. */
+static void probe_of(trun_fr_rank *r, const char *k0, const char *k1, const char *k2, const char *k3) {
+  const char *k[4] = {k0, k1, k2, k3};
+  for (int i = 0; i < 4; i++) {
+    r[i].rank = i;
+    r[i].dump = k[i] ? fr(k[i]) : NULL;
+  }
+}
+
+static void set_state(trun_fr_rank *r, int i, const char *st) {
+  free(r[i].dump->last_state);
+  r[i].dump->last_state = strdup(st);
+}
+
+START_TEST(fr_spin_judge) {
+  trun_fr_rank a[4] = {{0}}, b[4] = {{0}};
+  int cul[4];
+  size_t nc = 9;
+  char line[512];
+  probe_of(a, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  probe_of(b, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 1);
+  ck_assert_uint_eq(nc, 0);
+  ck_assert_msg(strstr(line,
+                       "every rank waits in nccl:all_reduce #51 (scheduled) in both flight-recorder probes: "
+                       "culprit unknown"),
+                "%s", line);
+  for (int i = 0; i < 3; i++) set_state(a, i, "started"), set_state(b, i, "started");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 1);
+  ck_assert_uint_eq(nc, 1);
+  ck_assert_int_eq(cul[0], 3);
+  ck_assert_msg(
+      strstr(line, "rank 3 never started nccl:all_reduce #51 on the GPU while 3 rank(s) started it"), "%s",
+      line);
+  set_state(a, 0, "scheduled"); /* rank 0's state changed between the probes: it moved */
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "sleep_rank_0", "sleep_rank_1", "sleep_rank_2", "sleep_rank_3");
+  probe_of(b, "sleep_rank_0", "sleep_rank_1", "sleep_rank_2", "sleep_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0); /* rank 3 completed its newest */
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "sleep_rank_3", "sleep_rank_3", "sleep_rank_3",
+           "sleep_rank_3"); /* idle: every newest completed */
+  probe_of(b, "sleep_rank_3", "sleep_rank_3", "sleep_rank_3", "sleep_rank_3");
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  ck_assert_str_eq(line, "");
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+  probe_of(a, "spin_rank_0", "spin_rank_1", "spin_rank_2", "spin_rank_3");
+  probe_of(b, "spin_rank_0", "spin_rank_1", "spin_rank_2", NULL); /* rank 3 gave no dump the second time */
+  ck_assert_int_eq(trun_fr_spin(a, b, 4, cul, &nc, line, sizeof(line)), 0);
+  trun_fr_ranks_clear(a, 4);
+  trun_fr_ranks_clear(b, 4);
+}
+END_TEST
+
+/* torch's side of the dump pipe (its heartbeat monitor), played by a child: makes <dir>/rank_5.pipe, reads it
+ * non-blocking, and on a byte writes a captured dump to <dir>/rank_5 (in two parts). */
+START_TEST(fr_probe_pipe) {
+  char dir[] = "/tmp/trun-fr-unit.XXXXXX", p[PATH_MAX], pipe5[PATH_MAX], dump5[PATH_MAX], fix[PATH_MAX];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(pipe5, sizeof(pipe5), "%s/rank_5.pipe", dir);
+  snprintf(dump5, sizeof(dump5), "%s/rank_5", dir);
+  snprintf(fix, sizeof(fix), "%s/tests/fixtures/hang/flight-recorder/sleep_rank_3", repo());
+  snprintf(p, sizeof(p), "%s/tests/fixtures/hang/flight-recorder/sleep_rank_0", repo());
+  copy_file(p, dump5, 0); /* an old dump of rank 5: not the answer */
+  ck_assert_int_eq(mkfifo(pipe5, 0600), 0);
+  pid_t c = fork();
+  if (c == 0) {
+    int fd = open(pipe5, O_RDONLY | O_NONBLOCK);
+    char b;
+    for (int i = 0; i < 600 && fd >= 0; i++, usleep(50000))
+      if (read(fd, &b, 1) == 1) {
+        usleep(200000); /* the old dump's mtime must differ */
+        copy_file(fix, dump5, 100);
+        _exit(0);
+      }
+    _exit(1);
+  }
+  usleep(300000); /* the child holds the pipe open (else the probe says nothing reads it) */
+  snprintf(p, sizeof(p), "%s/rank_7.pipe", dir);
+  ck_assert_int_eq(mkfifo(p, 0600), 0); /* a pipe nobody reads */
+  snprintf(p, sizeof(p), "%s/rank_8.pipe", dir);
+  close(open(p, O_WRONLY | O_CREAT, 0600)); /* not a FIFO */
+  char prefix[PATH_MAX];
+  snprintf(prefix, sizeof(prefix), "%s/rank_", dir);
+  trun_fr_rank r[4] = {{.rank = 5}, {.rank = 6}, {.rank = 7}, {.rank = 8}};
+  ck_assert_uint_eq(trun_fr_probe(prefix, prefix, r, 4, 5000), 1);
+  int st;
+  ck_assert_int_eq(waitpid(c, &st, 0), c);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert_ptr_nonnull(r[0].dump);
+  ck_assert_int_eq(r[0].dump->last.seq, 50); /* sleep_rank_3's, not the old sleep_rank_0 (51) */
+  ck_assert_str_eq(r[0].dump->last_state, "completed");
+  ck_assert_ptr_null(r[1].dump);
+  ck_assert_msg(strstr(r[1].why, "no dump pipe"), "%s", r[1].why);
+  ck_assert_msg(strstr(r[2].why, "nothing reads its dump pipe"), "%s", r[2].why);
+  ck_assert_msg(strstr(r[3].why, "not a FIFO"), "%s", r[3].why);
+  char line[512];
+  trun_fr_summarize(r, 4, line, sizeof(line));
+  ck_assert_msg(strstr(line, "rank 5: nccl:all_reduce #50 completed"), "%s", line);
+  trun_fr_ranks_clear(r, 4);
+  /* No pipe prefix: the dumps as they are now (a store-triggered dump, or one the watchdog wrote). */
+  trun_fr_rank q[1] = {{.rank = 5}};
+  ck_assert_uint_eq(trun_fr_probe(prefix, NULL, q, 1, 100), 1);
+  ck_assert_int_eq(q[0].dump->last.seq, 50);
+  trun_fr_ranks_clear(q, 1);
+  /* A link where a dump should be is not followed. */
+  snprintf(p, sizeof(p), "%s/rank_9", dir);
+  ck_assert_int_eq(symlink(fix, p), 0);
+  trun_fr_rank l[1] = {{.rank = 9}};
+  ck_assert_uint_eq(trun_fr_probe(prefix, NULL, l, 1, 300), 0);
+  ck_assert_msg(strstr(l[0].why, "rank_9"), "%s", l[0].why);
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(pickle_binfloat) {
   const uint8_t pk[] = {0x80, 2, 'G', 0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18, '.'};
   trun_pickle_doc *doc = NULL;
@@ -842,6 +1032,9 @@ int main(void) {
   tcase_add_test(tc, fr_dumps);
   tcase_add_test(tc, fr_timing_p2p);
   tcase_add_test(tc, fr_bad);
+  tcase_add_test(tc, fr_summary_captures);
+  tcase_add_test(tc, fr_probe_pipe);
+  tcase_add_test(tc, fr_spin_judge);
   tcase_add_test(tc, pickle_binfloat);
   tcase_add_test(tc, client_against_standin);
   tcase_add_test(tc, client_real_nccl_wire);
