@@ -1,5 +1,6 @@
 /* Collective hang detection for the agent (agent/agent_int.h), on by default: a thread asks the node's NCCL
- * RAS (agent/hang/hang.h; NCCL_RAS_ADDR from the workers' environment, else localhost:28028) every
+ * RAS (agent/hang/hang.h; NCCL_RAS_ADDR from the workers' environment: the job's own port, agent_rasport.c,
+ * unless the user set it) every
  * TRUN__HANG_POLL_MS while the workers run and feeds the detector; a hung communicator comes to the loop
  * (an async handle), which maps its culprits to this node's workers and names them (one console line per
  * communicator and round, the "hang" event, trun_hangs_total) and, --hang-timeout seconds after it was
@@ -59,7 +60,8 @@ struct trun__hang {
   int nseen;
   char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about this round */
   int nwarned;
-  int acted; /* this round was torn down for a hang */
+  int acted;   /* this round was torn down for a hang */
+  int port_fd; /* holds the workers' RAS port (agent_rasport.c), -1 */
 };
 
 /* ---- the thread -------------------------------------------------------------------------------------- */
@@ -277,6 +279,10 @@ int trun__agent_hang_open(agent *a) {
   trun__hang *h = calloc(1, sizeof(*h));
   if (h == NULL) return -1;
   h->a = a;
+  if (trun__agent_ras_port(a, &h->port_fd) < 0) {
+    free(h);
+    return -1;
+  }
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
   read_local_addrs(h);
   pthread_mutex_init(&h->mu, NULL);
@@ -323,6 +329,7 @@ void trun__agent_hang_close(agent *a) {
     pthread_join(h->thread, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
   }
   trun_hang_verdict_clear(&h->v);
+  if (h->port_fd >= 0) close(h->port_fd);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   a->hang = NULL;

@@ -2,7 +2,7 @@
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
  * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
  * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_hang.c (collective hangs
- * from NCCL RAS), agent_stdin.c (--watch-stdin),
+ * from NCCL RAS) and agent_rasport.c (the job's own RAS port), agent_stdin.c (--watch-stdin),
  * agent_dryrun.c (--dry-run). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
@@ -247,6 +247,11 @@ void trun__agent_health_close(agent *a);
 int trun__agent_hang_open(agent *a);
 void trun__agent_hang_round(agent *a, int active);
 void trun__agent_hang_close(agent *a);
+/* agent_rasport.c: unless NCCL_RAS_ADDR is in a->env, reserves a loopback port of this agent's own for its
+ * workers' NCCL RAS and sets NCCL_RAS_ADDR=127.0.0.1:<port> in a->env; *fd is the socket that holds it (close
+ * it at the end; -1 when none). 0 (a port that cannot be reserved is said, and NCCL's default stays), -1 out
+ * of memory. */
+int trun__agent_ras_port(agent *a, int *fd);
 
 /* torch's agent gives its health-check server this timeout (seconds) over the watchdog's last progress. */
 #define TRUN_HEALTH_PORT_TIMEOUT_S 60
