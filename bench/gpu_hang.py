@@ -14,8 +14,13 @@ named = trun's `hang:` line naming the culprit (torchrun: the first watchdog tim
 culprit); restarted = a rank of the next attempt done with its healthy phase. The culprit each launcher named
 (trun: its `hang:` / root-cause lines; torchrun: its root-cause rank) is kept.
 
-Run on the GPU box: python3 bench/gpu_hang.py (TRUN_BIN: the directory of trun, default build/portable).
-Writes $OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
+Any GPU count of 2 or more: one rank per GPU, the last rank hangs. HANG_KINDS (default sleep,mismatch,spin) and
+HANG_LAUNCHERS (trun, torchrun or both, the default) choose the runs; each run ends at HANG_RUN_LIMIT s (150).
+
+Run on the GPU box: `GPU_STEPS=hang bash bench/gpu.sh` (a step of bench/gpu.py, in a call of its own: the six
+runs take up to 10 min, so HANG_LAUNCHERS=trun and HANG_LAUNCHERS=torchrun fit one device call each), or
+python3 bench/gpu_hang.py alone (TRUN_BIN: the directory of trun, default build/portable), which writes
+$OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
 """
 import datetime
 import json
@@ -76,10 +81,12 @@ def run(name, cmd, kind):
             "wall_s": round(time.monotonic() - t0, 2)}, lines
 
 
-def main():
+def measure():
+    """The runs HANG_KINDS x HANG_LAUNCHERS on every GPU: (result dict, log lines per run)."""
     import torch
-    os.makedirs(OUT, exist_ok=True)
     ngpu = torch.cuda.device_count()
+    if ngpu < 2:
+        raise SystemExit(f"gpu_hang: {ngpu} GPU(s): a collective hang needs 2 or more")
     common = ["--standalone", "--nproc-per-node", str(ngpu), "--max-restarts", "1", WORKER]
     launchers = {"trun": [TRUN, "--hang-timeout", HANG_TIMEOUT],
                  "torchrun-" + torch.__version__.split("+")[0]: [sys.executable, "-m", "torch.distributed.run"]}
@@ -98,6 +105,12 @@ def main():
             print(json.dumps(r), flush=True)
             res["runs"].append(r)
             logs.append(f"==== {name} {kind}\n" + "\n".join(lines))
+    return res, logs
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    res, logs = measure()
     stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
     json.dump(res, open(stem + ".json", "w"), indent=1)
     open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
