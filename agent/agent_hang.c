@@ -251,6 +251,8 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
              "%llu; stopped by --hang-timeout %.0f",
              c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
              cfg->hang_timeout);
+  for (int i = 0; i < nours; i++) /* an Xid on its GPU: the node's trouble (excluded, exit 3) */
+    trun__agent_hang_hardware(a, ours[i]->local_rank, ours[i]->hang);
   a->on_hang(a, ours[0]->local_rank);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
@@ -315,7 +317,10 @@ void trun__agent_hang_round(agent *a, int active) {
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
-  if (active) h->nseen = h->nwarned = h->acted = 0;
+  if (active) {
+    h->nseen = h->nwarned = h->acted = 0;
+    memset(a->round_xid, 0, sizeof(a->round_xid)); /* the Xids a hang of this round consults */
+  }
 }
 
 void trun__agent_hang_close(agent *a) {

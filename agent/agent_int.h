@@ -36,6 +36,7 @@ typedef enum {
 } outcome;
 
 typedef struct agent agent;
+#define TRUN_ROUND_XID_GPUS 64        /* GPUs (visible index) whose Xids of the round a hang consults */
 typedef struct trun__hang trun__hang; /* agent_hang.c */
 
 typedef struct {
@@ -119,15 +120,16 @@ struct agent {
   struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
   int nofile_raised;    /* the agent raised its soft limit to the hard one */
   /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
-  char discover_err[512];         /* GPU discovery's complaint in plan ("" none) */
-  trun_xid_watch *xid;            /* the Xid watcher child, NULL when off or ended */
-  uv_poll_t xid_poll;             /* readable: the watcher wrote */
-  int xid_poll_on;                /* xid_poll was initialised (close it at the end) */
-  int unhealthy;                  /* a hardware Xid: this node leaves the job and exits 3 */
-  char unhealthy_msg[512];        /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
-  int unhealthy_lr;               /* the local rank whose GPU it was, -1 */
-  double unhealthy_time;          /* when the agent read it (unix seconds) */
-  int left;                       /* trun__agent_leave_unhealthy ran */
+  char discover_err[512];  /* GPU discovery's complaint in plan ("" none) */
+  trun_xid_watch *xid;     /* the Xid watcher child, NULL when off or ended */
+  uv_poll_t xid_poll;      /* readable: the watcher wrote */
+  int xid_poll_on;         /* xid_poll was initialised (close it at the end) */
+  int unhealthy;           /* a hardware Xid: this node leaves the job and exits 3 */
+  char unhealthy_msg[512]; /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
+  int unhealthy_lr;        /* the local rank whose GPU it was, -1 */
+  double unhealthy_time;   /* when the agent read it (unix seconds) */
+  unsigned long long round_xid[TRUN_ROUND_XID_GPUS]; /* the last Xid of each visible GPU this round, 0 */
+  int left;                                          /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
   const char *unhealthy_kind;     /* the exclusion's kind: "xid", "health" or "preflight" (while waiting) */
@@ -238,6 +240,11 @@ void trun__agent_leave_unhealthy(agent *a);
 int trun__agent_unhealthy_exit(agent *a);
 /* After a round: trun__agent_failure_streak with this node's name. */
 void trun__agent_after_round_health(agent *a);
+/* A hang's culprit at local rank lr is stopped by --hang-timeout (hang: the hang in words): an Xid its GPU
+ * (visible index lr mod the node's GPUs) showed in this round that is not the application's own (13, 31,
+ * 43, 45) is hardware evidence: the node becomes unhealthy like after a hardware Xid (it leaves the job,
+ * excluded, and exits 3). 1 when so. */
+int trun__agent_hang_hardware(agent *a, int lr, const char *hang);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
 

@@ -12,8 +12,13 @@
 #      node rank 1 prints the hang line, both exit 1, node rank 0's job report has rank 1 of kind hang as the
 #      root cause;
 #  (c) the same with rank 0 (node rank 0) behind: node rank 1's line names node rank 0's rank 0 and the
-#      hang as why its workers stopped, and node rank 1 prints no hang line of its own.
-# (b) and (c) run at the same time. Only loopback traffic. Exit: 0 pass, anything else fail.
+#      hang as why its workers stopped, and node rank 1 prints no hang line of its own;
+#  (d) hardware evidence: as (b), each node with the fake NVML (one GPU of its own UUID) and --max-restarts 1,
+#      node rank 1's GPU shows Xid 8 (a channel time-out: not a hardware Xid by itself, only warned about)
+#      before rank 1 is found behind: at --hang-timeout node rank 1 names the Xid with the hang, puts itself on
+#      the job's exclusion list (kind xid, its GPU), leaves the job and exits 3; node rank 0 (static: the job
+#      ends with the node that left) names the Xid and exits 1.
+# (b), (c) and (d) run at the same time. Only loopback traffic. Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../helpers/lib.sh"
@@ -121,21 +126,38 @@ show "$tmp/A.err" "$tmp/B.err"
 grep -q '"event": *"hang"' "$tmp/A.events" || fail "(a): no hang event in job A"
 
 # (b) and (c): two agents, each node its own port; the culprit on node rank 1 (b), on node rank 0 (c).
-start_pair() { # start_pair NAME BEHIND
-  local name=$1 mport nr
+shim=$repo/build/libnvidia-ml-fake.so
+[ -f "$shim" ] || fail "$shim is missing; run make"
+# fake_gpu DIR NR: node NR's fake NVML (one GPU, its own UUID), empty sysfs / dev / DMI, its Xid file; prints
+# the environment (VAR=value words) of its agent.
+fake_gpu() {
+  local d=$1/gpu$2
+  mkdir -p "$d/sys" "$d/dev" "$d/dmi"
+  : >"$d/xid"
+  printf '{"gpus": [{"uuid": "GPU-7a1e0000-0000-4000-8000-00000000000%s", "name": "NVIDIA H100 80GB HBM3", "pci": "", "memory": 85520809984}]}\n' \
+    "$2" >"$d/nvml.json"
+  echo "TRUN_NVML_LIBRARY=$shim TRUN_FAKE_NVML_TOPO=$d/nvml.json TRUN_FAKE_NVML_XID=$d/xid TRUN_SYSFS_ROOT=$d/sys" \
+    "TRUN_DEV_ROOT=$d/dev TRUN_DMI_ROOT=$d/dmi TRUN_BOOT_ID=boot-node$2 AWS_EC2_METADATA_DISABLED=true"
+}
+start_pair() { # start_pair NAME [MAX_RESTARTS GPUS]: GPUS 1: each node the fake NVML
+  local name=$1 mport nr gpu_env
   mkdir -p "$tmp/$name"
   mport=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   for nr in 1 0; do
-    PYTHON_EXEC=$host_py setsid "$trun" --nnodes 2 --node-rank $nr --master-addr 127.0.0.1 --master-port "$mport" \
-      --nproc-per-node 1 --hang-timeout 1 --max-restarts 0 --events "$tmp/$name$nr.events" "$worker" "$tmp/$name" \
-      >"$tmp/$name$nr.out" 2>"$tmp/$name$nr.err" &
+    gpu_env=
+    [ "${3:-0}" = 1 ] && gpu_env=$(fake_gpu "$tmp/$name" $nr)
+    # shellcheck disable=SC2086 # gpu_env: VAR=value words
+    env $gpu_env PYTHON_EXEC=$host_py setsid "$trun" --nnodes 2 --node-rank $nr --master-addr 127.0.0.1 \
+      --master-port "$mport" --rdzv-id "job-$name" --nproc-per-node 1 --hang-timeout 1 --max-restarts "${2:-0}" \
+      --events "$tmp/$name$nr.events" "$worker" "$tmp/$name" >"$tmp/$name$nr.out" 2>"$tmp/$name$nr.err" &
     eval "${name}_job$nr=\$!"
     _bg_pgids+=("$!")
   done
 }
 start_pair b
 start_pair c
-for name in b c; do
+start_pair d 1 1
+for name in b c d; do
   eval "p0=\$${name}_job0 p1=\$${name}_job1"
   wait_file "$tmp/$name/pid.0" "($name) rank 0" "$p0"
   wait_file "$tmp/$name/pid.1" "($name) rank 1" "$p1"
@@ -146,6 +168,10 @@ for name in b c; do
   [ "$a0" != "$a1" ] || fail "($name): two agents on one host gave their workers one RAS port"
   behind=1
   [ "$name" = c ] && behind=0
+  if [ "$name" = d ]; then
+    echo "0 8" >>"$tmp/d/gpu1/xid"
+    wait_grep "$tmp/d1.err" 'Xid 8' "node rank 1's Xid 8 warning" "$p1"
+  fi
   ras "${name}0" job-behind "$a0" "$tmp/$name" "$behind"
   eval "${name}_ras0=\$ras_pid"
   ras "${name}1" job-behind "$a1" "$tmp/$name" "$behind"
@@ -167,6 +193,24 @@ for name in b c; do
     [ "$rc" -eq 1 ] || fail "($name): node rank $nr exited $rc, want 1 (the round stopped by --hang-timeout)"
   done
 done
+# (d): node rank 1 leaves with the Xid as the hang's evidence; node rank 0 waits for a node: its list has it.
+wait_grep "$tmp/d1.err" 'is behind in a hung collective' "(d) the hang named" "$d_job1"
+rc=0
+wait "$d_job1" || rc=$?
+show "$tmp/d1.err"
+[ $rc -eq 3 ] || fail "(d): node rank 1 exited $rc, want 3 (an Xid on the culprit's GPU: the node's trouble)"
+grep -q 'Xid 8 (.*) while rank 1 hung in a collective (NCCL RAS): the hang has hardware evidence' "$tmp/d1.err" ||
+  fail "(d): node rank 1 does not name the Xid with the hang"
+# The exclusion record, written to the job's store (the line follows the store's answer):
+grep -Eq "node [^ ]+ is excluded from job 'job-d' for [0-9]+ s: xid: GPU 0 GPU-7a1e0000-0000-4000-8000-000000000001 Xid 8 .*while rank 1 hung" "$tmp/d1.err" ||
+  fail "(d): node rank 1 was not put on the job's exclusion list with kind xid"
+rc=0
+wait "$d_job0" || rc=$?
+for nr in 0 1; do eval "stop_pid \$d_ras$nr"; done
+show "$tmp/d0.err"
+[ $rc -eq 1 ] || fail "(d): node rank 0 exited $rc, want 1 (static: the job ends with the node that left)"
+grep -q 'Xid 8' "$tmp/d0.err" || fail "(d): node rank 0 does not name node rank 1's Xid"
+
 # (b): node rank 1 names its rank 1, node rank 0 prints the job's report with it as the root cause.
 [ "$(grep -c 'is behind in a hung collective' "$tmp/b1.err")" -eq 1 ] || fail "(b): node rank 1 named the hang not once"
 ! grep -q 'is behind in a hung collective' "$tmp/b0.err" || fail "(b): node rank 0 named a hang too"
