@@ -131,6 +131,8 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
       const char *v = trun_env_get(env, shown[i]), *unknown = unknown_value(&pv, shown[i]);
       if (v) fprintf(out, "  %s=%s\n", shown[i], unknown ? unknown : v);
     }
+    if (trun_env_get(env, "PYTHONFAULTHANDLER") == NULL) /* agent_hangstack.c */
+      fprintf(out, "  PYTHONFAULTHANDLER=1 (a hang's culprit prints its Python stack)\n");
     if (trun_env_get(env, "NCCL_RAS_ADDR") == NULL) /* the agent reserves it (agent_rasport.c) */
       fprintf(out,
               "  NCCL_RAS_ADDR=127.0.0.1:<free port of this node's agent> (the job's own NCCL RAS port)\n");

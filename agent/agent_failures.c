@@ -155,7 +155,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     f->exit_code = w->status;
     f->timestamp = w->exit_time;
     f->host = strdup(a->host);
-    f->torn_down = w->torn_down && i != a->first_failed;
+    f->torn_down = w->torn_down && i != a->first_failed && !w->hang[0]; /* a hang's culprit: a root cause */
     if (w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2)) f->log_path = strdup(w->log_err);
     if (w->error_file[0]) {
       int rc = trun_errfile_read(w->error_file, f);
@@ -183,7 +183,15 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     }
     set_cause(a, i, f, log);
     if (w->hang[0]) {
-      char *msg = NULL;
+      char *msg = NULL, stack[768], tail[TRUN_TAIL_MAX];
+      /* Asked for its Python stack before the stop (agent_hangstack.c): its frames go with the cause. */
+      trun_tail_text(&w->err_tail, tail, sizeof(tail));
+      if (f->cause && trun_cause_pystack(tail, 12, stack, sizeof(stack)) > 0 &&
+          asprintf(&msg, "%s; its Python stack (innermost first): %s", f->cause, stack) >= 0) {
+        free(f->cause);
+        f->cause = msg;
+        msg = NULL;
+      }
       if (asprintf(&msg, "%s%s%s", w->hang, f->message ? "; then: " : "", f->message ? f->message : "") >=
           0) {
         free(f->message);

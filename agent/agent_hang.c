@@ -34,6 +34,8 @@
 #define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
+#define TRUN__HANG_STACK_MS 3000 /* a culprit asked for its Python stack has this long to print it and die \
+                                  */
 
 struct trun__hang {
   agent *a; /* loop side only */
@@ -60,8 +62,11 @@ struct trun__hang {
   int nseen;
   char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about this round */
   int nwarned;
-  int acted;   /* this round was torn down for a hang */
-  int port_fd; /* holds the workers' RAS port (agent_rasport.c), -1 */
+  int acted;        /* this round was torn down for a hang */
+  int port_fd;      /* holds the workers' RAS port (agent_rasport.c), -1 */
+  uv_timer_t timer; /* a culprit was asked for its stack: the stop, if its death does not come first */
+  int timer_on;
+  int act_lr; /* the first culprit's local rank */
 };
 
 /* ---- the thread -------------------------------------------------------------------------------------- */
@@ -191,6 +196,12 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
   return 0;
 }
 
+/* The culprit asked for its stack did not end by it: the round stops as for any hang. */
+static void on_stack_timer(uv_timer_t *t) {
+  trun__hang *h = t->data;
+  if (h->a->in_round) h->a->on_hang(h->a, h->act_lr);
+}
+
 static void on_comm(trun__hang *h, const trun_hang_comm *c) {
   agent *a = h->a;
   const trun_config *cfg = a->cfg;
@@ -251,10 +262,16 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c) {
              "%llu; stopped by --hang-timeout %.0f",
              c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
              cfg->hang_timeout);
-  for (int i = 0; i < nours; i++) /* an Xid on its GPU: the node's trouble (excluded, exit 3) */
+  int asked = 0;
+  for (int i = 0; i < nours; i++) { /* an Xid on its GPU: the node's trouble (excluded, exit 3) */
     trun__agent_hang_hardware(a, ours[i]->local_rank, ours[i]->hang);
-  a->on_hang(a, ours[0]->local_rank);
-  for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
+    asked += trun__agent_hang_stack_ask(a, ours[i]); /* it prints its stack and dies of SIGABRT */
+  }
+  h->act_lr = ours[0]->local_rank;
+  if (asked && h->timer_on) /* its death ends the round; else the stop follows TRUN__HANG_STACK_MS later */
+    uv_timer_start(&h->timer, on_stack_timer, TRUN__HANG_STACK_MS, 0);
+  else
+    a->on_hang(a, h->act_lr);
 }
 
 static void on_async(uv_async_t *as) {
@@ -281,7 +298,8 @@ int trun__agent_hang_open(agent *a) {
   trun__hang *h = calloc(1, sizeof(*h));
   if (h == NULL) return -1;
   h->a = a;
-  if (trun__agent_ras_port(a, &h->port_fd) < 0) {
+  if (trun__agent_ras_port(a, &h->port_fd) < 0 || trun__agent_hang_stack_env(a) < 0) {
+    if (h->port_fd >= 0) close(h->port_fd);
     free(h);
     return -1;
   }
@@ -293,6 +311,8 @@ int trun__agent_hang_open(agent *a) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&h->cv, &ca);
   pthread_condattr_destroy(&ca);
+  h->timer_on = uv_timer_init(a->loop, &h->timer) == 0;
+  h->timer.data = h;
   int rc = uv_async_init(a->loop, &h->async, on_async);
   h->async.data = h;
   h->async_on = rc == 0;
@@ -317,6 +337,7 @@ void trun__agent_hang_round(agent *a, int active) {
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
+  if (h->timer_on) uv_timer_stop(&h->timer);
   if (active) {
     h->nseen = h->nwarned = h->acted = 0;
     memset(a->round_xid, 0, sizeof(a->round_xid)); /* the Xids a hang of this round consults */
@@ -338,8 +359,10 @@ void trun__agent_hang_close(agent *a) {
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   a->hang = NULL;
+  /* h is freed once the loop has closed its handles (the last one closed frees it). */
+  if (h->timer_on) uv_close((uv_handle_t *)&h->timer, h->async_on ? NULL : free_hang);
   if (h->async_on)
-    uv_close((uv_handle_t *)&h->async, free_hang); /* freed once the loop has closed the handle */
-  else
+    uv_close((uv_handle_t *)&h->async, free_hang);
+  else if (!h->timer_on)
     free(h);
 }

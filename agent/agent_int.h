@@ -245,6 +245,11 @@ void trun__agent_after_round_health(agent *a);
  * 43, 45) is hardware evidence: the node becomes unhealthy like after a hardware Xid (it leaves the job,
  * excluded, and exits 3). 1 when so. */
 int trun__agent_hang_hardware(agent *a, int lr, const char *hang);
+/* agent_hangstack.c: PYTHONFAULTHANDLER=1 in a->env unless set (0; -1 out of memory); ask: a hang's culprit
+ * w, still running, is made to print its Python stack (prlimit RLIMIT_CORE 0, then SIGABRT to its pid, where
+ * faulthandler is on and the workers are Python): 1 when asked (it dies of it), else 0. */
+int trun__agent_hang_stack_env(agent *a);
+int trun__agent_hang_stack_ask(agent *a, worker *w);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
 
