@@ -126,7 +126,8 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
                                       "TORCHELASTIC_SIGNALS_TO_HANDLE",
                                       "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                       "OMP_NUM_THREADS",
-                                      "CUDA_VISIBLE_DEVICES"};
+                                      "CUDA_VISIBLE_DEVICES",
+                                      "NCCL_RAS_ADDR"};
   int code = 0;
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];
@@ -151,6 +152,11 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
       const char *v = trun_env_get(env, *k);
       if (v) fprintf(out, "  %s=%s\n", *k, v);
     }
+    if (trun_env_get(env, "PYTHONFAULTHANDLER") == NULL) /* agent_hangstack.c */
+      fprintf(out, "  PYTHONFAULTHANDLER=1 (a hang's culprit prints its Python stack)\n");
+    if (trun_env_get(env, "NCCL_RAS_ADDR") == NULL) /* the agent reserves it (agent_rasport.c) */
+      fprintf(out,
+              "  NCCL_RAS_ADDR=127.0.0.1:<free port of this node's agent> (the job's own NCCL RAS port)\n");
     trun_strv_free(argv);
     trun_strv_free(env);
   }

@@ -155,7 +155,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     f->exit_code = w->status;
     f->timestamp = w->exit_time;
     f->host = strdup(a->host);
-    f->torn_down = w->torn_down && i != a->first_failed;
+    f->torn_down = w->torn_down && i != a->first_failed && !w->hang[0]; /* a hang's culprit: a root cause */
     if (w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2)) f->log_path = strdup(w->log_err);
     if (w->error_file[0]) {
       int rc = trun_errfile_read(w->error_file, f);
@@ -183,7 +183,15 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     }
     set_cause(a, i, f, log);
     if (w->hang[0]) {
-      char *msg = NULL;
+      char *msg = NULL, stack[768], tail[TRUN_TAIL_MAX];
+      /* Asked for its Python stack before the stop (agent_hangstack.c): its frames go with the cause. */
+      trun_tail_text(&w->err_tail, tail, sizeof(tail));
+      if (f->cause && trun_cause_pystack(tail, 12, stack, sizeof(stack)) > 0 &&
+          asprintf(&msg, "%s; its Python stack (innermost first): %s", f->cause, stack) >= 0) {
+        free(f->cause);
+        f->cause = msg;
+        msg = NULL;
+      }
       if (asprintf(&msg, "%s%s%s", w->hang, f->message ? "; then: " : "", f->message ? f->message : "") >=
           0) {
         free(f->message);
@@ -267,6 +275,32 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
   return added;
 }
 
+/* The root cause the node that ended this round published (a->end.node), as ": node rank G (host H): rank R
+ * (local L, pid P): what" for the line of a node that does not print the job's report (a hang's culprit on
+ * another node is named there, not this node's torn-down ranks); "" when it is not known within 1 s. The
+ * record comes from the store: control bytes are shown as '?'. */
+static void remote_root(agent *a, char *out, size_t len) {
+  out[0] = '\0';
+  char *json = NULL;
+  if (a->end.kind != TRUN_RDZV_END_FAILED || a->end.node < 0 ||
+      trun_rdzv_failure_of(a->rdzv, a->round, a->end.node, 1000, &json) < 0)
+    return;
+  trun_failure f;
+  memset(&f, 0, sizeof(f));
+  if (trun_failure_from_json(json, strlen(json), &f) == 0) {
+    const char *what = f.cause ? f.cause : f.message ? f.message : "failed";
+    if (f.local_rank >= 0)
+      snprintf(out, len, ": node rank %d (%.64s): rank %d (local %d, pid %d): %.400s", a->end.node,
+               f.host ? f.host : "?", f.global_rank, f.local_rank, (int)f.pid, what);
+    else
+      snprintf(out, len, ": node rank %d (%.64s): %.400s", a->end.node, f.host ? f.host : "?", what);
+    for (char *c = out; *c; c++)
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+  }
+  trun_failure_free(&f);
+  free(json);
+}
+
 /* Room for the other nodes' health records (agent_health.c) in one report. */
 #define HEALTH_NEWS_MAX 16
 
@@ -278,11 +312,14 @@ void trun__agent_report_failures(agent *a, int final) {
   size_t n = add_lost_node(a, fs, collect_failures(a, fs));
   int root;
   if (final && a->result == OUT_REMOTE_FAILED && trun_rdzv_info(a->rdzv)->group_rank != 0) {
+    char first[768];
+    remote_root(a, first, sizeof(first));
     fprintf(stderr,
-            "trun: node rank %d: workers stopped because %s; node rank 0 prints the job's failure report\n",
+            "trun: node rank %d: workers stopped because %s%s; node rank 0 prints the job's failure report\n",
             trun_rdzv_info(a->rdzv)->group_rank,
             !trun_rdzv_ends_by_key(a->rdzv) || a->end.kind == TRUN_RDZV_END_FAILED ? "another node failed"
-                                                                                   : "the store was lost");
+                                                                                   : "the store was lost",
+            first);
     final = 0;
   }
   /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others

@@ -1,5 +1,6 @@
 /* Collective hang detection for the agent (agent/agent_int.h), on by default: a thread asks the node's NCCL
- * RAS (agent/hang/hang.h; NCCL_RAS_ADDR from the workers' environment, else localhost:28028) every
+ * RAS (agent/hang/hang.h; NCCL_RAS_ADDR from the workers' environment: the job's own port, agent_rasport.c,
+ * unless the user set it) every
  * TRUN__HANG_POLL_MS while the workers run and feeds the detector; a hung communicator comes to the loop
  * (an async handle), which maps its culprits to this node's workers and names them (one console line per
  * communicator and round, the "hang" event, trun_hangs_total) and, --hang-timeout seconds after it was
@@ -34,6 +35,8 @@
 #define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
+#define TRUN__HANG_STACK_MS 3000 /* a culprit asked for its Python stack has this long to print it and die \
+                                  */
 
 struct trun__hang {
   agent *a; /* loop side only */
@@ -70,7 +73,11 @@ struct trun__hang {
   int nseen;
   char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about this round */
   int nwarned;
-  int acted; /* this round was torn down for a hang */
+  int acted;        /* this round was torn down for a hang */
+  int port_fd;      /* holds the workers' RAS port (agent_rasport.c), -1 */
+  uv_timer_t timer; /* a culprit was asked for its stack: the stop, if its death does not come first */
+  int timer_on;
+  int act_lr; /* the first culprit's local rank */
 };
 
 /* ---- the thread -------------------------------------------------------------------------------------- */
@@ -222,6 +229,12 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
   return 0;
 }
 
+/* The culprit asked for its stack did not end by it: the round stops as for any hang. */
+static void on_stack_timer(uv_timer_t *t) {
+  trun__hang *h = t->data;
+  if (h->a->in_round) h->a->on_hang(h->a, h->act_lr);
+}
+
 static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
   agent *a = h->a;
   const trun_config *cfg = a->cfg;
@@ -283,7 +296,16 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
              "%llu; stopped by --hang-timeout %.0f%s%s",
              c->hash, c->frozen_s, ourc[i]->why, c->nwaiters, c->wait_kind, (unsigned long long)c->wait_n,
              cfg->hang_timeout, fr[0] ? "; flight recorder: " : "", fr);
-  a->on_hang(a, ours[0]->local_rank);
+  int asked = 0;
+  for (int i = 0; i < nours; i++) { /* an Xid on its GPU: the node's trouble (excluded, exit 3) */
+    trun__agent_hang_hardware(a, ours[i]->local_rank, ours[i]->hang);
+    asked += trun__agent_hang_stack_ask(a, ours[i]); /* it prints its stack and dies of SIGABRT */
+  }
+  h->act_lr = ours[0]->local_rank;
+  if (asked && h->timer_on) /* its death ends the round; else the stop follows TRUN__HANG_STACK_MS later */
+    uv_timer_start(&h->timer, on_stack_timer, TRUN__HANG_STACK_MS, 0);
+  else
+    a->on_hang(a, h->act_lr);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
 
@@ -323,6 +345,11 @@ int trun__agent_hang_open(agent *a) {
   trun__hang *h = calloc(1, sizeof(*h));
   if (h == NULL) return -1;
   h->a = a;
+  if (trun__agent_ras_port(a, &h->port_fd) < 0 || trun__agent_hang_stack_env(a) < 0) {
+    if (h->port_fd >= 0) close(h->port_fd);
+    free(h);
+    return -1;
+  }
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
   read_local_addrs(h);
   trun__agent_fr_spin_init(&h->sp, a->env);
@@ -332,6 +359,8 @@ int trun__agent_hang_open(agent *a) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&h->cv, &ca);
   pthread_condattr_destroy(&ca);
+  h->timer_on = uv_timer_init(a->loop, &h->timer) == 0;
+  h->timer.data = h;
   int rc = uv_async_init(a->loop, &h->async, on_async);
   h->async.data = h;
   h->async_on = rc == 0;
@@ -366,7 +395,11 @@ void trun__agent_hang_round(agent *a, int active) {
   trun_hang_verdict_clear(&h->v);
   pthread_cond_signal(&h->cv);
   pthread_mutex_unlock(&h->mu);
-  if (active) h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
+  if (h->timer_on) uv_timer_stop(&h->timer);
+  if (active) {
+    h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
+    memset(a->round_xid, 0, sizeof(a->round_xid)); /* the Xids a hang of this round consults */
+  }
 }
 
 void trun__agent_hang_close(agent *a) {
@@ -380,11 +413,14 @@ void trun__agent_hang_close(agent *a) {
     pthread_join(h->thread, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
   }
   trun_hang_verdict_clear(&h->v);
+  if (h->port_fd >= 0) close(h->port_fd);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   a->hang = NULL;
+  /* h is freed once the loop has closed its handles (the last one closed frees it). */
+  if (h->timer_on) uv_close((uv_handle_t *)&h->timer, h->async_on ? NULL : free_hang);
   if (h->async_on)
-    uv_close((uv_handle_t *)&h->async, free_hang); /* freed once the loop has closed the handle */
-  else
+    uv_close((uv_handle_t *)&h->async, free_hang);
+  else if (!h->timer_on)
     free(h);
 }

@@ -196,6 +196,8 @@ static void on_xid(agent *a, const trun_xid_event *e) {
   else
     snprintf(what, sizeof(what), "a GPU (NVML did not say which) Xid %llu: %s", e->xid, meaning);
   trun_obs_xid(a->obs, g ? g->visible_index : -1, g ? g->uuid : "", e->xid, meaning, hardware);
+  if (g && g->visible_index >= 0 && g->visible_index < TRUN_ROUND_XID_GPUS)
+    a->round_xid[g->visible_index] = e->xid; /* a hang of its rank consults it (trun__agent_hang_hardware) */
   if (!hardware) {
     trun_warn("%s (not the hardware's: the job's own failure handling applies)", what);
     return;
@@ -216,6 +218,30 @@ static void on_xid(agent *a, const trun_xid_event *e) {
     trun__agent_leave_unhealthy(a);
     a->on_unhealthy(a);
   }
+}
+
+int trun__agent_hang_hardware(agent *a, int lr, const char *hang) {
+  int ngpu = a->node ? a->node->ngpu : 0;
+  if (ngpu <= 0 || a->unhealthy || lr < 0) return 0;
+  int vi = lr % ngpu;
+  unsigned long long x = vi < TRUN_ROUND_XID_GPUS ? a->round_xid[vi] : 0;
+  if (x == 0 || x == 13 || x == 31 || x == 43 || x == 45) return 0; /* none, or the application's */
+  const trun_gpu *g = NULL;
+  for (int i = 0; i < ngpu; i++)
+    if (a->node->gpus[i].visible_index == vi) g = &a->node->gpus[i];
+  a->unhealthy = 1;
+  a->unhealthy_kind = "xid";
+  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
+           "GPU %d %s Xid %llu (%s) while rank %d hung in a collective (NCCL RAS)", vi, g ? g->uuid : "", x,
+           trun_xid_meaning(x, NULL), trun_rdzv_info(a->rdzv)->base_rank + lr);
+  a->unhealthy_lr = lr;
+  a->unhealthy_time = trun_wall_s();
+  trun_error(
+      "%s: the hang has hardware evidence: node %s leaves the job and exits %d, so that the scheduler "
+      "replaces it (the hang: %.300s)",
+      a->unhealthy_msg, node_name(a), TRUN_EXIT_UNHEALTHY, hang);
+  if (a->in_round) trun__agent_leave_unhealthy(a);
+  return 1;
 }
 
 static void on_xid_readable(uv_poll_t *h, int status, int events) {

@@ -2,7 +2,7 @@
  * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
  * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
  * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_hang.c (collective hangs
- * from NCCL RAS), agent_stdin.c (--watch-stdin),
+ * from NCCL RAS) and agent_rasport.c (the job's own RAS port), agent_stdin.c (--watch-stdin),
  * agent_dryrun.c (--dry-run). */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
@@ -37,6 +37,7 @@ typedef enum {
 } outcome;
 
 typedef struct agent agent;
+#define TRUN_ROUND_XID_GPUS 64        /* GPUs (visible index) whose Xids of the round a hang consults */
 typedef struct trun__hang trun__hang; /* agent_hang.c */
 
 typedef struct {
@@ -125,15 +126,16 @@ struct agent {
   struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
   int nofile_raised;    /* the agent raised its soft limit to the hard one */
   /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
-  char discover_err[512];         /* GPU discovery's complaint in plan ("" none) */
-  trun_xid_watch *xid;            /* the Xid watcher child, NULL when off or ended */
-  uv_poll_t xid_poll;             /* readable: the watcher wrote */
-  int xid_poll_on;                /* xid_poll was initialised (close it at the end) */
-  int unhealthy;                  /* a hardware Xid: this node leaves the job and exits 3 */
-  char unhealthy_msg[512];        /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
-  int unhealthy_lr;               /* the local rank whose GPU it was, -1 */
-  double unhealthy_time;          /* when the agent read it (unix seconds) */
-  int left;                       /* trun__agent_leave_unhealthy ran */
+  char discover_err[512];  /* GPU discovery's complaint in plan ("" none) */
+  trun_xid_watch *xid;     /* the Xid watcher child, NULL when off or ended */
+  uv_poll_t xid_poll;      /* readable: the watcher wrote */
+  int xid_poll_on;         /* xid_poll was initialised (close it at the end) */
+  int unhealthy;           /* a hardware Xid: this node leaves the job and exits 3 */
+  char unhealthy_msg[512]; /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
+  int unhealthy_lr;        /* the local rank whose GPU it was, -1 */
+  double unhealthy_time;   /* when the agent read it (unix seconds) */
+  unsigned long long round_xid[TRUN_ROUND_XID_GPUS]; /* the last Xid of each visible GPU this round, 0 */
+  int left;                                          /* trun__agent_leave_unhealthy ran */
   int health_seen;                /* other nodes' health records already read from the store */
   int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
   const char *unhealthy_kind;     /* the exclusion's kind: "xid", "health" or "preflight" (while waiting) */
@@ -249,6 +251,16 @@ void trun__agent_leave_unhealthy(agent *a);
 int trun__agent_unhealthy_exit(agent *a);
 /* After a round: trun__agent_failure_streak with this node's name. */
 void trun__agent_after_round_health(agent *a);
+/* A hang's culprit at local rank lr is stopped by --hang-timeout (hang: the hang in words): an Xid its GPU
+ * (visible index lr mod the node's GPUs) showed in this round that is not the application's own (13, 31,
+ * 43, 45) is hardware evidence: the node becomes unhealthy like after a hardware Xid (it leaves the job,
+ * excluded, and exits 3). 1 when so. */
+int trun__agent_hang_hardware(agent *a, int lr, const char *hang);
+/* agent_hangstack.c: PYTHONFAULTHANDLER=1 in a->env unless set (0; -1 out of memory); ask: a hang's culprit
+ * w, still running, is made to print its Python stack (prlimit RLIMIT_CORE 0, then SIGABRT to its pid, where
+ * faulthandler is on and the workers are Python): 1 when asked (it dies of it), else 0. */
+int trun__agent_hang_stack_env(agent *a);
+int trun__agent_hang_stack_ask(agent *a, worker *w);
 /* Stops the Xid watcher (before the loop is torn down). */
 void trun__agent_health_close(agent *a);
 
@@ -258,6 +270,11 @@ void trun__agent_health_close(agent *a);
 int trun__agent_hang_open(agent *a);
 void trun__agent_hang_round(agent *a, int active);
 void trun__agent_hang_close(agent *a);
+/* agent_rasport.c: unless NCCL_RAS_ADDR is in a->env, reserves a loopback port of this agent's own for its
+ * workers' NCCL RAS and sets NCCL_RAS_ADDR=127.0.0.1:<port> in a->env; *fd is the socket that holds it (close
+ * it at the end; -1 when none). 0 (a port that cannot be reserved is said, and NCCL's default stays), -1 out
+ * of memory. */
+int trun__agent_ras_port(agent *a, int *fd);
 
 /* agent_fr.c: torch's flight-recorder variables for the workers (trun__agent_fr_vars, NULL-terminated: what
  * trun may add; each only when the environment does not name it, only with ngpu > 0, nothing when the user

@@ -27,6 +27,10 @@ both can be copied into bench/results/ and committed as they are; prints a summa
  10. onegpu (only when named, GPU_STEPS=onegpu, a call of its own: ~8 min): two pods on GPU 0 (NCCL_HOSTID
      apart, NCCL over sockets): preflight vs torch's all-reduce in that layout, and the DDP example under trun
      vs torchrun 2.11: what a 1-GPU box can show of the 2-GPU comparisons of steps 6 and 8.
+ 12. hang (only when named, GPU_STEPS=hang, a call of its own: up to 10 min; 2 or more GPUs, one rank per GPU):
+     bench/gpu_hang.py: the last rank hangs (sleep, mismatch, spin), time to named and to training again, trun
+     (NCCL RAS, --hang-timeout 10) vs torchrun 2.11 (torch's watchdog); HANG_LAUNCHERS=trun / torchrun split
+     it into two calls that each fit a device call; the runs' logs in hang-logs.txt.
 """
 import datetime
 import json
@@ -522,6 +526,24 @@ def stall():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def hang():
+    if "hang" not in (os.environ.get("GPU_STEPS") or "").split(","):
+        log("hang: runs only when named (up to 10 min): GPU_STEPS=hang bash bench/gpu.sh")
+        return
+    n = gpu_count()
+    if n < 2:
+        log(f"hang: {n} GPU(s): a collective hang needs 2 or more")
+        return
+    import gpu_hang
+
+    out, lines = gpu_hang.measure()
+    open(os.path.join(LOGS, "hang-logs.txt"), "w").write("\n".join(lines) + "\n")
+    res["steps"]["hang"] = out
+    for r in out["runs"]:
+        log(f"hang: {r['launcher']} {r['kind']}: named {r['named_s']} s, restarted {r['restarted_s']} s, "
+            f"culprit {r['trun_culprit'] or r['root_cause']}, exit {r['exit']}")
+
+
 def free_port():
     import socket
     s = socket.socket()
@@ -657,7 +679,7 @@ def main():
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
     res["gpu_steps"] = os.environ.get("GPU_STEPS") or "all"
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, health, onegpu)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, health, onegpu, hang)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

@@ -27,8 +27,13 @@ start times). HANG_TIMING=1 adds a `trun-timing` run of the spin kind with TORCH
 line should name the last rank (its all-reduce never started). What timing costs per collective is not measured
 here (50 all-reduces are too few to see it).
 
-Run on the GPU box: python3 bench/gpu_hang.py (TRUN_BIN: the directory of trun, default build/portable).
-Writes $OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt; copy both into bench/results/.
+Any GPU count of 2 or more: one rank per GPU, the last rank hangs. HANG_KINDS (default sleep,mismatch,spin) and
+HANG_LAUNCHERS (trun, torchrun or both, the default) choose the runs; each run ends at HANG_RUN_LIMIT s (150).
+
+Run on the GPU box: `GPU_STEPS=hang bash bench/gpu.sh` (a step of bench/gpu.py, in a call of its own: the runs
+take up to 10 min, so HANG_LAUNCHERS=trun and HANG_LAUNCHERS=torchrun fit one device call each), or
+python3 bench/gpu_hang.py alone (TRUN_BIN: the directory of trun, default build/portable), which writes
+$OUT/<date>-gpu-hang.json and $OUT/<date>-gpu-hang-logs.txt after every run; copy both into bench/results/.
 """
 import datetime
 import json
@@ -114,10 +119,13 @@ def run(name, cmd, kind):
             "wall_s": round(time.monotonic() - t0, 2)}, lines
 
 
-def main():
+def measure(stem=None):
+    """The runs HANG_KINDS x HANG_LAUNCHERS on every GPU: (result dict, log lines per run); with stem, the
+    results and logs so far are written to stem.json / stem-logs.txt after every run."""
     import torch
-    os.makedirs(OUT, exist_ok=True)
     ngpu = torch.cuda.device_count()
+    if ngpu < 2:
+        raise SystemExit(f"gpu_hang: {ngpu} GPU(s): a collective hang needs 2 or more")
     common = ["--standalone", "--nproc-per-node", str(ngpu), "--max-restarts", "1", WORKER]
     launchers = {"trun": [TRUN, "--hang-timeout", HANG_TIMEOUT],
                  "torchrun-" + torch.__version__.split("+")[0]: [sys.executable, "-m", "torch.distributed.run"]}
@@ -128,7 +136,6 @@ def main():
            "gpu_name": torch.cuda.get_device_name(0), "gpus": ngpu, "pg_timeout_s": int(PG_TIMEOUT),
            "hang_timeout_s": int(HANG_TIMEOUT), "runs": []}
     logs = []
-    stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
     if os.environ.get("HANG_NAME_ONLY", "1") == "1":
         launchers["trun-name-only"] = [TRUN, "--hang-timeout", "0"]
     if os.environ.get("HANG_TIMING") == "1":
@@ -150,9 +157,16 @@ def main():
             print(json.dumps(r), flush=True)
             res["runs"].append(r)
             logs.append(f"==== {name} {kind}\n" + "\n".join(lines))
-            # Written after every run: a call cut at its limit still leaves what ran.
-            json.dump(res, open(stem + ".json", "w"), indent=1)
-            open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
+            if stem:  # after every run: a call cut at its limit still leaves what ran
+                json.dump(res, open(stem + ".json", "w"), indent=1)
+                open(stem + "-logs.txt", "w").write("\n".join(logs) + "\n")
+    return res, logs
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    stem = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-hang")
+    measure(stem)
     print(f"results: {stem}.json", flush=True)
 
 

@@ -390,6 +390,19 @@ def render(res, path, readme_dir):
     return "\n".join(out)
 
 
+def hang_line(hg):
+    """bench/gpu_hang.py's runs (gpu.py step hang) in one line: per kind and launcher, seconds from the hang to
+    the culprit named and to training again; "" when there are none."""
+    if not hg or not hg.get("runs"):
+        return ""
+    sec = lambda x: "never" if x is None else f"{x:.1f} s"
+    parts = [f"{r['kind']} {r['launcher']}: named {sec(r['named_s'])} ({r['trun_culprit'] or r['root_cause'] or 'no rank'})"
+             f", training again {sec(r['restarted_s'])}" for r in hg["runs"]]
+    return (f"- Collective hangs (`bench/gpu_hang.py`, the last of {hg['gpus']} ranks hangs; torch's process-group "
+            f"timeout {hg['pg_timeout_s']} s, trun `--hang-timeout {hg['hang_timeout_s']}`; seconds from the hang): "
+            + "; ".join(parts) + ".")
+
+
 def render_gpu(path, readme_dir):
     g = json.load(open(path))
     st = g["steps"]
@@ -521,6 +534,8 @@ def render_gpu(path, readme_dir):
                      f"{m['torchrun-2.11']:.2f} ms under torchrun 2.11 (runs {per.get('torchrun-2.11')}), loss curves "
                      f"identical (max difference {dd['max_loss_diff']}).")
         out.append(text)
+    if hang_line(st.get("hang")):
+        out.append(hang_line(st.get("hang")))
     sl = st.get("stall")
     if sl and sl.get("stalls"):
         x = sl["stalls"][0]

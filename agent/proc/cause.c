@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -115,6 +116,70 @@ static void human_bytes(long long b, char *out, size_t len) {
   int u = 0;
   while (v >= 1024 && u < 4) v /= 1024, u++;
   snprintf(out, len, v == (double)(long long)v ? "%.0f %s" : "%.1f %s", v, unit[u]);
+}
+
+/* One '  File "f", line N in name' line at p (up to e): 1 with its parts. */
+static int frame_line(const char *p, const char *e, char *file, size_t flen, long *line, char *name,
+                      size_t nlen) {
+  static const char pre[] = "  File \"";
+  if ((size_t)(e - p) < sizeof(pre) || strncmp(p, pre, sizeof(pre) - 1) != 0) return 0;
+  const char *f = p + sizeof(pre) - 1, *q = memchr(f, '"', (size_t)(e - f));
+  if (q == NULL || (size_t)(e - q) < 9 || strncmp(q, "\", line ", 8) != 0) return 0;
+  char *end;
+  *line = strtol(q + 8, &end, 10);
+  if (end == q + 8 || end >= e || strncmp(end, " in ", 4) != 0 || end + 4 >= e) return 0;
+  const char *base = f;
+  for (const char *c = f; c < q; c++)
+    if (*c == '/') base = c + 1;
+  snprintf(file, flen, "%.*s", (int)(q - base), base);
+  snprintf(name, nlen, "%.*s", (int)(e - end - 4), end + 4);
+  return 1;
+}
+
+int trun_cause_pystack(const char *text, int max_frames, char *out, size_t len) {
+  if (len) out[0] = '\0';
+  const char *dump = NULL;
+  for (const char *p = text; p && (p = strstr(p, "Fatal Python error: ")) != NULL; p++) dump = p;
+  if (dump == NULL || len == 0 || max_frames <= 0) return 0;
+  /* The blocks: [start, end) of each thread's frames; which one ends in <module>, which is current. */
+  const char *best = NULL, *current = NULL, *first = NULL;
+  const char *block = NULL;
+  int block_current = 0;
+  char file[256], name[128];
+  long line;
+  for (const char *p = dump; *p;) {
+    const char *e = strchr(p, '\n');
+    if (e == NULL) e = p + strlen(p);
+    if (strncmp(p, "Thread 0x", 9) == 0 || strncmp(p, "Current thread 0x", 17) == 0) {
+      block = e;
+      block_current = p[0] == 'C';
+      if (first == NULL) first = block;
+      if (block_current && current == NULL) current = block;
+    } else if (block && frame_line(p, e, file, sizeof(file), &line, name, sizeof(name))) {
+      if (strcmp(name, "<module>") == 0 && best == NULL) best = block;
+    } else {
+      block = NULL;
+    }
+    p = *e ? e + 1 : e;
+  }
+  const char *from = best ? best : current ? current : first;
+  if (from == NULL) return 0;
+  int n = 0;
+  size_t at = 0;
+  for (const char *p = *from ? from + 1 : from; *p && n < max_frames;) {
+    const char *e = strchr(p, '\n');
+    if (e == NULL) e = p + strlen(p);
+    if (!frame_line(p, e, file, sizeof(file), &line, name, sizeof(name))) break;
+    int w = snprintf(out + at, len - at, "%s%s:%ld in %s", n ? " <- " : "", file, line, name);
+    if (w < 0 || (size_t)w >= len - at) {
+      out[at] = '\0';
+      break;
+    }
+    at += (size_t)w;
+    n++;
+    p = *e ? e + 1 : e;
+  }
+  return n;
 }
 
 trun_cause_kind trun_cause_describe(const trun_cause_in *in, char *out, size_t len) {

@@ -56,6 +56,14 @@ typedef struct {
 /* The one-line cause in out[len] and its kind. */
 trun_cause_kind trun_cause_describe(const trun_cause_in *in, char *out, size_t len);
 
+/* The Python stack a worker printed on its stderr (text: its last stderr lines, NUL-terminated) when
+ * faulthandler dumped it (PYTHONFAULTHANDLER and SIGABRT: "Fatal Python error: ...", then one block of
+ * '  File "f", line N in name' lines per thread): the main thread's frames (the block that ends in <module>;
+ * else the current thread's; else the first), innermost first, at most max_frames, as
+ * "f:N in name <- f:N in name ..." (f without its directories) in out[len]. Returns the frames written, 0
+ * when text holds no such dump (out ""). */
+int trun_cause_pystack(const char *text, int max_frames, char *out, size_t len);
+
 /* The state letter of /proc/<pid>/stat under proc_root ("/proc") and its wait channel (wchan, "" when
  * unknown) in wchan[len]: 'D' for uninterruptible sleep. -errno when the process is gone or unreadable. */
 int trun_proc_state(const char *proc_root, pid_t pid, char *state, char *wchan, size_t len);

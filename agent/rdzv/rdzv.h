@@ -360,6 +360,9 @@ int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json
 /* Failure records published by every node for round (JSON objects); the caller frees each string and the
  * array. Waits at most timeout_ms (for all of them together) for missing ones; *n = how many were read. */
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
+/* The failure record node g published for round (a JSON object, free()), waiting at most timeout_ms: 0,
+ * -ETIMEDOUT (none), or another negative errno. */
+int trun_rdzv_failure_of(trun_rdzv *r, int round, int g, int timeout_ms, char **json);
 /* What the store knows of node g in a round of the static backend, for a failure report that names it. */
 typedef struct trun_rdzv_node_info {
   int seen_end;   /* its end watcher saw the round end (alive then): a node without it was lost */

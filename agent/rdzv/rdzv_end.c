@@ -68,22 +68,29 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   /* One deadline for all: with several nodes lost, each would otherwise cost the whole wait. */
   double deadline = trun_mono_ms() + timeout_ms;
   for (int g = 0; g < world; g++) {
-    char k[512];
-    snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
-    trun_buf v = {0};
-    int left = (int)(deadline - trun_mono_ms());
-    int rc = trun_client_get(r->client, trun_str(k), &v,
-                             g == r->info.group_rank ? 1000
-                             : left > 1              ? left
-                                                     : 1);
-    if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
-      res[(*n)++] = (char *)v.data;
-    else
-      trun_buf_free(&v);
+    int left = (int)(deadline - trun_mono_ms()), rc;
+    char *json = NULL;
+    rc = trun_rdzv_failure_of(r, round, g, g == r->info.group_rank ? 1000 : left > 1 ? left : 1, &json);
+    if (rc == 0) res[(*n)++] = json;
     if (rc < 0 && rc != -ETIMEDOUT) break;
   }
   *out = res;
   return 0;
+}
+
+int trun_rdzv_failure_of(trun_rdzv *r, int round, int g, int timeout_ms, char **json) {
+  char k[512];
+  *json = NULL;
+  if (g < 0 || g >= r->info.group_world_size) return -EINVAL;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
+  trun_buf v = {0};
+  int rc = trun_client_get(r->client, trun_str(k), &v, timeout_ms > 0 ? timeout_ms : 1);
+  if (rc == 0 && (rc = trun_buf_append_u8(&v, 0)) == 0) {
+    *json = (char *)v.data;
+    return 0;
+  }
+  trun_buf_free(&v);
+  return rc < 0 ? rc : -ENOMEM;
 }
 
 /* "/trun/<run_id>/r<round>/<what>/<g>": node g's key of the round. */

@@ -6,8 +6,10 @@ lines ending in "\\n" (a "\\r" before it is dropped); "CLIENT PROTOCOL n" -> "SE
 "STATUS" / "VERBOSE STATUS" -> the report, then the connection is closed; anything else ->
 "ERROR: Unknown command <line>". The reports are our captures (tests/fixtures/hang/, 4 x H100, NCCL 2.28.9).
 
-Usage: ras_server.py --mode MODE --port-file FILE [--pid-dir DIR --ranks N [--behind R] [--host H] [--served FILE]]
-Listens on an ephemeral loopback port and writes "PORT\\n" to FILE once it listens. Stops on SIGTERM / SIGINT.
+Usage: ras_server.py --mode MODE --port-file FILE [--addr 127.0.0.1:PORT] [--pid-dir DIR --ranks N [--behind R]
+                     [--host H] [--served FILE]]
+Listens on an ephemeral loopback port (--addr: on that loopback address, bound with SO_REUSEADDR and
+SO_REUSEPORT as NCCL binds NCCL_RAS_ADDR) and writes "PORT\\n" to FILE once it listens. Stops on SIGTERM / SIGINT.
 Each connection is served on its own thread; connection N (from 0) of a mode that moves serves step N.
 
 Modes (what VERBOSE STATUS answers):
@@ -214,6 +216,7 @@ def main():
     ap.add_argument("--behind", type=int, default=1)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--served")
+    ap.add_argument("--addr")
     a = ap.parse_args()
     modes = ("mismatch", "sleep", "spin", "advancing", "unresponsive", "malformed", "lying", "slow", "trickle", "huge",
              "old", "notras", "wire", "job-behind", "job-advancing", "job-idle", "job-gone")
@@ -223,9 +226,18 @@ def main():
     if a.mode not in modes:
         print("ras_server.py: unknown mode %s (one of %s)" % (a.mode, ", ".join(modes)), file=sys.stderr)
         sys.exit(2)
+    host, port = "127.0.0.1", 0
+    if a.addr:
+        host, _, p = a.addr.rpartition(":")
+        if not host.startswith("127.") or not p.isdigit():
+            print("ras_server.py: --addr %s: want 127.x.y.z:PORT" % a.addr, file=sys.stderr)
+            sys.exit(2)
+        port = int(p)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
+    if a.addr:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind((host, port))
     s.listen(64)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))

@@ -5,7 +5,9 @@ Each dir holds env.<local_rank>.json written by tests/helpers/dumpenv.py. ALLOWE
 differences: "rename:OLD=NEW" (torchrun sets OLD, trun sets NEW, same value), "newer:KEY=VALUE" (this torchrun
 does not set KEY, trun sets KEY=VALUE as the newest torchrun does), "value:KEY=TORCHRUN>TRUN" (a deliberate
 value difference), "trun:KEY=VALUE" (trun's own NCCL / EFA decision, source "trun" in `trun --explain`, on a
-GPU or EFA node). The flight-recorder variables trun adds on a GPU node are accepted by FLIGHT_RECORDER below. Prints every difference found;
+GPU or EFA node), "own:KEY=REGEX" (torchrun does not set KEY, trun sets it to a per-run value matching REGEX
+in full, the same on every local rank: NCCL_RAS_ADDR, the job's own RAS port). The flight-recorder variables trun adds on a GPU node are accepted by
+FLIGHT_RECORDER below. Prints every difference found;
 exit 1 when any difference is not excluded below or ALLOWED, 0 otherwise.
 """
 import json
@@ -40,11 +42,11 @@ FLIGHT_RECORDER = {
 }
 
 label, tdir, rdir, nproc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-renames, newer, values, decided = {}, {}, {}, {}
+renames, newer, values, decided, own = {}, {}, {}, {}, {}
 for a in sys.argv[5:]:
     kind, _, spec = a.partition(":")
     old, _, new = spec.partition("=")
-    if kind not in ("rename", "newer", "value", "trun") or not old or not new:
+    if kind not in ("rename", "newer", "value", "trun", "own") or not old or not new:
         sys.exit("bad ALLOWED entry %r" % a)
     if kind == "rename":
         renames[old] = new
@@ -52,6 +54,8 @@ for a in sys.argv[5:]:
         newer[old] = new
     elif kind == "trun":
         decided[old] = new
+    elif kind == "own":
+        own[old] = re.compile(new)
     else:
         tv_, _, rv_ = new.partition(">")
         values[old] = (tv_, rv_)
@@ -63,6 +67,7 @@ MUST = ["LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WOR
 tail_re = re.compile(r"/(attempt_\d+/\d+/error\.json)$")
 bad = []
 seen = []
+own_values = {}
 for lr in range(nproc):
     def load(d):
         with open(os.path.join(d, "env.%d.json" % lr)) as f:
@@ -93,6 +98,12 @@ for lr in range(nproc):
             continue
         if tv is None and k in FLIGHT_RECORDER and re.fullmatch(FLIGHT_RECORDER[k][0], rv):
             seen.append("local rank %d: expected: trun's flight recorder %s=%s (%s)" % (lr, k, rv, FLIGHT_RECORDER[k][1]))
+            continue
+        if tv is None and k in own and rv is not None and own[k].fullmatch(rv):
+            if own_values.setdefault(k, rv) != rv:
+                bad.append("local rank %d: %s=%s differs from another local rank's %s" % (lr, k, rv, own_values[k]))
+            else:
+                seen.append("local rank %d: expected: trun's own per-run %s=%s" % (lr, k, rv))
             continue
         if tv is None and decided.get(k) == rv:
             seen.append("local rank %d: expected: trun's own decision (--explain) %s=%s" % (lr, k, rv))

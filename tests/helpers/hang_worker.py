@@ -1,4 +1,5 @@
-"""A worker for test 93-agent-hang (torch 1.13, gloo): joins the process group, writes its pid to
+"""A worker for tests 93-agent-hang and 95-agent-hang-port (torch 1.13, gloo): joins the process group, writes
+the NCCL_RAS_ADDR it was given ("" when none) to <dir>/ras_addr.<rank>, its pid to
 <dir>/pid.<rank> (the RAS stand-in serves it; the file is replaced, never half-written) and
 <dir>/attempt.<restart count>.<rank>, then sleeps until SIGTERM (the hang the stand-in pretends; a sleeping
 rank is what NCCL RAS shows as a rank behind). HANG_EXIT_RANK=R: rank R exits 0 at once instead (a rank that
@@ -13,6 +14,10 @@ out = sys.argv[1]
 rank = int(os.environ["RANK"])
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 dist.init_process_group("gloo")
+tmp = os.path.join(out, "ras_addr.%d.tmp" % rank)
+with open(tmp, "w") as f:
+    f.write("%s\n" % os.environ.get("NCCL_RAS_ADDR", ""))
+os.rename(tmp, os.path.join(out, "ras_addr.%d" % rank))
 tmp = os.path.join(out, "pid.%d.tmp" % rank)
 with open(tmp, "w") as f:
     f.write("%d\n" % os.getpid())

@@ -1,12 +1,13 @@
 """Compares the start shapes warmdump.py wrote for a cold and a warm run (tests/integration/38-warm-start.sh).
 Usage: warmdiff.py LABEL COLD_DIR WARM_DIR NPROC COLD_LOGDIR WARM_LOGDIR
-What only the run decides (its port, run id, log and output directories) is normalised; anything else that
+What only the run decides (its ports: MASTER_PORT and the RAS port NCCL_RAS_ADDR, run id, log and output
+directories) is normalised; anything else that
 differs is printed as a DIFFERENCE line and the exit status is 1."""
 import json
 import sys
 
 label, cold_dir, warm_dir, nproc, cold_log, warm_log = sys.argv[1:7]
-RUN_VARS = ("MASTER_PORT", "TORCHELASTIC_RUN_ID")
+RUN_VARS = ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "NCCL_RAS_ADDR")
 
 
 def load(d, lr, logdir):

@@ -4,10 +4,13 @@
 # and torchrun 2.6 (trixie chroot) vs trun starting chroot workers. tests/helpers/dumpenv.py dumps os.environ;
 # tests/helpers/envdiff.py compares (key sets equal, values equal) and lists the excluded keys with reasons.
 # Allowed, known difference: torch 1.13's torchrun sets NCCL_ASYNC_ERROR_HANDLING=1, trun sets the newer name
-# TORCH_NCCL_ASYNC_ERROR_HANDLING=1. On a node with a GPU trun also adds torch's flight-recorder variables
-# (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE,
-# TORCH_NCCL_DEBUG_INFO_PIPE_FILE): envdiff.py's FLIGHT_RECORDER list accepts exactly those, with their values
-# (none on a CPU-only box). Any other difference fails the test.
+# TORCH_NCCL_ASYNC_ERROR_HANDLING=1; trun gives the workers of each job their own NCCL RAS port,
+# NCCL_RAS_ADDR=127.0.0.1:<port> (the same on every local rank), which torchrun leaves unset (NCCL's shared
+# default localhost:28028), and PYTHONFAULTHANDLER=1 (a hang's culprit prints its Python stack; Python also
+# prints one on a crash). On a node with a GPU trun also adds torch's
+# flight-recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE,
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_PIPE_FILE): envdiff.py's FLIGHT_RECORDER list accepts
+# exactly those, with their values (none on a CPU-only box). Any other difference fails the test.
 # Exit: 0 pass, 77 skip (reason on the last stderr line), anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,11 +40,12 @@ dump t113 "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per
 dump r113 "$trun" --standalone --nproc_per_node 2 "$repo/tests/helpers/dumpenv.py"
 # Deliberate differences (docs/cli.md, "What the workers get"): trun always names TORCH_NCCL_ASYNC_ERROR_HANDLING
 # (torch >= 2.2's name), exports TORCHELASTIC_SIGNALS_TO_HANDLE as torchrun >= 2.9 does, and always hosts the
-# workers' store in the agent (TORCHELASTIC_USE_AGENT_STORE=True), which torchrun 1.13's c10d/standalone did not.
+# workers' store in the agent (TORCHELASTIC_USE_AGENT_STORE=True), which torchrun 1.13's c10d/standalone did not,
+# and gives the job its own NCCL RAS port (NCCL_RAS_ADDR) and PYTHONFAULTHANDLER=1 (docs/observability.md).
 "$host_py" "$repo/tests/helpers/envdiff.py" torch-1.13 "$tmp/t113" "$tmp/r113" 2 \
   rename:NCCL_ASYNC_ERROR_HANDLING=TORCH_NCCL_ASYNC_ERROR_HANDLING \
   newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT \
-  value:TORCHELASTIC_USE_AGENT_STORE='False>True' || bad=1
+  value:TORCHELASTIC_USE_AGENT_STORE='False>True' own:NCCL_RAS_ADDR='127\.0\.0\.1:[1-9][0-9]*' own:PYTHONFAULTHANDLER=1 || bad=1
 
 need_chroot
 # --local-addr localhost for both: the chroot's /etc/hosts does not know this host's name, so torchrun 2.6
@@ -51,6 +55,7 @@ dump t26 "$repo/scripts/chroot-run.sh" --keep-env python3 -m torch.distributed.r
 dump r26 "$trun" --standalone --nproc_per_node 2 --local-addr localhost --no-python \
   "$repo/scripts/chroot-run.sh" --keep-env python3 /trun/tests/helpers/dumpenv.py
 "$host_py" "$repo/tests/helpers/envdiff.py" torch-2.6 "$tmp/t26" "$tmp/r26" 2 \
-  newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT || bad=1
+  newer:TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT own:NCCL_RAS_ADDR='127\.0\.0\.1:[1-9][0-9]*' \
+  own:PYTHONFAULTHANDLER=1 || bad=1
 [ $bad -eq 0 ] || fail "the worker environments differ (DIFFERENCE lines above)"
 echo PASS

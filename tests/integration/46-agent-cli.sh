@@ -110,9 +110,11 @@ trun_run --version >"$tmp/ver" 2>&1 || rc=$?
 [ "$(wc -l <"$tmp/ver")" -eq 1 ] && grep -Eq '^trun [0-9]+\.[0-9]+' "$tmp/ver" || fail "--version printed: $(cat "$tmp/ver")"
 echo "ok: --version: $(cat "$tmp/ver")"
 
-# --dry-run: per local rank RANK/LOCAL_RANK/WORLD_SIZE and argv; nothing runs.
+# --dry-run: per local rank RANK/LOCAL_RANK/WORLD_SIZE, NCCL_RAS_ADDR and PYTHONFAULTHANDLER, and argv; nothing
+# runs.
 rc=0
-trun_run --dry-run --nproc-per-node 2 "$w" "$out" a b >"$tmp/dry" 2>"$tmp/dry.err" || rc=$?
+(unset NCCL_RAS_ADDR PYTHONFAULTHANDLER && trun_run --dry-run --nproc-per-node 2 "$w" "$out" a b) >"$tmp/dry" 2>"$tmp/dry.err" ||
+  rc=$?
 sed 's/^/    /' "$tmp/dry" "$tmp/dry.err"
 [ $rc -eq 0 ] || fail "--dry-run exited $rc"
 [ -z "$(ls "$out")" ] || fail "--dry-run started a worker: $(ls "$out")"
@@ -131,6 +133,9 @@ for lr, b in enumerate(blocks):
     env = dict(l.strip().split("=", 1) for l in b.splitlines()[1:] if "=" in l and l.startswith("  "))
     for k, v in (("RANK", lr), ("LOCAL_RANK", lr), ("WORLD_SIZE", 2)):
         assert env.get(k) == str(v), (lr, k, env.get(k))
+    # The two variables trun adds for hang detection (docs/observability.md), where the user set neither.
+    assert env.get("NCCL_RAS_ADDR", "").startswith("127.0.0.1:<free port"), (lr, env.get("NCCL_RAS_ADDR"))
+    assert env.get("PYTHONFAULTHANDLER", "").startswith("1 "), (lr, env.get("PYTHONFAULTHANDLER"))
 print("dry-run ok")
 PY
 echo "ok: --dry-run"

@@ -5,8 +5,9 @@
 # read from the files they wrote), found through NCCL_RAS_ADDR in trun's environment:
 #  (a) frozen counts with rank 1 behind: trun names rank 1 (one console line, the "hang" event with the
 #      communicator, collective and count, trun_hangs_total), and with --hang-timeout 1 tears the round down
-#      and restarts; the restarted round hangs again, the restarts run out, exit 1 with rank 1 as the root
-#      cause of kind hang in the failure report;
+#      and restarts, after asking rank 1 alone for its Python stack (PYTHONFAULTHANDLER=1, SIGABRT: its
+#      frames in the root cause); the restarted round hangs again, the restarts run out, exit 1 with rank 1 as
+#      the root cause of kind hang in the failure report;
 #  (b) advancing counts and (c) idle equal counts: never named, no restart, over more answers than the
 #      detection window needs (counted by the stand-in, not timed);
 #  (d) a lying answer (rank 1's pid is a process of this host that is no worker: a sleep the test owns):
@@ -100,7 +101,13 @@ grep -q 'hang: rank 1 .*communicator 0x5eed000000000001 (2 ranks).*rank 1 (pid [
   fail "(a): the hang line does not name the communicator and RAS's rank 1"
 grep -q 'still behind after 1 s (--hang-timeout): restarting the workers' "$tmp/a.err" || fail "(a): no teardown line"
 ! grep -q 'hang: rank 0 ' "$tmp/a.err" || fail "(a): rank 0 (not behind) was named"
-expect_root a 'rank *: 1 \(local_rank: 1\)' 'cause *: hang \(NCCL RAS\): behind in communicator 0x5eed000000000001.*launched AllReduce up to 50'
+expect_root a 'rank *: 1 \(local_rank: 1\)' 'cause *: hang \(NCCL RAS\): behind in communicator 0x5eed000000000001.*launched AllReduce up to 50' \
+  'cause *: .*; its Python stack \(innermost first\): hang_worker\.py:[0-9]+ in <module>'
+# The culprit alone was asked for its stack (SIGABRT, PYTHONFAULTHANDLER): one dump per round, rank 1's.
+[ "$(grep -c '^Fatal Python error: Aborted' "$tmp/a.err")" -eq 2 ] ||
+  fail "(a): want one Python stack dump per round (2), got $(grep -c '^Fatal Python error: Aborted' "$tmp/a.err")"
+grep -q 'hang: asked rank 1 (pid [0-9]*) for its Python stack' "$tmp/a.err" || fail "(a): no line asking rank 1 for its stack"
+! grep -q 'hang: asked rank 0 ' "$tmp/a.err" || fail "(a): rank 0 (not behind) was asked for its stack"
 grep -q '"event": *"hang"' "$tmp/a.events" || fail "(a): no hang event"
 "$host_py" - "$tmp/a.events" <<'PY' || fail "(a): the hang event's fields"
 import json, sys

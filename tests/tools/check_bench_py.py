@@ -81,4 +81,19 @@ rows = [{"bytes": b, "ratio": x} for b, x in ((8, 0.85), (16, 1.01), (1024, 1.06
 assert readme.spans(rows, lambda r: not readme.within(r)) == "8 B, 1 KiB..2 KiB, 1 GiB", readme.spans(
     rows, lambda r: not readme.within(r))
 assert readme.spans(rows, readme.within) == "16 B, 4 KiB" and readme.spans(rows, lambda r: False) == ""
-print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok; readme.py size, spans ok")
+# readme.py's line for gpu.py's hang step (bench/gpu_hang.py's runs): a run never named says so.
+hg = {"gpus": 4, "pg_timeout_s": 60, "hang_timeout_s": 10, "runs": [
+    {"launcher": "trun", "kind": "sleep", "named_s": 17.64, "restarted_s": 33.0, "trun_culprit": "rank 3 (local 3, pid 9)",
+     "root_cause": "rank 3"},
+    {"launcher": "torchrun-2.11", "kind": "sleep", "named_s": 45.2, "restarted_s": None, "trun_culprit": None,
+     "root_cause": "rank 0"},
+    {"launcher": "trun", "kind": "spin", "named_s": None, "restarted_s": None, "trun_culprit": None, "root_cause": None}]}
+line = readme.hang_line(hg)
+assert line.startswith("- Collective hangs (`bench/gpu_hang.py`, the last of 4 ranks hangs; torch's process-group "
+                       "timeout 60 s, trun `--hang-timeout 10`"), line
+assert "sleep trun: named 17.6 s (rank 3 (local 3, pid 9)), training again 33.0 s" in line, line
+assert "sleep torchrun-2.11: named 45.2 s (rank 0), training again never" in line, line
+assert "spin trun: named never (no rank), training again never." in line, line
+assert readme.hang_line({}) == "" and readme.hang_line(None) == ""
+print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok; readme.py size, spans, "
+      "hang_line ok")

@@ -407,6 +407,57 @@ END_TEST
 
 /* ---- the report carries the cause ---------------------------------------------------------------- */
 
+/* faulthandler's dump (PYTHONFAULTHANDLER=1, SIGABRT; captured from CPython 3.11) after other stderr lines:
+ * the main thread's frames (the block ending in <module>), innermost first, directories left out. */
+START_TEST(pystack) {
+  const char *text =
+      "rank 1 attempt 0: pid 2343 asleep\n"
+      "Fatal Python error: Aborted\n"
+      "\n"
+      "Thread 0x00007fac92e326c0 (most recent call first):\n"
+      "  File \"/tmp/ras_fh.py\", line 3 in worker\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 975 in run\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 1038 in _bootstrap_inner\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 995 in _bootstrap\n"
+      "\n"
+      "Current thread 0x00007fac930ed2c0 (most recent call first):\n"
+      "  File \"/tmp/ras_fh.py\", line 6 in inner\n"
+      "  File \"/tmp/ras_fh.py\", line 8 in outer\n"
+      "  File \"/tmp/ras_fh.py\", line 9 in <module>\n"
+      "\n"
+      "Extension modules: torch._C (total: 1)\n";
+  char out[512];
+  ck_assert_int_eq(trun_cause_pystack(text, 8, out, sizeof(out)), 3);
+  ck_assert_str_eq(out, "ras_fh.py:6 in inner <- ras_fh.py:8 in outer <- ras_fh.py:9 in <module>");
+  ck_assert_int_eq(trun_cause_pystack(text, 2, out, sizeof(out)), 2);
+  ck_assert_str_eq(out, "ras_fh.py:6 in inner <- ras_fh.py:8 in outer");
+  /* The signal reached another thread: the main thread is still the one ending in <module>. */
+  const char *other =
+      "Fatal Python error: Aborted\n\n"
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 975 in run\n\n"
+      "Thread 0x2 (most recent call first):\n"
+      "  File \"/w/train.py\", line 40 in <module>\n";
+  ck_assert_int_eq(trun_cause_pystack(other, 8, out, sizeof(out)), 1);
+  ck_assert_str_eq(out, "train.py:40 in <module>");
+  /* No dump, a dump without frames, frames without a dump, a cut line, a small buffer: nothing invented. */
+  ck_assert_int_eq(
+      trun_cause_pystack("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n", 8, out,
+                         sizeof(out)),
+      0);
+  ck_assert_str_eq(out, "");
+  ck_assert_int_eq(trun_cause_pystack("Fatal Python error: Aborted\n\n", 8, out, sizeof(out)), 0);
+  ck_assert_int_eq(
+      trun_cause_pystack(
+          "Fatal Python error: Aborted\nThread 0x1 (most recent call first):\n  File \"a.py\", line", 8, out,
+          sizeof(out)),
+      0);
+  ck_assert_int_eq(trun_cause_pystack(text, 8, out, 20), 0);
+  ck_assert_str_eq(out, "");
+  ck_assert_int_eq(trun_cause_pystack(NULL, 8, out, sizeof(out)), 0);
+}
+END_TEST
+
 START_TEST(report_cause) {
   trun_failure f = {.global_rank = 1, .local_rank = 1, .pid = 99, .exit_code = -9, .timestamp = 1.0e9};
   f.host = strdup("h");
@@ -458,6 +509,7 @@ static Suite *cause_suite(void) {
   tcase_add_test(tc, memcg_this_process);
   tcase_add_test(tc, proc_state);
   tcase_add_test(tc, report_cause);
+  tcase_add_test(tc, pystack);
   suite_add_tcase(s, tc);
   return s;
 }
