@@ -322,6 +322,37 @@ static void say_root(agent *a, const trun_failure *f) {
               (int)f->pid, f->host ? f->host : "?", node, why);
 }
 
+/* Node rank 0's job-wide report: the other nodes' failure records after this node's fs[0..n), and the nodes
+ * lost without one; the node that failed first (the round's end) is the root cause, this node's failures
+ * its victims. The new count. */
+static size_t add_job_records(agent *a, trun_failure *fs, size_t n) {
+  int me = trun_rdzv_info(a->rdzv)->group_rank, world = trun_rdzv_info(a->rdzv)->group_world_size;
+  char **rec = NULL;
+  int nr = 0;
+  char *seen = calloc((size_t)world, 1);
+  if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &rec, &nr) == 0) {
+    for (int i = 0; i < nr; i++) {
+      trun_failure f;
+      memset(&f, 0, sizeof(f));
+      if (trun_failure_from_json(rec[i], strlen(rec[i]), &f) == 0 && f.group_rank != me) {
+        if (f.group_rank >= 0 && f.group_rank < world) seen[f.group_rank] = 1;
+        fs[n++] = f;
+      } else {
+        trun_failure_free(&f);
+      }
+      free(rec[i]);
+    }
+    free(rec);
+    seen[me] = 1;
+    n += lost_nodes(a, seen, fs, n);
+  }
+  free(seen);
+  if (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != me)
+    for (size_t i = 0; i < n; i++)
+      if (fs[i].group_rank == me && !fs[i].node_lost) fs[i].torn_down = 1;
+  return n;
+}
+
 void trun__agent_report_failures(agent *a, int final) {
   int me = trun_rdzv_info(a->rdzv)->group_rank;
   size_t cap = (size_t)a->nproc + (size_t)trun_rdzv_info(a->rdzv)->group_world_size + HEALTH_NEWS_MAX +
@@ -336,45 +367,17 @@ void trun__agent_report_failures(agent *a, int final) {
   /* Elsewhere: the root cause that the node which failed first published, or plainly that another failed. */
   int remote = jobwide ? -1 : remote_root(a, fs, n, &fs[n]);
   int unknown = !jobwide && remote != 1 && (remote == 0 || a->result == OUT_REMOTE_FAILED);
-  if (remote == 1)
-    n++;
-  else if (unknown)
-    remote_unknown(a, final); /* this node's failures are victims: none of them is a root cause */
+  if (remote == 1) n++;
   int peer_final = final && a->result == OUT_REMOTE_FAILED && me != 0; /* the report is another node's */
-  if (jobwide) {
-    char **rec = NULL;
-    int nr = 0;
-    char *seen = calloc((size_t)trun_rdzv_info(a->rdzv)->group_world_size, 1);
-    if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &rec, &nr) == 0) {
-      for (int i = 0; i < nr; i++) {
-        trun_failure f;
-        memset(&f, 0, sizeof(f));
-        if (trun_failure_from_json(rec[i], strlen(rec[i]), &f) == 0 && f.group_rank != me) {
-          if (f.group_rank >= 0 && f.group_rank < trun_rdzv_info(a->rdzv)->group_world_size)
-            seen[f.group_rank] = 1;
-          fs[n++] = f;
-        } else {
-          trun_failure_free(&f);
-        }
-        free(rec[i]);
-      }
-      free(rec);
-      seen[me] = 1;
-      n += lost_nodes(a, seen, fs, n);
-    }
-    free(seen);
-    /* The node that failed first (the round's end) is the root cause; this node's failures are its victims.
-     */
-    if (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != me)
-      for (size_t i = 0; i < n; i++)
-        if (fs[i].group_rank == me && !fs[i].node_lost) fs[i].torn_down = 1;
-  }
+  if (jobwide) n = add_job_records(a, fs, n);
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
   if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
   int root = trun_failure_root(fs, n);
   /* One "failure" event per root cause in the job: on the node that owns it (a lost node's: on each). */
   int own = root >= 0 && (fs[root].node_lost || fs[root].group_rank == me);
-  if (root >= 0 && !unknown) {
+  if (unknown && (root < 0 || own)) /* this node's failures are victims: none of them is a root cause */
+    remote_unknown(a, final);
+  else if (root >= 0) {
     trun_obs_failure(a->obs, fs, n, final, own);
     say_root(a, &fs[root]);
   }
