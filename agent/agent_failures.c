@@ -299,8 +299,8 @@ static void remote_unknown(agent *a, int final) {
     int port;
     const char *addr = trun_rdzv_store_addr(a->rdzv, &port);
     snprintf(why, sizeof(why),
-             "the rendezvous store at %.128s:%d closed (%.64s): the node that hosts it ended the job", addr,
-             port, a->end.cause);
+             "the rendezvous store at %.128s:%d closed (%.64s): the node that hosts it ended or was lost",
+             addr, port, a->end.cause);
   } else
     snprintf(why, sizeof(why), "a node of this round left it to rejoin; which rank failed is not known%s",
              trun_rdzv_ends_by_key(a->rdzv) ? "" : " (a torchrun agent publishes nothing of it)");
@@ -310,11 +310,11 @@ static void remote_unknown(agent *a, int final) {
 
 /* The root cause in one line (fs[root]): its rank, where, why. */
 static void say_root(agent *a, const trun_failure *f) {
-  const char *why = f->cause ? f->cause : f->message;
+  int other = f->group_rank != trun_rdzv_info(a->rdzv)->group_rank;
+  const char *why = f->cause ? f->cause : other ? f->message : NULL; /* another node's agent stopped: why */
   if (f->node_lost || why == NULL) return;
   char node[48] = "";
-  if (f->group_rank != trun_rdzv_info(a->rdzv)->group_rank)
-    snprintf(node, sizeof(node), " (node rank %d)", f->group_rank);
+  if (other) snprintf(node, sizeof(node), " (node rank %d)", f->group_rank);
   if (f->local_rank < 0) /* the agent of that node was stopped: no rank of its own */
     trun_warn("root cause: node rank %d on %s: %s", f->group_rank, f->host ? f->host : "?", why);
   else
