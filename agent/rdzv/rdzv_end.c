@@ -2,7 +2,9 @@
  * round ("end") that the first announcement sets (its values: rdzv_watch.c), success once every node's
  * workers succeeded, the nodes' failure records beside it, "seen_end/<g>" from every node that was alive to
  * see the end (a node without it and without a record was lost), and the exit barrier ("host_left", "left",
- * "all_left") that keeps the store up until every node has read what it needs. */
+ * "all_left") that keeps the store up until every node has read what it needs. On c10d, where torchrun's
+ * protocol ends rounds, trun agents use only the failure announcement, its record and the round's end as read
+ * now, and the store's host waits briefly after a failure until the others have read it. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
