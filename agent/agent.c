@@ -243,7 +243,7 @@ static void act_on_end(agent *a) {
   switch (a->end.kind) {
     case TRUN_RDZV_END_NODE_LOST: peer_gone(a); break;
     case TRUN_RDZV_END_FAILED:
-      trun_warn("node %d failed: stopping this node's workers to restart together", a->end.node);
+      trun_warn("node rank %d failed: stopping this node's workers", a->end.node);
       a->result = OUT_REMOTE_FAILED;
       begin_stop(a, SIGTERM, 1);
       break;
@@ -520,6 +520,39 @@ static void stop_watch(agent *a) {
   take_end(a);
 }
 
+/* This node's workers failed (or a signal stopped them): the other nodes learn it with this node's record,
+ * and this node learns the round's end as the store holds it: its own failure, or what came first (another
+ * node's failure with that node's record). That end is kept over none, and over a store loss that was only
+ * the watcher's cut (c10d). */
+static void announce_failure(agent *a) {
+  trun_rdzv_end now;
+  if (trun__agent_announce_failure(a, &now) < 0) return;
+  if (now.kind == TRUN_RDZV_END_FAILED &&
+      (a->end.kind == TRUN_RDZV_END_NONE || a->end.kind == TRUN_RDZV_END_STORE_LOST))
+    a->end = now;
+}
+
+/* Another node's workers failed first (the round's end names it): this node's failed workers are its
+ * victims (a crashed peer resets their connections), and the root cause is that node's. */
+static void failed_first_elsewhere(agent *a) {
+  if (a->result == OUT_FAILED && a->end.kind == TRUN_RDZV_END_FAILED &&
+      a->end.node != trun_rdzv_info(a->rdzv)->group_rank)
+    a->result = OUT_REMOTE_FAILED;
+}
+
+/* c10d, several nodes: the round has no end key of its own (torchrun agents end it by rejoining). A trun
+ * agent whose workers failed still publishes its failure there, and one stopped because a peer rejoined
+ * reads who failed first, so that every trun agent names the same root cause. */
+static void end_round_c10d(agent *a) {
+  if (trun_rdzv_info(a->rdzv)->group_world_size < 2 || a->result == OUT_CUT_OFF || a->store_stuck) return;
+  if (a->result == OUT_FAILED) announce_failure(a);
+  if (a->result == OUT_REMOTE_FAILED && a->end.kind != TRUN_RDZV_END_FAILED) {
+    trun_rdzv_end now;
+    if (trun_rdzv_end_now(a->rdzv, a->round, &now) == 0 && now.kind == TRUN_RDZV_END_FAILED) a->end = now;
+  }
+  failed_first_elsewhere(a);
+}
+
 /* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
 static void end_round_multinode(agent *a) {
   if (a->result == OUT_SUCCESS) {
@@ -533,8 +566,9 @@ static void end_round_multinode(agent *a) {
       trun_rdzv_watch_reconnect(a->watch); /* its connection is likely gone too */
     }
   }
-  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) trun__agent_announce_failure(a);
+  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
   stop_watch(a);
+  failed_first_elsewhere(a);
   /* The round's end is its first announcement: a membership change before our failure means the change came
    * first and stopped a peer, which is what broke our workers (not counted as a restart). */
   if (a->end.kind == TRUN_RDZV_END_MEMBER && a->result != OUT_SIGNALED) a->result = OUT_MEMBERSHIP;
@@ -693,6 +727,10 @@ static int before_round(agent *a) {
 
 /* After a round's workers: how the round ended for the job. */
 static void after_round(agent *a) {
+  /* Another node ended the round: its host may be that node and close the store at any moment. */
+  if (a->result == OUT_REMOTE_FAILED || a->result == OUT_PEER_LOST ||
+      (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != trun_rdzv_info(a->rdzv)->group_rank))
+    trun_rdzv_store_may_go(a->rdzv);
   close_streams(a);
   kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
   if (a->result == OUT_CUT_OFF) {
@@ -732,6 +770,7 @@ static void after_round(agent *a) {
     if (a->end.node != trun_rdzv_info(a->rdzv)->group_rank) a->result = OUT_PEER_LOST;
   }
   if (a->result == OUT_FAILED) membership_or_failure(a);
+  if (!trun_rdzv_ends_by_key(a->rdzv)) end_round_c10d(a);
   trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
 }
 

@@ -275,100 +275,139 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
   return added;
 }
 
-/* The root cause the node that ended this round published (a->end.node), as ": node rank G (host H): rank R
- * (local L, pid P): what" for the line of a node that does not print the job's report (a hang's culprit on
- * another node is named there, not this node's torn-down ranks); "" when it is not known within 1 s. The
- * record comes from the store: control bytes are shown as '?'. */
-static void remote_root(agent *a, char *out, size_t len) {
-  out[0] = '\0';
-  char *json = NULL;
-  if (a->end.kind != TRUN_RDZV_END_FAILED || a->end.node < 0 ||
-      trun_rdzv_failure_of(a->rdzv, a->round, a->end.node, 1000, &json) < 0)
-    return;
-  trun_failure f;
-  memset(&f, 0, sizeof(f));
-  if (trun_failure_from_json(json, strlen(json), &f) == 0) {
-    const char *what = f.cause ? f.cause : f.message ? f.message : "failed";
-    if (f.local_rank >= 0)
-      snprintf(out, len, ": node rank %d (%.64s): rank %d (local %d, pid %d): %.400s", a->end.node,
-               f.host ? f.host : "?", f.global_rank, f.local_rank, (int)f.pid, what);
-    else
-      snprintf(out, len, ": node rank %d (%.64s): %.400s", a->end.node, f.host ? f.host : "?", what);
-    for (char *c = out; *c; c++)
-      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-  }
-  trun_failure_free(&f);
-  free(json);
-}
-
 /* Room for the other nodes' health records (agent_health.c) in one report. */
 #define HEALTH_NEWS_MAX 16
 
+/* Another node's workers failed first (the round's end names it, a->end): its published record at *f, and
+ * this node's failures (fs[0..n)) become its victims. 1 when added, 0 when that record is not known (the
+ * store was gone before it could be read), -1 when another node did not fail first. */
+static int remote_root(agent *a, trun_failure *fs, size_t n, trun_failure *f) {
+  if (a->end.kind != TRUN_RDZV_END_FAILED || a->end.node == trun_rdzv_info(a->rdzv)->group_rank) return -1;
+  memset(f, 0, sizeof(*f));
+  if (!a->end.failure[0] || trun_failure_from_json(a->end.failure, strlen(a->end.failure), f) != 0) {
+    trun_failure_free(f);
+    return 0;
+  }
+  if (f->group_rank != a->end.node)
+    trun_warn("node rank %d's failure record names node rank %d", a->end.node, f->group_rank);
+  f->group_rank = a->end.node;
+  f->torn_down = 0;
+  for (size_t i = 0; i < n; i++) fs[i].torn_down = 1;
+  return 1;
+}
+
+/* Where this node cannot name the rank that failed first: which node, if known, and why not. */
+static void remote_unknown(agent *a, int final) {
+  char why[320];
+  int g = a->end.kind == TRUN_RDZV_END_FAILED ? a->end.node : -1;
+  if (g >= 0)
+    snprintf(why, sizeof(why), "node rank %d failed first; its record could not be read (%s)", g,
+             a->end.failure[0] ? "it is not a failure record" : "the rendezvous store was gone");
+  else if (a->end.kind == TRUN_RDZV_END_STORE_LOST) {
+    int port;
+    const char *addr = trun_rdzv_store_addr(a->rdzv, &port);
+    snprintf(why, sizeof(why),
+             "the rendezvous store at %.128s:%d closed (%.64s): the node that hosts it ended or was lost",
+             addr, port, a->end.cause);
+  } else
+    snprintf(why, sizeof(why), "a node of this round left it to rejoin; which rank failed is not known%s",
+             trun_rdzv_ends_by_key(a->rdzv) ? "" : " (a torchrun agent publishes nothing of it)");
+  trun_warn("root cause: another node failed: %s", why);
+  trun_obs_remote_unknown(a->obs, final, g, why);
+}
+
+/* The root cause in one line (fs[root]): its rank, where, why. */
+static void say_root(agent *a, const trun_failure *f) {
+  int other = f->group_rank != trun_rdzv_info(a->rdzv)->group_rank;
+  const char *why = f->cause ? f->cause : other ? f->message : NULL; /* another node's agent stopped: why */
+  if (f->node_lost || why == NULL) return;
+  char node[48] = "";
+  if (other) snprintf(node, sizeof(node), " (node rank %d)", f->group_rank);
+  if (f->local_rank < 0) /* the agent of that node was stopped: no rank of its own */
+    trun_warn("root cause: node rank %d on %s: %s", f->group_rank, f->host ? f->host : "?", why);
+  else
+    trun_warn("root cause: rank %d (local %d, pid %d) on %s%s: %s", f->global_rank, f->local_rank,
+              (int)f->pid, f->host ? f->host : "?", node, why);
+}
+
+/* Node rank 0's job-wide report: the other nodes' failure records after this node's fs[0..n), and the nodes
+ * lost without one; the node that failed first (the round's end) is the root cause, this node's failures
+ * its victims. The new count. */
+static size_t add_job_records(agent *a, trun_failure *fs, size_t n) {
+  int me = trun_rdzv_info(a->rdzv)->group_rank, world = trun_rdzv_info(a->rdzv)->group_world_size;
+  char **rec = NULL;
+  int nr = 0;
+  char *seen = calloc((size_t)world, 1);
+  if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &rec, &nr) == 0) {
+    for (int i = 0; i < nr; i++) {
+      trun_failure f;
+      memset(&f, 0, sizeof(f));
+      if (trun_failure_from_json(rec[i], strlen(rec[i]), &f) == 0 && f.group_rank != me) {
+        if (f.group_rank >= 0 && f.group_rank < world) seen[f.group_rank] = 1;
+        fs[n++] = f;
+      } else {
+        trun_failure_free(&f);
+      }
+      free(rec[i]);
+    }
+    free(rec);
+    seen[me] = 1;
+    n += lost_nodes(a, seen, fs, n);
+  }
+  free(seen);
+  if (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != me)
+    for (size_t i = 0; i < n; i++)
+      if (fs[i].group_rank == me && !fs[i].node_lost) fs[i].torn_down = 1;
+  return n;
+}
+
 void trun__agent_report_failures(agent *a, int final) {
+  int me = trun_rdzv_info(a->rdzv)->group_rank;
   size_t cap = (size_t)a->nproc + (size_t)trun_rdzv_info(a->rdzv)->group_world_size + HEALTH_NEWS_MAX +
-               1; /* + a lost node */
+               2; /* + a lost node, + the remote root cause */
   trun_failure *fs = calloc(cap, sizeof(*fs));
   if (fs == NULL) return;
   size_t n = add_lost_node(a, fs, collect_failures(a, fs));
-  int root;
-  if (final && a->result == OUT_REMOTE_FAILED && trun_rdzv_info(a->rdzv)->group_rank != 0) {
-    char first[768];
-    remote_root(a, first, sizeof(first));
-    fprintf(stderr,
-            "trun: node rank %d: workers stopped because %s%s; node rank 0 prints the job's failure report\n",
-            trun_rdzv_info(a->rdzv)->group_rank,
-            !trun_rdzv_ends_by_key(a->rdzv) || a->end.kind == TRUN_RDZV_END_FAILED ? "another node failed"
-                                                                                   : "the store was lost",
-            first);
-    final = 0;
-  }
   /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others
    * published none: every node prints the same root cause). */
-  if (final && trun_rdzv_ends_by_key(a->rdzv) && trun_rdzv_info(a->rdzv)->group_world_size > 1 &&
-      trun_rdzv_info(a->rdzv)->group_rank == 0 && a->result != OUT_PEER_LOST) {
-    char **remote = NULL;
-    int nr = 0;
-    char *seen = calloc((size_t)trun_rdzv_info(a->rdzv)->group_world_size, 1);
-    if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &remote, &nr) == 0) {
-      for (int i = 0; i < nr; i++) {
-        trun_failure f;
-        memset(&f, 0, sizeof(f));
-        if (trun_failure_from_json(remote[i], strlen(remote[i]), &f) == 0 &&
-            f.group_rank != trun_rdzv_info(a->rdzv)->group_rank) {
-          if (f.group_rank >= 0 && f.group_rank < trun_rdzv_info(a->rdzv)->group_world_size)
-            seen[f.group_rank] = 1;
-          fs[n++] = f;
-        } else {
-          trun_failure_free(&f);
-        }
-        free(remote[i]);
-      }
-      free(remote);
-      seen[trun_rdzv_info(a->rdzv)->group_rank] = 1;
-      n += lost_nodes(a, seen, fs, n);
-    }
-    free(seen);
-  }
+  int jobwide = final && trun_rdzv_ends_by_key(a->rdzv) && trun_rdzv_info(a->rdzv)->group_world_size > 1 &&
+                me == 0 && a->result != OUT_PEER_LOST;
+  /* Elsewhere: the root cause that the node which failed first published, or plainly that another failed. */
+  int remote = jobwide ? -1 : remote_root(a, fs, n, &fs[n]);
+  int unknown = !jobwide && remote != 1 && (remote == 0 || a->result == OUT_REMOTE_FAILED);
+  if (remote == 1) n++;
+  int peer_final = final && a->result == OUT_REMOTE_FAILED && me != 0; /* the report is another node's */
+  if (jobwide) n = add_job_records(a, fs, n);
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
   if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
-  trun_obs_failure(a->obs, fs, n, final);
-  root = trun_failure_root(fs, n);
-  if (root >= 0 && fs[root].cause && !fs[root].node_lost)
-    trun_warn("root cause: rank %d (local %d, pid %d) on %s: %s", fs[root].global_rank, fs[root].local_rank,
-              (int)fs[root].pid, fs[root].host ? fs[root].host : "?", fs[root].cause);
-  if (final && n > 0) {
+  int root = trun_failure_root(fs, n);
+  /* One "failure" event per root cause in the job: on the node that owns it (a lost node's: on each). */
+  int own = root >= 0 && (fs[root].node_lost || fs[root].group_rank == me);
+  if (unknown && (root < 0 || own)) /* this node's failures are victims: none of them is a root cause */
+    remote_unknown(a, final);
+  else if (root >= 0) {
+    trun_obs_failure(a->obs, fs, n, final, own);
+    say_root(a, &fs[root]);
+  }
+  if (peer_final) {
+    fprintf(stderr, "trun: node rank %d: workers stopped because %s; %s\n", me,
+            a->end.kind == TRUN_RDZV_END_FAILED ? "another node failed first"
+            : !trun_rdzv_ends_by_key(a->rdzv)   ? "another node failed"
+                                                : "the store was lost",
+            trun_rdzv_ends_by_key(a->rdzv) ? "node rank 0 prints the job's failure report"
+                                           : "the agent of that node prints its failure report");
+  } else if (final && n > 0) {
     trun_report_print(stderr, a->cfg->script, fs, n);
     const char *parent = getenv("TORCHELASTIC_ERROR_FILE");
-    root = trun_failure_root(fs, n);
     if (parent && parent[0] && root >= 0) trun_errfile_write_parent(parent, &fs[root]);
   }
   for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);
   free(fs);
 }
 
-void trun__agent_announce_failure(agent *a) {
+int trun__agent_announce_failure(agent *a, trun_rdzv_end *now) {
   trun_failure *fs = calloc((size_t)a->nproc + 1, sizeof(*fs));
-  if (fs == NULL) return;
+  if (fs == NULL) return -ENOMEM;
   size_t n = collect_failures(a, fs);
   int root = trun_failure_root(fs, n);
   char *json = NULL;
@@ -394,9 +433,11 @@ void trun__agent_announce_failure(agent *a) {
     f.message = msg;
     json = trun_failure_to_json(&f);
   }
-  if (trun_rdzv_announce_failure(a->rdzv, a->round, json) < 0)
+  int rc = trun_rdzv_announce_failure(a->rdzv, a->round, json, now);
+  if (rc < 0)
     trun_warn("could not tell the other nodes that this node failed (rendezvous store unreachable)");
   free(json);
   for (size_t i = 0; i < n; i++) trun_failure_free(&fs[i]);
   free(fs);
+  return rc;
 }

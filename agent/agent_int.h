@@ -199,8 +199,10 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
  * node rank 0 with the other nodes' root causes) and $TORCHELASTIC_ERROR_FILE. */
 void trun__agent_report_failures(agent *a, int final);
 /* Publishes this node's failure (its root cause, or that the agent was stopped by a signal) and ends the
- * round for every node (its end: TRUN_RDZV_END_FAILED, this node's group rank). */
-void trun__agent_announce_failure(agent *a);
+ * round for every node (its end: TRUN_RDZV_END_FAILED, this node's group rank) unless another end came
+ * first; now: the round's end as the store holds it then (trun_rdzv_announce_failure). 0 or a negative
+ * errno (said on stderr). */
+int trun__agent_announce_failure(agent *a, trun_rdzv_end *now);
 
 /* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */
 #define TRUN_STUCK_WAIT_S 10

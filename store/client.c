@@ -387,6 +387,10 @@ int trun_client_release_fd(trun_client *c) {
   return fd;
 }
 
+void trun_client_set_quiet(trun_client *c, int quiet) {
+  if (c) c->o.quiet_errors = quiet;
+}
+
 int trun_client_fd(const trun_client *c) { return c->fd; }
 
 /* ---- requests and replies --------------------------------------------------------------------- */
@@ -422,8 +426,9 @@ static int fail(trun_client *c, int rc, trun_op op, trun_slice key, const char *
 }
 
 static int not_connected(trun_client *c, trun_op op) {
-  trun_error("TCPStore %s: %s on a closed connection (an earlier call failed); connect again", c->where,
-             trun_proto_op_name(op));
+  trun_log_at(c->o.quiet_errors ? TRUN_LOG_DEBUG : TRUN_LOG_ERROR, __FILE__, __LINE__,
+              "TCPStore %s: %s on a closed connection (an earlier call failed); connect again", c->where,
+              trun_proto_op_name(op));
   return -ENOTCONN;
 }
 

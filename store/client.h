@@ -58,6 +58,9 @@ void trun_client_close(trun_client *c);
 int trun_client_is_agent(const trun_client *c);
 /* The connection's socket fd (for poll by an event loop); -1 when closed. */
 int trun_client_fd(const trun_client *c);
+/* From now on, failed requests of c are logged as with opts.quiet_errors (1) or not (0): for a caller that
+ * expects the server may go away (the job's end) and says so itself. */
+void trun_client_set_quiet(trun_client *c, int quiet);
 /* Frees c but keeps its connected (non-blocking) socket open and returns it, for an event loop that speaks
  * the protocol itself after the handshake; -1 when c was not connected. */
 int trun_client_release_fd(trun_client *c);

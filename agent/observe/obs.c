@@ -442,12 +442,12 @@ void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p) {
   trun_events_emit(o->ev, "preflight", f);
 }
 
-void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) {
+void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final, int own) {
   if (o == NULL || n == 0) return;
   int root = trun_failure_root(fs, n);
   if (root < 0) return;
   const trun_failure *f = &fs[root];
-  for (int k = 1; f->cause_kind && k < TRUN_CAUSE__COUNT; k++)
+  for (int k = 1; own && f->cause_kind && k < TRUN_CAUSE__COUNT; k++)
     if (strcmp(f->cause_kind, trun_cause_name((trun_cause_kind)k)) == 0) o->causes[k]++;
   if (o->ev == NULL) return;
   char label[32];
@@ -465,7 +465,15 @@ void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final) 
   if (f->cause) json_object_set_new(j, "cause", json_string(f->cause));
   if (f->cause_kind) json_object_set_new(j, "cause_kind", json_string(f->cause_kind));
   json_object_set_new(j, "failures", json_integer((json_int_t)n));
-  trun_events_emit(o->ev, "failure", j);
+  if (!own) json_object_set_new(j, "known", json_true());
+  trun_events_emit(o->ev, own ? "failure" : "remote_failure", j);
+}
+
+void trun_obs_remote_unknown(trun_obs *o, int final, int node_rank, const char *why) {
+  if (o == NULL || o->ev == NULL) return;
+  trun_events_emit(o->ev, "remote_failure",
+                   json_pack("{s:b,s:b,s:i,s:s}", "final", final, "known", 0, "node_rank", node_rank,
+                             "message", why ? why : ""));
 }
 
 void trun_obs_health(trun_obs *o, const trun_health *h) {

@@ -60,8 +60,14 @@ void trun_obs_timer_expired(trun_obs *o, pid_t pid, int rank, int local_rank, co
 void trun_obs_doctor(trun_obs *o, int round, const trun_doctor_outcome *d);
 /* The --preflight verdict (agent/nccl/preflight.h). */
 void trun_obs_preflight(trun_obs *o, int round, const trun_pf_outcome *p);
-/* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure". */
-void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final);
+/* The failures of a round (fs[0..n), local and collected): the root cause goes out as "failure" where it is
+ * this node's (own; a lost node's too: it cannot say it), else as "remote_failure" (another node failed
+ * first; the same fields), so that one event of the job names the root cause. trun_failure_causes_total
+ * counts own root causes only. */
+void trun_obs_failure(trun_obs *o, const trun_failure *fs, size_t n, int final, int own);
+/* Another node failed first and its record could not be read: "remote_failure" with known false, node_rank
+ * (-1: which node is not known) and why. */
+void trun_obs_remote_unknown(trun_obs *o, int final, int node_rank, const char *why);
 /* The node health checks before the first rendezvous (agent/discover/health.h): one "health" event per check,
  * and trun_health_failed{check} = 1 for each failed one (0 for the others). */
 void trun_obs_health(trun_obs *o, const trun_health *h);

@@ -65,6 +65,8 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   char prev_ks[sizeof(r->key_space)];
   int prev_world = r->info.group_world_size;
   snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
+  r->store_may_go = 0;
+  trun_client_set_quiet(r->client, 0);
   if (r->be->publish_addr && r->be->publish_addr(r, round) < 0)
     trun_debug("could not publish this node's address for --store-allow-peers");
   if (r->be->elastic && trun__rdzv_exclusion_round(r, err, errlen) < 0) return -1;
@@ -157,6 +159,11 @@ int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out
 int trun_rdzv_excluded(const trun_rdzv *r) { return r->excluded; }
 
 const char *trun_rdzv_wait_kind(const trun_rdzv *r) { return r->wait.kind; }
+
+void trun_rdzv_store_may_go(trun_rdzv *r) {
+  r->store_may_go = 1;
+  trun_client_set_quiet(r->client, 1);
+}
 
 void trun_rdzv_hang_up(trun_rdzv *r) {
   if (r->client) shutdown(trun_client_fd(r->client), SHUT_RDWR);

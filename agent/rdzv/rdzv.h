@@ -251,6 +251,10 @@ const char *trun_rdzv_wait_kind(const trun_rdzv *r);
 /* This agent's connection to the rendezvous store is shut down: no request waits on it any more (a stuck
  * store while the agent stops). */
 void trun_rdzv_hang_up(trun_rdzv *r);
+/* Another node ended this round (it failed, or the store was lost): the store may close with its host (a
+ * node whose restarts are spent exits at once), so this agent's requests until the next round fail without
+ * error lines of their own (the agent says once what it could not learn). */
+void trun_rdzv_store_may_go(trun_rdzv *r);
 
 /* ---- the round's exchange (rdzv.c): keys of the agents' own, <round key space>/<name> ---- */
 /* Sets name to value. 0, -ENOTCONN without a connection, or another negative errno. */
@@ -306,6 +310,9 @@ typedef enum trun_rdzv_end_kind {
   TRUN_RDZV_END_INVALID,    /* the key holds a value no trun agent writes; `cause` shows it */
 } trun_rdzv_end_kind;
 
+/* The longest failure record a node's end carries (longer ones read as unknown). */
+#define TRUN_RDZV_FAILURE_MAX 16384
+
 typedef struct trun_rdzv_end {
   trun_rdzv_end_kind kind;
   int round;           /* the round that ended (the agent's round number, r->round) */
@@ -316,6 +323,9 @@ typedef struct trun_rdzv_end {
                           else "" */
   trun_rdzv_loss loss; /* NODE_LOST: the lost node's record (lost/<g>), read on the watcher's connection */
   int loss_known;      /* NODE_LOST: 1 when loss holds that record, 0 when none could be read */
+  char failure[TRUN_RDZV_FAILURE_MAX]; /* FAILED: the failure record node `node` published (a JSON object,
+                                          trun_rdzv_announce_failure), read as soon as the end was known; ""
+                                          when none could be read (the store was gone, or it was too long) */
 } trun_rdzv_end;
 
 /* The end of round as a store loss with errno err (the agent's own request to the store failed). */
@@ -355,14 +365,19 @@ void trun_rdzv_watch_close(trun_rdzv_watch *w);
 /* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (the
  * end reaches the watcher, trun_rdzv_watch_result). 0, -EINTR (poll), or another negative errno. */
 int trun_rdzv_announce_success(trun_rdzv *r, int round);
-/* Publishes this node's failure records (a JSON object, NULL: none) and ends round for every node. */
-int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json);
+/* Publishes this node's failure record (a JSON object, NULL: none) and ends the round for every node (every
+ * backend with several nodes: on c10d only trun agents read it), unless another end came first. now (may be
+ * NULL): the round's end as the store holds it after this call: FAILED by this node, or the end that came
+ * first (another node's failure with its record, a membership change, a lost node). 0 or a negative errno
+ * (now: STORE_LOST). */
+int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json, trun_rdzv_end *now);
+/* The round's end as the store holds it now, without waiting (a node whose workers stopped for a reason it
+ * did not see: a c10d peer that left to rejoin): out->kind NONE when no end is set. Its requests are quiet
+ * (the caller says what it could not learn). 0 or a negative errno (out: STORE_LOST). */
+int trun_rdzv_end_now(trun_rdzv *r, int round, trun_rdzv_end *out);
 /* Failure records published by every node for round (JSON objects); the caller frees each string and the
  * array. Waits at most timeout_ms (for all of them together) for missing ones; *n = how many were read. */
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n);
-/* The failure record node g published for round (a JSON object, free()), waiting at most timeout_ms: 0,
- * -ETIMEDOUT (none), or another negative errno. */
-int trun_rdzv_failure_of(trun_rdzv *r, int round, int g, int timeout_ms, char **json);
 /* What the store knows of node g in a round of the static backend, for a failure report that names it. */
 typedef struct trun_rdzv_node_info {
   int seen_end;   /* its end watcher saw the round end (alive then): a node without it was lost */

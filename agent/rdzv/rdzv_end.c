@@ -2,7 +2,9 @@
  * round ("end") that the first announcement sets (its values: rdzv_watch.c), success once every node's
  * workers succeeded, the nodes' failure records beside it, "seen_end/<g>" from every node that was alive to
  * see the end (a node without it and without a record was lost), and the exit barrier ("host_left", "left",
- * "all_left") that keeps the store up until every node has read what it needs. */
+ * "all_left") that keeps the store up until every node has read what it needs. On c10d, where torchrun's
+ * protocol ends rounds, trun agents use only the failure announcement, its record and the round's end as read
+ * now, and the store's host waits briefly after a failure until the others have read it. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,17 +14,92 @@
 
 #include "rdzv_int.h"
 
-int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json) {
-  char k[512], v[32];
-  snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, r->info.group_rank);
+int trun__rdzv_failure_read(trun_client *c, const char *ks, int g, char *out, size_t len) {
+  char k[600];
+  out[0] = '\0';
+  snprintf(k, sizeof(k), "%s/failure/%d", ks, g);
+  trun_slice key = trun_str(k);
+  int rc = trun_client_check(c, 1, &key);
+  if (rc < 0) return rc;
+  if (rc == 0) return -ENOENT;
+  trun_buf v = {0};
+  rc = trun_client_get(c, key, &v, 5000);
+  if (rc == 0 && v.len >= len) rc = -E2BIG;
+  if (rc == 0) {
+    memcpy(out, v.data, v.len);
+    out[v.len] = '\0';
+  }
+  trun_buf_free(&v);
+  return rc;
+}
+
+/* The end value v (n bytes) of r's round as out, with the failure record of a failed node. */
+static void end_with_record(trun_rdzv *r, int round, const void *v, size_t n, trun_rdzv_end *out) {
+  trun__rdzv_end_decode(v, n, r->info.group_world_size, out);
+  out->round = round;
+  if (out->kind == TRUN_RDZV_END_FAILED)
+    (void)trun__rdzv_failure_read(r->client, r->key_space, out->node, out->failure, sizeof(out->failure));
+}
+
+int trun_rdzv_announce_failure(trun_rdzv *r, int round, const char *failure_json, trun_rdzv_end *now) {
+  char k[sizeof(r->key_space) + 32], v[32];
+  trun_rdzv_end e;
+  snprintf(k, sizeof(k), "%s/failure/%d", r->key_space, r->info.group_rank);
   int rc = trun_client_set(r->client, trun_str(k), trun_str(failure_json ? failure_json : "{}"));
-  trun__rdzv_round_key(r, round, "end", k, sizeof(k));
+  snprintf(k, sizeof(k), "%s/end", r->key_space);
   int rc2 = trun__rdzv_end_encode(TRUN_RDZV_END_FAILED, r->info.group_rank, NULL, v, sizeof(v));
   trun_buf out = {0};
-  /* First announcement wins: compare_set on an absent key with empty expected creates it. */
+  /* First announcement wins: compare_set on an absent key with empty expected creates it; the reply is the
+   * value the key holds now (this node's, or the end that came first). */
   if (rc2 == 0) rc2 = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str(v), &out);
+  if (rc2 == 0)
+    end_with_record(r, round, out.data, out.len, &e);
+  else
+    trun_rdzv_end_store_lost(&e, round, rc2 < 0 ? -rc2 : EIO);
   trun_buf_free(&out);
+  if (now) *now = e;
   return rc < 0 ? rc : rc2;
+}
+
+int trun_rdzv_end_now(trun_rdzv *r, int round, trun_rdzv_end *out) {
+  char k[sizeof(r->key_space) + 8];
+  memset(out, 0, sizeof(*out));
+  out->node = -1;
+  out->round = round;
+  if (r->client == NULL || trun_client_fd(r->client) < 0) {
+    trun_rdzv_end_store_lost(out, round, ENOTCONN);
+    return -ENOTCONN;
+  }
+  snprintf(k, sizeof(k), "%s/end", r->key_space);
+  trun_slice key = trun_str(k);
+  trun_buf v = {0};
+  int rc = trun_client_check(r->client, 1, &key);
+  if (rc == 1) rc = trun_client_get(r->client, key, &v, 5000);
+  if (rc == 0 && v.len > 0) end_with_record(r, round, v.data, v.len, out);
+  trun_buf_free(&v);
+  if (rc < 0) trun_rdzv_end_store_lost(out, round, -rc);
+  return rc < 0 ? rc : 0;
+}
+
+/* Polls per peer while the host waits for it to see the round's end. */
+#define SAW_END_POLL_MS 50
+
+void trun__rdzv_wait_saw_end(trun_rdzv *r, int timeout_ms) {
+  double deadline = trun_mono_ms() + timeout_ms;
+  for (int g = 0; g < r->info.group_world_size; g++) {
+    if (g == r->info.group_rank) continue;
+    char seen[sizeof(r->key_space) + 32], alive[sizeof(r->key_space) + 32];
+    snprintf(seen, sizeof(seen), "%s/seen_end/%d", r->key_space, g);
+    snprintf(alive, sizeof(alive), "%s/alive/%d", r->key_space, g);
+    trun_slice ks = trun_str(seen), ka = trun_str(alive);
+    /* A trun agent's watcher sets seen_end once it has read the end and its record; a node without alive/<g>
+     * has left the round (or is a torchrun agent, which reads neither). */
+    while (trun_client_check(r->client, 1, &ks) == 0 && trun_client_check(r->client, 1, &ka) == 1) {
+      if (trun_mono_ms() >= deadline || trun__rdzv_poll(r)) return;
+      struct timespec ts = {0, SAW_END_POLL_MS * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
 }
 
 /* What the wait for the round's end or the exit barrier has: how many nodes counted themselves in key. */
@@ -61,6 +138,7 @@ int trun_rdzv_announce_success(trun_rdzv *r, int round) {
 }
 
 int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***out, int *n) {
+  (void)round; /* the round's key space, as next_round settled it */
   int world = r->info.group_world_size;
   char **res = calloc((size_t)world, sizeof(char *));
   if (res == NULL) return -ENOMEM;
@@ -68,29 +146,22 @@ int trun_rdzv_collect_failures(trun_rdzv *r, int round, int timeout_ms, char ***
   /* One deadline for all: with several nodes lost, each would otherwise cost the whole wait. */
   double deadline = trun_mono_ms() + timeout_ms;
   for (int g = 0; g < world; g++) {
-    int left = (int)(deadline - trun_mono_ms()), rc;
-    char *json = NULL;
-    rc = trun_rdzv_failure_of(r, round, g, g == r->info.group_rank ? 1000 : left > 1 ? left : 1, &json);
-    if (rc == 0) res[(*n)++] = json;
+    char k[sizeof(r->key_space) + 32];
+    snprintf(k, sizeof(k), "%s/failure/%d", r->key_space, g);
+    trun_buf v = {0};
+    int left = (int)(deadline - trun_mono_ms());
+    int rc = trun_client_get(r->client, trun_str(k), &v,
+                             g == r->info.group_rank ? 1000
+                             : left > 1              ? left
+                                                     : 1);
+    if (rc == 0 && trun_buf_append_u8(&v, 0) == 0)
+      res[(*n)++] = (char *)v.data;
+    else
+      trun_buf_free(&v);
     if (rc < 0 && rc != -ETIMEDOUT) break;
   }
   *out = res;
   return 0;
-}
-
-int trun_rdzv_failure_of(trun_rdzv *r, int round, int g, int timeout_ms, char **json) {
-  char k[512];
-  *json = NULL;
-  if (g < 0 || g >= r->info.group_world_size) return -EINVAL;
-  snprintf(k, sizeof(k), "/trun/%s/r%d/failure/%d", r->cfg->run_id, round, g);
-  trun_buf v = {0};
-  int rc = trun_client_get(r->client, trun_str(k), &v, timeout_ms > 0 ? timeout_ms : 1);
-  if (rc == 0 && (rc = trun_buf_append_u8(&v, 0)) == 0) {
-    *json = (char *)v.data;
-    return 0;
-  }
-  trun_buf_free(&v);
-  return rc < 0 ? rc : -ENOMEM;
 }
 
 /* "/trun/<run_id>/r<round>/<what>/<g>": node g's key of the round. */

@@ -49,6 +49,9 @@ struct trun_rdzv {
    * (trun_rdzv_next_round failed for that): the exit code of its kind, else 0. */
   trun_rdzv_exclusion *excl;
   int n_excl, n_excl_news, excl_read, excluded;
+  /* Another node ended the round (trun_rdzv_store_may_go): the store may go away with it, and this node's
+   * requests until the next round say nothing of their own when it does. */
+  int store_may_go;
 };
 
 struct trun_rdzv_ops {
@@ -221,6 +224,13 @@ int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, ch
  * group rank) into out: OK, FAILED, MEMBER, NODE_LOST, or INVALID for anything else (a group rank that is not
  * 0..world-1 in decimal, a "lost:" no store holds, trailing bytes). out->round is left to the caller. */
 void trun__rdzv_end_decode(const void *v, size_t n, int world, trun_rdzv_end *out);
+/* Node g's failure record in key space ks ("<ks>/failure/<g>", trun_rdzv_announce_failure) on c into out
+ * (len bytes, NUL-terminated). 0, -ENOENT (none), -E2BIG (longer than len - 1), or a negative errno. */
+int trun__rdzv_failure_read(trun_client *c, const char *ks, int g, char *out, size_t len);
+/* The store's host, leaving after a failure: waits at most timeout_ms until every other node of the round
+ * has seen its end ("seen_end/<g>", set by its watcher after it read the failure record) or left it (no
+ * "alive/<g>": also a torchrun agent), so that no trun agent loses the root cause with the store. */
+void trun__rdzv_wait_saw_end(trun_rdzv *r, int timeout_ms);
 
 /* ---- rdzv_end.c ---- */
 /* The exit barrier: every node counts itself out of round; the host waits (bounded) for the others so that

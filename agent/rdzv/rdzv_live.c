@@ -240,6 +240,8 @@ static int connect_once(trun_live *l) {
   trun_client_opts o;
   trun__rdzv_agent_opts(l->r, 60000, &o);
   o.connect_timeout_ms = (int)(l->interval * 1000) > 100 ? (int)(l->interval * 1000) : 100;
+  o.quiet_connect = 1;
+  o.quiet_errors = 1; /* a store that went away is said by the agent (cut off, lost, or the job's end) */
   return trun_client_connect(&o, &l->c);
 }
 

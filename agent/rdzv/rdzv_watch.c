@@ -3,12 +3,13 @@
  *
  * The key "<key space>/end" is set once per round, by compare-and-set (the first announcement wins):
  *   "ok"            every node's workers succeeded (rdzv_end.c, the last node to succeed);
- *   "fail:<g>"      node g's workers failed first (rdzv_end.c);
+ *   "fail:<g>"      node g's workers failed first (rdzv_end.c; on every backend: on c10d only trun agents
+ *                   write and read it), its record beside it ("failure/<g>"), which the watcher reads too;
  *   "member:<why>"  the membership changes: "member:join" (a late node asks for a new round),
  * "member:lost:<g>" (node g's heartbeat stopped) (trun/fast.c); "gone:<g>"      the liveness found node g
- * gone (rdzv_live.c), on every backend (c10d's end key is set only then). Anyone with the job's token can
- * write the store, so a value is decoded strictly: anything else, a group rank that is not a small decimal
- * below the round's size included, reads as TRUN_RDZV_END_INVALID.
+ * gone (rdzv_live.c), on every backend (c10d: only then and by a failing trun agent). Anyone with the job's
+ * token can write the store, so a value is decoded strictly: anything else, a group rank that is not a small
+ * decimal below the round's size included, reads as TRUN_RDZV_END_INVALID.
  *
  * The watcher runs on a thread with its own connection (the agent's loop never waits on the store while the
  * workers run), from trun_rdzv_watch_start to trun_rdzv_watch_stop, and reads a lost node's record on that
@@ -121,6 +122,7 @@ struct trun_rdzv_watch {
   long long round_id;
   pthread_mutex_t mu;
   int ended;         /* under mu: end holds the round's end */
+  int stopped;       /* under mu: trun_rdzv_watch_stop cut the connection of a round without an end */
   trun_rdzv_end end; /* under mu */
 };
 
@@ -146,10 +148,21 @@ static void *watch_thread(void *arg) {
   }
   if (rc == 0) {
     trun__rdzv_end_decode(v.data, v.len, w->world, &e);
-    /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others. */
+    /* The failed node's record now, while the store is surely there (its host may be that node, which exits
+     * when its restarts are spent): every node names the same root cause. */
+    if (e.kind == TRUN_RDZV_END_FAILED)
+      (void)trun__rdzv_failure_read(w->c, w->ks, e.node, e.failure, sizeof(e.failure));
+    /* Alive at the end of the round: node rank 0's job-wide report tells lost nodes from the others, and
+     * the store's host that leaves after a failure (c10d) knows this node has read its record. */
     if (w->seen_key[0]) trun_client_set(w->c, trun_str(w->seen_key), trun_str("1"));
   } else {
     trun_rdzv_end_store_lost(&e, w->round, -rc);
+    pthread_mutex_lock(&w->mu);
+    if (w->stopped) { /* the round ended without an end key (c10d): no end, not a loss */
+      memset(&e, 0, sizeof(e));
+      e.node = -1;
+    }
+    pthread_mutex_unlock(&w->mu);
   }
   trun_buf_free(&v);
   e.round = w->round;
@@ -203,6 +216,7 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   }
   pthread_mutex_lock(&w->mu);
   w->ended = 0;
+  w->stopped = 0;
   memset(&w->end, 0, sizeof(w->end));
   w->end.node = -1;
   pthread_mutex_unlock(&w->mu);
@@ -216,8 +230,7 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   snprintf(w->ks, sizeof(w->ks), "%s", r->key_space);
   snprintf(w->key, sizeof(w->key), "%s/end", r->key_space);
   w->seen_key[0] = '\0';
-  if (w->by_key)
-    snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
+  snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
   w->running = pthread_create(&w->thread, NULL, watch_thread, w) == 0;
   if (!w->running) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
 }
@@ -244,9 +257,11 @@ void trun_rdzv_watch_stop(trun_rdzv_watch *w) {
   if (w == NULL || !w->running) return;
   pthread_mutex_lock(&w->mu);
   int ended = w->ended;
+  if (!w->by_key && !ended) w->stopped = 1;
   pthread_mutex_unlock(&w->mu);
-  /* c10d sets the end key only when the liveness finds a node lost: after a round without one nothing wakes
-   * the watcher, so its connection is cut now (a new one comes with the next round). */
+  /* c10d sets the end key only when a node is lost or a trun agent failed: after a round without either
+   * nothing wakes the watcher, so its connection is cut now (a new one comes with the next round); the
+   * round's end then reads NONE, not a store loss. */
   if (!w->by_key && !ended) trun_rdzv_watch_cut(w);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -258,7 +273,7 @@ void trun_rdzv_watch_stop(trun_rdzv_watch *w) {
   }
   w->running = 0;
   pthread_mutex_lock(&w->mu);
-  int lost = !w->ended || w->end.kind == TRUN_RDZV_END_STORE_LOST;
+  int lost = !w->ended || w->stopped || w->end.kind == TRUN_RDZV_END_STORE_LOST;
   pthread_mutex_unlock(&w->mu);
   if (lost || w->reopen) {
     /* The watch connection is gone: the next round, if any, opens a new one. */

@@ -242,7 +242,7 @@ for ((r = 0; r < rounds; r++)); do
     kill -KILL "$vpid"
     wait_ready "$d" 1
     grep -q "restarting the workers (attempt 1" "$d/a$((v / nproc)).err" || { dump_job "$d"; fail "round $r: node $((v / nproc)) names no restart"; }
-    grep -q "node $((v / nproc)) failed: stopping this node's workers" "$d/a$((1 - v / nproc)).err" ||
+    grep -q "node rank $((v / nproc)) failed: stopping this node's workers" "$d/a$((1 - v / nproc)).err" ||
       { dump_job "$d"; fail "round $r: node $((1 - v / nproc)) does not name node $((v / nproc))'s failure"; }
     fd_back "$d" 0 1
     sigterm_end "$d" 0 1

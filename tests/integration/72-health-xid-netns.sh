@@ -6,7 +6,8 @@
 #   2. Xid 79 on the GPU of a node that is not node rank 0: that agent names it ("GPU 0 <UUID> Xid 79: GPU has
 #      fallen off the bus") as the root cause of its failure report, stops its worker and exits 3.
 #   3. The survivors restart into a world of 2; the one that was node rank 0 names the Xid and the node that
-#      left on stderr, and its "failure" event has the Xid as the root cause on that node.
+#      left on stderr, and its "remote_failure" event has the Xid as the root cause on that node (the
+#      "failure" event is the Xid node's own).
 #   4. An application's Xid (13) on a survivor is logged and changes nothing; the workers finish, exit 0.
 # Assertions are on outcomes, not times. Skips (77) only when network namespaces cannot be created here.
 set -u
@@ -73,8 +74,9 @@ run_backend() { # backend port
   "$TRUN_HOST_PY" - "$out/events$n0" "10.253.0.$((bad + 1))" "$uuid" <<'PY' || { dump; fail "$be: node rank 0's events"; }
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
-fail = [e for e in ev if e["event"] == "failure"]
-assert fail and fail[0]["root_host"] == sys.argv[2], fail
+assert not [e for e in ev if e["event"] == "failure"], "the root cause is another node's: no failure event here"
+fail = [e for e in ev if e["event"] == "remote_failure"]
+assert fail and fail[0]["root_host"] == sys.argv[2] and fail[0]["known"], fail
 assert fail[0]["message"] == "GPU 0 %s Xid 79: GPU has fallen off the bus" % sys.argv[3], fail[0]
 assert fail[0]["exit_code"] == 3, fail[0]
 bad = [e for e in ev if e["event"] == "node_unhealthy"]

@@ -219,6 +219,8 @@ expect_root b0 'rank *: 1 \(local_rank: 0\)' 'cause *: hang \(NCCL RAS\)'
 [ "$(grep -c 'is behind in a hung collective' "$tmp/c0.err")" -eq 1 ] || fail "(c): node rank 0 named the hang not once"
 ! grep -q 'is behind in a hung collective' "$tmp/c1.err" || fail "(c): node rank 1 named a hang too"
 expect_root c0 'rank *: 0 \(local_rank: 0\)' 'cause *: hang \(NCCL RAS\)'
-grep -Eq 'node rank 1: workers stopped because another node failed: node rank 0 \([^)]*\): rank 0 \(local 0, pid [0-9]+\): .*hang' "$tmp/c1.err" ||
-  fail "(c): node rank 1 does not name node rank 0's rank 0 and the hang as why its workers stopped"
+grep -Eq 'root cause: rank 0 \(local 0, pid [0-9]+\) on [^ ]+ \(node rank 0\): hang \(NCCL RAS\)' "$tmp/c1.err" ||
+  fail "(c): node rank 1 does not name node rank 0's rank 0 and the hang as the root cause"
+grep -q 'node rank 1: workers stopped because another node failed first' "$tmp/c1.err" ||
+  fail "(c): node rank 1 does not say another node failed first"
 echo PASS

@@ -499,6 +499,44 @@ START_TEST(test_obs_health_events) {
 }
 END_TEST
 
+static void emit_failures(trun_obs *o) {
+  trun_failure fs[2] = {{.global_rank = 2,
+                         .local_rank = 0,
+                         .group_rank = 1,
+                         .pid = 7,
+                         .exit_code = -15,
+                         .timestamp = 2.0,
+                         .host = "b",
+                         .torn_down = 1},
+                        {.global_rank = 1,
+                         .local_rank = 1,
+                         .group_rank = 0,
+                         .pid = 9,
+                         .exit_code = 3,
+                         .timestamp = 1.0,
+                         .host = "a",
+                         .cause = "exited with code 3",
+                         .cause_kind = "exit"}};
+  trun_obs_failure(o, fs, 2, 1, 0); /* node 0's rank failed first: this node (1) only says so */
+  trun_obs_remote_unknown(o, 0, -1, "the rendezvous store closed");
+}
+
+/* One "failure" event per root cause in the job: a node whose workers were another node's victims writes
+ * "remote_failure" with the root cause's fields, or known false where it could not learn them. */
+START_TEST(test_obs_remote_failure) {
+  char *text = obs_events("b", emit_failures);
+  ck_assert_ptr_null(strstr(text, "\"event\":\"failure\""));
+  check_event(
+      text, "remote_failure",
+      "{\"event\":\"remote_failure\",\"host\":\"b\",\"final\":true,\"rank\":1,\"local_rank\":1,"
+      "\"node_rank\":0,\"pid\":9,\"root_host\":\"a\",\"exit_code\":3,\"cause\":\"exited with code 3\","
+      "\"cause_kind\":\"exit\",\"failures\":2,\"known\":true}");
+  ck_assert_ptr_nonnull(strstr(text,
+                               "\"event\":\"remote_failure\",\"host\":\"b\",\"final\":false,\"known\":false,"
+                               "\"node_rank\":-1,\"message\":\"the rendezvous store closed\"}"));
+}
+END_TEST
+
 /* trun_health_failed{check} on a real endpoint: 1 for the failed check and a hardware Xid, 0 otherwise. */
 static http_case metrics_case;
 START_TEST(test_obs_health_metric) {
@@ -712,6 +750,7 @@ static Suite *obs_suite(void) {
   tcase_add_test(tc, test_pgrp_cpu);
   tcase_add_test(tc, test_gpu_util_sampler);
   tcase_add_test(tc, test_stall_gpu_busy_is_alive);
+  tcase_add_test(tc, test_obs_remote_failure);
   suite_add_tcase(s, tc);
   return s;
 }

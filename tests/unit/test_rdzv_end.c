@@ -3,7 +3,8 @@
  * huge group rank, bytes that are not text; the store is open to anyone with the job's token) read as INVALID
  * and never crash, what the rendezvous writes decodes back to what it meant, and the watcher thread against
  * an in-process store: the end delivered to its callback, a lost node's record read on its connection, the
- * connection kept between rounds, cut and reopened where the backend has no end key of its own (c10d). */
+ * connection kept between rounds, cut and reopened where the backend has no end key of its own (c10d); a
+ * failed node's record with its end, and the first of two failure announcements standing. */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -403,8 +404,9 @@ START_TEST(test_watch_node_lost) {
 }
 END_TEST
 
-/* c10d: nothing sets the end key after a round without a loss: stop cuts the connection (quickly), the end
- * reads as a store loss, and the next round's watcher opens a new connection. */
+/* c10d: nothing sets the end key after a round without a loss or a trun agent's failure: stop cuts the
+ * connection (quickly), the round has no end (not a store loss), and the next round's watcher opens a new
+ * connection. */
 START_TEST(test_watch_by_liveness) {
   trun_rdzv r;
   node(&r, &by_liveness, 0);
@@ -420,7 +422,8 @@ START_TEST(test_watch_by_liveness) {
   ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 10); /* not the 15 s bound */
   trun_rdzv_end e;
   ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 1);
-  ck_assert_int_eq(e.kind, TRUN_RDZV_END_STORE_LOST);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_NONE);
+  ck_assert_int_eq(e.node, -1);
 
   uint64_t conns = accepted();
   node(&r, &by_liveness, 1);
@@ -432,8 +435,98 @@ START_TEST(test_watch_by_liveness) {
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_NODE_LOST);
   trun_rdzv_watch_stop(w);
   trun_slice k = trun_str("/trun/j/r1/seen_end/0");
-  ck_assert_int_eq(trun_client_check(writer, 1, &k), 0); /* no end key protocol: nothing to count */
+  ck_assert_int_eq(trun_client_check(writer, 1, &k), 1); /* the store's host may wait for it */
+
+  /* A trun agent's failure ends a c10d round too, with its record. */
+  node(&r, &by_liveness, 2);
+  trun_rdzv_watch_start(w, 2, on_end, &us);
+  set("/trun/j/r2/failure/1", "{\"global_rank\": 3}");
+  set("/trun/j/r2/end", "fail:1");
+  ck_assert_int_eq(wait_calls(3), 3);
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_int_eq(seen.node, 1);
+  ck_assert_str_eq(seen.failure, "{\"global_rank\": 3}");
+  trun_rdzv_watch_stop(w);
   trun_rdzv_watch_close(w);
+}
+END_TEST
+
+/* A failed node's record comes with the end (read before the callback, while the store is surely there);
+ * none, or one too long to carry, leaves it empty. */
+START_TEST(test_watch_failure_record) {
+  trun_rdzv r;
+  node(&r, &by_key, 0);
+  trun_rdzv_watch *w = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
+  trun_rdzv_watch_start(w, 0, on_end, &us);
+  set("/trun/j/r0/failure/1", "{\"global_rank\": 2, \"cause\": \"exited with code 3\"}");
+  set("/trun/j/r0/end", "fail:1");
+  ck_assert_int_eq(wait_calls(1), 1);
+  ck_assert_str_eq(seen.failure, "{\"global_rank\": 2, \"cause\": \"exited with code 3\"}");
+  trun_rdzv_watch_stop(w);
+
+  node(&r, &by_key, 1); /* no record */
+  trun_rdzv_watch_start(w, 1, on_end, &us);
+  set("/trun/j/r1/end", "fail:0");
+  ck_assert_int_eq(wait_calls(2), 2);
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_str_eq(seen.failure, "");
+  trun_rdzv_watch_stop(w);
+
+  node(&r, &by_key, 2); /* too long */
+  char *big = malloc(TRUN_RDZV_FAILURE_MAX + 1);
+  ck_assert_ptr_nonnull(big);
+  memset(big, 'x', TRUN_RDZV_FAILURE_MAX);
+  big[TRUN_RDZV_FAILURE_MAX] = '\0';
+  set("/trun/j/r2/failure/1", big);
+  free(big);
+  trun_rdzv_watch_start(w, 2, on_end, &us);
+  set("/trun/j/r2/end", "fail:1");
+  ck_assert_int_eq(wait_calls(3), 3);
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_str_eq(seen.failure, "");
+  trun_rdzv_watch_stop(w);
+  trun_rdzv_watch_close(w);
+}
+END_TEST
+
+/* Two nodes announce a failure: the first one's end stands, and the second learns it with the first one's
+ * record (the reply of its compare-and-set); a node that reads the end later gets the same. */
+START_TEST(test_announce_first_wins) {
+  trun_rdzv a, b;
+  node(&a, &by_liveness, 0);
+  node(&b, &by_liveness, 0);
+  b.info.group_rank = 1;
+  a.client = writer;
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.port = port;
+  o.key_prefix = "";
+  o.timeout_ms = 10000;
+  ck_assert_int_eq(trun_client_connect(&o, &b.client), 0);
+  trun_rdzv_end e;
+  ck_assert_int_eq(trun_rdzv_end_now(&b, 0, &e), 0);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_NONE); /* nothing announced yet */
+  ck_assert_int_eq(trun_rdzv_announce_failure(&b, 0, "{\"global_rank\": 3}", &e), 0);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_int_eq(e.node, 1);
+  ck_assert_int_eq(trun_rdzv_announce_failure(&a, 0, "{\"global_rank\": 0}", &e), 0);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_int_eq(e.node, 1); /* b came first */
+  ck_assert_str_eq(e.failure, "{\"global_rank\": 3}");
+  ck_assert_int_eq(trun_rdzv_end_now(&a, 0, &e), 0);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_FAILED);
+  ck_assert_int_eq(e.node, 1);
+  ck_assert_str_eq(e.failure, "{\"global_rank\": 3}");
+  trun_buf v = {0}; /* each node's record stays for node rank 0's job-wide report */
+  ck_assert_int_eq(trun_client_get(writer, trun_str("/trun/j/r0/failure/0"), &v, 1000), 0);
+  trun_buf_free(&v);
+  /* The store gone: STORE_LOST, without waiting. */
+  trun_client_close(b.client);
+  b.client = NULL;
+  ck_assert_int_lt(trun_rdzv_end_now(&b, 0, &e), 0);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_STORE_LOST);
 }
 END_TEST
 
@@ -519,6 +612,8 @@ static Suite *rdzv_end_suite(void) {
   tcase_add_test(tc, test_watch_by_liveness);
   tcase_add_test(tc, test_watch_cut_and_lost);
   tcase_add_test(tc, test_watch_single_node);
+  tcase_add_test(tc, test_watch_failure_record);
+  tcase_add_test(tc, test_announce_first_wins);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -581,13 +581,23 @@ static void exit_barrier(trun_rdzv *r, int timeout_ms) {
               r->info.round_id, strerror(-rc), timeout_ms / 1000);
 }
 
+/* How long the store's host waits after the last failure for the other trun agents to read its record. */
+#define C10D_SAW_END_MS 5000
+
 /* torchrun: the exit barrier after success (1.13: also after the last failure), then shutdown() closes the
  * rendezvous for good unless the agent was stopped by a signal. */
 static void c10d_finish(trun_rdzv *r, int code, int signaled) {
   if (r->client == NULL) return;
-  if (code == 0 || (st(r)->gen113 && !signaled)) exit_barrier(r, trun__rdzv_exit_barrier_ms(r));
-  if (!signaled && trun_dyn_close(&st(r)->dyn) < 0)
-    trun_warn("could not close the c10d rendezvous: %s", st(r)->dyn.err);
+  if (code == 0 || (st(r)->gen113 && !signaled))
+    exit_barrier(r, trun__rdzv_exit_barrier_ms(r));
+  else if (r->host && !signaled && r->info.group_world_size > 1)
+    trun__rdzv_wait_saw_end(r, C10D_SAW_END_MS); /* the store closes with this agent */
+  if (!signaled && trun_dyn_close(&st(r)->dyn) < 0) {
+    if (r->store_may_go) /* its host ended the job: nothing is left to close */
+      trun_debug("could not close the c10d rendezvous: %s", st(r)->dyn.err);
+    else
+      trun_warn("could not close the c10d rendezvous: %s", st(r)->dyn.err);
+  }
 }
 
 static void c10d_close(trun_rdzv *r) {
