@@ -1,7 +1,8 @@
 /* strays.h against real processes: this test process plays the agent (a child subreaper); its "worker"
  * leads a session and starts a child in a session of its own and a double-forked daemon. One scan finds
  * both sessions (and not the worker's own, nor a helper of the agent in a session of its own); once the
- * worker is gone, trun_strays_kill leaves nothing of them and spares the helper. */
+ * worker is gone, trun_strays_kill leaves nothing of them and spares the helper. Every process the test
+ * starts waits on a pipe only the test holds open: if an assertion fails, they all end with it. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,27 +28,42 @@ static int running(pid_t pid) {
   return p && p[2] != 'Z';
 }
 
+/* The read end of a pipe whose write end only the test process holds (-1 until made). */
+static int life_fd = -1;
+
+/* Waits until the test process is gone (its end of the pipe closed) or a signal ends this one. */
+static void wait_for_test_end(void) {
+  char c;
+  while (read(life_fd, &c, 1) != 0) {
+  }
+  _exit(0);
+}
+
 /* A process that sleeps in a session of its own: the agent's helper. */
-static pid_t helper(void) {
+static pid_t helper(int life_w) {
   pid_t pid = fork();
   if (pid == 0) {
+    close(life_w);
     setsid();
-    pause();
-    _exit(0);
+    wait_for_test_end();
   }
   return pid;
 }
 
 /* The worker: writes the setsid child's and the daemon's pids to fd, then sleeps. */
-static pid_t worker(int fd) {
+static pid_t worker(int fd, int life_w) {
   pid_t pid = fork();
   if (pid != 0) return pid;
+  close(life_w);
   setsid();
   pid_t pids[2];
   if ((pids[0] = fork()) == 0) {
     setsid();
-    pause();
-    _exit(0);
+    wait_for_test_end();
+  }
+  while (getsid(pids[0]) != pids[0]) { /* its own session before the test looks (a loaded box is slow) */
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
   }
   int p[2];
   if (pipe(p) < 0) _exit(1);
@@ -55,26 +71,25 @@ static pid_t worker(int fd) {
   if (mid == 0) {
     setsid();
     pid_t d = fork();
-    if (d == 0) {
-      pause();
-      _exit(0);
-    }
+    if (d == 0) wait_for_test_end();
     if (write(p[1], &d, sizeof(d)) != sizeof(d)) _exit(1);
     _exit(0);
   }
   if (read(p[0], &pids[1], sizeof(pids[1])) != sizeof(pids[1])) _exit(1);
   waitpid(mid, NULL, 0); /* the daemon is an orphan now: it comes to the subreaper */
   if (write(fd, pids, sizeof(pids)) != sizeof(pids)) _exit(1);
-  pause();
-  _exit(0);
+  wait_for_test_end();
+  return 0;
 }
 
 START_TEST(finds_and_kills_strays) {
   ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  int p[2];
+  int p[2], life[2];
   ck_assert_int_eq(pipe(p), 0);
-  pid_t h = helper();
-  pid_t w = worker(p[1]);
+  ck_assert_int_eq(pipe(life), 0);
+  life_fd = life[0];
+  pid_t h = helper(life[1]);
+  pid_t w = worker(p[1], life[1]);
   pid_t strays[2];
   ck_assert_int_eq(read(p[0], strays, sizeof(strays)), (ssize_t)sizeof(strays));
   ck_assert(running(strays[0]) && running(strays[1]));
