@@ -28,13 +28,14 @@ void trun__agent_exclusion_news(agent *a) {
     if (e->news == 0) continue;
     trun_obs_exclusion(a->obs, e, active);
     if (trun_rdzv_info(a->rdzv)->group_rank != 0) continue;
+    char name[sizeof(e->id.host) + sizeof(e->id.hostname) + 4];
+    trun_rdzv_node_name(&e->id, name, sizeof(name));
     if (e->news & TRUN_RDZV_EXCL_NEW)
-      fprintf(stderr, "trun: node %s%s%s%s is excluded from the job for %.0f s: %s: %s\n", e->id.host,
-              e->id.hostname[0] ? " (" : "", e->id.hostname, e->id.hostname[0] ? ")" : "", e->until - e->at,
+      fprintf(stderr, "trun: node %s is excluded from the job for %.0f s: %s: %s\n", name, e->until - e->at,
               e->kind, e->cause);
     if (e->news & TRUN_RDZV_EXCL_ENDED)
-      fprintf(stderr, "trun: the exclusion of node %s (%s: %s) has ended; it may join again\n", e->id.host,
-              e->kind, e->cause);
+      fprintf(stderr, "trun: the exclusion of node %s (%s: %s) has ended; it may join again\n", name, e->kind,
+              e->cause);
   }
 }
 

@@ -167,6 +167,9 @@ struct trun_rdzv_exclusion {
   int ended;
 };
 
+/* How a line names an excluded node: "HOST (NAME)", or "HOST" when its host name is not known or is the
+ * same as HOST. */
+void trun_rdzv_node_name(const trun_rdzv_node_id *id, char *out, size_t len);
 /* This node's identity: host (its rendezvous address), its host name, and from node (NULL: none) its
  * instance id and GPU UUIDs. */
 void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id);

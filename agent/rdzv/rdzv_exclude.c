@@ -35,6 +35,13 @@ int trun_rdzv_exclude_failures(const trun_config *cfg) {
   return atoi(v);
 }
 
+void trun_rdzv_node_name(const trun_rdzv_node_id *id, char *out, size_t len) {
+  if (id->hostname[0] && strcmp(id->hostname, id->host) != 0)
+    snprintf(out, len, "%s (%s)", id->host, id->hostname);
+  else
+    snprintf(out, len, "%s", id->host);
+}
+
 void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id) {
   memset(id, 0, sizeof(*id));
   snprintf(id->host, sizeof(id->host), "%s", host ? host : "");

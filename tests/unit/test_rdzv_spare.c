@@ -321,6 +321,23 @@ END_TEST
 /* The job's health records (rdzv_health.c): appended in order under /trun/<run_id>/health/, read after the
  * first `from`; a node that never joined reaches the store with trun_rdzv_reach to leave its record and its
  * exclusion; without a connection nothing is written. */
+/* A node is named by its address and, when known and different, its host name: never "HOST ()" (issue 38). */
+START_TEST(test_node_name) {
+  trun_rdzv_node_id id;
+  memset(&id, 0, sizeof(id));
+  char out[600];
+  snprintf(id.host, sizeof(id.host), "10.0.0.3");
+  trun_rdzv_node_name(&id, out, sizeof(out));
+  ck_assert_str_eq(out, "10.0.0.3");
+  snprintf(id.hostname, sizeof(id.hostname), "rn3");
+  trun_rdzv_node_name(&id, out, sizeof(out));
+  ck_assert_str_eq(out, "10.0.0.3 (rn3)");
+  snprintf(id.host, sizeof(id.host), "rn3");
+  trun_rdzv_node_name(&id, out, sizeof(out));
+  ck_assert_str_eq(out, "rn3");
+}
+END_TEST
+
 START_TEST(test_health_records) {
   unit_server us;
   trun_server_opts o;
@@ -391,6 +408,7 @@ static Suite *spare_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_exclusion_matches);
   tcase_add_test(tc, test_exclusion_list);
+  tcase_add_test(tc, test_node_name);
   tcase_add_test(tc, test_exclusion_forged);
   tcase_add_test(tc, test_health_records);
   suite_add_tcase(s, tc);
