@@ -191,30 +191,35 @@ void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *n
   }
   if (!*named) {
     *named = 1;
-    if (nours > 0) {
-      char act[160];
-      if (cfg->hang_timeout > 0)
-        snprintf(act, sizeof(act), "restarting the workers in %.0f s unless it moves (--hang-timeout)",
-                 cfg->hang_timeout);
-      else
-        snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
+    char act[160];
+    if (cfg->hang_timeout > 0)
+      snprintf(act, sizeof(act), "restarting the workers in %.0f s unless it moves (--hang-timeout)",
+               cfg->hang_timeout);
+    else
+      snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
+    if (nours > 0)
       trun_error(
           "hang: %s: every rank of this node is in a collective that does not complete, counts frozen "
           "for %.0f s: %s; %s",
           names, v->quiet, v->line, act);
-    } else {
+    else
       trun_error(
           "hang: every rank of this node is in a collective that does not complete, counts frozen for "
-          "%.0f s: %s; not acted on (no culprit named)",
-          v->quiet, v->line);
-    }
+          "%.0f s: %s; %s",
+          v->quiet, v->line, act);
     for (int i = 0; i < nours; i++)
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, "", "", 0,
                     v->quiet, v->line, v->line);
     if (nours == 0) trun_obs_hang(a->obs, 0, -1, -1, "", "", 0, v->quiet, v->line, v->line);
   }
-  if (nours == 0 || cfg->hang_timeout <= 0 || *acted || a->phase_stopping) return;
+  if (cfg->hang_timeout <= 0 || *acted || a->phase_stopping) return;
   if (v->quiet < v->named_quiet + cfg->hang_timeout) return;
+  if (nours == 0) { /* no rank to blame: the whole round is stuck, and it is stopped all the same */
+    for (int lr = 0; lr < a->nproc && nours < TRUN_FR_SPIN_MAX; lr++)
+      if (a->w[lr].pid > 0 && a->w[lr].running) ours[nours++] = &a->w[lr];
+    if (nours == 0) return;
+    snprintf(names, sizeof(names), "every rank of this node (culprit unknown)");
+  }
   *acted = 1;
   trun_error(
       "hang: %s still in a collective that does not complete after %.0f s (--hang-timeout): restarting "

@@ -13,7 +13,8 @@
 #  (c) a node without a GPU (a gloo job): none of the variables, no directory;
 #  every rank in NCCL (RAS: job-idle, equal frozen counts; TRUN_HANG_SPIN_WINDOW=4, so probes 2 s apart):
 #  (d) the spin capture (every rank's all-reduce #51 scheduled in both probes): named, culprit unknown, not
-#      acted on; (d2) rank 0's #51 started (as with TORCH_NCCL_ENABLE_TIMING), rank 1's scheduled: rank 1 named,
+#      acted on with --hang-timeout 0; (d3) the same with --hang-timeout 1: the round is stopped all the same,
+#      the root cause says the culprit is unknown; (d2) rank 0's #51 started (as with TORCH_NCCL_ENABLE_TIMING), rank 1's scheduled: rank 1 named,
 #      --hang-timeout 1 stops the round, root cause rank 1 of kind hang; (e) an idle job (every newest entry
 #      completed): never named, over three probes (counted by the worker's dumps, not timed).
 # Only loopback traffic. Exit: 0 pass, anything else fail.
@@ -126,7 +127,7 @@ run_pg env TRUN_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 TRUN_CUDART_LIBRARY=
   fail "(c): flight-recorder variables on a node without a GPU"
 ! ls -d "$TMPDIR"/trun_fr_* 2>/dev/null || fail "(c): a flight-recorder directory without a GPU"
 
-# (d) every rank waits, nothing tells which: named, culprit unknown, nothing stopped.
+# (d) every rank waits, nothing tells which: named, culprit unknown, nothing stopped with --hang-timeout 0.
 spin() { # spin NAME FIXTURES ARGS...: the job-idle stand-in, trun in the background; sets job
   local name=$1 fx=$2
   shift 2
@@ -156,7 +157,7 @@ kill -0 "$job" || fail "(d): trun ended"
 stop_pid "$job"
 stop_pid "$server"
 show "$tmp/d.err"
-grep -q 'hang: every rank of this node is in a collective that does not complete, counts frozen for [0-9]* s: every rank waits in nccl:all_reduce #51 (scheduled) in both flight-recorder probes: culprit unknown.*not acted on (no culprit named)' "$tmp/d.err" ||
+grep -q 'hang: every rank of this node is in a collective that does not complete, counts frozen for [0-9]* s: every rank waits in nccl:all_reduce #51 (scheduled) in both flight-recorder probes: culprit unknown.*not acted on (--hang-timeout 0)' "$tmp/d.err" ||
   fail "(d): the line does not say every rank waits with the culprit unknown"
 [ "$(grep -c 'in a collective that does not complete' "$tmp/d.err")" -eq 1 ] || fail "(d): want the line once"
 [ ! -e "$tmp/d/attempt.1.0" ] || fail "(d): the workers restarted"
@@ -176,6 +177,20 @@ show "$tmp/d2.err"
 grep -q 'hang: rank 1 (local 1, pid [0-9]*): every rank of this node is in a collective that does not complete.*rank 1 never started nccl:all_reduce #51 on the GPU while 1 rank(s) started it' "$tmp/d2.err" ||
   fail "(d2): rank 1 is not named as the rank whose collective never started"
 expect_root d2 'rank *: 1 \(local_rank: 1\)' 'cause *: hang \(flight recorder\): every rank of its node in a collective that does not complete'
+
+# (d3) the same with --hang-timeout 1: no rank to blame, the round is stopped all the same (not left to torch's
+# watchdog) and the root cause says so.
+spin d3 spin_rank_0,spin_rank_3 --hang-timeout 1
+rc=0
+wait "$job" || rc=$?
+stop_pid "$server"
+show "$tmp/d3.err"
+[ $rc -eq 1 ] || fail "(d3): trun exited $rc, want 1 (the round stopped by --hang-timeout)"
+grep -q 'hang: every rank of this node is in a collective that does not complete.*culprit unknown.*restarting the workers in 1 s unless it moves' "$tmp/d3.err" ||
+  fail "(d3): the line does not say the round restarts with the culprit unknown"
+grep -q 'hang: every rank of this node (culprit unknown) still in a collective that does not complete after 1 s' "$tmp/d3.err" ||
+  fail "(d3): the stop is not said"
+expect_root d3 'rank *: [01] \(local_rank: [01]\)' 'cause *: hang \(flight recorder\): every rank of its node in a collective that does not complete.*culprit unknown'
 
 # (e) an idle job: every rank's newest collective completed; never named.
 spin e sleep_rank_3,sleep_rank_3 --hang-timeout 1
