@@ -207,6 +207,13 @@ void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *n
           "hang: every rank of this node is in a collective that does not complete, counts frozen for "
           "%.0f s: %s; %s",
           v->quiet, v->line, act);
+    char pub[1024];
+    if (snprintf(pub, sizeof(pub),
+                 "%s%severy rank of node rank %d in a collective that does not complete: %s; %s", names,
+                 nours ? ": " : "", trun_rdzv_info(a->rdzv)->group_rank, v->line,
+                 act) < 0) /* a line cut to what --rdzv-status shows is fine */
+      pub[0] = '\0';
+    trun_rdzv_publish_hang(a->rdzv, pub); /* for --rdzv-status */
     for (int i = 0; i < nours; i++)
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, "", "", 0,
                     v->quiet, v->line, v->line);

@@ -35,8 +35,9 @@
 #define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
-#define TRUN__HANG_STACK_MS 3000 /* a culprit asked for its Python stack has this long to print it and die \
-                                  */
+#define TRUN__HANG_STACK_MS                                                      \
+  3000 /* a culprit asked for its Python stack has this long to print it and die \
+        */
 
 struct trun__hang {
   agent *a; /* loop side only */
@@ -280,6 +281,12 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
       snprintf(act, sizeof(act), "not acted on (--hang-timeout 0)");
     trun_error("hang: %s is behind in a hung collective: %s; %s", names, c->line, act);
     if (fr[0]) trun_error("hang: flight recorder of this node's ranks: %s", fr);
+    char pub[1024];
+    if (snprintf(pub, sizeof(pub), "%s behind on node rank %d (%s): %s", names,
+                 trun_rdzv_info(a->rdzv)->group_rank, c->line,
+                 act) < 0) /* a line cut to what --rdzv-status shows is fine */
+      pub[0] = '\0';
+    trun_rdzv_publish_hang(a->rdzv, pub); /* for --rdzv-status */
     for (int i = 0; i < nours; i++)
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
                     c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);

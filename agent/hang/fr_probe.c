@@ -113,7 +113,8 @@ size_t trun_fr_probe(const char *dump_prefix, const char *pipe_prefix, trun_fr_r
         waiting[i] = 0, left--, got++;
         continue;
       }
-      snprintf(out[i].why, sizeof(out[i].why), "%s", err); /* half written, or not a dump: kept if final */
+      snprintf(out[i].why, sizeof(out[i].why), "%.*s", (int)sizeof(out[i].why) - 1,
+               err); /* half written, or not a dump: kept if final */
       if (rc == -ELOOP || rc == -E2BIG || (rc == -EINVAL && strstr(err, "not a regular file")))
         waiting[i] = 0, left--;
     }

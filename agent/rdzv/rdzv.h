@@ -259,6 +259,10 @@ void trun_rdzv_hang_up(trun_rdzv *r);
  * error lines of their own (the agent says once what it could not learn). */
 void trun_rdzv_store_may_go(trun_rdzv *r);
 
+/* A named hang for `--rdzv-status` (rdzv_job.c): line (cut to 1023 bytes) as /trun/<run_id>/hang in the job's
+ * store, the last one named standing; nothing for a private store (--standalone). 0 or a negative errno. */
+int trun_rdzv_publish_hang(trun_rdzv *r, const char *line);
+
 /* ---- the round's exchange (rdzv.c): keys of the agents' own, <round key space>/<name> ---- */
 /* Sets name to value. 0, -ENOTCONN without a connection, or another negative errno. */
 int trun_rdzv_exchange_set(trun_rdzv *r, const char *name, const char *value);

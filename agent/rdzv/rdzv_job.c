@@ -130,3 +130,16 @@ void trun__rdzv_job_publish(trun_rdzv *r) {
   trun_buf_free(&b);
   free(rec);
 }
+
+int trun_rdzv_publish_hang(trun_rdzv *r, const char *line) {
+  const trun_config *cfg = r->cfg;
+  if (r->client == NULL || cfg->standalone || cfg->endpoint_port == 0) return 0; /* a private store */
+  char k[200], v[1024];
+  snprintf(k, sizeof(k), "/trun/%s/hang", cfg->run_id);
+  snprintf(v, sizeof(v), "%s", line); /* cut: --rdzv-status shows at most this much */
+  int rc = trun_client_set(r->client, trun_str(k), trun_str(v));
+  if (rc < 0)
+    trun_debug("could not publish the hang of job '%s' in the rendezvous store (%s): %s", cfg->run_id, k,
+               strerror(-rc));
+  return rc;
+}

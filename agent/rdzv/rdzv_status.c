@@ -451,7 +451,7 @@ store:
 /* ---- a named hang ------------------------------------------------------------------------------------- */
 
 /* /trun/<run_id>/hang: one line for people naming the ranks a hang stopped and what the others wait in,
- * where the agents publish one (hang detection, agent/hang/; the agents do not write it yet). Any token
+ * as the agent that named it publishes it (trun_rdzv_publish_hang; the last one named stands). Any token
  * holder may write it: shown escaped and cut. Nothing when absent. 0, or 1 when the store failed. */
 #define HANG_MAX_BYTES 1024
 static int print_hang(view *v) {

@@ -17,7 +17,8 @@
 #      node rank 1's GPU shows Xid 8 (a channel time-out: not a hardware Xid by itself, only warned about)
 #      before rank 1 is found behind: at --hang-timeout node rank 1 names the Xid with the hang, puts itself on
 #      the job's exclusion list (kind xid, its GPU), leaves the job and exits 3; node rank 0 (static: the job
-#      ends with the node that left) names the Xid and exits 1.
+#      ends with the node that left) names the Xid and exits 1;
+#  (e) --rdzv-status, given only the store's address, shows the hang the agent named (a one-node static job).
 # (b), (c) and (d) run at the same time. Only loopback traffic. Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -124,6 +125,25 @@ show "$tmp/A.err" "$tmp/B.err"
 [ "$(grep -c 'is behind in a hung collective' "$tmp/A.err")" -eq 1 ] || fail "(a): job A named the hang not once"
 ! grep -Eq 'hang:|hang detection' "$tmp/B.err" || fail "(a): job B spoke of a hang (job A's RAS answered it?)"
 grep -q '"event": *"hang"' "$tmp/A.events" || fail "(a): no hang event in job A"
+
+# (e) --rdzv-status shows a named hang: a one-node static job on a store of its own port (--hang-timeout 0),
+# rank 1 behind; the status tool, given only the store's address, prints the agent's hang line.
+eport=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$tmp/E"
+PYTHON_EXEC=$host_py setsid "$trun" --nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port "$eport" \
+  --rdzv-id job-e --nproc-per-node 2 --hang-timeout 0 --max-restarts 0 "$worker" "$tmp/E" >"$tmp/E.out" 2>"$tmp/E.err" &
+jobE=$!
+_bg_pgids+=("$jobE")
+for r in 0 1; do wait_file "$tmp/E/pid.$r" "job E's rank $r" "$jobE"; done
+ras E job-behind "$(cat "$tmp/E/ras_addr.0")" "$tmp/E" 1
+rasE=$ras_pid
+wait_grep "$tmp/E.err" 'hang: rank 1 \(local 1, pid [0-9]*\) is behind in a hung collective' "job E's hang line" "$jobE"
+"$trun" --rdzv-status --master-addr 127.0.0.1 --master-port "$eport" --rdzv-id job-e >"$tmp/E.status" 2>&1 || true
+stop_pid "$jobE"
+stop_pid "$rasE"
+show "$tmp/E.status"
+grep -Eq '^hang: rank 1 \(local 1, pid [0-9]+\) behind on node rank 0 \(communicator 0x[0-9a-f]+ \(2 ranks\).*\): not acted on \(--hang-timeout 0\)' \
+  "$tmp/E.status" || fail "(e): --rdzv-status does not show the named hang"
 
 # (b) and (c): two agents, each node its own port; the culprit on node rank 1 (b), on node rank 0 (c).
 shim=$repo/build/libnvidia-ml-fake.so
