@@ -31,6 +31,19 @@ skip() {
 }
 
 need_trun() { [ -x "$trun" ] || fail "$trun is missing; run 'make' first"; }
+# stop_pid PID: SIGTERM, then (after 10 s) SIGKILL; reaped when it is this shell's child.
+stop_pid() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+# show FILE...: each existing file, every line prefixed with its name (a test's log shows what it saw).
+show() {
+  local f
+  for f in "$@"; do [ -f "$f" ] && awk -v p="    $(basename "$f")| " '{print p $0}' "$f"; done
+  return 0
+}
 . "$repo/tests/helpers/need.sh"
 need_host_torch() { need_torch_py "$host_py"; }
 need_chroot() {

@@ -30,17 +30,6 @@ worker=$repo/tests/helpers/hang_worker.py
 server=
 job=
 
-stop_pid() { # stop_pid PID: SIGTERM, then SIGKILL, reaped
-  kill -TERM "$1" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-show() {
-  local f
-  for f in "$@"; do [ -f "$f" ] && awk -v p="    $(basename "$f")| " '{print p $0}' "$f"; done
-  return 0
-}
 
 # start_ras NAME MODE DIR: the stand-in for the job whose workers write DIR/pid.<rank>; sets addr.
 start_ras() {

@@ -31,17 +31,6 @@ gpus=(TRUN_NVML_LIBRARY="$shim" TRUN_FAKE_NVML_TOPO="$repo/tests/fixtures/nodes/
 export FR_FIXTURES=sleep_rank_0,sleep_rank_3 # rank 0 waits in all-reduce #51, rank 1 (rank 3's dump) is behind
 server=
 
-stop_pid() { # stop_pid PID: SIGTERM, then SIGKILL, reaped
-  kill -TERM "$1" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-show() {
-  local f
-  for f in "$@"; do [ -f "$f" ] && awk -v p="    $(basename "$f")| " '{print p $0}' "$f"; done
-  return 0
-}
 start_ras() { # start_ras NAME DIR [MODE]: the stand-in (job-behind, rank 1) for the workers writing DIR/pid.<rank>
   local pf=$tmp/$1.port
   setsid "$host_py" "$fake" --mode "${3:-job-behind}" --port-file "$pf" --pid-dir "$2" --ranks 2 --behind 1 \

@@ -29,17 +29,6 @@ fake=$repo/tests/fakes/ras_server.py
 worker=$repo/tests/helpers/hang_worker.py
 unset NCCL_RAS_ADDR
 
-stop_pid() { # stop_pid PID: SIGTERM, then SIGKILL, reaped
-  kill -TERM "$1" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-show() {
-  local f
-  for f in "$@"; do [ -f "$f" ] && awk -v p="    $(basename "$f")| " '{print p $0}' "$f"; done
-  return 0
-}
 # wait_file FILE WHAT PID: waits (300 s bound) for FILE to be non-empty while process PID runs.
 wait_file() {
   for _ in $(seq 1500); do
