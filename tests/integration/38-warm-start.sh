@@ -173,9 +173,9 @@ PYTHON_EXEC=$host_py "$trun" --dry-run --warm-start --standalone --nproc-per-nod
   fail "--dry-run --warm-start exited $?"
 grep -q "^warm start: on: each of the 2 workers starts from a pool process ($host_py -u, importing torch,torch.distributed)" \
   "$tmp/dry.out" || fail "--dry-run does not say the workers start warm: $(tail -2 "$tmp/dry.out")"
-"$trun" --dry-run --warm-start --no-python --standalone /bin/true | grep -q "^warm start: on, but every worker starts cold: --no-python" ||
+grep -q "^warm start: on, but every worker starts cold: --no-python" <<<"$("$trun" --dry-run --warm-start --no-python --standalone /bin/true)" ||
   fail "--dry-run --no-python does not say the workers start cold"
-"$trun" --dry-run --standalone "$dump" | grep -q "^warm start: off" || fail "--dry-run does not say warm start is off"
+grep -q "^warm start: off" <<<"$("$trun" --dry-run --standalone "$dump")" || fail "--dry-run does not say warm start is off"
 PYTHON_EXEC=$host_py run_pg "$trun" --explain --warm-start --nproc-per-node 2 >"$tmp/explain.out" ||
   fail "--explain --warm-start exited $?"
 grep -Eq "^  pool memory: [0-9]+ MiB resident per pool process .*, [0-9]+ MiB for this node's 2$" "$tmp/explain.out" ||

@@ -57,7 +57,7 @@ for bad in "--iters x" "--bogus 1" "--step-factor 1" "--iters"; do
   "$pf" $bad >"$tmp/o" 2>"$tmp/e" || rc=$?
   [ $rc = 2 ] && [ -s "$tmp/e" ] || fail "1: trun-preflight $bad: exit $rc, want 2 and a message"
 done
-"$pf" --help | grep -q "busbw = algbw \* 2(n-1)/n" || fail "1: trun-preflight --help"
+grep -q "busbw = algbw \* 2(n-1)/n" <<<"$("$pf" --help)" || fail "1: trun-preflight --help"
 echo "ok 1"
 
 echo "== 2. fake CUDA/NCCL, 2 local ranks: table, PASS / FAIL, thresholds"

@@ -160,5 +160,5 @@ done
 grep -q "'--bogus'" "$tmp/e" || fail "--bogus: stderr does not name it"
 run 2g p4d.24xlarge -- --checks bogus
 grep -q "'bogus' names no check (checks: nvml, gpu-count" "$tmp/e" || fail "--checks bogus: $(cat "$tmp/e")"
-"$topo" health --help | grep -q -- "--checks LIST" || fail "health --help"
+grep -q -- "--checks LIST" <<<"$("$topo" health --help)" || fail "health --help"
 echo "PASS: $n fixtures, shm, table, old driver, --checks"

@@ -205,5 +205,5 @@ for bad in -1 abc nan 1e9 ''; do
   [ $rc -eq 2 ] || { show "$tmp/f.err"; fail "(f): --hang-timeout '$bad' exited $rc, want 2"; }
   grep -q -- '--hang-timeout' "$tmp/f.err" || fail "(f): the error for '$bad' does not name --hang-timeout"
 done
-"$trun" --help | grep -q -- '--hang-timeout' || fail "(f): --help does not list --hang-timeout"
+grep -q -- '--hang-timeout' <<<"$("$trun" --help)" || fail "(f): --help does not list --hang-timeout"
 echo "PASS"
