@@ -91,11 +91,12 @@ trun_run --local-ranks-filter 1,7 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$t
 grep -q "local-ranks-filter names 1 local rank beyond this node's 2 workers (0-1)" "$tmp/e" ||
   fail "--local-ranks-filter 1,7 does not say that rank 7 does not exist: $(cat "$tmp/e")"
 echo "ok: --standalone --nnodes 2 and an empty --local-ranks-filter exit 2"
-# Item 9: console lines carry no source locations ("(agent_failures.c:248)") except at TRUN_LOG_LEVEL=debug.
-! grep -E '\([a-z_]+\.c:[0-9]+\)' "$tmp/e" || fail "a console line ends in a source location (above)"
+# Item 9: console lines carry no source locations ("(agent_failures.c:248)") except at TRUN_LOG_LEVEL=debug, where
+# they also carry the wall-clock time ("(agent_script.c:135 @1795894547.302386)").
+! grep -E '\([a-z_]+\.c:[0-9]+( @[0-9.]+)?\)' "$tmp/e" || fail "a console line ends in a source location (above)"
 TRUN_LOG_LEVEL=debug trun_run --local-ranks-filter 1,7 --nproc-per-node 2 "$w" "$out" >"$tmp/o" 2>"$tmp/e" ||
   fail "--local-ranks-filter 1,7 at debug level: $(cat "$tmp/e")"
-grep -qE 'beyond this node.*\(agent_script\.c:[0-9]+\)$' "$tmp/e" ||
+grep -qE 'beyond this node.*\(agent_script\.c:[0-9]+ @[0-9]+\.[0-9]+\)$' "$tmp/e" ||
   fail "TRUN_LOG_LEVEL=debug lost the source locations: $(cat "$tmp/e")"
 echo "ok: source locations only at TRUN_LOG_LEVEL=debug"
 
