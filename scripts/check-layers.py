@@ -18,8 +18,13 @@ module and program, each module's folder and "may use" cell name what its header
 say "every module"), and each row uses only rows below it; and the fenced block after the line
 "<!-- layers: check-layers.py --graph -->" is the layer drawing --graph prints (each module one layer above
 the highest it may use).
-Usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE]   (--graph prints each module and what it
-uses, then the layers).
+With --calls no module's files call each other in a circle: a file that calls a function another file of
+its module defines (not static) depends on that file, and those dependencies form no circle (agent/agent.c
+calling agent/agent_stdin.c which calls back into agent/agent.c is a breach; a backend of agent/rdzv is
+reached through its ops table, not by name). Calls are read from the text (comments, strings and
+preprocessor lines left out); a function-like macro is not seen, a call through a pointer is not a call.
+Usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE] [--calls]   (--graph prints each module and
+what it uses, then the layers).
 Exit codes: 0 the shape holds, 1 a rule is broken (every breach on stderr), 2 bad usage."""
 import os
 import re
@@ -115,6 +120,87 @@ def code_files(root):
                     yield rel + "/" + f
 
 
+# Comments, strings, character constants and preprocessor lines (continued ones too), blanked for --calls.
+C_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*',
+                     re.S | re.M)
+# A function definition as clang-format writes it: its type and name from column 0, then "(params) {".
+C_DEF = re.compile(r"^([A-Za-z_][\w \t*]*?)\b([A-Za-z_]\w*)\s*\(([^;{}()]*(?:\([^()]*\)[^;{}()]*)*)\)\s*\{", re.M)
+C_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+C_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "defined", "do"}
+
+
+def definitions(text):
+    """(name, static?, body) of each function defined in text (already blanked of C_NOISE)."""
+    out = []
+    for m in C_DEF.finditer(text):
+        if m.group(2) in C_WORDS:
+            continue
+        depth, j = 0, m.end() - 1
+        for j in range(m.end() - 1, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+        out.append((m.group(2), "static" in m.group(1).split(), text[m.end():j]))
+    return out
+
+
+def call_circles(root):
+    """For each module, the circles of its files' calls to one another: one line per circle, with a call
+    that makes each step of it."""
+    files = {}
+    for rel in code_files(root):
+        if rel.endswith(".c") and owner(rel) in MODULES:
+            files.setdefault(owner(rel), []).append(rel)
+    out = []
+    for mod, names in sorted(files.items()):
+        defined, own, funcs = {}, {}, {}
+        for rel in names:
+            text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+            funcs[rel] = definitions(C_NOISE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text))
+            own[rel] = {n for n, _, _ in funcs[rel]}
+            for n, static, _ in funcs[rel]:
+                if not static:
+                    defined.setdefault(n, rel)
+        deps = {rel: {} for rel in names}
+        for rel in names:
+            for fn, _, body in funcs[rel]:
+                for c in C_CALL.findall(body):
+                    if c not in own[rel] and defined.get(c, rel) != rel:
+                        deps[rel].setdefault(defined[c], "%s calls %s" % (fn, c))
+        for comp in strongly_connected(deps):
+            steps = ["%s -> %s (%s)" % (a, b, deps[a][b]) for a in comp for b in comp if b in deps[a]]
+            out.append("module %s: %d files call each other in a circle: %s" % (mod, len(comp), "; ".join(steps)))
+    return out
+
+
+def strongly_connected(deps):
+    """The groups of more than one node that reach each other (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(n):
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        on.add(n)
+        for m in sorted(deps[n]):
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in on:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            comp = []
+            while not comp or comp[-1] != n:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for n in sorted(deps):
+        if n not in index:
+            visit(n)
+    return out
+
+
 def layers(uses):
     """The layer drawing: the programs on top, then each module one layer above the highest it may use."""
     level = {}
@@ -197,7 +283,7 @@ def check_doc(path, uses, errors):
 
 
 def main(argv):
-    root, graph, doc = ".", False, None
+    root, graph, doc, calls = ".", False, None, False
     args = list(argv)
     while args:
         a = args.pop(0)
@@ -207,8 +293,10 @@ def main(argv):
             graph = True
         elif a == "--doc" and args:
             doc = args.pop(0)
+        elif a == "--calls":
+            calls = True
         else:
-            print("usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE]", file=sys.stderr)
+            print("usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE] [--calls]", file=sys.stderr)
             return 2
     errors = []
     uses = may_use(root, errors)
@@ -247,6 +335,8 @@ def main(argv):
                     rel, line, inc, me, other, face(me), ", ".join(sorted(uses.get(me, ()))) or "nothing"))
     if doc:
         check_doc(doc, uses, errors)
+    if calls:
+        errors += call_circles(root)
     if graph:
         for n in MODULES:
             print("%-9s %-16s may use: %s" % (n, MODULES[n] + "/", ", ".join(sorted(uses.get(n, ()))) or "-"))

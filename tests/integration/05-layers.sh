@@ -6,6 +6,8 @@
 # include of another module, or a "May use" line that names one. docs/architecture.md cannot drift: the
 # checker (--doc) rejects a module table row whose "may use" cell or folder differs from the header's line, a
 # module missing from the table, a row above one that it uses, and a layer drawing that is not the code's.
+# With --calls it rejects two files of one module calling each other (a circle of calls), and does not take
+# a call named in a comment or a string, or a call of a static function of the caller's own, for one.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -100,4 +102,27 @@ fresh_copy
 sed -i 's/^layer 2  proc  rdzv$/layer 2  rdzv/; s/^layer 1  config  discover  hang  store$/layer 1  config  discover  hang  proc  store/' "$doc"
 grep -q '^layer 2  rdzv$' "$doc" || fail "could not edit the layer drawing"
 expect_breach "a layer drawing that is not the code's" 'the layer drawing differs from the code'
+echo "== 4. circles of calls (--calls)"
+# expect_calls NAME MESSAGE: as expect_breach, with --calls.
+expect_calls() {
+  local rc=0
+  check --root "$tmp/t" --calls >/dev/null 2>"$tmp/err" || rc=$?
+  [ "$rc" -eq 1 ] || fail "$1: the checker exited $rc, want 1: $(cat "$tmp/err")"
+  grep -qF "$2" "$tmp/err" || fail "$1: no '$2' in: $(cat "$tmp/err")"
+  echo "ok: rejected $1"
+}
+# calls_of DIR: the --calls breaches naming DIR/ (the module under test), or nothing.
+calls_of() { check --root "$tmp/t" --calls 2>&1 >/dev/null | grep -F "$1" || true; }
+fresh_copy
+[ -z "$(calls_of agent/discover/)" ] || fail "discover has a circle of calls before the test adds one: $(calls_of agent/discover/)"
+d=$tmp/t/agent/discover
+printf '\nint trun__layers_test_a(void) {\n  return trun_mask_count(0, 0);\n}\n' >>"$d/instance_types.c"
+[ -z "$(calls_of agent/discover/)" ] || fail "a call one way is called a circle: $(calls_of agent/discover/)"
+# A call named in a comment or a string, and a static function of the same name, are no calls back.
+printf '\n/* trun__layers_test_a() */\nstatic const char *s = "trun__layers_test_a(";\nstatic int trun__layers_test_a(void) {\n  return 0;\n}\nint trun__layers_test_b(void) {\n  return trun__layers_test_a();\n}\n' >>"$d/cpulist.c"
+[ -z "$(calls_of agent/discover/)" ] || fail "a comment, a string or a static function made a circle: $(calls_of agent/discover/)"
+printf '\nint trun__layers_test_c(void) {\n  return trun_instance_lookup("x") != 0;\n}\n' >>"$d/cpulist.c"
+expect_calls "two files of discover calling each other" 'module discover: 2 files call each other in a circle'
+grep -qF 'agent/discover/cpulist.c -> agent/discover/instance_types.c (trun__layers_test_c calls trun_instance_lookup)' "$tmp/err" ||
+  fail "the breach does not name the call: $(cat "$tmp/err")"
 echo PASS
