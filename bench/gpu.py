@@ -52,13 +52,20 @@ import tempfile
 import time
 
 from bench import run_launcher  # same sampling as make bench
-from gpu_common import ar_lines, free_port, gpu_names, gpu_tag  # noqa: F401 (gpu_topo.py imports them from here)
+from gpu_common import ar_lines, free_port, gpu_names, gpu_tag, torchrun_cmd  # noqa: F401 (gpu_topo.py imports
+# gpu_names and gpu_tag from here)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
 BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
 PY = sys.executable
 REPS = int(os.environ.get("GPU_BENCH_REPS", "3"))
+
+
+def nranks():
+    """The ranks a step runs: one per GPU; on a box without GPUs, GPU_BENCH_CPU (a count of CPU workers, gloo)
+    where a step can try its code path that way (layouts, ddp, fsdp), else 0."""
+    return gpu_count() or int(os.environ.get("GPU_BENCH_CPU") or 0)
 
 
 def gpu_count():
@@ -284,6 +291,9 @@ def vs_torch(results, graph, eager):
 def preflight():
     import torch
     n = torch.cuda.device_count()
+    if n == 0:
+        log("preflight: no GPU: trun-topo preflight and torch's NCCL all-reduce need one")
+        return
     libs = torch_nccl_libs()
     log(f"preflight: {n} GPU(s); libraries {libs}")
     out = {"gpus": n, "libs": libs}
@@ -359,28 +369,29 @@ def layout_run(env, k, per, tag, args, extra_env=None, timeout=300):
 
 def layouts():
     """The doctor and the NCCL transport report (--nccl-report) in each layout of the box's N GPUs: one pod of N
-    (1xN), two pods of N/2 (2xN/2), N pods of one (Nx1), pods apart by NCCL_HOSTID, each with the busbw of
+    (1xN), two pods of N/2 (2xN/2), four of N/4 where N > 4, N pods of one (Nx1), pods apart by NCCL_HOSTID, each with the busbw of
     examples/allreduce_nccl.py at 1 MiB, 64 MiB and 1 GiB; trun-topo --nccl-log over every pod's NCCL logs of
     the 2-pod layout; trun --preflight in the 2-pod layout. For N = 2 the 1x2 and 2x1 runs are the one-pod and
     two-pods experiment of earlier results (kept under those names too)."""
     import glob
-    n = gpu_count()
-    out = res["steps"]["layouts"] = {"gpus": n}
+    n = nranks()
+    out = res["steps"]["layouts"] = {"gpus": gpu_count(), "ranks": n}
     if n < 2:
         log(f"layouts: {n} GPU(s): a layout of several needs two")
         return
-    libs = torch_nccl_libs()
+    libs = torch_nccl_libs() if gpu_count() else {}
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **libs)
-    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    # GPU_BENCH_CPU (no GPU): the same layouts with gloo workers, to try the step
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py" if gpu_count() else "allreduce.py")
     shapes = []
-    for k in (1, 2, n):
-        if n % k == 0 and (k, n // k) not in shapes:
+    for k in (1, 2, 4, n):  # on 8 GPUs: 1x8, 2x4, 4x2, 8x1
+        if k <= n and n % k == 0 and (k, n // k) not in shapes:
             shapes.append((k, n // k))
     for k, per in shapes:
         name = f"{k}x{per}"
         rcs, outs = layout_run(env, k, per, f"layout-{name}",
-                               ["--nccl-report", "--log-dir", os.path.join(LOGS, f"layout-{name}-logs"), script,
-                                "--sizes", "1M,64M,1G"])
+                               ["--nccl-report", "--log-dir", os.path.join(LOGS, f"layout-{name}-logs"), script]
+                               + (["--sizes", "1M,64M,1G"] if gpu_count() else []))
         o0, e0 = outs[0]
         row = {"agents": k, "gpus_per_agent": per, "rc": rcs, "ar": [ln for ln in o0.splitlines() if ln.startswith("AR ")],
                "busbw": {str(b): v["busbw"] for b, v in ar_lines(o0).items()},
@@ -462,7 +473,7 @@ def ddp_pairs(run, reps, tag, example="train_ddp.py"):
     script = os.path.join(REPO, "examples", example)
     run([os.path.join(BIN, "trun")], [script, "--steps", "30"], f"{tag}-warmup")
     rows, curves, pairs_out = {"trun": [], "torchrun-2.11": []}, {}, []
-    pairs = (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"]))
+    pairs = (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", list(torchrun_cmd(PY))))
     for rep in range(reps):
         got = {}
         for name, base in (pairs if rep % 2 == 0 else pairs[::-1]):
@@ -494,14 +505,14 @@ def ddp_pairs(run, reps, tag, example="train_ddp.py"):
 def ddp(example="train_ddp.py", key="ddp"):
     """The DDP example on the box's N GPUs (GPU_DDP_NPROC: another count, e.g. 2 for the 2-GPU figures of
     earlier results), trun vs torchrun 2.11, GPU_DDP_REPS pairs (3)."""
-    n = int(os.environ.get("GPU_DDP_NPROC") or gpu_count())
-    if gpu_count() < 2 or n > gpu_count():
+    n = int(os.environ.get("GPU_DDP_NPROC") or nranks())
+    if nranks() < 2 or n > nranks():
         log(f"{key}: {gpu_count()} GPU(s): the comparison needs two or more ({n} asked)")
         return
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
 
     def run(base, extra, tag):
-        r = sh(base + ["--standalone", "--nproc-per-node", str(n)] + extra, env=env, timeout=300)
+        r = sh(base + ["--standalone", "--nproc_per_node", str(n)] + extra, env=env, timeout=300)
         open(os.path.join(LOGS, f"{tag}.log"), "w").write(r.stdout + r.stderr)
         return r.returncode == 0, r.stdout
 
@@ -695,6 +706,11 @@ def smi_nvlinks(gpus=None):
         except (OSError, subprocess.TimeoutExpired) as e:
             texts.append(f"nvidia-smi nvlink -s: {e!r}\n")
     text = "".join(texts)
+    return parse_nvlinks(text), text
+
+
+def parse_nvlinks(text):
+    """nvidia-smi nvlink -s's text: {gpu index: {"active": n, "inactive": n, "gbps": [each active link's]}}."""
     out, cur = {}, None
     for ln in text.splitlines():
         m = re.match(r"^GPU (\d+):", ln)
@@ -709,7 +725,7 @@ def smi_nvlinks(gpus=None):
                 cur["gbps"].append(float(v.group(1)))
             else:
                 cur["inactive"] += 1
-    return out, text
+    return out
 
 
 def nvlink_views():

@@ -94,8 +94,9 @@ if [ "$CALL" = 1 ]; then
   t=$(($(left) - 40))
   step nodeloss 500 40 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
 else
-  step recovery4 240 22 env GPU_R4_STEPS=recovery,busbw GPU_R4_BUDGET=205 GPU_R4_CRASHES=2 \
-    GPU_R4_CONFIGS=trun-warm-cuda,trun-warm-cuda+debug_init,trun-warm-cuda+cumem0,trun-warm-cuda+topofile,trun-warm-cuda+cumem0+debug_init,trun-warm-cuda+nonet,trun-warm-cuda+cumem0+topofile,trun-warm \
+  # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
+  step recovery4 250 22 env GPU_R4_STEPS=recovery,busbw GPU_R4_BUDGET=215 GPU_R4_CRASHES=2 \
+    GPU_R4_CONFIGS=trun-warm-cuda,trun-warm-cuda+debug_init,trun-warm-cuda+cumem0,trun-warm-cuda+topofile,trun-warm-cuda+cumem0+debug_init,trun-warm-cuda+cumem0+topo+graph,trun-warm-cuda+nonet,trun-warm \
     GPU_R4_BUSBW=default,cumem0,topofile,nonet "$PY" bench/gpu_recovery4.py
   step layouts 120 8 env GPU_STEPS=layouts "$PY" bench/gpu.py
   step preflight 80 8 env GPU_STEPS=preflight GPU_PREFLIGHT_EAGER=0 "$PY" bench/gpu.py

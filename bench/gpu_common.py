@@ -6,6 +6,7 @@ Every process a script starts carries GPU_BENCH_JOB=<token> in its environment: 
 of a launcher lead sessions of their own, so a launcher's process group alone does not reach them.
 """
 import datetime
+import functools
 import json
 import os
 import re
@@ -52,9 +53,9 @@ def gpu_names():
 
 def gpu_tag(names):
     """'NVIDIA H200' twice -> 'h200x2', 'NVIDIA A100-SXM4-80GB' -> 'a100x1',
-    'NVIDIA GeForce RTX 4090' -> 'rtx4090x1', no GPU -> 'cpu'."""
+    'NVIDIA GeForce RTX 4090' -> 'rtx4090x1', no GPU -> 'nogpu'."""
     if not names:
-        return "cpu"
+        return "nogpu"
     tag = []
     for w in names[0].split():
         if w.lower() in ("nvidia", "tesla", "geforce", "quadro"):
@@ -103,13 +104,13 @@ class Results:
         os.replace(tmp, self.path)
         return self.path
 
-    def skip(self, what, need):
+    def skip(self, what, need, console=True):
         """True (and listed) when `what`, needing about `need` seconds, no longer fits the budget."""
         if self.left() >= need:
             return False
         why = f"{what}: skipped, {self.left():.0f} s of the budget left, it needs about {need:.0f} s"
         self.res["skipped"].append(why)
-        self.log(why)
+        self.log(why, console)
         self.save()
         return True
 
@@ -246,12 +247,14 @@ def torch_version(py=PY):
         return ""
 
 
+@functools.lru_cache(maxsize=None)
 def torchrun_cmd(py=PY):
-    """torch 2.x: python -m torch.distributed.run; Debian's torch 1.13 (the CPU box) needs the tests' wrapper."""
+    """torch 2.x: python -m torch.distributed.run; Debian's torch 1.13 (the CPU box) needs the tests' wrapper. A
+    tuple (asked once: torch's import takes seconds)."""
     wrapper = os.path.join(REPO, "tests", "tools", "torchrun113.py")
     if torch_version(py).startswith("1.13") and os.path.exists(wrapper):
-        return [py, wrapper]
-    return [py, "-m", "torch.distributed.run"]
+        return (py, wrapper)
+    return (py, "-m", "torch.distributed.run")
 
 
 def underscored(arg):

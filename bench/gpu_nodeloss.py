@@ -1,12 +1,12 @@
-"""Issue 39 items 1 (node loss) and 3 (NCCL recovery) on one N-GPU box: two agents of N/2 GPUs each (agent 0 on
-GPUs 0..N/2-1, agent 1 on the rest; --nnodes 1:2, agent 0 hosts the rendezvous store), NCCL, an all-reduce every
+"""Issue 39 items 1 (node loss) and 3 (NCCL recovery) on one N-GPU box: K agents (GPU_NL_AGENTS, 2) of N/K GPUs
+each (agent i on GPUs i*N/K..; --nnodes 1:K, agent 0 hosts the rendezvous store), NCCL, an all-reduce every
 50 ms in every worker. Each trun job measures two things, in this order:
-  crash  one of agent 1's workers is SIGKILLed: until all N workers of the next round have all-reduced;
-  loss   then agent 1 is lost, as one of:
-           kill  agent 1 and all its processes SIGKILLed at once (a node crash: its connections reset),
-           stop  agent 1 and all its processes SIGSTOPped (a silent node: nothing resets; NCCL and the store
+  crash  one of the last agent's workers is SIGKILLed: until all N workers of the next round have all-reduced;
+  loss   then the last agent is lost, as one of:
+           kill  the agent and all its processes SIGKILLed at once (a node crash: its connections reset),
+           stop  the agent and all its processes SIGSTOPped (a silent node: nothing resets; NCCL and the store
                  wait), killed at the job's end;
-         until both of agent 0's workers have all-reduced in the world of N/2.
+         until every survivor's worker has all-reduced in the world of N - N/K.
 The survivors are inside an NCCL all-reduce when the peer goes: the time includes their teardown. Configurations:
 trun with --rdzv-backend c10d and trun, each cold / --warm-start / --warm-start --warm-start-cuda; "hostid"
 variants give the agents different NCCL_HOSTID (NCCL takes them for two hosts: NET/Socket between them, as
@@ -21,7 +21,8 @@ gpu_recovery4.py does).
 Run on the GPU box (build/portable carried):  python3 bench/gpu_nodeloss.py   (bench/gpu4.sh runs it)
 Env: OUT (default build/gpu-results), TRUN_BIN (build/portable), GPU_NL_BUDGET (seconds, default 480; what
 would not fit is skipped and listed), GPU_NL_CONFIGS (comma list of configuration names, default all),
-GPU_NL_BACKEND (nccl; gloo tries it on a CPU box: 2 workers, one per agent, e.g.
+GPU_NL_AGENTS (2; 4 on an 8-GPU box gives 4 x 2), GPU_NL_BACKEND (nccl; gloo tries it on a CPU box: one
+worker per agent, e.g.
 GPU_NL_BACKEND=gloo TRUN_BIN=build PYTHON=/usr/bin/python3 /usr/bin/python3 bench/gpu_nodeloss.py).
 Writes $OUT/<date>-<gpu>-nodeloss/nodeloss.json after every measurement, run.log, and each job's launcher
 logs and events (<config>-agent<i>.err/.events).
@@ -41,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_common as gc  # noqa: E402
 
 BACKEND = os.environ.get("GPU_NL_BACKEND", "nccl")
+AGENTS = int(os.environ.get("GPU_NL_AGENTS", "2"))
 BUDGET = float(os.environ.get("GPU_NL_BUDGET", "480"))
 SETUP_CAP = 90.0  # the first round of a job
 TRUN_CAP = 40.0  # trun: a recovery not seen this long after the event counts as none
@@ -178,7 +180,7 @@ def wait_round(d, t, world, procs, cap):
 
 
 def agent_cmd(launcher, be, flags, g, port, run_id, node, d, ev):
-    common = ["--nnodes", "1:2", "--nproc-per-node", str(g), "--rdzv-backend", be, "--rdzv-endpoint",
+    common = ["--nnodes", f"1:{AGENTS}", "--nproc-per-node", str(g), "--rdzv-backend", be, "--rdzv-endpoint",
               f"127.0.0.1:{port}", "--rdzv-id", run_id, "--rdzv-conf", f"is_host={1 if node == 0 else 0}",
               "--max-restarts", "3", "--monitor-interval", "0.1"]
     script = [os.path.join(d, "w.py"), d, BACKEND]
@@ -187,24 +189,26 @@ def agent_cmd(launcher, be, flags, g, port, run_id, node, d, ev):
         # that name: two agents of one host named alike would exclude each other's host, the survivor's too
         return [gc.TRUN] + flags + ["--events", ev, "--restart-backoff", "0", "--crash-loop", "0", "--local-addr",
                                     f"127.0.0.{node + 1}"] + common + script
-    return gc.torchrun_cmd() + gc.torchrun_args(common) + script
+    return list(gc.torchrun_cmd()) + gc.torchrun_args(common) + script
 
 
 def job(rs, cfg, n):
     name, launcher, be, flags, loss, hostid, crash_first = cfg
-    g = n // 2
+    k = AGENTS
+    g = n // k
+    last = f"node{k - 1}"
     warm = "--warm-start" in flags
     cap = TRUN_CAP if launcher == "trun" else TORCHRUN_CAP
     d = tempfile.mkdtemp(prefix=f"nl-{name}.")
     open(os.path.join(d, "w.py"), "w").write(WORKER)
     token = f"nl-{name}-{os.getpid()}-{time.time():.6f}"
     port = gc.free_port()
-    procs, evs = [], [os.path.join(d, f"agent{i}.events") for i in (0, 1)]
+    procs, evs = [], [os.path.join(d, f"agent{i}.events") for i in range(k)]
     row = {"config": name, "launcher": launcher, "rdzv_backend": be, "flags": flags, "loss": loss,
            "hostid_apart": hostid, "crash": None, "loss_s": None, "notes": []}
     start = time.time()
     try:
-        for i in (0, 1):
+        for i in range(k):
             env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", NCCL_NVLS_ENABLE="0", PYTHON_EXEC=gc.PY,
                        TRUN_LOG_LEVEL="debug", GPU_NL_NODE=f"node{i}", **{gc.JOB_VAR: token})
             if BACKEND == "nccl":
@@ -234,9 +238,9 @@ def job(rs, cfg, n):
 
         if crash_first:
             cur = settle()
-            victim = [x for x in cur.values() if x["node"] == "node1"]
+            victim = [x for x in cur.values() if x["node"] == last]
             if not victim:
-                raise RuntimeError("no worker of agent 1 in the round")
+                raise RuntimeError(f"no worker of agent {k - 1} in the round")
             t = time.time()
             os.kill(victim[0]["pid"], signal.SIGKILL)
             got = wait_round(d, t, n, procs, cap)
@@ -254,8 +258,8 @@ def job(rs, cfg, n):
             if crash_first and row["crash"] is None:
                 raise RuntimeError("the loss is not measured: the crash was not recovered")
             cur = settle()
-            targets = set(gc.tree(procs[1].pid))
-            targets |= set(gc.job_pids(token, "GPU_NL_NODE=node1"))
+            targets = set(gc.tree(procs[-1].pid))
+            targets |= set(gc.job_pids(token, f"GPU_NL_NODE={last}"))
             sig = signal.SIGKILL if loss == "kill" else signal.SIGSTOP
             t = time.time()
             for p in sorted(targets):
@@ -263,7 +267,7 @@ def job(rs, cfg, n):
                     os.kill(p, sig)
                 except ProcessLookupError:
                     pass
-            got = wait_round(d, t, g, procs[:1], cap)
+            got = wait_round(d, t, n - g, procs[:-1], cap)
             if got is None:
                 worlds = sorted({x["world"] for x in readies(d) if x["t0"] > t})
                 row["notes"].append(f"{loss}: no round of {g} within {cap:.0f} s (worlds seen after: {worlds})")
@@ -271,7 +275,7 @@ def job(rs, cfg, n):
             else:
                 secs = max(x["ready"] for x in got.values()) - t
                 row["loss_s"] = round(secs, 3)
-                row["loss_timeline"] = timeline(got, gc.events(evs[0]), t)
+                row["loss_timeline"] = timeline(got, sum((gc.events(e) for e in evs[:-1]), []), t)
                 rs.log(f"{name:34s} {loss}: {secs:6.3f} s  survivors' exits {row['loss_timeline'].get('worker_exits_ms')}"
                        f" ms, ready {row['loss_timeline']['workers_ready_ms']} ms")
     except Exception as e:  # noqa: BLE001
@@ -280,7 +284,7 @@ def job(rs, cfg, n):
     finally:
         gc.killtree(procs, token)
         row["wall_s"] = round(time.time() - start, 1)
-        for i in (0, 1):
+        for i in range(k):
             for suffix in ("err", "events"):
                 src = os.path.join(d, f"agent{i}.{suffix}")
                 if os.path.exists(src):
@@ -296,24 +300,25 @@ def job(rs, cfg, n):
 
 
 def main():
-    rs = gc.Results("nodeloss", BUDGET)
+    rs = gc.Results("nodeloss" if AGENTS == 2 else f"nodeloss-{AGENTS}agents", BUDGET)
     names = gc.box(rs, BACKEND)
-    n = len(names) if BACKEND == "nccl" else 2
-    if BACKEND == "nccl" and n < 2:
-        rs.log(f"{n} GPU(s): two agents need 2 or more (GPU_NL_BACKEND=gloo tries the script on a CPU box)")
+    n = len(names) if BACKEND == "nccl" else AGENTS
+    if n < AGENTS:
+        rs.log(f"{n} GPU(s): {AGENTS} agents need {AGENTS} or more (GPU_NL_BACKEND=gloo tries the script on a CPU "
+               "box)")
         rs.save()
         sys.exit(2)
-    n -= n % 2
-    rs.res.update({"nproc_total": n, "layout": f"2 agents x {n // 2}", "trun_cap_s": TRUN_CAP,
+    n -= n % AGENTS
+    rs.res.update({"nproc_total": n, "layout": f"{AGENTS} agents x {n // AGENTS}", "trun_cap_s": TRUN_CAP,
                    "torchrun_cap_s": TORCHRUN_CAP})
-    rs.log(f"node loss: 2 agents x {n // 2} ({BACKEND}), torch {rs.res['torch']}, budget {BUDGET:.0f} s")
+    rs.log(f"node loss: {AGENTS} agents x {n // AGENTS} ({BACKEND}), torch {rs.res['torch']}, budget {BUDGET:.0f} s")
     rows = rs.res["steps"]["jobs"] = []
     for cfg in configs():
         name, launcher, loss = cfg[0], cfg[1], cfg[4]
         cap = TRUN_CAP if launcher == "trun" else TORCHRUN_CAP
         typical = (25 if launcher == "trun" else 15) + (6 if loss == "stop" else 0)
         need = typical if launcher == "trun" else typical + cap
-        if rs.skip(name, need):
+        if rs.skip(name, need, console=False):
             continue
         try:
             rows.append(job(rs, cfg, n))
@@ -330,6 +335,8 @@ def main():
     crashes = [r["crash"]["seconds"] for r in rows if r["crash"] and "warm-cuda" in r["config"]]
     if crashes:
         summary["crash_warm_cuda_median"] = round(statistics.median(crashes), 3)
+    if rs.res["skipped"]:
+        rs.log(f"skipped (the budget): {', '.join(x.split(':')[0] for x in rs.res['skipped'])}")
     rs.log(f"summary: {json.dumps(summary)}")
     rs.log(f"results: {rs.save()}; {time.time() - rs.t0:.0f} s")
 

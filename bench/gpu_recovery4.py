@@ -8,7 +8,8 @@
      configuration with --max-restarts C: C crashes, C samples (GPU_R4_CRASHES, default 2). Configurations:
      trun cold, --warm-start, --warm-start --warm-start-cuda, and the latter with each NCCL setting that may
      cut communicator set-up: NCCL_CUMEM_ENABLE=0, NCCL_TOPO_FILE (the box's topology as NCCL_TOPO_DUMP_FILE
-     wrote it in a short job first: nccl-topo.xml), both, NCCL_NET_PLUGIN=none + NCCL_IB_DISABLE=1 (no network
+     wrote it in a short job first: nccl-topo.xml), both, both + NCCL_GRAPH_FILE (the same job's
+     NCCL_GRAPH_DUMP_FILE: nccl-graph.xml), NCCL_NET_PLUGIN=none + NCCL_IB_DISABLE=1 (no network
      probing), NCCL_RUNTIME_CONNECT=0, NCCL_SOCKET_IFNAME=lo; "+debug_init" runs the same with
      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT into one file per process, and the JSON gets each replacement's
      "Init timings" line (total, kernels, alloc, bootstrap, allgathers, topo, graphs, connections, rest:
@@ -385,7 +386,9 @@ dist.destroy_process_group()
 
 def topo_file(n):
     """NCCL's topology of this box as NCCL_TOPO_DUMP_FILE writes it (one short job of n ranks), kept in the
-    step's folder for NCCL_TOPO_FILE: the replacements' communicators then start from it. None without GPUs."""
+    step's folder for NCCL_TOPO_FILE: the replacements' communicators then start from it; the same job's
+    NCCL_GRAPH_DUMP_FILE (the rings and trees NCCL searched) beside it, nccl-graph.xml, for NCCL_GRAPH_FILE.
+    None without GPUs."""
     if BACKEND != "nccl":
         return None
     path = os.path.join(LOGS, "nccl-topo.xml")
@@ -393,7 +396,8 @@ def topo_file(n):
         return path
     d = tempfile.mkdtemp(prefix="r4-topo.")
     open(os.path.join(d, "t.py"), "w").write(TOPO_DUMP)
-    env = dict(os.environ, PYTHON_EXEC=PY, NCCL_TOPO_DUMP_FILE=path, NCCL_NVLS_ENABLE="0")
+    env = dict(os.environ, PYTHON_EXEC=PY, NCCL_TOPO_DUMP_FILE=path, NCCL_NVLS_ENABLE="0",
+               NCCL_GRAPH_DUMP_FILE=os.path.join(LOGS, "nccl-graph.xml"))
     r = subprocess.run([TRUN, "--standalone", "--nproc-per-node", str(n), os.path.join(d, "t.py")], env=env,
                        capture_output=True, text=True, timeout=120)
     shutil.rmtree(d, ignore_errors=True)
@@ -417,6 +421,7 @@ def configs():
            ("trun-warm-cuda+debug_init", cuda, DEBUG_INIT, True),
            ("trun-warm-cuda+topofile", cuda, topo, True),
            ("trun-warm-cuda+cumem0+topofile", cuda, {**cumem0, **topo}, True),
+           ("trun-warm-cuda+cumem0+topo+graph", cuda, {**cumem0, **topo, "NCCL_GRAPH_FILE": "@graph"}, True),
            ("trun-warm-cuda+cumem0+debug_init", cuda, {**cumem0, **DEBUG_INIT}, True),
            ("trun-warm-cuda+nonet", cuda, {"NCCL_NET_PLUGIN": "none", "NCCL_IB_DISABLE": "1"}, True),
            ("trun-warm-cuda+runtime_connect0", cuda, {"NCCL_RUNTIME_CONNECT": "0"}, True),
@@ -445,11 +450,12 @@ def recovery(n):
             continue
         if extra.get("NCCL_TOPO_FILE") == "@topo":
             path = topo_file(n)
-            if path is None:
-                res["skipped"].append(f"recovery {name}: no NCCL topology file (no GPU, or NCCL wrote none)")
+            graph = os.path.join(LOGS, "nccl-graph.xml")
+            if path is None or (extra.get("NCCL_GRAPH_FILE") == "@graph" and not os.path.exists(graph)):
+                res["skipped"].append(f"recovery {name}: no NCCL topology or graph file (no GPU, or NCCL wrote none)")
                 log(res["skipped"][-1])
                 continue
-            extra = dict(extra, NCCL_TOPO_FILE=path)
+            extra = dict(extra, NCCL_TOPO_FILE=path, **({"NCCL_GRAPH_FILE": graph} if "NCCL_GRAPH_FILE" in extra else {}))
         row = recovery_job(name, base, extra, n, crashes, warm)
         table.append(row)
         init = (row.get("nccl_init") or {}).get("1") or []
@@ -513,7 +519,7 @@ def main():
     global TORCHRUN, LOGS, rs, res
     rs = gc.Results("recovery4", BUDGET)
     res, LOGS = rs.res, rs.dir
-    TORCHRUN = gc.torchrun_cmd()
+    TORCHRUN = list(gc.torchrun_cmd())
     n = gpus()
     if BACKEND == "nccl" and n == 0:
         log("no GPU visible: run with GPU_R4_BACKEND=gloo to try the script on a CPU box")
