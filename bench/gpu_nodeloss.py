@@ -246,6 +246,7 @@ def job(rs, cfg, n):
             got = wait_round(d, t, n, procs, cap)
             if got is None:
                 worlds = sorted({x["world"] for x in readies(d) if x["t0"] > t})
+                row["crash"] = {"seconds": None}
                 row["notes"].append(f"crash: no round of {n} within {cap:.0f} s (worlds seen after: {worlds})")
                 rs.log(f"{name:34s} crash: none in {cap:.0f} s (worlds after: {worlds})")
             else:
@@ -255,7 +256,7 @@ def job(rs, cfg, n):
                 rs.log(f"{name:34s} crash: {secs:6.3f} s")
             rs.save()
         if loss:
-            if crash_first and row["crash"] is None:
+            if crash_first and row["crash"]["seconds"] is None:
                 raise RuntimeError("the loss is not measured: the crash was not recovered")
             cur = settle()
             targets = set(gc.tree(procs[-1].pid))
@@ -332,12 +333,17 @@ def main():
         if r["loss"]:
             summary.setdefault(r["loss"], {})[r["config"]] = r["loss_s"]
     rs.res["summary"] = summary
-    crashes = [r["crash"]["seconds"] for r in rows if r["crash"] and "warm-cuda" in r["config"]]
+    crashes = [r["crash"]["seconds"] for r in rows if r["crash"] and r["crash"]["seconds"] is not None
+               and "warm-cuda" in r["config"]]
     if crashes:
         summary["crash_warm_cuda_median"] = round(statistics.median(crashes), 3)
     if rs.res["skipped"]:
         rs.log(f"skipped (the budget): {', '.join(x.split(':')[0] for x in rs.res['skipped'])}")
-    rs.log(f"summary: {json.dumps(summary)}")
+    rs.log(f"summary: {json.dumps(summary)}", console=False)
+    for kind in ("crash", "kill", "stop"):
+        if summary.get(kind):
+            rs.log(f"{kind:5s} (s): " + ", ".join(f"{c[5:] if c.startswith('trun-') else c} {'none' if v is None else v}"
+                                                 for c, v in summary[kind].items()))
     rs.log(f"results: {rs.save()}; {time.time() - rs.t0:.0f} s")
 
 
