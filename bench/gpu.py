@@ -86,7 +86,11 @@ def result_name(names, day):
 
 
 GPU_NAMES = gpu_names()
-NAME = result_name(GPU_NAMES, datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+# GPU_RESULT_SUFFIX (bench/gpu4.sh): <date>-<gpu>-<suffix>, one name per device call, so that two calls' results
+# never share a name
+NAME = (f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-{gpu_tag(GPU_NAMES)}-"
+        f"{os.environ['GPU_RESULT_SUFFIX']}" if os.environ.get("GPU_RESULT_SUFFIX") else
+        result_name(GPU_NAMES, datetime.datetime.now(datetime.timezone.utc).date().isoformat()))
 LOGS = os.path.join(OUT, NAME)
 RESULT = os.path.join(OUT, NAME + ".json")
 res = {"steps": {}}

@@ -9,12 +9,14 @@
 #                                   (bench/gpu_recovery4.py, ~220 s), layouts 1xN / 2xN/2 / Nx1 with the doctor
 #                                   and --nccl-report (~100 s), preflight vs torch (~60 s), DDP and FSDP
 #                                   examples on N GPUs, trun vs torchrun (~60 s each)
-# Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>.json and $OUT/<date>-<gpu>/); at the end
-# each folder is packed into $OUT/<folder>.tgz (the device returns at most 8 files): unpack into bench/results/.
-# The whole console of every step is in $OUT/console-<call>.txt; the screen gets each step's short lines.
-# On a CPU box (a try of the scripts, gloo, 2 CPU workers): GPU4_BACKEND=gloo TRUN_BIN=build PYTHON=/usr/bin/python3.
+# Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>-health.json or -gpu.json and the folder
+# of the same name); at the end each folder is packed into $OUT/<folder>.tgz (the device returns at most 8
+# files): unpack them into bench/results/. The whole console of every step is in $OUT/console-<call>.txt; the
+# screen gets each step's short lines (the device returns the last 12,000 characters).
+# On a CPU box (a try of the scripts: gloo, one CPU worker a GPU): GPU4_BACKEND=gloo GPU_BENCH_CPU=2
+# TRUN_BIN=build PYTHON=/usr/bin/python3 bash bench/gpu4.sh 1 (or 2); a step that needs a GPU says so.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 CALL=${1:-}
 case "$CALL" in 1 | 2) ;; *) echo "usage: bash bench/gpu4.sh 1|2 (the first or the second device call)" >&2; exit 2 ;; esac
 # NVLink multicast stays off on the shared GPU box, in every environment this starts.
@@ -57,7 +59,7 @@ step() {
   local s0 tmp rc
   s0=$(date +%s)
   tmp=$(mktemp)
-  GPU4_STEP_LIMIT=$t timeout -k 15 "$t" "$@" >"$tmp" 2>&1
+  timeout -k 15 "$t" "$@" >"$tmp" 2>&1
   rc=$?
   cat "$tmp" >>"$CONSOLE"
   grep -v '^[[:space:]]' "$tmp" | cut -c1-200 | tail -n "$lines"
@@ -89,7 +91,7 @@ trap 'reap; pack' EXIT
 } | tee -a "$CONSOLE"
 
 if [ "$CALL" = 1 ]; then
-  step health 75 14 env GPU_STEPS=health "$PY" bench/gpu.py
+  step health 75 14 env GPU_STEPS=health GPU_RESULT_SUFFIX=health "$PY" bench/gpu.py
   step topo 45 6 "$PY" bench/gpu_topo.py
   t=$(($(left) - 40))
   step nodeloss 500 40 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
@@ -98,6 +100,8 @@ else
   step recovery4 250 22 env GPU_R4_STEPS=recovery,busbw GPU_R4_BUDGET=215 GPU_R4_CRASHES=2 \
     GPU_R4_CONFIGS=trun-warm-cuda,trun-warm-cuda+debug_init,trun-warm-cuda+cumem0,trun-warm-cuda+topofile,trun-warm-cuda+cumem0+debug_init,trun-warm-cuda+cumem0+topo+graph,trun-warm-cuda+nonet,trun-warm \
     GPU_R4_BUSBW=default,cumem0,topofile,nonet "$PY" bench/gpu_recovery4.py
+  # gpu.py's steps, one a run, into one result ($OUT/<date>-<gpu>-gpu.json and its folder)
+  export GPU_RESULT_SUFFIX=gpu
   step layouts 120 8 env GPU_STEPS=layouts "$PY" bench/gpu.py
   step preflight 80 8 env GPU_STEPS=preflight GPU_PREFLIGHT_EAGER=0 "$PY" bench/gpu.py
   step ddp+fsdp 150 8 env GPU_STEPS=ddp,fsdp GPU_DDP_REPS=2 "$PY" bench/gpu.py
