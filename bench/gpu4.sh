@@ -44,7 +44,7 @@ reap() {
 }
 
 # step NAME CAP LINES CMD...: CMD under a time limit of min(CAP, what is left - 25 s); its whole output into the
-# console file, its last LINES short lines (no indented ones, 200 characters at most) on the screen.
+# console file, its last LINES short lines (no indented ones, 240 characters at most) on the screen.
 step() {
   local name=$1 cap=$2 lines=$3 t
   shift 3
@@ -62,7 +62,7 @@ step() {
   timeout -k 15 "$t" "$@" >"$tmp" 2>&1
   rc=$?
   cat "$tmp" >>"$CONSOLE"
-  grep -v '^[[:space:]]' "$tmp" | cut -c1-200 | tail -n "$lines"
+  grep -v '^[[:space:]]' "$tmp" | cut -c1-240 | tail -n "$lines"
   rm -f "$tmp"
   reap
   echo "== $name: exit $rc, $(($(date +%s) - s0)) s$([ $rc = 124 ] && echo ' (its time limit: what it measured is saved)')" |
@@ -91,10 +91,10 @@ trap 'reap; pack' EXIT
 } | tee -a "$CONSOLE"
 
 if [ "$CALL" = 1 ]; then
-  step health 75 14 env GPU_STEPS=health GPU_RESULT_SUFFIX=health "$PY" bench/gpu.py
+  step health 75 8 env GPU_STEPS=health GPU_RESULT_SUFFIX=health "$PY" bench/gpu.py
   step topo 45 6 "$PY" bench/gpu_topo.py
   t=$(($(left) - 40))
-  step nodeloss 500 40 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
+  step nodeloss 500 60 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
 else
   # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
   step recovery4 250 22 env GPU_R4_STEPS=recovery,busbw GPU_R4_BUDGET=215 GPU_R4_CRASHES=2 \

@@ -338,12 +338,15 @@ def main():
     if crashes:
         summary["crash_warm_cuda_median"] = round(statistics.median(crashes), 3)
     if rs.res["skipped"]:
-        rs.log(f"skipped (the budget): {', '.join(x.split(':')[0] for x in rs.res['skipped'])}")
+        names = [x.split(":")[0] for x in rs.res["skipped"]]
+        for i in range(0, len(names), 5):
+            rs.log(f"skipped (the budget): {', '.join(names[i:i + 5])}")
     rs.log(f"summary: {json.dumps(summary)}", console=False)
     for kind in ("crash", "kill", "stop"):
-        if summary.get(kind):
-            rs.log(f"{kind:5s} (s): " + ", ".join(f"{c[5:] if c.startswith('trun-') else c} {'none' if v is None else v}"
-                                                 for c, v in summary[kind].items()))
+        items = [f"{c[5:] if c.startswith('trun-') else c} {'none' if v is None else v}"
+                 for c, v in summary.get(kind, {}).items()]
+        for i in range(0, len(items), 5):  # short lines: the device returns the console's end only
+            rs.log(f"{kind:5s} (s): " + ", ".join(items[i:i + 5]))
     rs.log(f"results: {rs.save()}; {time.time() - rs.t0:.0f} s")
 
 
