@@ -326,7 +326,7 @@ def preflight():
     tor = ar_lines(r.stdout)
     out["torch_mode"] = "graph" if "mode=graph" in r.stdout else "eager"
     eager = {}
-    if os.environ.get("GPU_PREFLIGHT_EAGER", "1") != "0":  # the eager loop too, for reference (GPU_PREFLIGHT_EAGER=0: not)
+    if os.environ.get("GPU_PREFLIGHT_EAGER", "1") != "0":  # the eager loop too, for reference
         r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", size_arg], env=env, timeout=400)
         open(os.path.join(LOGS, "preflight-torch-eager.txt"), "w").write(r.stdout + r.stderr)
         eager = ar_lines(r.stdout)
@@ -373,8 +373,8 @@ def layout_run(env, k, per, tag, args, extra_env=None, timeout=300):
 
 def layouts():
     """The doctor and the NCCL transport report (--nccl-report) in each layout of the box's N GPUs: one pod of N
-    (1xN), two pods of N/2 (2xN/2), four of N/4 where N > 4, N pods of one (Nx1), pods apart by NCCL_HOSTID, each with the busbw of
-    examples/allreduce_nccl.py at 1 MiB, 64 MiB and 1 GiB; trun-topo --nccl-log over every pod's NCCL logs of
+    (1xN), two pods of N/2 (2xN/2), four of N/4 where N > 4, N pods of one (Nx1), pods apart by NCCL_HOSTID,
+    each with the busbw of examples/allreduce_nccl.py at 1 MiB, 64 MiB and 1 GiB; trun-topo --nccl-log over every pod's NCCL logs of
     the 2-pod layout; trun --preflight in the 2-pod layout. For N = 2 the 1x2 and 2x1 runs are the one-pod and
     two-pods experiment of earlier results (kept under those names too)."""
     import glob
@@ -397,7 +397,8 @@ def layouts():
                                ["--nccl-report", "--log-dir", os.path.join(LOGS, f"layout-{name}-logs"), script]
                                + (["--sizes", "1M,64M,1G"] if gpu_count() else []))
         o0, e0 = outs[0]
-        row = {"agents": k, "gpus_per_agent": per, "rc": rcs, "ar": [ln for ln in o0.splitlines() if ln.startswith("AR ")],
+        row = {"agents": k, "gpus_per_agent": per, "rc": rcs,
+               "ar": [ln for ln in o0.splitlines() if ln.startswith("AR ")],
                "busbw": {str(b): v["busbw"] for b, v in ar_lines(o0).items()},
                "doctor_split_warning": "WARNING [split]" in e0,
                "doctor": [ln.strip() for ln in e0.splitlines() if "WARNING [" in ln][:6],
@@ -469,8 +470,8 @@ DDP_ARGS = ["--steps", "300", "--d-model", "512", "--layers", "4", "--heads", "8
 
 
 def ddp_pairs(run, reps, tag, example="train_ddp.py"):
-    """examples/train_ddp.py (or `example`: train_fsdp.py) under trun and under torchrun 2.11: a warm-up run first (CUDA / cuBLAS caches, page
-    cache), not counted; then reps pairs, the order alternating so that neither launcher always runs first.
+    """examples/train_ddp.py (or `example`: train_fsdp.py) under trun and under torchrun 2.11: a warm-up run
+    first (CUDA / cuBLAS caches, page cache), not counted; then reps pairs, the order alternating so that neither launcher always runs first.
     run(launcher argv, script argv, log tag) -> (ok, rank 0's stdout). The per-run median step times, the
     median over runs, each launcher's spread ((max - min) / median: the noise floor against which the ratio is
     read), each pair's trun / torchrun ratio, and rank 0's loss curves compared."""
@@ -502,8 +503,8 @@ def ddp_pairs(run, reps, tag, example="train_ddp.py"):
     ratio = med["trun"] / med["torchrun-2.11"] if med["trun"] and med["torchrun-2.11"] else None
     log(f"{tag}: median step ms {med} (trun / torchrun {ratio}; pairs {pairs_out}), spread {spread}, "
         f"max loss diff {diff}")
-    return {"example": example, "args": DDP_ARGS, "runs": rows, "median_step_ms": med, "spread": spread, "trun_over_torchrun": ratio,
-            "pair_ratios": pairs_out, "max_loss_diff": diff, "loss_first": t[:1], "loss_last": t[-1:]}
+    return {"example": example, "args": DDP_ARGS, "runs": rows, "median_step_ms": med, "spread": spread,
+            "trun_over_torchrun": ratio, "pair_ratios": pairs_out, "max_loss_diff": diff, "loss_first": t[:1], "loss_last": t[-1:]}
 
 
 def ddp(example="train_ddp.py", key="ddp"):
@@ -762,7 +763,8 @@ def nvlink_views():
         out[tag] = row
         log(f"nvlink {tag}: trun-topo {gpus} GPU(s), nvlink {checks.get('nvlink', {}).get('status')} "
             f"({checks.get('nvlink', {}).get('value')}); nvidia-smi {row['smi_gpus']} GPU(s), "
-            f"{row['smi_active_links']} active / {row['smi_inactive_links']} inactive links at {row['smi_link_gbps']} GB/s")
+            f"{row['smi_active_links']} active / {row['smi_inactive_links']} inactive links at "
+            f"{row['smi_link_gbps']} GB/s")
     return out
 
 

@@ -18,7 +18,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 CALL=${1:-}
-case "$CALL" in 1 | 2) ;; *) echo "usage: bash bench/gpu4.sh 1|2 (the first or the second device call)" >&2; exit 2 ;; esac
+case "$CALL" in
+  1 | 2) ;;
+  *) echo "usage: bash bench/gpu4.sh 1|2 (the first or the second device call)" >&2 && exit 2 ;;
+esac
 # NVLink multicast stays off on the shared GPU box, in every environment this starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export OUT=${OUT:-$PWD/build/gpu-results}
@@ -65,8 +68,9 @@ step() {
   grep -v '^[[:space:]]' "$tmp" | cut -c1-240 | tail -n "$lines"
   rm -f "$tmp"
   reap
-  echo "== $name: exit $rc, $(($(date +%s) - s0)) s$([ $rc = 124 ] && echo ' (its time limit: what it measured is saved)')" |
-    tee -a "$CONSOLE"
+  local why=""
+  [ $rc = 124 ] && why=" (its time limit: what it measured is saved)"
+  echo "== $name: exit $rc, $(($(date +%s) - s0)) s$why" | tee -a "$CONSOLE"
 }
 
 # pack: each result folder under $OUT (and gpu.py's JSON beside it) into $OUT/<folder>.tgz.
@@ -86,7 +90,7 @@ trap 'reap; pack' EXIT
 
 {
   echo "== call $CALL: $(date -u +%FT%TZ), backend $BACKEND, trun $("$TRUN_BIN/trun" --version 2>&1 | head -1)"
-  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")' 2>&1 | tail -1
+  "$PY" -c 'import torch; print("torch", torch.__version__, torch.cuda.device_count(), "GPU(s)")' 2>&1 | tail -1
   nvidia-smi topo -m 2>&1 | head -24
 } | tee -a "$CONSOLE"
 
@@ -97,14 +101,15 @@ if [ "$CALL" = 1 ]; then
   step nodeloss 500 60 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
 else
   # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
+  c=trun-warm-cuda
+  configs=$c,$c+debug_init,$c+cumem0,$c+topofile,$c+cumem0+debug_init,$c+cumem0+topo+graph,$c+nonet,trun-warm
   step recovery4 250 22 env GPU_R4_STEPS=recovery,busbw GPU_R4_BUDGET=215 GPU_R4_CRASHES=2 \
-    GPU_R4_CONFIGS=trun-warm-cuda,trun-warm-cuda+debug_init,trun-warm-cuda+cumem0,trun-warm-cuda+topofile,trun-warm-cuda+cumem0+debug_init,trun-warm-cuda+cumem0+topo+graph,trun-warm-cuda+nonet,trun-warm \
-    GPU_R4_BUSBW=default,cumem0,topofile,nonet "$PY" bench/gpu_recovery4.py
+    GPU_R4_CONFIGS=$configs GPU_R4_BUSBW=default,cumem0,topofile,nonet "$PY" bench/gpu_recovery4.py
   # gpu.py's steps, one a run, into one result ($OUT/<date>-<gpu>-gpu.json and its folder)
   export GPU_RESULT_SUFFIX=gpu
   step layouts 120 8 env GPU_STEPS=layouts "$PY" bench/gpu.py
   step preflight 80 8 env GPU_STEPS=preflight GPU_PREFLIGHT_EAGER=0 "$PY" bench/gpu.py
   step ddp+fsdp 150 8 env GPU_STEPS=ddp,fsdp GPU_DDP_REPS=2 "$PY" bench/gpu.py
 fi
-echo "== call $CALL done in $(($(date +%s) - START)) s; results: $OUT/*.tgz (unpack into bench/results/), whole console $CONSOLE" |
-  tee -a "$CONSOLE"
+echo "== call $CALL done in $(($(date +%s) - START)) s; results: $OUT/*.tgz (unpack into bench/results/)," \
+  "whole console $CONSOLE" | tee -a "$CONSOLE"

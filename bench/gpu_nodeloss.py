@@ -277,7 +277,8 @@ def job(rs, cfg, n):
                 secs = max(x["ready"] for x in got.values()) - t
                 row["loss_s"] = round(secs, 3)
                 row["loss_timeline"] = timeline(got, sum((gc.events(e) for e in evs[:-1]), []), t)
-                rs.log(f"{name:34s} {loss}: {secs:6.3f} s  survivors' exits {row['loss_timeline'].get('worker_exits_ms')}"
+                exits = row["loss_timeline"].get("worker_exits_ms")
+                rs.log(f"{name:34s} {loss}: {secs:6.3f} s  survivors' exits {exits}"
                        f" ms, ready {row['loss_timeline']['workers_ready_ms']} ms")
     except Exception as e:  # noqa: BLE001
         row["notes"].append(str(e))

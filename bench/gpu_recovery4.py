@@ -455,7 +455,9 @@ def recovery(n):
                 res["skipped"].append(f"recovery {name}: no NCCL topology or graph file (no GPU, or NCCL wrote none)")
                 log(res["skipped"][-1])
                 continue
-            extra = dict(extra, NCCL_TOPO_FILE=path, **({"NCCL_GRAPH_FILE": graph} if "NCCL_GRAPH_FILE" in extra else {}))
+            extra = dict(extra, NCCL_TOPO_FILE=path)
+            if "NCCL_GRAPH_FILE" in extra:
+                extra["NCCL_GRAPH_FILE"] = graph
         row = recovery_job(name, base, extra, n, crashes, warm)
         table.append(row)
         init = (row.get("nccl_init") or {}).get("1") or []
@@ -501,7 +503,8 @@ def busbw(n):
             r = subprocess.run([TRUN, "--standalone", "--nproc-per-node", str(n), script, "--sizes", "8M,1G",
                                 "--iters", "20", "--graph"], env=env, capture_output=True, text=True, timeout=180)
             with open(os.path.join(LOGS, "busbw-runs.txt"), "a") as f:
-                f.write(f"== {tag} rep {rep}: exit {r.returncode}, {time.time() - t:.1f} s\n{r.stdout}{r.stderr[-2000:]}\n")
+                f.write(f"== {tag} rep {rep}: exit {r.returncode}, {time.time() - t:.1f} s\n{r.stdout}"
+                        f"{r.stderr[-2000:]}\n")
             got = gc.ar_lines(r.stdout)
             row = table.setdefault(tag, {"env": extra, "runs": []})
             row["runs"].append({"rc": r.returncode, **{str(b): v["busbw"] for b, v in got.items()}})
