@@ -197,7 +197,7 @@ def launch():
         common = ["--standalone", "--nproc_per_node", str(nproc), "--monitor_interval", "0.1", "--no_python",
                   "/bin/true"]
         cmds = {"trun": [os.path.join(BIN, "trun")] + common,
-                "torchrun-2.11": [PY, "-m", "torch.distributed.run"] + common}
+                "torchrun-2.11": list(torchrun_cmd(PY)) + common}
         samples = {}
         for rep in range(max(REPS, 5)):
             for name, cmd in cmds.items():
@@ -219,7 +219,7 @@ def envcmp():
     tmp = tempfile.mkdtemp(prefix="trun-gpu-env.")
     env = dict(os.environ, PYTHON_EXEC=PY, TMPDIR=tmp)
     dump = os.path.join(REPO, "tests", "agent", "dumpenv.py")
-    for name, base in (("t", [PY, "-m", "torch.distributed.run"]), ("r", [os.path.join(BIN, "trun")])):
+    for name, base in (("t", list(torchrun_cmd(PY))), ("r", [os.path.join(BIN, "trun")])):
         d = os.path.join(tmp, name)
         os.makedirs(d)
         r = sh(base + ["--standalone", "--nproc_per_node", str(n), "--local-addr", "localhost", dump, d], env=env,
@@ -254,7 +254,7 @@ def nccl():
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     out = {}
-    for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
+    for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", list(torchrun_cmd(PY)))):
         r = sh(base + ["--standalone", "--nproc_per_node", str(n), script, "--sizes", "1M,64M,1G"], env=env,
                timeout=300)
         open(os.path.join(LOGS, f"nccl-{name}.log"), "w").write(r.stdout + r.stderr)
@@ -444,7 +444,7 @@ def c10d():
             env = dict(env0, CUDA_VISIBLE_DEVICES=",".join(str(i * per + j) for j in range(per)))
             be = "trun" if host is None else "c10d"
             conf = f"is_host={'1' if i == 0 else '0'}"
-            base = [os.path.join(BIN, "trun")] if kind == "trun" else [PY, "-m", "torch.distributed.run"]
+            base = [os.path.join(BIN, "trun")] if kind == "trun" else list(torchrun_cmd(PY))
             cmd = base + ["--nnodes", "2", "--nproc-per-node", str(per), "--rdzv-backend", be, "--rdzv-endpoint",
                           f"127.0.0.1:{p}", "--rdzv-id", case, "--rdzv-conf", conf, script, "--sizes", "1M,64M"]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))

@@ -9,6 +9,9 @@
 #                                   (bench/gpu_recovery4.py, ~220 s), layouts 1xN / 2xN/2 / Nx1 with the doctor
 #                                   and --nccl-report (~100 s), preflight vs torch (~60 s), DDP and FSDP
 #                                   examples on N GPUs, trun vs torchrun (~60 s each)
+#   call 3 (optional): bash bench/gpu4.sh 3   the rest of bench/gpu.py's steps at N GPUs: worker environment,
+#                                   launch (2, N, 8 workers), NCCL busbw via trun and torchrun, the c10d mixed
+#                                   fleet (2 agents x N/2), the stall detector (~4 min)
 # Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>-health.json or -gpu.json and the folder
 # of the same name); at the end each folder is packed into $OUT/<folder>.tgz (the device returns at most 8
 # files): unpack them into bench/results/. The whole console of every step is in $OUT/console-<call>.txt; the
@@ -19,8 +22,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 CALL=${1:-}
 case "$CALL" in
-  1 | 2) ;;
-  *) echo "usage: bash bench/gpu4.sh 1|2 (the first or the second device call)" >&2 && exit 2 ;;
+  1 | 2 | 3) ;;
+  *) echo "usage: bash bench/gpu4.sh 1|2|3 (the first, second or the optional third device call)" >&2 && exit 2 ;;
 esac
 # NVLink multicast stays off on the shared GPU box, in every environment this starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -99,6 +102,13 @@ if [ "$CALL" = 1 ]; then
   step topo 45 6 "$PY" bench/gpu_topo.py
   t=$(($(left) - 40))
   step nodeloss 500 60 env GPU_NL_BUDGET=$((t - 30)) "$PY" bench/gpu_nodeloss.py
+elif [ "$CALL" = 3 ]; then
+  export GPU_RESULT_SUFFIX=gpu3
+  step envcmp 90 4 env GPU_STEPS=envcmp "$PY" bench/gpu.py
+  step launch 120 10 env GPU_STEPS=launch "$PY" bench/gpu.py
+  step nccl 90 4 env GPU_STEPS=nccl "$PY" bench/gpu.py
+  step c10d 150 4 env GPU_STEPS=c10d "$PY" bench/gpu.py
+  step stall 120 4 env GPU_STEPS=stall "$PY" bench/gpu.py
 else
   # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
   c=trun-warm-cuda
