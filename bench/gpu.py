@@ -1,29 +1,36 @@
-"""Everything that needs the GPU box (torch 2.11, NCCL, GPUs), in one run sized for one device call.
+"""Everything that needs the GPU box (torch 2.11, NCCL, GPUs): every step at the box's GPU count N.
 
-Run by bench/gpu.sh. Writes $OUT/<date>-<gpu>.json (e.g. 2026-11-22-h200x2.json; <gpu> from nvidia-smi's names,
--s2, -s3 ... added while bench/results holds that name already) and the logs in $OUT/<date>-<gpu>/, so that
-both can be copied into bench/results/ and committed as they are; prints a summary. Steps:
+Run by bench/gpu.sh (every step: one device call of < 9 min on 2 GPUs; on 4 or more, split it with GPU_STEPS)
+and bench/gpu4.sh (issue 39's steps, one a run: a run adds its steps to the JSON an earlier run of the same day
+left in $OUT). Writes $OUT/<date>-<gpu>.json (e.g. 2026-11-22-h200x2.json; <gpu> from nvidia-smi's names, -s2,
+-s3 ... added while bench/results holds that name already) and the logs in $OUT/<date>-<gpu>/, so that both can
+be copied into bench/results/ and committed as they are; prints a summary. Steps:
   1. torch 2.11 interop: tests/store/ops.py against torch 2.11's libuv server and against trun-store (diff),
      waiters woken across clients, 40 concurrent adders.
   2. TCPStore: trun-store vs torch 2.11's libuv server under trun-store bench, 1/64/1024 clients, interleaved.
-  3. Launch overhead: trun vs torchrun 2.11, --standalone, 2 no-op workers (/bin/true), interleaved.
-  4. Worker environment: trun vs torchrun 2.11 (tests/helpers/envdiff.py).
+  3. Launch overhead: trun vs torchrun 2.11, --standalone, 2, N (the box's GPUs) and 8 no-op workers
+     (/bin/true), interleaved.
+  4. Worker environment: trun vs torchrun 2.11 (tests/helpers/envdiff.py), N workers.
   5. NCCL all-reduce busbw through trun and through torchrun, one process per GPU (examples/allreduce_nccl.py).
   6. preflight: trun-preflight (libcudart / libnccl from torch's nvidia packages, by dlopen) on every GPU via
      `trun-topo preflight`, 8 B..1 GiB, vs torch 2.11's all-reduce at the same sizes (examples/allreduce_nccl.py
-     under trun); then the one-pod vs two-pods experiment through trun --nccl-report (two agents, one GPU each,
-     different NCCL_HOSTID): the doctor's split warning, each run's NCCL transport report, trun-topo
-     --nccl-log over both pods' logs, and trun --preflight in the two-pods layout.
-  7. c10d: a mixed fleet with torchrun 2.11: one torchrun agent and one trun agent (one GPU each) join one c10d
+     under trun; in a CUDA graph, and eagerly unless GPU_PREFLIGHT_EAGER=0).
+     layouts: the box's N GPUs as one pod (1xN), two pods (2xN/2) and N pods (Nx1), pods apart by NCCL_HOSTID,
+     each through trun --nccl-report with its busbw at 1 MiB, 64 MiB, 1 GiB: the doctor's split warning, each
+     run's NCCL transport report, trun-topo --nccl-log over the 2-pod logs, and trun --preflight in the 2-pod
+     layout (on 2 GPUs: the one-pod vs two-pods experiment of earlier results, under those names too).
+  7. c10d: a mixed fleet with torchrun 2.11: one torchrun agent and one trun agent (N/2 GPUs each) join one c10d
      rendezvous, each kind serving the store in turn, and run an NCCL all-reduce; then two trun agents with the
      trun backend.
-  8. ddp: examples/train_ddp.py on 2 GPUs under trun and under torchrun 2.11, interleaved: loss curves and
-     step times.
+  8. ddp: examples/train_ddp.py on the N GPUs (GPU_DDP_NPROC: another count, e.g. 2 as in earlier results)
+     under trun and under torchrun 2.11, interleaved (GPU_DDP_REPS pairs, 3): loss curves and step times.
+     fsdp: examples/train_fsdp.py the same way, next to ddp.
   9. stall: hang detection: a hung NCCL all-reduce (bench/stall_nccl.py) under trun --stall-timeout 15: which rank is
      flagged, after how long, whether attempt 1 succeeds; the event stream and /proc CPU of the waiting ranks.
  11. health: the node health gate on real GPUs (issue 20): `trun-topo health --json` 5 times (its checks, each
-     one's status, the gate's elapsed_ms), and trun --health-check fail --standalone with one no-op worker, 5
-     times (the gate's cost inside a launch, vs the same launch with --health-check off).
+     one's status, the gate's elapsed_ms), its nvlink check next to `nvidia-smi nvlink -s` for all GPUs and
+     for the 2-GPU view (CUDA_VISIBLE_DEVICES=0,1), and trun --health-check fail --standalone with one no-op
+     worker, 5 times (the gate's cost inside a launch, vs the same launch with --health-check off).
  10. onegpu (only when named, GPU_STEPS=onegpu, a call of its own: ~8 min): two pods on GPU 0 (NCCL_HOSTID
      apart, NCCL over sockets): preflight vs torch's all-reduce in that layout, and the DDP example under trun
      vs torchrun 2.11: what a 1-GPU box can show of the 2-GPU comparisons of steps 6 and 8.
@@ -45,6 +52,8 @@ import tempfile
 import time
 
 from bench import run_launcher  # same sampling as make bench
+from gpu_common import ar_lines, free_port, gpu_names, gpu_tag, torchrun_cmd  # noqa: F401 (gpu_topo.py imports
+# gpu_names and gpu_tag from here)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
@@ -53,37 +62,18 @@ PY = sys.executable
 REPS = int(os.environ.get("GPU_BENCH_REPS", "3"))
 
 
+def nranks():
+    """The ranks a step runs: one per GPU; on a box without GPUs, GPU_BENCH_CPU (a count of CPU workers, gloo)
+    where a step can try its code path that way (layouts, ddp, fsdp), else 0."""
+    return gpu_count() or int(os.environ.get("GPU_BENCH_CPU") or 0)
+
+
 def gpu_count():
     try:
         import torch
         return torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no torch or no CUDA: no GPU
         return 0
-
-
-def gpu_names():
-    """Each visible GPU's name as nvidia-smi prints it; [] where there is no nvidia-smi or no GPU."""
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                           text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.returncode == 0 else []
-
-
-def gpu_tag(names):
-    """'NVIDIA H200' twice -> 'h200x2', 'NVIDIA A100-SXM4-80GB' -> 'a100x1',
-    'NVIDIA GeForce RTX 4090' -> 'rtx4090x1', no GPU -> 'nogpu'."""
-    if not names:
-        return "nogpu"
-    tag = []
-    for w in names[0].split():
-        if w.lower() in ("nvidia", "tesla", "geforce", "quadro"):
-            continue
-        tag.append(re.sub(r"[^a-z0-9]", "", w.split("-")[0].lower()))
-        if any(ch.isdigit() for ch in w):
-            break
-    return "".join(tag) + f"x{len(names)}"
 
 
 def result_name(names, day):
@@ -96,8 +86,13 @@ def result_name(names, day):
 
 
 GPU_NAMES = gpu_names()
-NAME = result_name(GPU_NAMES, datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+# GPU_RESULT_SUFFIX (bench/gpu4.sh): <date>-<gpu>-<suffix>, one name per device call, so that two calls' results
+# never share a name
+NAME = (f"{datetime.datetime.now(datetime.timezone.utc).date().isoformat()}-{gpu_tag(GPU_NAMES)}-"
+        f"{os.environ['GPU_RESULT_SUFFIX']}" if os.environ.get("GPU_RESULT_SUFFIX") else
+        result_name(GPU_NAMES, datetime.datetime.now(datetime.timezone.utc).date().isoformat()))
 LOGS = os.path.join(OUT, NAME)
+RESULT = os.path.join(OUT, NAME + ".json")
 res = {"steps": {}}
 
 
@@ -198,11 +193,11 @@ def store_bench():
 def launch():
     env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
     table = []
-    for nproc in (2, 8):
+    for nproc in sorted({2, max(2, gpu_count()), 8}):
         common = ["--standalone", "--nproc_per_node", str(nproc), "--monitor_interval", "0.1", "--no_python",
                   "/bin/true"]
         cmds = {"trun": [os.path.join(BIN, "trun")] + common,
-                "torchrun-2.11": [PY, "-m", "torch.distributed.run"] + common}
+                "torchrun-2.11": list(torchrun_cmd(PY)) + common}
         samples = {}
         for rep in range(max(REPS, 5)):
             for name, cmd in cmds.items():
@@ -220,26 +215,27 @@ def launch():
 
 
 def envcmp():
+    n = max(2, gpu_count())  # one worker per GPU, as a job on this box would have
     tmp = tempfile.mkdtemp(prefix="trun-gpu-env.")
     env = dict(os.environ, PYTHON_EXEC=PY, TMPDIR=tmp)
     dump = os.path.join(REPO, "tests", "agent", "dumpenv.py")
-    for name, base in (("t", [PY, "-m", "torch.distributed.run"]), ("r", [os.path.join(BIN, "trun")])):
+    for name, base in (("t", list(torchrun_cmd(PY))), ("r", [os.path.join(BIN, "trun")])):
         d = os.path.join(tmp, name)
         os.makedirs(d)
-        r = sh(base + ["--standalone", "--nproc_per_node", "2", "--local-addr", "localhost", dump, d], env=env,
+        r = sh(base + ["--standalone", "--nproc_per_node", str(n), "--local-addr", "localhost", dump, d], env=env,
                timeout=300)
         if r.returncode != 0:
             log(f"env {name}: exit {r.returncode}: {r.stderr[-500:]}")
     # trun's own NCCL / EFA variables on a GPU node (source "trun" in --explain) are expected additions.
-    ex = sh([os.path.join(BIN, "trun"), "--explain", "--nproc-per-node", "2", dump], env=env, timeout=60)
+    ex = sh([os.path.join(BIN, "trun"), "--explain", "--nproc-per-node", str(n), dump], env=env, timeout=60)
     open(os.path.join(LOGS, "explain.txt"), "w").write(ex.stdout + ex.stderr)
     lines = ex.stdout.splitlines()
     decided = [f"trun:{m.group(1)}={m.group(2)}" for i, ln in enumerate(lines[:-1])
                if (m := re.match(r"^  ([A-Z][A-Z0-9_]*)=(.*)$", ln)) and lines[i + 1].strip().startswith("source: trun;")]
     r = sh([PY, os.path.join(REPO, "tests", "agent", "envdiff.py"), "torch-2.11", os.path.join(tmp, "t"),
-            os.path.join(tmp, "r"), "2"] + decided, timeout=60)
+            os.path.join(tmp, "r"), str(n)] + decided, timeout=60)
     open(os.path.join(LOGS, "envdiff.txt"), "w").write(r.stdout + r.stderr)
-    res["steps"]["env"] = {"identical": r.returncode == 0, "trun_decisions": decided,
+    res["steps"]["env"] = {"nproc": n, "identical": r.returncode == 0, "trun_decisions": decided,
                            "report": r.stdout.strip().splitlines()[-12:]}
     log(f"env vs torchrun 2.11: identical={r.returncode == 0}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -258,7 +254,7 @@ def nccl():
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     out = {}
-    for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"])):
+    for name, base in (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", list(torchrun_cmd(PY)))):
         r = sh(base + ["--standalone", "--nproc_per_node", str(n), script, "--sizes", "1M,64M,1G"], env=env,
                timeout=300)
         open(os.path.join(LOGS, f"nccl-{name}.log"), "w").write(r.stdout + r.stderr)
@@ -280,17 +276,6 @@ def torch_nccl_libs():
     return found
 
 
-def ar_lines(text):
-    """{bytes: {busbw, time_us}} from examples/allreduce_nccl.py's 'AR n=.. bytes=.. time_us=.. busbw=.. GB/s'
-    lines."""
-    out = {}
-    for ln in text.splitlines():
-        if ln.startswith("AR ") and "bytes=" in ln:
-            kv = dict(x.split("=", 1) for x in ln.split() if "=" in x)
-            out[int(kv["bytes"])] = {"busbw": float(kv["busbw"]), "time_us": float(kv["time_us"])}
-    return out
-
-
 def vs_torch(results, graph, eager):
     """trun-preflight's results against torch's all-reduce (ar_lines of the --graph and the eager run) at the
     same sizes. The ratio is preflight busbw / torch busbw, taken from the times (the same bytes and ranks on
@@ -310,6 +295,9 @@ def vs_torch(results, graph, eager):
 def preflight():
     import torch
     n = torch.cuda.device_count()
+    if n == 0:
+        log("preflight: no GPU: trun-topo preflight and torch's NCCL all-reduce need one")
+        return
     libs = torch_nccl_libs()
     log(f"preflight: {n} GPU(s); libraries {libs}")
     out = {"gpus": n, "libs": libs}
@@ -337,9 +325,11 @@ def preflight():
     open(os.path.join(LOGS, "preflight-torch.txt"), "w").write(r.stdout + r.stderr)
     tor = ar_lines(r.stdout)
     out["torch_mode"] = "graph" if "mode=graph" in r.stdout else "eager"
-    r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", size_arg], env=env, timeout=400)
-    open(os.path.join(LOGS, "preflight-torch-eager.txt"), "w").write(r.stdout + r.stderr)
-    eager = ar_lines(r.stdout)
+    eager = {}
+    if os.environ.get("GPU_PREFLIGHT_EAGER", "1") != "0":  # the eager loop too, for reference
+        r = sh([trun, "--standalone", "--nproc-per-node", str(n), script, "--sizes", size_arg], env=env, timeout=400)
+        open(os.path.join(LOGS, "preflight-torch-eager.txt"), "w").write(r.stdout + r.stderr)
+        eager = ar_lines(r.stdout)
     cmp = vs_torch(pre.get("results", []), tor, eager)
     big = [c for c in cmp if c["bytes"] >= 64 << 20]
     out["vs_torch"] = cmp
@@ -352,57 +342,96 @@ def preflight():
             f"{c['torch_eager_busbw']})")
     log(f"preflight within 5 % of torch ({out['torch_mode']}) at >= 64 MiB: {out['within_5pct_at_64MiB_up']}, "
         f"at every size: {out['within_5pct_all_sizes']}; worst {out['worst_ratio']}")
-    # 3. One pod (one agent, 2 GPUs) vs two pods (two agents, one GPU each, different NCCL_HOSTID), --nccl-report.
-    runs = {}
-    d1 = os.path.join(LOGS, "onepod")
-    r = sh([trun, "--standalone", "--nproc-per-node", "2", "--nccl-report", "--log-dir", d1, script,
-            "--sizes", "1M,64M,1G"], env=env, timeout=300)
-    open(os.path.join(LOGS, "onepod.txt"), "w").write(r.stdout + r.stderr)
-    runs["one_pod"] = {"rc": r.returncode, "ar": [ln for ln in r.stdout.splitlines() if ln.startswith("AR ")],
-                       "report": [ln for ln in r.stderr.splitlines() if "connection(s)" in ln or "verdict:" in ln]}
-    port = "29561"
+
+
+def layout_run(env, k, per, tag, args, extra_env=None, timeout=300):
+    """k agents of `per` GPUs each (agent i on GPUs i*per..), static rendezvous on 127.0.0.1; with k > 1 each
+    agent has an NCCL_HOSTID of its own (NCCL takes them for k hosts: NET/Socket between them, one pod each).
+    (return codes, [(stdout, stderr)] by agent); each agent's output in LOGS/<tag>-<i>.txt."""
+    port = str(free_port())
     procs = []
-    for rk in (0, 1):
-        e = dict(env, CUDA_VISIBLE_DEVICES=str(rk), NCCL_HOSTID=f"pod-{rk}")
+    for rk in range(k):
+        e = dict(env, CUDA_VISIBLE_DEVICES=",".join(str(rk * per + j) for j in range(per)), **(extra_env or {}))
+        if k > 1:
+            e["NCCL_HOSTID"] = f"pod-{rk}"
         procs.append(subprocess.Popen(
-            [trun, "--nnodes", "2", "--node-rank", str(rk), "--master-addr", "127.0.0.1", "--master-port", port,
-             "--nproc-per-node", "1", "--nccl-report", "--log-dir", os.path.join(LOGS, f"twopods-{rk}"), script,
-             "--sizes", "1M,64M,1G"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=300) for p in procs]
+            [os.path.join(BIN, "trun"), "--nnodes", str(k), "--node-rank", str(rk), "--master-addr", "127.0.0.1",
+             "--master-port", port, "--nproc-per-node", str(per)] + args, env=e, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            o, e = p.communicate()
+            outs.append((o, e + f"\n[bench: killed after {timeout} s]"))
     for rk, (o, e) in enumerate(outs):
-        open(os.path.join(LOGS, f"twopods-{rk}.txt"), "w").write(o + e)
-    runs["two_pods"] = {"rc": [p.returncode for p in procs],
-                        "ar": [ln for ln in outs[0][0].splitlines() if ln.startswith("AR ")],
-                        "doctor_split_warning": "WARNING [split]" in outs[0][1],
-                        "report": [ln for ln in outs[0][1].splitlines() if "connection(s)" in ln or "verdict:" in ln]}
+        open(os.path.join(LOGS, f"{tag}-{rk}.txt"), "w").write(o + e)
+    return [p.returncode for p in procs], outs
+
+
+def layouts():
+    """The doctor and the NCCL transport report (--nccl-report) in each layout of the box's N GPUs: one pod of N
+    (1xN), two pods of N/2 (2xN/2), four of N/4 where N > 4, N pods of one (Nx1), pods apart by NCCL_HOSTID,
+    each with the busbw of examples/allreduce_nccl.py at 1 MiB, 64 MiB and 1 GiB; trun-topo --nccl-log over every pod's NCCL logs of
+    the 2-pod layout; trun --preflight in the 2-pod layout. For N = 2 the 1x2 and 2x1 runs are the one-pod and
+    two-pods experiment of earlier results (kept under those names too)."""
     import glob
-    files = sorted(glob.glob(os.path.join(LOGS, "twopods-*", "*", "attempt_0", "*", "nccl.*.log")))
-    r = sh([topo, "--nccl-log"] + files + ["--json"], timeout=60) if files else None
-    runs["two_pods"]["nccl_log_both"] = json.loads(r.stdout) if r is not None and r.returncode == 0 else None
-    # 4. trun --preflight in the two-pods layout (2 nodes over TCP sockets): the table and verdict before workers.
-    procs = []
-    for rk in (0, 1):
-        e = dict(env, CUDA_VISIBLE_DEVICES=str(rk), NCCL_HOSTID=f"pod-{rk}",
-                 TRUN_PREFLIGHT_ARGS="--max-bytes 268435456")
-        procs.append(subprocess.Popen(
-            [trun, "--nnodes", "2", "--node-rank", str(rk), "--master-addr", "127.0.0.1", "--master-port", "29562",
-             "--nproc-per-node", "1", "--preflight", "--no-python", "/bin/true"], env=e, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=300) for p in procs]
-    open(os.path.join(LOGS, "twopods-preflight.txt"), "w").write(outs[0][0] + outs[0][1])
-    runs["two_pods_preflight"] = {"rc": [p.returncode for p in procs],
-                                  "verdict": [ln for ln in outs[0][0].splitlines() if ln.startswith("# ")]}
-    out["experiment"] = runs
-    log(f"one pod: {runs['one_pod']}")
-    log(f"two pods: {runs['two_pods']['ar']} split warning {runs['two_pods']['doctor_split_warning']} "
-        f"report {runs['two_pods']['report']}")
-    log(f"two pods preflight: {runs['two_pods_preflight']}")
+    n = nranks()
+    out = res["steps"]["layouts"] = {"gpus": gpu_count(), "ranks": n}
+    if n < 2:
+        log(f"layouts: {n} GPU(s): a layout of several needs two")
+        return
+    libs = torch_nccl_libs() if gpu_count() else {}
+    env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **libs)
+    # GPU_BENCH_CPU (no GPU): the same layouts with gloo workers, to try the step
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py" if gpu_count() else "allreduce.py")
+    shapes = []
+    for k in (1, 2, 4, n):  # on 8 GPUs: 1x8, 2x4, 4x2, 8x1
+        if k <= n and n % k == 0 and (k, n // k) not in shapes:
+            shapes.append((k, n // k))
+    for k, per in shapes:
+        name = f"{k}x{per}"
+        rcs, outs = layout_run(env, k, per, f"layout-{name}",
+                               ["--nccl-report", "--log-dir", os.path.join(LOGS, f"layout-{name}-logs"), script]
+                               + (["--sizes", "1M,64M,1G"] if gpu_count() else []))
+        o0, e0 = outs[0]
+        row = {"agents": k, "gpus_per_agent": per, "rc": rcs,
+               "ar": [ln for ln in o0.splitlines() if ln.startswith("AR ")],
+               "busbw": {str(b): v["busbw"] for b, v in ar_lines(o0).items()},
+               "doctor_split_warning": "WARNING [split]" in e0,
+               "doctor": [ln.strip() for ln in e0.splitlines() if "WARNING [" in ln][:6],
+               "report": [ln for ln in e0.splitlines() if "connection(s)" in ln or "verdict:" in ln]}
+        if k == 2:
+            files = sorted(glob.glob(os.path.join(LOGS, f"layout-{name}-logs", "*", "attempt_0", "*", "nccl.*.log")))
+            r = sh([os.path.join(BIN, "trun-topo"), "--nccl-log"] + files + ["--json"], timeout=60) if files else None
+            row["nccl_log_both"] = json.loads(r.stdout) if r is not None and r.returncode == 0 else None
+        out[name] = row
+        if n == 2:
+            res["steps"].setdefault("preflight", {}).setdefault("experiment", {})[
+                "one_pod" if k == 1 else "two_pods"] = row
+        json.dump(res, open(RESULT, "w"), indent=1)
+        bw = row["busbw"].get(str(1 << 30))
+        log(f"layout {name}: exit {rcs}, 1 GiB busbw {bw} GB/s, doctor split warning {row['doctor_split_warning']}, "
+            f"report {' | '.join(' '.join(x.split()) for x in row['report'][:2])}")
+    # trun --preflight in the 2-pod layout: the table and verdict before the workers.
+    k = 2
+    rcs, outs = layout_run(dict(env, TRUN_PREFLIGHT_ARGS="--max-bytes 268435456"), k, n // k, "layout-preflight",
+                           ["--preflight", "--no-python", "/bin/true"])
+    out["two_pods_preflight"] = {"layout": f"{k}x{n // k}", "rc": rcs,
+                                 "verdict": [ln for ln in outs[0][0].splitlines() if ln.startswith("# ")]}
+    if n == 2:
+        res["steps"].setdefault("preflight", {}).setdefault("experiment", {})["two_pods_preflight"] = \
+            out["two_pods_preflight"]
+    log(f"layout {k}x{n // k} trun --preflight: exit {rcs}, {out['two_pods_preflight']['verdict'][-1:]}")
 
 
 def c10d():
     if gpu_count() < 2:
         log(f"c10d: {gpu_count()} GPU(s): two agents with one GPU each need two")
         return
+    per = gpu_count() // 2  # two agents of N/2 GPUs each
     env0 = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
     script = os.path.join(REPO, "examples", "allreduce_nccl.py")
     out = {}
@@ -412,11 +441,11 @@ def c10d():
         procs = []
         kinds = ("trun", "trun") if host is None else (("torchrun", "trun") if host == "torchrun" else ("trun", "torchrun"))
         for i, kind in enumerate(kinds):
-            env = dict(env0, CUDA_VISIBLE_DEVICES=str(i))
+            env = dict(env0, CUDA_VISIBLE_DEVICES=",".join(str(i * per + j) for j in range(per)))
             be = "trun" if host is None else "c10d"
             conf = f"is_host={'1' if i == 0 else '0'}"
-            base = [os.path.join(BIN, "trun")] if kind == "trun" else [PY, "-m", "torch.distributed.run"]
-            cmd = base + ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", be, "--rdzv-endpoint",
+            base = [os.path.join(BIN, "trun")] if kind == "trun" else list(torchrun_cmd(PY))
+            cmd = base + ["--nnodes", "2", "--nproc-per-node", str(per), "--rdzv-backend", be, "--rdzv-endpoint",
                           f"127.0.0.1:{p}", "--rdzv-id", case, "--rdzv-conf", conf, script, "--sizes", "1M,64M"]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
             time.sleep(1.0 if i == 0 else 0)
@@ -432,7 +461,7 @@ def c10d():
             rcs.append(pr.returncode)
         open(os.path.join(LOGS, f"c10d-{case}.log"), "w").write("\n=====\n".join(logs))
         ar = [ln for o in logs for ln in o.splitlines() if ln.startswith("AR ")]
-        out[case] = {"agents": list(kinds), "rcs": rcs, "ar": ar}
+        out[case] = {"agents": list(kinds), "gpus_per_agent": per, "rcs": rcs, "ar": ar}
         log(f"c10d {case}: agents {kinds} rc {rcs} {' | '.join(ar)}")
     res["steps"]["c10d"] = out
 
@@ -440,16 +469,16 @@ def c10d():
 DDP_ARGS = ["--steps", "300", "--d-model", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "16"]
 
 
-def ddp_pairs(run, reps, tag):
-    """examples/train_ddp.py under trun and under torchrun 2.11: a warm-up run first (CUDA / cuBLAS caches, page
-    cache), not counted; then reps pairs, the order alternating so that neither launcher always runs first.
+def ddp_pairs(run, reps, tag, example="train_ddp.py"):
+    """examples/train_ddp.py (or `example`: train_fsdp.py) under trun and under torchrun 2.11: a warm-up run
+    first (CUDA / cuBLAS caches, page cache), not counted; then reps pairs, the order alternating so that neither launcher always runs first.
     run(launcher argv, script argv, log tag) -> (ok, rank 0's stdout). The per-run median step times, the
     median over runs, each launcher's spread ((max - min) / median: the noise floor against which the ratio is
     read), each pair's trun / torchrun ratio, and rank 0's loss curves compared."""
-    script = os.path.join(REPO, "examples", "train_ddp.py")
+    script = os.path.join(REPO, "examples", example)
     run([os.path.join(BIN, "trun")], [script, "--steps", "30"], f"{tag}-warmup")
     rows, curves, pairs_out = {"trun": [], "torchrun-2.11": []}, {}, []
-    pairs = (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", [PY, "-m", "torch.distributed.run"]))
+    pairs = (("trun", [os.path.join(BIN, "trun")]), ("torchrun-2.11", list(torchrun_cmd(PY))))
     for rep in range(reps):
         got = {}
         for name, base in (pairs if rep % 2 == 0 else pairs[::-1]):
@@ -474,22 +503,35 @@ def ddp_pairs(run, reps, tag):
     ratio = med["trun"] / med["torchrun-2.11"] if med["trun"] and med["torchrun-2.11"] else None
     log(f"{tag}: median step ms {med} (trun / torchrun {ratio}; pairs {pairs_out}), spread {spread}, "
         f"max loss diff {diff}")
-    return {"args": DDP_ARGS, "runs": rows, "median_step_ms": med, "spread": spread, "trun_over_torchrun": ratio,
-            "pair_ratios": pairs_out, "max_loss_diff": diff, "loss_first": t[:1], "loss_last": t[-1:]}
+    return {"example": example, "args": DDP_ARGS, "runs": rows, "median_step_ms": med, "spread": spread,
+            "trun_over_torchrun": ratio, "pair_ratios": pairs_out, "max_loss_diff": diff, "loss_first": t[:1], "loss_last": t[-1:]}
 
 
-def ddp():
-    if gpu_count() < 2:
-        log(f"ddp: {gpu_count()} GPU(s): the 2-GPU DDP comparison needs two")
+def ddp(example="train_ddp.py", key="ddp"):
+    """The DDP example on the box's N GPUs (GPU_DDP_NPROC: another count, e.g. 2 for the 2-GPU figures of
+    earlier results), trun vs torchrun 2.11, GPU_DDP_REPS pairs (3)."""
+    n = int(os.environ.get("GPU_DDP_NPROC") or nranks())
+    if nranks() < 2 or n > nranks():
+        log(f"{key}: {gpu_count()} GPU(s): the comparison needs two or more ({n} asked)")
         return
     env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1")
 
     def run(base, extra, tag):
-        r = sh(base + ["--standalone", "--nproc-per-node", "2"] + extra, env=env, timeout=300)
+        r = sh(base + ["--standalone", "--nproc_per_node", str(n)] + extra, env=env, timeout=300)
         open(os.path.join(LOGS, f"{tag}.log"), "w").write(r.stdout + r.stderr)
         return r.returncode == 0, r.stdout
 
-    res["steps"]["ddp"] = ddp_pairs(run, 3, "ddp")
+    res["steps"][key] = dict(ddp_pairs(run, int(os.environ.get("GPU_DDP_REPS", "3")), key, example), nproc=n)
+
+
+def fsdp():
+    """The FSDP example (examples/train_fsdp.py, the same model and arguments) as ddp() runs the DDP one: next
+    to the ddp step's figures."""
+    ddp("train_fsdp.py", "fsdp")
+    f, d = res["steps"].get("fsdp"), res["steps"].get("ddp")
+    if f and d:
+        log(f"fsdp vs ddp, {f['nproc']} GPUs, median step ms under trun: {f['median_step_ms'].get('trun')} vs "
+            f"{d['median_step_ms'].get('trun')}")
 
 
 def stall():
@@ -542,15 +584,6 @@ def hang():
     for r in out["runs"]:
         log(f"hang: {r['launcher']} {r['kind']}: named {r['named_s']} s, restarted {r['restarted_s']} s, "
             f"culprit {r['trun_culprit'] or r['root_cause']}, exit {r['exit']}")
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def two_pods_one_gpu(base, args, env, tag, timeout=400):
@@ -645,6 +678,11 @@ def health():
     log(f"health: {out['gpus']} GPU(s) via {out['gpu_source']}: status {runs[0]['status']}, gate "
         f"{out['elapsed_ms_median']:.1f} ms (median of 5; trun-topo's wall {out['wall_ms_median']:.1f} ms); "
         + ", ".join(f"{c['name']}={c['status']}" for c in out["checks"]))
+    try:
+        out["nvlink_views"] = nvlink_views()
+    except Exception as e:  # noqa: BLE001
+        log(f"health: nvlink views failed: {e!r}")
+    json.dump(res, open(RESULT, "w"), indent=1)
     # The gate inside a launch: trun --health-check fail vs off, one no-op worker, interleaved.
     launch = {"fail": [], "off": []}
     for i in range(5):
@@ -662,9 +700,83 @@ def health():
         f"{[x['exit'] for x in launch['fail']]} / {[x['exit'] for x in launch['off']]})")
 
 
+def smi_nvlinks(gpus=None):
+    """nvidia-smi nvlink -s (each GPU's links: "Link N: <speed>" or "<inactive>"), for the GPUs given (all by
+    default): ({gpu index: {"active": n, "inactive": n, "gbps": [..]}}, raw text)."""
+    texts = []
+    for g in (gpus if gpus is not None else [None]):
+        try:
+            r = sh(["nvidia-smi", "nvlink", "-s"] + (["-i", str(g)] if g is not None else []), timeout=60)
+            texts.append(r.stdout + r.stderr)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            texts.append(f"nvidia-smi nvlink -s: {e!r}\n")
+    text = "".join(texts)
+    return parse_nvlinks(text), text
+
+
+def parse_nvlinks(text):
+    """nvidia-smi nvlink -s's text: {gpu index: {"active": n, "inactive": n, "gbps": [each active link's]}}."""
+    out, cur = {}, None
+    for ln in text.splitlines():
+        m = re.match(r"^GPU (\d+):", ln)
+        if m:
+            cur = out.setdefault(int(m.group(1)), {"active": 0, "inactive": 0, "gbps": []})
+            continue
+        m = re.match(r"^\s*Link (\d+): (.*)$", ln)
+        if m and cur is not None:
+            v = re.match(r"([0-9.]+) GB/s", m.group(2).strip())
+            if v:
+                cur["active"] += 1
+                cur["gbps"].append(float(v.group(1)))
+            else:
+                cur["inactive"] += 1
+    return out
+
+
+def nvlink_views():
+    """trun-topo health's nvlink check next to nvidia-smi nvlink -s, for all the box's GPUs and for the 2-GPU
+    view (CUDA_VISIBLE_DEVICES=0,1 for trun-topo; nvidia-smi -i 0 and -i 1)."""
+    n = gpu_count()
+    views = [("all", None, None)] + ([("gpus01", "0,1", [0, 1])] if n > 2 else [])
+    out = {}
+    for tag, cvd, idx in views:
+        env = dict(os.environ)
+        if cvd is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cvd
+        t0 = time.time()
+        r = sh([os.path.join(BIN, "trun-topo"), "health", "--json", "--checks", "nvml,gpu-count,nvlink"], env=env,
+               timeout=120)
+        wall = (time.time() - t0) * 1000
+        open(os.path.join(LOGS, f"health-nvlink-{tag}.json"), "w").write(r.stdout + r.stderr)
+        smi, text = smi_nvlinks(idx)
+        open(os.path.join(LOGS, f"nvidia-smi-nvlink-{tag}.txt"), "w").write(text)
+        try:
+            h = json.loads(r.stdout)
+            checks = {c["name"]: {k: c.get(k) for k in ("status", "value", "reason")} for c in h["checks"]}
+            gpus = h.get("gpus")
+        except (ValueError, KeyError):
+            checks, gpus = {"error": f"exit {r.returncode}: {r.stderr[-300:]}"}, None
+        row = {"trun_topo_gpus": gpus, "trun_topo": checks, "trun_topo_wall_ms": round(wall, 1),
+               "smi_gpus": len(smi), "smi_active_links": sum(v["active"] for v in smi.values()),
+               "smi_inactive_links": sum(v["inactive"] for v in smi.values()),
+               "smi_link_gbps": sorted({x for v in smi.values() for x in v["gbps"]})}
+        out[tag] = row
+        log(f"nvlink {tag}: trun-topo {gpus} GPU(s), nvlink {checks.get('nvlink', {}).get('status')} "
+            f"({checks.get('nvlink', {}).get('value')}); nvidia-smi {row['smi_gpus']} GPU(s), "
+            f"{row['smi_active_links']} active / {row['smi_inactive_links']} inactive links at "
+            f"{row['smi_link_gbps']} GB/s")
+    return out
+
+
 def main():
+    global res
     os.makedirs(LOGS, exist_ok=True)
-    result = os.path.join(OUT, NAME + ".json")
+    result = RESULT
+    try:  # a run of other GPU_STEPS earlier in this $OUT (bench/gpu4.sh runs one step a call): kept, added to
+        res = json.load(open(result))
+        res.setdefault("steps", {})
+    except (OSError, ValueError):
+        pass
     for args, mode in ((["-L"], "w"), (["topo", "-m"], "a")):
         try:
             r = sh(["nvidia-smi"] + args, timeout=60)
@@ -677,9 +789,10 @@ def main():
     res["torch"] = torch.__version__
     res["gpus"] = torch.cuda.device_count()
     res["gpu_name"] = torch.cuda.get_device_name(0) if res["gpus"] else None
-    res["gpu_steps"] = os.environ.get("GPU_STEPS") or "all"
+    res["gpu_steps"] = ",".join(x for x in [res.get("gpu_steps")] + [os.environ.get("GPU_STEPS") or "all"] if x)
     log(f"torch {res['torch']}, {res['gpus']} GPU(s) {res['gpu_name']}")
-    steps = (interop, envcmp, launch, nccl, store_bench, preflight, c10d, ddp, stall, health, onegpu, hang)
+    steps = (interop, envcmp, launch, nccl, store_bench, preflight, layouts, c10d, ddp, fsdp, stall, health, onegpu,
+             hang)
     only = os.environ.get("GPU_STEPS")  # e.g. GPU_STEPS=interop,nccl
     if only:
         steps = [s for s in steps if s.__name__ in only.split(",")]

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 
+from gpu_common import tree  # every descendant of a pid, from /proc
 from recovery import firsts, wait_until  # bench/recovery.py: the same worker files and polling
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,24 +31,6 @@ SETUP = 180.0
 
 def log(msg):
     print(msg, flush=True)
-
-
-def tree(pid):
-    """pid and every descendant (from /proc), for a kill of the whole node at once."""
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, pending = [], [pid]
-    while pending:
-        p = pending.pop()
-        out.append(p)
-        pending += kids.get(p, [])
-    return out
 
 
 def cmd(launcher, port, run_id):

@@ -7,51 +7,56 @@
      time runs until all N replacements have set up CUDA, formed the NCCL group and all-reduced. One job per
      configuration with --max-restarts C: C crashes, C samples (GPU_R4_CRASHES, default 2). Configurations:
      trun cold, --warm-start, --warm-start --warm-start-cuda, and the latter with each NCCL setting that may
-     cut communicator set-up (NCCL_RUNTIME_CONNECT=0, NCCL_CUMEM_ENABLE=0, NCCL_SOCKET_IFNAME=lo); torchrun
-     2.11 once. Each sample has its timeline: the crashed worker's exit, the survivors' exits (trun's events),
-     the replacements' start (handover), and in each replacement script start, torch imported, CUDA context,
-     process group, first all-reduce (the workers' own clocks; one machine, one clock); and when each
-     exiting worker's output pipe ended, before trun reaped it (trun's debug lines).
+     cut communicator set-up: NCCL_CUMEM_ENABLE=0, NCCL_TOPO_FILE (the box's topology as NCCL_TOPO_DUMP_FILE
+     wrote it in a short job first: nccl-topo.xml), both, both + NCCL_GRAPH_FILE (the same job's
+     NCCL_GRAPH_DUMP_FILE: nccl-graph.xml), NCCL_NET_PLUGIN=none + NCCL_IB_DISABLE=1 (no network
+     probing), NCCL_RUNTIME_CONNECT=0, NCCL_SOCKET_IFNAME=lo; "+debug_init" runs the same with
+     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT into one file per process, and the JSON gets each replacement's
+     "Init timings" line (total, kernels, alloc, bootstrap, allgathers, topo, graphs, connections, rest:
+     where its communicator set-up goes); torchrun 2.11 once. Each sample has its timeline: the crashed
+     worker's exit, the survivors' exits (trun's events), the replacements' start (handover), and in each
+     replacement script start, torch imported, CUDA context, process group, first all-reduce (the workers'
+     own clocks; one machine, one clock); and when each exiting worker's output pipe ended, before trun
+     reaped it (trun's debug lines).
+  3. busbw: the steady-state cost of each setting: all-reduce busbw at 8 MiB and 1 GiB (examples/
+     allreduce_nccl.py --graph, N ranks under trun) with and without it, interleaved twice.
 A warm configuration crashes only once every pool process is ready (blocked in recvmsg on its control socket,
 from /proc), so the pool is never caught importing; a start that still waited for one is flagged (pool_waited,
 from trun's debug lines). trun runs with --restart-backoff 0 --crash-loop 0: it restarts at once every time, as
 torchrun does (by default its second fast failure in a row waits 1 s).
 
-Run on the GPU box (build/portable carried):  python3 bench/gpu_recovery4.py
-Env: OUT (results dir, default build/gpu-results), TRUN_BIN (default build/portable), GPU_R4_BUDGET (seconds
-for everything, default 450: steps that would not fit are skipped and listed), GPU_R4_CRASHES (2),
-GPU_R4_CONFIGS (comma list of configuration names to run, default all), GPU_R4_BACKEND (nccl; gloo tries the
-script on a CPU box: N = 2 workers on the CPU, no --nproc-per-node gpu, e.g.
+Run on the GPU box (build/portable carried):  python3 bench/gpu_recovery4.py   (bench/gpu4.sh runs it)
+Env: OUT (results dir, default build/gpu-results), TRUN_BIN (default build/portable), GPU_R4_STEPS (comma
+list of launch, recovery, busbw; default launch,recovery), GPU_R4_BUDGET (seconds for everything, default
+450: steps that would not fit are skipped and listed), GPU_R4_CRASHES (2), GPU_R4_CONFIGS (comma list of
+configuration names to run, in that order; default all), GPU_R4_BUSBW (comma list of busbw variants: default,
+cumem0, topofile, runtime_connect0, nonet), GPU_R4_BACKEND (nccl; gloo tries the script on a CPU box: N = 2
+workers on the CPU, no --nproc-per-node gpu, no busbw, e.g.
 GPU_R4_BACKEND=gloo TRUN_BIN=build PYTHON=/usr/bin/python3 /usr/bin/python3 bench/gpu_recovery4.py).
-Writes $OUT/<date>-gpu-recovery4.json after every step (a killed run leaves what it measured) and the logs in
-$OUT/gpu-recovery4-logs/.
+Writes $OUT/<date>-<gpu>-recovery4/recovery4.json after every step (a killed run leaves what it measured), its
+run.log and the logs of each configuration.
 """
-import datetime
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("TRUN_BIN", os.path.join(REPO, "build", "portable"))
-TRUN = os.path.join(BIN, "trun")
-OUT = os.environ.get("OUT") or os.path.join(REPO, "build", "gpu-results")
-LOGS = os.path.join(OUT, "gpu-recovery4-logs")
-PY = os.environ.get("PYTHON", sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_common as gc  # noqa: E402
+
+REPO, BIN, TRUN, PY = gc.REPO, gc.BIN, gc.TRUN, gc.PY
 BACKEND = os.environ.get("GPU_R4_BACKEND", "nccl")
 BUDGET = float(os.environ.get("GPU_R4_BUDGET", "450"))
 CRASHES = int(os.environ.get("GPU_R4_CRASHES", "2"))
-T0 = time.time()
-# NVLink multicast stays off on the shared GPU box, in every process this starts (as bench/gpu.sh does).
-for _k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-    os.environ.setdefault(_k, "0" if _k == "NCCL_NVLS_ENABLE" else "1")
-os.environ.setdefault("PYTHONUNBUFFERED", "1")
+STEPS = (os.environ.get("GPU_R4_STEPS") or "launch,recovery").split(",")
+LOGS = None  # the step's folder, made by main()
+gc.nvls_off()  # NVLink multicast stays off on the shared GPU box, in every process this starts
+gc.exit_on_term()
 TORCHRUN = None  # main() picks it
 JOB_CAP = 150.0  # one recovery job, whatever happens
 TORCHRUN_CAP = 45.0  # torchrun: a recovery not seen this long after the crash counts as none
@@ -93,37 +98,24 @@ while True:  # training: an all-reduce every 50 ms; the last rank crashes once t
     time.sleep(0.05)
 '''
 
-res = {"steps": {}, "skipped": [], "errors": []}
+rs = None  # gc.Results, made by main()
+res = {}  # rs.res
 
 
-def log(msg):
-    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
-    with open(os.path.join(LOGS, "run.log"), "a") as f:
-        f.write(msg + "\n")
+def log(msg, console=True):
+    rs.log(msg, console)
 
 
 def left():
-    return BUDGET - (time.time() - T0)
+    return rs.left()
 
 
 def save():
-    res["elapsed_s"] = round(time.time() - T0, 1)
-    path = os.path.join(OUT, datetime.date.today().isoformat() + "-gpu-recovery4.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, path)
-    return path
+    return rs.save()
 
 
 def skip(what, need):
-    if left() >= need:
-        return False
-    why = f"{what}: skipped, {left():.0f} s of the budget left, it needs about {need:.0f} s"
-    res["skipped"].append(why)
-    log(why)
-    save()
-    return True
+    return rs.skip(what, need)
 
 
 def gpus():
@@ -137,39 +129,10 @@ def gpus():
 
 
 def killtree(p, token):
-    """Stops a launcher: SIGTERM (it stops its workers), then SIGKILL to its group and to every process that
-    carries its token in its environment (workers and pool processes lead sessions of their own)."""
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    # the pool processes and workers lead sessions of their own: trun's guard kills them with trun; be sure
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            env = open(f"/proc/{d}/environ", "rb").read()
-        except OSError:
-            continue
-        if f"GPU_R4_JOB={token}".encode() in env.split(b"\0"):
-            try:
-                os.kill(int(d), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+    gc.killtree(p, token)
 
 
-def underscored(arg):
-    """torchrun's own spelling of an option: --nproc-per-node -> --nproc_per_node (torch 1.13 knows only it)."""
-    return "--" + arg[2:].replace("-", "_") if arg.startswith("--") else arg
+underscored = gc.underscored
 
 
 # ---- 1. launch -------------------------------------------------------------------------------------------
@@ -236,55 +199,11 @@ def launch(n, ngpu):
 
 # ---- 2. recovery -----------------------------------------------------------------------------------------
 
-def iso(ts):
-    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
-
-
-def events(path):
-    out = []
-    try:
-        for ln in open(path):
-            try:
-                e = json.loads(ln)
-                e["t"] = iso(e["ts"])
-                out.append(e)
-            except (ValueError, KeyError):
-                pass
-    except OSError:
-        pass
-    return out
-
-
-RECVMSG = {"x86_64": "47", "aarch64": "212"}.get(os.uname().machine, "47")
+events = gc.events
 
 
 def pool_ready(token, workers):
-    """How many of the job's pool processes (not its current workers) are ready: blocked in recvmsg on their
-    control socket, waiting for a worker (trun reads their "ready" only when a start needs them)."""
-    n = 0
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) in workers:
-            continue
-        try:
-            if b"trun-warm-pool" not in open(f"/proc/{d}/cmdline", "rb").read():
-                continue
-            if f"GPU_R4_JOB={token}".encode() not in open(f"/proc/{d}/environ", "rb").read().split(b"\0"):
-                continue
-            n += open(f"/proc/{d}/syscall").read().split(" ", 1)[0] == RECVMSG
-        except OSError:
-            continue
-    return n
-
-
-def torchrun_cmd():
-    """torch 2.x: python -m torch.distributed.run; Debian's torch 1.13 (the CPU box) needs the tests' wrapper."""
-    try:
-        v = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
-                           timeout=120).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        v = ""
-    wrapper = os.path.join(REPO, "tests", "tools", "torchrun113.py")
-    return [PY, wrapper] if v.startswith("1.13") and os.path.exists(wrapper) else [PY, "-m", "torch.distributed.run"]
+    return gc.pool_ready(token, workers)
 
 
 def pipe_ends(err_path):
@@ -335,8 +254,11 @@ def recovery_job(name, base, extra_env, n, crashes, warm):
     open(script, "w").write(WORKER)
     ev = os.path.join(d, "events.jsonl")
     token = f"{name}-{os.getpid()}-{time.time():.6f}"
-    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", NCCL_NVLS_ENABLE="0", PYTHON_EXEC=PY,
-               TRUN_LOG_LEVEL="debug", GPU_R4_JOB=token, **extra_env)
+    env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", PYTHON_EXEC=PY, TRUN_LOG_LEVEL="debug",
+               **{gc.JOB_VAR: token}, **extra_env)
+    env["NCCL_NVLS_ENABLE"] = "0"
+    if extra_env.get("NCCL_DEBUG_FILE") == "@":  # NCCL's own lines, one file per process, read after the job
+        env["NCCL_DEBUG_FILE"] = os.path.join(d, "nccl.%h.%p.log")
     if BACKEND != "nccl":
         env.pop("CUDA_VISIBLE_DEVICES", None)
     is_trun = base[0] == TRUN
@@ -370,7 +292,7 @@ def recovery_job(name, base, extra_env, n, crashes, warm):
                     # whether this start had to wait for a pool process still importing (it should not)
                     tl["pool_waited"] = open(errp).read().count("still importing") > before if warm else None
                     runs.append({"seconds": round(secs, 3), "timeline": tl})
-                    log(f"recovery {name:32s} crash {k}: {secs:.3f} s  {json.dumps(tl)}")
+                    rs.log(f"recovery {name:32s} crash {k}: {secs:.3f} s  {json.dumps(tl)}", console=False)
             if k == crashes:
                 break
             # Crash once the pool is refilled and every pool process is ready (warm), else after a settle.
@@ -398,6 +320,7 @@ def recovery_job(name, base, extra_env, n, crashes, warm):
         killtree(p, token)
         err = open(errp).read() if os.path.exists(errp) else ""
         waits = err.count("still importing")
+        init = nccl_init_timings(d, n, crashes, name)
         for f in ("launcher.err", "launcher.out", "events.jsonl"):
             src = os.path.join(d, f)
             if os.path.exists(src):
@@ -405,21 +328,111 @@ def recovery_job(name, base, extra_env, n, crashes, warm):
         shutil.rmtree(d, ignore_errors=True)
     return {"config": name, "cmd": " ".join(base), "env": extra_env, "runs": runs,
             "median_s": round(statistics.median(r["seconds"] for r in runs), 3) if runs else None,
-            "notes": notes, "pool_import_waits": waits if warm else None, "wall_s": round(time.time() - start, 1)}
+            "notes": notes, "pool_import_waits": waits if warm else None, "wall_s": round(time.time() - start, 1),
+            **({"nccl_init": init} if init else {})}
+
+
+INIT_RE = re.compile(r"Init timings.*")
+
+
+def nccl_init_timings(d, n, crashes, name):
+    """NCCL's "Init timings" line of each process (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, one file per process
+    in d), by attempt and rank (the pids from the workers' ready files): where a replacement's communicator
+    set-up goes (total, kernels, alloc, bootstrap, allgathers, topo, graphs, connections, rest; seconds). The
+    lines of every process also go to <config>-nccl-init.txt in the logs."""
+    files = [f for f in os.listdir(d) if f.startswith("nccl.") and f.endswith(".log")]
+    if not files:
+        return None
+    who = {}
+    for k in range(crashes + 1):
+        for r in range(n):
+            try:
+                who[json.load(open(os.path.join(d, f"ready.{k}.{r}")))["pid"]] = (k, r)
+            except (OSError, ValueError, KeyError):
+                pass
+    out, keep = {}, []
+    for f in sorted(files):
+        try:
+            pid = int(f.rsplit(".", 2)[-2])
+        except ValueError:
+            continue
+        k, r = who.get(pid, (None, None))
+        try:
+            lines = open(os.path.join(d, f), errors="replace").read().splitlines()
+        except OSError:
+            continue
+        keep += [f"attempt {k} rank {r} pid {pid}: {ln}" for ln in lines
+                 if "Init timings" in ln or "Init COMPLETE" in ln or "init.cc" in ln]
+        for ln in lines:
+            m = INIT_RE.search(ln)
+            if m:
+                parts = {a: float(b) for a, b in re.findall(r"([a-z]+) ([0-9.]+)", m.group(0))}
+                out.setdefault(str(k), []).append({"rank": r, **parts})
+    open(os.path.join(LOGS, f"{name}-nccl-init.txt"), "w").write("\n".join(keep) + "\n")
+    return out
+
+
+TOPO_DUMP = r'''
+import os, torch, torch.distributed as dist
+lr = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(lr)
+dist.init_process_group("nccl")
+x = torch.ones(1, device="cuda")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def topo_file(n):
+    """NCCL's topology of this box as NCCL_TOPO_DUMP_FILE writes it (one short job of n ranks), kept in the
+    step's folder for NCCL_TOPO_FILE: the replacements' communicators then start from it; the same job's
+    NCCL_GRAPH_DUMP_FILE (the rings and trees NCCL searched) beside it, nccl-graph.xml, for NCCL_GRAPH_FILE.
+    None without GPUs."""
+    if BACKEND != "nccl":
+        return None
+    path = os.path.join(LOGS, "nccl-topo.xml")
+    if os.path.exists(path):
+        return path
+    d = tempfile.mkdtemp(prefix="r4-topo.")
+    open(os.path.join(d, "t.py"), "w").write(TOPO_DUMP)
+    env = dict(os.environ, PYTHON_EXEC=PY, NCCL_TOPO_DUMP_FILE=path, NCCL_NVLS_ENABLE="0",
+               NCCL_GRAPH_DUMP_FILE=os.path.join(LOGS, "nccl-graph.xml"))
+    r = subprocess.run([TRUN, "--standalone", "--nproc-per-node", str(n), os.path.join(d, "t.py")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    shutil.rmtree(d, ignore_errors=True)
+    if r.returncode != 0 or not os.path.exists(path):
+        log(f"NCCL topology dump: trun exited {r.returncode}, {'no file' if not os.path.exists(path) else 'file'}: "
+            f"{r.stderr[-300:]}")
+        return None
+    return path
+
+
+DEBUG_INIT = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT", "NCCL_DEBUG_FILE": "@"}
 
 
 def configs():
+    """(name, launcher argv, extra environment, warm). "@topo" stands for the box's NCCL topology file
+    (topo_file), NCCL_DEBUG_FILE "@" for one file per process in the job's folder."""
     warm, cuda = [TRUN, "--warm-start"], [TRUN, "--warm-start", "--warm-start-cuda"]
+    topo, cumem0 = {"NCCL_TOPO_FILE": "@topo"}, {"NCCL_CUMEM_ENABLE": "0"}
     out = [("trun-cold", [TRUN], {}, False), ("trun-warm", warm, {}, True), ("trun-warm-cuda", cuda, {}, True),
+           ("trun-warm-cuda+cumem0", cuda, cumem0, True),
+           ("trun-warm-cuda+debug_init", cuda, DEBUG_INIT, True),
+           ("trun-warm-cuda+topofile", cuda, topo, True),
+           ("trun-warm-cuda+cumem0+topofile", cuda, {**cumem0, **topo}, True),
+           ("trun-warm-cuda+cumem0+topo+graph", cuda, {**cumem0, **topo, "NCCL_GRAPH_FILE": "@graph"}, True),
+           ("trun-warm-cuda+cumem0+debug_init", cuda, {**cumem0, **DEBUG_INIT}, True),
+           ("trun-warm-cuda+nonet", cuda, {"NCCL_NET_PLUGIN": "none", "NCCL_IB_DISABLE": "1"}, True),
            ("trun-warm-cuda+runtime_connect0", cuda, {"NCCL_RUNTIME_CONNECT": "0"}, True),
-           ("trun-warm-cuda+cumem0", cuda, {"NCCL_CUMEM_ENABLE": "0"}, True),
            ("trun-warm-cuda+ifname_lo", cuda, {"NCCL_SOCKET_IFNAME": "lo"}, True),
-           ("trun-warm+cumem0", warm, {"NCCL_CUMEM_ENABLE": "0"}, True),
+           ("trun-warm+cumem0", warm, cumem0, True),
            ("torchrun", TORCHRUN, {}, False)]
     only = os.environ.get("GPU_R4_CONFIGS")
     if only:
         keep = only.split(",")
-        out = [c for c in out if c[0] in keep]
+        out = sorted((c for c in out if c[0] in keep), key=lambda c: keep.index(c[0]))  # in the order named
+        return out
     # torchrun before the NCCL variants: the side-by-side figure matters more than the last variant
     order = ["trun-cold", "trun-warm", "trun-warm-cuda", "torchrun"]
     return sorted(out, key=lambda c: order.index(c[0]) if c[0] in order else len(order))
@@ -435,44 +448,101 @@ def recovery(n):
             need = 25 + TORCHRUN_CAP
         if skip(f"recovery {name}", need):
             continue
+        if extra.get("NCCL_TOPO_FILE") == "@topo":
+            path = topo_file(n)
+            graph = os.path.join(LOGS, "nccl-graph.xml")
+            if path is None or (extra.get("NCCL_GRAPH_FILE") == "@graph" and not os.path.exists(graph)):
+                res["skipped"].append(f"recovery {name}: no NCCL topology or graph file (no GPU, or NCCL wrote none)")
+                log(res["skipped"][-1])
+                continue
+            extra = dict(extra, NCCL_TOPO_FILE=path)
+            if "NCCL_GRAPH_FILE" in extra:
+                extra["NCCL_GRAPH_FILE"] = graph
         row = recovery_job(name, base, extra, n, crashes, warm)
         table.append(row)
-        log(f"recovery {name}: median {row['median_s']} s over {len(row['runs'])} crash(es); job {row['wall_s']} s"
+        init = (row.get("nccl_init") or {}).get("1") or []
+        slow = max(init, key=lambda x: x.get("total", 0)) if init else None
+        log(f"recovery {name}: median {row['median_s']} s, runs {[r['seconds'] for r in row['runs']]}; job "
+            f"{row['wall_s']} s"
+            + (f"; a replacement's NCCL init (slowest rank): {json.dumps(slow)}" if slow else "")
             + (f"; notes: {row['notes']}" if row["notes"] else ""))
         save()
 
 
+# ---- 3. the steady-state cost of each NCCL setting ----------------------------------------------------------
+
+BUSBW_VARIANTS = (("default", {}), ("cumem0", {"NCCL_CUMEM_ENABLE": "0"}), ("topofile", {"NCCL_TOPO_FILE": "@topo"}),
+                  ("runtime_connect0", {"NCCL_RUNTIME_CONNECT": "0"}),
+                  ("nonet", {"NCCL_NET_PLUGIN": "none", "NCCL_IB_DISABLE": "1"}))
+
+
+def busbw(n):
+    """All-reduce busbw at 8 MiB and 1 GiB (examples/allreduce_nccl.py, CUDA graph, under trun, n ranks) with
+    each setting and without, interleaved twice: whether trun may set it under --warm-start at no cost."""
+    table = {}
+    res["steps"]["busbw"] = table
+    if BACKEND != "nccl":
+        res["skipped"].append("busbw: needs GPUs (examples/allreduce_nccl.py is NCCL only)")
+        log(res["skipped"][-1])
+        return
+    script = os.path.join(REPO, "examples", "allreduce_nccl.py")
+    only = os.environ.get("GPU_R4_BUSBW")
+    variants = [v for v in BUSBW_VARIANTS if not only or v[0] in only.split(",")]
+    for rep in range(2):
+        for tag, extra in variants:
+            if skip(f"busbw {tag} rep {rep}", 20):
+                continue
+            if extra.get("NCCL_TOPO_FILE") == "@topo":
+                path = topo_file(n)
+                if path is None:
+                    continue
+                extra = dict(extra, NCCL_TOPO_FILE=path)
+            env = dict(os.environ, PYTHON_EXEC=PY, OMP_NUM_THREADS="1", **extra)
+            env["NCCL_NVLS_ENABLE"] = "0"
+            t = time.time()
+            r = subprocess.run([TRUN, "--standalone", "--nproc-per-node", str(n), script, "--sizes", "8M,1G",
+                                "--iters", "20", "--graph"], env=env, capture_output=True, text=True, timeout=180)
+            with open(os.path.join(LOGS, "busbw-runs.txt"), "a") as f:
+                f.write(f"== {tag} rep {rep}: exit {r.returncode}, {time.time() - t:.1f} s\n{r.stdout}"
+                        f"{r.stderr[-2000:]}\n")
+            got = gc.ar_lines(r.stdout)
+            row = table.setdefault(tag, {"env": extra, "runs": []})
+            row["runs"].append({"rc": r.returncode, **{str(b): v["busbw"] for b, v in got.items()}})
+            log(f"busbw {tag:18s} rep {rep}: " + (", ".join(f"{b >> 20} MiB {v['busbw']:.1f} GB/s"
+                                                           for b, v in sorted(got.items())) or f"exit {r.returncode}"))
+            save()
+    for tag, row in table.items():
+        for b in (str(8 << 20), str(1 << 30)):
+            vals = [x[b] for x in row["runs"] if b in x]
+            if vals:
+                row[f"median_{b}"] = statistics.median(vals)
+
+
 def main():
-    global TORCHRUN
-    TORCHRUN = torchrun_cmd()
-    os.makedirs(LOGS, exist_ok=True)
-    open(os.path.join(LOGS, "run.log"), "w").close()
+    global TORCHRUN, LOGS, rs, res
+    rs = gc.Results("recovery4", BUDGET)
+    res, LOGS = rs.res, rs.dir
+    TORCHRUN = list(gc.torchrun_cmd())
     n = gpus()
     if BACKEND == "nccl" and n == 0:
         log("no GPU visible: run with GPU_R4_BACKEND=gloo to try the script on a CPU box")
         sys.exit(2)
     n = n or 2
-    try:
-        import torch
-        tv = torch.__version__
-        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if BACKEND == "nccl" else []
-    except Exception as e:  # noqa: BLE001
-        tv, names = f"no torch: {e}", []
-    res.update({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "torch": tv,
-                "gpus": names, "nproc": n, "backend": BACKEND, "cpus": os.cpu_count(), "budget_s": BUDGET,
-                "crashes_per_job": CRASHES, "trun": subprocess.run([TRUN, "--version"], capture_output=True,
-                                                                   text=True).stdout.strip()})
-    log(f"{n} workers, backend {BACKEND}, torch {tv}, {len(names)} GPU(s) {names[:1]}, budget {BUDGET:.0f} s")
+    names = gc.box(rs, BACKEND)
+    res.update({"nproc": n, "crashes_per_job": CRASHES})
+    log(f"recovery4: {n} workers, backend {BACKEND}, torch {res['torch']}, {len(names)} GPU(s) {names[:1]}, "
+        f"budget {BUDGET:.0f} s, steps {STEPS}")
     save()
-    for step in (lambda: launch(n, len(names)), lambda: recovery(n)):
+    steps = {"launch": lambda: launch(n, len(names)), "recovery": lambda: recovery(n), "busbw": lambda: busbw(n)}
+    for name in STEPS:
         try:
-            step()
+            steps[name]()
         except Exception as e:  # noqa: BLE001
             import traceback
             res["errors"].append(traceback.format_exc()[-1500:])
-            log(f"step failed: {e}")
+            log(f"step {name} failed: {e}")
         save()
-    log(f"results: {save()} (logs in {LOGS}); {time.time() - T0:.0f} s")
+    log(f"results: {save()}; {time.time() - rs.t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -503,12 +503,14 @@ def render_gpu(path, readme_dir):
             bw = [a.split("busbw=")[1].split(" mode=")[0] for a in r["ar"] if "bytes=67108864" in a]
             parts.append(f"{case} ({' + '.join(r['agents'])}): exit codes {r['rcs']}, 64 MiB all-reduce "
                          f"{bw[0] if bw else 'n/a'}")
-        out.append("- c10d rendezvous with torchrun 2.11 agents, one GPU each, NCCL all-reduce: " + "; ".join(parts) + ".")
+        per = max((r.get("gpus_per_agent", 1) for r in cd.values()), default=1)
+        out.append(f"- c10d rendezvous with torchrun 2.11 agents, {'one GPU' if per == 1 else f'{per} GPUs'} each, NCCL "
+                   "all-reduce: " + "; ".join(parts) + ".")
     dd = st.get("ddp")
     if dd:
         m = dd["median_step_ms"]
         per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
-        out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, 2 GPUs): median step "
+        out.append(f"- DDP example (`examples/train_ddp.py {' '.join(dd['args'])}`, {dd.get('nproc', 2)} GPUs): median step "
                    f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
                    f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
                    f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}"

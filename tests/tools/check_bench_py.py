@@ -1,5 +1,6 @@
 """Checks the parsing and arithmetic of bench/gpu.py that turn worker output into docs/results.md's GPU ratios,
-with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs; bench/gpu_topo.py's
+with canned worker output (no GPU, no processes): ar_lines, vs_torch, gpu_tag, ddp_pairs, parse_nvlinks;
+bench/gpu_recovery4.py's NCCL init timings and bench/gpu_nodeloss.py's rounds and timelines; bench/gpu_topo.py's
 nvidia-smi parsers on the committed captures of the H200 x2 and H100 x1 boxes; and bench/readme.py's size and
 spans. Run by tests/integration/90-bench-readme.sh with OUT set to a scratch dir (gpu.py writes its run.log there).
 Exit 0 when every check holds; the first failed check raises AssertionError with what differed."""
@@ -95,5 +96,48 @@ assert "sleep trun: named 17.6 s (rank 3 (local 3, pid 9)), training again 33.0 
 assert "sleep torchrun-2.11: named 45.2 s (rank 0), training again never" in line, line
 assert "spin trun: named never (no rank), training again never." in line, line
 assert readme.hang_line({}) == "" and readme.hang_line(None) == ""
-print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs ok; gpu_topo parsers ok; readme.py size, spans, "
-      "hang_line ok")
+# gpu.py's nvidia-smi nvlink -s parser: active links with their speed, inactive ones counted apart.
+links = gpu.parse_nvlinks("GPU 0: NVIDIA H200 (UUID: GPU-a)\n\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n"
+                          "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: <inactive>\n\t Link 1: 26.562 GB/s\n")
+assert links == {0: {"active": 2, "inactive": 0, "gbps": [26.562, 26.562]},
+                 1: {"active": 1, "inactive": 1, "gbps": [26.562]}}, links
+assert gpu.parse_nvlinks("NVIDIA-SMI has failed\n") == {}
+# gpu_recovery4.py: NCCL's "Init timings" line of each process, by attempt and rank from the pids.
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+import gpu_recovery4  # noqa: E402
+
+d = tempfile.mkdtemp(dir=os.environ.get("OUT"))
+gpu_recovery4.LOGS = d
+json.dump({"pid": 123}, open(os.path.join(d, "ready.1.0"), "w"))
+json.dump({"pid": 77}, open(os.path.join(d, "ready.0.0"), "w"))
+open(os.path.join(d, "nccl.host.a.123.log"), "w").write(
+    "host:123:456 [0] NCCL INFO Init timings - ncclCommInitRankConfig: rank 0 nranks 4 total 0.72 (kernels 0.10, "
+    "alloc 0.01, bootstrap 0.03, allgathers 0.00, topo 0.30, graphs 0.01, connections 0.25, rest 0.02)\n")
+open(os.path.join(d, "nccl.host.a.77.log"), "w").write("host:77:78 [0] NCCL INFO cudaDriverVersion 12080\n")
+init = gpu_recovery4.nccl_init_timings(d, 1, 1, "cfg")
+assert list(init) == ["1"] and init["1"][0]["total"] == 0.72 and init["1"][0]["topo"] == 0.3, init
+assert init["1"][0]["connections"] == 0.25 and init["1"][0]["nranks"] == 4, init
+assert "attempt 1 rank 0 pid 123: " in open(os.path.join(d, "cfg-nccl-init.txt")).read()
+assert gpu_recovery4.nccl_init_timings(tempfile.mkdtemp(dir=d), 1, 1, "none") is None
+# gpu_nodeloss.py: the first round after an event, complete only when every rank of that world all-reduced.
+import gpu_nodeloss  # noqa: E402
+
+d = tempfile.mkdtemp(dir=os.environ.get("OUT"))
+lines = [{"pid": 1, "node": "node0", "rank": 0, "world": 4, "preloaded": False, "t0": 10, "import": 11, "cuda": 12,
+          "pg": 13, "ready": 14},
+         {"pid": 2, "node": "node0", "rank": 0, "world": 2, "preloaded": True, "t0": 20.5, "import": 20.5,
+          "cuda": 20.6, "pg": 20.8, "ready": 21.0},
+         {"pid": 3, "node": "node0", "rank": 1, "world": 2, "preloaded": True, "t0": 20.5, "import": 20.5,
+          "cuda": 20.6, "pg": 20.8, "ready": 21.2}]
+open(os.path.join(d, "ready.jsonl"), "w").write("".join(json.dumps(x) + "\n" for x in lines) + "{torn")
+assert gpu_nodeloss.round_after(d, 20, 4) is None and gpu_nodeloss.round_after(d, 25, 2) is None
+got = gpu_nodeloss.round_after(d, 20, 2)
+assert sorted(got) == [0, 1], got
+evs = [{"event": "worker_exit", "t": 20.1}, {"event": "worker_start", "t": 20.4}, {"event": "old", "t": 1.0}]
+tl = gpu_nodeloss.timeline(got, evs, 20.0)
+assert tl["workers_ready_ms"] == [1000.0, 1200.0] and tl["started_warm"] == 2, tl
+assert tl["worker_exits_ms"] == [100.0] and tl["worker_starts_ms"] == [400.0] and "old" not in tl["events_first_ms"], tl
+print("bench/gpu.py helpers: ar_lines, vs_torch, gpu_tag, ddp_pairs, parse_nvlinks ok; gpu_topo parsers ok; "
+      "gpu_recovery4 nccl_init_timings ok; gpu_nodeloss round_after, timeline ok; readme.py size, spans, hang_line ok")
