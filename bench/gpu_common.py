@@ -267,7 +267,25 @@ def torchrun_args(args):
 
 
 def free_port():
+    """A loopback port free now and below the kernel's ephemeral range: a port bind(0) hands out can be taken by
+    any socket of an earlier job's processes (NCCL opens many) before the store listens on it (seen on the GPU box:
+    'address already in use', a whole configuration lost)."""
+    import random
     import socket
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        p = random.randrange(20000, max(20001, min(low, 32768)))
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]
