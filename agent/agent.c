@@ -394,7 +394,10 @@ static void kill_strays(agent *a) {
   v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
   double t0 = trun_mono_ms();
   int n = trun_strays_kill(a->strays, &v);
-  trun_debug("strays: /proc looked at in %.1f ms, %d process(es) killed", trun_mono_ms() - t0, n);
+  size_t rows;
+  int walk = trun_strays_last_look(a->strays, &rows);
+  trun_debug("strays: /proc looked at in %.1f ms (%zu process(es): %s), %d process(es) killed",
+             trun_mono_ms() - t0, rows, walk ? "the agent and its descendants" : "every process", n);
   if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
   free(pids);
 }

@@ -14,6 +14,8 @@
 #      joining (exit 3, no worker started).
 #   5. the topology changed since the cache was written (GPU 7 lost its NVLinks): the warm launch warns that
 #      NVML now says otherwise, and the next launch's workers get NCCL_P2P_LEVEL as NVML says (unset).
+#   6. the rest of the launch path: the guard's stdout and stderr are /dev/null (a caller reading trun's output
+#      to its end is not held by it), and the look for strays reads the agent's descendants only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../helpers/lib.sh"
@@ -158,6 +160,25 @@ rm -f "$tmp/gate"
 launch after --nproc-per-node gpu --
 [ $rc = 0 ] && [ "$(inits after)" = 0 ] || { show "$tmp/after.err"; fail "after: exit $rc, $(inits after) nvmlInit_v2 before the workers"; }
 ! grep -q "NCCL_P2P_LEVEL" "$tmp/after/env.0" || fail "after: the renewed cache still says every pair is NVLink"
+echo "ok"
+
+echo "== 6. the rest of the launch path: nothing of trun's keeps the caller's output open after it exits"
+cat >"$tmp/guardfd.sh" <<'EOF'
+#!/bin/sh
+# The agent's guard: its child in a session of its own named trun; where its stdout and stderr point.
+for d in /proc/[0-9]*; do
+  set -- $(sed 's/^[0-9]* (\(.*\)) /\1 /' "$d/stat" 2>/dev/null)
+  [ "${1:-}" = trun ] && [ "${3:-}" = "$PPID" ] && [ "${5:-}" = "${d#/proc/}" ] || continue
+  echo "guard ${d#/proc/}: $(readlink "$d/fd/1") $(readlink "$d/fd/2")" >"$OUT"
+done
+EOF
+chmod +x "$tmp/guardfd.sh"
+OUT=$tmp/guardfd.txt "$trun" --standalone --nproc-per-node 1 --no-python "$tmp/guardfd.sh" 2>"$tmp/guardfd.err" | cat >/dev/null ||
+  { show "$tmp/guardfd.err"; fail "guardfd: exit $?"; }
+grep -q "guard [0-9]*: /dev/null /dev/null" "$tmp/guardfd.txt" ||
+  fail "the guard keeps the caller's stdout/stderr: $(cat "$tmp/guardfd.txt" 2>/dev/null || echo 'no guard found')"
+grep -q "strays: /proc looked at in .* process(es): the agent and its descendants" "$tmp/guardfd.err" ||
+  { show "$tmp/guardfd.err"; fail "the look for strays read every process of the box, not the agent's descendants"; }
 echo "ok"
 
 echo "PASS: the GPU cache takes NVML off the launch path and changes nothing the workers get"
