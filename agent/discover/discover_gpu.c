@@ -591,6 +591,16 @@ static int from_cache(trun_node *node, char *const *envp, unsigned flags, const 
   return hit;
 }
 
+/* Writes the cache from a list NVML gave whole (count -1: it did not) when /proc names the same GPUs. */
+static void store(trun_node *node, const char *key, const trun__gpu_list *l) {
+  if (l->count < 0 || !l->full) return;
+  if (!trun__gpu_cache_matches(key, l))
+    snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note),
+             "NVML lists other GPUs than /proc/driver/nvidia/gpus; not cached");
+  else if (trun__gpu_cache_store(key, l, node->gpu_cache_note, sizeof(node->gpu_cache_note)) == 0)
+    node->gpu_cache = TRUN_GPU_CACHE_STORED;
+}
+
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
   node->gpu_cache = TRUN_GPU_CACHE_NONE;
   node->gpu_cache_note[0] = '\0';
@@ -627,6 +637,14 @@ int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags,
       }
     }
   }
+  if (flags & TRUN__GPU_HERE) { /* already in a child of the agent's (gpu_probe.c) */
+    trun__gpu_list *l = key ? malloc(sizeof(*l)) : NULL;
+    int rc = discover_here(node, envp, flags | (l ? TRUN__GPU_FULL : 0), 1, l, err, errlen);
+    if (l) store(node, key, l);
+    free(l);
+    free(key);
+    return rc;
+  }
   shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) {
     free(key);
@@ -652,13 +670,7 @@ int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags,
     memcpy(node, &sh->node, sizeof(*node));
     rc = sh->rc;
     if (err && errlen) snprintf(err, errlen, "%s", sh->err);
-    if (key && sh->list.count >= 0 && sh->list.full) {
-      if (!trun__gpu_cache_matches(key, &sh->list))
-        snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note),
-                 "NVML lists other GPUs than /proc/driver/nvidia/gpus; not cached");
-      else if (trun__gpu_cache_store(key, &sh->list, node->gpu_cache_note, sizeof(node->gpu_cache_note)) == 0)
-        node->gpu_cache = TRUN_GPU_CACHE_STORED;
-    }
+    if (key) store(node, key, &sh->list);
   }
   munmap(sh, sizeof(*sh));
   free(key);

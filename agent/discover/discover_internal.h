@@ -56,6 +56,10 @@ typedef struct {
   char p2p[TRUN_MAX_GPUS][TRUN_MAX_GPUS][4];   /* as trun_node.p2p, by NVML index */
 } trun__gpu_list;
 
+/* trun_discover_gpus_flags in a process that is a child of the agent's already (gpu_probe.c): NVML (or the
+ * CUDA runtime) right here, no further child. */
+#define TRUN__GPU_HERE 0x200u
+
 /* Resolves a MIG-<uuid> entry of CUDA_VISIBLE_DEVICES (needs NVML); 0 with out filled, -1 unknown. */
 typedef int (*trun__mig_fn)(void *arg, const char *ent, const int *cand, int ncand, trun_gpu *out);
 /* Applies NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES of envp to the list: node->gpus / ngpu /

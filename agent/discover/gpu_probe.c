@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "discover.h"
+#include "discover_internal.h"
 #include "nvml_child.h"
 
 typedef struct {
@@ -26,9 +27,9 @@ struct trun_gpu_probe {
 
 static void body(void *arg) {
   trun_gpu_probe *p = arg;
-  p->sh->rc =
-      trun_discover_gpus_flags(&p->sh->node, p->envp, TRUN_GPU_HEALTH | TRUN_GPU_CACHE | TRUN_GPU_REFRESH,
-                               p->sh->err, sizeof(p->sh->err));
+  p->sh->rc = trun_discover_gpus_flags(&p->sh->node, p->envp,
+                                       TRUN_GPU_HEALTH | TRUN_GPU_CACHE | TRUN_GPU_REFRESH | TRUN__GPU_HERE,
+                                       p->sh->err, sizeof(p->sh->err));
   dprintf(3, "D\n");
 }
 
