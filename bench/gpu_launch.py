@@ -126,7 +126,8 @@ def timed(cmd, env, timeout=120):
 
 PHASES = [  # (name, regex of the debug line that ends it)
     ("process start, configuration and node discovery", r"node discovery: "),
-    ("health gate", r"health: (the GPUs came from the GPU cache|\d+ check\(s\) in .*checks only)"),
+    ("plan (environment, run directory) and the health gate",
+     r"health: (the GPUs came from the GPU cache|\d+ check\(s\) in .*checks only)"),
     ("store up", r"serving the store on port"),
     ("workers started", r"round 0: started \d+ workers"),
 ]
@@ -237,6 +238,13 @@ def main():
             if kind == "trun-cold" and os.path.exists(cache):
                 os.unlink(cache)
             bd[f"{kind}/{tag}"] = breakdown(f"{kind}/{tag}", cmds[f"{kind}/{tag}"], env)
+    # The health gate's GPU facts, read in the background on a warm launch: a job long enough to see them end.
+    r = subprocess.run([TRUN, "--standalone", "--nproc-per-node", str(n), "--no-python", "/bin/sleep", "1"],
+                       env=dict(env, TRUN_LOG_LEVEL="debug"), capture_output=True, text=True, timeout=60)
+    bg = [re.sub(r" \([^()]*@[\d.]+\)$", "", ln) for ln in r.stderr.splitlines()
+          if "in the background" in ln or "GPU cache: NVML" in ln]
+    log("warm launch of 1 s workers, the gate in the background:\n    " + "\n    ".join(bg or ["(no line)"]))
+    bd["background_gate"] = bg
     res["steps"]["breakdown"] = bd
     save()
     log(f"done in {time.time() - T0:.1f} s; {OUT}")

@@ -639,6 +639,7 @@ int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags,
   }
   if (flags & TRUN__GPU_HERE) { /* already in a child of the agent's (gpu_probe.c) */
     trun__gpu_list *l = key ? malloc(sizeof(*l)) : NULL;
+    if (l) l->count = -1; /* NVML may not get to list them */
     int rc = discover_here(node, envp, flags | (l ? TRUN__GPU_FULL : 0), 1, l, err, errlen);
     if (l) store(node, key, l);
     free(l);
