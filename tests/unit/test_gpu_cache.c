@@ -382,6 +382,33 @@ START_TEST(probe_in_background) {
 }
 END_TEST
 
+/* No NVML library: the CUDA runtime lists the GPUs (in the probe's child too), and nothing is cached. */
+START_TEST(cudart_never_cached) {
+  const char *repo = getenv("TRUN_REPO"), *build = getenv("TRUN_BUILD");
+  char p[PATH_MAX], real[PATH_MAX];
+  snprintf(p, sizeof(p), "%s/libcuda-nccl-fake.so", build && *build ? build : "build");
+  ck_assert_msg(realpath(p, real) != NULL, "%s missing: run make", p);
+  setenv("TRUN_CUDART_LIBRARY", real, 1);
+  snprintf(p, sizeof(p), "%s/tests/fixtures/nodes/pcie-cudart/cudart.json", repo && *repo ? repo : ".");
+  ck_assert_msg(realpath(p, real) != NULL, "%s missing", p);
+  setenv("TRUN_FAKE_CUDART_TOPO", real, 1);
+  setenv("TRUN_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  ck_assert_int_eq(cached(&a, NOENV, err), 0);
+  ck_assert_str_eq(a.gpu_source, "cudart");
+  ck_assert_int_eq(a.ngpu, 4);
+  trun_gpu_probe *pr = trun_gpu_probe_start(&a, NOENV);
+  ck_assert(pr != NULL);
+  int rc = 99, got = 0;
+  for (int i = 0; i < 1000 && (got = trun_gpu_probe_poll(pr, &b, &rc, err, sizeof(err))) == 0; i++)
+    usleep(10000);
+  trun_gpu_probe_free(pr);
+  ck_assert_int_eq(got, 1);
+  ck_assert_str_eq(b.gpu_source, "cudart");
+  ck_assert_int_eq(access(cache, F_OK), -1);
+  unsetenv("TRUN_FAKE_CUDART_TOPO");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_cache");
   TCase *tc = tcase_create("cache");
@@ -397,6 +424,7 @@ int main(void) {
   tcase_add_test(tc, valid_sum_bad_content);
   tcase_add_test(tc, health_and_refresh);
   tcase_add_test(tc, probe_in_background);
+  tcase_add_test(tc, cudart_never_cached);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
