@@ -323,7 +323,8 @@ int trun__gpu_cache_store(const char *key, const trun__gpu_list *l, char *why, s
   f->size = sizeof(*f);
   snprintf(f->key, sizeof(f->key), "%s", key);
   f->list = *l;
-  for (int i = 0; i < f->list.count; i++) memset(&f->list.gpus[i].health, 0, sizeof(f->list.gpus[i].health));
+  for (int i = 0; i < f->list.count && i < TRUN_MAX_GPUS; i++)
+    memset(&f->list.gpus[i].health, 0, sizeof(f->list.gpus[i].health));
   f->sum = file_sum(f);
   snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
   int fd = mkstemp(tmp);
