@@ -394,7 +394,10 @@ static void kill_strays(agent *a) {
   v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
   double t0 = trun_mono_ms();
   int n = trun_strays_kill(a->strays, &v);
-  trun_debug("strays: /proc looked at in %.1f ms, %d process(es) killed", trun_mono_ms() - t0, n);
+  size_t rows;
+  int walk = trun_strays_last_look(a->strays, &rows);
+  trun_debug("strays: /proc looked at in %.1f ms (%zu process(es): %s), %d process(es) killed",
+             trun_mono_ms() - t0, rows, walk ? "the agent and its descendants" : "every process", n);
   if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
   free(pids);
 }
@@ -601,8 +604,13 @@ static void discover(agent *a) {
   if ((a->node = calloc(1, sizeof(*a->node))) == NULL) return;
   a->discover_rc = trun_discover_node(a->node, a->env, trun_agent_discover_flags(a->cfg), a->cfg->no_imds,
                                       a->discover_err, sizeof(a->discover_err));
-  trun_debug("node discovery: %d GPU(s) (%s), %d RDMA device(s), in %.1f ms", a->node->ngpu,
-             a->node->gpu_source ? a->node->gpu_source : "none", a->node->nrdma, trun_mono_ms() - t0);
+  static const char *const cache[] = {"", ", from the GPU cache", ", GPU cache written",
+                                      ", GPU cache unused"};
+  int c = a->node->gpu_cache >= 0 && a->node->gpu_cache <= TRUN_GPU_CACHE_UNUSED ? a->node->gpu_cache : 0;
+  trun_debug("node discovery: %d GPU(s) (%s%s), %d RDMA device(s), in %.1f ms", a->node->ngpu,
+             a->node->gpu_source ? a->node->gpu_source : "none", cache[c], a->node->nrdma,
+             trun_mono_ms() - t0);
+  if (a->node->gpu_cache_note[0]) trun_debug("GPU cache: %s", a->node->gpu_cache_note);
 }
 
 /* What the node has, the workers' base environment (NCCL / EFA decisions included), the run directory,

@@ -91,18 +91,15 @@ static void start_xid_watch(agent *a) {
   uv_poll_start(&a->xid_poll, UV_READABLE, on_xid_readable);
 }
 
-int trun__agent_health_gate(agent *a) {
-  const trun_config *cfg = a->cfg;
-  if (cfg->health_check == TRUN_HEALTH_CHECK_OFF || a->node == NULL) return 0;
+/* Judges the facts of node (the gate's checks, printed, as events and metrics); the number of failed checks.
+ */
+static int judge(agent *a, trun_node *node, const char *derr, double t0, const char *how) {
   unsigned mask = TRUN_HEALTH_ALL;
   char err[512];
-  if (trun_health_parse_checks(cfg->health_checks, &mask, err, sizeof(err)) < 0) mask = TRUN_HEALTH_ALL;
+  if (trun_health_parse_checks(a->cfg->health_checks, &mask, err, sizeof(err)) < 0) mask = TRUN_HEALTH_ALL;
   trun_health *h = malloc(sizeof(*h));
   if (h == NULL) return 0;
-  double t0 = trun_mono_ms();
-  /* The GPU count wants the instance type even without EFA (plan asks IMDS only with EFA): DMI is a file. */
-  if (!a->node->instance.instance_type[0]) trun_discover_instance(a->node, 1);
-  trun_health_run(a->node, a->env, a->discover_err, mask, h);
+  trun_health_run(node, a->env, derr, mask, h);
   h->elapsed_ms = trun_mono_ms() - t0;
   a->health_at = trun_mono_ms();
   trun_obs_health(a->obs, h);
@@ -115,16 +112,119 @@ int trun__agent_health_gate(agent *a) {
       fprintf(stderr, "trun: health: %s %s [%s]: %s\n", c->status == TRUN_HEALTH_FAIL ? "FAIL" : "WARN",
               c->name, c->value, c->reason);
   }
+  trun_debug("health: %d check(s) in %.1f ms (%s): %d failed, %d warned", h->n, h->elapsed_ms, how, fails,
+             warns);
+  if (fails && a->cfg->health_check == TRUN_HEALTH_CHECK_FAIL) publish_gate(a, h);
+  free(h);
+  return fails;
+}
+
+/* What the probe's fresh discovery says differently from the cached facts the workers' plan used: one
+ * warning (the cache is renewed already: the next launch plans with what NVML says now). */
+static void compare_cached(agent *a, const trun_node *now) {
+  const trun_node *was = a->node;
+  char what[400] = "";
+  if (now->ngpu != was->ngpu) snprintf(what, sizeof(what), "%d visible GPU(s), not %d", now->ngpu, was->ngpu);
+  for (int i = 0; !what[0] && i < now->ngpu; i++) {
+    if (strcmp(now->gpus[i].uuid, was->gpus[i].uuid) != 0 || now->gpus[i].numa_node != was->gpus[i].numa_node)
+      snprintf(what, sizeof(what), "GPU %d is %s on NUMA node %d, not %s on %d", i, now->gpus[i].uuid,
+               now->gpus[i].numa_node, was->gpus[i].uuid, was->gpus[i].numa_node);
+    for (int j = 0; !what[0] && j < now->ngpu; j++)
+      if (strcmp(now->links[i][j], was->links[i][j]) != 0 || strcmp(now->p2p[i][j], was->p2p[i][j]) != 0)
+        snprintf(what, sizeof(what), "GPUs %d and %d are %s (P2P %s), not %s (P2P %s)", i, j,
+                 now->links[i][j], now->p2p[i][j], was->links[i][j], was->p2p[i][j]);
+  }
+  if (what[0])
+    trun_warn(
+        "GPU cache: NVML now says %s; this launch planned the workers' NCCL environment from the cached "
+        "facts; the cache is renewed for the next launch (--gpu-cache off: NVML at every launch)",
+        what);
+  else
+    trun_debug("GPU cache: NVML agrees with the cached facts of the %d visible GPU(s)", now->ngpu);
+}
+
+static void probe_close(agent *a) {
+  if (a->hprobe_poll_on) {
+    uv_poll_stop(&a->hprobe_poll);
+    uv_close((uv_handle_t *)&a->hprobe_poll, NULL);
+    a->hprobe_poll_on = 0;
+  }
+  trun_gpu_probe_free(a->hprobe);
+  a->hprobe = NULL;
+}
+
+static void on_probe_readable(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  agent *a = h->data;
+  trun_node *now = malloc(sizeof(*now));
+  char derr[512] = "";
+  int rc = 0;
+  int got = now ? trun_gpu_probe_poll(a->hprobe, now, &rc, derr, sizeof(derr)) : -1;
+  if (got == 0) {
+    free(now);
+    return;
+  }
+  if (got < 0) {
+    trun_warn("health: the GPU checks could not run in the background (%s); the node was not judged",
+              now ? derr : "out of memory");
+  } else {
+    trun_debug("health: the GPUs' facts read in the background in %.1f ms", trun_mono_ms() - a->hprobe_t0);
+    if (rc < 0) trun_debug("health: GPU discovery: %s", derr);
+    compare_cached(a, now);
+    int fails = judge(a, now, derr[0] ? derr : a->discover_err, a->hprobe_t0,
+                      "in the background, the workers started");
+    if (fails)
+      fprintf(
+          stderr,
+          "trun: health: %d check(s) failed; continuing (--health-check=warn; --health-check=fail keeps an "
+          "unhealthy node out of the job)\n",
+          fails);
+  }
+  free(now);
+  probe_close(a);
+}
+
+/* warn with the GPUs from the cache: the GPU facts are read by a child while the agent goes on (the
+ * rendezvous, the workers' start); the verdict warns when it comes. 0, or -1 when no child could start. */
+static int gate_in_background(agent *a) {
+  a->hprobe_t0 = trun_mono_ms();
+  if ((a->hprobe = trun_gpu_probe_start(a->node, a->env)) == NULL) return -1;
+  uv_poll_init(a->loop, &a->hprobe_poll, trun_gpu_probe_fd(a->hprobe));
+  a->hprobe_poll.data = a;
+  a->hprobe_poll_on = 1;
+  uv_poll_start(&a->hprobe_poll, UV_READABLE, on_probe_readable);
   trun_debug(
-      "health: %d check(s) in %.1f ms (checks only; GPU discovery read the facts): %d failed, %d warned",
-      h->n, h->elapsed_ms, fails, warns);
+      "health: the GPUs came from the GPU cache; their checks run in the background (--health-check warn)");
+  return 0;
+}
+
+int trun__agent_health_gate(agent *a) {
+  const trun_config *cfg = a->cfg;
+  if (cfg->health_check == TRUN_HEALTH_CHECK_OFF || a->node == NULL) return 0;
+  double t0 = trun_mono_ms();
+  /* The GPU count wants the instance type even without EFA (plan asks IMDS only with EFA): DMI is a file. */
+  if (!a->node->instance.instance_type[0]) trun_discover_instance(a->node, 1);
+  if (a->node->gpu_cache == TRUN_GPU_CACHE_HIT && cfg->health_check == TRUN_HEALTH_CHECK_WARN &&
+      gate_in_background(a) == 0) {
+    start_xid_watch(a);
+    return 0;
+  }
+  const char *derr = a->discover_err;
+  char fresh_err[512] = "";
+  trun_node *now = NULL;
+  if (a->node->gpu_cache == TRUN_GPU_CACHE_HIT && (now = malloc(sizeof(*now))) != NULL) {
+    *now = *a->node; /* no child for the background: the facts now, here */
+    trun_discover_gpus_flags(now, a->env, TRUN_GPU_HEALTH, fresh_err, sizeof(fresh_err));
+    if (fresh_err[0]) derr = fresh_err;
+  }
+  int fails = judge(a, now ? now : a->node, derr, t0, "checks only; GPU discovery read the facts");
+  free(now);
   if (fails && cfg->health_check == TRUN_HEALTH_CHECK_FAIL) {
     fprintf(stderr,
             "trun: health: %d check(s) failed: node %s does not join the job (--health-check=fail); exit %d, "
             "so that the scheduler replaces it (docs/health.md)\n",
             fails, node_name(a), TRUN_EXIT_UNHEALTHY);
-    publish_gate(a, h);
-    free(h);
     return -1;
   }
   if (fails)
@@ -132,7 +232,6 @@ int trun__agent_health_gate(agent *a) {
             "trun: health: %d check(s) failed; continuing (--health-check=warn; --health-check=fail keeps an "
             "unhealthy node out of the job)\n",
             fails);
-  free(h);
   start_xid_watch(a);
   return 0;
 }
@@ -337,6 +436,11 @@ void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) 
 }
 
 void trun__agent_health_close(agent *a) {
+  if (a->hprobe) {
+    trun_debug("health: the job ended before the GPU checks in the background did (%.0f ms); not judged",
+               trun_mono_ms() - a->hprobe_t0);
+    probe_close(a);
+  }
   if (a->xid_poll_on) {
     uv_poll_stop(&a->xid_poll);
     uv_close((uv_handle_t *)&a->xid_poll, NULL);

@@ -128,6 +128,10 @@ struct agent {
   /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
   char discover_err[512];  /* GPU discovery's complaint in plan ("" none) */
   trun_xid_watch *xid;     /* the Xid watcher child, NULL when off or ended */
+  trun_gpu_probe *hprobe;  /* the gate's GPU facts read in the background (warn, GPUs from the cache) */
+  uv_poll_t hprobe_poll;   /* readable: the probe ended */
+  int hprobe_poll_on;      /* hprobe_poll was initialised (close it at the end) */
+  double hprobe_t0;        /* when it started (monotonic ms) */
   uv_poll_t xid_poll;      /* readable: the watcher wrote */
   int xid_poll_on;         /* xid_poll was initialised (close it at the end) */
   int unhealthy;           /* a hardware Xid: this node leaves the job and exits 3 */

@@ -44,8 +44,11 @@ out:
 }
 
 int trun_agent_discover_flags(const trun_config *cfg) {
+  /* fail: the gate judges fresh facts before joining (NVML); warn: from the cache, the gate's facts are read
+   * in the background (agent_health.c) */
   return TRUN_IDENTITY_IF_EFA | (cfg->numa_binding ? 0 : TRUN_DISCOVER_NO_AFFINITY) |
-         (cfg->health_check != TRUN_HEALTH_CHECK_OFF ? TRUN_DISCOVER_HEALTH : 0);
+         (cfg->health_check != TRUN_HEALTH_CHECK_OFF ? TRUN_DISCOVER_HEALTH : 0) |
+         (cfg->gpu_cache && cfg->health_check != TRUN_HEALTH_CHECK_FAIL ? TRUN_DISCOVER_CACHE : 0);
 }
 
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node,

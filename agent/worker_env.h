@@ -15,7 +15,8 @@
  * per-local-rank CPU lists in TRUN_NUMA_PLAN ("list0;list1;..."), which trun_worker_envp consumes. */
 char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun_node *node, int *omp_forced);
 /* trun_discover_node's identity/flags for the agent: instance identity only with usable EFA, per-GPU CPU
- * affinity only for --numa-binding, the GPUs' health facts unless --health-check off. node NULL above:
+ * affinity only for --numa-binding, the GPUs' health facts unless --health-check off, the per-boot GPU cache
+ * unless --gpu-cache off or --health-check fail (which judges fresh facts before joining). node NULL above:
  * trun_agent_env discovers with these itself. */
 int trun_agent_discover_flags(const trun_config *cfg);
 

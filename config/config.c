@@ -414,6 +414,10 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (osp && strcmp(osp, "warn") != 0 && strcmp(osp, "fail") != 0)
     return fail(err, errlen, cl, TRUN_OPT_ON_SPLIT_PODS, "--on-split-pods '%s' must be warn or fail", osp);
   cfg->on_split_pods_fail = osp && strcmp(osp, "fail") == 0;
+  const char *gc = VAL(TRUN_OPT_GPU_CACHE);
+  if (gc && strcmp(gc, "on") != 0 && strcmp(gc, "off") != 0)
+    return fail(err, errlen, cl, TRUN_OPT_GPU_CACHE, "--gpu-cache '%s' must be on or off", gc);
+  cfg->gpu_cache = !(gc && strcmp(gc, "off") == 0);
   const char *hc = VAL(TRUN_OPT_HEALTH_CHECK);
   cfg->health_check = TRUN_HEALTH_CHECK_WARN;
   if (hc && strcmp(hc, "off") == 0)

@@ -62,6 +62,7 @@ typedef struct {
   int explain;                 /* --explain: print the node and the environment decisions, start nothing */
   const char *list_excluded;   /* --list-excluded slurm|json: print the job's exclusion list, start nothing */
   int no_imds;                 /* --no-imds: no instance-metadata request */
+  int gpu_cache;               /* --gpu-cache on (1) | off (0): the per-boot GPU cache */
   const char *numa_binding;    /* --numa-binding: NULL or "node" */
   const char *log_line_prefix; /* NULL: torchrun's "[${role_name}${local_rank}]:" */
   int print_config;            /* --print-config: the script may be missing */

@@ -207,6 +207,11 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
         {"store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", TRUN_G_TRUN, "N|auto",
          "Threads (event loops) of the TCPStore servers this agent hosts, 1-64. auto: 4 "
          "with 32 or more usable CPUs, 2 with 8 or more, else 1."},
+    [TRUN_OPT_GPU_CACHE] =
+        {"gpu-cache", "gpu_cache", 0, 0, "on", "TRUN_GPU_CACHE", TRUN_G_TRUN, "{on,off}",
+         "on: the GPUs' fixed facts (devices, PCI ids, NUMA nodes, NVLinks) come from a per-boot cache in "
+         "the user's runtime directory when it matches this boot, driver and set of GPUs, so that a launch "
+         "needs no NVML; off: NVML at every launch."},
     [TRUN_OPT_HEALTH_CHECK] =
         {"health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", TRUN_G_TRUN, "{off,warn,fail}",
          "Before the first rendezvous, check this node (GPU count, memory errors, clocks, PCIe, NVLink, "

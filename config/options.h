@@ -62,6 +62,7 @@ typedef enum {
   TRUN_OPT_HANG_TIMEOUT,      /* --hang-timeout S: restart after a RAS-found hang (agent_hang.c) */
   TRUN_OPT_STORE_ALLOW_PEERS, /* --store-allow-peers: the store admits only the job's hosts */
   TRUN_OPT_STORE_THREADS,     /* --store-threads: event loops of the stores this agent hosts */
+  TRUN_OPT_GPU_CACHE,     /* --gpu-cache on|off: the per-boot GPU cache (agent/discover/discover_cache.c) */
   TRUN_OPT_HEALTH_CHECK,  /* --health-check off|warn|fail: the node health gate (agent/discover/health.h) */
   TRUN_OPT_HEALTH_CHECKS, /* --health-checks LIST: which checks the gate runs */
   TRUN_OPT_WATCH_STDIN,   /* --watch-stdin: stop on stdin's end, signals as lines (hostfile agents) */

@@ -5,8 +5,9 @@
  * name, GPU utilisation sampled in a child (gpu_util.h), the node health checks (health.h) and the Xid
  * watcher (xid_watch.h). NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks
  * (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
- * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm). Facts: shared/spec/gpu-efa-nccl.md.
- * May use: base. Used by every other agent module, the launcher and the tools. */
+ * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm), TRUN_PROC_ROOT (the GPU cache's /proc).
+ * Facts: shared/spec/gpu-efa-nccl.md. May use: base. Used by every other agent module, the launcher and the
+ * tools. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
 
@@ -81,8 +82,14 @@ typedef struct {
   int nrdma;
   trun_rdma rdma[TRUN_MAX_RDMA];
   trun_instance instance;
-  int cpus_usable; /* from the cgroup CPU quota and affinity */
+  int cpus_usable;          /* from the cgroup CPU quota and affinity */
+  int gpu_cache;            /* TRUN_GPU_CACHE_*: where the GPU facts came from when the cache was asked */
+  char gpu_cache_note[256]; /* why the cache was not used (debug level) */
 } trun_node;
+
+/* node->gpu_cache: not asked, read from the cache (no NVML), discovered and written to it, discovered
+ * without it (gpu_cache_note says why). */
+enum { TRUN_GPU_CACHE_NONE = 0, TRUN_GPU_CACHE_HIT, TRUN_GPU_CACHE_STORED, TRUN_GPU_CACHE_UNUSED };
 
 /* Fills node->gpus / links / p2p from NVML (TRUN_NVML_LIBRARY or libnvidia-ml.so.1), honouring
  * CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES from envp; where no NVML library loads, from the CUDA
@@ -96,7 +103,27 @@ int trun_discover_gpus(trun_node *node, char *const *envp, char *err, size_t err
 #define TRUN_GPU_NO_AFFINITY 1u
 /* TRUN_GPU_HEALTH: the child also reads each visible GPU's health facts (trun_gpu.health). */
 #define TRUN_GPU_HEALTH 2u
+/* TRUN_GPU_CACHE: the static facts (GPUs, UUIDs, PCI ids, NUMA nodes, CPU affinity, memory, links, P2P;
+ * never health) from the per-boot GPU cache when it is valid for this boot, driver, NVML library, user and
+ * the GPUs /proc/driver/nvidia lists, without NVML (node->gpu_cache TRUN_GPU_CACHE_HIT: with TRUN_GPU_HEALTH
+ * the health facts stay unread); otherwise NVML as without it, and the cache written. Never for a MIG-
+ * entry of CUDA_VISIBLE_DEVICES. TRUN_GPU_REFRESH with it: NVML in any case, and the cache written. */
+#define TRUN_GPU_CACHE 4u
+#define TRUN_GPU_REFRESH 8u
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen);
+/* The health facts read in the background (gpu_probe.c): a short-lived child (dies with the agent, no
+ * inherited descriptors) runs trun_discover_gpus_flags(TRUN_GPU_HEALTH | TRUN_GPU_CACHE | TRUN_GPU_REFRESH)
+ * on a copy of base, so that the GPU cache is also checked against what NVML says now and renewed.
+ * trun_gpu_probe_start: NULL when it cannot fork (errno). trun_gpu_probe_fd: readable when the child wrote or
+ * ended. trun_gpu_probe_poll: 1 with *out (the copy, GPU facts fresh), *rc and err as the discovery left
+ * them; 0 while it runs; -1 when it ended without a result (err says why). Never blocks.
+ * trun_gpu_probe_free: stops a child that still runs. */
+typedef struct trun_gpu_probe trun_gpu_probe;
+trun_gpu_probe *trun_gpu_probe_start(const trun_node *base, char *const *envp);
+int trun_gpu_probe_fd(const trun_gpu_probe *p);
+int trun_gpu_probe_poll(trun_gpu_probe *p, trun_node *out, int *rc, char *err, size_t errlen);
+void trun_gpu_probe_free(trun_gpu_probe *p);
+
 /* Fills node->rdma from TRUN_SYSFS_ROOT (default /sys)/class/infiniband and /dev/infiniband. */
 int trun_discover_rdma(trun_node *node);
 /* Fills node->instance: IMDSv2 (TRUN_IMDS_ENDPOINT, default http://169.254.169.254) within ~1 s total,
@@ -115,6 +142,8 @@ enum { TRUN_IDENTITY_NEVER = 0, TRUN_IDENTITY_ALWAYS, TRUN_IDENTITY_IF_EFA };
 #define TRUN_DISCOVER_NO_AFFINITY 0x100
 /* Or'ed in: the GPUs' health facts too (TRUN_GPU_HEALTH, for the node health checks). */
 #define TRUN_DISCOVER_HEALTH 0x200
+/* Or'ed in: the GPUs from the per-boot cache where it is valid (TRUN_GPU_CACHE). */
+#define TRUN_DISCOVER_CACHE 0x400
 /* Fills node (zeroed first): GPUs from NVML honouring envp's CUDA_VISIBLE_DEVICES, RDMA devices, the
  * instance identity per identity (IMDS unless no_imds, then DMI), usable CPUs. 0, or -1 with err set when
  * GPU discovery reported a problem (what was found is kept). */

@@ -272,7 +272,7 @@ static long parse_index(const char *s) {
 }
 
 /* NVIDIA_VISIBLE_DEVICES → keep[] over all[0..count). */
-static void apply_nvidia_visible(const char *v, const trun_nvml_dev *all, int count, int *keep) {
+static void apply_nvidia_visible(const char *v, const trun_gpu *all, int count, int *keep) {
   for (int i = 0; i < count; i++) keep[i] = 1;
   if (!v || !*v || strcmp(v, "void") == 0 || strcmp(v, "all") == 0) return;
   if (strcmp(v, "none") == 0) {
@@ -294,7 +294,7 @@ static void apply_nvidia_visible(const char *v, const trun_nvml_dev *all, int co
       continue;
     }
     for (int i = 0; i < count; i++)
-      if (*ent && strcmp(all[i].g.uuid, ent) == 0) sel[i] = 1;
+      if (*ent && strcmp(all[i].uuid, ent) == 0) sel[i] = 1;
   }
   if (any_index && !all_indices_exist) {
     /* Host indices in a container that already shows only those GPUs: keep what NVML lists, except that
@@ -307,11 +307,11 @@ static void apply_nvidia_visible(const char *v, const trun_nvml_dev *all, int co
 }
 
 /* Matches a GPU-<uuid> prefix among cand; the index into all, -1 none, -2 ambiguous. */
-static int match_uuid_prefix(const char *ent, const trun_nvml_dev *all, const int *cand, int ncand) {
+static int match_uuid_prefix(const char *ent, const trun_gpu *all, const int *cand, int ncand) {
   int found = -1;
   size_t n = strlen(ent);
   for (int k = 0; k < ncand; k++) {
-    const char *u = all[cand[k]].g.uuid;
+    const char *u = all[cand[k]].uuid;
     if (strncmp(u, ent, n) == 0) {
       if (strcmp(u, ent) == 0) return cand[k];
       if (found >= 0) return -2;
@@ -321,20 +321,26 @@ static int match_uuid_prefix(const char *ent, const trun_nvml_dev *all, const in
   return found;
 }
 
+/* The MIG resolver of an NVML session: the session and its devices. */
+typedef struct {
+  const trun_nvml *n;
+  const trun_nvml_dev *all;
+  const trun__gpu_list *l;
+} mig_ctx;
+
 /* Looks up a MIG-<uuid>: fills out from its parent GPU (uuid = the MIG uuid); 0, or -1 when unknown. */
-static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev *all, int count,
-                       const int *cand, int ncand, trun_gpu *out) {
-  if (!n->by_uuid) return -1;
+static int resolve_mig(void *arg, const char *ent, const int *cand, int ncand, trun_gpu *out) {
+  const mig_ctx *m = arg;
+  if (!m->n->by_uuid) return -1;
   trun_nvmlDevice_t mig = NULL, parent = NULL;
-  if (n->by_uuid(ent, &mig) != TRUN_NVML_SUCCESS) return -1;
-  if (n->mig_parent && n->mig_parent(mig, &parent) == TRUN_NVML_SUCCESS) {
+  if (m->n->by_uuid(ent, &mig) != TRUN_NVML_SUCCESS) return -1;
+  if (m->n->mig_parent && m->n->mig_parent(mig, &parent) == TRUN_NVML_SUCCESS) {
     for (int k = 0; k < ncand; k++)
-      if (all[cand[k]].dev == parent) {
-        *out = all[cand[k]].g;
+      if (m->all[cand[k]].dev == parent) {
+        *out = m->l->gpus[cand[k]];
         copy_str(out->uuid, sizeof(out->uuid), ent);
         return 0;
       }
-    (void)count;
     return -1; /* its parent is hidden by NVIDIA_VISIBLE_DEVICES */
   }
   memset(out, 0, sizeof(*out));
@@ -345,9 +351,115 @@ static int resolve_mig(const trun_nvml *n, const char *ent, const trun_nvml_dev 
   return 0;
 }
 
-/* cudart: whether the CUDA runtime may be tried when no NVML library loads (only in the child). */
-static int discover_here(trun_node *node, char *const *envp, unsigned flags, int cudart, char *err,
-                         size_t errlen) {
+int trun__gpu_select(const trun__gpu_list *l, char *const *envp, trun__mig_fn mig, void *mig_arg,
+                     trun_node *node, int *src, char *err, size_t errlen) {
+  node->ngpu = 0;
+  node->gpus_listed = l->count;
+  /* Candidates in CUDA order after NVIDIA_VISIBLE_DEVICES. */
+  int keep[TRUN_MAX_GPUS];
+  apply_nvidia_visible(trun_env_get(envp, "NVIDIA_VISIBLE_DEVICES"), l->gpus, l->count, keep);
+  int cand[TRUN_MAX_GPUS], ncand = 0;
+  for (int i = 0; i < l->count; i++)
+    if (keep[i]) cand[ncand++] = i;
+  int ret = 0;
+  const char *cvd = trun_env_get(envp, "CUDA_VISIBLE_DEVICES");
+  if (!cvd) {
+    for (int k = 0; k < ncand; k++) {
+      node->gpus[node->ngpu] = l->gpus[cand[k]];
+      src[node->ngpu++] = cand[k];
+    }
+  } else {
+    const char *p = cvd;
+    char ent[128];
+    while (*cvd && next_entry(&p, ent, sizeof(ent)) && node->ngpu < TRUN_MAX_GPUS) {
+      int pick = -1;
+      trun_gpu m;
+      int is_mig = 0;
+      long idx = parse_index(ent);
+      if (idx >= 0) {
+        pick = idx < ncand ? cand[idx] : -1;
+      } else if (strncmp(ent, "GPU-", 4) == 0 && ent[4]) {
+        pick = match_uuid_prefix(ent, l->gpus, cand, ncand);
+      } else if (strncmp(ent, "MIG-", 4) == 0 && ent[4] && mig) {
+        is_mig = mig(mig_arg, ent, cand, ncand, &m) == 0;
+      }
+      for (int v = 0; pick >= 0 && v < node->ngpu; v++)
+        if (src[v] == pick) pick = -3; /* the same GPU twice */
+      for (int v = 0; is_mig && v < node->ngpu; v++)
+        if (strcmp(node->gpus[v].uuid, m.uuid) == 0) is_mig = 0;
+      if (pick < 0 && !is_mig) {
+        trun_errf(
+            err, errlen,
+            "CUDA_VISIBLE_DEVICES entry '%s' (in '%s') names no %sGPU%s: like CUDA, it and the entries after "
+            "it are hidden; fix CUDA_VISIBLE_DEVICES (%d GPU%s here, see trun-topo)",
+            ent, cvd, pick == -3 ? "new " : "", pick == -2 ? " uniquely" : "", ncand, ncand == 1 ? "" : "s");
+        ret = -1;
+        break;
+      }
+      if (is_mig) {
+        int parent = -1;
+        for (int k = 0; k < l->count; k++)
+          if (m.index >= 0 && l->gpus[k].index == m.index) parent = k;
+        node->gpus[node->ngpu] = m;
+        src[node->ngpu++] = parent;
+      } else {
+        node->gpus[node->ngpu] = l->gpus[pick];
+        src[node->ngpu++] = pick;
+      }
+    }
+  }
+  for (int v = 0; v < node->ngpu; v++) node->gpus[v].visible_index = v;
+  return ret;
+}
+
+void trun__gpu_links_to_node(const trun__gpu_list *l, const int *src, trun_node *node) {
+  for (int a = 0; a < node->ngpu; a++)
+    for (int b = 0; b < node->ngpu; b++) {
+      int i = src[a], j = src[b];
+      const char *link = "N/A", *p2p = "N/A";
+      if (a == b || (i >= 0 && i == j))
+        link = p2p = "X";
+      else if (i >= 0 && j >= 0)
+        link = l->links[i][j], p2p = l->p2p[i][j];
+      snprintf(node->links[a][b], sizeof(node->links[a][b]), "%s", link);
+      snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "%s", p2p);
+    }
+}
+
+/* The list's links and P2P status for the pairs of want (NVML calls: per GPU its NVLinks, per pair the P2P
+ * status and, without NVLink, the PCIe level). */
+static void fill_links(const trun_nvml *n, const trun_nvml_dev *all, trun__gpu_list *l, const int *want) {
+  int(*direct)[TRUN_MAX_GPUS] = calloc(TRUN_MAX_GPUS, sizeof(*direct));
+  int sw[TRUN_MAX_GPUS] = {0};
+  if (direct) count_nvlinks(n, all, l->count, direct, sw, want);
+  for (int i = 0; i < l->count; i++)
+    for (int j = 0; j < l->count; j++) {
+      char *lk = l->links[i][j];
+      if (!want[i] || !want[j]) continue;
+      if (i == j) {
+        snprintf(lk, sizeof(l->links[i][j]), "X");
+        snprintf(l->p2p[i][j], sizeof(l->p2p[i][j]), "X");
+        continue;
+      }
+      snprintf(l->p2p[i][j], sizeof(l->p2p[i][j]), "%s", p2p_label(n, all[i].dev, all[j].dev));
+      int nv = direct ? direct[i][j] + (sw[i] && sw[j] ? (sw[i] < sw[j] ? sw[i] : sw[j]) : 0) : 0;
+      if (nv > 0) {
+        snprintf(lk, sizeof(l->links[i][j]), "NV%d", nv > 999 ? 999 : nv);
+        continue;
+      }
+      int level = -1;
+      if (!n->ancestor || n->ancestor(all[i].dev, all[j].dev, &level) != TRUN_NVML_SUCCESS) level = -1;
+      snprintf(lk, sizeof(l->links[i][j]), "%s", level_label(level));
+    }
+  free(direct);
+}
+
+/* cudart: whether the CUDA runtime may be tried when no NVML library loads (only in the child). l: the whole
+ * list for the cache (every pair's links, TRUN__GPU_FULL), or NULL; l->count stays -1 unless NVML listed
+ * every device. */
+#define TRUN__GPU_FULL 0x100u
+static int discover_here(trun_node *node, char *const *envp, unsigned flags, int cudart, trun__gpu_list *l,
+                         char *err, size_t errlen) {
   int affinity = !(flags & TRUN_GPU_NO_AFFINITY);
   if (err && errlen) err[0] = '\0';
   node->ngpu = 0;
@@ -382,123 +494,54 @@ static int discover_here(trun_node *node, char *const *envp, unsigned flags, int
   if (count > TRUN_MAX_GPUS) count = TRUN_MAX_GPUS;
   node->gpus_listed = (int)count;
   trun_nvml_dev *all = calloc(TRUN_MAX_GPUS, sizeof(*all));
-  if (!all) {
+  trun__gpu_list *own = l ? NULL : malloc(sizeof(*own));
+  trun__gpu_list *list = l ? l : own;
+  if (!all || !list) {
     trun_errf(err, errlen, "out of memory listing GPUs");
+    free(all);
+    free(own);
     nvml_close(&n);
     return -1;
   }
-  int ndev = 0;
+  memset(list, 0, sizeof(*list));
+  list->count = -1;
   for (unsigned i = 0; i < count; i++) {
-    nr = n.by_index(i, &all[ndev].dev);
+    nr = n.by_index(i, &all[i].dev);
     if (nr != TRUN_NVML_SUCCESS) {
       trun_errf(err, errlen,
                 "nvmlDeviceGetHandleByIndex_v2(%u) failed: %s (%d); check the GPU with nvidia-smi", i,
                 nvml_err(&n, nr), nr);
       free(all);
+      free(own);
       nvml_close(&n);
       return -1;
     }
-    fill_device(&n, i, &all[ndev], affinity);
-    ndev++;
+    fill_device(&n, i, &all[i], affinity);
+    list->gpus[i] = all[i].g;
   }
+  list->count = (int)count;
+  list->affinity = affinity;
   node->gpu_source = "nvml";
 
-  /* Candidates in CUDA order after NVIDIA_VISIBLE_DEVICES. */
-  int keep[TRUN_MAX_GPUS];
-  apply_nvidia_visible(trun_env_get(envp, "NVIDIA_VISIBLE_DEVICES"), all, ndev, keep);
-  int cand[TRUN_MAX_GPUS], ncand = 0;
-  for (int i = 0; i < ndev; i++)
-    if (keep[i]) cand[ncand++] = i;
-
   int src[TRUN_MAX_GPUS]; /* index into all for each visible GPU (-1: a MIG device without parent info) */
-  int ret = 0;
-  const char *cvd = trun_env_get(envp, "CUDA_VISIBLE_DEVICES");
-  if (!cvd) {
-    for (int k = 0; k < ncand; k++) {
-      node->gpus[node->ngpu] = all[cand[k]].g;
-      src[node->ngpu++] = cand[k];
-    }
-  } else {
-    const char *p = cvd;
-    char ent[128];
-    while (*cvd && next_entry(&p, ent, sizeof(ent)) && node->ngpu < TRUN_MAX_GPUS) {
-      int pick = -1;
-      trun_gpu mig;
-      int is_mig = 0;
-      long idx = parse_index(ent);
-      if (idx >= 0) {
-        pick = idx < ncand ? cand[idx] : -1;
-      } else if (strncmp(ent, "GPU-", 4) == 0 && ent[4]) {
-        pick = match_uuid_prefix(ent, all, cand, ncand);
-      } else if (strncmp(ent, "MIG-", 4) == 0 && ent[4]) {
-        is_mig = resolve_mig(&n, ent, all, ndev, cand, ncand, &mig) == 0;
-      }
-      for (int v = 0; pick >= 0 && v < node->ngpu; v++)
-        if (src[v] == pick) pick = -3; /* the same GPU twice */
-      for (int v = 0; is_mig && v < node->ngpu; v++)
-        if (strcmp(node->gpus[v].uuid, mig.uuid) == 0) is_mig = 0;
-      if (pick < 0 && !is_mig) {
-        trun_errf(
-            err, errlen,
-            "CUDA_VISIBLE_DEVICES entry '%s' (in '%s') names no %sGPU%s: like CUDA, it and the entries after "
-            "it are hidden; fix CUDA_VISIBLE_DEVICES (%d GPU%s here, see trun-topo)",
-            ent, cvd, pick == -3 ? "new " : "", pick == -2 ? " uniquely" : "", ncand, ncand == 1 ? "" : "s");
-        ret = -1;
-        break;
-      }
-      if (is_mig) {
-        int parent = -1;
-        for (int k = 0; k < ndev; k++)
-          if (mig.index >= 0 && all[k].g.index == mig.index) parent = k;
-        node->gpus[node->ngpu] = mig;
-        src[node->ngpu++] = parent;
-      } else {
-        node->gpus[node->ngpu] = all[pick].g;
-        src[node->ngpu++] = pick;
-      }
-    }
-  }
-  for (int v = 0; v < node->ngpu; v++) node->gpus[v].visible_index = v;
+  mig_ctx mc = {&n, all, list};
+  int ret = trun__gpu_select(list, envp, resolve_mig, &mc, node, src, err, errlen);
   if (flags & TRUN_GPU_HEALTH) {
     trun__gpu_health_fns hf;
     trun__gpu_health_load(n.dl, &hf);
     for (int v = 0; v < node->ngpu; v++)
       if (src[v] >= 0) trun__gpu_health_read(&hf, all[src[v]].dev, &node->gpus[v].health);
   }
-
-  /* Links between visible GPUs. */
+  /* Links between the visible GPUs (every listed pair for the cache). */
   int want[TRUN_MAX_GPUS] = {0};
+  list->full = (flags & TRUN__GPU_FULL) != 0;
+  for (int i = 0; list->full && i < list->count; i++) want[i] = 1;
   for (int v = 0; v < node->ngpu; v++)
     if (src[v] >= 0) want[src[v]] = 1;
-  int(*direct)[TRUN_MAX_GPUS] = calloc(TRUN_MAX_GPUS, sizeof(*direct));
-  int sw[TRUN_MAX_GPUS] = {0};
-  if (direct) count_nvlinks(&n, all, ndev, direct, sw, want);
-  for (int a = 0; a < node->ngpu; a++)
-    for (int b = 0; b < node->ngpu; b++) {
-      char *l = node->links[a][b];
-      int i = src[a], j = src[b];
-      if (a == b || (i >= 0 && i == j)) {
-        snprintf(l, sizeof(node->links[a][b]), "X");
-        snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "X");
-        continue;
-      }
-      if (i < 0 || j < 0) {
-        snprintf(l, sizeof(node->links[a][b]), "N/A");
-        snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "N/A");
-        continue;
-      }
-      snprintf(node->p2p[a][b], sizeof(node->p2p[a][b]), "%s", p2p_label(&n, all[i].dev, all[j].dev));
-      int nv = direct ? direct[i][j] + (sw[i] && sw[j] ? (sw[i] < sw[j] ? sw[i] : sw[j]) : 0) : 0;
-      if (nv > 0) {
-        snprintf(l, sizeof(node->links[a][b]), "NV%d", nv > 999 ? 999 : nv);
-        continue;
-      }
-      int level = -1;
-      if (!n.ancestor || n.ancestor(all[i].dev, all[j].dev, &level) != TRUN_NVML_SUCCESS) level = -1;
-      snprintf(l, sizeof(node->links[a][b]), "%s", level_label(level));
-    }
-  free(direct);
+  fill_links(&n, all, list, want);
+  trun__gpu_links_to_node(list, src, node);
   free(all);
+  free(own);
   nvml_close(&n);
   return ret;
 }
@@ -511,6 +554,7 @@ typedef struct {
   trun_node node;
   int rc;
   char err[512];
+  trun__gpu_list list; /* count -1: NVML did not list every device */
 } shared_result;
 
 /* Whether an NVIDIA driver is there to ask: its control node /dev/nvidiactl (bare metal, and every
@@ -523,7 +567,43 @@ static int driver_present(void) {
   return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
 }
 
+/* The GPUs from the cache when it holds them for this key: 1 (node filled, rc in *rc), 0 (note says why). */
+static int from_cache(trun_node *node, char *const *envp, unsigned flags, const char *key, int *rc, char *err,
+                      size_t errlen) {
+  trun__gpu_list *l = malloc(sizeof(*l));
+  if (l == NULL) {
+    snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note), "out of memory");
+    return 0;
+  }
+  int hit = trun__gpu_cache_load(key, !(flags & TRUN_GPU_NO_AFFINITY), l, node->gpu_cache_note,
+                                 sizeof(node->gpu_cache_note));
+  if (hit) {
+    int src[TRUN_MAX_GPUS];
+    if (err && errlen) err[0] = '\0';
+    memset(node->links, 0, sizeof(node->links));
+    memset(node->p2p, 0, sizeof(node->p2p));
+    *rc = trun__gpu_select(l, envp, NULL, NULL, node, src, err, errlen);
+    trun__gpu_links_to_node(l, src, node);
+    node->gpu_source = "nvml";
+    node->gpu_cache = TRUN_GPU_CACHE_HIT;
+  }
+  free(l);
+  return hit;
+}
+
+/* Writes the cache from a list NVML gave whole (count -1: it did not) when /proc names the same GPUs. */
+static void store(trun_node *node, const char *key, const trun__gpu_list *l) {
+  if (l->count < 0 || !l->full) return;
+  if (!trun__gpu_cache_matches(key, l))
+    snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note),
+             "NVML lists other GPUs than /proc/driver/nvidia/gpus; not cached");
+  else if (trun__gpu_cache_store(key, l, node->gpu_cache_note, sizeof(node->gpu_cache_note)) == 0)
+    node->gpu_cache = TRUN_GPU_CACHE_STORED;
+}
+
 int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags, char *err, size_t errlen) {
+  node->gpu_cache = TRUN_GPU_CACHE_NONE;
+  node->gpu_cache_note[0] = '\0';
   if (!driver_present()) {
     if (err && errlen) err[0] = '\0';
     node->ngpu = 0;
@@ -533,19 +613,57 @@ int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags,
     memset(node->p2p, 0, sizeof(node->p2p));
     return 0;
   }
+  /* The cache: not for MIG devices (only NVML resolves them); a hit reads no health facts. */
+  char *key = NULL;
+  if (flags & TRUN_GPU_CACHE) {
+    const char *cvd = trun_env_get(envp, "CUDA_VISIBLE_DEVICES");
+    node->gpu_cache = TRUN_GPU_CACHE_UNUSED;
+    if (cvd && strstr(cvd, "MIG-"))
+      snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note),
+               "CUDA_VISIBLE_DEVICES names a MIG device, which only NVML resolves");
+    else if ((key = malloc(TRUN__GPU_CACHE_KEY)) == NULL)
+      snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note), "out of memory");
+    else if (trun__gpu_cache_key(key, TRUN__GPU_CACHE_KEY, node->gpu_cache_note,
+                                 sizeof(node->gpu_cache_note)) < 0) {
+      free(key);
+      key = NULL;
+    } else {
+      int rc;
+      if (flags & TRUN_GPU_REFRESH)
+        snprintf(node->gpu_cache_note, sizeof(node->gpu_cache_note), "asked to discover afresh");
+      else if (from_cache(node, envp, flags, key, &rc, err, errlen)) {
+        free(key);
+        return rc;
+      }
+    }
+  }
+  if (flags & TRUN__GPU_HERE) { /* already in a child of the agent's (gpu_probe.c) */
+    trun__gpu_list *l = key ? malloc(sizeof(*l)) : NULL;
+    if (l) l->count = -1; /* NVML may not get to list them */
+    int rc = discover_here(node, envp, flags | (l ? TRUN__GPU_FULL : 0), 1, l, err, errlen);
+    if (l) store(node, key, l);
+    free(l);
+    free(key);
+    return rc;
+  }
   shared_result *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) return discover_here(node, envp, flags, 0, err, errlen);
+  if (sh == MAP_FAILED) {
+    free(key);
+    return discover_here(node, envp, flags, 0, NULL, err, errlen);
+  }
   memcpy(&sh->node, node, sizeof(*node));
   sh->rc = -1;
+  sh->list.count = -1;
   snprintf(sh->err, sizeof(sh->err), "GPU discovery child ended without a result");
   pid_t pid = fork();
   if (pid == 0) {
-    sh->rc = discover_here(&sh->node, envp, flags, 1, sh->err, sizeof(sh->err));
+    sh->rc = discover_here(&sh->node, envp, flags | (key ? TRUN__GPU_FULL : 0), 1, &sh->list, sh->err,
+                           sizeof(sh->err));
     _exit(0);
   }
   int rc;
   if (pid < 0) {
-    rc = discover_here(node, envp, flags, 0, err, errlen);
+    rc = discover_here(node, envp, flags, 0, NULL, err, errlen);
   } else {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -553,8 +671,10 @@ int trun_discover_gpus_flags(trun_node *node, char *const *envp, unsigned flags,
     memcpy(node, &sh->node, sizeof(*node));
     rc = sh->rc;
     if (err && errlen) snprintf(err, errlen, "%s", sh->err);
+    if (key) store(node, key, &sh->list);
   }
   munmap(sh, sizeof(*sh));
+  free(key);
   return rc;
 }
 

@@ -45,4 +45,44 @@ void trun__gpu_health_load(void *dl, trun__gpu_health_fns *f);
 /* Reads the facts of one GPU (dev: the GPU itself; for a MIG device its parent) into h (probed = 1). */
 void trun__gpu_health_read(const trun__gpu_health_fns *f, trun_nvmlDevice_t dev, trun_gpu_health *h);
 
+/* Every GPU NVML lists, before CUDA_ / NVIDIA_VISIBLE_DEVICES, with the links and P2P status between the
+ * pairs asked for (discover_gpu.c): what the per-boot GPU cache keeps (discover_cache.c). */
+typedef struct {
+  int count;    /* devices listed, 0..TRUN_MAX_GPUS */
+  int affinity; /* 1: every GPU's cpu_affinity was read (not only where its NUMA node needed it) */
+  int full;     /* 1: links / p2p hold every pair of the list, not only the visible ones */
+  trun_gpu gpus[TRUN_MAX_GPUS];                /* index = NVML index, visible_index -1, health not probed */
+  char links[TRUN_MAX_GPUS][TRUN_MAX_GPUS][8]; /* as trun_node.links, by NVML index */
+  char p2p[TRUN_MAX_GPUS][TRUN_MAX_GPUS][4];   /* as trun_node.p2p, by NVML index */
+} trun__gpu_list;
+
+/* trun_discover_gpus_flags in a process that is a child of the agent's already (gpu_probe.c): NVML (or the
+ * CUDA runtime) right here, no further child. */
+#define TRUN__GPU_HERE 0x200u
+
+/* Resolves a MIG-<uuid> entry of CUDA_VISIBLE_DEVICES (needs NVML); 0 with out filled, -1 unknown. */
+typedef int (*trun__mig_fn)(void *arg, const char *ent, const int *cand, int ncand, trun_gpu *out);
+/* Applies NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES of envp to the list: node->gpus / ngpu /
+ * gpus_listed, and src[v] the list index of visible GPU v (-1: a MIG device without its parent). mig NULL:
+ * a MIG- entry names no GPU. 0, or -1 with err (the entry that names no GPU; the GPUs before it are kept). */
+int trun__gpu_select(const trun__gpu_list *l, char *const *envp, trun__mig_fn mig, void *mig_arg,
+                     trun_node *node, int *src, char *err, size_t errlen);
+/* node->links / p2p of the visible GPUs from the list's (src from trun__gpu_select). */
+void trun__gpu_links_to_node(const trun__gpu_list *l, const int *src, trun_node *node);
+
+/* From agent/discover/discover_cache.c: the per-boot GPU cache. trun__gpu_cache_key: what the cache is
+ * valid for, without NVML (boot id, driver version and parameters, NVML library, user, and every GPU the
+ * driver lists in /proc/driver/nvidia/gpus with its UUID; TRUN_PROC_ROOT, default /proc); 0, or -1 with why
+ * (no NVIDIA driver in /proc: no cache). trun__gpu_cache_load: 1 with *l from a valid file of this key that
+ * has what need asks (affinity), 0 (why says what was wrong or missing). trun__gpu_cache_store: 0, or -1
+ * (why). Where: $XDG_RUNTIME_DIR/trun/gpus.cache, else $TMPDIR (or /tmp)/trun-<uid>/gpus.cache; a 0600 file
+ * of this user in a 0700 directory of this user, else it is not used. */
+#define TRUN__GPU_CACHE_KEY 8192
+int trun__gpu_cache_key(char *key, size_t keylen, char *why, size_t whylen);
+int trun__gpu_cache_path(char *path, size_t len, int create, char *why, size_t whylen);
+int trun__gpu_cache_load(const char *key, int need_affinity, trun__gpu_list *l, char *why, size_t whylen);
+int trun__gpu_cache_store(const char *key, const trun__gpu_list *l, char *why, size_t whylen);
+/* Whether the list's GPUs are exactly the ones the key names (UUIDs): a list NVML and /proc agree on. */
+int trun__gpu_cache_matches(const char *key, const trun__gpu_list *l);
+
 #endif

@@ -11,9 +11,10 @@ int trun_discover_node(trun_node *node, char *const *envp, int identity, int no_
   node->gpu_source = "none";
   err[0] = '\0';
   unsigned flags = ((identity & TRUN_DISCOVER_NO_AFFINITY) ? TRUN_GPU_NO_AFFINITY : 0) |
-                   ((identity & TRUN_DISCOVER_HEALTH) ? TRUN_GPU_HEALTH : 0);
+                   ((identity & TRUN_DISCOVER_HEALTH) ? TRUN_GPU_HEALTH : 0) |
+                   ((identity & TRUN_DISCOVER_CACHE) ? TRUN_GPU_CACHE : 0);
   int rc = trun_discover_gpus_flags(node, envp, flags, err, errlen);
-  identity &= ~(TRUN_DISCOVER_NO_AFFINITY | TRUN_DISCOVER_HEALTH);
+  identity &= ~(TRUN_DISCOVER_NO_AFFINITY | TRUN_DISCOVER_HEALTH | TRUN_DISCOVER_CACHE);
   trun_discover_rdma(node);
   int efa = 0;
   for (int r = 0; r < node->nrdma; r++) efa += node->rdma[r].is_efa && node->rdma[r].usable;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +32,8 @@ struct trun_strays {
   trun_watchdog *guard;
   pid_t *sessions; /* registered with the guard, this round */
   size_t n, cap;
+  size_t last_rows; /* processes the last look read */
+  int last_walk;    /* 1: the agent's descendants only (read_descendants) */
 };
 
 trun_strays *trun_strays_new(const char *proc_root, trun_watchdog *guard) {
@@ -39,6 +42,11 @@ trun_strays *trun_strays_new(const char *proc_root, trun_watchdog *guard) {
   snprintf(s->root, sizeof(s->root), "%s", proc_root);
   s->guard = guard;
   return s;
+}
+
+int trun_strays_last_look(const trun_strays *s, size_t *rows) {
+  *rows = s->last_rows;
+  return s->last_walk;
 }
 
 void trun_strays_free(trun_strays *s) {
@@ -60,8 +68,74 @@ static int read_row(const char *root, const char *pid, proc_row *r) {
   return 0;
 }
 
-/* The process table in *rows (n of them). 0 or -errno. */
-static int read_table(const char *root, proc_row **rows, size_t *n) {
+/* Appends pid's row to *rows (growing it); 0, or -1 when the process is gone or memory is short. */
+static int add_row(const char *root, pid_t pid, proc_row **rows, size_t *n, size_t *cap) {
+  if (*n == *cap) {
+    proc_row *more = realloc(*rows, 2 * *cap * sizeof(**rows));
+    if (more == NULL) return -1;
+    *rows = more;
+    *cap *= 2;
+  }
+  char name[24];
+  snprintf(name, sizeof(name), "%d", (int)pid);
+  if (read_row(root, name, &(*rows)[*n]) != 0) return -1;
+  (*n)++;
+  return 0;
+}
+
+/* Reads root/PID/task/TID/children of every thread of pid and appends the children's rows not in rows yet. */
+static void add_children(const char *root, pid_t pid, proc_row **rows, size_t *n, size_t *cap) {
+  char path[320];
+  snprintf(path, sizeof(path), "%s/%d/task", root, (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof(path), "%s/%d/task/%s/children", root, (int)pid, e->d_name);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) continue;
+    int c;
+    while (fscanf(f, "%d", &c) == 1) {
+      size_t i = 0;
+      while (i < *n && (*rows)[i].pid != c) i++;
+      if (i == *n) add_row(root, c, rows, n, cap);
+    }
+    fclose(f);
+  }
+  closedir(d);
+}
+
+/* The agent and its descendants, where they are the whole job: the kernel lists each thread's children
+ * (root/PID/task/TID/children) and every orphan of the job comes back to the agent (its subreaper, or PID 1).
+ * A box's other processes are not read: a 64-CPU machine has hundreds of kernel threads, a /proc/PID/stat
+ * each. 1 with the table, 0 when the walk cannot be used (then every process is read). */
+static int read_descendants(const char *root, proc_row **rows, size_t *n) {
+  int reaper = 0;
+  pid_t me = getpid();
+  char path[320];
+  snprintf(path, sizeof(path), "%s/%d/task/%d/children", root, (int)me, (int)me);
+  if ((me != 1 && (prctl(PR_GET_CHILD_SUBREAPER, &reaper) < 0 || !reaper)) || access(path, R_OK) != 0)
+    return 0;
+  size_t cap = 64;
+  *n = 0;
+  if ((*rows = malloc(cap * sizeof(**rows))) == NULL) return 0;
+  if (add_row(root, me, rows, n, &cap) < 0) {
+    free(*rows);
+    *rows = NULL;
+    return 0;
+  }
+  for (size_t i = 0; i < *n; i++) add_children(root, (*rows)[i].pid, rows, n, &cap);
+  return 1;
+}
+
+/* The process table in *rows (n of them): the agent's descendants where they hold the whole job, else every
+ * process. 0 or -errno. */
+static int read_table(trun_strays *s, proc_row **rows, size_t *n) {
+  const char *root = s->root;
+  s->last_walk = read_descendants(root, rows, n);
+  s->last_rows = *n;
+  if (s->last_walk) return 0;
   DIR *d = opendir(root);
   if (d == NULL) return -errno;
   size_t cap = 256;
@@ -79,6 +153,7 @@ static int read_table(const char *root, proc_row **rows, size_t *n) {
     if (read_row(root, e->d_name, &(*rows)[*n]) == 0) (*n)++;
   }
   closedir(d);
+  s->last_rows = *n;
   return *rows ? 0 : -ENOMEM;
 }
 
@@ -151,7 +226,7 @@ static void add_session(trun_strays *s, const proc_row *rows, size_t n, pid_t si
 int trun_strays_scan(trun_strays *s, const trun_strays_view *v) {
   proc_row *rows = NULL;
   size_t n = 0;
-  int rc = read_table(s->root, &rows, &n);
+  int rc = read_table(s, &rows, &n);
   if (rc < 0) {
     free(rows);
     return rc;
@@ -177,7 +252,7 @@ int trun_strays_kill(trun_strays *s, const trun_strays_view *v) {
   for (int pass = 0;; pass++) {
     proc_row *rows = NULL;
     size_t n = 0;
-    if (read_table(s->root, &rows, &n) < 0) {
+    if (read_table(s, &rows, &n) < 0) {
       free(rows);
       break;
     }

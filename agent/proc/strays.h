@@ -1,9 +1,11 @@
 /* Processes started under the workers that left their worker's session: a child in a session of its own
  * (setsid), a double-forked daemon. The guard kills worker sessions (watchdog.h); these are in none of them.
- * The agent is their subreaper (PR_SET_CHILD_SUBREAPER): an orphan comes back to it instead of init. A look
- * at /proc finds them by their parent chain (a worker's descendant, or a process the agent inherited that is
- * not one of its own helpers) and registers their sessions with the guard, so that they die with the agent
- * even on SIGKILL; at the end of a round and at stop they are killed and reaped. Part of proc (proc.h). */
+ * The agent is their subreaper (PR_SET_CHILD_SUBREAPER): an orphan comes back to it instead of init, so the
+ * job is among the agent's descendants, which a look reads through /proc/PID/task/TID/children where the
+ * kernel has it (else every process of /proc). A look finds them by their parent chain (a worker's
+ * descendant, or a process the agent inherited that is not one of its own helpers) and registers their
+ * sessions with the guard, so that they die with the agent even on SIGKILL; at the end of a round and at stop
+ * they are killed and reaped. Part of proc (proc.h). */
 #ifndef TRUN_STRAYS_H
 #define TRUN_STRAYS_H
 
@@ -34,6 +36,9 @@ int trun_strays_scan(trun_strays *s, const trun_strays_view *v);
  * process of a session registered so far), again until none is left or 5 s passed, reaping the agent's own
  * children among them. Forgets the registered sessions. Returns how many processes it killed. */
 int trun_strays_kill(trun_strays *s, const trun_strays_view *v);
+/* What the last look read: *rows processes; 1 when only the agent and its descendants (the kernel lists
+ * each thread's children and the agent is the subreaper of the job's orphans), 0 when every process. */
+int trun_strays_last_look(const trun_strays *s, size_t *rows);
 void trun_strays_free(trun_strays *s);
 
 #endif

@@ -201,8 +201,12 @@ int trun_watchdog_start(trun_watchdog *w) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    /* Every inherited descriptor but the pipe, whatever the open-file limit (one close_range call). */
+    /* Every inherited descriptor but the pipe, whatever the open-file limit (one close_range call); its
+     * stdin, stdout and stderr are /dev/null: the guard says nothing, and a caller that reads trun's output
+     * to its end (a pipe, a subprocess capture) sees the end when trun exits, not once the guard is done. */
     if (p[0] != 3 && dup2(p[0], 3) < 0) _exit(1);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; null >= 0 && fd < 3; fd++) dup2(null, fd);
     trun_closefrom(4);
     guard(3);
   }

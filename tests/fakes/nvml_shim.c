@@ -143,7 +143,45 @@ static int p2p_of(const char *s) {
   return -1;
 }
 
+/* Call counting and made-up latency (the launch benchmarks and tests): TRUN_FAKE_NVML_CALLS names a file to
+ * which nvmlShutdown appends "calls <pid> total=N <function>=n ..." (how often each entry point was called);
+ * TRUN_FAKE_NVML_CALL_US sleeps that long in every call, TRUN_FAKE_NVML_INIT_MS that long in nvmlInit_v2;
+ * TRUN_FAKE_NVML_INIT_GATE names a file nvmlInit_v2 waits for (up to 10 s) before it starts. */
+#define FAKE_FNS 64
+static const char *fake_fn_name[FAKE_FNS];
+static int fake_fn_calls[FAKE_FNS], fake_nfn;
+
+static void fake_count(const char *fn) {
+  int i = 0;
+  while (i < fake_nfn && strcmp(fake_fn_name[i], fn) != 0) i++;
+  if (i == fake_nfn && fake_nfn < FAKE_FNS) fake_fn_name[fake_nfn++] = fn;
+  if (i < fake_nfn) fake_fn_calls[i]++;
+  const char *us = getenv("TRUN_FAKE_NVML_CALL_US");
+  if (us && atoi(us) > 0) usleep((useconds_t)atoi(us));
+}
+
+static void fake_init_wait(void) {
+  const char *gate = getenv("TRUN_FAKE_NVML_INIT_GATE");
+  for (int i = 0; gate && *gate && i < 1000 && access(gate, F_OK) != 0; i++) usleep(10000);
+  const char *ms = getenv("TRUN_FAKE_NVML_INIT_MS");
+  if (ms && atoi(ms) > 0) usleep((useconds_t)atoi(ms) * 1000);
+}
+
+static void fake_calls_dump(void) {
+  const char *log = getenv("TRUN_FAKE_NVML_CALLS");
+  FILE *f = log && *log ? fopen(log, "a") : NULL;
+  if (f == NULL) return;
+  int total = 0;
+  for (int i = 0; i < fake_nfn; i++) total += fake_fn_calls[i];
+  fprintf(f, "calls %d total=%d", (int)getpid(), total);
+  for (int i = 0; i < fake_nfn; i++) fprintf(f, " %s=%d", fake_fn_name[i], fake_fn_calls[i]);
+  fprintf(f, "\n");
+  fclose(f);
+}
+
 trun_nvmlReturn_t nvmlInit_v2(void) {
+  fake_init_wait();
+  fake_count(__func__);
   const char *log = getenv("TRUN_FAKE_NVML_INIT_LOG");
   FILE *lf = log && *log ? fopen(log, "a") : NULL;
   if (lf) {
@@ -210,12 +248,15 @@ trun_nvmlReturn_t nvmlInit_v2(void) {
 }
 
 trun_nvmlReturn_t nvmlShutdown(void) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   fake_init = 0;
+  fake_calls_dump();
   return TRUN_NVML_SUCCESS;
 }
 
 const char *nvmlErrorString(trun_nvmlReturn_t rc) {
+  fake_count(__func__);
   switch (rc) {
     case TRUN_NVML_SUCCESS: return "Success";
     case TRUN_NVML_ERROR_UNINITIALIZED: return "Uninitialized";
@@ -235,12 +276,14 @@ const char *nvmlErrorString(trun_nvmlReturn_t rc) {
   } while (0)
 
 trun_nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   *n = (unsigned)fake_ngpu;
   return TRUN_NVML_SUCCESS;
 }
 
 trun_nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, trun_nvmlDevice_t *d) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   if (i >= (unsigned)fake_ngpu) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   if (fake_gpu[i].lost) return TRUN_NVML_ERROR_GPU_IS_LOST;
@@ -249,6 +292,7 @@ trun_nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, trun_nvmlDevice_
 }
 
 trun_nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, trun_nvmlDevice_t *d) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   for (int i = 0; i < fake_ngpu; i++)
     if (strcmp(fake_gpu[i].uuid, uuid) == 0) return *d = &fake_gpu[i], TRUN_NVML_SUCCESS;
@@ -259,6 +303,7 @@ trun_nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, trun_nvmlDevice_t 
 
 trun_nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(trun_nvmlDevice_t mig,
                                                                trun_nvmlDevice_t *parent) {
+  fake_count(__func__);
   CHECK_DEV(mig);
   if (!mig->is_mig) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   *parent = &fake_gpu[mig->gpu];
@@ -272,11 +317,13 @@ static trun_nvmlReturn_t copy_out(char *buf, unsigned len, const char *s) {
 }
 
 trun_nvmlReturn_t nvmlDeviceGetUUID(trun_nvmlDevice_t d, char *buf, unsigned int len) {
+  fake_count(__func__);
   CHECK_DEV(d);
   return copy_out(buf, len, d->uuid);
 }
 
 trun_nvmlReturn_t nvmlDeviceGetName(trun_nvmlDevice_t d, char *buf, unsigned int len) {
+  fake_count(__func__);
   CHECK_DEV(d);
   return copy_out(buf, len, d->name);
 }
@@ -294,12 +341,14 @@ static void fill_pci(const char *busid, trun_nvmlPciInfo_t *p) {
 }
 
 trun_nvmlReturn_t nvmlDeviceGetPciInfo_v3(trun_nvmlDevice_t d, trun_nvmlPciInfo_t *p) {
+  fake_count(__func__);
   CHECK_DEV(d);
   fill_pci(d->pci, p);
   return TRUN_NVML_SUCCESS;
 }
 
 trun_nvmlReturn_t nvmlDeviceGetMemoryInfo(trun_nvmlDevice_t d, trun_nvmlMemory_t *m) {
+  fake_count(__func__);
   CHECK_DEV(d);
   m->total = d->memory;
   m->free = d->memory;
@@ -310,6 +359,7 @@ trun_nvmlReturn_t nvmlDeviceGetMemoryInfo(trun_nvmlDevice_t d, trun_nvmlMemory_t
 /* TRUN_FAKE_NVML_UTIL: a file of GPU utilisation percentages, one per NVML index, blank-separated; read at
  * every call, so that a test can change it while a sampler runs. No file or no entry: NOT_SUPPORTED. */
 trun_nvmlReturn_t nvmlDeviceGetUtilizationRates(trun_nvmlDevice_t d, trun_nvmlUtilization_t *u) {
+  fake_count(__func__);
   CHECK_DEV(d);
   const char *path = getenv("TRUN_FAKE_NVML_UTIL");
   FILE *f = path ? fopen(path, "r") : NULL;
@@ -325,6 +375,7 @@ trun_nvmlReturn_t nvmlDeviceGetUtilizationRates(trun_nvmlDevice_t d, trun_nvmlUt
 }
 
 trun_nvmlReturn_t nvmlDeviceGetCpuAffinity(trun_nvmlDevice_t d, unsigned int nlongs, unsigned long *set) {
+  fake_count(__func__);
   CHECK_DEV(d);
   const unsigned bits = 8 * (unsigned)sizeof(unsigned long);
   memset(set, 0, nlongs * sizeof(unsigned long));
@@ -342,6 +393,7 @@ trun_nvmlReturn_t nvmlDeviceGetCpuAffinity(trun_nvmlDevice_t d, unsigned int nlo
 }
 
 trun_nvmlReturn_t nvmlDeviceGetNumaNodeId(trun_nvmlDevice_t d, unsigned int *node) {
+  fake_count(__func__);
   CHECK_DEV(d);
   if (d->numa_id < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
   *node = (unsigned)d->numa_id;
@@ -349,6 +401,7 @@ trun_nvmlReturn_t nvmlDeviceGetNumaNodeId(trun_nvmlDevice_t d, unsigned int *nod
 }
 
 trun_nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(trun_nvmlDevice_t a, trun_nvmlDevice_t b, int *level) {
+  fake_count(__func__);
   CHECK_DEV(a);
   CHECK_DEV(b);
   int l = fake_level[a->gpu][b->gpu];
@@ -358,14 +411,26 @@ trun_nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(trun_nvmlDevice_t a, trun_
 }
 
 trun_nvmlReturn_t nvmlDeviceGetNvLinkState(trun_nvmlDevice_t d, unsigned int link, int *active) {
+  fake_count(__func__);
   CHECK_DEV(d);
   if (link >= FAKE_LINKS || (int)link >= d->nlinks) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   *active = !(d->down >> link & 1);
   return TRUN_NVML_SUCCESS;
 }
 
+/* What a link's far end is: a switch for the hidden-switch links (remote busId ""), else a GPU. */
+trun_nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(trun_nvmlDevice_t d, unsigned int link, int *type) {
+  fake_count(__func__);
+  CHECK_DEV(d);
+  if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
+  if ((int)link >= d->nlinks || (d->down >> link & 1)) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  *type = d->link_remote[link][0] ? TRUN_NVML_NVLINK_DEVICE_TYPE_GPU : TRUN_NVML_NVLINK_DEVICE_TYPE_SWITCH;
+  return TRUN_NVML_SUCCESS;
+}
+
 trun_nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(trun_nvmlDevice_t d, unsigned int link,
                                                       trun_nvmlPciInfo_t *p) {
+  fake_count(__func__);
   CHECK_DEV(d);
   if (link >= FAKE_LINKS) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   if ((int)link >= d->nlinks || (d->down >> link & 1)) return TRUN_NVML_ERROR_NOT_SUPPORTED;
@@ -374,6 +439,7 @@ trun_nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(trun_nvmlDevice_t d, unsig
 }
 
 trun_nvmlReturn_t nvmlDeviceGetP2PStatus(trun_nvmlDevice_t a, trun_nvmlDevice_t b, int cap, int *status) {
+  fake_count(__func__);
   CHECK_DEV(a);
   CHECK_DEV(b);
   if (cap != TRUN_NVML_P2P_CAPS_INDEX_READ) return TRUN_NVML_ERROR_INVALID_ARGUMENT; /* trun asks READ only */
@@ -393,6 +459,7 @@ trun_nvmlReturn_t nvmlDeviceGetP2PStatus(trun_nvmlDevice_t a, trun_nvmlDevice_t 
 
 trun_nvmlReturn_t nvmlDeviceGetRemappedRows(trun_nvmlDevice_t d, unsigned int *corr, unsigned int *unc,
                                             unsigned int *pending, unsigned int *failure) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetRemappedRows");
   *corr = d->remap[0], *unc = d->remap[1], *pending = d->remap[2], *failure = d->remap[3];
@@ -400,6 +467,7 @@ trun_nvmlReturn_t nvmlDeviceGetRemappedRows(trun_nvmlDevice_t d, unsigned int *c
 }
 
 trun_nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(trun_nvmlDevice_t d, int *pending) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetRetiredPagesPendingStatus");
   if (d->retired_pending < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
@@ -409,6 +477,7 @@ trun_nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(trun_nvmlDevice_t d, in
 
 trun_nvmlReturn_t nvmlDeviceGetTotalEccErrors(trun_nvmlDevice_t d, int type, int counter,
                                               unsigned long long *count) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetTotalEccErrors");
   if (type != TRUN_NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counter != TRUN_NVML_VOLATILE_ECC)
@@ -418,6 +487,7 @@ trun_nvmlReturn_t nvmlDeviceGetTotalEccErrors(trun_nvmlDevice_t d, int type, int
 }
 
 trun_nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(trun_nvmlDevice_t d, unsigned long long *r) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetCurrentClocksEventReasons");
   *r = d->clocks;
@@ -425,6 +495,7 @@ trun_nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(trun_nvmlDevice_t d, un
 }
 
 trun_nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(trun_nvmlDevice_t d, unsigned long long *r) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetCurrentClocksThrottleReasons");
   *r = d->clocks;
@@ -439,20 +510,25 @@ static trun_nvmlReturn_t pcie(trun_nvmlDevice_t d, const char *call, int i, unsi
 }
 
 trun_nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(trun_nvmlDevice_t d, unsigned int *v) {
+  fake_count(__func__);
   return pcie(d, "nvmlDeviceGetCurrPcieLinkGeneration", 0, v);
 }
 trun_nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(trun_nvmlDevice_t d, unsigned int *v) {
+  fake_count(__func__);
   return pcie(d, "nvmlDeviceGetMaxPcieLinkGeneration", 1, v);
 }
 trun_nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(trun_nvmlDevice_t d, unsigned int *v) {
+  fake_count(__func__);
   return pcie(d, "nvmlDeviceGetCurrPcieLinkWidth", 2, v);
 }
 trun_nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(trun_nvmlDevice_t d, unsigned int *v) {
+  fake_count(__func__);
   return pcie(d, "nvmlDeviceGetMaxPcieLinkWidth", 3, v);
 }
 
 /* Field 230 (the GPU recovery action) only; other fields answer NOT_SUPPORTED in their nvmlReturn. */
 trun_nvmlReturn_t nvmlDeviceGetFieldValues(trun_nvmlDevice_t d, int n, trun_nvmlFieldValue_t *v) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceGetFieldValues");
   for (int i = 0; i < n; i++) {
@@ -475,6 +551,7 @@ struct trun_nvmlEventSet_st {
 static struct trun_nvmlEventSet_st fake_set;
 
 trun_nvmlReturn_t nvmlEventSetCreate(trun_nvmlEventSet_t *set) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   FAULT("nvmlEventSetCreate");
   fake_set.delivered = 0;
@@ -484,6 +561,7 @@ trun_nvmlReturn_t nvmlEventSetCreate(trun_nvmlEventSet_t *set) {
 
 trun_nvmlReturn_t nvmlDeviceRegisterEvents(trun_nvmlDevice_t d, unsigned long long types,
                                            trun_nvmlEventSet_t set) {
+  fake_count(__func__);
   CHECK_DEV(d);
   FAULT("nvmlDeviceRegisterEvents");
   if (set != &fake_set) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
@@ -509,6 +587,7 @@ static int next_xid(int *gpu, unsigned long long *xid) {
 }
 
 trun_nvmlReturn_t nvmlEventSetWait_v2(trun_nvmlEventSet_t set, trun_nvmlEventData_t *data, unsigned int ms) {
+  fake_count(__func__);
   if (!fake_init) return TRUN_NVML_ERROR_UNINITIALIZED;
   if (set != &fake_set) return TRUN_NVML_ERROR_INVALID_ARGUMENT;
   for (unsigned waited = 0;; waited += 20) {
@@ -530,5 +609,6 @@ trun_nvmlReturn_t nvmlEventSetWait_v2(trun_nvmlEventSet_t set, trun_nvmlEventDat
 }
 
 trun_nvmlReturn_t nvmlEventSetFree(trun_nvmlEventSet_t set) {
+  fake_count(__func__);
   return set == &fake_set ? TRUN_NVML_SUCCESS : TRUN_NVML_ERROR_INVALID_ARGUMENT;
 }

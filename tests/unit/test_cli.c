@@ -130,6 +130,7 @@ static const expect_desc expected[] = {
     {TRUN_OPT_STORE_ALLOW_PEERS, "store-allow-peers", "store_allow_peers", 0, 1, NULL,
      "TRUN_STORE_ALLOW_PEERS", "trun"},
     {TRUN_OPT_STORE_THREADS, "store-threads", "store_threads", 0, 0, "auto", "TRUN_STORE_THREADS", "trun"},
+    {TRUN_OPT_GPU_CACHE, "gpu-cache", "gpu_cache", 0, 0, "on", "TRUN_GPU_CACHE", "trun"},
     {TRUN_OPT_HEALTH_CHECK, "health-check", "health_check", 0, 0, "warn", "TRUN_HEALTH_CHECK", "trun"},
     {TRUN_OPT_HEALTH_CHECKS, "health-checks", "health_checks", 0, 0, "all", "TRUN_HEALTH_CHECKS", "trun"},
     {TRUN_OPT_WATCH_STDIN, "watch-stdin", "watch_stdin", 0, 1, NULL, NULL, "trun"},
