@@ -73,7 +73,7 @@ int trun_explain(const trun_config *cfg, char **envp, FILE *out) {
   }
   if (trun_discover_node(n, envp, TRUN_IDENTITY_ALWAYS, cfg->no_imds, err, sizeof(err)) < 0)
     fprintf(stderr, "trun: warning: GPU discovery: %s\n", err);
-  trun_nccl_env_decide(n, envp, plan);
+  trun_nccl_env_decide(n, envp, cfg->warm_start && cfg->warm_cuda ? TRUN_NCCL_WARM_CUDA : 0, plan);
   fprintf(out, "trun --explain: %s\n",
           cfg->warm_start ? "no worker is started (one --warm-start pool process is, to measure it)"
                           : "nothing is started");

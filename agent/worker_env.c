@@ -21,7 +21,7 @@ static int node_env(char ***v, const trun_config *cfg, int nproc, const trun_nod
   char err[512];
   if (own && trun_discover_node(own, *v, trun_agent_discover_flags(cfg), cfg->no_imds, err, sizeof(err)) < 0)
     trun_warn("GPU discovery: %s; deciding the NCCL environment from the GPUs found before it", err);
-  trun_nccl_env_decide(node, *v, plan);
+  trun_nccl_env_decide(node, *v, cfg->warm_start && cfg->warm_cuda ? TRUN_NCCL_WARM_CUDA : 0, plan);
   trun_strv_unsetenv(*v, "TRUN_NUMA_PLAN");
   if ((rc = trun_nccl_env_apply(plan, v)) < 0 || !cfg->numa_binding) goto out;
   size_t cap = (size_t)nproc * 1024 + 1, len = 0;

@@ -209,7 +209,7 @@ static json_t *to_json(const trun_node *n, const topo_paths *p) {
   trun_env_plan *plan = malloc(sizeof(*plan));
   json_t *env = json_object();
   if (plan) {
-    trun_nccl_env_decide(n, environ, plan);
+    trun_nccl_env_decide(n, environ, 0, plan);
     for (int i = 0; i < plan->n; i++) {
       const trun_env_decision *d = &plan->d[i];
       json_object_set_new(env, d->name,

@@ -50,6 +50,8 @@ typedef struct {
   int numa_node;          /* -1 unknown; sysfs -1 (VMs) is derived from cpu_affinity, see discover_gpu.c */
   char cpu_affinity[256]; /* cpulist, e.g. 0-47,96-143 */
   uint64_t memory_bytes;
+  int switch_links;       /* active NVLinks to an NVSwitch (or a switch hidden in a VM); 0: none, direct links
+                             only or no NVLink (NVML only) */
   trun_gpu_health health; /* TRUN_GPU_HEALTH only */
 } trun_gpu;
 

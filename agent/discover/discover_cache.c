@@ -32,7 +32,7 @@
 #include "discover_internal.h"
 
 #define CACHE_MAGIC "TRUNGPU"
-#define CACHE_VERSION 1u
+#define CACHE_VERSION 2u /* 2: trun_gpu.switch_links */
 #define CACHE_NAME "gpus.cache"
 
 typedef struct {
@@ -232,7 +232,8 @@ static int list_valid(const trun__gpu_list *l, char *why, size_t whylen) {
   for (int i = 0; i < l->count; i++) {
     const trun_gpu *g = &l->gpus[i];
     if (g->index != i || g->visible_index != -1 || g->numa_node < -1 || g->numa_node > 4095 ||
-        g->health.probed || !terminated(g->uuid, sizeof(g->uuid)) || !terminated(g->name, sizeof(g->name)) ||
+        g->switch_links < 0 || g->switch_links > 1024 || g->health.probed ||
+        !terminated(g->uuid, sizeof(g->uuid)) || !terminated(g->name, sizeof(g->name)) ||
         !terminated(g->pci_bus_id, sizeof(g->pci_bus_id)) ||
         !terminated(g->cpu_affinity, sizeof(g->cpu_affinity))) {
       trun_errf(why, whylen, "GPU %d's entry is malformed", i);

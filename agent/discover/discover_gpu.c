@@ -414,6 +414,8 @@ int trun__gpu_select(const trun__gpu_list *l, char *const *envp, trun__mig_fn mi
 
 void trun__gpu_links_to_node(const trun__gpu_list *l, const int *src, trun_node *node) {
   for (int a = 0; a < node->ngpu; a++)
+    if (src[a] >= 0) node->gpus[a].switch_links = l->gpus[src[a]].switch_links;
+  for (int a = 0; a < node->ngpu; a++)
     for (int b = 0; b < node->ngpu; b++) {
       int i = src[a], j = src[b];
       const char *link = "N/A", *p2p = "N/A";
@@ -432,6 +434,7 @@ static void fill_links(const trun_nvml *n, const trun_nvml_dev *all, trun__gpu_l
   int(*direct)[TRUN_MAX_GPUS] = calloc(TRUN_MAX_GPUS, sizeof(*direct));
   int sw[TRUN_MAX_GPUS] = {0};
   if (direct) count_nvlinks(n, all, l->count, direct, sw, want);
+  for (int i = 0; i < l->count; i++) l->gpus[i].switch_links = sw[i];
   for (int i = 0; i < l->count; i++)
     for (int j = 0; j < l->count; j++) {
       char *lk = l->links[i][j];

@@ -188,6 +188,29 @@ static void decide_efa(const trun_node *node, int efa, trun_env_plan *p) {
         "the P5en/P6-B200 block sets max:1 (HEAD, NCCL >= 2.28.3)");
 }
 
+/* --warm-start-cuda: NCCL's memory through cuMem costs a replacement's communicator set-up ~0.27 s on 4 x
+ * H200 (crash -> 4 replacements all-reduced 1.23 s, 0.96 s with NCCL_CUMEM_ENABLE=0; busbw the same at 8 MiB
+ * and 1 GiB: bench/results/2026-11-28-h200x4-recovery4). NVLink SHARP (NVLS) needs cuMem and exists only
+ * where an NVSwitch connects the GPUs, so the variable is set only where NVML saw no switch link. */
+static void decide_cumem(const trun_node *node, trun_env_plan *p) {
+  int sw = -1;
+  for (int g = 0; g < node->ngpu; g++)
+    if (node->gpus[g].switch_links > 0) sw = g;
+  if (node->gpu_source == NULL || strcmp(node->gpu_source, "nvml") != 0)
+    add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, NULL,
+        "--warm-start-cuda: NVML could not say whether an NVSwitch connects the GPUs (NVLink SHARP needs "
+        "NCCL's cuMem memory); NCCL's default");
+  else if (sw >= 0)
+    add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, NULL,
+        "--warm-start-cuda: GPU %d reaches an NVSwitch (%d links), where NVLink SHARP needs NCCL's cuMem "
+        "memory; NCCL's default",
+        sw, node->gpus[sw].switch_links);
+  else
+    add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, "0",
+        "--warm-start-cuda: replacements set up NCCL faster without cuMem memory (about 0.27 s of 1.23 s on "
+        "4 GPUs, same bandwidth); no NVSwitch here, so no NVLink SHARP to lose");
+}
+
 static void decide_nccl(const trun_node *node, int efa, trun_env_plan *p) {
   const char *t = node->instance.instance_type;
   const char *kind = efa > 0 ? plugin_topo_kind(t) : NULL;
@@ -263,12 +286,13 @@ static void apply_user(trun_env_plan *p, char *const *envp) {
   }
 }
 
-void trun_nccl_env_decide(const trun_node *node, char *const *envp, trun_env_plan *plan) {
+void trun_nccl_env_decide(const trun_node *node, char *const *envp, unsigned flags, trun_env_plan *plan) {
   memset(plan, 0, sizeof(*plan));
   int efa = 0;
   for (int r = 0; r < node->nrdma; r++) efa += node->rdma[r].is_efa && node->rdma[r].usable;
   if (efa > 0) decide_efa(node, efa, plan);
   if (node->ngpu > 0) decide_nccl(node, efa, plan);
+  if (node->ngpu > 0 && (flags & TRUN_NCCL_WARM_CUDA)) decide_cumem(node, plan);
   apply_user(plan, envp);
 }
 

@@ -31,10 +31,11 @@ typedef struct {
   trun_env_decision d[TRUN_ENV_MAX];
 } trun_env_plan;
 
-/* Decides the environment for node given the user's envp (NULL-terminated). Order: libfabric / EFA, the
- * variables left to the plugin, NCCL topology and sockets, then any other NCCL_* / FI_* / OFI_NCCL_* /
- * RDMAV_* the user set. Never fails; rows beyond TRUN_ENV_MAX are dropped. */
-void trun_nccl_env_decide(const trun_node *node, char *const *envp, trun_env_plan *plan);
+/* Decides the environment for node given the user's envp (NULL-terminated) and flags (TRUN_NCCL_*). Order:
+ * libfabric / EFA, the variables left to the plugin, NCCL topology and sockets, then any other NCCL_* / FI_*
+ * / OFI_NCCL_* / RDMAV_* the user set. Never fails; rows beyond TRUN_ENV_MAX are dropped. */
+#define TRUN_NCCL_WARM_CUDA 1u /* --warm-start-cuda: the workers are replacements to be ready fast */
+void trun_nccl_env_decide(const trun_node *node, char *const *envp, unsigned flags, trun_env_plan *plan);
 const char *trun_env_source_name(trun_env_source s);
 /* 1 when the GPUDirect RDMA column of spec §2 says yes for this instance type. */
 int trun_instance_has_gdr(const char *instance_type);

@@ -102,7 +102,7 @@ static char **with_env(char *const *extra) {
 static void discover_decide(char *const *envp) {
   char err[512];
   ck_assert_int_eq(trun_discover_node(&node, envp, TRUN_IDENTITY_ALWAYS, 1, err, sizeof(err)), 0);
-  trun_nccl_env_decide(&node, envp, &plan);
+  trun_nccl_env_decide(&node, envp, 0, &plan);
 }
 
 static const trun_env_decision *find(const char *name) {
@@ -230,10 +230,49 @@ START_TEST(pod_without_efa) {
   char err[512];
   ck_assert_int_eq(trun_discover_node(&node, with_env(NULL), TRUN_IDENTITY_ALWAYS, 1, err, sizeof(err)), 0);
   for (int r = 0; r < node.nrdma; r++) node.rdma[r].usable = 0;
-  trun_nccl_env_decide(&node, with_env(NULL), &plan);
+  trun_nccl_env_decide(&node, with_env(NULL), 0, &plan);
   want_row rows[] = {
       {"NCCL_TOPO_FILE", NULL, TR}, {"NCCL_P2P_LEVEL", "NVL", TR}, {"NCCL_SOCKET_IFNAME", "=eth0", TR}};
   assert_rows(rows, sizeof(rows) / sizeof(rows[0]));
+}
+END_TEST
+
+START_TEST(warm_cuda_cumem) {
+  /* --warm-start-cuda: NCCL_CUMEM_ENABLE=0 only where NVML saw no NVSwitch link (NVLink SHARP needs cuMem);
+   * never without the flag; the user's value wins. p5's GPUs reach their NVSwitches in the fixture. */
+  use_fixture("p5.48xlarge");
+  char err[512];
+  ck_assert_int_eq(trun_discover_node(&node, with_env(NULL), TRUN_IDENTITY_ALWAYS, 1, err, sizeof(err)), 0);
+  ck_assert_int_gt(node.gpus[0].switch_links, 0);
+  trun_nccl_env_decide(&node, with_env(NULL), 0, &plan);
+  ck_assert_ptr_null(find("NCCL_CUMEM_ENABLE"));
+  trun_nccl_env_decide(&node, with_env(NULL), TRUN_NCCL_WARM_CUDA, &plan);
+  const trun_env_decision *d = find("NCCL_CUMEM_ENABLE");
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(d->set, 0);
+  ck_assert_ptr_nonnull(strstr(d->reason, "NVSwitch"));
+  ck_assert(reason_in_words(d->reason));
+  /* The same GPUs with direct NVLinks only (a 4-GPU board): set to 0. */
+  for (int g = 0; g < node.ngpu; g++) node.gpus[g].switch_links = 0;
+  trun_nccl_env_decide(&node, with_env(NULL), TRUN_NCCL_WARM_CUDA, &plan);
+  d = find("NCCL_CUMEM_ENABLE");
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(d->set, 1);
+  ck_assert_str_eq(d->value, "0");
+  ck_assert_int_eq(d->source, TRUN_ENV_TRUN);
+  ck_assert(reason_in_words(d->reason));
+  /* GPUs found through the CUDA runtime: whether a switch is there is unknown, NCCL's default. */
+  const char *src = node.gpu_source;
+  node.gpu_source = "cudart";
+  trun_nccl_env_decide(&node, with_env(NULL), TRUN_NCCL_WARM_CUDA, &plan);
+  ck_assert_int_eq(find("NCCL_CUMEM_ENABLE")->set, 0);
+  node.gpu_source = src;
+  /* The user's value is kept. */
+  char *user[] = {"NCCL_CUMEM_ENABLE=1", NULL};
+  trun_nccl_env_decide(&node, with_env(user), TRUN_NCCL_WARM_CUDA, &plan);
+  d = find("NCCL_CUMEM_ENABLE");
+  ck_assert_int_eq(d->source, TRUN_ENV_USER);
+  ck_assert_str_eq(d->value, "1");
 }
 END_TEST
 
@@ -551,6 +590,7 @@ int main(void) {
   tcase_add_test(tc, cpulists);
   tcase_add_test(tc, nproc_dev_fallback);
   tcase_add_test(tc, gdr_types);
+  tcase_add_test(tc, warm_cuda_cumem);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
