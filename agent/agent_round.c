@@ -1,9 +1,9 @@
 /* A round's end with the job (agent_int.h, a->round): once this node's workers are gone, what the round was.
- * settle() tells the other nodes how this node ended and learns how the job's round ended (the rendezvous's
- * end, the announcements, nodes waiting to join), gathering facts into a round_seen; decide() is the one
- * place that turns them into the round's result. A step whose action depends on the result so far asks
- * decide() with the facts gathered until then. Calls agent_stop.c, agent_failures.c and agent_health.c;
- * agent.c calls it. */
+ * trun__round_settle tells the other nodes how this node ended and learns how the job's round ended (the
+ * rendezvous's end, the announcements, nodes waiting to join), gathering facts into a round_seen; decide()
+ * is the one place that turns them into the round's result. A step whose action depends on the result so
+ * far asks decide() with the facts gathered until then. Calls agent_stop.c, agent_failures.c and
+ * agent_health.c; agent.c calls it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
