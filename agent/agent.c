@@ -1,8 +1,9 @@
 /* The agent's life cycle (agent/agent.h): discover and plan, meet the other nodes, then rounds of workers
  * until they succeed, fail with no restart left, or a signal stops the agent; the end. Inside a round:
- * start the workers, supervise them on a libuv loop (exits through SIGCHLD, forwarded signals, the
- * rendezvous backend's ticks, the end of the round on other nodes), stop them, and decide what the round
- * was: success, failure, a membership change, or a stop by signal. */
+ * start the workers and supervise them on a libuv loop (exits through SIGCHLD, forwarded signals, the
+ * rendezvous backend's ticks, the end of the round on other nodes, the cut-off); what stops them goes
+ * through agent_stop.c, and what the round was (run_round's result) is decided in agent_round.c.
+ * rounds() switches on that result and asks the restart policy what follows. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -27,104 +28,12 @@
 #include "restart_policy.h"
 #include "worker_env.h"
 
-/* ---- round end ----------------------------------------------------------------------------------- */
-
-static void maybe_finish(agent *a);
-
-/* Debug (TRUN_LOG_LEVEL=debug): a worker whose output pipe ended while it still runs is exiting (the kernel
- * closes its files before its parent learns of the exit; with CUDA, the driver's teardown comes in between)
- * or closed its stdout / stderr: said once with the time, so that a trace shows how much sooner than the
- * reap a crash could be known. */
-static void note_eof(agent *a) {
-  for (int i = 0; i < a->nproc; i++) {
-    worker *w = &a->w[i];
-    if (!w->running || w->eof_said ||
-        !((w->out && !trun_stream_is_open(w->out)) || (w->err && !trun_stream_is_open(w->err))))
-      continue;
-    w->eof_said = 1;
-    trun_debug("rank %d (local %d, pid %d): its output pipe ended while it still runs",
-               trun_rdzv_info(a->rdzv)->base_rank + i, i, (int)w->pid);
-  }
-}
-
-static void on_stream_eof(void *arg) {
-  agent *a = arg;
-  a->open_streams--;
-  if (trun_log_level() >= TRUN_LOG_DEBUG) note_eof(a);
-  maybe_finish(a);
-}
-
-static void on_drain_timeout(uv_timer_t *t) {
-  agent *a = t->data;
-  /* Workers are gone but something they started still holds their output pipe: stop reading it. */
-  for (int i = 0; i < a->nproc; i++) {
-    worker *w = &a->w[i];
-    if (w->out && trun_stream_is_open(w->out)) {
-      trun_stream_close(w->out), w->out = NULL, a->open_streams--;
-    }
-    if (w->err && trun_stream_is_open(w->err)) {
-      trun_stream_close(w->err), w->err = NULL, a->open_streams--;
-    }
-  }
-  maybe_finish(a);
-}
-
-/* The round is over once every worker is reaped, its output drained, and (multi-node) the job-wide end
- * of the round is known. */
-static void maybe_finish(agent *a) {
-  if (a->running > 0) return;
-  if (a->open_streams > 0) {
-    if (!uv_is_active((uv_handle_t *)&a->drain_timer))
-      uv_timer_start(&a->drain_timer, on_drain_timeout, 2000, 0);
-    return;
-  }
-  uv_timer_stop(&a->kill_timer);
-  uv_timer_stop(&a->drain_timer);
-  trun__agent_stop_wait_end(a);
-  uv_stop(a->loop);
-}
-
-static void kill_groups(agent *a, int sig) {
-  for (int i = 0; i < a->nproc; i++)
-    if (a->w[i].pid > 0 && (a->w[i].running || sig == SIGKILL)) {
-      if (sig == SIGKILL && a->w[i].running) a->w[i].sigkill_sent = 1; /* ours: never the OOM killer's */
-      if (kill(-a->w[i].pid, sig) < 0 && errno == ESRCH && a->w[i].running) kill(a->w[i].pid, sig);
-    }
-}
-
-static void on_kill_timer(uv_timer_t *t) {
-  agent *a = t->data;
-  if (a->killed) { /* TRUN_STUCK_WAIT_S after SIGKILL: whoever still runs cannot be ended */
-    for (int i = 0; i < a->nproc; i++)
-      if (a->w[i].running) trun__agent_worker_stuck(a, &a->w[i]);
-    maybe_finish(a);
-    return;
-  }
-  for (int i = 0; i < a->nproc; i++)
-    if (a->w[i].running)
-      trun_warn("rank %d (local %d, pid %d) still runs %.0f s after the stop signal: sending SIGKILL",
-                trun_rdzv_info(a->rdzv)->base_rank + i, i, (int)a->w[i].pid, a->cfg->shutdown_timeout);
-  kill_groups(a, SIGKILL);
-  a->killed = 1;
-  uv_timer_start(&a->kill_timer, on_kill_timer, TRUN_STUCK_WAIT_S * 1000, 0);
-}
-
-/* Stops every running worker: sig to its process group, SIGKILL after the shutdown timeout. */
-static void begin_stop(agent *a, int sig, int torn_down) {
-  if (a->phase_stopping) return;
-  a->phase_stopping = 1;
-  for (int i = 0; i < a->nproc; i++)
-    if (a->w[i].running && torn_down) a->w[i].torn_down = 1;
-  kill_groups(a, sig);
-  uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(a->cfg->shutdown_timeout * 1000), 0);
-  if (a->running > 0) trun__agent_stop_wait_begin(a, sig);
-  maybe_finish(a);
-}
+/* ---- a round's workers ---------------------------------------------------------------------------- */
 
 static void worker_exited(agent *a, worker *w, int status) {
   char sname[32];
   w->running = 0;
-  a->running--;
+  a->stop.running--;
   w->exit_time = trun_wall_s();
   w->exit_us = (unsigned long long)trun_mono_us();
   w->status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
@@ -134,16 +43,11 @@ static void worker_exited(agent *a, worker *w, int status) {
   if (w->status < 0)
     trun_debug("rank %d (local %d, pid %d) killed by %s", trun_rdzv_info(a->rdzv)->base_rank + w->local_rank,
                w->local_rank, (int)w->pid, trun_signal_name(-w->status, sname, sizeof(sname)));
-  if (!a->phase_stopping) {
-    if (w->status != 0) {
-      a->result = OUT_FAILED;
-      a->first_failed = w->local_rank;
-      begin_stop(a, SIGTERM, 1);
-    } else if (a->running == 0) {
-      a->result = OUT_SUCCESS;
-    }
-  }
-  maybe_finish(a);
+  if (w->status != 0)
+    trun__round_stop(a, OUT_FAILED, w->local_rank, TRUN__CAUSE_EXIT);
+  else if (a->stop.running == 0)
+    trun__round_stop(a, OUT_SUCCESS, -1, TRUN__CAUSE_EXIT);
+  trun__round_maybe_finish(a);
 }
 
 static void on_sigchld(uv_signal_t *h, int signum) {
@@ -159,40 +63,9 @@ static void on_sigchld(uv_signal_t *h, int signum) {
       trun_watchdog_gone(&a->guard, pid);
       worker_exited(a, &a->w[i], status);
     } else if (!trun__agent_preflight_reaped(a, pid, status)) { /* the local preflight's child */
-      trun_warm_reaped(a->warm, pid, status); /* a --warm-start pool process died before use */
+      trun_warm_reaped(a->warm.pool, pid, status); /* a --warm-start pool process died before use */
     }
   }
-}
-
-static int is_stop_signal(int sig) {
-  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
-}
-
-void trun__agent_handle_signal(agent *a, int sig) {
-  char name[32];
-  trun_signal_name(sig, name, sizeof(name));
-  if (!is_stop_signal(sig)) {
-    trun_info("%s: forwarded to the workers", name);
-    kill_groups(a, sig);
-    return;
-  }
-  if (a->signal_seen) {
-    trun_warn("second %s: killing the workers now", name);
-    kill_groups(a, SIGKILL);
-    return;
-  }
-  a->signal_seen = sig;
-  a->result = OUT_SIGNALED;
-  /* The other nodes go on (or end) at once instead of after the heartbeat expiry. Only while the workers run:
-   * otherwise the agent may be inside a request on this connection. */
-  if (a->in_round) {
-    char why[64];
-    snprintf(why, sizeof(why), "stopped by %s", name);
-    trun_rdzv_leave_now(a->rdzv, why);
-  }
-  trun_warn("%s: forwarding it to the workers; SIGKILL in %.0f s (send it again to kill now)", name,
-            a->cfg->shutdown_timeout);
-  begin_stop(a, sig, 1);
 }
 
 static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->data, sig); }
@@ -203,59 +76,27 @@ static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->da
 static void on_round_end(void *arg, const trun_rdzv_end *end) {
   (void)end;
   agent *a = arg;
-  uv_async_send(&a->remote);
-}
-
-/* The round's end into a->end once the watcher knows it (and a lost node's record, read there, into a->lost);
- * an end this node found itself (the store lost on its own connection) is kept. 1 when the end is known. */
-static int take_end(agent *a) {
-  if (a->end.kind != TRUN_RDZV_END_NONE) return 1;
-  if (!trun_rdzv_watch_result(a->watch, &a->end)) return 0;
-  if (a->end.kind == TRUN_RDZV_END_NODE_LOST) {
-    a->lost_known = a->end.loss_known;
-    if (a->end.loss_known) a->lost = a->end.loss;
-  }
-  return 1;
-}
-
-/* The round ended with node a->end.node lost. */
-static void peer_gone(agent *a) {
-  int g = a->end.node;
-  if (!a->lost_known || a->lost.node != g) {
-    memset(&a->lost, 0, sizeof(a->lost));
-    a->lost.node = g;
-    snprintf(a->lost.addr, sizeof(a->lost.addr), "?");
-    snprintf(a->lost.cause, sizeof(a->lost.cause), "no record of the cause");
-    a->lost.at = trun_wall_s();
-    a->lost_known = 1;
-  }
-  trun_obs_node_lost(a->obs, &a->lost);
-  if (g == trun_rdzv_info(a->rdzv)->group_rank)
-    return; /* this node left the job (trun_rdzv_leave_now): it stops anyway */
-  trun_warn("node rank %d (%s) is lost: %s; stopping this node's workers to go on without it", g,
-            a->lost.addr, a->lost.cause);
-  a->result = OUT_PEER_LOST;
-  begin_stop(a, SIGTERM, 1);
+  uv_async_send(&a->round.remote);
 }
 
 /* While the workers run: the round ended elsewhere, and this node's workers stop accordingly. */
 static void act_on_end(agent *a) {
-  switch (a->end.kind) {
-    case TRUN_RDZV_END_NODE_LOST: peer_gone(a); break;
+  switch (a->round.end.kind) {
+    case TRUN_RDZV_END_NODE_LOST:
+      if (trun__round_lost(a)) trun__round_stop_node(a, OUT_PEER_LOST, a->round.end.node);
+      break;
     case TRUN_RDZV_END_FAILED:
-      trun_warn("node rank %d failed: stopping this node's workers", a->end.node);
-      a->result = OUT_REMOTE_FAILED;
-      begin_stop(a, SIGTERM, 1);
+      trun_warn("node rank %d failed: stopping this node's workers", a->round.end.node);
+      trun__round_stop_node(a, OUT_REMOTE_FAILED, a->round.end.node);
       break;
     case TRUN_RDZV_END_MEMBER:
-      trun_info("the job's membership changes (%s): restarting the workers into a new world", a->end.cause);
-      a->result = OUT_MEMBERSHIP;
-      begin_stop(a, SIGTERM, 1);
+      trun_info("the job's membership changes (%s): restarting the workers into a new world",
+                a->round.end.cause);
+      trun__round_stop_node(a, OUT_MEMBERSHIP, -1);
       break;
     case TRUN_RDZV_END_STORE_LOST:
-      trun_error("lost the rendezvous store (%s): stopping the workers", a->end.cause);
-      a->result = OUT_REMOTE_FAILED;
-      begin_stop(a, SIGTERM, 1);
+      trun_error("lost the rendezvous store (%s): stopping the workers", a->round.end.cause);
+      trun__round_stop_node(a, OUT_REMOTE_FAILED, -1);
       break;
     default: /* ok: this node's workers end on their own; invalid: said by the watcher, no action */ break;
   }
@@ -263,10 +104,11 @@ static void act_on_end(agent *a) {
 
 static void on_remote(uv_async_t *h) {
   agent *a = h->data;
-  /* A late wake-up from an earlier round's watcher, or the round is over (after_round takes the end). */
-  if (!a->in_round || !take_end(a)) return;
-  if (!a->phase_stopping) act_on_end(a);
-  maybe_finish(a);
+  /* A late wake-up from an earlier round's watcher, or the round is over (trun__round_settle takes the end).
+   */
+  if (!a->stop.in_round || !trun__round_take_end(a)) return;
+  if (!a->stop.stopping) act_on_end(a);
+  trun__round_maybe_finish(a);
 }
 
 /* ---- liveness: this node cut off ---------------------------------------------------------------------- */
@@ -274,14 +116,13 @@ static void on_remote(uv_async_t *h) {
 /* While the workers run: has the rendezvous store stopped answering this node's liveness heartbeats? */
 static void on_live_timer(uv_timer_t *t) {
   agent *a = t->data;
-  if (!a->in_round || a->phase_stopping || a->result != OUT_NONE) return;
-  if (!trun_rdzv_cut_off(a->rdzv, a->cut_why, sizeof(a->cut_why))) return;
+  if (!a->stop.in_round || a->stop.stopping || a->stop.req.kind != OUT_NONE) return;
+  if (!trun_rdzv_cut_off(a->rdzv, a->round.cut_why, sizeof(a->round.cut_why))) return;
   trun_error(
       "node rank %d is cut off from the job: %s; stopping the workers and exiting %d so that the "
       "scheduler replaces this node",
-      trun_rdzv_info(a->rdzv)->group_rank, a->cut_why, TRUN_EXIT_CUT_OFF);
-  a->result = OUT_CUT_OFF;
-  begin_stop(a, SIGTERM, 1);
+      trun_rdzv_info(a->rdzv)->group_rank, a->round.cut_why, TRUN_EXIT_CUT_OFF);
+  trun__round_stop_node(a, OUT_CUT_OFF, trun_rdzv_info(a->rdzv)->group_rank);
 }
 
 /* ---- c10d membership ------------------------------------------------------------------------------ */
@@ -289,9 +130,9 @@ static void on_live_timer(uv_timer_t *t) {
 /* From the rendezvous's thread while the workers run (rdzv.h on_news): kept for the loop. */
 static void on_news(void *arg, int news, int nodes) {
   agent *a = arg;
-  a->news_nodes = nodes;
-  __atomic_store_n(&a->news, news, __ATOMIC_RELEASE);
-  uv_async_send(&a->news_async);
+  a->round.news_nodes = nodes;
+  __atomic_store_n(&a->round.news, news, __ATOMIC_RELEASE);
+  uv_async_send(&a->round.news_async);
 }
 
 /* Nodes waiting to join mean a new world: the workers stop and every agent joins the next round (not
@@ -299,36 +140,23 @@ static void on_news(void *arg, int news, int nodes) {
  * counts. */
 static void on_news_async(uv_async_t *h) {
   agent *a = h->data;
-  int news = __atomic_exchange_n(&a->news, TRUN_RDZV_STEADY, __ATOMIC_ACQUIRE), nodes = a->news_nodes;
-  if (news == TRUN_RDZV_STEADY || !a->in_round || a->phase_stopping || a->running == 0 ||
-      a->result != OUT_NONE)
+  int news = __atomic_exchange_n(&a->round.news, TRUN_RDZV_STEADY, __ATOMIC_ACQUIRE),
+      nodes = a->round.news_nodes;
+  if (news == TRUN_RDZV_STEADY || !a->stop.in_round || a->stop.stopping || a->stop.running == 0 ||
+      a->stop.req.kind != OUT_NONE)
     return;
   if (news == TRUN_RDZV_NEW_NODES) {
     trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world", nodes,
               trun_rdzv_backend_name(a->rdzv));
-    a->result = OUT_MEMBERSHIP;
     trun_obs_membership(a->obs, nodes);
+    trun__round_stop(a, OUT_MEMBERSHIP, -1, TRUN__CAUSE_NEWS);
+    return;
   } else {
-    /* Only peers of this round wait: one of them restarted after a failure (see membership_or_failure). */
+    /* Only peers of this round wait: one of them restarted after a failure (agent_round.c: a failure with
+     * nodes waiting). */
     trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers", nodes);
-    a->result = OUT_REMOTE_FAILED;
+    trun__round_stop(a, OUT_REMOTE_FAILED, -1, TRUN__CAUSE_NEWS);
   }
-  begin_stop(a, SIGTERM, 1);
-}
-
-/* A round ended by a worker failure: if new nodes wait to join (c10d), another agent saw them first and
- * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
- * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
- * trun checks the wait list first, so joining never costs a restart. */
-static void membership_or_failure(agent *a) {
-  int fresh = trun_rdzv_new_nodes_waiting(a->rdzv);
-  if (fresh <= 0) return;
-  trun_info(
-      "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
-      "change (not counted as a restart)",
-      fresh, trun_rdzv_backend_name(a->rdzv));
-  a->result = OUT_MEMBERSHIP;
-  trun_obs_membership(a->obs, fresh);
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */
@@ -344,23 +172,10 @@ static void on_stall(void *arg, int local_rank, double idle_s, int sig, int stop
     trun_obs_stall(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + local_rank, local_rank, idle_s, sig);
     return;
   }
-  if (a->phase_stopping || !w->running) return;
+  if (a->stop.stopping || !w->running) return;
   trun_error("rank %d (local %d, pid %d) stalled for %.0f s (no output, no CPU time): restarting the workers",
              trun_rdzv_info(a->rdzv)->base_rank + local_rank, local_rank, (int)w->pid, idle_s);
-  a->result = OUT_FAILED;
-  a->first_failed = local_rank;
-  begin_stop(a, SIGTERM, 1);
-  w->torn_down = 0; /* the root cause, not a bystander */
-}
-
-/* A hardware Xid (agent_health.c) in a round: the workers stop like after a failure of the worker on that
- * GPU (the root cause), and no restart follows: rounds() ends and the agent exits TRUN_EXIT_UNHEALTHY. */
-static void on_unhealthy(agent *a) {
-  if (a->phase_stopping) return;
-  a->result = OUT_FAILED;
-  a->first_failed = a->unhealthy_lr;
-  begin_stop(a, SIGTERM, 1);
-  if (a->unhealthy_lr >= 0) a->w[a->unhealthy_lr].torn_down = 0;
+  trun__round_stop(a, OUT_FAILED, local_rank, TRUN__CAUSE_STALL); /* the root cause, not a bystander */
 }
 
 /* The view of the agent's children that strays.h goes by: the running workers, and the helpers in sessions of
@@ -371,8 +186,8 @@ static trun_strays_view stray_view(agent *a, pid_t *pids) {
     if (a->w[i].running && a->w[i].pid > 0) pids[v.nworkers++] = a->w[i].pid;
   pid_t *keep = pids + a->nproc;
   keep[v.nkeep++] = a->guard.pid;
-  keep[v.nkeep++] = a->pf_pid;
-  for (int i = 0; i < a->nproc; i++) keep[v.nkeep++] = trun_warm_pid(a->warm, i);
+  keep[v.nkeep++] = a->pf.pid;
+  for (int i = 0; i < a->nproc; i++) keep[v.nkeep++] = trun_warm_pid(a->warm.pool, i);
   return v;
 }
 
@@ -381,49 +196,31 @@ static void on_stray_timer(uv_timer_t *t) {
   pid_t *pids = calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t));
   if (pids == NULL) return;
   trun_strays_view v = stray_view(a, pids);
-  int rc = trun_strays_scan(a->strays, &v);
+  int rc = trun_strays_scan(a->round.strays, &v);
   if (rc < 0) trun_debug("cannot read /proc for what the workers started: %s", strerror(-rc));
   free(pids);
 }
 
 /* The end of a round (or of the agent): no process the workers started outlives it (strays.h). */
 static void kill_strays(agent *a) {
-  pid_t *pids = a->strays ? calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t)) : NULL;
+  pid_t *pids = a->round.strays ? calloc(2 * (size_t)a->nproc + 2, sizeof(pid_t)) : NULL;
   if (pids == NULL) return;
   trun_strays_view v = stray_view(a, pids);
   v.nworkers = 0; /* the round is over: a worker still there (stuck) is the job's like the rest */
   double t0 = trun_mono_ms();
-  int n = trun_strays_kill(a->strays, &v);
+  int n = trun_strays_kill(a->round.strays, &v);
   size_t rows;
-  int walk = trun_strays_last_look(a->strays, &rows);
+  int walk = trun_strays_last_look(a->round.strays, &rows);
   trun_debug("strays: /proc looked at in %.1f ms (%zu process(es): %s), %d process(es) killed",
              trun_mono_ms() - t0, rows, walk ? "the agent and its descendants" : "every process", n);
   if (n > 0) trun_info("killed %d process(es) the workers left behind (outside their sessions or groups)", n);
   free(pids);
 }
 
-/* A collective hang past --hang-timeout (agent_hang.c): the workers stop like after a failure of the culprit
- * at local rank lr (agent_hang.c then marks the culprits as root causes). */
-static void on_hang(agent *a, int lr) {
-  if (a->phase_stopping) return;
-  a->result = OUT_FAILED;
-  a->first_failed = lr;
-  begin_stop(a, SIGTERM, 1);
-}
-
-/* One attempt: start every local worker and supervise them until the round ends. */
-static void run_round(agent *a) {
-  char attempt_dir[PATH_MAX] = "";
-  a->result = OUT_NONE;
-  a->first_failed = -1;
-  a->phase_stopping = 0;
-  a->killed = 0;
-  a->end = (trun_rdzv_end){.kind = TRUN_RDZV_END_NONE, .node = -1};
-  memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
-  if (!a->files_off &&
-      trun__agent_pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir, a->restart_count) < 0)
-    a->files_off = 1;
-  trun_rdzv_watch_start(a->watch, a->round, on_round_end, a);
+/* Starts every local worker of the round (the first that cannot start stops the round as its failure);
+ * attempt_dir: where their files go. */
+static void start_workers(agent *a, const char *attempt_dir) {
+  trun_rdzv_watch_start(a->round.watch, trun_rdzv_info(a->rdzv)->round, on_round_end, a);
   trun_stall_begin(a->stall, a->nproc);
   trun__agent_torchwatch_round(a);
   for (int i = 0; i < a->nproc; i++) {
@@ -432,37 +229,53 @@ static void run_round(agent *a) {
     if (trun__agent_start_worker(a, &a->w[i], attempt_dir) < 0) {
       a->w[i].status = 127;
       a->w[i].exit_time = trun_wall_s();
-      a->result = OUT_FAILED;
-      a->first_failed = i;
-      begin_stop(a, SIGTERM, 1);
+      trun__round_stop(a, OUT_FAILED, i, TRUN__CAUSE_START);
       break;
     }
   }
   trun__agent_warm_fill(a); /* the next group's pool, while this one runs */
   const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
-  trun_debug("round %d: started %d workers (ranks %d-%d of %d)", a->round, a->nproc, ri->base_rank,
+  trun_debug("round %d: started %d workers (ranks %d-%d of %d)", ri->round, a->nproc, ri->base_rank,
              ri->base_rank + a->nproc - 1, ri->world_size);
-  if (a->recovery_from > 0) {
-    double s = trun_wall_s() - a->recovery_from;
+  if (a->round.recovery_from > 0) {
+    double s = trun_wall_s() - a->round.recovery_from;
     trun_info("recovered: the workers run again in a world of %d (%d node(s)), %.2f s after the loss",
               ri->world_size, ri->group_world_size, s);
     trun_obs_recovered(a->obs, ri->world_size, ri->group_world_size, s);
   }
-  a->in_round = 1;
-  if (a->strays) uv_timer_start(&a->stray_timer, on_stray_timer, TRUN_STRAY_SCAN_MS, TRUN_STRAY_SCAN_MS);
+}
+
+/* One round: start every local worker, supervise them on the loop until the round ends, then settle it
+ * with the job (agent_round.c). Its result, decided once there, is also kept for the failure report. */
+static trun__round_result run_round(agent *a) {
+  char attempt_dir[PATH_MAX] = "";
+  trun__round_begin(a);
+  a->round.end = (trun_rdzv_end){.kind = TRUN_RDZV_END_NONE, .node = -1};
+  memset(a->w, 0, sizeof(worker) * (size_t)a->nproc);
+  if (!a->files_off && trun__agent_pathf(attempt_dir, sizeof(attempt_dir), "%s/attempt_%d", a->run_dir,
+                                         trun_rdzv_info(a->rdzv)->attempt) < 0)
+    a->files_off = 1;
+  start_workers(a, attempt_dir);
+  a->stop.in_round = 1;
+  if (a->round.strays)
+    uv_timer_start(&a->round.stray_timer, on_stray_timer, TRUN_STRAY_SCAN_MS, TRUN_STRAY_SCAN_MS);
   trun__agent_hang_round(a, 1);
   uint64_t live = (uint64_t)trun_rdzv_live_ms(a->rdzv);
-  if (live > 0) uv_timer_start(&a->live_timer, on_live_timer, live, live);
-  maybe_finish(a); /* a worker may have failed to start */
+  if (live > 0) uv_timer_start(&a->round.live_timer, on_live_timer, live, live);
+  trun__round_maybe_finish(a); /* a worker may have failed to start */
   trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
   uv_run(a->loop, UV_RUN_DEFAULT);
+  /* A worker SIGKILL did not end: this node is unhealthy and leaves the job, while still in the round. */
+  if (a->stop.stuck >= 0) trun__agent_health_stuck(a, &a->w[a->stop.stuck]);
   trun_nccl_report_finish(rep);
-  uv_timer_stop(&a->live_timer);
-  uv_timer_stop(&a->stray_timer);
+  uv_timer_stop(&a->round.live_timer);
+  uv_timer_stop(&a->round.stray_timer);
   kill_strays(a);
   trun_stall_end(a->stall);
   trun__agent_hang_round(a, 0);
-  a->in_round = 0;
+  a->stop.in_round = 0;
+  a->round.result = trun__round_settle(a);
+  return a->round.result;
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------------- */
@@ -496,103 +309,34 @@ static void teardown(agent *a) {
   close_handle((uv_handle_t *)&a->sigchld);
   for (int i = 0; i < a->nsigs; i++) close_handle((uv_handle_t *)&a->sigs[i]);
   trun__agent_stdin_stop(a);
-  close_handle((uv_handle_t *)&a->kill_timer);
-  close_handle((uv_handle_t *)&a->drain_timer);
-  close_handle((uv_handle_t *)&a->backoff_timer);
-  close_handle((uv_handle_t *)&a->stop_wait_timer);
-  close_handle((uv_handle_t *)&a->remote);
-  close_handle((uv_handle_t *)&a->live_timer);
-  close_handle((uv_handle_t *)&a->stray_timer);
-  close_handle((uv_handle_t *)&a->news_async);
+  close_handle((uv_handle_t *)&a->stop.kill_timer);
+  close_handle((uv_handle_t *)&a->stop.drain_timer);
+  close_handle((uv_handle_t *)&a->wait_timer);
+  close_handle((uv_handle_t *)&a->stop_wait.timer);
+  close_handle((uv_handle_t *)&a->round.remote);
+  close_handle((uv_handle_t *)&a->round.live_timer);
+  close_handle((uv_handle_t *)&a->round.stray_timer);
+  close_handle((uv_handle_t *)&a->round.news_async);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
-}
-
-static void close_streams(agent *a) {
-  for (int i = 0; i < a->nproc; i++) {
-    if (a->w[i].out) trun_stream_close(a->w[i].out);
-    if (a->w[i].err) trun_stream_close(a->w[i].err);
-    a->w[i].out = a->w[i].err = NULL;
-  }
-  a->open_streams = 0;
-}
-
-/* The round is over on this node: stops the end watcher and takes the end it saw. */
-static void stop_watch(agent *a) {
-  trun_rdzv_watch_stop(a->watch);
-  take_end(a);
-}
-
-/* This node's workers failed (or a signal stopped them): the other nodes learn it with this node's record,
- * and this node learns the round's end as the store holds it: its own failure, or what came first (another
- * node's failure with that node's record). That end is kept over none, and over a store loss that was only
- * the watcher's cut (c10d). */
-static void announce_failure(agent *a) {
-  trun_rdzv_end now;
-  if (trun__agent_announce_failure(a, &now) < 0) return;
-  if (now.kind == TRUN_RDZV_END_FAILED &&
-      (a->end.kind == TRUN_RDZV_END_NONE || a->end.kind == TRUN_RDZV_END_STORE_LOST))
-    a->end = now;
-}
-
-/* Another node's workers failed first (the round's end names it): this node's failed workers are its
- * victims (a crashed peer resets their connections), and the root cause is that node's. */
-static void failed_first_elsewhere(agent *a) {
-  if (a->result == OUT_FAILED && a->end.kind == TRUN_RDZV_END_FAILED &&
-      a->end.node != trun_rdzv_info(a->rdzv)->group_rank)
-    a->result = OUT_REMOTE_FAILED;
-}
-
-/* c10d, several nodes: the round has no end key of its own (torchrun agents end it by rejoining). A trun
- * agent whose workers failed still publishes its failure there, and one stopped because a peer rejoined
- * reads who failed first, so that every trun agent names the same root cause. */
-static void end_round_c10d(agent *a) {
-  if (trun_rdzv_info(a->rdzv)->group_world_size < 2 || a->result == OUT_CUT_OFF || a->store_stuck) return;
-  if (a->result == OUT_FAILED) announce_failure(a);
-  if (a->result == OUT_REMOTE_FAILED && a->end.kind != TRUN_RDZV_END_FAILED) {
-    trun_rdzv_end now;
-    if (trun_rdzv_end_now(a->rdzv, a->round, &now) == 0 && now.kind == TRUN_RDZV_END_FAILED) a->end = now;
-  }
-  failed_first_elsewhere(a);
-}
-
-/* Multi-node end of a round: tell the others how this node ended, learn how the job's round ended. */
-static void end_round_multinode(agent *a) {
-  if (a->result == OUT_SUCCESS) {
-    /* This node is done; the round is done when every node is, or when one failed. */
-    int rc = trun_rdzv_announce_success(a->rdzv, a->round);
-    if (rc == -EINTR)
-      a->result = OUT_SIGNALED;
-    else if (rc < 0) {
-      a->result = OUT_REMOTE_FAILED;
-      trun_rdzv_end_store_lost(&a->end, a->round, -rc);
-      trun_rdzv_watch_reconnect(a->watch); /* its connection is likely gone too */
-    }
-  }
-  if (a->result == OUT_FAILED || a->result == OUT_SIGNALED) announce_failure(a);
-  stop_watch(a);
-  failed_first_elsewhere(a);
-  /* The round's end is its first announcement: a membership change before our failure means the change came
-   * first and stopped a peer, which is what broke our workers (not counted as a restart). */
-  if (a->end.kind == TRUN_RDZV_END_MEMBER && a->result != OUT_SIGNALED) a->result = OUT_MEMBERSHIP;
-  if (a->result == OUT_SUCCESS && a->end.kind != TRUN_RDZV_END_OK) a->result = OUT_REMOTE_FAILED;
 }
 
 /* While the agent waits on the store: let the loop run signal handlers; stop waiting after a stop signal. */
 static int poll_signals(void *arg) {
   agent *a = arg;
   uv_run(a->loop, UV_RUN_NOWAIT);
-  if (a->in_rdzv) {
+  if (a->round.in_rdzv) {
     trun__agent_health_recheck(a); /* a warm spare: its gate stays fresh while it waits */
     trun__agent_preflight_wait(a); /* and runs the local part of --preflight once */
   }
-  return a->signal_seen != 0 || a->unhealthy;
+  return a->stop.signal_seen != 0 || a->health.unhealthy;
 }
 
 /* --preflight: local rank lr's trun-preflight gets the environment its worker would get. */
 static char **preflight_env(void *arg, int lr) {
   agent *a = arg;
-  return trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr, a->restart_count, "");
+  return trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr,
+                          trun_rdzv_info(a->rdzv)->attempt, "");
 }
 
 /* ---- the life cycle: discover and plan, meet the other nodes, rounds, end ------------------------------ */
@@ -675,44 +419,46 @@ static int meet(agent *a) {
     trun_obs_insecure_token(a->obs, a->cfg->run_id, err);
   }
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
-  if (trun_rdzv_watch_open(a->rdzv, &a->watch, err, sizeof(err)) < 0) {
+  if (trun_rdzv_watch_open(a->rdzv, &a->round.watch, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
   }
   return 0;
 }
 
-/* Before a round's workers: the rendezvous round, the split-pod doctor (agent/nccl/doctor.h) and, on the
- * first round, --preflight (agent/nccl/preflight.h). 0 to run the workers, -1 to stop the job. */
-static int before_round(agent *a) {
-  char err[512];
-  trun_obs_rdzv_start(a->obs, a->round);
-  trun_rdzv_set_attempt(a->rdzv, a->restart_count);
-  a->in_rdzv = 1;
-  int rc = trun_rdzv_next_round(a->rdzv, a->round, err, sizeof(err));
-  a->in_rdzv = 0;
-  if (rc < 0) {
-    trun_obs_rdzv_end(a->obs, a->round, err);
-    if (!a->unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
-    return -1;
-  }
-  const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
-  a->round = ri->round;           /* the elastic backends' rounds are the store's */
-  a->restart_count = ri->attempt; /* and their attempt the job's: a spare takes the survivors' */
-  trun_obs_rdzv_end(a->obs, a->round, NULL);
-  trun__agent_exclusion_news(a);
-  /* Losses of the last round that this node learnt only now (its workers failed before the watcher saw the
-   * loss): said here; the recovery is timed from the earliest. */
-  a->recovery_from = 0;
+/* Losses of the last round that this node learnt only at the rendezvous (its workers failed before the
+ * watcher saw the loss): said here; the recovery is timed from the earliest. */
+static void prev_losses(agent *a) {
+  a->round.recovery_from = 0;
   const trun_rdzv_loss *prev_lost;
   int n_prev_lost = trun_rdzv_prev_losses(a->rdzv, &prev_lost);
   for (int i = 0; i < n_prev_lost; i++) {
     const trun_rdzv_loss *l = &prev_lost[i];
-    if (!(a->lost_known && a->lost.node == l->node && a->lost.round_id == l->round_id))
+    if (!(a->round.lost_known && a->round.lost.node == l->node && a->round.lost.round_id == l->round_id))
       trun_obs_node_lost(a->obs, l);
-    if (a->recovery_from == 0 || l->at < a->recovery_from) a->recovery_from = l->at;
+    if (a->round.recovery_from == 0 || l->at < a->round.recovery_from) a->round.recovery_from = l->at;
   }
-  a->lost_known = 0;
+  a->round.lost_known = 0;
+}
+
+/* Before a round's workers: the rendezvous round, the split-pod doctor (agent/nccl/doctor.h) and, on the
+ * first round, --preflight (agent/nccl/preflight.h). 0 to run the workers, -1 to stop the job. */
+static int before_round(agent *a, int round) {
+  char err[512];
+  trun_obs_rdzv_start(a->obs, round);
+  a->round.in_rdzv = 1;
+  int rc = trun_rdzv_next_round(a->rdzv, round, err, sizeof(err));
+  a->round.in_rdzv = 0;
+  if (rc < 0) {
+    trun_obs_rdzv_end(a->obs, round, err);
+    if (!a->health.unhealthy) trun_error("%s", err); /* unhealthy: the wait was ended for it, said there */
+    return -1;
+  }
+  /* The round number and the job's attempt are now the rendezvous's (the elastic backends' are the store's:
+   * a spare takes the survivors' attempt). */
+  trun_obs_rdzv_end(a->obs, trun_rdzv_info(a->rdzv)->round, NULL);
+  trun__agent_exclusion_news(a);
+  prev_losses(a);
   trun__agent_health_news(a, NULL, NULL, 0); /* nodes that left unhealthy: node rank 0 names them */
   char master_err[1024];
   if (trun_rdzv_check_master(a->rdzv, master_err, sizeof(master_err)) < 0) {
@@ -728,136 +474,89 @@ static int before_round(agent *a) {
   }
   trun_doctor_outcome doc;
   int stop = trun_doctor_round(a->rdzv, a->cfg, a->nproc, a->env, a->node, &doc);
-  trun_obs_doctor(a->obs, a->round, &doc);
+  trun_obs_doctor(a->obs, trun_rdzv_info(a->rdzv)->round, &doc);
   if (!stop) stop = trun__agent_preflight_round(a, preflight_env) < 0;
   return stop ? -1 : 0;
 }
 
-/* After a round's workers: how the round ended for the job. */
-static void after_round(agent *a) {
-  /* Another node ended the round: its host may be that node and close the store at any moment. */
-  if (a->result == OUT_REMOTE_FAILED || a->result == OUT_PEER_LOST ||
-      (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != trun_rdzv_info(a->rdzv)->group_rank))
-    trun_rdzv_store_may_go(a->rdzv);
-  close_streams(a);
-  kill_groups(a, SIGKILL); /* whatever the workers left in their process groups */
-  if (a->result == OUT_CUT_OFF) {
-    /* Nothing of the store answers: no announcement, no waiting for the end key. */
-    trun_rdzv_abandon(a->rdzv);
-    trun_rdzv_watch_cut(a->watch);
-  }
-  /* liveness: this node leaves the round cleanly; stopping on a signal, a store that does not answer within
-   * the liveness window does not hold the exit (each of its requests could wait a minute) */
-  int bound = a->result == OUT_SIGNALED ? 3 * trun_rdzv_live_ms(a->rdzv) + 2000 : -1;
-  if (trun_rdzv_round_done_within(a->rdzv, bound) && a->result == OUT_SIGNALED) {
-    a->store_stuck = 1;
-    int store_port;
-    const char *store_addr = trun_rdzv_store_addr(a->rdzv, &store_port);
-    trun_warn(
-        "the rendezvous store at %s:%d did not answer within %.1f s while this node stops: leaving "
-        "without telling the other nodes (they see this node gone)",
-        store_addr, store_port, bound / 1000.0);
-    trun_rdzv_watch_cut(a->watch);
-    trun_rdzv_hang_up(a->rdzv); /* the report asks no more */
-  }
-  if (trun_rdzv_ends_by_key(a->rdzv) && a->result != OUT_CUT_OFF && !a->store_stuck)
-    end_round_multinode(a);
-  else
-    stop_watch(a);
-  /* The round's end says a node was lost, though this node's workers may have failed first (a crashed peer
-   * resets their connections): the loss is the cause. Workers that all succeeded did this node's part of
-   * the job: a node lost after that is said, not taken for their failure (torchrun's agents, too, exit 0
-   * once their own workers succeeded). */
-  int gone = a->end.kind == TRUN_RDZV_END_NODE_LOST;
-  if (gone && a->result == OUT_SUCCESS) {
-    if (a->end.node != trun_rdzv_info(a->rdzv)->group_rank)
-      trun_warn("node rank %d was lost after this node's workers succeeded; this node's part is done",
-                a->end.node);
-  } else if (gone && a->result != OUT_SIGNALED && a->result != OUT_CUT_OFF && a->result != OUT_PEER_LOST) {
-    peer_gone(a);
-    if (a->end.node != trun_rdzv_info(a->rdzv)->group_rank) a->result = OUT_PEER_LOST;
-  }
-  if (a->result == OUT_FAILED) membership_or_failure(a);
-  if (!trun_rdzv_ends_by_key(a->rdzv)) end_round_c10d(a);
-  trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
-}
-
 static void on_backoff_done(uv_timer_t *t) { uv_stop(t->loop); }
 
-/* --restart-backoff: waits s seconds on the loop; a stop signal ends the wait (maybe_finish stops the loop).
- * 0, or -1 when a signal came. */
+/* --restart-backoff: waits s seconds on the loop; a stop signal ends the wait (trun__round_maybe_finish stops
+ * the loop). 0, or -1 when a signal came. */
 static int backoff_wait(agent *a, double s) {
   trun_info("waiting %.1f s before the restart (--restart-backoff)", s);
-  a->phase_stopping = 0; /* a stop signal now goes through begin_stop, whose maybe_finish stops the loop */
-  uv_timer_start(&a->backoff_timer, on_backoff_done, (uint64_t)(s * 1000), 0);
-  if (!a->signal_seen) uv_run(a->loop, UV_RUN_DEFAULT);
-  uv_timer_stop(&a->backoff_timer);
-  return a->signal_seen ? -1 : 0;
+  trun__round_rearm(a); /* a stop signal now stops the loop (trun__round_maybe_finish) */
+  uv_timer_start(&a->wait_timer, on_backoff_done, (uint64_t)(s * 1000), 0);
+  if (!a->stop.signal_seen) uv_run(a->loop, UV_RUN_DEFAULT);
+  uv_timer_stop(&a->wait_timer);
+  return a->stop.signal_seen ? -1 : 0;
+}
+
+/* After a round that failed (here or elsewhere) or lost a node: the restart policy says what follows. The
+ * failure report (the job's when nothing follows), then the exit code, or -1 once the restart is under way
+ * (the next attempt proposed to the rendezvous, the back-off waited). */
+static int restart(agent *a, trun_restart_policy *pol, const trun__round_result *r, double ran_s) {
+  int attempt = trun_rdzv_info(a->rdzv)->attempt;
+  int failed = r->kind == OUT_FAILED || r->kind == OUT_REMOTE_FAILED;
+  trun_restart_next next = trun_restart_policy_next(pol, failed, ran_s, attempt);
+  trun__agent_report_failures(a, next != TRUN_RESTART_GO);
+  if (next == TRUN_RESTART_CRASH_LOOP) {
+    trun_error(
+        "crash loop: %d failed rounds in a row, each within %.0f s of the workers' start (--crash-loop); "
+        "restarts make no progress: exit %d (do not requeue); fix the cause above",
+        pol->fast_streak, pol->loop_window, TRUN_EXIT_NO_PROGRESS);
+    return TRUN_EXIT_NO_PROGRESS;
+  }
+  if (next == TRUN_RESTART_SPENT) {
+    int code = trun_restart_policy_exhausted_code(pol);
+    if (code == TRUN_EXIT_NO_PROGRESS)
+      trun_error(
+          "the job's --max-restarts %d are spent, %d of them by requeues (%s): exit %d (do not requeue)",
+          pol->max_restarts, pol->offset, pol->offset_from, code);
+    return code;
+  }
+  int left = trun_restart_policy_left(pol, attempt) - 1;
+  trun_rdzv_set_attempt(a->rdzv, attempt + 1); /* the next round's, settled by the rendezvous */
+  trun_warn("restarting the workers (attempt %d, %d restart(s) left)", attempt + 1, left);
+  trun_obs_restart(a->obs, attempt + 1, left);
+  double delay = trun_restart_policy_delay(pol);
+  if (delay > 0 && backoff_wait(a, delay) < 0) return 1; /* stopped by a signal while waiting */
+  return -1;
 }
 
 /* Rounds until the workers succeed, fail with no restart left, or a signal stops the agent: the exit
- * code. A membership change starts a new round with the same attempt number, like torchrun. --max-restarts
- * counts the job's attempts (a spare that joins at attempt 2 has two restarts fewer left) and, through the
- * restart policy (restart_policy.h), the requeues before this run; the policy also waits before a restart
- * after a fast failure and stops a crash loop. */
+ * code. Two counters, both the rendezvous's (trun_rdzv_info): the round number (one more per rendezvous
+ * round, a membership change included) and the job's attempt (TORCHELASTIC_RESTART_COUNT: one more per
+ * restart, proposed by restart() and settled by the rendezvous, the same on every node). A membership change
+ * starts a new round with the same attempt, like torchrun. --max-restarts counts the job's attempts and,
+ * through the restart policy (restart_policy.h), the requeues before this run; the policy also waits before
+ * a restart after a fast failure and stops a crash loop. */
 static int rounds(agent *a) {
   trun_restart_policy pol;
   trun_restart_policy_init(&pol, a->cfg, a->env);
-  int budget = trun_restart_policy_remaining(&pol); /* --max-restarts less the requeues */
   if (pol.offset > 0)
     trun_info("%s=%d: the job used %d restart(s) before this run; %d of --max-restarts %d left",
-              pol.offset_from, pol.offset, pol.offset, budget, pol.max_restarts);
-  for (a->round = 0;; a->round++) {
-    if (before_round(a) < 0 || a->unhealthy) /* unhealthy: agent_main's exit; excluded: its kind's code */
+              pol.offset_from, pol.offset, pol.offset, trun_restart_policy_remaining(&pol), pol.max_restarts);
+  for (int round = 0;; round = trun_rdzv_info(a->rdzv)->round + 1) {
+    if (before_round(a, round) < 0 || a->health.unhealthy) /* unhealthy: agent_main's exit */
       return trun_rdzv_excluded(a->rdzv) ? trun_rdzv_excluded(a->rdzv) : TRUN_EXIT_FAILED;
     if (trun__agent_warm_wait(a) < 0) return TRUN_EXIT_FAILED; /* a stop signal while the pool imports */
-    int remaining = budget > a->restart_count ? budget - a->restart_count : 0; /* the job's attempt */
     double started = trun_wall_s();
-    run_round(a);
-    after_round(a);
-    if (a->unhealthy) return 1;
-    int loop = 0;
-    if (a->result == OUT_FAILED || a->result == OUT_REMOTE_FAILED)
-      loop = trun_restart_policy_failed(&pol, trun_wall_s() - started);
-    else
-      trun_restart_policy_reset(&pol);
-    if (a->result == OUT_MEMBERSHIP) continue;
-    if (a->result == OUT_SUCCESS) return 0;
-    if (a->result == OUT_CUT_OFF) {
-      trun__agent_report_failures(a, 0);
-      return TRUN_EXIT_CUT_OFF;
+    trun__round_result r = run_round(a);
+    if (a->health.unhealthy) return 1;
+    switch (r.kind) {
+      case OUT_SUCCESS: return 0;
+      case OUT_MEMBERSHIP: trun_restart_policy_reset(&pol); continue; /* a new world, the same attempt */
+      case OUT_CUT_OFF: trun__agent_report_failures(a, 0); return TRUN_EXIT_CUT_OFF;
+      case OUT_SIGNALED: trun__agent_report_failures(a, 0); return 1;
+      case OUT_PEER_LOST:
+        if (trun_rdzv_elastic(a->rdzv)) break;
+        trun__agent_report_failures(a, 1); /* a fixed-size job (static) cannot go on without the node */
+        return 1;
+      default: break; /* failed here or elsewhere: a restart if the policy allows */
     }
-    if (a->result == OUT_PEER_LOST && !trun_rdzv_elastic(a->rdzv)) {
-      /* A fixed-size job (static) cannot go on without the node. */
-      trun__agent_report_failures(a, 1);
-      return 1;
-    }
-    if (a->result == OUT_SIGNALED) {
-      trun__agent_report_failures(a, 0);
-      return 1;
-    }
-    trun__agent_report_failures(a, remaining == 0 || loop);
-    if (loop) {
-      trun_error(
-          "crash loop: %d failed rounds in a row, each within %.0f s of the workers' start (--crash-loop); "
-          "restarts make no progress: exit %d (do not requeue); fix the cause above",
-          pol.fast_streak, pol.loop_window, TRUN_EXIT_NO_PROGRESS);
-      return TRUN_EXIT_NO_PROGRESS;
-    }
-    if (remaining == 0) {
-      int code = trun_restart_policy_exhausted_code(&pol);
-      if (code == TRUN_EXIT_NO_PROGRESS)
-        trun_error(
-            "the job's --max-restarts %d are spent, %d of them by requeues (%s): exit %d (do not requeue)",
-            pol.max_restarts, pol.offset, pol.offset_from, code);
-      return code;
-    }
-    remaining--;
-    a->restart_count++;
-    trun_warn("restarting the workers (attempt %d, %d restart(s) left)", a->restart_count, remaining);
-    trun_obs_restart(a->obs, a->restart_count, remaining);
-    double delay = trun_restart_policy_delay(&pol);
-    if (delay > 0 && backoff_wait(a, delay) < 0) return 1; /* stopped by a signal while waiting */
+    int code = restart(a, &pol, &r, trun_wall_s() - started);
+    if (code >= 0) return code;
   }
 }
 
@@ -866,15 +565,19 @@ static int agent_main(agent *a) {
   if (prc < 0) return prc == -2 ? 2 : 1;                          /* -2: bad input (agent_torchwatch.c) */
   if (trun__agent_health_gate(a) < 0) return TRUN_EXIT_UNHEALTHY; /* before joining: the node stays out */
   int code = meet(a) < 0 ? 1 : rounds(a);
-  if (a->unhealthy) code = trun__agent_unhealthy_exit(a);
+  if (a->health.unhealthy) { /* it leaves (if not yet), and its failure report is the job's end here */
+    trun__agent_leave_unhealthy(a);
+    trun__agent_report_failures(a, 1);
+    code = trun__agent_unhealthy_exit(a);
+  }
   /* A cut-off node cannot reach the store for the backend's exit barrier or close: it just goes. An
    * unhealthy node leaves; it does not close the rendezvous for the others (c10d's shutdown). */
   /* Nor does a node refused by the exclusion list, or one that turned unhealthy before it ever joined (a
    * spare): they were in no round, whose exit barrier they would count in; nor one whose store is stuck. */
   int outside =
-      trun_rdzv_excluded(a->rdzv) || (a->unhealthy && trun_rdzv_info(a->rdzv)->group_world_size == 0);
-  if (code != TRUN_EXIT_CUT_OFF && !outside && !a->store_stuck)
-    trun_rdzv_finish(a->rdzv, code, a->result == OUT_SIGNALED || a->unhealthy);
+      trun_rdzv_excluded(a->rdzv) || (a->health.unhealthy && trun_rdzv_info(a->rdzv)->group_world_size == 0);
+  if (code != TRUN_EXIT_CUT_OFF && !outside && !a->round.store_stuck)
+    trun_rdzv_finish(a->rdzv, code, a->stop.signal_seen != 0 || a->health.unhealthy);
   return code;
 }
 
@@ -932,9 +635,7 @@ static int open_agent(agent *a) {
   const trun_config *cfg = a->cfg;
   char err[256];
   trun_fqdn(a->host, sizeof(a->host));
-  a->unhealthy_lr = -1;
-  a->on_unhealthy = on_unhealthy;
-  a->on_hang = on_hang;
+  a->health.lr = -1;
   raise_nofile(a);
   a->w = calloc((size_t)a->nproc, sizeof(worker));
   a->loop = malloc(sizeof(uv_loop_t));
@@ -954,21 +655,19 @@ static int open_agent(agent *a) {
     trun_warn(
         "cannot start the guard process: workers are still killed with the agent (PDEATHSIG), "
         "their own children may not be");
-  uv_timer_init(a->loop, &a->kill_timer);
-  uv_timer_init(a->loop, &a->drain_timer);
-  uv_timer_init(a->loop, &a->backoff_timer);
-  uv_timer_init(a->loop, &a->stop_wait_timer);
-  a->kill_timer.data = a->drain_timer.data = a->backoff_timer.data = a->stop_wait_timer.data = a;
-  a->on_stream_eof = on_stream_eof;
-  uv_async_init(a->loop, &a->remote, on_remote);
-  a->remote.data = a;
-  uv_timer_init(a->loop, &a->live_timer);
-  a->live_timer.data = a;
-  uv_timer_init(a->loop, &a->stray_timer);
-  a->stray_timer.data = a;
-  a->strays = trun_strays_new("/proc", a->guard.pid > 0 ? &a->guard : NULL);
-  uv_async_init(a->loop, &a->news_async, on_news_async);
-  a->news_async.data = a;
+  trun__round_init(a);
+  uv_timer_init(a->loop, &a->wait_timer);
+  uv_timer_init(a->loop, &a->stop_wait.timer);
+  a->wait_timer.data = a->stop_wait.timer.data = a;
+  uv_async_init(a->loop, &a->round.remote, on_remote);
+  a->round.remote.data = a;
+  uv_timer_init(a->loop, &a->round.live_timer);
+  a->round.live_timer.data = a;
+  uv_timer_init(a->loop, &a->round.stray_timer);
+  a->round.stray_timer.data = a;
+  a->round.strays = trun_strays_new("/proc", a->guard.pid > 0 ? &a->guard : NULL);
+  uv_async_init(a->loop, &a->round.news_async, on_news_async);
+  a->round.news_async.data = a;
   if (setup_signals(a) < 0) {
     trun_error("cannot install signal handlers");
     return 1;
@@ -991,13 +690,13 @@ static void close_agent(agent *a, int code, char **orig_env) {
   trun__agent_health_close(a);
   trun__agent_preflight_close(a);
   trun__agent_torchwatch_close(a);
-  trun_rdzv_watch_close(a->watch);
+  trun_rdzv_watch_close(a->round.watch);
   trun_obs_close(a->obs, code);
   trun_stall_close(a->stall);
   trun_rdzv_free(a->rdzv);
   if (a->loop) kill_strays(a); /* what a round's end did not see (a stop between rounds) */
-  trun_strays_free(a->strays);
-  trun_warm_free(a->warm);
+  trun_strays_free(a->round.strays);
+  trun_warm_free(a->warm.pool);
   if (a->loop) teardown(a);
   trun_watchdog_stop(&a->guard);
   if (a->env != orig_env) trun_strv_free(a->env);

@@ -45,7 +45,8 @@ void trun__agent_failure_streak(agent *a, const char *host) {
   /* A failure of this node ends the round: the first node to announce a failure was this one, whose workers
    * failed first while the others' ran. Any other end (success, a membership change, another node's failure)
    * breaks the streak. */
-  if (!(a->end.kind == TRUN_RDZV_END_FAILED && a->end.node == trun_rdzv_info(a->rdzv)->group_rank)) {
+  if (!(a->round.end.kind == TRUN_RDZV_END_FAILED &&
+        a->round.end.node == trun_rdzv_info(a->rdzv)->group_rank)) {
     a->fail_streak = 0;
     return;
   }

@@ -96,7 +96,8 @@ static void set_cause(agent *a, int i, trun_failure *f, const oom_log *log /* NU
     in.oom_kernel = r->text;
   else if (r)
     in.oom_likely = r->text;
-  if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed && !w->stuck[0]) in.xid = a->unhealthy_msg;
+  if (a->health.unhealthy && i == a->health.lr && i == a->round.result.culprit && !w->stuck[0])
+    in.xid = a->health.msg;
   trun_cause_kind k = trun_cause_describe(&in, cause, sizeof(cause));
   if (k == TRUN_CAUSE_NONE || (f->torn_down && (k == TRUN_CAUSE_SIGNAL || k == TRUN_CAUSE_EXIT))) return;
   size_t n = strlen(cause);
@@ -108,35 +109,6 @@ static void set_cause(agent *a, int i, trun_failure *f, const oom_log *log /* NU
   }
   f->cause = strdup(cause);
   f->cause_kind = strdup(trun_cause_name(k));
-}
-
-void trun__agent_worker_stuck(agent *a, worker *w) {
-  char st = '?', wchan[128] = "";
-  int rank = trun_rdzv_info(a->rdzv)->base_rank + w->local_rank;
-  if (trun_proc_state("/proc", w->pid, &st, wchan, sizeof(wchan)) == 0 && st == 'Z')
-    return; /* SIGCHLD comes */
-  snprintf(w->stuck, sizeof(w->stuck), "still in state %c%s%s%s %d s after SIGKILL", st,
-           st == 'D' ? " (uninterruptible sleep)" : "", wchan[0] ? " in " : "", wchan, TRUN_STUCK_WAIT_S);
-  trun_error(
-      "rank %d (local %d, pid %d) is %s: SIGKILL cannot end it (a driver or file system hang); not waiting "
-      "for it any longer: this node leaves the job and exits %d",
-      rank, w->local_rank, (int)w->pid, w->stuck, TRUN_EXIT_UNHEALTHY);
-  w->running = 0;
-  a->running--;
-  w->exit_time = trun_wall_s();
-  if (w->status == 0) w->status = -SIGKILL;
-  trun_obs_worker_exit(a->obs, w->pid, rank, w->local_rank, w->status, w->torn_down);
-  trun_obs_stuck(a->obs, w->pid, rank, w->local_rank, w->stuck);
-  trun_stall_exited(a->stall, w->local_rank);
-  if (a->unhealthy) return;
-  a->unhealthy = 1;
-  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
-           "rank %d (local %d, pid %d) on %s: SIGKILL did not end it: %.200s", rank, w->local_rank,
-           (int)w->pid, a->host, w->stuck);
-  a->unhealthy_kind = "stuck"; /* a hang in the kernel: the node's trouble, exit 3 (base/exit.h) */
-  a->unhealthy_lr = w->local_rank;
-  a->unhealthy_time = w->exit_time;
-  trun__agent_leave_unhealthy(a);
 }
 
 static size_t collect_failures(agent *a, trun_failure *fs) {
@@ -155,22 +127,23 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
     f->exit_code = w->status;
     f->timestamp = w->exit_time;
     f->host = strdup(a->host);
-    f->torn_down = w->torn_down && i != a->first_failed && !w->hang[0]; /* a hang's culprit: a root cause */
+    f->torn_down =
+        w->torn_down && i != a->round.result.culprit && !w->hang[0]; /* a hang's culprit: a root cause */
     if (w->log_err[0] && (trun_config_redirects(a->cfg, i) & 2)) f->log_path = strdup(w->log_err);
     if (w->error_file[0]) {
       int rc = trun_errfile_read(w->error_file, f);
       if (rc == -EBADMSG)
         trun_warn("rank %d's error file %s is not torchelastic JSON", f->global_rank, w->error_file);
     }
-    if (a->unhealthy && i == a->unhealthy_lr && i == a->first_failed) {
+    if (a->health.unhealthy && i == a->health.lr && i == a->round.result.culprit) {
       /* A hardware Xid on this worker's GPU: the root cause, not the signal that stopped the worker. */
       char *msg = NULL;
-      if (asprintf(&msg, "%s%s%s", a->unhealthy_msg, f->message ? "; then: " : "",
+      if (asprintf(&msg, "%s%s%s", a->health.msg, f->message ? "; then: " : "",
                    f->message ? f->message : "") >= 0) {
         free(f->message);
         f->message = msg;
       }
-      f->timestamp = a->unhealthy_time;
+      f->timestamp = a->health.time;
     }
     if (w->timer_scope[0]) {
       char *msg = NULL, sig[32];
@@ -217,7 +190,7 @@ static size_t collect_failures(agent *a, trun_failure *fs) {
  * says so (static), the record names the node's ranks, its host and the address it joined from. */
 static void lost_record(agent *a, int g, const trun_rdzv_loss *l, double at, trun_failure *f) {
   trun_rdzv_node_info nd;
-  if (trun_rdzv_node_end(a->rdzv, a->round, g, &nd) < 0) memset(&nd, 0, sizeof(nd));
+  if (trun_rdzv_node_end(a->rdzv, trun_rdzv_info(a->rdzv)->round, g, &nd) < 0) memset(&nd, 0, sizeof(nd));
   const char *host = nd.host[0] ? nd.host : l && l->addr[0] ? l->addr : "?";
   char where[448], cause[400];
   if (nd.nproc > 0)
@@ -245,9 +218,9 @@ static void lost_record(agent *a, int g, const trun_rdzv_loss *l, double at, tru
 /* A node of the round was lost (liveness): it is the root cause; this node's workers that failed with it
  * (a crashed peer resets their connections) are bystanders. */
 static size_t add_lost_node(agent *a, trun_failure *fs, size_t n) {
-  if (a->result != OUT_PEER_LOST || !a->lost_known) return n;
+  if (a->round.result.kind != OUT_PEER_LOST || !a->round.lost_known) return n;
   for (size_t i = 0; i < n; i++) fs[i].torn_down = 1;
-  lost_record(a, a->lost.node, &a->lost, a->lost.at, &fs[n]);
+  lost_record(a, a->round.lost.node, &a->round.lost, a->round.lost.at, &fs[n]);
   return n + 1;
 }
 
@@ -267,7 +240,9 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
     trun_rdzv_node_info nd;
     int rc = trun_rdzv_loss_of(a->rdzv, NULL, g, &l);
     if (rc != 0 && rc != -ENOENT) break; /* the store is gone */
-    if (rc == -ENOENT && (trun_rdzv_node_end(a->rdzv, a->round, g, &nd) < 0 || nd.seen_end)) continue;
+    if (rc == -ENOENT &&
+        (trun_rdzv_node_end(a->rdzv, trun_rdzv_info(a->rdzv)->round, g, &nd) < 0 || nd.seen_end))
+      continue;
     trun_failure *f = &fs[n + added++];
     lost_record(a, g, rc == 0 ? &l : NULL, rc == 0 && l.at < first ? l.at : first - 0.001, f);
     if (f->message) trun_warn("%s", f->message);
@@ -278,19 +253,21 @@ static size_t lost_nodes(agent *a, const char *seen, trun_failure *fs, size_t n)
 /* Room for the other nodes' health records (agent_health.c) in one report. */
 #define HEALTH_NEWS_MAX 16
 
-/* Another node's workers failed first (the round's end names it, a->end): its published record at *f, and
- * this node's failures (fs[0..n)) become its victims. 1 when added, 0 when that record is not known (the
+/* Another node's workers failed first (the round's end names it, a->round.end): its published record at *f,
+ * and this node's failures (fs[0..n)) become its victims. 1 when added, 0 when that record is not known (the
  * store was gone before it could be read), -1 when another node did not fail first. */
 static int remote_root(agent *a, trun_failure *fs, size_t n, trun_failure *f) {
-  if (a->end.kind != TRUN_RDZV_END_FAILED || a->end.node == trun_rdzv_info(a->rdzv)->group_rank) return -1;
+  if (a->round.end.kind != TRUN_RDZV_END_FAILED || a->round.end.node == trun_rdzv_info(a->rdzv)->group_rank)
+    return -1;
   memset(f, 0, sizeof(*f));
-  if (!a->end.failure[0] || trun_failure_from_json(a->end.failure, strlen(a->end.failure), f) != 0) {
+  if (!a->round.end.failure[0] ||
+      trun_failure_from_json(a->round.end.failure, strlen(a->round.end.failure), f) != 0) {
     trun_failure_free(f);
     return 0;
   }
-  if (f->group_rank != a->end.node)
-    trun_warn("node rank %d's failure record names node rank %d", a->end.node, f->group_rank);
-  f->group_rank = a->end.node;
+  if (f->group_rank != a->round.end.node)
+    trun_warn("node rank %d's failure record names node rank %d", a->round.end.node, f->group_rank);
+  f->group_rank = a->round.end.node;
   f->torn_down = 0;
   for (size_t i = 0; i < n; i++) fs[i].torn_down = 1;
   return 1;
@@ -299,16 +276,16 @@ static int remote_root(agent *a, trun_failure *fs, size_t n, trun_failure *f) {
 /* Where this node cannot name the rank that failed first: which node, if known, and why not. */
 static void remote_unknown(agent *a, int final) {
   char why[320];
-  int g = a->end.kind == TRUN_RDZV_END_FAILED ? a->end.node : -1;
+  int g = a->round.end.kind == TRUN_RDZV_END_FAILED ? a->round.end.node : -1;
   if (g >= 0)
     snprintf(why, sizeof(why), "node rank %d failed first; its record could not be read (%s)", g,
-             a->end.failure[0] ? "it is not a failure record" : "the rendezvous store was gone");
-  else if (a->end.kind == TRUN_RDZV_END_STORE_LOST) {
+             a->round.end.failure[0] ? "it is not a failure record" : "the rendezvous store was gone");
+  else if (a->round.end.kind == TRUN_RDZV_END_STORE_LOST) {
     int port;
     const char *addr = trun_rdzv_store_addr(a->rdzv, &port);
     snprintf(why, sizeof(why),
              "the rendezvous store at %.128s:%d closed (%.64s): the node that hosts it ended or was lost",
-             addr, port, a->end.cause);
+             addr, port, a->round.end.cause);
   } else
     snprintf(why, sizeof(why), "a node of this round left it to rejoin; which rank failed is not known%s",
              trun_rdzv_ends_by_key(a->rdzv) ? "" : " (a torchrun agent publishes nothing of it)");
@@ -338,7 +315,7 @@ static size_t add_job_records(agent *a, trun_failure *fs, size_t n) {
   char **rec = NULL;
   int nr = 0;
   char *seen = calloc((size_t)world, 1);
-  if (seen && trun_rdzv_collect_failures(a->rdzv, a->round, 5000, &rec, &nr) == 0) {
+  if (seen && trun_rdzv_collect_failures(a->rdzv, trun_rdzv_info(a->rdzv)->round, 5000, &rec, &nr) == 0) {
     for (int i = 0; i < nr; i++) {
       trun_failure f;
       memset(&f, 0, sizeof(f));
@@ -355,7 +332,7 @@ static size_t add_job_records(agent *a, trun_failure *fs, size_t n) {
     n += lost_nodes(a, seen, fs, n);
   }
   free(seen);
-  if (a->end.kind == TRUN_RDZV_END_FAILED && a->end.node != me)
+  if (a->round.end.kind == TRUN_RDZV_END_FAILED && a->round.end.node != me)
     for (size_t i = 0; i < n; i++)
       if (fs[i].group_rank == me && !fs[i].node_lost) fs[i].torn_down = 1;
   return n;
@@ -371,15 +348,17 @@ void trun__agent_report_failures(agent *a, int final) {
   /* Job-wide: node rank 0 adds the other nodes' root causes (a lost node's is here already, and the others
    * published none: every node prints the same root cause). */
   int jobwide = final && trun_rdzv_ends_by_key(a->rdzv) && trun_rdzv_info(a->rdzv)->group_world_size > 1 &&
-                me == 0 && a->result != OUT_PEER_LOST;
+                me == 0 && a->round.result.kind != OUT_PEER_LOST;
   /* Elsewhere: the root cause that the node which failed first published, or plainly that another failed. */
   int remote = jobwide ? -1 : remote_root(a, fs, n, &fs[n]);
-  int unknown = !jobwide && remote != 1 && (remote == 0 || a->result == OUT_REMOTE_FAILED);
+  int unknown = !jobwide && remote != 1 && (remote == 0 || a->round.result.kind == OUT_REMOTE_FAILED);
   if (remote == 1) n++;
-  int peer_final = final && a->result == OUT_REMOTE_FAILED && me != 0; /* the report is another node's */
+  int peer_final =
+      final && a->round.result.kind == OUT_REMOTE_FAILED && me != 0; /* the report is another node's */
   if (jobwide) n = add_job_records(a, fs, n);
   /* A node that left unhealthy (a hardware Xid) is this round's root cause, not the time-outs it left. */
-  if (a->result != OUT_CUT_OFF) trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
+  if (a->round.result.kind != OUT_CUT_OFF)
+    trun__agent_health_news(a, fs, &n, cap); /* cut off: the store is not there */
   int root = trun_failure_root(fs, n);
   /* One "failure" event per root cause in the job: on the node that owns it (a lost node's: on each). */
   int own = root >= 0 && (fs[root].node_lost || fs[root].group_rank == me);
@@ -391,9 +370,9 @@ void trun__agent_report_failures(agent *a, int final) {
   }
   if (peer_final) {
     fprintf(stderr, "trun: node rank %d: workers stopped because %s; %s\n", me,
-            a->end.kind == TRUN_RDZV_END_FAILED ? "another node failed first"
-            : !trun_rdzv_ends_by_key(a->rdzv)   ? "another node failed"
-                                                : "the store was lost",
+            a->round.end.kind == TRUN_RDZV_END_FAILED ? "another node failed first"
+            : !trun_rdzv_ends_by_key(a->rdzv)         ? "another node failed"
+                                                      : "the store was lost",
             trun_rdzv_ends_by_key(a->rdzv) ? "node rank 0 prints the job's failure report"
                                            : "the agent of that node prints its failure report");
   } else if (final && n > 0) {
@@ -421,19 +400,19 @@ int trun__agent_announce_failure(agent *a, trun_rdzv_end *now) {
     f.local_rank = -1;
     f.group_rank = trun_rdzv_info(a->rdzv)->group_rank;
     f.pid = getpid();
-    f.exit_code = a->unhealthy ? TRUN_EXIT_UNHEALTHY : a->signal_seen ? -a->signal_seen : 1;
-    f.timestamp = a->unhealthy ? a->unhealthy_time : trun_wall_s();
+    f.exit_code = a->health.unhealthy ? TRUN_EXIT_UNHEALTHY : a->stop.signal_seen ? -a->stop.signal_seen : 1;
+    f.timestamp = a->health.unhealthy ? a->health.time : trun_wall_s();
     f.host = a->host;
-    if (a->unhealthy)
-      snprintf(msg, sizeof(msg), "%s", a->unhealthy_msg);
+    if (a->health.unhealthy)
+      snprintf(msg, sizeof(msg), "%s", a->health.msg);
     else
       snprintf(msg, sizeof(msg), "the trun agent of node rank %d was stopped by %s",
                trun_rdzv_info(a->rdzv)->group_rank,
-               a->signal_seen ? trun_signal_name(a->signal_seen, name, sizeof(name)) : "an error");
+               a->stop.signal_seen ? trun_signal_name(a->stop.signal_seen, name, sizeof(name)) : "an error");
     f.message = msg;
     json = trun_failure_to_json(&f);
   }
-  int rc = trun_rdzv_announce_failure(a->rdzv, a->round, json, now);
+  int rc = trun_rdzv_announce_failure(a->rdzv, trun_rdzv_info(a->rdzv)->round, json, now);
   if (rc < 0)
     trun_warn("could not tell the other nodes that this node failed (rendezvous store unreachable)");
   free(json);

@@ -62,52 +62,52 @@ int trun__agent_fr_env(char ***env, int ngpu, const char *dir) {
 }
 
 int trun__agent_fr_open(agent *a) {
-  a->fr_dir[0] = '\0';
+  a->fr.dir[0] = '\0';
   if (a->node == NULL || a->node->ngpu <= 0 || fr_off(a->env)) return 0;
   if (a->cfg->log_dir && !a->files_off) {
-    if (snprintf(a->fr_dir, sizeof(a->fr_dir), "%s/flight_recorder", a->run_dir) >= (int)sizeof(a->fr_dir) ||
-        mkdir(a->fr_dir, 0700) < 0) {
+    if (snprintf(a->fr.dir, sizeof(a->fr.dir), "%s/flight_recorder", a->run_dir) >= (int)sizeof(a->fr.dir) ||
+        mkdir(a->fr.dir, 0700) < 0) {
       trun_warn("flight recorder: cannot create %s: %s; the workers' dumps stay where torch puts them",
-                a->fr_dir, strerror(errno));
-      a->fr_dir[0] = '\0';
+                a->fr.dir, strerror(errno));
+      a->fr.dir[0] = '\0';
       return 0;
     }
   } else {
     const char *t = getenv("TMPDIR");
-    if (snprintf(a->fr_dir, sizeof(a->fr_dir), "%s/trun_fr_%s_XXXXXX", t && t[0] ? t : "/tmp",
-                 a->cfg->run_id) >= (int)sizeof(a->fr_dir) ||
-        mkdtemp(a->fr_dir) == NULL) {
+    if (snprintf(a->fr.dir, sizeof(a->fr.dir), "%s/trun_fr_%s_XXXXXX", t && t[0] ? t : "/tmp",
+                 a->cfg->run_id) >= (int)sizeof(a->fr.dir) ||
+        mkdtemp(a->fr.dir) == NULL) {
       trun_warn(
           "flight recorder: cannot create a directory under %s: %s; the workers' dumps stay where torch "
           "puts them",
           t && t[0] ? t : "/tmp", strerror(errno));
-      a->fr_dir[0] = '\0';
+      a->fr.dir[0] = '\0';
       return 0;
     }
-    a->fr_remove = 1;
+    a->fr.remove = 1;
   }
-  if (trun__agent_fr_env(&a->env, a->node->ngpu, a->fr_dir) < 0) return -1;
-  trun_debug("flight recorder: the workers dump to %s/rank_<rank> (pipe %s/rank_<rank>.pipe)", a->fr_dir,
-             a->fr_dir);
+  if (trun__agent_fr_env(&a->env, a->node->ngpu, a->fr.dir) < 0) return -1;
+  trun_debug("flight recorder: the workers dump to %s/rank_<rank> (pipe %s/rank_<rank>.pipe)", a->fr.dir,
+             a->fr.dir);
   return 0;
 }
 
 void trun__agent_fr_close(agent *a) {
-  if (!a->fr_remove || a->fr_dir[0] == '\0') return;
-  a->fr_remove = 0;
-  int dfd = open(a->fr_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (!a->fr.remove || a->fr.dir[0] == '\0') return;
+  a->fr.remove = 0;
+  int dfd = open(a->fr.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
   if (d == NULL) {
     if (dfd >= 0) close(dfd);
-    trun_debug("flight recorder: %s: %s (not removed)", a->fr_dir, strerror(errno));
+    trun_debug("flight recorder: %s: %s (not removed)", a->fr.dir, strerror(errno));
     return;
   }
   for (struct dirent *e; (e = readdir(d)) != NULL;) /* what the workers left: dumps and FIFOs */
     if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && unlinkat(dfd, e->d_name, 0) < 0)
-      trun_debug("flight recorder: %s/%s: %s (not removed)", a->fr_dir, e->d_name, strerror(errno));
+      trun_debug("flight recorder: %s/%s: %s (not removed)", a->fr.dir, e->d_name, strerror(errno));
   closedir(d);
-  if (rmdir(a->fr_dir) < 0)
-    trun_warn("flight recorder: cannot remove %s: %s; remove it by hand", a->fr_dir, strerror(errno));
+  if (rmdir(a->fr.dir) < 0)
+    trun_warn("flight recorder: cannot remove %s: %s; remove it by hand", a->fr.dir, strerror(errno));
 }
 
 size_t trun__agent_fr_ask(const char *dump_prefix, const char *pipe_prefix, int base_rank, int n, char *line,
@@ -219,7 +219,7 @@ void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *n
                     v->quiet, v->line, v->line);
     if (nours == 0) trun_obs_hang(a->obs, 0, -1, -1, "", "", 0, v->quiet, v->line, v->line);
   }
-  if (cfg->hang_timeout <= 0 || *acted || a->phase_stopping) return;
+  if (cfg->hang_timeout <= 0 || *acted || a->stop.stopping) return;
   if (v->quiet < v->named_quiet + cfg->hang_timeout) return;
   if (nours == 0) { /* no rank to blame: the whole round is stuck, and it is stopped all the same */
     for (int lr = 0; lr < a->nproc && nours < TRUN_FR_SPIN_MAX; lr++)
@@ -237,6 +237,6 @@ void trun__agent_fr_spin_report(agent *a, const trun__fr_spin_verdict *v, int *n
              "hang (flight recorder): every rank of its node in a collective that does not complete, counts "
              "frozen for %.0f s: %s; stopped by --hang-timeout %.0f",
              v->quiet, v->line, cfg->hang_timeout);
-  a->on_hang(a, ours[0]->local_rank);
+  trun__round_stop(a, OUT_FAILED, ours[0]->local_rank, TRUN__CAUSE_HANG);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }

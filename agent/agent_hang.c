@@ -233,7 +233,7 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
 /* The culprit asked for its stack did not end by it: the round stops as for any hang. */
 static void on_stack_timer(uv_timer_t *t) {
   trun__hang *h = t->data;
-  if (h->a->in_round) h->a->on_hang(h->a, h->act_lr);
+  if (h->a->stop.in_round) trun__round_stop(h->a, OUT_FAILED, h->act_lr, TRUN__CAUSE_HANG);
 }
 
 static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
@@ -292,7 +292,7 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
                     c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);
   }
   double window = TRUN_HANG_DEFAULT_WINDOW_S;
-  if (cfg->hang_timeout <= 0 || h->acted || a->phase_stopping || c->frozen_s < window + cfg->hang_timeout)
+  if (cfg->hang_timeout <= 0 || h->acted || a->stop.stopping || c->frozen_s < window + cfg->hang_timeout)
     return;
   h->acted = 1;
   trun_error("hang: %s still behind after %.0f s (--hang-timeout): restarting the workers", names,
@@ -312,7 +312,7 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
   if (asked && h->timer_on) /* its death ends the round; else the stop follows TRUN__HANG_STACK_MS later */
     uv_timer_start(&h->timer, on_stack_timer, TRUN__HANG_STACK_MS, 0);
   else
-    a->on_hang(a, h->act_lr);
+    trun__round_stop(a, OUT_FAILED, h->act_lr, TRUN__CAUSE_HANG);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
 
@@ -334,14 +334,14 @@ static void on_async(uv_async_t *as) {
     *sv = h->spin;
   h->spin_pending = 0;
   pthread_mutex_unlock(&h->mu);
-  if (sv && a->in_round) {
+  if (sv && a->stop.in_round) {
     if (!h->spin_named) h->spin_named_quiet = sv->quiet;
     sv->named_quiet = h->spin_named_quiet;
     trun__agent_fr_spin_report(a, sv, &h->spin_named, &h->spin_acted);
   }
   free(sv);
   if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
-  if (current && a->in_round)
+  if (current && a->stop.in_round)
     for (size_t i = 0; i < v.ncomms; i++) on_comm(h, &v.comm[i], fr);
   trun_hang_verdict_clear(&v);
 }
@@ -405,7 +405,7 @@ void trun__agent_hang_round(agent *a, int active) {
   if (h->timer_on) uv_timer_stop(&h->timer);
   if (active) {
     h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
-    memset(a->round_xid, 0, sizeof(a->round_xid)); /* the Xids a hang of this round consults */
+    memset(a->health.round_xid, 0, sizeof(a->health.round_xid)); /* the Xids a hang of this round consults */
   }
 }
 

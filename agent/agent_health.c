@@ -78,17 +78,17 @@ static void start_xid_watch(agent *a) {
   char(*uuids)[96] = calloc((size_t)n->ngpu, sizeof(*uuids));
   if (uuids == NULL) return;
   for (int i = 0; i < n->ngpu; i++) snprintf(uuids[i], sizeof(uuids[i]), "%s", n->gpus[i].uuid);
-  a->xid = trun_xid_watch_start((const char(*)[96])uuids, n->ngpu);
+  a->health.xid = trun_xid_watch_start((const char(*)[96])uuids, n->ngpu);
   free(uuids);
-  if (a->xid == NULL) {
+  if (a->health.xid == NULL) {
     trun_warn("health: cannot start the Xid watcher (fork: %s); hardware Xids during the job go unnoticed",
               strerror(errno));
     return;
   }
-  uv_poll_init(a->loop, &a->xid_poll, trun_xid_watch_fd(a->xid));
-  a->xid_poll.data = a;
-  a->xid_poll_on = 1;
-  uv_poll_start(&a->xid_poll, UV_READABLE, on_xid_readable);
+  uv_poll_init(a->loop, &a->health.xid_poll, trun_xid_watch_fd(a->health.xid));
+  a->health.xid_poll.data = a;
+  a->health.xid_poll_on = 1;
+  uv_poll_start(&a->health.xid_poll, UV_READABLE, on_xid_readable);
 }
 
 /* Judges the facts of node (the gate's checks, printed, as events and metrics); the number of failed checks.
@@ -101,7 +101,7 @@ static int judge(agent *a, trun_node *node, const char *derr, double t0, const c
   if (h == NULL) return 0;
   trun_health_run(node, a->env, derr, mask, h);
   h->elapsed_ms = trun_mono_ms() - t0;
-  a->health_at = trun_mono_ms();
+  a->health.gate_at = trun_mono_ms();
   trun_obs_health(a->obs, h);
   int fails = 0, warns = 0;
   for (int i = 0; i < h->n; i++) {
@@ -144,13 +144,13 @@ static void compare_cached(agent *a, const trun_node *now) {
 }
 
 static void probe_close(agent *a) {
-  if (a->hprobe_poll_on) {
-    uv_poll_stop(&a->hprobe_poll);
-    uv_close((uv_handle_t *)&a->hprobe_poll, NULL);
-    a->hprobe_poll_on = 0;
+  if (a->health.probe_poll_on) {
+    uv_poll_stop(&a->health.probe_poll);
+    uv_close((uv_handle_t *)&a->health.probe_poll, NULL);
+    a->health.probe_poll_on = 0;
   }
-  trun_gpu_probe_free(a->hprobe);
-  a->hprobe = NULL;
+  trun_gpu_probe_free(a->health.probe);
+  a->health.probe = NULL;
 }
 
 static void on_probe_readable(uv_poll_t *h, int status, int events) {
@@ -160,7 +160,7 @@ static void on_probe_readable(uv_poll_t *h, int status, int events) {
   trun_node *now = malloc(sizeof(*now));
   char derr[512] = "";
   int rc = 0;
-  int got = now ? trun_gpu_probe_poll(a->hprobe, now, &rc, derr, sizeof(derr)) : -1;
+  int got = now ? trun_gpu_probe_poll(a->health.probe, now, &rc, derr, sizeof(derr)) : -1;
   if (got == 0) {
     free(now);
     return;
@@ -169,10 +169,10 @@ static void on_probe_readable(uv_poll_t *h, int status, int events) {
     trun_warn("health: the GPU checks could not run in the background (%s); the node was not judged",
               now ? derr : "out of memory");
   } else {
-    trun_debug("health: the GPUs' facts read in the background in %.1f ms", trun_mono_ms() - a->hprobe_t0);
+    trun_debug("health: the GPUs' facts read in the background in %.1f ms", trun_mono_ms() - a->health.probe_t0);
     if (rc < 0) trun_debug("health: GPU discovery: %s", derr);
     compare_cached(a, now);
-    int fails = judge(a, now, derr[0] ? derr : a->discover_err, a->hprobe_t0,
+    int fails = judge(a, now, derr[0] ? derr : a->discover_err, a->health.probe_t0,
                       "in the background, the workers started");
     if (fails)
       fprintf(
@@ -188,12 +188,12 @@ static void on_probe_readable(uv_poll_t *h, int status, int events) {
 /* warn with the GPUs from the cache: the GPU facts are read by a child while the agent goes on (the
  * rendezvous, the workers' start); the verdict warns when it comes. 0, or -1 when no child could start. */
 static int gate_in_background(agent *a) {
-  a->hprobe_t0 = trun_mono_ms();
-  if ((a->hprobe = trun_gpu_probe_start(a->node, a->env)) == NULL) return -1;
-  uv_poll_init(a->loop, &a->hprobe_poll, trun_gpu_probe_fd(a->hprobe));
-  a->hprobe_poll.data = a;
-  a->hprobe_poll_on = 1;
-  uv_poll_start(&a->hprobe_poll, UV_READABLE, on_probe_readable);
+  a->health.probe_t0 = trun_mono_ms();
+  if ((a->health.probe = trun_gpu_probe_start(a->node, a->env)) == NULL) return -1;
+  uv_poll_init(a->loop, &a->health.probe_poll, trun_gpu_probe_fd(a->health.probe));
+  a->health.probe_poll.data = a;
+  a->health.probe_poll_on = 1;
+  uv_poll_start(&a->health.probe_poll, UV_READABLE, on_probe_readable);
   trun_debug(
       "health: the GPUs came from the GPU cache; their checks run in the background (--health-check warn)");
   return 0;
@@ -239,8 +239,8 @@ int trun__agent_health_gate(agent *a) {
 int trun__agent_health_recheck(agent *a) {
   const trun_config *cfg = a->cfg;
   double every = trun_rdzv_wait_health_interval(cfg);
-  if (cfg->health_check != TRUN_HEALTH_CHECK_FAIL || a->node == NULL || a->unhealthy || every <= 0 ||
-      trun_mono_ms() - a->health_at < every * 1000)
+  if (cfg->health_check != TRUN_HEALTH_CHECK_FAIL || a->node == NULL || a->health.unhealthy || every <= 0 ||
+      trun_mono_ms() - a->health.gate_at < every * 1000)
     return 0;
   unsigned mask = TRUN_HEALTH_ALL;
   char err[512];
@@ -259,7 +259,7 @@ int trun__agent_health_recheck(agent *a) {
     trun_debug("health: GPU discovery: %s", derr);
   trun_health_run(now, a->env, derr[0] ? derr : a->discover_err, mask, h);
   free(now);
-  a->health_at = trun_mono_ms();
+  a->health.gate_at = trun_mono_ms();
   int fails = 0;
   for (int i = 0; i < h->n; i++)
     if (h->c[i].status == TRUN_HEALTH_FAIL) {
@@ -270,13 +270,13 @@ int trun__agent_health_recheck(agent *a) {
     trun_obs_health(a->obs, h);
     char summary[400];
     trun_health_summary(h, TRUN_HEALTH_FAIL, summary, sizeof(summary));
-    snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
+    snprintf(a->health.msg, sizeof(a->health.msg),
              "failed the health gate while it waited in the rendezvous (--health-check=fail): %s", summary);
-    a->unhealthy = 1;
-    a->unhealthy_kind = "health";
-    a->unhealthy_lr = -1;
-    a->unhealthy_time = trun_wall_s();
-    trun_error("%s; node %s leaves the job and exits %d, so that the scheduler replaces it", a->unhealthy_msg,
+    a->health.unhealthy = 1;
+    a->health.kind = "health";
+    a->health.lr = -1;
+    a->health.time = trun_wall_s();
+    trun_error("%s; node %s leaves the job and exits %d, so that the scheduler replaces it", a->health.msg,
                node_name(a), TRUN_EXIT_UNHEALTHY);
   }
   free(h);
@@ -296,50 +296,51 @@ static void on_xid(agent *a, const trun_xid_event *e) {
     snprintf(what, sizeof(what), "a GPU (NVML did not say which) Xid %llu: %s", e->xid, meaning);
   trun_obs_xid(a->obs, g ? g->visible_index : -1, g ? g->uuid : "", e->xid, meaning, hardware);
   if (g && g->visible_index >= 0 && g->visible_index < TRUN_ROUND_XID_GPUS)
-    a->round_xid[g->visible_index] = e->xid; /* a hang of its rank consults it (trun__agent_hang_hardware) */
+    a->health.round_xid[g->visible_index] =
+        e->xid; /* a hang of its rank consults it (trun__agent_hang_hardware) */
   if (!hardware) {
     trun_warn("%s (not the hardware's: the job's own failure handling applies)", what);
     return;
   }
-  if (a->unhealthy) {
+  if (a->health.unhealthy) {
     trun_error("also %s", what);
     return;
   }
-  a->unhealthy = 1;
-  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg), "%s", what);
-  a->unhealthy_lr = g && g->visible_index < a->nproc ? g->visible_index : -1;
-  a->unhealthy_time = e->time;
+  a->health.unhealthy = 1;
+  snprintf(a->health.msg, sizeof(a->health.msg), "%s", what);
+  a->health.lr = g && g->visible_index < a->nproc ? g->visible_index : -1;
+  a->health.time = e->time;
   trun_error("%s: node %s leaves the job and exits %d, so that the scheduler replaces it", what, node_name(a),
              TRUN_EXIT_UNHEALTHY);
   /* In a round the loop runs on its own: leave now, then stop the workers. Otherwise the agent waits on
-   * the store (its connection busy): rounds() sees a->unhealthy when the wait returns. */
-  if (a->in_round) {
+   * the store (its connection busy): rounds() sees a->health.unhealthy when the wait returns. */
+  if (a->stop.in_round) {
     trun__agent_leave_unhealthy(a);
-    a->on_unhealthy(a);
+    trun__round_stop(a, OUT_FAILED, a->health.lr, TRUN__CAUSE_UNHEALTHY);
   }
 }
 
 int trun__agent_hang_hardware(agent *a, int lr, const char *hang) {
   int ngpu = a->node ? a->node->ngpu : 0;
-  if (ngpu <= 0 || a->unhealthy || lr < 0) return 0;
+  if (ngpu <= 0 || a->health.unhealthy || lr < 0) return 0;
   int vi = lr % ngpu;
-  unsigned long long x = vi < TRUN_ROUND_XID_GPUS ? a->round_xid[vi] : 0;
+  unsigned long long x = vi < TRUN_ROUND_XID_GPUS ? a->health.round_xid[vi] : 0;
   if (x == 0 || x == 13 || x == 31 || x == 43 || x == 45) return 0; /* none, or the application's */
   const trun_gpu *g = NULL;
   for (int i = 0; i < ngpu; i++)
     if (a->node->gpus[i].visible_index == vi) g = &a->node->gpus[i];
-  a->unhealthy = 1;
-  a->unhealthy_kind = "xid";
-  snprintf(a->unhealthy_msg, sizeof(a->unhealthy_msg),
+  a->health.unhealthy = 1;
+  a->health.kind = "xid";
+  snprintf(a->health.msg, sizeof(a->health.msg),
            "GPU %d %s Xid %llu (%s) while rank %d hung in a collective (NCCL RAS)", vi, g ? g->uuid : "", x,
            trun_xid_meaning(x, NULL), trun_rdzv_info(a->rdzv)->base_rank + lr);
-  a->unhealthy_lr = lr;
-  a->unhealthy_time = trun_wall_s();
+  a->health.lr = lr;
+  a->health.time = trun_wall_s();
   trun_error(
       "%s: the hang has hardware evidence: node %s leaves the job and exits %d, so that the scheduler "
       "replaces it (the hang: %.300s)",
-      a->unhealthy_msg, node_name(a), TRUN_EXIT_UNHEALTHY, hang);
-  if (a->in_round) trun__agent_leave_unhealthy(a);
+      a->health.msg, node_name(a), TRUN_EXIT_UNHEALTHY, hang);
+  if (a->stop.in_round) trun__agent_leave_unhealthy(a);
   return 1;
 }
 
@@ -350,13 +351,13 @@ static void on_xid_readable(uv_poll_t *h, int status, int events) {
   trun_xid_event ev[8];
   int ready = 0, n;
   char err[256] = "";
-  while ((n = trun_xid_watch_read(a->xid, ev, 8, &ready, err, sizeof(err))) > 0)
+  while ((n = trun_xid_watch_read(a->health.xid, ev, 8, &ready, err, sizeof(err))) > 0)
     for (int i = 0; i < n; i++) on_xid(a, &ev[i]);
   if (n < 0) {
     trun_warn("health: the Xid watcher ended (%s); hardware Xids during the job go unnoticed", err);
     uv_poll_stop(h);
-    trun_xid_watch_stop(a->xid);
-    a->xid = NULL;
+    trun_xid_watch_stop(a->health.xid);
+    a->health.xid = NULL;
   } else if (ready) {
     trun_debug("health: watching %d GPU(s) for Xid events", a->node->ngpu);
   }
@@ -364,29 +365,39 @@ static void on_xid_readable(uv_poll_t *h, int status, int events) {
 
 /* ==== The single place where this node leaves the job because it is unhealthy (a hardware Xid) ==== */
 void trun__agent_leave_unhealthy(agent *a) {
-  if (a->left || !a->unhealthy) return;
-  a->left = 1;
+  if (a->health.left || !a->health.unhealthy) return;
+  a->health.left = 1;
   if (a->cfg->max_nodes > 1 && trun_rdzv_connected(a->rdzv)) {
-    char *json = record_json(a, a->unhealthy_lr, a->unhealthy_time, a->unhealthy_msg);
+    char *json = record_json(a, a->health.lr, a->health.time, a->health.msg);
     int rc = json ? trun_rdzv_health_publish(a->rdzv, json) : -ENOMEM;
     if (rc < 0)
       trun_warn("health: could not publish this node's cause in the rendezvous store: %s", strerror(-rc));
     free(json);
-    trun__agent_exclude_self(a, a->rdzv, node_name(a), a->unhealthy_kind ? a->unhealthy_kind : "xid",
-                             a->unhealthy_msg);
+    trun__agent_exclude_self(a, a->rdzv, node_name(a), a->health.kind ? a->health.kind : "xid",
+                             a->health.msg);
   }
   /* The other nodes start their next round at once instead of after this node's heartbeat expires: its
    * loss record names the Xid (rdzv_live.c; in a round only: between rounds the rendezvous notices). */
-  if (trun_rdzv_leave_now(a->rdzv, a->unhealthy_msg) < 0)
+  if (trun_rdzv_leave_now(a->rdzv, a->health.msg) < 0)
     trun_debug("health: not in a round: the other nodes notice this node's absence at the next rendezvous");
 }
 
-int trun__agent_unhealthy_exit(agent *a) {
+void trun__agent_health_stuck(agent *a, worker *w) {
+  if (a->health.unhealthy) return;
+  a->health.unhealthy = 1;
+  snprintf(a->health.msg, sizeof(a->health.msg),
+           "rank %d (local %d, pid %d) on %s: SIGKILL did not end it: %.200s",
+           trun_rdzv_info(a->rdzv)->base_rank + w->local_rank, w->local_rank, (int)w->pid, a->host, w->stuck);
+  a->health.kind = "stuck"; /* a hang in the kernel: the node's trouble, exit 3 (base/exit.h) */
+  a->health.lr = w->local_rank;
+  a->health.time = w->exit_time;
   trun__agent_leave_unhealthy(a);
-  trun__agent_report_failures(a, 1);
+}
+
+int trun__agent_unhealthy_exit(agent *a) {
   fprintf(stderr,
           "trun: node %s is unhealthy: %s; exit %d, so that the scheduler replaces it (docs/health.md)\n",
-          node_name(a), a->unhealthy_msg, TRUN_EXIT_UNHEALTHY);
+          node_name(a), a->health.msg, TRUN_EXIT_UNHEALTHY);
   return TRUN_EXIT_UNHEALTHY;
 }
 
@@ -409,9 +420,9 @@ void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) 
     return;
   char **rec = NULL;
   int nrec = 0;
-  if (trun_rdzv_health_read(a->rdzv, a->health_seen, &rec, &nrec) < 0) return;
+  if (trun_rdzv_health_read(a->rdzv, a->health.seen, &rec, &nrec) < 0) return;
   for (int i = 0; i < nrec; i++) {
-    a->health_seen++;
+    a->health.seen++;
     trun_failure f;
     memset(&f, 0, sizeof(f));
     int ok = trun_failure_from_json(rec[i], strlen(rec[i]), &f) == 0;
@@ -436,16 +447,16 @@ void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap) 
 }
 
 void trun__agent_health_close(agent *a) {
-  if (a->hprobe) {
+  if (a->health.probe) {
     trun_debug("health: the job ended before the GPU checks in the background did (%.0f ms); not judged",
-               trun_mono_ms() - a->hprobe_t0);
+               trun_mono_ms() - a->health.probe_t0);
     probe_close(a);
   }
-  if (a->xid_poll_on) {
-    uv_poll_stop(&a->xid_poll);
-    uv_close((uv_handle_t *)&a->xid_poll, NULL);
-    a->xid_poll_on = 0;
+  if (a->health.xid_poll_on) {
+    uv_poll_stop(&a->health.xid_poll);
+    uv_close((uv_handle_t *)&a->health.xid_poll, NULL);
+    a->health.xid_poll_on = 0;
   }
-  trun_xid_watch_stop(a->xid);
-  a->xid = NULL;
+  trun_xid_watch_stop(a->health.xid);
+  a->health.xid = NULL;
 }

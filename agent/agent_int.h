@@ -1,9 +1,14 @@
 /* Internals of the agent shared by its files (libuv's convention: trun__ names are private): agent.c (life
- * cycle, rounds, signals, membership, multi-node ends), agent_workers.c (a worker's log files, output
- * streams and process), agent_failures.c (failure records, the report, the announcement to other nodes),
- * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_hang.c (collective hangs
- * from NCCL RAS) and agent_rasport.c (the job's own RAS port), agent_stdin.c (--watch-stdin),
- * agent_dryrun.c (--dry-run). */
+ * cycle, rounds(), a round's start and supervision), agent_stop.c (the round's stop mechanics and the stop
+ * request), agent_round.c (a round's end with the job and its result), agent_workers.c (a worker's log
+ * files, output streams and process), agent_failures.c (failure records, the report, the announcement to
+ * other nodes), agent_health.c (the health gate, Xids, leaving unhealthy), agent_exclude.c,
+ * agent_torchwatch.c (torch's file-timer watchdog and health-check port), agent_hang.c (collective hangs from
+ * NCCL RAS), agent_fr.c, agent_hangstack.c, agent_rasport.c (the job's own RAS port), agent_preflight.c,
+ * agent_warm.c, agent_stdin.c (--watch-stdin), agent_wait.c, agent_dryrun.c (--dry-run). Who owns which part
+ * of struct agent is written there; docs/architecture.md#inside-the-agent has the table. Calls go one way (no
+ * file calls back into one that calls it: scripts/check-layers.py --calls); a watcher that must end the round
+ * calls agent_stop.c. */
 #ifndef TRUN_AGENT_INT_H
 #define TRUN_AGENT_INT_H
 
@@ -23,18 +28,42 @@
 #include "agent/rdzv/rdzv.h"
 #include "base/base.h"
 
-/* OUT_MEMBERSHIP: c10d nodes wait to join; the workers restart into a new world without using a restart. */
+/* What a round was (run_round's result; rounds() switches on it). OUT_MEMBERSHIP: c10d nodes wait to join;
+ * the workers restart into a new world without using a restart. */
 typedef enum {
   OUT_NONE = 0,
   OUT_SUCCESS,
-  OUT_FAILED,
-  OUT_SIGNALED,
-  OUT_REMOTE_FAILED,
+  OUT_FAILED,        /* this node's workers failed (or a stall, a hang, a hardware Xid stopped them) */
+  OUT_SIGNALED,      /* a stop signal (or --watch-stdin's) stopped the agent */
+  OUT_REMOTE_FAILED, /* another node failed first, a node of the round rejoined, or the store was lost */
   OUT_MEMBERSHIP,
   OUT_PEER_LOST, /* the liveness found a node of the round gone (TRUN_RDZV_END_NODE_LOST): counted like a
                     failure */
   OUT_CUT_OFF /* this node lost the rendezvous store for the liveness window: it exits (TRUN_EXIT_CUT_OFF) */
-} outcome;
+} trun__round_kind;
+
+/* What stopped a round on this node, as the stop request names it. */
+typedef enum {
+  TRUN__CAUSE_NONE = 0,
+  TRUN__CAUSE_EXIT,      /* a worker exited (all with 0: the round's success) */
+  TRUN__CAUSE_START,     /* a worker could not start */
+  TRUN__CAUSE_STALL,     /* --stall-timeout */
+  TRUN__CAUSE_HANG,      /* --hang-timeout (NCCL RAS, the flight recorder) */
+  TRUN__CAUSE_UNHEALTHY, /* a hardware Xid on a worker's GPU */
+  TRUN__CAUSE_SIGNAL,    /* a stop signal to the agent or on --watch-stdin */
+  TRUN__CAUSE_END,       /* the rendezvous's end of the round (another node failed, left, the store lost) */
+  TRUN__CAUSE_NEWS,      /* c10d: nodes wait to join, or a node of the round rejoined */
+  TRUN__CAUSE_CUT_OFF    /* this node lost the rendezvous store (liveness) */
+} trun__round_cause;
+
+/* A round's result: decided once, by decide() in agent.c, from what the round saw (the stop request below,
+ * the rendezvous's end of the round, the announcements). */
+typedef struct {
+  trun__round_kind kind;
+  int culprit;             /* local rank of this node's root cause, -1 none */
+  trun__round_cause cause; /* what stopped the round on this node */
+  int node;                /* the node rank the round's end names (another node's failure, a lost node), -1 */
+} trun__round_result;
 
 typedef struct agent agent;
 #define TRUN_ROUND_XID_GPUS 64        /* GPUs (visible index) whose Xids of the round a hang consults */
@@ -67,105 +96,136 @@ typedef struct {
   char hang[2048];             /* --hang-timeout tore the round down for it: the hang ("" not) */
 } worker;
 
+/* The agent's state, split by owner: the core every file reads (agent.c sets it up), then one part per file
+ * that writes it (the others only read it, through the functions the owner declares below). */
 struct agent {
+  /* ---- core (agent.c: open_agent, plan, meet): read by every file ---- */
   const trun_config *cfg;
   uv_loop_t *loop;
   char **env; /* the agent's environment as workers inherit it */
   int nproc;
-  worker *w;
-  int running; /* workers not yet reaped */
-  int open_streams;
-  int phase_stopping;
-  outcome result;
-  int first_failed; /* local rank of the first failure, -1 */
-  int signal_seen;  /* the terminating signal the agent got, 0 */
-  int store_stuck;  /* stopping on a signal, the rendezvous store did not answer: leave without it */
-  int restart_count;
-  int round;
-  trun_rdzv *rdzv;
-  trun_node *node; /* what discovery found, once per agent (GPUs in a short-lived child) */
-  int discovered;  /* node is filled (check_input discovers it for --nproc-per-node gpu / auto) */
-  int discover_rc; /* and what trun_discover_node returned then */
+  worker *w;         /* this round's workers (agent.c starts a round, agent_workers.c each worker) */
+  trun_rdzv *rdzv;   /* the rendezvous: the round number and the job's attempt are its (trun_rdzv_info) */
+  trun_node *node;   /* what discovery found, once per agent (GPUs in a short-lived child) */
+  trun_obs *obs;     /* events and metrics (agent/observe/obs.h) */
+  trun_stall *stall; /* --stall-timeout (agent/observe/stall.h), NULL when off */
   trun_watchdog guard;
-  trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
-  uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
-  char run_dir[PATH_MAX];
-  char fr_dir[PATH_MAX]; /* the workers' flight-recorder dumps and pipes (agent_fr.c), "" none */
-  int fr_remove;         /* fr_dir is trun's temporary one: removed at exit */
-  int files_off;         /* --log-dir /dev/null */
   char host[256];
+  char run_dir[PATH_MAX];
+  int files_off;         /* --log-dir /dev/null */
+  struct rlimit nofile;  /* RLIMIT_NOFILE trun was started with, given back to workers */
+  int nofile_raised;     /* the agent raised its soft limit to the hard one */
+  uv_timer_t wait_timer; /* the agent's waits between rounds: --restart-backoff (agent.c), the warm pool's */
+
+  /* ---- agent_stop.c: the round's stop mechanics; agent_workers.c counts what it starts ---- */
+  struct {
+    int in_round;           /* workers of this round may still run: remote ends act only then */
+    int running;            /* workers not yet reaped */
+    int open_streams;       /* their output pipes not yet at EOF */
+    int stopping;           /* the stop signal went out this round */
+    int killed;             /* SIGKILL went out: kill_timer now waits TRUN_STUCK_WAIT_S for stuck workers */
+    int stuck;              /* local rank of the first worker SIGKILL did not end, -1 (agent.c: unhealthy) */
+    int signal_seen;        /* the terminating signal the agent got, 0 */
+    trun__round_result req; /* what ended the round on this node, kind OUT_NONE: nothing yet */
+    uv_timer_t kill_timer, drain_timer;
+  } stop;
+
+  /* ---- agent.c: the round with the job (run_round); agent_failures.c and agent_exclude.c read it ---- */
+  struct {
+    trun__round_result result; /* the last round's, decided once at its end (decide) */
+    /* Multi-node: the rendezvous's end watcher (NULL: a single node) wakes remote when the round ends; end is
+     * how the round ended for the job as far as this node knows (kind NONE: not yet). */
+    uv_async_t remote;
+    trun_rdzv_watch *watch;
+    trun_rdzv_end end;
+    uv_async_t news_async; /* the rendezvous's thread has news (on_news) */
+    int news, news_nodes;
+    /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
+    trun_rdzv_loss lost;
+    int lost_known;
+    double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
+    uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
+    char cut_why[512];
+    int store_stuck;        /* stopping on a signal, the rendezvous store did not answer: leave without it */
+    int in_rdzv;            /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
+    trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
+    uv_timer_t stray_timer; /* while the workers run: a look for them every TRUN_STRAY_SCAN_MS */
+  } round;
+
+  /* ---- agent.c: discovery and the agent's signals ---- */
+  int discovered;         /* node is filled (check_input discovers it for --nproc-per-node gpu / auto) */
+  int discover_rc;        /* and what trun_discover_node returned then */
+  char discover_err[512]; /* GPU discovery's complaint in plan ("" none; the health gate reads it) */
   uv_signal_t sigchld;
   uv_signal_t sigs[TRUN_MAX_SIGNALS];
   int nsigs;
-  /* --watch-stdin: the launcher's session (agent_stdin.c). */
-  uv_poll_t stdin_poll;
-  int stdin_on, stdin_hello;
-  char stdin_line[64];
-  size_t stdin_len;
-  uv_timer_t kill_timer;
-  int killed; /* this round's SIGKILL went out: kill_timer now waits TRUN_STUCK_WAIT_S for stuck workers */
-  uv_timer_t drain_timer;
-  uv_timer_t backoff_timer; /* --restart-backoff: the wait before a restart (agent.c, backoff_wait) */
-  uv_async_t news_async;    /* the rendezvous's thread has news (on_news) */
-  int news, news_nodes;
-  /* Multi-node: the rendezvous's end watcher (NULL: a single node) wakes remote when the round ends; end is
-   * how the round ended for the job as far as this node knows (kind NONE: not yet). */
-  uv_async_t remote;
-  trun_rdzv_watch *watch;
-  trun_rdzv_end end;
-  int in_round;                     /* workers of this round may still run: remote ends act only then */
-  trun_obs *obs;                    /* events and metrics (agent/observe/obs.h) */
-  trun_stall *stall;                /* --stall-timeout (agent/observe/stall.h), NULL when off */
-  void (*on_stream_eof)(void *arg); /* a worker's stream reached EOF (agent.c: the round may end); arg: a */
-  /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
-  trun_rdzv_loss lost;
-  int lost_known;
-  double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
-  uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
-  char cut_why[512];
-  struct rlimit nofile; /* RLIMIT_NOFILE trun was started with, given back to workers */
-  int nofile_raised;    /* the agent raised its soft limit to the hard one */
-  /* Node health (agent_health.c): the gate's discovery error, the Xid watcher, this node leaving the job. */
-  char discover_err[512];  /* GPU discovery's complaint in plan ("" none) */
-  trun_xid_watch *xid;     /* the Xid watcher child, NULL when off or ended */
-  trun_gpu_probe *hprobe;  /* the gate's GPU facts read in the background (warn, GPUs from the cache) */
-  uv_poll_t hprobe_poll;   /* readable: the probe ended */
-  int hprobe_poll_on;      /* hprobe_poll was initialised (close it at the end) */
-  double hprobe_t0;        /* when it started (monotonic ms) */
-  uv_poll_t xid_poll;      /* readable: the watcher wrote */
-  int xid_poll_on;         /* xid_poll was initialised (close it at the end) */
-  int unhealthy;           /* a hardware Xid: this node leaves the job and exits 3 */
-  char unhealthy_msg[512]; /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
-  int unhealthy_lr;        /* the local rank whose GPU it was, -1 */
-  double unhealthy_time;   /* when the agent read it (unix seconds) */
-  unsigned long long round_xid[TRUN_ROUND_XID_GPUS]; /* the last Xid of each visible GPU this round, 0 */
-  int left;                                          /* trun__agent_leave_unhealthy ran */
-  int health_seen;                /* other nodes' health records already read from the store */
-  int fail_streak;                /* rounds in a row whose first failure was this node's (agent_exclude.c) */
-  const char *unhealthy_kind;     /* the exclusion's kind: "xid", "health" or "preflight" (while waiting) */
-  double health_at;               /* monotonic ms of the last health gate run */
-  int in_rdzv;                    /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
-  void (*on_unhealthy)(agent *a); /* agent.c: stop this round's workers (in a round) */
-  trun_ftimer *ftimer;            /* torch's file-timer watchdog (agent_torchwatch.c), NULL when off */
-  trun_metrics *probe;            /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
-  trun_warm *warm;                /* --warm-start's pool (agent_warm.c), NULL when off */
-  double warm_wait_until;         /* trun__agent_warm_wait: when it stops waiting (wall s) */
-  /* --preflight (agent_preflight.c): the rounds it was asked for, the local part a spare runs while it waits.
-   */
-  int pf_rounds;              /* rounds this agent started with --preflight on */
-  int pf_local;               /* TRUN_PF_LOCAL_* */
-  pid_t pf_pid;               /* the local part's child trun while it runs, else 0 */
-  double pf_t0;               /* monotonic seconds it started */
-  int pf_reaped, pf_status;   /* the SIGCHLD handler reaped it: its wait status */
-  char pf_result[PATH_MAX];   /* its local rank 0's result file */
-  char pf_local_verdict[400]; /* what it found, for the line at the takeover */
-  /* agent_wait.c: the wait for workers after the stop signal, reported every second while due. */
-  trun_wait stop_wait;
-  uv_timer_t stop_wait_timer;
-  /* agent_hang.c: collective hang detection from NCCL RAS; on_hang (agent.c) stops the round for the culprit
-   * at local rank lr. */
+
+  /* ---- agent_health.c: node health, the Xid watcher, this node leaving the job (agent_preflight.c sets
+   * a failed preflight, agent_failures.c reads the cause) ---- */
+  struct {
+    trun_xid_watch *xid; /* the Xid watcher child, NULL when off or ended */
+    uv_poll_t xid_poll;  /* readable: the watcher wrote */
+    int xid_poll_on;     /* xid_poll was initialised (close it at the end) */
+    int unhealthy;       /* a hardware Xid: this node leaves the job and exits 3 */
+    char msg[512];       /* "GPU 3 <UUID> Xid 79: GPU has fallen off the bus" */
+    int lr;              /* the local rank whose GPU it was, -1 */
+    double time;         /* when the agent read it (unix seconds) */
+    const char *kind;    /* the exclusion's kind: "xid", "health", "preflight" or "stuck" */
+    unsigned long long round_xid[TRUN_ROUND_XID_GPUS]; /* the last Xid of each visible GPU this round, 0 */
+    int left;                                          /* trun__agent_leave_unhealthy ran */
+    int seen;       /* other nodes' health records already read from the store */
+    double gate_at; /* monotonic ms of the last health gate run */
+    trun_gpu_probe *probe; /* the gate's GPU facts read in the background (warn, GPUs from the cache) */
+    uv_poll_t probe_poll;  /* readable: the probe ended */
+    int probe_poll_on;     /* probe_poll was initialised (close it at the end) */
+    double probe_t0;       /* when it started (monotonic ms) */
+  } health;
+  int fail_streak; /* agent_exclude.c: rounds in a row whose first failure was this node's */
+
+  /* ---- agent_stdin.c: --watch-stdin, the launcher's session ---- */
+  struct {
+    uv_poll_t poll;
+    int on, hello;
+    char line[64];
+    size_t len;
+  } launcher;
+
+  /* ---- agent_torchwatch.c: torch's file-timer watchdog and health-check port ---- */
+  trun_ftimer *ftimer; /* NULL when off */
+  trun_metrics *probe; /* TORCHELASTIC_HEALTH_CHECK_PORT's server, NULL when off */
+
+  /* ---- agent_warm.c: --warm-start ---- */
+  struct {
+    trun_warm *pool;   /* NULL when off */
+    double wait_until; /* trun__agent_warm_wait: when it stops waiting (wall s) */
+  } warm;
+
+  /* ---- agent_preflight.c: the rounds --preflight was asked for, the local part a spare runs while it
+   * waits ---- */
+  struct {
+    int rounds;              /* rounds this agent started with --preflight on */
+    int local;               /* TRUN_PF_LOCAL_* */
+    pid_t pid;               /* the local part's child trun while it runs, else 0 */
+    double t0;               /* monotonic seconds it started */
+    int reaped, status;      /* the SIGCHLD handler reaped it: its wait status */
+    char result[PATH_MAX];   /* its local rank 0's result file */
+    char local_verdict[400]; /* what it found, for the line at the takeover */
+  } pf;
+
+  /* ---- agent_fr.c: the workers' flight-recorder dumps and pipes ---- */
+  struct {
+    char dir[PATH_MAX]; /* "" none */
+    int remove;         /* dir is trun's temporary one: removed at exit */
+  } fr;
+
+  /* ---- agent_wait.c: the wait for workers after the stop signal, reported every second while due ---- */
+  struct {
+    trun_wait wait;
+    uv_timer_t timer;
+  } stop_wait;
+
+  /* ---- agent_hang.c: collective hang detection from NCCL RAS ---- */
   trun__hang *hang;
-  void (*on_hang)(agent *a, int lr);
 };
 
 /* nproc.c: trun_nproc_resolve from a node discovery already made (trun_discover_node): `gpu` and `auto` count
@@ -190,7 +250,7 @@ void trun__agent_warm_fill(agent *a);
 int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd);
 /* Before a group starts: lets pool processes still importing get ready (or fail), on the loop (its endpoints
  * answer meanwhile), for at most TRUN_WARM_WAIT_S; a slot not ready by then starts cold. 0, -1 on a stop
- * signal. Uses backoff_timer. */
+ * signal. Uses wait_timer. */
 int trun__agent_warm_wait(agent *a);
 /* One line for --dry-run / --explain: whether the workers start warm, from what; measure: also start one pool
  * process, wait until it is ready and give its resident memory (--explain). base: the workers' base env. */
@@ -208,13 +268,42 @@ void trun__agent_report_failures(agent *a, int final);
  * errno (said on stderr). */
 int trun__agent_announce_failure(agent *a, trun_rdzv_end *now);
 
+/* agent_stop.c: the round's stop mechanics. init: its timers (open_agent); begin: a round starts (nothing
+ * ended it yet); rearm: a wait between rounds (--restart-backoff) that a stop signal must end. */
+void trun__round_init(agent *a);
+void trun__round_begin(agent *a);
+void trun__round_rearm(agent *a);
+/* The stop request: kind ended the round on this node (culprit: the local rank of the root cause, -1; cause:
+ * what found it); unless the round is already stopping, it is recorded in a->stop.req and every running
+ * worker gets SIGTERM (SIGKILL after --shutdown-timeout). OUT_SUCCESS (every worker exited 0) is recorded
+ * and stops nothing. A stall's or an unhealthy GPU's culprit is named the root cause (not torn down). */
+void trun__round_stop(agent *a, trun__round_kind kind, int culprit, trun__round_cause cause);
+/* The same for an end the rendezvous or the liveness found (kind OUT_REMOTE_FAILED, OUT_MEMBERSHIP,
+ * OUT_PEER_LOST, OUT_CUT_OFF), naming node (-1 none). */
+void trun__round_stop_node(agent *a, trun__round_kind kind, int node);
+/* sig to every worker's process group (SIGKILL also to those already reaped: what they left). */
+void trun__round_kill(agent *a, int sig);
+/* The round's loop ends once every worker is reaped and its output drained (uv_stop). */
+void trun__round_maybe_finish(agent *a);
+/* A worker's output stream reached EOF (trun_stream_on_eof's callback, arg: the agent). */
+void trun__round_stream_eof(void *arg);
+/* A signal the agent got, or one named on stdin (--watch-stdin): a stop signal decides the round
+ * (OUT_SIGNALED) and stops the workers (a second one kills them); another is forwarded to them. */
+void trun__agent_handle_signal(agent *a, int sig);
+
+/* agent_round.c: a round's end with the job. settle: after the round's loop, tells the other nodes how this
+ * node ended, learns how the job's round ended, and returns the round's result (decided there, once).
+ * take_end: the round's end into a->round.end once the end watcher knows it (a lost node's record into
+ * a->round.lost); 1 when known. lost: the end names a lost node: its record, event and line; 1 when it is
+ * another node (this node's workers stop to go on without it), 0 when this node left. */
+trun__round_result trun__round_settle(agent *a);
+int trun__round_take_end(agent *a);
+int trun__round_lost(agent *a);
+
 /* Seconds the agent waits for a worker to end after SIGKILL before it calls it stuck. */
 #define TRUN_STUCK_WAIT_S 10
 /* agent.c: how often a round looks for processes the workers started outside their sessions (strays.h). */
 #define TRUN_STRAY_SCAN_MS 1000
-/* agent_failures.c: a worker that SIGKILL did not end within TRUN_STUCK_WAIT_S: says so, stops waiting for
- * it (the round can end) and makes this node unhealthy (it leaves the job and exits 3). */
-void trun__agent_worker_stuck(agent *a, worker *w);
 
 /* agent_preflight.c: the local part of --preflight while a spare waits. */
 enum {
@@ -252,9 +341,12 @@ int trun__agent_health_recheck(agent *a);
 void trun__agent_health_news(agent *a, trun_failure *fs, size_t *n, size_t cap);
 /* This node leaves the job because it is unhealthy: the single place that does it (see there). */
 void trun__agent_leave_unhealthy(agent *a);
-/* The job ends for an unhealthy node: it leaves (if not yet), prints its failure report and returns
- * TRUN_EXIT_UNHEALTHY. */
+/* The job ends for an unhealthy node (after it left and its failure report): its line; TRUN_EXIT_UNHEALTHY.
+ */
 int trun__agent_unhealthy_exit(agent *a);
+/* Worker w did not end by SIGKILL (agent_stop.c): this node is unhealthy (kind "stuck") and leaves the job.
+ */
+void trun__agent_health_stuck(agent *a, worker *w);
 /* After a round: trun__agent_failure_streak with this node's name. */
 void trun__agent_after_round_health(agent *a);
 /* A hang's culprit at local rank lr is stopped by --hang-timeout (hang: the hang in words): an Xid its GPU
@@ -339,15 +431,12 @@ int trun__agent_torchwatch_open(agent *a);
 void trun__agent_torchwatch_round(agent *a);
 /* Removes the FIFO (before the loop is torn down). */
 void trun__agent_torchwatch_close(agent *a);
-/* agent.c: a signal the agent got, or one named on stdin (--watch-stdin): a stop signal stops the workers (a
- * second one kills them), another is forwarded to them. */
-void trun__agent_handle_signal(agent *a, int sig);
 /* agent_stdin.c: --watch-stdin: watches stdin on the agent's loop for the launcher's lines (said on stderr
  * when stdin cannot be watched); stops watching (idempotent; before the loop is torn down). */
 void trun__agent_watch_stdin(agent *a);
 void trun__agent_stdin_stop(agent *a);
 /* agent_wait.c: every wait's report as the "waiting" event and metric (a trun_wait_hook, arg: the agent); the
- * wait for the workers after the stop signal sig (begin_stop), ended once they are all reaped. */
+ * wait for the workers after the stop signal sig (agent_stop.c), ended once they are all reaped. */
 void trun__agent_wait_hook(void *arg, const trun_wait_info *w);
 void trun__agent_stop_wait_begin(agent *a, int sig);
 void trun__agent_stop_wait_end(agent *a);

@@ -13,10 +13,10 @@
 #define TRUN_STDIN_HELLO "trun-watch-stdin 1"
 
 void trun__agent_stdin_stop(agent *a) {
-  if (!a->stdin_on) return;
-  a->stdin_on = 0;
-  uv_poll_stop(&a->stdin_poll);
-  uv_close((uv_handle_t *)&a->stdin_poll, NULL);
+  if (!a->launcher.on) return;
+  a->launcher.on = 0;
+  uv_poll_stop(&a->launcher.poll);
+  uv_close((uv_handle_t *)&a->launcher.poll, NULL);
 }
 
 /* One line from the launcher: its hello, or the name of a stop signal to act on. */
@@ -24,7 +24,7 @@ static void stdin_line(agent *a, const char *line) {
   static const int stop[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   char name[32];
   if (strcmp(line, TRUN_STDIN_HELLO) == 0) {
-    a->stdin_hello = 1;
+    a->launcher.hello = 1;
     trun_debug("--watch-stdin: the launcher's session is on stdin; its end stops the job");
     return;
   }
@@ -46,7 +46,7 @@ static void on_stdin(uv_poll_t *h, int status, int events) {
   if (n < 0 && status >= 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (n <= 0) {
     trun__agent_stdin_stop(a);
-    if (!a->stdin_hello) {
+    if (!a->launcher.hello) {
       trun_warn(
           "--watch-stdin: stdin ended before the launcher's first line: not tied to it (does the --rsh "
           "command pass stdin on? ssh -n does not)");
@@ -58,21 +58,21 @@ static void on_stdin(uv_poll_t *h, int status, int events) {
   }
   for (ssize_t i = 0; i < n; i++) {
     if (buf[i] == '\n') {
-      a->stdin_line[a->stdin_len] = '\0';
-      a->stdin_len = 0;
-      stdin_line(a, a->stdin_line);
-    } else if (a->stdin_len < sizeof(a->stdin_line) - 1) {
-      a->stdin_line[a->stdin_len++] = buf[i];
+      a->launcher.line[a->launcher.len] = '\0';
+      a->launcher.len = 0;
+      stdin_line(a, a->launcher.line);
+    } else if (a->launcher.len < sizeof(a->launcher.line) - 1) {
+      a->launcher.line[a->launcher.len++] = buf[i];
     }
   }
 }
 
 void trun__agent_watch_stdin(agent *a) {
-  int rc = uv_poll_init(a->loop, &a->stdin_poll, 0);
+  int rc = uv_poll_init(a->loop, &a->launcher.poll, 0);
   if (rc == 0) {
-    a->stdin_poll.data = a;
-    a->stdin_on = 1;
-    rc = uv_poll_start(&a->stdin_poll, UV_READABLE | UV_DISCONNECT, on_stdin);
+    a->launcher.poll.data = a;
+    a->launcher.on = 1;
+    rc = uv_poll_start(&a->launcher.poll, UV_READABLE | UV_DISCONNECT, on_stdin);
     if (rc < 0) trun__agent_stdin_stop(a);
   }
   if (rc < 0)

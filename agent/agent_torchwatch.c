@@ -29,13 +29,13 @@ static worker *worker_of(agent *a, pid_t pid) {
 /* Only this node's running workers (and processes of their groups) may hold timers. */
 static int accept_pid(void *arg, pid_t pid) {
   agent *a = arg;
-  return a->in_round && worker_of(a, pid) != NULL;
+  return a->stop.in_round && worker_of(a, pid) != NULL;
 }
 
 static void on_expired(void *arg, pid_t pid, const char *scope, int sig) {
   agent *a = arg;
   char sname[32];
-  worker *w = a->in_round ? worker_of(a, pid) : NULL;
+  worker *w = a->stop.in_round ? worker_of(a, pid) : NULL;
   if (w == NULL) {
     trun_warn(
         "file-timer watchdog: scope '%.200s' of pid %d expired, but pid %d is no process of this node's "

@@ -41,24 +41,25 @@ static char **slot_env(char **base, const trun_config *cfg, int nproc, int lr) {
 
 void trun__agent_warm_fill(agent *a) {
   if (!a->cfg->warm_start || a->cfg->no_python) return;
-  if (a->warm == NULL) {
-    a->warm = trun_warm_new(a->nproc, a->cfg->warm_modules, a->nofile_raised ? &a->nofile : NULL, &a->guard);
-    if (a->warm == NULL) {
+  if (a->warm.pool == NULL) {
+    a->warm.pool =
+        trun_warm_new(a->nproc, a->cfg->warm_modules, a->nofile_raised ? &a->nofile : NULL, &a->guard);
+    if (a->warm.pool == NULL) {
       trun_warn("--warm-start: out of memory for the pool; workers start cold");
       return;
     }
   }
   for (int lr = 0; lr < a->nproc; lr++) {
-    if (trun_warm_pid(a->warm, lr) > 0) continue;
+    if (trun_warm_pid(a->warm.pool, lr) > 0) continue;
     char **env = slot_env(a->env, a->cfg, a->nproc, lr);
     char **argv = env ? trun_worker_argv(a->cfg, env, lr) : NULL;
     /* --warm-start-cuda: the device the worker's LOCAL_RANK names (0 with --virtual-local-rank, whose
      * CUDA_VISIBLE_DEVICES holds its one GPU). TRUN_CUDA_DRIVER_LIBRARY: the tests' fake driver. */
     if (a->cfg->warm_cuda)
-      trun_warm_set_cuda(a->warm, lr, a->cfg->virtual_local_rank ? 0 : lr,
+      trun_warm_set_cuda(a->warm.pool, lr, a->cfg->virtual_local_rank ? 0 : lr,
                          trun_env_get(a->env, "TRUN_CUDA_DRIVER_LIBRARY"));
     if (argv && argv[1] && argv[2])
-      trun_warm_fill(a->warm, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
+      trun_warm_fill(a->warm.pool, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
     else
       trun_warn("--warm-start: local rank %d: out of memory building its pool process; it starts cold", lr);
     trun_strv_free(argv);
@@ -71,8 +72,8 @@ int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *e
   char why[512];
   if (a->cfg->no_python)
     snprintf(why, sizeof(why), "--no-python workers are not Python");
-  else if (trun_warm_take(a->warm, w->local_rank, argv, envp, out_fd, err_fd, &w->pid, why, sizeof(why)) ==
-           0) {
+  else if (trun_warm_take(a->warm.pool, w->local_rank, argv, envp, out_fd, err_fd, &w->pid, why,
+                          sizeof(why)) == 0) {
     trun_debug("local rank %d starts warm (pool process %d)", w->local_rank, (int)w->pid);
     trun_obs_warm_start(a->obs, 1);
     return 0;
@@ -89,21 +90,21 @@ int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *e
 
 static void on_wait_tick(uv_timer_t *t) {
   agent *a = t->data;
-  if (a->signal_seen || trun_warm_importing(a->warm) == 0 || trun_wall_s() >= a->warm_wait_until)
+  if (a->stop.signal_seen || trun_warm_importing(a->warm.pool) == 0 || trun_wall_s() >= a->warm.wait_until)
     uv_stop(t->loop);
 }
 
 int trun__agent_warm_wait(agent *a) {
-  if (a->warm == NULL || a->signal_seen) return a->signal_seen ? -1 : 0;
-  int n = trun_warm_importing(a->warm);
+  if (a->warm.pool == NULL || a->stop.signal_seen) return a->stop.signal_seen ? -1 : 0;
+  int n = trun_warm_importing(a->warm.pool);
   if (n == 0) return 0;
   trun_debug("--warm-start: waiting for %d pool process(es) still importing %s", n, a->cfg->warm_modules);
-  a->warm_wait_until = trun_wall_s() + TRUN_WARM_WAIT_S;
-  uv_timer_start(&a->backoff_timer, on_wait_tick, WAIT_TICK_MS, WAIT_TICK_MS);
+  a->warm.wait_until = trun_wall_s() + TRUN_WARM_WAIT_S;
+  uv_timer_start(&a->wait_timer, on_wait_tick, WAIT_TICK_MS, WAIT_TICK_MS);
   uv_run(a->loop, UV_RUN_DEFAULT);
-  uv_timer_stop(&a->backoff_timer);
-  if (a->signal_seen) return -1;
-  if ((n = trun_warm_importing(a->warm)) > 0)
+  uv_timer_stop(&a->wait_timer);
+  if (a->stop.signal_seen) return -1;
+  if ((n = trun_warm_importing(a->warm.pool)) > 0)
     trun_warn("--warm-start: %d pool process(es) not ready after %d s; those workers start cold", n,
               TRUN_WARM_WAIT_S);
   return 0;

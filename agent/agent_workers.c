@@ -142,8 +142,8 @@ static int setup_stream(agent *a, worker *w, int which, const char *path, int *c
     trun_error("cannot create the output pipe of local rank %d: %s", lr, strerror(-rc));
     return -1;
   }
-  trun_stream_on_eof(s, a->on_stream_eof, a);
-  a->open_streams++;
+  trun_stream_on_eof(s, trun__round_stream_eof, a);
+  a->stop.open_streams++;
   if (which == 1) {
     w->out = s;
   } else {
@@ -170,8 +170,8 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
     }
     unlink(w->error_file);
   }
-  char **envp = trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr, a->restart_count,
-                                 w->error_file);
+  char **envp = trun_worker_envp(a->env, a->cfg, trun_rdzv_info(a->rdzv), a->nproc, lr,
+                                 trun_rdzv_info(a->rdzv)->attempt, w->error_file);
   if (envp && a->cfg->nccl_report && !a->files_off && trun_nccl_report_env(&envp, dir) < 0)
     trun_strv_free(envp), envp = NULL;
   char **argv = envp ? trun_worker_argv(a->cfg, envp, lr) : NULL;
@@ -198,13 +198,14 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
     } else {
       if (src < 0) trun_error("local rank %d: %s '%s' failed: %s", lr, what, argv[0], strerror(-src));
       w->running = 1;
-      a->running++;
+      a->stop.running++;
       w->start_us = (unsigned long long)trun_mono_us();
       /* Its memory cgroup's OOM kills so far: a hint beside the kernel's record (agent_failures.c). */
       w->memcg_ok =
           trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;
       trun_watchdog_add(&a->guard, w->pid);
-      trun_obs_worker_start(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + lr, lr, a->restart_count);
+      trun_obs_worker_start(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + lr, lr,
+                            trun_rdzv_info(a->rdzv)->attempt);
       trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
       rc = 0;
     }

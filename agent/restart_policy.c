@@ -36,6 +36,21 @@ int trun_restart_policy_remaining(const trun_restart_policy *p) {
   return p->offset >= p->max_restarts ? 0 : p->max_restarts - p->offset;
 }
 
+int trun_restart_policy_left(const trun_restart_policy *p, int attempt) {
+  int budget = trun_restart_policy_remaining(p);
+  return budget > attempt ? budget - attempt : 0;
+}
+
+trun_restart_next trun_restart_policy_next(trun_restart_policy *p, int failed, double ran_s, int attempt) {
+  int loop = 0;
+  if (failed)
+    loop = trun_restart_policy_failed(p, ran_s);
+  else
+    trun_restart_policy_reset(p);
+  if (loop) return TRUN_RESTART_CRASH_LOOP;
+  return trun_restart_policy_left(p, attempt) == 0 ? TRUN_RESTART_SPENT : TRUN_RESTART_GO;
+}
+
 int trun_restart_policy_failed(trun_restart_policy *p, double ran_s) {
   if (!(ran_s < p->loop_window)) {
     p->fast_streak = 0;

@@ -34,6 +34,15 @@ void trun_restart_policy_reset(trun_restart_policy *p);
 /* Seconds to wait before the next restart: none after one fast failure (a one-off crash restarts at once),
  * backoff x 2^(streak - 2) from the second fast failure in a row on, else 0. */
 double trun_restart_policy_delay(const trun_restart_policy *p);
+/* Restarts left at the job's attempt (trun_rdzv_round.attempt: 0 at the job's start, one more per restart,
+ * the same on every node; a spare that joins at attempt 2 has two fewer): the remaining less attempt, >= 0.
+ */
+int trun_restart_policy_left(const trun_restart_policy *p, int attempt);
+/* What follows a round that needs a restart (failed: 1 when its workers failed, here or on another node,
+ * after ran_s seconds; 0 for a node lost, which starts the fast-failure streak again), at the job's
+ * attempt: a restart, or the end by a crash loop (checked first) or by restarts spent. */
+typedef enum { TRUN_RESTART_GO, TRUN_RESTART_CRASH_LOOP, TRUN_RESTART_SPENT } trun_restart_next;
+trun_restart_next trun_restart_policy_next(trun_restart_policy *p, int failed, double ran_s, int attempt);
 /* The exit code once no restart is left: TRUN_EXIT_NO_PROGRESS when requeues spent part of the budget
  * (another requeue cannot restart anything), else 1 (torchrun's). */
 int trun_restart_policy_exhausted_code(const trun_restart_policy *p);

@@ -7,7 +7,9 @@
 # checker (--doc) rejects a module table row whose "may use" cell or folder differs from the header's line, a
 # module missing from the table, a row above one that it uses, and a layer drawing that is not the code's.
 # With --calls it rejects two files of one module calling each other (a circle of calls), and does not take
-# a call named in a comment or a string, or a call of a static function of the caller's own, for one.
+# a call named in a comment or a string, or a call of a static function of the caller's own, for one. The
+# agent's own files (agent/*.c) call one another in no circle, and its state (struct agent) holds no function
+# pointer (issue 40).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -103,6 +105,14 @@ sed -i 's/^layer 2  proc  rdzv$/layer 2  rdzv/; s/^layer 1  config  discover  ha
 grep -q '^layer 2  rdzv$' "$doc" || fail "could not edit the layer drawing"
 expect_breach "a layer drawing that is not the code's" 'the layer drawing differs from the code'
 echo "== 4. circles of calls (--calls)"
+agent_calls=$(check --root "$repo" --calls 2>&1 >/dev/null | grep -F 'module agent:' || true)
+[ -z "$agent_calls" ] || fail "the agent's files call each other in a circle: $agent_calls"
+echo "ok: no circle of calls among agent/*.c"
+# struct agent, from its opening line to the closing '};' at the start of a line: no '(*name)' member.
+pointers=$(sed -n '/^struct agent {/,/^};/p' "$repo/agent/agent_int.h" | grep -n '(\*' || true)
+[ -n "$(sed -n '/^struct agent {/,/^};/p' "$repo/agent/agent_int.h")" ] || fail "no struct agent in agent/agent_int.h"
+[ -z "$pointers" ] || fail "struct agent holds function pointers (back-calls): $pointers"
+echo "ok: no function pointer in struct agent"
 # expect_calls NAME MESSAGE: as expect_breach, with --calls.
 expect_calls() {
   local rc=0

@@ -135,6 +135,29 @@ static void bad(const char *opt, const char *val, const char *want) {
   ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
 }
 
+/* What follows a round: restarts left at the job's attempt, the crash loop first, a lost node resets the
+ * streak. */
+START_TEST(next_after_a_round) {
+  static const char *const args[] = {"--max-restarts", "3", "--restart-offset", "1", "train.py", NULL};
+  static char *env[] = {NULL};
+  trun_restart_policy p = policy(args, env);
+  ck_assert_int_eq(trun_restart_policy_left(&p, 0), 2);
+  ck_assert_int_eq(trun_restart_policy_left(&p, 1), 1);
+  ck_assert_int_eq(trun_restart_policy_left(&p, 5), 0); /* a spare that joins late: none, never negative */
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 100.0, 0), TRUN_RESTART_GO);
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 100.0, 2), TRUN_RESTART_SPENT);
+  /* two fast failures, a lost node in between: the streak starts again, no crash loop */
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 1.0, 0), TRUN_RESTART_GO);
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 1.0, 0), TRUN_RESTART_GO);
+  ck_assert_int_eq(trun_restart_policy_next(&p, 0, 1.0, 0), TRUN_RESTART_GO);
+  ck_assert_int_eq(p.fast_streak, 0);
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 1.0, 0), TRUN_RESTART_GO);
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 1.0, 0), TRUN_RESTART_GO);
+  /* the third fast failure in a row is a crash loop, even with restarts spent */
+  ck_assert_int_eq(trun_restart_policy_next(&p, 1, 1.0, 2), TRUN_RESTART_CRASH_LOOP);
+}
+END_TEST
+
 START_TEST(bad_values) {
   bad("--restart-backoff", "-1", "--restart-backoff '-1' must be 0-3600 seconds");
   bad("--restart-backoff", "nan", "--restart-backoff");
@@ -162,6 +185,7 @@ static Suite *policy_suite(void) {
   tcase_add_test(tc, slow_failures_and_resets);
   tcase_add_test(tc, options_and_cap);
   tcase_add_test(tc, requeues);
+  tcase_add_test(tc, next_after_a_round);
   tcase_add_test(tc, bad_values);
   suite_add_tcase(s, tc);
   return s;

@@ -1,0 +1,209 @@
+/* A round's end with the job (agent_int.h, a->round): once this node's workers are gone, what the round was.
+ * trun__round_settle tells the other nodes how this node ended and learns how the job's round ended (the
+ * rendezvous's end, the announcements, nodes waiting to join), gathering facts into a round_seen; decide()
+ * is the one place that turns them into the round's result. A step whose action depends on the result so
+ * far asks decide() with the facts gathered until then. Calls agent_stop.c, agent_failures.c and
+ * agent_health.c; agent.c calls it. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "agent_int.h"
+
+/* What a round saw after its workers, besides the stop request (a->stop.req: what ended it on this node; a
+ * stop signal may still come while this node waits on the store) and the round's end (a->round.end). */
+typedef struct {
+  int told, told_rc; /* static / trun: this node's success was announced (told), with
+                        trun_rdzv_announce_success's return */
+  int end_read;      /* static / trun: the round's end was read after the announcements */
+  int lost_seen;     /* a lost node the round's end names was taken */
+  int fresh;         /* a failed round: nodes that wait to join (c10d), 0 none or not asked */
+  int owner_read;    /* c10d, several nodes: who failed first was read */
+} round_seen;
+
+static int me(const agent *a) { return trun_rdzv_info(a->rdzv)->group_rank; }
+
+/* The round's end names another node's failure. */
+static int failed_elsewhere(const agent *a) {
+  return a->round.end.kind == TRUN_RDZV_END_FAILED && a->round.end.node != me(a);
+}
+
+/* The round's result from what ended it on this node (a->stop.req), what it saw after (s) and the round's
+ * end as this node knows it (a->round.end). The one place that decides it. */
+static trun__round_result decide(const agent *a, const round_seen *s) {
+  trun__round_result r = a->stop.req;
+  trun__round_kind k = r.kind;
+  const trun_rdzv_end *end = &a->round.end;
+  if (s->told && k == OUT_SUCCESS && s->told_rc == -EINTR) k = OUT_SIGNALED; /* a stop signal meanwhile */
+  if (s->told && k == OUT_SUCCESS && s->told_rc < 0 && s->told_rc != -EINTR) k = OUT_REMOTE_FAILED;
+  if (s->end_read) {
+    /* Another node's workers failed first: this node's failed workers are its victims (a crashed peer resets
+     * their connections), and the root cause is that node's. */
+    if (k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+    /* The round's end is its first announcement: a membership change before our failure means the change
+     * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
+    if (end->kind == TRUN_RDZV_END_MEMBER && k != OUT_SIGNALED) k = OUT_MEMBERSHIP;
+    if (k == OUT_SUCCESS && end->kind != TRUN_RDZV_END_OK) k = OUT_REMOTE_FAILED;
+  }
+  /* A node was lost, though this node's workers may have failed first (a crashed peer resets their
+   * connections): the loss is the cause. Workers that all succeeded did this node's part of the job. */
+  if (s->lost_seen && end->kind == TRUN_RDZV_END_NODE_LOST && end->node != me(a) && k != OUT_SUCCESS &&
+      k != OUT_SIGNALED && k != OUT_CUT_OFF && k != OUT_PEER_LOST)
+    k = OUT_PEER_LOST;
+  /* A worker failed while new nodes wait to join: the membership change (see settle). */
+  if (k == OUT_FAILED && s->fresh > 0) k = OUT_MEMBERSHIP;
+  if (s->owner_read && k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+  if (k != r.kind && (k == OUT_REMOTE_FAILED || k == OUT_PEER_LOST)) r.node = end->node;
+  if (k != r.kind && k != OUT_FAILED) r.cause = k == OUT_SIGNALED ? TRUN__CAUSE_SIGNAL : TRUN__CAUSE_END;
+  r.kind = k;
+  return r;
+}
+
+int trun__round_take_end(agent *a) {
+  if (a->round.end.kind != TRUN_RDZV_END_NONE) return 1;
+  if (!trun_rdzv_watch_result(a->round.watch, &a->round.end)) return 0;
+  if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
+    a->round.lost_known = a->round.end.loss_known;
+    if (a->round.end.loss_known) a->round.lost = a->round.end.loss;
+  }
+  return 1;
+}
+
+int trun__round_lost(agent *a) {
+  int g = a->round.end.node;
+  if (!a->round.lost_known || a->round.lost.node != g) {
+    memset(&a->round.lost, 0, sizeof(a->round.lost));
+    a->round.lost.node = g;
+    snprintf(a->round.lost.addr, sizeof(a->round.lost.addr), "?");
+    snprintf(a->round.lost.cause, sizeof(a->round.lost.cause), "no record of the cause");
+    a->round.lost.at = trun_wall_s();
+    a->round.lost_known = 1;
+  }
+  trun_obs_node_lost(a->obs, &a->round.lost);
+  if (g == me(a)) return 0; /* this node left the job (trun_rdzv_leave_now): it stops anyway */
+  trun_warn("node rank %d (%s) is lost: %s; stopping this node's workers to go on without it", g,
+            a->round.lost.addr, a->round.lost.cause);
+  return 1;
+}
+
+/* The round is over on this node: stops the end watcher and takes the end it saw. */
+static void stop_watch(agent *a) {
+  trun_rdzv_watch_stop(a->round.watch);
+  trun__round_take_end(a);
+}
+
+/* This node's workers failed (or a signal stopped them): the other nodes learn it with this node's record,
+ * and this node learns the round's end as the store holds it: its own failure, or what came first (another
+ * node's failure with that node's record). That end is kept over none, and over a store loss that was only
+ * the watcher's cut (c10d). */
+static void announce_failure(agent *a) {
+  trun_rdzv_end now;
+  if (trun__agent_announce_failure(a, &now) < 0) return;
+  if (now.kind == TRUN_RDZV_END_FAILED &&
+      (a->round.end.kind == TRUN_RDZV_END_NONE || a->round.end.kind == TRUN_RDZV_END_STORE_LOST))
+    a->round.end = now;
+}
+
+/* Multi-node end of a round (static, trun): tell the others how this node ended, learn how the job's round
+ * ended. */
+static void end_round_multinode(agent *a, round_seen *s) {
+  int round = trun_rdzv_info(a->rdzv)->round;
+  if (a->stop.req.kind == OUT_SUCCESS) {
+    /* This node is done; the round is done when every node is, or when one failed. */
+    s->told = 1;
+    s->told_rc = trun_rdzv_announce_success(a->rdzv, round);
+    if (s->told_rc < 0 && s->told_rc != -EINTR) {
+      trun_rdzv_end_store_lost(&a->round.end, round, -s->told_rc);
+      trun_rdzv_watch_reconnect(a->round.watch); /* its connection is likely gone too */
+    }
+  }
+  trun__round_kind k = decide(a, s).kind;
+  if (k == OUT_FAILED || k == OUT_SIGNALED) announce_failure(a);
+  stop_watch(a);
+  s->end_read = 1;
+}
+
+/* c10d, several nodes: the round has no end key of its own (torchrun agents end it by rejoining). A trun
+ * agent whose workers failed still publishes its failure there, and one stopped because a peer rejoined
+ * reads who failed first, so that every trun agent names the same root cause. */
+static void end_round_c10d(agent *a, round_seen *s) {
+  if (trun_rdzv_info(a->rdzv)->group_world_size < 2 || decide(a, s).kind == OUT_CUT_OFF ||
+      a->round.store_stuck)
+    return;
+  if (decide(a, s).kind == OUT_FAILED) announce_failure(a);
+  if (decide(a, s).kind == OUT_REMOTE_FAILED && a->round.end.kind != TRUN_RDZV_END_FAILED) {
+    trun_rdzv_end now;
+    if (trun_rdzv_end_now(a->rdzv, trun_rdzv_info(a->rdzv)->round, &now) == 0 &&
+        now.kind == TRUN_RDZV_END_FAILED)
+      a->round.end = now;
+  }
+  s->owner_read = 1;
+}
+
+/* Stopping on a signal: the rendezvous store that does not answer within the liveness window does not hold
+ * the exit (each of its requests could wait a minute). Else this node leaves the round cleanly. */
+static void round_done(agent *a, trun__round_kind k) {
+  int bound = k == OUT_SIGNALED ? 3 * trun_rdzv_live_ms(a->rdzv) + 2000 : -1;
+  if (!trun_rdzv_round_done_within(a->rdzv, bound) || k != OUT_SIGNALED) return;
+  a->round.store_stuck = 1;
+  int store_port;
+  const char *store_addr = trun_rdzv_store_addr(a->rdzv, &store_port);
+  trun_warn(
+      "the rendezvous store at %s:%d did not answer within %.1f s while this node stops: leaving "
+      "without telling the other nodes (they see this node gone)",
+      store_addr, store_port, bound / 1000.0);
+  trun_rdzv_watch_cut(a->round.watch);
+  trun_rdzv_hang_up(a->rdzv); /* the report asks no more */
+}
+
+static void close_streams(agent *a) {
+  for (int i = 0; i < a->nproc; i++) {
+    if (a->w[i].out) trun_stream_close(a->w[i].out);
+    if (a->w[i].err) trun_stream_close(a->w[i].err);
+    a->w[i].out = a->w[i].err = NULL;
+  }
+  a->stop.open_streams = 0;
+}
+
+trun__round_result trun__round_settle(agent *a) {
+  round_seen s = {0};
+  trun__round_kind k = a->stop.req.kind;
+  /* Another node ended the round: its host may be that node and close the store at any moment. */
+  if (k == OUT_REMOTE_FAILED || k == OUT_PEER_LOST || failed_elsewhere(a)) trun_rdzv_store_may_go(a->rdzv);
+  close_streams(a);
+  trun__round_kill(a, SIGKILL); /* whatever the workers left in their process groups */
+  if (k == OUT_CUT_OFF) {
+    /* Nothing of the store answers: no announcement, no waiting for the end key. */
+    trun_rdzv_abandon(a->rdzv);
+    trun_rdzv_watch_cut(a->round.watch);
+  }
+  round_done(a, a->stop.req.kind);
+  if (trun_rdzv_ends_by_key(a->rdzv) && a->stop.req.kind != OUT_CUT_OFF && !a->round.store_stuck)
+    end_round_multinode(a, &s);
+  else
+    stop_watch(a);
+  if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
+    k = decide(a, &s).kind;
+    if (k == OUT_SUCCESS && a->round.end.node != me(a))
+      trun_warn("node rank %d was lost after this node's workers succeeded; this node's part is done",
+                a->round.end.node);
+    else if (k != OUT_SIGNALED && k != OUT_CUT_OFF && k != OUT_PEER_LOST)
+      trun__round_lost(a);
+  }
+  s.lost_seen = 1;
+  /* A round ended by a worker failure: if new nodes wait to join (c10d), another agent saw them first and
+   * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
+   * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
+   * trun checks the wait list first, so joining never costs a restart. */
+  if (decide(a, &s).kind == OUT_FAILED && (s.fresh = trun_rdzv_new_nodes_waiting(a->rdzv)) > 0) {
+    trun_info(
+        "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
+        "change (not counted as a restart)",
+        s.fresh, trun_rdzv_backend_name(a->rdzv));
+    trun_obs_membership(a->obs, s.fresh);
+  }
+  if (!trun_rdzv_ends_by_key(a->rdzv)) end_round_c10d(a, &s);
+  trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */
+  return decide(a, &s);
+}
