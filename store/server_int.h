@@ -1,8 +1,8 @@
 /* Internals of the TCPStore server shared by its files (libuv's convention: trun__ names are private).
  *
- * The files are layers by concern, top to bottom; each calls only files below it, never one above or a
- * circle (scripts/check-layers.py --calls), and a libuv or key-space callback is registered by the file
- * that defines it:
+ * The files are layers by concern, top to bottom: each calls only files below it, never one above, so
+ * their calls make no circle (scripts/check-layers.py --calls); a callback handed to libuv or to the key
+ * space is a function of the same file or of one below, so none comes back up through a pointer either.
  *   server.c        start and close, the listeners, accept, the options and counters (server.h).
  *                   May call: server_shard.c, server_admit.c, server_io.c, server_conn.c.
  *   server_shard.c  the loops: worker threads' start and stop, the hand-off of accepted sockets, the work
