@@ -92,7 +92,8 @@ static int count_key(void *arg, trun_slice key) {
   return 0;
 }
 
-/* Executes r for connection c like server.c's handle(); returns -1 when the server would close c. */
+/* Executes r for connection c like the server's trun__exec_request (server_exec.c); returns -1 when the
+ * server would close c. */
 static int execute(trun_kv *kv, fconn *c, const trun_req *r) {
   trun_slice v;
   int64_t n;

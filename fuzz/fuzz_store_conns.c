@@ -1,4 +1,4 @@
-/* Stateful libFuzzer target for the store server: the real server (store/server.c) on a libuv loop in this
+/* Stateful libFuzzer target for the store server: the real server (store/server*.c) on a libuv loop in this
  * process, driven over loopback TCP by up to NCONN clients whose actions the input decodes: connect (either
  * wire generation, from one of four loopback addresses), queue a request (valid ones of every kind, or raw
  * bytes), send part of what is queued, read part of what the server sent, reset, close gracefully, and

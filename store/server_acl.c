@@ -1,5 +1,6 @@
 /* Access rules of the TCPStore server: CIDR allow-list, checked at accept and, after a change, on every
- * open connection (server.h). */
+ * open connection (server.h). The bottom of the server's files: calls none of them (layers: server_int.h).
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -81,6 +82,11 @@ int trun_server_parse_cidr(const char *text, int *family, uint8_t addr[16], int 
   return 0;
 }
 
+/* Signals every shard to look at the access rules (its async handle: trun__shard_recheck_acl). */
+static void poke_shards(trun_server *s) {
+  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i]->async);
+}
+
 int trun_server_allow(trun_server *s, const char *cidr) {
   acl_entry e;
   memset(&e, 0, sizeof(e));
@@ -105,7 +111,7 @@ int trun_server_allow(trun_server *s, const char *cidr) {
   s->acl[s->nacl++] = e;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
-  trun__shards_poke(s);
+  poke_shards(s);
   return 0;
 }
 
@@ -126,7 +132,7 @@ int trun_server_allow_replace(trun_server *s, const char *const *rules, size_t n
   s->capacl = n ? n : 1;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
-  trun__shards_poke(s);
+  poke_shards(s);
   return 0;
 }
 
@@ -135,7 +141,7 @@ void trun_server_allow_enforce(trun_server *s, int on) {
   s->acl_on = on;
   __atomic_add_fetch(&s->acl_gen, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&s->acl_mu);
-  trun__shards_poke(s);
+  poke_shards(s);
 }
 
 int trun__addr_allowed(trun_server *s, const acl_entry *addr) {

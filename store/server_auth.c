@@ -1,5 +1,6 @@
 /* The agents' key space (server.h): who may write it, how an agent proves it is one, and which keys a
- * connection may own. Called from the request path under kv_mu. */
+ * connection may own. Called from the request path under kv_mu; calls server_acl.c only (layers:
+ * server_int.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -199,8 +200,8 @@ int trun__server_auth_request(conn *c, const trun_req *r, const char **why) {
     }
     return 1;
   }
-  /* Beyond the per-peer limit (server.c, admit_on_probation): nothing but the handshake's PING before the
-   * token. */
+  /* Beyond the per-peer limit (server_admit.c, admit_on_probation): nothing but the handshake's PING before
+   * the token. */
   if (r->op != TRUN_OP_PING && __atomic_load_n(&c->probation, __ATOMIC_RELAXED)) {
     STAT_ADD(s, refused, 1);
     snprintf(c->why, sizeof(c->why),

@@ -1,5 +1,28 @@
-/* Internals of the TCPStore server shared by its files (libuv's convention: trun__ names are private):
- * server.c (connections, requests, life cycle), server_acl.c (access rules), server_shard.c (threads). */
+/* Internals of the TCPStore server shared by its files (libuv's convention: trun__ names are private).
+ *
+ * The files are layers by concern, top to bottom: each calls only files below it, never one above, so
+ * their calls make no circle (scripts/check-layers.py --calls); a callback handed to libuv or to the key
+ * space is a function of the same file or of one below, so none comes back up through a pointer either.
+ *   server.c        start and close, the listeners, accept, the options and counters (server.h).
+ *                   May call: server_shard.c, server_admit.c, server_io.c, server_conn.c.
+ *   server_shard.c  the loops: worker threads' start and stop, the hand-off of accepted sockets, the work
+ *                   other threads give a shard (sockets to adopt, replies, access rules, evictions, stop).
+ *                   May call: server_admit.c, server_io.c, server_conn.c.
+ *   server_admit.c  who gets in: a new connection's peer, the access rules at accept and after a change,
+ *                   the connection limits, probation beyond the per-peer limit, eviction.
+ *                   May call: server_io.c, server_conn.c, server_acl.c.
+ *   server_io.c     a connection's traffic on its shard's loop: read, parse, run its requests (held while
+ *                   its output is full, deferred past the strangers' share of a turn), write, flush; the
+ *                   waiters' callbacks (wake-ups, watch updates) and the connections they doom.
+ *                   May call: server_conn.c, server_exec.c, server_acl.c.
+ *   server_conn.c   a connection's state and end: its input buffer within the input budget, the queues of
+ *                   its shard it is on (deferred, flush, replies from other threads), the push limit,
+ *                   close and refuse; the free of the server once its last handle closed.
+ *                   May call: server_exec.c, server_auth.c.
+ *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
+ *                   May call: server_auth.c.
+ *   server_auth.c   the agents' key space and token. May call: server_acl.c.
+ *   server_acl.c    the access rules (CIDR allow-list). May call: nothing. */
 #ifndef TRUN_STORE_SERVER_INT_H
 #define TRUN_STORE_SERVER_INT_H
 
@@ -150,24 +173,12 @@ struct conn {
   char why[320]; /* the reason of a refusal that names the request */
 };
 
-/* server.c */
-void trun__conn_close(conn *c, const char *why);
-void trun__conn_flush(conn *c);
-/* A handle on the caller's loop was closed: the last one frees the server once it is closing. */
-void trun__server_handle_closed(trun_server *s);
-/* On shard sh's thread: a socket accepted by shard 0 for it. */
-void trun__shard_adopt(shard *sh, int fd);
-/* On a shard's loop after the rules changed: closes the connections they no longer admit. */
-void trun__shard_recheck_acl(shard *sh);
-/* On a shard's loop: closes its connections marked for eviction (conn.evict); sh->evict says some are. */
-void trun__shard_evict(shard *sh);
-
-/* server_acl.c */
+/* ---- server_acl.c ----------------------------------------------------------------------------- */
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
 int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e);
 int trun__addr_allowed(trun_server *s, const acl_entry *addr);
 
-/* server_auth.c, under kv_mu */
+/* ---- server_auth.c, under kv_mu --------------------------------------------------------------- */
 /* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
  * -ENOMEM with *why set (the connection is closed): a write to the agents' key space by a connection that
  * did not present the token, or a wrong token. */
@@ -179,38 +190,86 @@ int trun__key_owned(const conn *c, trun_slice key);
 int trun__key_hidden(const conn *c, trun_slice key);
 void trun__server_auth_free(trun_server *s);
 
-/* server_shard.c */
-/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. With
- * strings, key, old and new_ follow p as protocol strings (a WATCH_KEY update). */
-void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
-                             trun_slice new_, int strings);
+/* ---- server_exec.c, under kv_mu --------------------------------------------------------------- */
+/* Executes one request. Returns 0, or a negative errno with *why set (the connection is closed). */
+int trun__exec_request(conn *c, const trun_req *r, const char **why);
+/* On c's thread, as c ends: the key it owns still holds its value: its owner is gone (own_gone). */
+void trun__conn_gone(conn *c);
+
+/* ---- server_conn.c ---------------------------------------------------------------------------- */
+/* Frees the server and what it holds; its handles are closed. */
+void trun__server_free(trun_server *s);
+/* A handle on the caller's loop was closed: the last one frees the server once it is closing. */
+void trun__server_handle_closed(trun_server *s);
 /* The unsent replies that a push (wake-up, watch update) may take a connection's output to; 0: no limit. */
 size_t trun__push_limit(const trun_server *s);
 /* Owner thread: c's replies not yet sent. */
 static inline size_t trun__pending_out(const conn *c) { return c->out.len + c->wbuf.len; }
-/* Owner thread, sh->mu held: takes c off its shard's queue. */
-void trun__xq_unlink(conn *c);
-/* Owner thread: moves what other threads queued for c into its output. 0, or -1 when c has to close. */
-int trun__conn_take_remote(conn *c);
+/* Gives c's input buffer back, and its share of the server's input budget. */
+void trun__conn_in_release(conn *c);
+/* Makes room for extra more input bytes in c->in within the server's input budget, counted before any
+ * allocation. 0, -ENOBUFS over the budget, -ENOMEM. */
+int trun__conn_in_reserve(conn *c, size_t extra);
+/* Closes c for rc of trun__conn_in_reserve (the input budget, or memory). */
+void trun__conn_in_refused(conn *c, int rc);
+/* c's requests wait for a later turn: it stops reading until the turn runs them (server_io.c). */
+void trun__conn_defer(conn *c);
+/* Takes c off its shard's deferred list. */
+void trun__conn_undefer(conn *c);
 /* Owner thread: c got bytes outside its own request (a wake-up or watch update from another connection's
- * request or end): flushed when the shard's current callback ends. */
+ * request or end): flushed when the shard's current callback ends (trun__shard_flush_woken). */
 void trun__conn_queue_flush(conn *c);
-/* Owner thread: takes c off the flush queue (c closes). */
+/* Owner thread: takes c off the flush queue. */
 void trun__conn_unqueue_flush(conn *c);
+/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. With
+ * strings, key, old and new_ follow p as protocol strings (a WATCH_KEY update). */
+void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
+                             trun_slice new_, int strings);
+/* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
+ * close (c->xfail: a reply was lost to memory, or c does not read its watch updates). */
+int trun__conn_take_remote(conn *c);
+/* Owner thread, sh->mu held: trun__conn_take_remote for every connection of sh with queued replies; one
+ * that lost some is doomed (c->doomed = c->xfail). Returns them linked by anext. */
+conn *trun__shard_take_remote(shard *sh);
+/* Closes c (why: logged and counted as rejected; NULL: the peer left): its waits and watches end, the key
+ * it owns is gone; freed once libuv lets go. */
+void trun__conn_close(conn *c, const char *why);
+/* Closes a connection the access rules or limits do not admit: counted, and logged for the first few only
+ * (a scanner must not flood the log). */
+void trun__conn_refuse(conn *c, const char *why);
+
+/* ---- server_io.c ------------------------------------------------------------------------------ */
+/* A connection of shard sh (its socket not open yet), counted; NULL (logged) when out of memory. */
+conn *trun__conn_new(shard *sh);
+/* c is admitted: starts reading. */
+void trun__conn_start(conn *c);
+/* Hands c's replies to the kernel or libuv; runs held requests as the output drains; then reads or not. */
+void trun__conn_flush(conn *c);
 /* Owner thread: flushes every queued connection. Every callback of a shard's loop that may run a request or
  * close a connection (a close wakes the waiters of the keys it owned) ends with it. */
 void trun__shard_flush_woken(shard *sh);
-/* Starts the turn and kick handles of sh on its loop (server.c). */
+/* Starts the turn and kick handles of sh on its loop. */
 void trun__shard_turn_init(shard *sh);
 /* Closes them (cb: as for the shard's other handles). */
 void trun__shard_turn_close(shard *sh, uv_close_cb cb);
+
+/* ---- server_admit.c --------------------------------------------------------------------------- */
+/* On shard 0: accepts a connection from listener and admits it. */
+void trun__shard_accept(shard *sh, uv_stream_t *listener);
+/* On shard sh's thread: a socket accepted by shard 0 for it. */
+void trun__shard_adopt(shard *sh, int fd);
+/* On a shard's loop after the rules changed: connections they no longer admit are closed now, not at
+ * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
+void trun__shard_recheck_acl(shard *sh);
+/* On a shard's loop: closes its connections marked for eviction (conn.evict); sh->evict says some are. */
+void trun__shard_evict(shard *sh);
+
+/* ---- server_shard.c --------------------------------------------------------------------------- */
 /* Closes every connection of sh and the sockets waiting to be adopted. */
 void trun__shard_close_all(shard *sh);
 void trun__on_shard_handle_closed(uv_handle_t *h);
 /* Accepts into a handle of the caller's loop and passes a duplicate of the socket to shard dst. */
 void trun__hand_off(trun_server *s, uv_stream_t *listener, shard *dst);
-/* Signals every shard to look at the access rules. */
-void trun__shards_poke(trun_server *s);
 /* Creates shard 0 on the caller's loop and starts n - 1 worker shards. 0 or a negative libuv error. */
 int trun__shards_start(trun_server *s, int n);
 /* Stops and joins the worker shards; their connections close on their own threads. */

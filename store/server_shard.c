@@ -1,5 +1,7 @@
-/* Threads of the TCPStore server (opts.threads > 1): worker loops, the hand-off of accepted sockets, and
- * replies queued across threads (see the comment on struct shard in server_int.h). */
+/* The loops of the TCPStore server (opts.threads > 1: worker threads, see the comment on struct shard in
+ * server_int.h): their start and stop, the hand-off of accepted sockets, and the work other threads give
+ * a shard (sockets to adopt, replies they queued, access rules, evictions, stop). Calls server_admit.c,
+ * server_io.c and server_conn.c only (layers: server_int.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -12,112 +14,12 @@
 #include "base/base.h"
 #include "server_int.h"
 
-/* Queues bytes for c from a thread that is not c's (under kv_mu): they go out through c's shard. */
-void trun__conn_queue_remote(conn *c, const uint8_t *p, size_t n, trun_slice key, trun_slice old,
-                             trun_slice new_, int strings) {
-  shard *sh = c->sh;
-  pthread_mutex_lock(&sh->mu);
-  size_t total = n + (strings ? 24 + key.n + old.n + new_.n : 0);
-  size_t limit = trun__push_limit(c->srv);
-  int rc = 0;
-  if (c->xfail == NULL && limit > 0 && c->xout.len + total > limit)
-    c->xfail = "watch updates not read: unsent replies over the output limit";
-  if (c->xfail == NULL) rc = trun_buf_append(&c->xout, p, n);
-  if (rc == 0 && strings) {
-    rc = trun_buf_append_str(&c->xout, key.p, key.n);
-    if (rc == 0) rc = trun_buf_append_str(&c->xout, old.p, old.n);
-    if (rc == 0) rc = trun_buf_append_str(&c->xout, new_.p, new_.n);
-  }
-  if (rc < 0) c->xfail = "out of memory queueing a reply";
-  if (c->xfail) c->xout.len = 0;
-  c->xwatch |= strings;
-  if (!c->xqueued) {
-    c->xprev = NULL;
-    c->xnext = sh->xq;
-    if (sh->xq) sh->xq->xprev = c;
-    sh->xq = c;
-    __atomic_store_n(&c->xqueued, 1, __ATOMIC_RELEASE);
-  }
-  pthread_mutex_unlock(&sh->mu);
-  uv_async_send(&sh->async);
-}
-
-/* Owner thread, sh->mu held: takes c off its shard's queue. */
-void trun__xq_unlink(conn *c) {
-  if (!c->xqueued) return;
-  if (c->xprev)
-    c->xprev->xnext = c->xnext;
-  else
-    c->sh->xq = c->xnext;
-  if (c->xnext) c->xnext->xprev = c->xprev;
-  c->xprev = c->xnext = NULL;
-  __atomic_store_n(&c->xqueued, 0, __ATOMIC_RELEASE);
-}
-
-/* Owner thread, sh->mu held, after moving xout into c's output: watch updates queued by other threads
- * took the unsent replies over trun__push_limit (a watcher that does not read). Wake-ups never do. */
-static int watch_over(conn *c) {
-  size_t limit = trun__push_limit(c->srv);
-  int over = c->xfail == NULL && c->xwatch && limit > 0 && trun__pending_out(c) > limit;
-  c->xwatch = 0;
-  if (over) c->xfail = "watch updates not read: unsent replies over the output limit";
-  return over;
-}
-
-/* Owner thread: moves what other threads queued for c into its output, in order. 0, or -1 when c has to
- * close (c->xfail: a reply was lost to memory, or c does not read its watch updates). */
-int trun__conn_take_remote(conn *c) {
-  if (!__atomic_load_n(&c->xqueued, __ATOMIC_ACQUIRE)) return 0;
-  shard *sh = c->sh;
-  pthread_mutex_lock(&sh->mu);
-  int rc = c->xfail ? -1 : trun_buf_append(&c->out, c->xout.data, c->xout.len);
-  if (c->xfail == NULL && rc < 0) c->xfail = "out of memory queueing a reply";
-  if (watch_over(c)) rc = -1;
-  c->xout.len = 0;
-  trun__xq_unlink(c);
-  pthread_mutex_unlock(&sh->mu);
-  return rc < 0 ? -1 : 0;
-}
-
-/* Owner thread: c got bytes outside its own request; flushed when the shard's callback ends. */
-void trun__conn_queue_flush(conn *c) {
-  if (c->fqueued || c->closing) return;
-  shard *sh = c->sh;
-  c->fqueued = 1;
-  c->fprev = NULL;
-  c->fnext = sh->flushq;
-  if (sh->flushq) sh->flushq->fprev = c;
-  sh->flushq = c;
-}
-
-void trun__conn_unqueue_flush(conn *c) {
-  if (!c->fqueued) return;
-  if (c->fprev)
-    c->fprev->fnext = c->fnext;
-  else
-    c->sh->flushq = c->fnext;
-  if (c->fnext) c->fnext->fprev = c->fprev;
-  c->fprev = c->fnext = NULL;
-  c->fqueued = 0;
-}
-
-void trun__shard_flush_woken(shard *sh) {
-  /* A flush may close its connection (a write error), whose end may queue others: take one at a time. */
-  while (sh->flushq) {
-    conn *c = sh->flushq;
-    trun__conn_unqueue_flush(c);
-    trun__conn_flush(c);
-  }
-}
-
 static void on_handoff_closed(uv_handle_t *h) {
   trun_server *s = h->data;
   free(h);
   trun__server_handle_closed(s);
 }
 
-/* Accepts from listener into a handle of the caller's loop and passes a duplicate of the socket to shard
- * dst. */
 void trun__hand_off(trun_server *s, uv_stream_t *listener, shard *dst) {
   uv_tcp_t *t = malloc(sizeof(*t));
   if (t == NULL || uv_tcp_init(s->loop, t) < 0) {
@@ -180,18 +82,7 @@ static void on_shard_async(uv_async_t *a) {
   size_t nfds = sh->nfds;
   sh->fds = NULL;
   sh->nfds = sh->capfds = 0;
-  conn *woken = NULL;
-  while (sh->xq) {
-    conn *c = sh->xq;
-    if (c->xfail == NULL && trun_buf_append(&c->out, c->xout.data, c->xout.len) < 0)
-      c->xfail = "out of memory queueing a reply";
-    watch_over(c);
-    c->xout.len = 0;
-    trun__xq_unlink(c);
-    if (c->xfail && !c->doomed) c->doomed = c->xfail;
-    c->anext = woken;
-    woken = c;
-  }
+  conn *woken = trun__shard_take_remote(sh);
   pthread_mutex_unlock(&sh->mu);
   for (size_t i = 0; i < nfds; i++) {
     if (stop)
@@ -229,11 +120,6 @@ static void *shard_main(void *arg) {
   return NULL;
 }
 
-/* Signals every shard to look at the access rules. */
-void trun__shards_poke(trun_server *s) {
-  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i]->async);
-}
-
 static shard *shard_new(trun_server *s, int index) {
   shard *sh = calloc(1, sizeof(*sh));
   if (sh == NULL) return NULL;
@@ -258,7 +144,6 @@ static shard *shard_new(trun_server *s, int index) {
   return sh;
 }
 
-/* Stops and joins worker shards from..nshards-1; their connections close on their own threads. */
 void trun__shards_stop(trun_server *s) {
   for (int i = 1; i < s->nshards; i++) {
     shard *sh = s->shards[i];
@@ -270,7 +155,6 @@ void trun__shards_stop(trun_server *s) {
   for (int i = 1; i < s->nshards; i++) pthread_join(s->shards[i]->thread, NULL);
 }
 
-/* Creates shard 0 on the caller's loop and starts the worker shards. 0 or a negative libuv error. */
 int trun__shards_start(trun_server *s, int n) {
   s->shards = calloc((size_t)n, sizeof(*s->shards));
   if (s->shards == NULL) return UV_ENOMEM;

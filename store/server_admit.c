@@ -1,0 +1,175 @@
+/* Who gets into the TCPStore server: a new connection's peer, the access rules (at accept and after they
+ * change), the connection limits, probation beyond the per-peer limit and the eviction it may cause.
+ * Calls server_io.c, server_conn.c and server_acl.c only (layers: server_int.h). */
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "server_int.h"
+
+static void peer_name(conn *c) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  snprintf(c->peer, sizeof(c->peer), "?");
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return;
+  trun__sockaddr_entry((struct sockaddr *)&ss, &c->addr);
+  char host[48] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    uv_ip4_name(a, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+  } else if (ss.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    port = ntohs(a->sin6_port);
+    if (c->addr.family == AF_INET) { /* an IPv4 peer of the dual-stack listener: shown as IPv4 */
+      inet_ntop(AF_INET, c->addr.a, host, sizeof(host));
+      snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+      return;
+    }
+    uv_ip6_name(a, host, sizeof(host));
+    snprintf(c->peer, sizeof(c->peer), "[%s]:%d", host, port);
+  }
+}
+
+void trun__shard_recheck_acl(shard *sh) {
+  trun_server *s = sh->srv;
+  unsigned gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
+  if (gen == sh->acl_seen) return;
+  sh->acl_seen = gen;
+  for (conn *c = sh->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing || c->doomed || c->acl_gen == gen) continue;
+    c->acl_gen = gen;
+    if (!trun__addr_allowed(s, &c->addr))
+      trun__conn_refuse(c, "not an allowed peer (admitted before the job's hosts were known)");
+  }
+}
+
+static int same_addr(const conn *a, const conn *b) {
+  return a->addr.family == b->addr.family && memcmp(a->addr.a, b->addr.a, 16) == 0;
+}
+
+/* Same address as c among the open connections of every shard, c included. */
+static int count_same_peer(trun_server *s, const conn *c) {
+  int same = 0;
+  pthread_mutex_lock(&s->conns_mu);
+  for (int i = 0; i < s->nshards; i++)
+    for (conn *o = s->shards[i]->conns; o; o = o->next) same += same_addr(o, c);
+  pthread_mutex_unlock(&s->conns_mu);
+  return same;
+}
+
+/* c came beyond the per-peer limit of a server that knows an agent token: it is admitted on probation
+ * (no request but PING before it presents the token), within opts.peer_reserve such connections of its
+ * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
+ * connections thus never lock an agent out of its store, and connections admitted within the limit (the
+ * workers') are never evicted. */
+static void admit_on_probation(trun_server *s, conn *c) {
+  conn *oldest = NULL;
+  int n = 0;
+  __atomic_store_n(&c->probation, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&s->conns_mu);
+  for (int i = 0; i < s->nshards; i++)
+    for (conn *o = s->shards[i]->conns; o; o = o->next)
+      if (o != c && !o->evict && same_addr(o, c) && __atomic_load_n(&o->probation, __ATOMIC_RELAXED)) {
+        n++;
+        if (oldest == NULL || o->seq < oldest->seq) oldest = o;
+      }
+  shard *victim_sh = NULL;
+  if (n >= (s->opts.peer_reserve > 0 ? s->opts.peer_reserve : 1) && oldest) {
+    oldest->evict = 1;
+    victim_sh = oldest->sh;
+    if (victim_sh != c->sh) __atomic_store_n(&victim_sh->evict, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&s->conns_mu);
+  if (victim_sh == c->sh)
+    trun__shard_evict(c->sh);
+  else if (victim_sh)
+    uv_async_send(&victim_sh->async);
+}
+
+void trun__shard_evict(shard *sh) {
+  trun_server *s = sh->srv;
+  for (;;) { /* one scan per victim (usually one): closing takes conns_mu itself */
+    conn *victim = NULL;
+    pthread_mutex_lock(&s->conns_mu);
+    for (conn *c = sh->conns; c && victim == NULL; c = c->next)
+      if (c->evict && !c->closing) victim = c;
+    pthread_mutex_unlock(&s->conns_mu);
+    if (victim == NULL) return;
+    trun__conn_refuse(
+        victim,
+        "evicted: too many connections from this address, and this one did not present the job's "
+        "agent token (one beyond the per-peer limit is admitted only for the job's agents)");
+  }
+}
+
+/* c's socket is open on its shard's loop: checks the access rules and limits, then starts reading. */
+static void conn_admit(conn *c) {
+  trun_server *s = c->srv;
+  shard *sh = c->sh;
+  uv_tcp_nodelay(&c->tcp, 1);
+  peer_name(c);
+  pthread_mutex_lock(&s->conns_mu);
+  c->next = sh->conns;
+  if (sh->conns) sh->conns->prev = c;
+  sh->conns = c;
+  c->listed = 1;
+  c->seq = ++s->conn_seq;
+  pthread_mutex_unlock(&s->conns_mu);
+  c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
+  if (!trun__addr_allowed(s, &c->addr)) {
+    trun__conn_refuse(c,
+                      "not an allowed peer (the store admits only the job's hosts: --store-allow-peers or a "
+                      "single-node job)");
+    return;
+  }
+  if (s->opts.max_conns > 0 &&
+      __atomic_load_n(&s->stats.connections, __ATOMIC_RELAXED) > (uint64_t)s->opts.max_conns) {
+    trun__conn_refuse(
+        c,
+        "too many connections (the store's connection limit, from the hosting process's open-file "
+        "limit: raise `ulimit -n`)");
+    return;
+  }
+  if (s->opts.max_conns_per_peer > 0 && count_same_peer(s, c) > s->opts.max_conns_per_peer) {
+    if (s->token == NULL) { /* set before connections come: no agent could get in beyond the limit */
+      trun__conn_refuse(c, "too many connections from this address (the per-peer connection limit)");
+      return;
+    }
+    admit_on_probation(s, c);
+  }
+  trun__conn_start(c);
+}
+
+void trun__shard_adopt(shard *sh, int fd) {
+  conn *c = trun__conn_new(sh);
+  if (c == NULL) {
+    close(fd);
+    return;
+  }
+  int rc = uv_tcp_open(&c->tcp, fd);
+  if (rc < 0) {
+    close(fd);
+    trun__conn_close(c, uv_strerror(rc));
+    return;
+  }
+  conn_admit(c);
+}
+
+void trun__shard_accept(shard *sh, uv_stream_t *listener) {
+  conn *c = trun__conn_new(sh);
+  if (c == NULL) return;
+  int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+  if (rc < 0) {
+    trun__conn_close(c, uv_strerror(rc));
+    return;
+  }
+  conn_admit(c);
+}
