@@ -6,8 +6,8 @@
  * watcher (xid_watch.h). NVML's prototypes (nvml.h) and the library loaders stay inside. Test hooks
  * (environment): TRUN_NVML_LIBRARY, TRUN_CUDART_LIBRARY, TRUN_SYSFS_ROOT, TRUN_DMI_ROOT, TRUN_IMDS_ENDPOINT,
  * TRUN_CGROUP_ROOT, TRUN_SHM_PATH (the health check's /dev/shm), TRUN_PROC_ROOT (the GPU cache's /proc).
- * Facts: shared/spec/gpu-efa-nccl.md. May use: base. Used by every other agent module, the launcher and the
- * tools. */
+ * Facts: shared/spec/gpu-efa-nccl.md. Used by every other agent module, the launcher and the tools.
+ * May use: base. */
 #ifndef TRUN_DISCOVER_H
 #define TRUN_DISCOVER_H
 
