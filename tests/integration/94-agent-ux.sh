@@ -79,7 +79,8 @@ grep -q "No module named 'no_such_module_38'; interpreter: $host_py (PYTHON_EXEC
 echo "ok: the workers' interpreter is named (--dry-run, a start-up failure)"
 
 # Item 4: --standalone with more nodes asked for, and a --local-ranks-filter that hides every worker, exit 2.
-rm -f "$out"/ran.* "$tmp/cwd/mymod_38.py"
+# (-m ran mymod_38 through runpy, which caches its bytecode beside it unless PYTHONDONTWRITEBYTECODE is set)
+rm -rf "$out"/ran.* "$tmp/cwd/mymod_38.py" "$tmp/cwd/__pycache__"
 bad standalone-nnodes "--standalone runs one node, but --nnodes 2 asks for more" --standalone --nnodes 2 "$w" "$out"
 bad filter-none "--local-ranks-filter names no local rank of this node's 2 workers \(0-1\)" \
   --local-ranks-filter 5 --nproc-per-node 2 "$w" "$out"
