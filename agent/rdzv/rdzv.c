@@ -9,14 +9,6 @@
 
 #include "rdzv_int.h"
 
-const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
-  if (!cfg->standalone && cfg->endpoint_port != 0) {
-    if (cfg->backend == TRUN_RDZV_C10D) return &trun__rdzv_c10d;
-    if (cfg->backend == TRUN_RDZV_TRUN) return &trun__rdzv_trun;
-  }
-  return &trun__rdzv_static;
-}
-
 trun_rdzv *trun_rdzv_new(void) { return calloc(1, sizeof(trun_rdzv)); }
 
 void trun_rdzv_free(trun_rdzv *r) {
@@ -93,8 +85,6 @@ int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms) {
   return trun__rdzv_wait_key(r, k, timeout_ms);
 }
 
-int trun_rdzv_ends_by_key(const trun_rdzv *r) { return r->be && r->be->ends_by_key && r->be->ends_by_key(r); }
-
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled) {
   if (r->be && r->be->finish) r->be->finish(r, code, signaled);
 }
@@ -112,10 +102,6 @@ void trun_rdzv_close(trun_rdzv *r) {
   else
     trun__rdzv_close_stores(r);
 }
-
-const char *trun_rdzv_backend_name(const trun_rdzv *r) { return r->be ? r->be->name : "none"; }
-
-int trun_rdzv_elastic(const trun_rdzv *r) { return r->be && r->be->elastic; }
 
 /* ---- what the agent and its modules read ---- */
 

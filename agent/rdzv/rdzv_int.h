@@ -57,6 +57,9 @@ struct trun_rdzv {
 struct trun_rdzv_ops {
   const char *name;
   int elastic; /* a round may go on with other nodes than the last one's */
+  /* The wire generation of its store for cfg (NULL: V2). c10d: that of the torch --rdzv-conf torch_version
+   * names (1.13, 2.0 and 2.1 had no VALIDATE), else V2. */
+  trun_gen (*store_gen)(const trun_config *cfg);
   /* Hosts or reaches the store; sets everything init owes r. 0 or -1 with a reason. */
   int (*init)(trun_rdzv *r, char *err, size_t errlen);
   /* One round: sets the round's fields of r. 0 or -1 with a reason. */
@@ -78,7 +81,7 @@ struct trun_rdzv_ops {
 };
 
 extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
-/* rdzv.c: the backend cfg asks for: static for --standalone and a job without an endpoint port. */
+/* rdzv_backend.c: the backend cfg asks for: static for --standalone and a job without an endpoint port. */
 const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg);
 
 /* ---- rdzv_store.c ---- */
@@ -124,11 +127,6 @@ void trun__rdzv_close_stores(trun_rdzv *r);
 /* The workers' MASTER_ADDR under the static backend: the endpoint's host, or with a single node this host's
  * address host_addr (127.0.0.1 where that name does not resolve here). */
 void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
-
-/* ---- c10d/c10d.c ---- */
-/* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1
- * had no VALIDATE), else V2. */
-trun_gen trun__rdzv_c10d_gen(const trun_config *cfg);
 
 /* ---- rdzv_wait.c ---- */
 /* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
@@ -216,7 +214,7 @@ int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *
 /* The loss records of key space ks (a round of world nodes), at most max, into out: how many. */
 int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max);
 
-/* ---- rdzv_watch.c: the end key's values ---- */
+/* ---- rdzv_end_key.c: the end key's values ---- */
 /* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),
  * into out: "ok", "fail:<g>", "member:<why>", "gone:<g>". 0, or -EINVAL for a kind that is never written. */
 int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, char *out, size_t len);

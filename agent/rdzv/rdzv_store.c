@@ -259,7 +259,7 @@ void trun__rdzv_outside_opts(const trun_config *cfg, int timeout_ms, trun_client
   trun_client_opts_default(o);
   o->host = cfg->endpoint_host;
   o->port = cfg->endpoint_port;
-  o->gen = trun__rdzv_c10d_gen(cfg); /* V2 unless torch_version names a c10d store of the older wire */
+  o->gen = trun__rdzv_c10d.store_gen(cfg); /* V2 unless torch_version names a c10d store of the older wire */
   o->key_prefix = "";
   o->connect_timeout_ms = timeout_ms;
   o->timeout_ms = timeout_ms;
