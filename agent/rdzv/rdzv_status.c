@@ -480,7 +480,7 @@ typedef struct {
 
 static void note_cause(void *arg, int stage, int err, const char *said) {
   connect_note *n = arg;
-  trun_wait_connect_cause(stage, err, said, n->host, n->cause, sizeof(n->cause));
+  trun_client_connect_cause(stage, err, said, n->host, n->cause, sizeof(n->cause));
   if (stage == TRUN_CONNECT_HANDSHAKE && err == ECONNRESET) n->closed_at_handshake = 1;
 }
 
