@@ -43,6 +43,26 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_r
   return 0;
 }
 
+int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
+  *out = NULL;
+  trun_rdzv *r = trun_rdzv_new();
+  if (r == NULL) return -ENOMEM;
+  r->cfg = cfg;
+  char terr[200];
+  trun_client_opts o;
+  trun__rdzv_outside_opts(cfg, timeout_ms, &o);
+  /* Without a token (an explicit one that is not valid) the record is refused: said by the caller. */
+  if (trun_rdzv_token(cfg, r->token, sizeof(r->token), terr, sizeof(terr)) >= 0) o.agent_token = r->token;
+  int rc = trun_client_connect(&o, &r->client);
+  if (rc < 0) {
+    r->client = NULL;
+    trun_rdzv_free(r);
+    return rc;
+  }
+  *out = r;
+  return 0;
+}
+
 /* The losses of the round before this one (the records lost/<g> in its key space), for the agent's
  * node_lost / recovered reports. */
 static void read_prev_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {

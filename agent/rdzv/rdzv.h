@@ -1,12 +1,14 @@
 /* rdzv: how the agents of a job meet, behind one interface the agent drives without knowing the backend,
- * as torch's agent drives a RendezvousHandler: init, next round, news while the workers run, the end of a
- * round across nodes, finish, close. Three backends implement it, each in its folder: static (static/; also
- * --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c over the state machine in dynamic.c
- * and its pickled state, state.c / pickle.c), and trun's own elastic rendezvous (trun/: trun.c over
- * fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
- * rules of store_acl.h. How a round ended reaches the agent as a typed trun_rdzv_end from the end watcher
- * (rdzv_watch.c): only this module reads or writes the store's end values. What init and the first round
- * would settle, without a store, is trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
+ * as torch's agent drives a RendezvousHandler: init, next round, the fate of a round across nodes, finish,
+ * close. Three backends implement it, each in its folder, reached only through their ops table
+ * (rdzv_int.h): static (static/; also --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c
+ * over the state machine in dynamic.c, its pickled state in c10d_state.c), and trun's own elastic
+ * rendezvous (trun/: trun.c over fast.c). The stores an agent hosts run on threads of their own
+ * (store_host.h), with the access rules of store_acl.h. Every fate of a round (its end for the job, a lost
+ * store, nodes joining, peers rejoined, this node cut off) reaches the agent by one door: one typed
+ * trun_rdzv_end through the callback given to trun_rdzv_watch_open (rdzv_door.c); only this module reads or
+ * writes the store's end values. What init and the first round would settle, without a store, is
+ * trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
  * observe modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is
  * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space").

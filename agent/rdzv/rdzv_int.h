@@ -123,11 +123,6 @@ void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char 
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
 
-/* ---- static/static.c ---- */
-/* The workers' MASTER_ADDR under the static backend: the endpoint's host, or with a single node this host's
- * address host_addr (127.0.0.1 where that name does not resolve here). */
-void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
-
 /* ---- rdzv_wait.c ---- */
 /* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
  * it with trun__rdzv_wait_end), 0 not. have: refreshes r->wait.have before each report (NULL: none). */
@@ -199,6 +194,9 @@ int trun__rdzv_sa_loopback(const struct sockaddr *sa);
 /* --local-addr auto, once r->client is connected: r->host_addr becomes the local address of that connection;
  * where it is loopback (this node serves the rendezvous store), the source of the route to the endpoint. */
 void trun__rdzv_auto_addr(trun_rdzv *r);
+/* The workers' MASTER_ADDR under the static backend (static/static.c, and its preview): the endpoint's host,
+ * or with a single node this host's address host_addr (127.0.0.1 where that name does not resolve here). */
+void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
 
 /* ---- rdzv_live.c ---- */
 /* Starts the liveness thread (several nodes only) and, where this agent hosts the store, its owned keys. */
