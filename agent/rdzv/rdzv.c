@@ -23,8 +23,6 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_r
   if (opts) { /* kept by trun__rdzv_reset */
     r->poll = opts->poll;
     r->poll_arg = opts->poll_arg;
-    r->on_news = opts->on_news;
-    r->on_news_arg = opts->on_news_arg;
     r->on_wait = opts->on_wait;
     r->on_wait_arg = opts->on_wait_arg;
     r->node = opts->node;

@@ -32,8 +32,11 @@ struct trun_rdzv {
   const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
   void *state;             /* the backend's own state */
   struct trun_live *live;  /* liveness (rdzv_live.c), NULL for a single node */
-  void (*on_news)(void *arg, int news, int nodes);
-  void *on_news_arg;
+  /* The one door of a round's fate (rdzv_door.c): the agent's callback, set by trun_rdzv_watch_open, and the
+   * round it watches (atomic: the liveness thread reads it). */
+  trun_rdzv_end_fn on_end;
+  void *on_end_arg;
+  int door_round;
   /* The reports of the rendezvous's waits, and the wait in progress (rdzv_wait.c). */
   trun_wait_hook on_wait;
   void *on_wait_arg;
@@ -53,6 +56,14 @@ struct trun_rdzv {
    * requests until the next round say nothing of their own when it does. */
   int store_may_go;
 };
+
+/* What a backend's tick learns while the workers run (the liveness thread hands it on as a fate:
+ * rdzv_live.c). */
+typedef enum {
+  TRUN_RDZV_STEADY = 0,   /* nothing changed */
+  TRUN_RDZV_NEW_NODES,    /* nodes wait to join: restart the workers into a new world (no restart used) */
+  TRUN_RDZV_PEER_RESTART, /* a node of this round left it to rejoin after a failure there: restart too */
+} trun_rdzv_news;
 
 struct trun_rdzv_ops {
   const char *name;
@@ -108,7 +119,7 @@ int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len);
 int trun__rdzv_get_count(trun_client *c, const char *k, int64_t *n);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
-/* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr
+/* Resets r for a backend's init, keeping the agent's hooks (poll, on_wait, node); sets cfg, nproc, host_addr
  * (--local-addr or the FQDN). */
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
 /* torch's _matches_machine_hostname, plus this host's interface addresses (so that an address given on a
@@ -211,6 +222,14 @@ int trun__rdzv_live_misses(const trun_config *cfg);
 int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out);
 /* The loss records of key space ks (a round of world nodes), at most max, into out: how many. */
 int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max);
+
+/* ---- rdzv_door.c: the one door of a round's fate ---- */
+/* The agent's callback for every fate of r's rounds (trun_rdzv_watch_open). */
+void trun__rdzv_door_set(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg);
+/* The round whose fates the door hands on now (trun_rdzv_watch_start). */
+void trun__rdzv_door_round(trun_rdzv *r, int round);
+/* Hands e, stamped with the door's round, to the agent (nothing before trun__rdzv_door_set). Any thread. */
+void trun__rdzv_door_post(trun_rdzv *r, trun_rdzv_end *e);
 
 /* ---- rdzv_end_key.c: the end key's values ---- */
 /* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),

@@ -18,8 +18,6 @@
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be) {
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
-  void (*on_news)(void *, int, int) = r->on_news;
-  void *on_news_arg = r->on_news_arg;
   trun_wait_hook on_wait = r->on_wait;
   void *on_wait_arg = r->on_wait_arg;
   const trun_node *node = r->node;
@@ -29,8 +27,6 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
   r->node = node;
   r->poll = poll;
   r->poll_arg = poll_arg;
-  r->on_news = on_news;
-  r->on_news_arg = on_news_arg;
   r->cfg = cfg;
   r->nproc = nproc;
   r->be = be;

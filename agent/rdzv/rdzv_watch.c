@@ -19,14 +19,12 @@
 #define WATCH_JOIN_S 15
 
 struct trun_rdzv_watch {
-  trun_rdzv *r;   /* read on the caller's thread only (open, start) */
+  trun_rdzv *r;   /* read on the caller's thread (open, start); the thread only posts through its door */
   trun_client *c; /* the watcher's connection; NULL: lost and not reopened */
   int reopen;     /* open a new connection at the next start */
   pthread_t thread;
   int running; /* a thread was started and is not joined yet */
   /* The round watched: set by start before the thread runs, then only read. */
-  trun_rdzv_end_fn on_end;
-  void *arg;
   char key[sizeof(((trun_rdzv *)0)->key_space) + 8];       /* its end key */
   char seen_key[sizeof(((trun_rdzv *)0)->key_space) + 24]; /* seen_end/<g>, "": none to set */
   char ks[sizeof(((trun_rdzv *)0)->key_space)];
@@ -92,11 +90,12 @@ static void *watch_thread(void *arg) {
   w->end = e;
   w->ended = 1;
   pthread_mutex_unlock(&w->mu);
-  w->on_end(w->arg, &e);
+  trun__rdzv_door_post(w->r, &e); /* the one door (rdzv_door.c) */
   return NULL;
 }
 
-int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t errlen) {
+int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
+                         size_t errlen) {
   *out = NULL;
   if (!trun_rdzv_ends_by_key(r) && r->live == NULL) return 0; /* a single node: no other node ends a round */
   trun_rdzv_watch *w = calloc(1, sizeof(*w));
@@ -113,13 +112,15 @@ int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t 
   }
   w->r = r;
   pthread_mutex_init(&w->mu, NULL);
+  trun__rdzv_door_set(r, on_end, arg);
   *out = w;
   return 0;
 }
 
-void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_end, void *arg) {
+void trun_rdzv_watch_start(trun_rdzv_watch *w, int round) {
   if (w == NULL || w->running) return;
-  const trun_rdzv *r = w->r;
+  trun_rdzv *r = w->r;
+  trun__rdzv_door_round(r, round); /* the liveness thread's fates are this round's too */
   if (w->reopen) {
     /* One try: a store that cannot be reached now leaves this node without a watcher, as before a round. */
     w->reopen = 0;
@@ -133,8 +134,6 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   w->end.node = -1;
   pthread_mutex_unlock(&w->mu);
   if (w->c == NULL) return;
-  w->on_end = on_end;
-  w->arg = arg;
   w->round = round;
   w->world = r->info.group_world_size;
   w->round_id = r->info.round_id;
@@ -145,15 +144,6 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
   w->running = pthread_create(&w->thread, NULL, watch_thread, w) == 0;
   if (!w->running) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
-}
-
-int trun_rdzv_watch_result(trun_rdzv_watch *w, trun_rdzv_end *out) {
-  if (w == NULL) return 0;
-  pthread_mutex_lock(&w->mu);
-  int ended = w->ended;
-  if (ended) *out = w->end;
-  pthread_mutex_unlock(&w->mu);
-  return ended;
 }
 
 void trun_rdzv_watch_cut(trun_rdzv_watch *w) {
