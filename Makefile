@@ -93,7 +93,7 @@ deps:
 # The module rules: an include of another module names its public header, and only a module the includer's
 # public header lists under "May use" (scripts/check-layers.py; test 05 shows it rejects breaches).
 layers:
-	@scripts/check-layers.py --doc docs/architecture.md
+	@scripts/check-layers.py --doc docs/architecture.md --calls
 
 unit: all
 	@scripts/run-unit.sh $(UNIT_BIN)

@@ -72,11 +72,70 @@ static void on_signal(uv_signal_t *h, int sig) { trun__agent_handle_signal(h->da
 
 /* ---- multi-node end of round ---------------------------------------------------------------------- */
 
-/* From the rendezvous's end watcher, on its thread: the round's end is known; the loop takes it. */
-static void on_round_end(void *arg, const trun_rdzv_end *end) {
-  (void)end;
+/* A fate that the liveness thread tells while the workers run (it comes again each time it looks), not the
+ * round's end key. */
+static int is_news(trun_rdzv_end_kind k) {
+  return k == TRUN_RDZV_END_JOINING || k == TRUN_RDZV_END_REJOINED || k == TRUN_RDZV_END_CUT_OFF;
+}
+
+/* The rendezvous's one door (trun_rdzv_watch_open), on one of its threads: the value it gives is kept in the
+ * mailbox for the loop (the round's end once, the latest news), which it wakes. */
+static void on_fate(void *arg, const trun_rdzv_end *end) {
   agent *a = arg;
+  pthread_mutex_lock(&a->round.given_mu);
+  if (is_news(end->kind)) {
+    a->round.given_news = *end;
+    a->round.given_news_set = 1;
+  } else if (!a->round.given_end_set) {
+    a->round.given_end = *end;
+    a->round.given_end_set = 1;
+  }
+  pthread_mutex_unlock(&a->round.given_mu);
   uv_async_send(&a->round.remote);
+}
+
+/* The mailbox, emptied (a round's workers start). */
+static void clear_given(agent *a) {
+  pthread_mutex_lock(&a->round.given_mu);
+  a->round.given_end_set = a->round.given_news_set = 0;
+  pthread_mutex_unlock(&a->round.given_mu);
+}
+
+/* The latest news the door gave into *news: 1, or 0 when none came since the last look. */
+static int take_news(agent *a, trun_rdzv_end *news) {
+  pthread_mutex_lock(&a->round.given_mu);
+  int has = a->round.given_news_set;
+  if (has) *news = a->round.given_news;
+  a->round.given_news_set = 0;
+  pthread_mutex_unlock(&a->round.given_mu);
+  return has;
+}
+
+/* While the workers run, a fate the liveness thread told: this node is cut off from the job; nodes wait to
+ * join (a new world: the workers stop and every agent joins the next round, not counted as a restart); a
+ * node of this round left it to rejoin (a failure there, which every node counts). */
+static void act_on_news(agent *a, const trun_rdzv_end *e) {
+  if (a->stop.stopping || a->stop.req.kind != OUT_NONE) return;
+  if (e->kind == TRUN_RDZV_END_CUT_OFF) {
+    trun_error(
+        "node rank %d is cut off from the job: %s; stopping the workers and exiting %d so that the "
+        "scheduler replaces this node",
+        trun_rdzv_info(a->rdzv)->group_rank, e->cause, TRUN_EXIT_CUT_OFF);
+    trun__round_stop_node(a, OUT_CUT_OFF, trun_rdzv_info(a->rdzv)->group_rank);
+  } else if (a->stop.running == 0) {
+    return;
+  } else if (e->kind == TRUN_RDZV_END_JOINING) {
+    trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world",
+              e->nodes, trun_rdzv_backend_name(a->rdzv));
+    trun_obs_membership(a->obs, e->nodes);
+    trun__round_stop(a, OUT_MEMBERSHIP, -1, TRUN__CAUSE_NEWS);
+  } else {
+    /* Only peers of this round wait: one of them restarted after a failure (agent_round.c: a failure with
+     * nodes waiting). */
+    trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers",
+              e->nodes);
+    trun__round_stop(a, OUT_REMOTE_FAILED, -1, TRUN__CAUSE_NEWS);
+  }
 }
 
 /* While the workers run: the round ended elsewhere, and this node's workers stop accordingly. */
@@ -104,59 +163,13 @@ static void act_on_end(agent *a) {
 
 static void on_remote(uv_async_t *h) {
   agent *a = h->data;
-  /* A late wake-up from an earlier round's watcher, or the round is over (trun__round_settle takes the end).
-   */
-  if (!a->stop.in_round || !trun__round_take_end(a)) return;
+  /* A late wake-up from an earlier round, or the round is over (trun__round_settle takes the end). */
+  if (!a->stop.in_round) return;
+  trun_rdzv_end news;
+  if (take_news(a, &news)) act_on_news(a, &news);
+  if (!trun__round_take_end(a)) return;
   if (!a->stop.stopping) act_on_end(a);
   trun__round_maybe_finish(a);
-}
-
-/* ---- liveness: this node cut off ---------------------------------------------------------------------- */
-
-/* While the workers run: has the rendezvous store stopped answering this node's liveness heartbeats? */
-static void on_live_timer(uv_timer_t *t) {
-  agent *a = t->data;
-  if (!a->stop.in_round || a->stop.stopping || a->stop.req.kind != OUT_NONE) return;
-  if (!trun_rdzv_cut_off(a->rdzv, a->round.cut_why, sizeof(a->round.cut_why))) return;
-  trun_error(
-      "node rank %d is cut off from the job: %s; stopping the workers and exiting %d so that the "
-      "scheduler replaces this node",
-      trun_rdzv_info(a->rdzv)->group_rank, a->round.cut_why, TRUN_EXIT_CUT_OFF);
-  trun__round_stop_node(a, OUT_CUT_OFF, trun_rdzv_info(a->rdzv)->group_rank);
-}
-
-/* ---- c10d membership ------------------------------------------------------------------------------ */
-
-/* From the rendezvous's thread while the workers run (rdzv.h on_news): kept for the loop. */
-static void on_news(void *arg, int news, int nodes) {
-  agent *a = arg;
-  a->round.news_nodes = nodes;
-  __atomic_store_n(&a->round.news, news, __ATOMIC_RELEASE);
-  uv_async_send(&a->round.news_async);
-}
-
-/* Nodes waiting to join mean a new world: the workers stop and every agent joins the next round (not
- * counted as a restart); a node of this round that left it to rejoin had a failure, which every node
- * counts. */
-static void on_news_async(uv_async_t *h) {
-  agent *a = h->data;
-  int news = __atomic_exchange_n(&a->round.news, TRUN_RDZV_STEADY, __ATOMIC_ACQUIRE),
-      nodes = a->round.news_nodes;
-  if (news == TRUN_RDZV_STEADY || !a->stop.in_round || a->stop.stopping || a->stop.running == 0 ||
-      a->stop.req.kind != OUT_NONE)
-    return;
-  if (news == TRUN_RDZV_NEW_NODES) {
-    trun_info("%d new node(s) wait to join the %s rendezvous: restarting the workers into a new world", nodes,
-              trun_rdzv_backend_name(a->rdzv));
-    trun_obs_membership(a->obs, nodes);
-    trun__round_stop(a, OUT_MEMBERSHIP, -1, TRUN__CAUSE_NEWS);
-    return;
-  } else {
-    /* Only peers of this round wait: one of them restarted after a failure (agent_round.c: a failure with
-     * nodes waiting). */
-    trun_warn("%d node(s) of this round left it to rejoin (a failure there): restarting the workers", nodes);
-    trun__round_stop(a, OUT_REMOTE_FAILED, -1, TRUN__CAUSE_NEWS);
-  }
 }
 
 /* ---- workers ------------------------------------------------------------------------------------- */
@@ -220,7 +233,8 @@ static void kill_strays(agent *a) {
 /* Starts every local worker of the round (the first that cannot start stops the round as its failure);
  * attempt_dir: where their files go. */
 static void start_workers(agent *a, const char *attempt_dir) {
-  trun_rdzv_watch_start(a->round.watch, trun_rdzv_info(a->rdzv)->round, on_round_end, a);
+  clear_given(a);
+  trun_rdzv_watch_start(a->round.watch, trun_rdzv_info(a->rdzv)->round);
   trun_stall_begin(a->stall, a->nproc);
   trun__agent_torchwatch_round(a);
   for (int i = 0; i < a->nproc; i++) {
@@ -260,15 +274,12 @@ static trun__round_result run_round(agent *a) {
   if (a->round.strays)
     uv_timer_start(&a->round.stray_timer, on_stray_timer, TRUN_STRAY_SCAN_MS, TRUN_STRAY_SCAN_MS);
   trun__agent_hang_round(a, 1);
-  uint64_t live = (uint64_t)trun_rdzv_live_ms(a->rdzv);
-  if (live > 0) uv_timer_start(&a->round.live_timer, on_live_timer, live, live);
   trun__round_maybe_finish(a); /* a worker may have failed to start */
   trun_nccl_report *rep = trun_nccl_report_start(a->cfg, a->env, a->files_off ? NULL : attempt_dir);
   uv_run(a->loop, UV_RUN_DEFAULT);
   /* A worker SIGKILL did not end: this node is unhealthy and leaves the job, while still in the round. */
   if (a->stop.stuck >= 0) trun__agent_health_stuck(a, &a->w[a->stop.stuck]);
   trun_nccl_report_finish(rep);
-  uv_timer_stop(&a->round.live_timer);
   uv_timer_stop(&a->round.stray_timer);
   kill_strays(a);
   trun_stall_end(a->stall);
@@ -314,9 +325,7 @@ static void teardown(agent *a) {
   close_handle((uv_handle_t *)&a->wait_timer);
   close_handle((uv_handle_t *)&a->stop_wait.timer);
   close_handle((uv_handle_t *)&a->round.remote);
-  close_handle((uv_handle_t *)&a->round.live_timer);
   close_handle((uv_handle_t *)&a->round.stray_timer);
-  close_handle((uv_handle_t *)&a->round.news_async);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
 }
@@ -398,8 +407,6 @@ static int meet(agent *a) {
   char err[512];
   trun_rdzv_opts o = {.poll = poll_signals,
                       .poll_arg = a,
-                      .on_news = on_news,
-                      .on_news_arg = a,
                       .on_wait = trun__agent_wait_hook,
                       .on_wait_arg = a,
                       .node = a->node}; /* how the exclusion list knows this node */
@@ -419,7 +426,7 @@ static int meet(agent *a) {
     trun_obs_insecure_token(a->obs, a->cfg->run_id, err);
   }
   /* The end watcher: how a round ends on the other nodes (static, trun), and a lost node (every backend). */
-  if (trun_rdzv_watch_open(a->rdzv, &a->round.watch, err, sizeof(err)) < 0) {
+  if (trun_rdzv_watch_open(a->rdzv, on_fate, a, &a->round.watch, err, sizeof(err)) < 0) {
     trun_error("%s", err);
     return -1;
   }
@@ -661,13 +668,9 @@ static int open_agent(agent *a) {
   a->wait_timer.data = a->stop_wait.timer.data = a;
   uv_async_init(a->loop, &a->round.remote, on_remote);
   a->round.remote.data = a;
-  uv_timer_init(a->loop, &a->round.live_timer);
-  a->round.live_timer.data = a;
   uv_timer_init(a->loop, &a->round.stray_timer);
   a->round.stray_timer.data = a;
   a->round.strays = trun_strays_new("/proc", a->guard.pid > 0 ? &a->guard : NULL);
-  uv_async_init(a->loop, &a->round.news_async, on_news_async);
-  a->round.news_async.data = a;
   if (setup_signals(a) < 0) {
     trun_error("cannot install signal handlers");
     return 1;
@@ -711,9 +714,11 @@ int trun_agent_run(const trun_config *cfg, char **envp) {
   a.cfg = cfg;
   a.env = envp;
   a.guard.fd = -1; /* no guard process yet */
+  pthread_mutex_init(&a.round.given_mu, NULL);
   int code = check_input(&a);
   if (code == 0) code = open_agent(&a);
   if (code == 0) code = agent_main(&a);
   close_agent(&a, code, envp);
+  pthread_mutex_destroy(&a.round.given_mu); /* after the rendezvous's threads (trun_rdzv_free) */
   return code;
 }

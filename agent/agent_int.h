@@ -13,6 +13,7 @@
 #define TRUN_AGENT_INT_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -138,14 +139,16 @@ struct agent {
     uv_async_t remote;
     trun_rdzv_watch *watch;
     trun_rdzv_end end;
-    uv_async_t news_async; /* the rendezvous's thread has news (on_news) */
-    int news, news_nodes;
+    /* The mailbox of the rendezvous's one door (trun_rdzv_watch_open): its callback, on a thread of the
+     * rendezvous, keeps the value it is given there (the round's end once, the latest news of the liveness
+     * thread) under given_mu and wakes remote; the loop takes it from there. */
+    pthread_mutex_t given_mu;
+    trun_rdzv_end given_end, given_news;
+    int given_end_set, given_news_set;
     /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
     trun_rdzv_loss lost;
     int lost_known;
-    double recovery_from;  /* wall-clock seconds of the loss the next round recovers from, 0: none */
-    uv_timer_t live_timer; /* while the workers run: is this node cut off from the rendezvous store? */
-    char cut_why[512];
+    double recovery_from;   /* wall-clock seconds of the loss the next round recovers from, 0: none */
     int store_stuck;        /* stopping on a signal, the rendezvous store did not answer: leave without it */
     int in_rdzv;            /* waiting in trun_rdzv_next_round (a spare, a node waiting for others) */
     trun_strays *strays;    /* what the workers started outside their sessions (proc/strays.h) */
@@ -293,7 +296,7 @@ void trun__agent_handle_signal(agent *a, int sig);
 
 /* agent_round.c: a round's end with the job. settle: after the round's loop, tells the other nodes how this
  * node ended, learns how the job's round ended, and returns the round's result (decided there, once).
- * take_end: the round's end into a->round.end once the end watcher knows it (a lost node's record into
+ * take_end: the round's end into a->round.end once the rendezvous's door gave it (a lost node's record into
  * a->round.lost); 1 when known. lost: the end names a lost node: its record, event and line; 1 when it is
  * another node (this node's workers stop to go on without it), 0 when this node left. */
 trun__round_result trun__round_settle(agent *a);

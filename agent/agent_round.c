@@ -61,13 +61,17 @@ static trun__round_result decide(const agent *a, const round_seen *s) {
 }
 
 int trun__round_take_end(agent *a) {
-  if (a->round.end.kind != TRUN_RDZV_END_NONE) return 1;
-  if (!trun_rdzv_watch_result(a->round.watch, &a->round.end)) return 0;
-  if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
-    a->round.lost_known = a->round.end.loss_known;
-    if (a->round.end.loss_known) a->round.lost = a->round.end.loss;
+  pthread_mutex_lock(&a->round.given_mu);
+  if (a->round.given_end_set && a->round.end.kind == TRUN_RDZV_END_NONE) {
+    a->round.end = a->round.given_end;
+    if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
+      a->round.lost_known = a->round.end.loss_known;
+      if (a->round.end.loss_known) a->round.lost = a->round.end.loss;
+    }
   }
-  return 1;
+  a->round.given_end_set = 0;
+  pthread_mutex_unlock(&a->round.given_mu);
+  return a->round.end.kind != TRUN_RDZV_END_NONE;
 }
 
 int trun__round_lost(agent *a) {

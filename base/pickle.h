@@ -15,7 +15,7 @@
  * the byte offset and the opcode, e.g. "pickle: offset 57: opcode 0x93 STACK_GLOBAL: stack underflow".
  * Every size is checked against the bytes left (and the limits) before anything is allocated, so memory is
  * O(input). Shared references (memo) are shared pointers; a value may even contain itself, so a consumer
- * that walks the tree must bound its depth (c10d/state.c walks a fixed shape).
+ * that walks the tree must bound its depth (agent/rdzv/c10d_state.c walks a fixed shape).
  *
  * Writer: opcode-level helpers that emit what CPython's C pickler (the one pickle.dumps uses) would emit for
  * the same calls, including protocol 4 framing (a frame is committed when a save() starts and the frame holds

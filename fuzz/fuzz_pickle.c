@@ -1,5 +1,5 @@
 /* libFuzzer target for the pickle VM and the c10d rendezvous state codec (base/pickle.c,
- * agent/rdzv/c10d/state.c). Input: a pickle (seeds: real torch 1.13 / 2.6 states from tests/fixtures/rdzv).
+ * agent/rdzv/c10d_state.c). Input: a pickle (seeds: real torch 1.13 / 2.6 states from tests/fixtures/rdzv).
  * It is run through the VM with default and with small limits, and through the state decoder; a state that
  * decodes is encoded again (in the layout seen, and in the other layouts), and that encoding must decode to
  * the same fields and re-encode to the same bytes. Every failure must carry a "pickle: offset " message.
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/rdzv/c10d/state.h"
+#include "agent/rdzv/c10d_state.h"
 #include "base/pickle.h"
 #include "fuzz_check.h"
 

@@ -20,8 +20,9 @@ say "every module"), and each row uses only rows below it; and the fenced block 
 the highest it may use).
 With --calls no module's files call each other in a circle: a file that calls a function another file of
 its module defines (not static) depends on that file, and those dependencies form no circle (agent/agent.c
-calling agent/agent_stdin.c which calls back into agent/agent.c is a breach; a backend of agent/rdzv is
-reached through its ops table, not by name). Calls are read from the text (comments, strings and
+calling agent/agent_stdin.c which calls back into agent/agent.c is a breach); and a subfolder of a module
+(a backend of agent/rdzv: c10d/, static/, trun/) is called by name only from inside itself: the rest of
+the module reaches it through its ops table. Calls are read from the text (comments, strings and
 preprocessor lines left out); a function-like macro is not seen, a call through a pointer is not a call.
 Usage: scripts/check-layers.py [--root DIR] [--graph] [--doc FILE] [--calls]   (--graph prints each module and
 what it uses, then the layers).
@@ -170,6 +171,14 @@ def call_circles(root):
         for comp in strongly_connected(deps):
             steps = ["%s -> %s (%s)" % (a, b, deps[a][b]) for a in comp for b in comp if b in deps[a]]
             out.append("module %s: %d files call each other in a circle: %s" % (mod, len(comp), "; ".join(steps)))
+        # A subfolder of a module (a backend of rdzv) is reached from outside it only through its ops table.
+        top = MODULES[mod]
+        for rel in names:
+            for dep, why in sorted(deps[rel].items()):
+                sub = os.path.dirname(dep)
+                if sub != top and not (os.path.dirname(rel) + "/").startswith(sub + "/"):
+                    out.append("module %s: %s calls into %s/ by name (%s): reach it through its ops table" % (
+                        mod, rel, sub, why))
     return out
 
 

@@ -43,6 +43,9 @@ typedef struct {
 #define TRUN_CONNECT_RESOLVE 1
 #define TRUN_CONNECT_TCP 2
 #define TRUN_CONNECT_HANDSHAKE 3
+/* The words for a failed connect to a store at host (on_connect_error's stage, err and what the client
+ * said): the cause and, for a name that does not resolve, the Kubernetes readiness hint (client_cause.c). */
+void trun_client_connect_cause(int stage, int err, const char *said, const char *host, char *out, size_t len);
 
 /* The wire key whose CHECK presents an agent token (followed by the token), and the token's length bounds. */
 #define TRUN_STORE_TOKEN_KEY "/trun/.agent-token/"

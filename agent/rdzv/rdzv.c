@@ -9,14 +9,6 @@
 
 #include "rdzv_int.h"
 
-const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg) {
-  if (!cfg->standalone && cfg->endpoint_port != 0) {
-    if (cfg->backend == TRUN_RDZV_C10D) return &trun__rdzv_c10d;
-    if (cfg->backend == TRUN_RDZV_TRUN) return &trun__rdzv_trun;
-  }
-  return &trun__rdzv_static;
-}
-
 trun_rdzv *trun_rdzv_new(void) { return calloc(1, sizeof(trun_rdzv)); }
 
 void trun_rdzv_free(trun_rdzv *r) {
@@ -31,8 +23,6 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_r
   if (opts) { /* kept by trun__rdzv_reset */
     r->poll = opts->poll;
     r->poll_arg = opts->poll_arg;
-    r->on_news = opts->on_news;
-    r->on_news_arg = opts->on_news_arg;
     r->on_wait = opts->on_wait;
     r->on_wait_arg = opts->on_wait_arg;
     r->node = opts->node;
@@ -48,6 +38,26 @@ int trun_rdzv_init(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_r
     trun_rdzv_close(r);
     return -1;
   }
+  return 0;
+}
+
+int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
+  *out = NULL;
+  trun_rdzv *r = trun_rdzv_new();
+  if (r == NULL) return -ENOMEM;
+  r->cfg = cfg;
+  char terr[200];
+  trun_client_opts o;
+  trun__rdzv_outside_opts(cfg, timeout_ms, &o);
+  /* Without a token (an explicit one that is not valid) the record is refused: said by the caller. */
+  if (trun_rdzv_token(cfg, r->token, sizeof(r->token), terr, sizeof(terr)) >= 0) o.agent_token = r->token;
+  int rc = trun_client_connect(&o, &r->client);
+  if (rc < 0) {
+    r->client = NULL;
+    trun_rdzv_free(r);
+    return rc;
+  }
+  *out = r;
   return 0;
 }
 
@@ -93,8 +103,6 @@ int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms) {
   return trun__rdzv_wait_key(r, k, timeout_ms);
 }
 
-int trun_rdzv_ends_by_key(const trun_rdzv *r) { return r->be && r->be->ends_by_key && r->be->ends_by_key(r); }
-
 void trun_rdzv_finish(trun_rdzv *r, int code, int signaled) {
   if (r->be && r->be->finish) r->be->finish(r, code, signaled);
 }
@@ -112,10 +120,6 @@ void trun_rdzv_close(trun_rdzv *r) {
   else
     trun__rdzv_close_stores(r);
 }
-
-const char *trun_rdzv_backend_name(const trun_rdzv *r) { return r->be ? r->be->name : "none"; }
-
-int trun_rdzv_elastic(const trun_rdzv *r) { return r->be && r->be->elastic; }
 
 /* ---- what the agent and its modules read ---- */
 

@@ -1,12 +1,14 @@
 /* rdzv: how the agents of a job meet, behind one interface the agent drives without knowing the backend,
- * as torch's agent drives a RendezvousHandler: init, next round, news while the workers run, the end of a
- * round across nodes, finish, close. Three backends implement it, each in its folder: static (static/; also
- * --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c over the state machine in dynamic.c
- * and its pickled state, state.c / pickle.c), and trun's own elastic rendezvous (trun/: trun.c over
- * fast.c). The stores an agent hosts run on threads of their own (store_host.h), with the access
- * rules of store_acl.h. How a round ended reaches the agent as a typed trun_rdzv_end from the end watcher
- * (rdzv_watch.c): only this module reads or writes the store's end values. What init and the first round
- * would settle, without a store, is trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
+ * as torch's agent drives a RendezvousHandler: init, next round, the fate of a round across nodes, finish,
+ * close. Three backends implement it, each in its folder, reached only through their ops table
+ * (rdzv_int.h): static (static/; also --standalone), torchelastic's c10d dynamic rendezvous (c10d/: c10d.c
+ * over the state machine in dynamic.c, its pickled state in c10d_state.c), and trun's own elastic
+ * rendezvous (trun/: trun.c over fast.c). The stores an agent hosts run on threads of their own
+ * (store_host.h), with the access rules of store_acl.h. Every fate of a round (its end for the job, a lost
+ * store, nodes joining, peers rejoined, this node cut off) reaches the agent by one door: one typed
+ * trun_rdzv_end through the callback given to trun_rdzv_watch_open (rdzv_door.c); only this module reads or
+ * writes the store's end values. What init and the first round would settle, without a store, is
+ * trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
  * May use: base, store, config, discover (this host's name and CPUs). Used by the agent and its nccl and
  * observe modules, which read the round's result through trun_rdzv_info and the accessors (trun_rdzv is
  * opaque) and write their keys in the store only through rdzv's functions (docs/rendezvous.md, "Key space").
@@ -24,51 +26,6 @@
 
 typedef struct trun_rdzv_ops trun_rdzv_ops; /* rdzv_int.h */
 typedef struct trun_rdzv_exclusion trun_rdzv_exclusion;
-
-/* ---- waits that say what they wait for (rdzv_wait.c) ----
- * A wait of the agent that lasts says so on stderr once it has lasted a second, then after 5, 15 and 45 s
- * and every 60 s from then on: what it waits for, what it has, the cause of the last failure and the time
- * left before its time-out. Each of those reports, and the end of a wait that reported, also goes to the
- * wait's hook (the agent: the "waiting" event and the trun_wait_seconds metric). */
-typedef struct trun_wait_info {
-  const char *kind;  /* "store", "round", "last_call", "spare", "round_end", "exit_barrier", "workers_stop" */
-  const char *what;  /* "the rendezvous store at HOST:PORT", "the other nodes of rendezvous round 0" */
-  const char *have;  /* "1 of 2 nodes joined: node 0 (host-a); missing node ranks: 1" ("": nothing to say) */
-  const char *cause; /* the last failure ("": none) */
-  double waited_s;
-  double left_s; /* before the wait's time-out; < 0: none */
-  int done;      /* the wait ended: the hook's last call for it */
-} trun_wait_info;
-typedef void (*trun_wait_hook)(void *arg, const trun_wait_info *w);
-
-typedef struct trun_wait {
-  char kind[24];
-  char what[800];
-  char have[768];
-  char cause[400];
-  char timeout_key[48];         /* the setting that bounds it ("join_timeout"; "": none named) */
-  double start, deadline, next; /* monotonic seconds; deadline 0: no time-out */
-  int reports;
-  int active;
-  trun_wait_hook hook;
-  void *hook_arg;
-} trun_wait;
-
-/* Starts a wait (timeout_s <= 0: none) whose reports go to hook (may be NULL). */
-void trun_wait_begin(trun_wait *w, const char *kind, double timeout_s, const char *timeout_key,
-                     trun_wait_hook hook, void *hook_arg, const char *what_fmt, ...)
-    __attribute__((format(printf, 7, 8)));
-/* 1 when a report is due (the caller may then refresh have / cause and call trun_wait_report). */
-int trun_wait_due(const trun_wait *w);
-/* The report: one line on stderr (info level) and the hook. */
-void trun_wait_report(trun_wait *w);
-/* The wait is over: the hook hears of it (done) when it had reported. */
-void trun_wait_end(trun_wait *w);
-/* The line a report prints, into out (for tests and the status view). */
-void trun_wait_line(const trun_wait *w, double now, char *out, size_t len);
-/* The words for a failed connect to a store at host (the client's on_connect_error: stage, err, what the
- * client said): the cause and, for a name that does not resolve, the Kubernetes readiness hint. */
-void trun_wait_connect_cause(int stage, int err, const char *said, const char *host, char *out, size_t len);
 
 /* The rendezvous of this agent: opaque (rdzv_int.h); trun_rdzv_new makes one, trun_rdzv_init starts it. */
 typedef struct trun_rdzv trun_rdzv;
@@ -97,11 +54,6 @@ typedef struct trun_rdzv_opts {
    * (the agent lets its loop handle signals there). */
   int (*poll)(void *arg);
   void *poll_arg;
-  /* While the workers run, the backend's news (nodes waiting to join, a peer that restarted): called from
-   * the rendezvous's thread. The agent's loop never waits on the store while the workers run: the thread
-   * does the backend's keep-alive and the liveness heartbeats on a connection of its own. */
-  void (*on_news)(void *arg, int news, int nodes);
-  void *on_news_arg;
   /* The reports of the rendezvous's waits (NULL: only the lines on stderr). */
   trun_wait_hook on_wait;
   void *on_wait_arg;
@@ -122,13 +74,6 @@ typedef struct trun_rdzv_loss {
   char by[16];        /* who saw it: "store" (the store host) or a group rank */
   double at;          /* wall-clock seconds when it was seen */
 } trun_rdzv_loss;
-
-/* What the agent learns while its workers run (on_news). */
-typedef enum {
-  TRUN_RDZV_STEADY = 0,   /* nothing changed */
-  TRUN_RDZV_NEW_NODES,    /* nodes wait to join: restart the workers into a new world (no restart used) */
-  TRUN_RDZV_PEER_RESTART, /* a node of this round left it to rejoin after a failure there: restart too */
-} trun_rdzv_news;
 
 /* The job's agent token (docs/store.md): TRUN_RDZV_TOKEN_ENV when set, else --rdzv-conf trun_token, else one
  * derived from the run id and the backend (it keeps out clients that do not mean harm, not an adversary who
@@ -302,9 +247,13 @@ int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
  * records there, and node rank 0 prints the job-wide report. */
 int trun_rdzv_ends_by_key(const trun_rdzv *r);
 
-/* How a round ended for the job, as the round's end key in the store says (the rendezvous writes and reads
- * that key; nobody else parses it). The store is open to anyone with the job's token: a value no trun agent
- * writes reads as TRUN_RDZV_END_INVALID, never as another kind. */
+/* A round's fate, the one value by which the rendezvous tells the agent how a round ends (the one door:
+ * trun_rdzv_watch_open's callback). Most kinds are how the round ended for the job, as the round's end key
+ * in the store says (the rendezvous writes and reads that key; nobody else parses it; the store is open to
+ * anyone with the job's token: a value no trun agent writes reads as TRUN_RDZV_END_INVALID, never as another
+ * kind): each round has at most one of those. JOINING, REJOINED and CUT_OFF are what the rendezvous's
+ * liveness thread learns while the workers run, without an end key: they come again every time it looks
+ * (the agent acts on the first that finds its workers running). */
 typedef enum trun_rdzv_end_kind {
   TRUN_RDZV_END_NONE = 0,   /* no end known yet (the round runs, or nothing watches: a single node) */
   TRUN_RDZV_END_OK,         /* every node's workers succeeded */
@@ -315,6 +264,13 @@ typedef enum trun_rdzv_end_kind {
   TRUN_RDZV_END_STORE_LOST, /* this node lost its connection to the rendezvous store (not a value of the
                                key: the watcher's wait, or the agent's own request, failed); `err` */
   TRUN_RDZV_END_INVALID,    /* the key holds a value no trun agent writes; `cause` shows it */
+  TRUN_RDZV_END_JOINING,    /* c10d: `nodes` new nodes wait to join: every node restarts its workers into a
+                               new world (no restart used) */
+  TRUN_RDZV_END_REJOINED,   /* c10d: `nodes` nodes of this round left it to rejoin after a failure there:
+                               this node restarts its workers too (a restart, as on those nodes) */
+  TRUN_RDZV_END_CUT_OFF,    /* this node's liveness heartbeats have had no answer from the rendezvous store
+                               for twice the liveness window (trun_heartbeat_interval x
+                               trun_heartbeat_misses): it is cut off from the job; `cause` says so */
 } trun_rdzv_end_kind;
 
 /* The longest failure record a node's end carries (longer ones read as unknown). */
@@ -325,9 +281,10 @@ typedef struct trun_rdzv_end {
   int round;           /* the round that ended (the agent's round number, r->round) */
   int node;            /* FAILED, NODE_LOST: that node's group rank in the round; -1 for the others */
   int err;             /* STORE_LOST: the errno; else 0 */
-  char cause[256];     /* MEMBER: the words the change came with ("join", "lost:<g>"); STORE_LOST: the
+  int nodes;           /* JOINING, REJOINED: how many nodes wait; else 0 */
+  char cause[512];     /* MEMBER: the words the change came with ("join", "lost:<g>"); STORE_LOST: the
                           errno's text; INVALID: the value, cut, with '?' for bytes that are not printable;
-                          else "" */
+                          CUT_OFF: since when and which store; else "" */
   trun_rdzv_loss loss; /* NODE_LOST: the lost node's record (lost/<g>), read on the watcher's connection */
   int loss_known;      /* NODE_LOST: 1 when loss holds that record, 0 when none could be read */
   char failure[TRUN_RDZV_FAILURE_MAX]; /* FAILED: the failure record node `node` published (a JSON object,
@@ -339,23 +296,25 @@ typedef struct trun_rdzv_end {
 void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err);
 
 /* The end watcher (rdzv_watch.c): while a round's workers run, a thread waits on a connection of its own to
- * the rendezvous store for the round's end key, decodes it into a trun_rdzv_end (reading a lost node's record
- * there too, since the agent's loop never waits on the store) and calls the caller back. */
+ * the rendezvous store for the round's end key, decodes it into a trun_rdzv_end (reading a failed or lost
+ * node's record there too, since the agent's loop never waits on the store) and hands it to the caller's
+ * callback, the one door by which every fate of a round reaches the agent: the end key's kinds from the
+ * watcher, JOINING / REJOINED / CUT_OFF from the liveness thread. */
 typedef struct trun_rdzv_watch trun_rdzv_watch;
-/* Called on the watcher's thread, once per round, when the round's end is known (end: valid during the call;
- * trun_rdzv_watch_result gives it again). It must not block: the agent wakes its loop (uv_async_send). */
+/* Called on a thread of the rendezvous (the watcher's, the liveness's) with a round's fate (end: valid during
+ * the call only: the callee copies what it keeps; end->round: the round trun_rdzv_watch_start watches). It
+ * must not block: the agent copies the value and wakes its loop (one uv_async_send). */
 typedef void (*trun_rdzv_end_fn)(void *arg, const trun_rdzv_end *end);
 /* After trun_rdzv_init: the watcher and its connection where a round can end on other nodes (the static and
- * trun backends with several nodes; a lost node, with liveness, on every backend); *out NULL where there is
- * nothing to watch (a single node). 0, or -1 with the reason in err. */
-int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t errlen);
-/* Before the round's workers start: watches round (r's key space as next_round settled it), calling on_end
- * when it ends. Where the last round lost the watcher's connection, a new one is opened first (not when no
- * round follows, so that an agent whose store host died exits at once). A watcher that cannot start is said
- * on stderr. w NULL: nothing. */
-void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_end, void *arg);
-/* 1 with the round's end in out once the watcher knows it, else 0 (also for w NULL). Thread-safe. */
-int trun_rdzv_watch_result(trun_rdzv_watch *w, trun_rdzv_end *out);
+ * trun backends with several nodes; a lost node, with liveness, on every backend), and on_end(arg, ...) as
+ * the one door of every round's fate; *out NULL where there is nothing to watch (a single node: no fate but
+ * the workers' own). 0, or -1 with the reason in err. */
+int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
+                         size_t errlen);
+/* Before the round's workers start: watches round (r's key space as next_round settled it). Where the last
+ * round lost the watcher's connection, a new one is opened first (not when no round follows, so that an agent
+ * whose store host died exits at once). A watcher that cannot start is said on stderr. w NULL: nothing. */
+void trun_rdzv_watch_start(trun_rdzv_watch *w, int round);
 /* The store does not answer (this node is cut off, or stuck while it stops): the watcher's wait ends now
  * (its connection is cut; the end reads STORE_LOST). */
 void trun_rdzv_watch_cut(trun_rdzv_watch *w);
@@ -370,7 +329,7 @@ void trun_rdzv_watch_stop(trun_rdzv_watch *w);
 void trun_rdzv_watch_close(trun_rdzv_watch *w);
 
 /* This node's workers all succeeded in round; then waits (polling) until the round's end key exists (the
- * end reaches the watcher, trun_rdzv_watch_result). 0, -EINTR (poll), or another negative errno. */
+ * end reaches the agent through the watcher's callback). 0, -EINTR (poll), or another negative errno. */
 int trun_rdzv_announce_success(trun_rdzv *r, int round);
 /* Publishes this node's failure record (a JSON object, NULL: none) and ends the round for every node (every
  * backend with several nodes: on c10d only trun agents read it), unless another end came first. now (may be
@@ -409,11 +368,8 @@ int trun_rdzv_round_done_within(trun_rdzv *r, int timeout_ms);
 int trun_rdzv_loss_of(const trun_rdzv *r, trun_client *c, int g, trun_rdzv_loss *out);
 /* This node is cut off: any request of the rendezvous's thread stuck on the dead connection returns now. */
 void trun_rdzv_abandon(trun_rdzv *r);
-/* While the workers run, every trun_rdzv_live_ms: 1 with the cause in why when this node's liveness
- * heartbeats have had no answer from the rendezvous store for twice the liveness window
- * (trun_heartbeat_interval x trun_heartbeat_misses): it is cut off from the job. */
-int trun_rdzv_cut_off(trun_rdzv *r, char *why, size_t len);
-/* How often to ask trun_rdzv_cut_off, in ms (0: no liveness). */
+/* The liveness heartbeat's interval in ms (0: no liveness). While the workers run, a node whose heartbeats
+ * have had no answer for twice the liveness window hears it as a CUT_OFF fate, about once an interval. */
 int trun_rdzv_live_ms(const trun_rdzv *r);
 /* This node leaves the job now (a hardware fault, a stop signal): its loss record with why, and the
  * round's end, so that the others go on at once instead of after the heartbeat expiry. 0 or -errno. */

@@ -181,3 +181,17 @@ int trun_rdzv_check_master(trun_rdzv *r, char *err, size_t errlen) {
   freeaddrinfo(res);
   return rc;
 }
+
+void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len) {
+  if (!cfg->standalone && cfg->endpoint_port != 0) {
+    snprintf(out, len, "%s", cfg->endpoint_host);
+    return;
+  }
+  /* All workers are local: publish this host's name like torchrun, unless it does not resolve here
+   * (containers without an /etc/hosts entry), where torchrun's workers would retry forever. */
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int ok = getaddrinfo(host_addr, NULL, &hints, &res) == 0;
+  if (res) freeaddrinfo(res);
+  snprintf(out, len, "%s", ok ? host_addr : "127.0.0.1");
+  if (!ok) trun_debug("host name %s does not resolve: workers get MASTER_ADDR=127.0.0.1", host_addr);
+}

@@ -1,5 +1,5 @@
 /* The end of a round across nodes, shared by the static and trun backends (agent/rdzv/rdzv.h): one key per
- * round ("end") that the first announcement sets (its values: rdzv_watch.c), success once every node's
+ * round ("end") that the first announcement sets (its values: rdzv_end_key.c), success once every node's
  * workers succeeded, the nodes' failure records beside it, "seen_end/<g>" from every node that was alive to
  * see the end (a node without it and without a record was lost), and the exit barrier ("host_left", "left",
  * "all_left") that keeps the store up until every node has read what it needs. On c10d, where torchrun's

@@ -1,7 +1,7 @@
 /* The job's health records and a node's own exclusion in the rendezvous store (agent/rdzv/rdzv.h): the keys
  * /trun/<run_id>/health/n and /trun/<run_id>/health/<i> (docs/rendezvous.md, "Key space"), written by a node
- * that leaves the job unhealthy or fails its health gate, read by every agent at the start of a round; and
- * the connection from outside any round that such a gate failure uses. */
+ * that leaves the job unhealthy or fails its health gate, read by every agent at the start of a round (such a
+ * gate failure reaches the store from outside any round: trun_rdzv_reach, rdzv.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,24 +62,4 @@ int trun_rdzv_health_read(trun_rdzv *r, int from, char ***out, int *n) {
 int trun_rdzv_exclude_node(trun_rdzv *r, const trun_rdzv_node_id *id, const char *kind, const char *cause) {
   if (r->client == NULL) return -ENOTCONN;
   return trun_rdzv_exclude(r->client, r->cfg, id, kind, cause);
-}
-
-int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
-  *out = NULL;
-  trun_rdzv *r = trun_rdzv_new();
-  if (r == NULL) return -ENOMEM;
-  r->cfg = cfg;
-  char terr[200];
-  trun_client_opts o;
-  trun__rdzv_outside_opts(cfg, timeout_ms, &o);
-  /* Without a token (an explicit one that is not valid) the record is refused: said by the caller. */
-  if (trun_rdzv_token(cfg, r->token, sizeof(r->token), terr, sizeof(terr)) >= 0) o.agent_token = r->token;
-  int rc = trun_client_connect(&o, &r->client);
-  if (rc < 0) {
-    r->client = NULL;
-    trun_rdzv_free(r);
-    return rc;
-  }
-  *out = r;
-  return 0;
 }

@@ -32,8 +32,11 @@ struct trun_rdzv {
   const trun_rdzv_ops *be; /* the backend, chosen by trun_rdzv_init */
   void *state;             /* the backend's own state */
   struct trun_live *live;  /* liveness (rdzv_live.c), NULL for a single node */
-  void (*on_news)(void *arg, int news, int nodes);
-  void *on_news_arg;
+  /* The one door of a round's fate (rdzv_door.c): the agent's callback, set by trun_rdzv_watch_open, and the
+   * round it watches (atomic: the liveness thread reads it). */
+  trun_rdzv_end_fn on_end;
+  void *on_end_arg;
+  int door_round;
   /* The reports of the rendezvous's waits, and the wait in progress (rdzv_wait.c). */
   trun_wait_hook on_wait;
   void *on_wait_arg;
@@ -54,9 +57,20 @@ struct trun_rdzv {
   int store_may_go;
 };
 
+/* What a backend's tick learns while the workers run (the liveness thread hands it on as a fate:
+ * rdzv_live.c). */
+typedef enum {
+  TRUN_RDZV_STEADY = 0,   /* nothing changed */
+  TRUN_RDZV_NEW_NODES,    /* nodes wait to join: restart the workers into a new world (no restart used) */
+  TRUN_RDZV_PEER_RESTART, /* a node of this round left it to rejoin after a failure there: restart too */
+} trun_rdzv_news;
+
 struct trun_rdzv_ops {
   const char *name;
   int elastic; /* a round may go on with other nodes than the last one's */
+  /* The wire generation of its store for cfg (NULL: V2). c10d: that of the torch --rdzv-conf torch_version
+   * names (1.13, 2.0 and 2.1 had no VALIDATE), else V2. */
+  trun_gen (*store_gen)(const trun_config *cfg);
   /* Hosts or reaches the store; sets everything init owes r. 0 or -1 with a reason. */
   int (*init)(trun_rdzv *r, char *err, size_t errlen);
   /* One round: sets the round's fields of r. 0 or -1 with a reason. */
@@ -78,7 +92,7 @@ struct trun_rdzv_ops {
 };
 
 extern const trun_rdzv_ops trun__rdzv_static, trun__rdzv_c10d, trun__rdzv_trun;
-/* rdzv.c: the backend cfg asks for: static for --standalone and a job without an endpoint port. */
+/* rdzv_backend.c: the backend cfg asks for: static for --standalone and a job without an endpoint port. */
 const trun_rdzv_ops *trun__rdzv_backend_of(const trun_config *cfg);
 
 /* ---- rdzv_store.c ---- */
@@ -105,7 +119,7 @@ int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len);
 int trun__rdzv_get_count(trun_client *c, const char *k, int64_t *n);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
-/* Resets r for a backend's init, keeping the agent's hooks (poll, on_news); sets cfg, nproc, host_addr
+/* Resets r for a backend's init, keeping the agent's hooks (poll, on_wait, node); sets cfg, nproc, host_addr
  * (--local-addr or the FQDN). */
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
 /* torch's _matches_machine_hostname, plus this host's interface addresses (so that an address given on a
@@ -119,16 +133,6 @@ int trun__rdzv_elastic_connect(trun_rdzv *r, trun_gen gen, char *err, size_t err
 void trun__rdzv_round_key(const trun_rdzv *r, int round, const char *what, char *out, size_t len);
 /* Stops the stores, closes the connection. */
 void trun__rdzv_close_stores(trun_rdzv *r);
-
-/* ---- static/static.c ---- */
-/* The workers' MASTER_ADDR under the static backend: the endpoint's host, or with a single node this host's
- * address host_addr (127.0.0.1 where that name does not resolve here). */
-void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
-
-/* ---- c10d/c10d.c ---- */
-/* The wire generation of a c10d store: that of the torch --rdzv-conf torch_version names (1.13, 2.0 and 2.1
- * had no VALIDATE), else V2. */
-trun_gen trun__rdzv_c10d_gen(const trun_config *cfg);
 
 /* ---- rdzv_wait.c ---- */
 /* Starts r->wait unless one is in progress (a wait inside a wait reports as the outer one): 1 started (end
@@ -201,6 +205,9 @@ int trun__rdzv_sa_loopback(const struct sockaddr *sa);
 /* --local-addr auto, once r->client is connected: r->host_addr becomes the local address of that connection;
  * where it is loopback (this node serves the rendezvous store), the source of the route to the endpoint. */
 void trun__rdzv_auto_addr(trun_rdzv *r);
+/* The workers' MASTER_ADDR under the static backend (static/static.c, and its preview): the endpoint's host,
+ * or with a single node this host's address host_addr (127.0.0.1 where that name does not resolve here). */
+void trun__rdzv_static_master_addr(const trun_config *cfg, const char *host_addr, char *out, size_t len);
 
 /* ---- rdzv_live.c ---- */
 /* Starts the liveness thread (several nodes only) and, where this agent hosts the store, its owned keys. */
@@ -216,7 +223,15 @@ int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *
 /* The loss records of key space ks (a round of world nodes), at most max, into out: how many. */
 int trun__rdzv_losses(trun_rdzv *r, const char *ks, int world, trun_rdzv_loss *out, int max);
 
-/* ---- rdzv_watch.c: the end key's values ---- */
+/* ---- rdzv_door.c: the one door of a round's fate ---- */
+/* The agent's callback for every fate of r's rounds (trun_rdzv_watch_open). */
+void trun__rdzv_door_set(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg);
+/* The round whose fates the door hands on now (trun_rdzv_watch_start). */
+void trun__rdzv_door_round(trun_rdzv *r, int round);
+/* Hands e, stamped with the door's round, to the agent (nothing before trun__rdzv_door_set). Any thread. */
+void trun__rdzv_door_post(trun_rdzv *r, trun_rdzv_end *e);
+
+/* ---- rdzv_end_key.c: the end key's values ---- */
 /* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),
  * into out: "ok", "fail:<g>", "member:<why>", "gone:<g>". 0, or -EINVAL for a kind that is never written. */
 int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, char *out, size_t len);

@@ -18,9 +18,10 @@
  * connections, a busy box) from being taken for a lost node: a watcher calls its successor lost only after it
  * made trun_heartbeat_misses + 1 heartbeats of its own while the successor made none, and the liveness
  * connection is never closed for a slow answer (closing it would look like a crash to the store's host).
- * An agent whose own heartbeats got no answer for twice the liveness window is the one cut off
- * (trun_rdzv_cut_off, asked by the agent's loop): it stops its workers and exits with its own code instead
- * of hanging in a collective. */
+ * An agent whose own heartbeats got no answer for twice the liveness window is the one cut off: a second
+ * thread, the judge, which never waits on the store, looks once an interval and hands the agent a CUT_OFF
+ * fate through the rendezvous's one door (rdzv_door.c), as the backend's tick hands on its news (JOINING,
+ * REJOINED); the agent stops its workers and exits with its own code instead of hanging in a collective. */
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -36,8 +37,8 @@
 
 typedef struct trun_live {
   trun_rdzv *r; /* cfg, key space, identity: read under mu */
-  pthread_t thread;
-  int started;
+  pthread_t thread, judge;
+  int started, judging;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   /* under mu */
@@ -236,7 +237,7 @@ static int ensure_connected(trun_live *l) {
 
 static int connect_once(trun_live *l) {
   /* A slow answer is waited for (a time-out would close the connection, which the store's host takes for
-   * a crash); trun_rdzv_cut_off judges the silence. Connecting is retried every interval. */
+   * a crash); the judge (judge_main) judges the silence. Connecting is retried every interval. */
   trun_client_opts o;
   trun__rdzv_agent_opts(l->r, 60000, &o);
   o.connect_timeout_ms = (int)(l->interval * 1000) > 100 ? (int)(l->interval * 1000) : 100;
@@ -382,6 +383,13 @@ static struct timespec abs_in(double secs) {
   return ts;
 }
 
+/* The backend's news while the workers run, handed to the agent as a fate through the one door. */
+static void tell_news(trun_rdzv *r, trun_rdzv_news news, int nodes) {
+  trun_rdzv_end e = {.node = -1, .nodes = nodes};
+  e.kind = news == TRUN_RDZV_NEW_NODES ? TRUN_RDZV_END_JOINING : TRUN_RDZV_END_REJOINED;
+  trun__rdzv_door_post(r, &e);
+}
+
 static void *live_main(void *arg) {
   trun_live *l = arg;
   trun_rdzv *r = l->r;
@@ -436,7 +444,7 @@ static void *live_main(void *arg) {
         next_tick = now + tick_every;
         int nodes = 0;
         trun_rdzv_news news = r->be->tick(r, l->c, &nodes);
-        if (news != TRUN_RDZV_STEADY && r->on_news) r->on_news(r->on_news_arg, news, nodes);
+        if (news != TRUN_RDZV_STEADY) tell_news(r, news, nodes);
         if (trun_client_fd(l->c) < 0) drop_connection(l);
       }
     }
@@ -464,6 +472,45 @@ static void *live_main(void *arg) {
     trun_client_delete(l->c, trun_str(k)); /* leaving for good: not a loss */
   }
   drop_connection(l);
+  return NULL;
+}
+
+/* ---- the judge: is this node cut off? ------------------------------------------------------------ */
+
+/* Under l->mu: 1 with the cause in why when this node's heartbeats of the active round have had no answer
+ * from the rendezvous store for twice the liveness window. */
+static int cut_off_locked(trun_live *l, char *why, size_t len) {
+  double silent = l->active && !l->release ? trun_mono_s() - l->last_ok : 0;
+  double window = 2 * l->interval * l->misses;
+  if (silent <= window) return 0;
+  snprintf(
+      why, len,
+      "no answer from the rendezvous store at %s:%d for %.1f s (twice the liveness window of %d heartbeats "
+      "of %.1f s)",
+      l->r->store_addr, l->r->store_port, silent, l->misses, l->interval);
+  return 1;
+}
+
+/* Once an interval while a round's workers run (the heartbeat thread may be stuck in a request to the store
+ * that does not answer; this one never waits on the store): CUT_OFF through the door while it lasts. Posted
+ * under mu, so that it cannot reach the agent once the round is released (trun_rdzv_round_done). */
+static void *judge_main(void *arg) {
+  trun_live *l = arg;
+  trun_rdzv_end *e = calloc(1, sizeof(*e));
+  if (e == NULL) return NULL;
+  pthread_mutex_lock(&l->mu);
+  while (!l->stop) {
+    struct timespec ts = abs_in(l->interval);
+    pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    if (l->stop) break;
+    memset(e, 0, sizeof(*e));
+    e->node = -1;
+    if (!cut_off_locked(l, e->cause, sizeof(e->cause))) continue;
+    e->kind = TRUN_RDZV_END_CUT_OFF;
+    trun__rdzv_door_post(l->r, e);
+  }
+  pthread_mutex_unlock(&l->mu);
+  free(e);
   return NULL;
 }
 
@@ -500,6 +547,10 @@ int trun__rdzv_live_start(trun_rdzv *r) {
     return 0;
   }
   l->started = 1;
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  l->judging = pthread_create(&l->judge, NULL, judge_main, l) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!l->judging) trun_warn("liveness: cannot start its judge thread: a node cut off is not noticed here");
   r->live = l;
   return 0;
 }
@@ -507,6 +558,7 @@ int trun__rdzv_live_start(trun_rdzv *r) {
 void trun__rdzv_live_round(trun_rdzv *r) {
   trun_live *l = r->live;
   if (l == NULL || r->info.group_world_size < 2) return;
+  trun__rdzv_door_round(r, r->info.round); /* the round this thread's fates belong to */
   pthread_mutex_lock(&l->mu);
   l->epoch++;
   snprintf(l->ks, sizeof(l->ks), "%s", r->key_space);
@@ -568,22 +620,6 @@ void trun_rdzv_abandon(trun_rdzv *r) {
 
 int trun_rdzv_live_ms(const trun_rdzv *r) { return r->live ? (int)(r->live->interval * 1000) : 0; }
 
-int trun_rdzv_cut_off(trun_rdzv *r, char *why, size_t len) {
-  trun_live *l = r->live;
-  if (l == NULL) return 0;
-  pthread_mutex_lock(&l->mu);
-  double silent = l->active && !l->release ? trun_mono_s() - l->last_ok : 0;
-  double window = 2 * l->interval * l->misses;
-  pthread_mutex_unlock(&l->mu);
-  if (silent <= window) return 0;
-  snprintf(
-      why, len,
-      "no answer from the rendezvous store at %s:%d for %.1f s (twice the liveness window of %d heartbeats "
-      "of %.1f s)",
-      r->store_addr, r->store_port, silent, l->misses, l->interval);
-  return 1;
-}
-
 void trun__rdzv_live_stop(trun_rdzv *r) {
   trun_live *l = r->live;
   if (l == NULL) return;
@@ -592,6 +628,7 @@ void trun__rdzv_live_stop(trun_rdzv *r) {
   pthread_cond_broadcast(&l->cv);
   pthread_mutex_unlock(&l->mu);
   if (l->started) pthread_join(l->thread, NULL);
+  if (l->judging) pthread_join(l->judge, NULL);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   free(l);

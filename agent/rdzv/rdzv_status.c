@@ -4,7 +4,7 @@
  * record (rdzv_job.c) where a trun agent published one, else the backend whose keys are there and a size
  * said to be unknown (torchrun publishes none) unless this command line gives one. A backend or size on this
  * command line that the record contradicts is named; the store wins.
- * c10d: the pickled state (c10d/state.c); trun: the `trun` backend's keys (trun/fast.h); static: the
+ * c10d: the pickled state (c10d_state.c); trun: the `trun` backend's keys (trun/fast.h); static: the
  * round keys of static/static.c. Lost nodes: the liveness records of the round (rdzv_live.c); excluded nodes
  * (elastic backends): the job's exclusion list (rdzv_exclude.c); a named hang: /trun/<run_id>/hang. */
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "c10d/dynamic.h"
-#include "c10d/state.h"
+#include "c10d_state.h"
 #include "rdzv_int.h"
 
 #define NAMED 64            /* nodes listed by name; beyond it, counted */
@@ -480,7 +480,7 @@ typedef struct {
 
 static void note_cause(void *arg, int stage, int err, const char *said) {
   connect_note *n = arg;
-  trun_wait_connect_cause(stage, err, said, n->host, n->cause, sizeof(n->cause));
+  trun_client_connect_cause(stage, err, said, n->host, n->cause, sizeof(n->cause));
   if (stage == TRUN_CONNECT_HANDSHAKE && err == ECONNRESET) n->closed_at_handshake = 1;
 }
 

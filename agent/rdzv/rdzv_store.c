@@ -18,8 +18,6 @@
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be) {
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
-  void (*on_news)(void *, int, int) = r->on_news;
-  void *on_news_arg = r->on_news_arg;
   trun_wait_hook on_wait = r->on_wait;
   void *on_wait_arg = r->on_wait_arg;
   const trun_node *node = r->node;
@@ -29,8 +27,6 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
   r->node = node;
   r->poll = poll;
   r->poll_arg = poll_arg;
-  r->on_news = on_news;
-  r->on_news_arg = on_news_arg;
   r->cfg = cfg;
   r->nproc = nproc;
   r->be = be;
@@ -259,7 +255,7 @@ void trun__rdzv_outside_opts(const trun_config *cfg, int timeout_ms, trun_client
   trun_client_opts_default(o);
   o->host = cfg->endpoint_host;
   o->port = cfg->endpoint_port;
-  o->gen = trun__rdzv_c10d_gen(cfg); /* V2 unless torch_version names a c10d store of the older wire */
+  o->gen = trun__rdzv_c10d.store_gen(cfg); /* V2 unless torch_version names a c10d store of the older wire */
   o->key_prefix = "";
   o->connect_timeout_ms = timeout_ms;
   o->timeout_ms = timeout_ms;

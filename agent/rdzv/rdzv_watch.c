@@ -1,19 +1,8 @@
-/* The end of a round as the agent learns it (agent/rdzv/rdzv.h: trun_rdzv_end, trun_rdzv_watch): the values
- * of the round's end key and the watcher thread that waits for it.
- *
- * The key "<key space>/end" is set once per round, by compare-and-set (the first announcement wins):
- *   "ok"            every node's workers succeeded (rdzv_end.c, the last node to succeed);
- *   "fail:<g>"      node g's workers failed first (rdzv_end.c; on every backend: on c10d only trun agents
- *                   write and read it), its record beside it ("failure/<g>"), which the watcher reads too;
- *   "member:<why>"  the membership changes: "member:join" (a late node asks for a new round),
- * "member:lost:<g>" (node g's heartbeat stopped) (trun/fast.c); "gone:<g>"      the liveness found node g
- * gone (rdzv_live.c), on every backend (c10d: only then and by a failing trun agent). Anyone with the job's
- * token can write the store, so a value is decoded strictly: anything else, a group rank that is not a small
- * decimal below the round's size included, reads as TRUN_RDZV_END_INVALID.
- *
- * The watcher runs on a thread with its own connection (the agent's loop never waits on the store while the
- * workers run), from trun_rdzv_watch_start to trun_rdzv_watch_stop, and reads a lost node's record on that
- * connection before it calls the agent back. */
+/* The end watcher (agent/rdzv/rdzv.h: trun_rdzv_watch): a thread that waits, while a round's workers run, for
+ * the round's end key (its values: rdzv_end_key.c) on a connection of its own (the agent's loop never waits
+ * on the store while the workers run), from trun_rdzv_watch_start to trun_rdzv_watch_stop. It reads a failed
+ * node's record (rdzv_end.c) and a lost node's record (rdzv_live.c) on that connection before it calls the
+ * agent back. It sits above the store's keys, the liveness and the end protocol, below rdzv.c's face. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,97 +13,18 @@
 
 #include "rdzv_int.h"
 
-/* ---- the values of the end key -------------------------------------------------------------------- */
-
-/* The longest group rank the key holds: 9 decimal digits always fit an int. */
-#define RANK_DIGITS_MAX 9
-
-int trun__rdzv_end_encode(trun_rdzv_end_kind kind, int node, const char *why, char *out, size_t len) {
-  int n;
-  switch (kind) {
-    case TRUN_RDZV_END_OK: n = snprintf(out, len, "ok"); break;
-    case TRUN_RDZV_END_FAILED:
-    case TRUN_RDZV_END_NODE_LOST:
-      if (node < 0) return -EINVAL;
-      n = snprintf(out, len, "%s:%d", kind == TRUN_RDZV_END_FAILED ? "fail" : "gone", node);
-      break;
-    case TRUN_RDZV_END_MEMBER: n = snprintf(out, len, "member:%s", why ? why : ""); break;
-    default: /* NONE, STORE_LOST, INVALID: what a node knows, never a value of the key */ return -EINVAL;
-  }
-  return n < 0 || (size_t)n >= len ? -ENOSPC : 0;
-}
-
-/* A group rank as the end key holds it: 1 to RANK_DIGITS_MAX decimal digits, below world (world <= 0: any).
- * The rank, or -1. */
-static int parse_rank(const char *p, size_t n, int world) {
-  if (n == 0 || n > RANK_DIGITS_MAX) return -1;
-  int g = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] < '0' || p[i] > '9') return -1;
-    g = g * 10 + (p[i] - '0');
-  }
-  return world > 0 && g >= world ? -1 : g;
-}
-
-/* n bytes of p as text for a log line: cut to len - 1, '?' for each byte that is not printable ASCII. */
-static void printable(const char *p, size_t n, char *out, size_t len) {
-  size_t i = 0;
-  for (; i < n && i + 1 < len; i++) out[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
-  out[i] = '\0';
-}
-
-static int has_prefix(const char *v, size_t n, const char *prefix) {
-  size_t k = strlen(prefix);
-  return n >= k && memcmp(v, prefix, k) == 0;
-}
-
-void trun__rdzv_end_decode(const void *value, size_t n, int world, trun_rdzv_end *out) {
-  const char *v = value ? value : "";
-  if (value == NULL) n = 0;
-  memset(out, 0, sizeof(*out));
-  out->node = -1;
-  int g;
-  if (n == 2 && memcmp(v, "ok", 2) == 0) {
-    out->kind = TRUN_RDZV_END_OK;
-  } else if (has_prefix(v, n, "member:")) {
-    out->kind = TRUN_RDZV_END_MEMBER;
-    printable(v + 7, n - 7, out->cause, sizeof(out->cause));
-  } else if (has_prefix(v, n, "fail:") && (g = parse_rank(v + 5, n - 5, world)) >= 0) {
-    out->kind = TRUN_RDZV_END_FAILED;
-    out->node = g;
-  } else if (has_prefix(v, n, "gone:") && (g = parse_rank(v + 5, n - 5, world)) >= 0) {
-    out->kind = TRUN_RDZV_END_NODE_LOST;
-    out->node = g;
-  } else {
-    out->kind = TRUN_RDZV_END_INVALID;
-    printable(v, n, out->cause, sizeof(out->cause));
-  }
-}
-
-void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err) {
-  char buf[128];
-  memset(e, 0, sizeof(*e));
-  e->kind = TRUN_RDZV_END_STORE_LOST;
-  e->round = round;
-  e->node = -1;
-  e->err = err;
-  snprintf(e->cause, sizeof(e->cause), "%s", strerror_r(err, buf, sizeof(buf))); /* GNU: the text */
-}
-
 /* ---- the watcher ---------------------------------------------------------------------------------- */
 
 #define WATCH_CONNECT_MS 60000
 #define WATCH_JOIN_S 15
 
 struct trun_rdzv_watch {
-  trun_rdzv *r;   /* read on the caller's thread only (open, start) */
+  trun_rdzv *r;   /* read on the caller's thread (open, start); the thread only posts through its door */
   trun_client *c; /* the watcher's connection; NULL: lost and not reopened */
   int reopen;     /* open a new connection at the next start */
   pthread_t thread;
   int running; /* a thread was started and is not joined yet */
   /* The round watched: set by start before the thread runs, then only read. */
-  trun_rdzv_end_fn on_end;
-  void *arg;
   char key[sizeof(((trun_rdzv *)0)->key_space) + 8];       /* its end key */
   char seen_key[sizeof(((trun_rdzv *)0)->key_space) + 24]; /* seen_end/<g>, "": none to set */
   char ks[sizeof(((trun_rdzv *)0)->key_space)];
@@ -180,11 +90,12 @@ static void *watch_thread(void *arg) {
   w->end = e;
   w->ended = 1;
   pthread_mutex_unlock(&w->mu);
-  w->on_end(w->arg, &e);
+  trun__rdzv_door_post(w->r, &e); /* the one door (rdzv_door.c) */
   return NULL;
 }
 
-int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t errlen) {
+int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
+                         size_t errlen) {
   *out = NULL;
   if (!trun_rdzv_ends_by_key(r) && r->live == NULL) return 0; /* a single node: no other node ends a round */
   trun_rdzv_watch *w = calloc(1, sizeof(*w));
@@ -201,13 +112,15 @@ int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_watch **out, char *err, size_t 
   }
   w->r = r;
   pthread_mutex_init(&w->mu, NULL);
+  trun__rdzv_door_set(r, on_end, arg);
   *out = w;
   return 0;
 }
 
-void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_end, void *arg) {
+void trun_rdzv_watch_start(trun_rdzv_watch *w, int round) {
   if (w == NULL || w->running) return;
-  const trun_rdzv *r = w->r;
+  trun_rdzv *r = w->r;
+  trun__rdzv_door_round(r, round); /* the liveness thread's fates are this round's too */
   if (w->reopen) {
     /* One try: a store that cannot be reached now leaves this node without a watcher, as before a round. */
     w->reopen = 0;
@@ -221,8 +134,6 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   w->end.node = -1;
   pthread_mutex_unlock(&w->mu);
   if (w->c == NULL) return;
-  w->on_end = on_end;
-  w->arg = arg;
   w->round = round;
   w->world = r->info.group_world_size;
   w->round_id = r->info.round_id;
@@ -233,15 +144,6 @@ void trun_rdzv_watch_start(trun_rdzv_watch *w, int round, trun_rdzv_end_fn on_en
   snprintf(w->seen_key, sizeof(w->seen_key), "%s/seen_end/%d", r->key_space, r->info.group_rank);
   w->running = pthread_create(&w->thread, NULL, watch_thread, w) == 0;
   if (!w->running) trun_warn("cannot start the failure watcher; other nodes' failures go unnoticed");
-}
-
-int trun_rdzv_watch_result(trun_rdzv_watch *w, trun_rdzv_end *out) {
-  if (w == NULL) return 0;
-  pthread_mutex_lock(&w->mu);
-  int ended = w->ended;
-  if (ended) *out = w->end;
-  pthread_mutex_unlock(&w->mu);
-  return ended;
 }
 
 void trun_rdzv_watch_cut(trun_rdzv_watch *w) {

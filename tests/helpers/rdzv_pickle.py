@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real torch c10d rendezvous state pickles for trun's C pickle reader/writer (agent/rdzv/c10d/state.c).
+"""Real torch c10d rendezvous state pickles for trun's C pickle reader/writer (agent/rdzv/c10d_state.c).
 
   rdzv_pickle.py gen OUTDIR     writes OUTDIR/<torch>-<shape>.b64 (base64 of pickle.dumps(_RendezvousState), as
                                 torch stores it) and OUTDIR/<torch>-<shape>.expect (the canonical text below)

@@ -9,7 +9,8 @@
 # With --calls it rejects two files of one module calling each other (a circle of calls), and does not take
 # a call named in a comment or a string, or a call of a static function of the caller's own, for one. The
 # agent's own files (agent/*.c) call one another in no circle, and its state (struct agent) holds no function
-# pointer (issue 40).
+# pointer (issue 40); rdzv has no circle, and a file of rdzv calling one of its backends by name (not
+# through its ops table) is rejected.
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,8 +19,8 @@ py=${TRUN_HOST_PY:-/usr/bin/python3}
 check() { "$py" "$repo/scripts/check-layers.py" "$@"; }
 
 echo "== 1. this tree"
-check --root "$repo" --graph --doc "$repo/docs/architecture.md" ||
-  fail "the tree breaks the module rules, or docs/architecture.md disagrees with it (above)"
+check --root "$repo" --graph --doc "$repo/docs/architecture.md" --calls ||
+  fail "the tree breaks the module rules (a circle of calls in a module too), or docs/architecture.md disagrees with it (above)"
 
 # expect_breach NAME MESSAGE: a copy of the code with one change ($tmp/t) must fail naming MESSAGE.
 expect_breach() {
@@ -135,4 +136,9 @@ printf '\nint trun__layers_test_c(void) {\n  return trun_instance_lookup("x") !=
 expect_calls "two files of discover calling each other" 'module discover: 2 files call each other in a circle'
 grep -qF 'agent/discover/cpulist.c -> agent/discover/instance_types.c (trun__layers_test_c calls trun_instance_lookup)' "$tmp/err" ||
   fail "the breach does not name the call: $(cat "$tmp/err")"
+# rdzv: no circle among its files, and its backends (subfolders) reached only through their ops table.
+fresh_copy
+[ -z "$(calls_of agent/rdzv/)" ] || fail "rdzv's files call each other in a circle or a backend by name: $(calls_of agent/rdzv/)"
+printf '\nint trun__layers_test_d(void) {\n  return trun_fast_join(0);\n}\n' >>"$tmp/t/agent/rdzv/rdzv_store.c"
+expect_calls "a backend of rdzv called by name" 'module rdzv: agent/rdzv/rdzv_store.c calls into agent/rdzv/trun/ by name (trun__layers_test_d calls trun_fast_join)'
 echo PASS

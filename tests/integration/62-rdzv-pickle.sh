@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# c10d rendezvous state pickles, C vs real torch (agent/rdzv/c10d/state.c, docs/dev/torchrun-internals.md "The state"):
+# c10d rendezvous state pickles, C vs real torch (agent/rdzv/c10d_state.c, docs/dev/torchrun-internals.md "The state"):
 # 1. torch 1.13 (host python) and torch 2.6 (chroot) pickle fresh _RendezvousState objects of every shape
 #    (tests/helpers/rdzv_pickle.py gen); build/tests/test_pickle decodes them all, checks the fields and that its
 #    re-encoding is byte-identical to torch's (TRUN_REPO points it at the fresh set).

@@ -1,4 +1,4 @@
-/* The pickle VM / writer and the c10d rendezvous state codec (base/pickle.c, agent/rdzv/c10d/state.c):
+/* The pickle VM / writer and the c10d rendezvous state codec (base/pickle.c, agent/rdzv/c10d_state.c):
  * - every state pickled by real torch 1.13 and 2.6 in tests/fixtures/rdzv (made by
  * tests/helpers/rdzv_pickle.py) decodes to the fields python saw (the .expect files), and re-encodes to the
  * very same bytes (not the -pN files: protocols 2, 3, 5, which the writer does not aim to reproduce);
@@ -12,7 +12,7 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#include "agent/rdzv/c10d/state.h"
+#include "agent/rdzv/c10d_state.h"
 #include "base/pickle.h"
 #include "unit.h"
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rdzv.h"
 #include "rdzv_int.h"
@@ -302,6 +303,7 @@ static void node(trun_rdzv *r, const trun_rdzv_ops *ops, int round) {
   snprintf(r->key_space, sizeof(r->key_space), "/trun/j/r%d", round);
   r->be = ops;
   if (ops == &by_liveness) r->live = (struct trun_live *)&live_placeholder;
+  trun__rdzv_door_set(r, on_end, &us); /* as trun_rdzv_watch_open left it before the memset */
 }
 
 static void set(const char *k, const char *v) {
@@ -321,21 +323,17 @@ START_TEST(test_watch_by_key) {
   node(&r, &by_key, 0);
   trun_rdzv_watch *w = NULL;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
   ck_assert_ptr_nonnull(w);
-  trun_rdzv_end e;
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 0);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 0);
+  ck_assert_int_eq(calls, 0);
+  trun_rdzv_watch_start(w, 0);
+  ck_assert_int_eq(calls, 0);
   set("/trun/j/r0/end", "fail:1");
   ck_assert_int_eq(wait_calls(1), 1);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
   ck_assert_int_eq(seen.node, 1);
   ck_assert_int_eq(seen.round, 0);
   ck_assert_ptr_eq(seen_arg, &us);
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 1);
-  ck_assert_int_eq(e.kind, TRUN_RDZV_END_FAILED);
-  ck_assert_int_eq(e.node, 1);
   trun_rdzv_watch_stop(w);
   trun_buf v = {0};
   ck_assert_int_eq(trun_client_get(writer, trun_str("/trun/j/r0/seen_end/0"), &v, 1000), 0);
@@ -344,8 +342,8 @@ START_TEST(test_watch_by_key) {
 
   uint64_t conns = accepted();
   node(&r, &by_key, 1);
-  trun_rdzv_watch_start(w, 1, on_end, &us);
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 0); /* round 0's end is not round 1's */
+  trun_rdzv_watch_start(w, 1);
+  ck_assert_int_eq(calls, 1); /* round 0's end is not round 1's */
   set("/trun/j/r1/end", "ok");
   ck_assert_int_eq(wait_calls(2), 2);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_OK);
@@ -355,7 +353,7 @@ START_TEST(test_watch_by_key) {
 
   /* A value no agent writes: INVALID, said, and the watcher still ends. */
   node(&r, &by_key, 2);
-  trun_rdzv_watch_start(w, 2, on_end, &us);
+  trun_rdzv_watch_start(w, 2);
   set("/trun/j/r2/end", "gone:");
   ck_assert_int_eq(wait_calls(3), 3);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_INVALID);
@@ -372,16 +370,15 @@ START_TEST(test_watch_node_lost) {
   node(&r, &by_key, 0);
   trun_rdzv_watch *w = NULL;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  trun_rdzv_watch_start(w, 0);
   set("/trun/j/r0/lost/1",
       "{\"node\": 1, \"addr\": \"10.0.0.2\", \"id\": \"10.0.0.2 42 0\", \"cause\": \"3 "
       "heartbeats missed\", \"by\": \"0\", \"at\": 12.5}");
   set("/trun/j/r0/end", "gone:1");
   ck_assert_int_eq(wait_calls(1), 1);
   trun_rdzv_watch_stop(w);
-  trun_rdzv_end e;
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 1);
+  trun_rdzv_end e = seen;
   ck_assert_int_eq(e.kind, TRUN_RDZV_END_NODE_LOST);
   ck_assert_int_eq(e.node, 1);
   ck_assert_int_eq(e.loss_known, 1);
@@ -392,11 +389,11 @@ START_TEST(test_watch_node_lost) {
   ck_assert_str_eq(e.loss.by, "0");
 
   node(&r, &by_key, 1);
-  trun_rdzv_watch_start(w, 1, on_end, &us);
+  trun_rdzv_watch_start(w, 1);
   set("/trun/j/r1/end", "gone:0");
   ck_assert_int_eq(wait_calls(2), 2);
   trun_rdzv_watch_stop(w);
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 1);
+  e = seen;
   ck_assert_int_eq(e.kind, TRUN_RDZV_END_NODE_LOST);
   ck_assert_int_eq(e.node, 0);
   ck_assert_int_eq(e.loss_known, 0);
@@ -412,24 +409,23 @@ START_TEST(test_watch_by_liveness) {
   node(&r, &by_liveness, 0);
   trun_rdzv_watch *w = NULL;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
   ck_assert_ptr_nonnull(w);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
+  trun_rdzv_watch_start(w, 0);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   trun_rdzv_watch_stop(w);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 10); /* not the 15 s bound */
-  trun_rdzv_end e;
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 1);
-  ck_assert_int_eq(e.kind, TRUN_RDZV_END_NONE);
-  ck_assert_int_eq(e.node, -1);
+  ck_assert_int_eq(wait_calls(1), 1);
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_NONE);
+  ck_assert_int_eq(seen.node, -1);
 
   uint64_t conns = accepted();
   node(&r, &by_liveness, 1);
-  trun_rdzv_watch_start(w, 1, on_end, &us);
+  trun_rdzv_watch_start(w, 1);
   ck_assert_uint_eq(accepted(), conns + 1); /* reopened */
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 0);
+  ck_assert_int_eq(calls, 1);
   set("/trun/j/r1/end", "gone:1");
   ck_assert_int_eq(wait_calls(2), 2);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_NODE_LOST);
@@ -439,7 +435,7 @@ START_TEST(test_watch_by_liveness) {
 
   /* A trun agent's failure ends a c10d round too, with its record. */
   node(&r, &by_liveness, 2);
-  trun_rdzv_watch_start(w, 2, on_end, &us);
+  trun_rdzv_watch_start(w, 2);
   set("/trun/j/r2/failure/1", "{\"global_rank\": 3}");
   set("/trun/j/r2/end", "fail:1");
   ck_assert_int_eq(wait_calls(3), 3);
@@ -458,8 +454,8 @@ START_TEST(test_watch_failure_record) {
   node(&r, &by_key, 0);
   trun_rdzv_watch *w = NULL;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  trun_rdzv_watch_start(w, 0);
   set("/trun/j/r0/failure/1", "{\"global_rank\": 2, \"cause\": \"exited with code 3\"}");
   set("/trun/j/r0/end", "fail:1");
   ck_assert_int_eq(wait_calls(1), 1);
@@ -467,7 +463,7 @@ START_TEST(test_watch_failure_record) {
   trun_rdzv_watch_stop(w);
 
   node(&r, &by_key, 1); /* no record */
-  trun_rdzv_watch_start(w, 1, on_end, &us);
+  trun_rdzv_watch_start(w, 1);
   set("/trun/j/r1/end", "fail:0");
   ck_assert_int_eq(wait_calls(2), 2);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
@@ -481,7 +477,7 @@ START_TEST(test_watch_failure_record) {
   big[TRUN_RDZV_FAILURE_MAX] = '\0';
   set("/trun/j/r2/failure/1", big);
   free(big);
-  trun_rdzv_watch_start(w, 2, on_end, &us);
+  trun_rdzv_watch_start(w, 2);
   set("/trun/j/r2/end", "fail:1");
   ck_assert_int_eq(wait_calls(3), 3);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_FAILED);
@@ -536,8 +532,8 @@ START_TEST(test_watch_cut_and_lost) {
   node(&r, &by_key, 0);
   trun_rdzv_watch *w = NULL;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  trun_rdzv_watch_start(w, 0);
   trun_rdzv_watch_cut(w);
   ck_assert_int_eq(wait_calls(1), 1);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_STORE_LOST);
@@ -547,14 +543,14 @@ START_TEST(test_watch_cut_and_lost) {
 
   /* The caller lost the store on its own connection: the next round reconnects although this one ended. */
   node(&r, &by_key, 1);
-  trun_rdzv_watch_start(w, 1, on_end, &us);
+  trun_rdzv_watch_start(w, 1);
   set("/trun/j/r1/end", "ok");
   ck_assert_int_eq(wait_calls(2), 2);
   trun_rdzv_watch_reconnect(w);
   trun_rdzv_watch_stop(w);
   uint64_t conns = accepted();
   node(&r, &by_key, 2);
-  trun_rdzv_watch_start(w, 2, on_end, &us);
+  trun_rdzv_watch_start(w, 2);
   ck_assert_uint_eq(accepted(), conns + 1);
 
   trun_client_close(writer);
@@ -576,16 +572,102 @@ START_TEST(test_watch_single_node) {
   r.be = &by_liveness; /* no end key, and no liveness (r.live NULL) */
   trun_rdzv_watch *w = (trun_rdzv_watch *)&live_placeholder;
   char err[256];
-  ck_assert_int_eq(trun_rdzv_watch_open(&r, &w, err, sizeof(err)), 0);
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
   ck_assert_ptr_null(w);
-  trun_rdzv_watch_start(w, 0, on_end, &us);
-  trun_rdzv_end e;
-  ck_assert_int_eq(trun_rdzv_watch_result(w, &e), 0);
+  trun_rdzv_watch_start(w, 0);
+  ck_assert_int_eq(calls, 0);
   trun_rdzv_watch_cut(w);
   trun_rdzv_watch_reconnect(w);
   trun_rdzv_watch_stop(w);
   trun_rdzv_watch_close(w);
   ck_assert_int_eq(calls, 0);
+}
+END_TEST
+
+/* A backend's tick whose news is "2 new nodes wait": the liveness thread hands it on through the one door. */
+static trun_rdzv_news tick_new_nodes(trun_rdzv *r, trun_client *c, int *nodes) {
+  (void)r, (void)c;
+  *nodes = 2;
+  return TRUN_RDZV_NEW_NODES;
+}
+static int tick_fast(const trun_rdzv *r) {
+  (void)r;
+  return 100;
+}
+static const trun_rdzv_ops by_tick = {.name = "by-tick", .tick = tick_new_nodes, .tick_ms = tick_fast};
+
+/* The liveness thread of a round of two nodes on the unit's store, heartbeats every 0.1 s. */
+static void live_node(trun_rdzv *r, trun_config *cfg, const trun_rdzv_ops *ops, int round) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->max_nodes = 2;
+  snprintf(cfg->run_id, sizeof(cfg->run_id), "j");
+  cfg->rdzv_conf = "trun_heartbeat_interval=0.1,trun_heartbeat_misses=2";
+  node(r, ops, round);
+  r->live = NULL;
+  r->cfg = cfg;
+  snprintf(r->host_addr, sizeof(r->host_addr), "127.0.0.1");
+  ck_assert_int_eq(trun__rdzv_live_start(r), 0);
+  ck_assert_ptr_nonnull(r->live);
+  trun__rdzv_live_round(r);
+}
+
+/* What a backend's tick learns while the workers run (c10d: nodes waiting) comes through the watcher's
+ * callback as a fate of the round it watches: JOINING with the count of nodes. */
+START_TEST(test_door_news) {
+  trun_rdzv r;
+  trun_config cfg;
+  live_node(&r, &cfg, &by_tick, 3);
+  trun_rdzv_watch *w = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  ck_assert_ptr_nonnull(w);
+  trun_rdzv_watch_start(w, 3);
+  ck_assert_int_ge(wait_calls(1), 1);
+  pthread_mutex_lock(&mu);
+  trun_rdzv_end e = seen;
+  pthread_mutex_unlock(&mu);
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_JOINING);
+  ck_assert_int_eq(e.nodes, 2);
+  ck_assert_int_eq(e.round, 3);
+  ck_assert_ptr_eq(seen_arg, &us);
+  trun_rdzv_round_done(&r);
+  trun__rdzv_live_stop(&r);
+  trun_rdzv_watch_close(w);
+}
+END_TEST
+
+/* The store stops answering this node's heartbeats: the liveness's judge, which never waits on the store,
+ * hands the round a CUT_OFF fate through the same door, with the store and the silence in its cause. */
+START_TEST(test_door_cut_off) {
+  trun_rdzv r;
+  trun_config cfg;
+  live_node(&r, &cfg, &by_key, 0);
+  trun_rdzv_watch *w = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  trun_rdzv_watch_start(w, 0);
+  trun_slice k = trun_str("/trun/j/r0/alive/0");
+  for (int i = 0; i < 100 && trun_client_check(writer, 1, &k) != 1; i++) usleep(20000);
+  ck_assert_int_eq(calls, 0); /* heartbeats answered: no fate */
+  trun_client_close(writer);
+  writer = NULL;
+  unit_server_stop(&us); /* the watcher's wait fails too: STORE_LOST, then the judge's CUT_OFF */
+  trun_rdzv_end e = {0};
+  for (int n = 1; n < 50 && e.kind != TRUN_RDZV_END_CUT_OFF; n++) {
+    ck_assert_int_ge(wait_calls(n), n);
+    pthread_mutex_lock(&mu);
+    e = seen;
+    pthread_mutex_unlock(&mu);
+  }
+  ck_assert_int_eq(e.kind, TRUN_RDZV_END_CUT_OFF);
+  ck_assert_ptr_nonnull(strstr(e.cause, "no answer from the rendezvous store at 127.0.0.1:"));
+  ck_assert_ptr_nonnull(strstr(e.cause, "twice the liveness window of 2 heartbeats of 0.1 s"));
+  trun_rdzv_abandon(&r);
+  trun_rdzv_round_done(&r);
+  trun__rdzv_live_stop(&r);
+  trun_rdzv_watch_close(w);
+  port = unit_server_start(&us, NULL); /* for teardown */
+  ck_assert_int_gt(port, 0);
 }
 END_TEST
 
@@ -614,6 +696,8 @@ static Suite *rdzv_end_suite(void) {
   tcase_add_test(tc, test_watch_single_node);
   tcase_add_test(tc, test_watch_failure_record);
   tcase_add_test(tc, test_announce_first_wins);
+  tcase_add_test(tc, test_door_news);
+  tcase_add_test(tc, test_door_cut_off);
   suite_add_tcase(s, tc);
   return s;
 }

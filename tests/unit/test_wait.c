@@ -112,25 +112,26 @@ END_TEST
 
 START_TEST(test_connect_cause_words) {
   char out[600];
-  trun_wait_connect_cause(TRUN_CONNECT_RESOLVE, EHOSTUNREACH, "cannot resolve 'n': Name or service not known",
-                          "n", out, sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_RESOLVE, EHOSTUNREACH,
+                            "cannot resolve 'n': Name or service not known", "n", out, sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "the name 'n' does not resolve"));
   ck_assert_ptr_nonnull(strstr(out, "headless Service publishes a pod's name only once the pod is ready"));
-  trun_wait_connect_cause(TRUN_CONNECT_TCP, ECONNREFUSED, "connect: Connection refused", "h", out,
-                          sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_TCP, ECONNREFUSED, "connect: Connection refused", "h", out,
+                            sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "connection refused"));
-  trun_wait_connect_cause(TRUN_CONNECT_TCP, EHOSTUNREACH, "connect: No route to host", "h", out, sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_TCP, EHOSTUNREACH, "connect: No route to host", "h", out,
+                            sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "no route to the host"));
-  trun_wait_connect_cause(TRUN_CONNECT_TCP, ENETUNREACH, "connect: Network is unreachable", "h", out,
-                          sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_TCP, ENETUNREACH, "connect: Network is unreachable", "h", out,
+                            sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "no route to the host"));
-  trun_wait_connect_cause(TRUN_CONNECT_TCP, ETIMEDOUT, "connect: Connection timed out", "h", out,
-                          sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_TCP, ETIMEDOUT, "connect: Connection timed out", "h", out,
+                            sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "timed out"));
-  trun_wait_connect_cause(TRUN_CONNECT_HANDSHAKE, ECONNRESET, "VALIDATE/PING handshake failed", "h", out,
-                          sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_HANDSHAKE, ECONNRESET, "VALIDATE/PING handshake failed", "h", out,
+                            sizeof(out));
   ck_assert_ptr_nonnull(strstr(out, "allow-list"));
-  trun_wait_connect_cause(TRUN_CONNECT_TCP, EACCES, "connect: Permission denied", "h", out, sizeof(out));
+  trun_client_connect_cause(TRUN_CONNECT_TCP, EACCES, "connect: Permission denied", "h", out, sizeof(out));
   ck_assert_str_eq(out, "connect: Permission denied");
 }
 END_TEST
@@ -207,7 +208,7 @@ START_TEST(test_client_allow_list) {
   ck_assert_int_eq(s.stage, TRUN_CONNECT_HANDSHAKE);
   ck_assert_int_eq(s.err, ECONNRESET);
   char words[600];
-  trun_wait_connect_cause(s.stage, s.err, s.said, "127.0.0.1", words, sizeof(words));
+  trun_client_connect_cause(s.stage, s.err, s.said, "127.0.0.1", words, sizeof(words));
   ck_assert_ptr_nonnull(strstr(words, "allow-list"));
   trun_server_stats st;
   unit_server_stats(&us, &st);

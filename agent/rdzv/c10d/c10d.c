@@ -53,7 +53,7 @@ static void layout_hint(const trun_config *cfg, trun_rdzv_layout *lay) {
 
 static void c10d_close(trun_rdzv *r);
 
-trun_gen trun__rdzv_c10d_gen(const trun_config *cfg) {
+static trun_gen c10d_gen(const trun_config *cfg) {
   trun_gen gen = TRUN_GEN_V2;
   char ver[32];
   if (cfg->rdzv_conf && trun_config_conf_get(cfg->rdzv_conf, "torch_version", ver, sizeof(ver)) &&
@@ -65,7 +65,7 @@ trun_gen trun__rdzv_c10d_gen(const trun_config *cfg) {
 static int c10d_init(trun_rdzv *r, char *err, size_t errlen) {
   const trun_config *cfg = r->cfg;
   /* The store speaks the generation of the torch that serves it: 1.13 / 2.0 and 2.1 had no VALIDATE. */
-  trun_gen gen = trun__rdzv_c10d_gen(cfg);
+  trun_gen gen = c10d_gen(cfg);
   if ((r->state = calloc(1, sizeof(c10d_state))) == NULL) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -629,6 +629,7 @@ static int c10d_admit(trun_rdzv *r, int round, char *err, size_t errlen) {
 const trun_rdzv_ops trun__rdzv_c10d = {
     .name = "c10d",
     .elastic = 1,
+    .store_gen = c10d_gen,
     .init = c10d_init,
     .next_round = c10d_round,
     .admit_round = c10d_admit,

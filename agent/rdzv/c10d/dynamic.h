@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "state.h"
+#include "agent/rdzv/c10d_state.h"
 #include "store/store.h"
 
 #define TRUN_DYN_SENTINEL "Y2FuaW1hZGFt" /* base64("canimadam"): "no state yet" */

@@ -1,10 +1,11 @@
 /* torchelastic's c10d rendezvous state (`_RendezvousState`, docs/dev/torchrun-internals.md "The state") as a
- * C struct, read from and written to the store's base64 pickle. Every layout torch has used: node key `fqdn`
- * (1.13) or `addr` (2.0+), with or without `redundancy_list` (2.3+), naive (<= 2.5) or timezone-aware UTC
- * (2.6+) datetimes. The decoder reports the layout it saw; the encoder writes the layout it is given,
- * byte-identical to pickle.dumps (protocol 4) of the same state as a torch agent holds it: one _NodeDesc
- * object per node (shared by every list it is in), a separate addr string per node, a separate datetime per
- * field, the timezone.utc singleton shared. */
+ * C struct, read from and written to the store's base64 pickle: a key's value format, below the c10d backend
+ * (c10d/) and --rdzv-status (rdzv_status.c), which both read it, like the end key's (rdzv_end_key.c). Every
+ * layout torch has used: node key `fqdn` (1.13) or `addr` (2.0+), with or without `redundancy_list` (2.3+),
+ * naive (<= 2.5) or timezone-aware UTC (2.6+) datetimes. The decoder reports the layout it saw; the encoder
+ * writes the layout it is given, byte-identical to pickle.dumps (protocol 4) of the same state as a torch
+ * agent holds it: one _NodeDesc object per node (shared by every list it is in), a separate addr string per
+ * node, a separate datetime per field, the timezone.utc singleton shared. */
 #ifndef TRUN_AGENT_RDZV_STATE_H
 #define TRUN_AGENT_RDZV_STATE_H
 

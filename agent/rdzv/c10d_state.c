@@ -1,5 +1,5 @@
 /* c10d rendezvous state <-> pickle: see c10d/state.h and docs/dev/torchrun-internals.md "The state". */
-#include "state.h"
+#include "c10d_state.h"
 
 #include <errno.h>
 #include <stdarg.h>
