@@ -169,7 +169,8 @@ static void on_probe_readable(uv_poll_t *h, int status, int events) {
     trun_warn("health: the GPU checks could not run in the background (%s); the node was not judged",
               now ? derr : "out of memory");
   } else {
-    trun_debug("health: the GPUs' facts read in the background in %.1f ms", trun_mono_ms() - a->health.probe_t0);
+    trun_debug("health: the GPUs' facts read in the background in %.1f ms",
+               trun_mono_ms() - a->health.probe_t0);
     if (rc < 0) trun_debug("health: GPU discovery: %s", derr);
     compare_cached(a, now);
     int fails = judge(a, now, derr[0] ? derr : a->discover_err, a->health.probe_t0,

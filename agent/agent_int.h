@@ -176,8 +176,8 @@ struct agent {
     const char *kind;    /* the exclusion's kind: "xid", "health", "preflight" or "stuck" */
     unsigned long long round_xid[TRUN_ROUND_XID_GPUS]; /* the last Xid of each visible GPU this round, 0 */
     int left;                                          /* trun__agent_leave_unhealthy ran */
-    int seen;       /* other nodes' health records already read from the store */
-    double gate_at; /* monotonic ms of the last health gate run */
+    int seen;              /* other nodes' health records already read from the store */
+    double gate_at;        /* monotonic ms of the last health gate run */
     trun_gpu_probe *probe; /* the gate's GPU facts read in the background (warn, GPUs from the cache) */
     uv_poll_t probe_poll;  /* readable: the probe ended */
     int probe_poll_on;     /* probe_poll was initialised (close it at the end) */

@@ -282,7 +282,8 @@ START_TEST(detect_spin_not_named) {
   ck_assert_int_eq(feed(d, "ras-spin-12s.json", 12, &v), 0);
   ck_assert(trun_hang_quiet_s(d) == 0);
   for (double t = 20; t < 3600; t += 20) ck_assert_int_eq(feed(d, "ras-spin-20s.json", t, &v), 0);
-  ck_assert_msg(trun_hang_quiet_s(d) == 3580 - 12, "%f", trun_hang_quiet_s(d)); /* equal, unchanged since 12 */
+  ck_assert_msg(trun_hang_quiet_s(d) == 3580 - 12, "%f",
+                trun_hang_quiet_s(d));                          /* equal, unchanged since 12 */
   ck_assert_int_eq(feed(d, "ras-sleep-20s.json", 3600, &v), 0); /* another job's counts: moved */
   ck_assert(trun_hang_quiet_s(d) == 0);
   trun_hang_reset(d);
