@@ -21,7 +21,8 @@ gpu_recovery4.py does).
 Run on the GPU box (build/portable carried):  python3 bench/gpu_nodeloss.py   (bench/gpu4.sh runs it)
 Env: OUT (default build/gpu-results), TRUN_BIN (build/portable), GPU_NL_BUDGET (seconds, default 480; what
 would not fit is skipped and listed), GPU_NL_CONFIGS (comma list of configuration names, default all),
-GPU_NL_AGENTS (2; 4 on an 8-GPU box gives 4 x 2), GPU_NL_BACKEND (nccl; gloo tries it on a CPU box: one
+GPU_NL_AGENTS (2; 4 on an 8-GPU box gives 4 x 2), GPU_NL_SHARE (1: every agent one worker on GPU 0, NCCL_HOSTID
+apart: the 1-GPU proxy), GPU_NL_BACKEND (nccl; gloo tries it on a CPU box: one
 worker per agent, e.g.
 GPU_NL_BACKEND=gloo TRUN_BIN=build PYTHON=/usr/bin/python3 /usr/bin/python3 bench/gpu_nodeloss.py).
 Writes $OUT/<date>-<gpu>-nodeloss/nodeloss.json after every measurement, run.log, and each job's launcher
@@ -43,6 +44,9 @@ import gpu_common as gc  # noqa: E402
 
 BACKEND = os.environ.get("GPU_NL_BACKEND", "nccl")
 AGENTS = int(os.environ.get("GPU_NL_AGENTS", "2"))
+# GPU_NL_SHARE=1: the 1-GPU proxy: every agent runs one worker on GPU 0, NCCL_HOSTID apart (NCCL then takes the
+# agents for hosts and all-reduces over sockets), so that a 1-GPU box runs NCCL's side of a node loss.
+SHARE = os.environ.get("GPU_NL_SHARE") == "1"
 BUDGET = float(os.environ.get("GPU_NL_BUDGET", "480"))
 SETUP_CAP = 90.0  # the first round of a job
 TRUN_CAP = 40.0  # trun: a recovery not seen this long after the event counts as none
@@ -211,11 +215,13 @@ def job(rs, cfg, n):
         for i in range(k):
             env = dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="ERROR", NCCL_NVLS_ENABLE="0", PYTHON_EXEC=gc.PY,
                        TRUN_LOG_LEVEL="debug", GPU_NL_NODE=f"node{i}", **{gc.JOB_VAR: token})
-            if BACKEND == "nccl":
+            if BACKEND == "nccl" and SHARE:
+                env["CUDA_VISIBLE_DEVICES"] = "0"  # every agent on GPU 0; NCCL_HOSTID apart (below)
+            elif BACKEND == "nccl":
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i * g + k) for k in range(g))
             else:
                 env.pop("CUDA_VISIBLE_DEVICES", None)
-            if hostid:
+            if hostid or SHARE:
                 env["NCCL_HOSTID"] = f"trun-nl-node{i}"
             cmd = agent_cmd(launcher, be, flags, g, port, f"nl{port}", i, d, evs[i])
             procs.append(subprocess.Popen(cmd, env=env, start_new_session=True,
@@ -304,7 +310,7 @@ def job(rs, cfg, n):
 def main():
     rs = gc.Results("nodeloss" if AGENTS == 2 else f"nodeloss-{AGENTS}agents", BUDGET)
     names = gc.box(rs, BACKEND)
-    n = len(names) if BACKEND == "nccl" else AGENTS
+    n = len(names) if BACKEND == "nccl" and not SHARE else AGENTS
     if n < AGENTS:
         rs.log(f"{n} GPU(s): {AGENTS} agents need {AGENTS} or more (GPU_NL_BACKEND=gloo tries the script on a CPU "
                "box)")
