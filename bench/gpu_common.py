@@ -23,6 +23,33 @@ JOB_VAR = "GPU_BENCH_JOB"
 RECVMSG = {"x86_64": "47", "aarch64": "212"}.get(os.uname().machine, "47")
 
 
+
+# The start of a bench worker (bench/gpu_nodeloss.py, bench/gpu_recovery4.py; argv: its folder, the backend):
+# its clocks from the script's start to its first all-reduce (t0, import, cuda, pg, ready), whether the
+# --warm-start pool had imported torch (preloaded), and its ranks; each script appends what it does next.
+WORKER_READY = r'''
+import json, os, sys, time
+t0 = time.time()
+preloaded = "torch" in sys.modules
+d, backend = sys.argv[1], sys.argv[2]
+lr, rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+import torch, torch.distributed as dist
+t_import = time.time()
+dev = torch.device("cpu")
+if backend == "nccl":
+    torch.cuda.set_device(lr)
+    dev = torch.device("cuda", lr)
+    torch.empty(1, device=dev)  # the CUDA context and the caching allocator
+t_cuda = time.time()
+dist.init_process_group(backend)
+t_pg = time.time()
+x = torch.ones(1, device=dev)
+dist.all_reduce(x)
+if backend == "nccl":
+    torch.cuda.synchronize()
+t_ready = time.time()
+assert int(x.item()) == world, x'''
+
 def nvls_off():
     """NVLink multicast stays off on the shared GPU box, in every process the scripts start."""
     for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1"),

@@ -54,28 +54,7 @@ TORCHRUN_CAP = 30.0
 gc.nvls_off()
 gc.exit_on_term()
 
-WORKER = r'''
-import json, os, sys, time
-t0 = time.time()
-preloaded = "torch" in sys.modules
-d, backend = sys.argv[1], sys.argv[2]
-lr, rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-import torch, torch.distributed as dist
-t_import = time.time()
-dev = torch.device("cpu")
-if backend == "nccl":
-    torch.cuda.set_device(lr)
-    dev = torch.device("cuda", lr)
-    torch.empty(1, device=dev)  # the CUDA context and the caching allocator
-t_cuda = time.time()
-dist.init_process_group(backend)
-t_pg = time.time()
-x = torch.ones(1, device=dev)
-dist.all_reduce(x)
-if backend == "nccl":
-    torch.cuda.synchronize()
-t_ready = time.time()
-assert int(x.item()) == world, x
+WORKER = gc.WORKER_READY + r'''
 line = json.dumps({"pid": os.getpid(), "node": os.environ["GPU_NL_NODE"], "rank": rank, "local": lr,
                    "world": world, "preloaded": preloaded, "t0": t0, "import": t_import, "cuda": t_cuda,
                    "pg": t_pg, "ready": t_ready}) + "\n"

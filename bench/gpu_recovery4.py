@@ -61,29 +61,8 @@ TORCHRUN = None  # main() picks it
 JOB_CAP = 150.0  # one recovery job, whatever happens
 TORCHRUN_CAP = 45.0  # torchrun: a recovery not seen this long after the crash counts as none
 
-WORKER = r'''
-import json, os, sys, time
-t0 = time.time()
-preloaded = "torch" in sys.modules
-d, backend = sys.argv[1], sys.argv[2]
+WORKER = gc.WORKER_READY + r'''
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-lr, rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-import torch, torch.distributed as dist
-t_import = time.time()
-dev = torch.device("cpu")
-if backend == "nccl":
-    torch.cuda.set_device(lr)
-    dev = torch.device("cuda", lr)
-    torch.empty(1, device=dev)  # the CUDA context and the caching allocator
-t_cuda = time.time()
-dist.init_process_group(backend)
-t_pg = time.time()
-x = torch.ones(1, device=dev)
-dist.all_reduce(x)
-if backend == "nccl":
-    torch.cuda.synchronize()
-t_ready = time.time()
-assert int(x.item()) == world, x
 with open(os.path.join(d, "ready.%d.%d" % (attempt, rank)), "w") as f:
     json.dump({"pid": os.getpid(), "preloaded": preloaded, "t0": t0, "import": t_import, "cuda": t_cuda,
                "pg": t_pg, "ready": t_ready}, f)
