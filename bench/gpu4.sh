@@ -12,6 +12,11 @@
 #   call 3 (optional): bash bench/gpu4.sh 3   the rest of bench/gpu.py's steps at N GPUs: worker environment,
 #                                   launch (2, N, 8 workers), NCCL busbw via trun and torchrun, the c10d mixed
 #                                   fleet (2 agents x N/2), the stall detector (~4 min)
+#   call 4: bash bench/gpu4.sh 4    what issue 39's acceptance still needs from the tree that sets
+#                                   NCCL_CUMEM_ENABLE=0 itself: launch with the GPU cache (bench/gpu_launch.py,
+#                                   ~80 s), the crash floor 1 x N warm-cuda and torchrun (~100 s), node loss 2 x N/2
+#                                   killed and silent on both backends and torchrun silent (~250 s), FSDP under
+#                                   torchrun and trun (~80 s)
 # Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>-health.json or -gpu.json and the folder
 # of the same name); at the end each folder is packed into $OUT/<folder>.tgz (the device returns at most 8
 # files): unpack them into bench/results/. The whole console of every step is in $OUT/console-<call>.txt; the
@@ -22,8 +27,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 CALL=${1:-}
 case "$CALL" in
-  1 | 2 | 3) ;;
-  *) echo "usage: bash bench/gpu4.sh 1|2|3 (the first, second or the optional third device call)" >&2 && exit 2 ;;
+  1 | 2 | 3 | 4) ;;
+  *) echo "usage: bash bench/gpu4.sh 1|2|3|4 (the first, second, the optional third or the acceptance call)" >&2 && exit 2 ;;
 esac
 # NVLink multicast stays off on the shared GPU box, in every environment this starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -109,6 +114,15 @@ elif [ "$CALL" = 3 ]; then
   step nccl 90 4 env GPU_STEPS=nccl "$PY" bench/gpu.py
   step c10d 150 4 env GPU_STEPS=c10d "$PY" bench/gpu.py
   step stall 120 4 env GPU_STEPS=stall "$PY" bench/gpu.py
+elif [ "$CALL" = 4 ]; then
+  step launch 95 16 env GPU_LAUNCH_BUDGET=80 "$PY" bench/gpu_launch.py
+  step recovery4 110 10 env GPU_R4_STEPS=recovery GPU_R4_BUDGET=100 GPU_R4_CRASHES=2 \
+    GPU_R4_CONFIGS=trun-warm-cuda,torchrun "$PY" bench/gpu_recovery4.py
+  nl=trun-trun-warm-cuda-kill,trun-c10d-warm-cuda-kill,trun-trun-warm-cuda-stop,trun-c10d-warm-cuda-stop,torchrun-stop
+  t=$(($(left) - 110))
+  step nodeloss 300 30 env GPU_NL_BUDGET=$((t - 30)) GPU_NL_CONFIGS=$nl "$PY" bench/gpu_nodeloss.py
+  export GPU_RESULT_SUFFIX=gpu4
+  step fsdp 100 8 env GPU_STEPS=fsdp GPU_DDP_REPS=1 "$PY" bench/gpu.py
 else
   # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
   c=trun-warm-cuda
