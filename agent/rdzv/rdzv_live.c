@@ -139,6 +139,18 @@ static int write_loss(const ks_door *d, const char *ks, int g, const char *id, c
   return rc < 0 ? rc : 1;
 }
 
+/* How a message names the agent of alive id "addr pid local_id tag": "ADDR, agent pid PID" (the id as it is
+ * when it is not one), escaped: the value comes from the store. */
+static void id_name(const char *id, char *out, size_t len) {
+  char addr[256], raw[TRUN_RDZV_AGENT_ID_MAX + 32];
+  long long pid = 0;
+  if (sscanf(id, "%255s %lld", addr, &pid) == 2)
+    snprintf(raw, sizeof(raw), "%s, agent pid %lld", addr, pid);
+  else
+    snprintf(raw, sizeof(raw), "%s", id);
+  trun__rdzv_escape(raw, out, len);
+}
+
 /* The store host's server found an owner connection gone (trun_server_own_keys): key "<ks>/alive/<g>"
  * with value "addr pid local_id tag". Runs on the server's thread with the key space locked. */
 static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
@@ -160,8 +172,11 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   char cause[128];
   snprintf(cause, sizeof(cause), "its connection to the rendezvous store closed (from %s)", peer);
   ks_door d = {.server = s};
-  if (write_loss(&d, ks, g, id, cause, "store") == 1)
-    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
+  if (write_loss(&d, ks, g, id, cause, "store") == 1) {
+    char name[TRUN_RDZV_AGENT_ID_MAX * 2];
+    id_name(id, name, sizeof(name));
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, name, cause);
+  }
 }
 
 int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
@@ -370,7 +385,9 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   snprintf(cause, sizeof(cause), "%d heartbeats missed (%.1f s without one)", v->own_beats, quiet);
   snprintf(by, sizeof(by), "%d", g);
   if ((rc = write_loss(&(ks_door){.client = l->c}, ks, v->succ, v->succ_id, cause, by)) == 1) {
-    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, v->succ_id, cause);
+    char name[TRUN_RDZV_AGENT_ID_MAX * 2];
+    id_name(v->succ_id, name, sizeof(name));
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, name, cause);
     exclude_cut_off(l, v->succ_id, cause);
   }
   v->succ = -1;
