@@ -4,9 +4,9 @@
  * /trun/<run_id>/excluded/<i> (i = 1..n) holds each, JSON: host (how the other nodes know the node:
  * --local-addr, else its FQDN), hostname (its host name: Slurm's node name), instance (its instance id, ""
  * unknown), gpus (its GPU UUIDs), kind ("health", "preflight", "xid", "failures", "cut_off"), cause, at and
- * until (wall-clock seconds), and for a record of one agent (cut_off) agent, its rendezvous id "addr pid
- * local_id tag" (records without it name the node, as before it existed). A record is never changed: an
- * exclusion ends when its time is up. */
+ * until (wall-clock seconds), and in a record of one agent (cut_off) agent: its rendezvous id "addr pid
+ * local_id tag" (a record without it names the node, as every record did before it existed). A record is
+ * never changed: an exclusion ends when its time is up. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -3,9 +3,10 @@
  *
  * While a round's workers run, a thread of each agent, on a connection of its own to the rendezvous store,
  * writes in the round's key space (r->key_space):
- *   alive/<g>  "addr pid local_id tag" (trun__rdzv_agent_id), set once per round on that connection: the
- * store host's server owns it to the connection (trun_server_own_keys), so a crash (the kernel closes the
- * socket) is seen at once by an agent that hosts the store; deleted when the node leaves the round cleanly;
+ *   alive/<g>  the agent's id "addr pid local_id tag" (trun__rdzv_agent_id), set once per round on that
+ *              connection: the store host's server owns it to the connection (trun_server_own_keys), so a
+ *              crash (the kernel closes the socket) is seen at once by an agent that hosts the store;
+ *              deleted when the node leaves the round cleanly;
  *   live/<g>   a counter it bumps every trun_heartbeat_interval (1 s).
  * Each agent also watches the next node of the round that has an alive key (a ring; torchrun agents in a
  * c10d fleet write none and are skipped): a counter that stays still for trun_heartbeat_misses (3) intervals
