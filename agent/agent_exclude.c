@@ -28,7 +28,7 @@ void trun__agent_exclusion_news(agent *a) {
     if (e->news == 0) continue;
     trun_obs_exclusion(a->obs, e, active);
     if (trun_rdzv_info(a->rdzv)->group_rank != 0) continue;
-    char name[sizeof(e->id.host) + sizeof(e->id.hostname) + 4];
+    char name[sizeof(e->id.host) + sizeof(e->id.hostname) + 48];
     trun_rdzv_node_name(&e->id, name, sizeof(name));
     if (e->news & TRUN_RDZV_EXCL_NEW)
       fprintf(stderr, "trun: node %s is excluded from the job for %.0f s: %s: %s\n", name, e->until - e->at,

@@ -328,10 +328,11 @@ void trun_obs_exclusion(trun_obs *o, const trun_rdzv_exclusion *e, int active) {
   if (e->news & TRUN_RDZV_EXCL_NEW) o->exclusions++;
   for (int bit = TRUN_RDZV_EXCL_NEW; bit <= TRUN_RDZV_EXCL_ENDED; bit <<= 1)
     if (e->news & bit)
-      trun_events_emit(o->ev, bit == TRUN_RDZV_EXCL_NEW ? "node_excluded" : "exclusion_ended",
-                       json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "excluded_host", e->id.host, "hostname",
-                                 e->id.hostname, "instance", e->id.instance, "kind", e->kind, "cause",
-                                 e->cause, "gpus", e->id.gpus, "at", e->at, "until", e->until));
+      trun_events_emit(
+          o->ev, bit == TRUN_RDZV_EXCL_NEW ? "node_excluded" : "exclusion_ended",
+          json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "excluded_host", e->id.host, "hostname",
+                    e->id.hostname, "instance", e->id.instance, "kind", e->kind, "cause", e->cause, "gpus",
+                    e->id.gpus, "agent", e->id.agent, "at", e->at, "until", e->until));
 }
 
 void trun_obs_recovered(trun_obs *o, int world_size, int nnodes, double seconds) {

@@ -68,7 +68,7 @@ typedef struct trun_rdzv_loss {
   int node;           /* its group rank in that round */
   long long round_id; /* that round */
   char addr[256];     /* its address */
-  char id[320];       /* its identity in the rendezvous: "addr pid local_id" */
+  char id[320];       /* its identity in the rendezvous: "addr pid local_id tag" (older agents: no tag) */
   char cause[256];    /* "its connection to the rendezvous store closed (from A)", "3 heartbeats missed
                          (3.2 s without one)", "it left the job: WHY" */
   char by[16];        /* who saw it: "store" (the store host) or a group rank */
@@ -92,12 +92,17 @@ int trun_rdzv_token(const trun_config *cfg, char *out, size_t len, char *err, si
 #define TRUN_RDZV_EXCL_SKEW_S 300.0   /* how far ahead of this clock a record's "at" may be (clock skew) */
 
 /* A node as the exclusion list names it: the same node has the same host and, where both records know them,
- * the same instance id and a GPU UUID in common (a replaced machine under the old name is another node). */
+ * the same instance id and a GPU UUID in common (a replaced machine under the old name is another node). A
+ * record of one agent (a node cut off: agent set) names that agent only, not another on the same host (two
+ * agents of one box, pods with the host's network). */
+#define TRUN_RDZV_AGENT_ID_MAX 320 /* an agent's rendezvous id (trun__rdzv_agent_id), its 0 included */
 typedef struct trun_rdzv_node_id {
-  char host[256];     /* how the other nodes know it: --local-addr, else its FQDN */
-  char hostname[256]; /* its short host name (Slurm's node name) */
-  char instance[64];  /* its instance id, "" unknown */
-  char gpus[1024];    /* its GPU UUIDs, comma-separated, "" unknown */
+  char host[256];                     /* how the other nodes know it: --local-addr, else its FQDN */
+  char hostname[256];                 /* its short host name (Slurm's node name) */
+  char instance[64];                  /* its instance id, "" unknown */
+  char gpus[1024];                    /* its GPU UUIDs, comma-separated, "" unknown */
+  char agent[TRUN_RDZV_AGENT_ID_MAX]; /* one agent: its id in the rendezvous, "addr pid local_id tag" (the
+                                         tag: random, once per agent); "": the node, whichever agent */
 } trun_rdzv_node_id;
 
 enum { TRUN_RDZV_EXCL_NEW = 1, TRUN_RDZV_EXCL_ENDED = 2 };
@@ -113,10 +118,10 @@ struct trun_rdzv_exclusion {
 };
 
 /* How a line names an excluded node: "HOST (NAME)", or "HOST" when its host name is not known or is the
- * same as HOST. */
+ * same as HOST; a record of one agent adds its pid: "HOST (NAME, agent pid P)", "HOST (agent pid P)". */
 void trun_rdzv_node_name(const trun_rdzv_node_id *id, char *out, size_t len);
 /* This node's identity: host (its rendezvous address), its host name, and from node (NULL: none) its
- * instance id and GPU UUIDs. */
+ * instance id and GPU UUIDs; agent "" (the node). */
 void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id);
 /* --rdzv-conf trun_exclude_seconds: how long an exclusion lasts (default 1800; 0: none are made). */
 double trun_rdzv_exclude_seconds(const trun_config *cfg);
@@ -130,7 +135,7 @@ int trun_rdzv_exclude_failures(const trun_config *cfg);
  * trun_exclude_seconds, with kind and cause. 0 (also when exclusions are off), or a negative errno. */
 int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_node_id *id, const char *kind,
                       const char *cause);
-/* 1 when exclusion e names node id. */
+/* 1 when exclusion e names node id (a record of one agent: id's agent is that one). */
 int trun_rdzv_exclusion_matches(const trun_rdzv_exclusion *e, const trun_rdzv_node_id *id);
 /* The job's exclusion records after the first `from` ones, ended ones too, read on c: *out (the caller
  * frees it) and *n (records that are not trun's are left out: host names of other characters than a host's,

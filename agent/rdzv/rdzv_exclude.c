@@ -4,7 +4,9 @@
  * /trun/<run_id>/excluded/<i> (i = 1..n) holds each, JSON: host (how the other nodes know the node:
  * --local-addr, else its FQDN), hostname (its host name: Slurm's node name), instance (its instance id, ""
  * unknown), gpus (its GPU UUIDs), kind ("health", "preflight", "xid", "failures", "cut_off"), cause, at and
- * until (wall-clock seconds). A record is never changed: an exclusion ends when its time is up. */
+ * until (wall-clock seconds), and in a record of one agent (cut_off) agent: its rendezvous id "addr pid
+ * local_id tag" (a record without it names the node, as every record did before it existed). A record is
+ * never changed: an exclusion ends when its time is up. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -35,11 +37,25 @@ int trun_rdzv_exclude_failures(const trun_config *cfg) {
   return atoi(v);
 }
 
-void trun_rdzv_node_name(const trun_rdzv_node_id *id, char *out, size_t len) {
-  if (id->hostname[0] && strcmp(id->hostname, id->host) != 0)
-    snprintf(out, len, "%s (%s)", id->host, id->hostname);
+/* " (agent pid P)" for a record of one agent (its pid: the second word of its id), else "". */
+static void agent_part(const trun_rdzv_node_id *id, char *out, size_t len) {
+  long long pid = 0;
+  out[0] = '\0';
+  if (id->agent[0] == '\0') return;
+  if (sscanf(id->agent, "%*s %lld", &pid) == 1 && pid > 0)
+    snprintf(out, len, " (agent pid %lld)", pid);
   else
-    snprintf(out, len, "%s", id->host);
+    snprintf(out, len, " (one agent)");
+}
+
+void trun_rdzv_node_name(const trun_rdzv_node_id *id, char *out, size_t len) {
+  char agent[48];
+  agent_part(id, agent, sizeof(agent));
+  if (id->hostname[0] && strcmp(id->hostname, id->host) != 0)
+    snprintf(out, len, "%s (%s%s%s", id->host, id->hostname, agent[0] ? ", " : ")",
+             agent[0] ? agent + 2 : "");
+  else
+    snprintf(out, len, "%s%s", id->host, agent);
 }
 
 void trun_rdzv_node_identity(const char *host, const trun_node *node, trun_rdzv_node_id *id) {
@@ -82,6 +98,8 @@ int trun_rdzv_exclusion_matches(const trun_rdzv_exclusion *e, const trun_rdzv_no
   /* The same name on other hardware (a replaced instance, other GPUs) is another node. */
   if (e->id.instance[0] && id->instance[0] && strcmp(e->id.instance, id->instance) != 0) return 0;
   if (e->id.gpus[0] && id->gpus[0] && !share_item(e->id.gpus, id->gpus)) return 0;
+  /* A record of one agent names that one: another agent of the same address is not it. */
+  if (e->id.agent[0] && strcmp(e->id.agent, id->agent) != 0) return 0;
   return 1;
 }
 
@@ -97,6 +115,10 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
   json_t *j =
       json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:f}", "host", id->host, "hostname", id->hostname, "instance",
                 id->instance, "gpus", id->gpus, "kind", kind, "cause", cause, "at", at, "until", at + secs);
+  if (j && id->agent[0] && json_object_set_new(j, "agent", json_string(id->agent)) < 0) {
+    json_decref(j);
+    j = NULL;
+  }
   char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   if (rec == NULL) return -ENOMEM;
@@ -111,9 +133,11 @@ int trun_rdzv_exclude(trun_client *c, const trun_config *cfg, const trun_rdzv_no
     rc = trun_client_set(c, trun_str(k), trun_str(rec));
   }
   free(rec);
+  char agent[48];
+  agent_part(id, agent, sizeof(agent));
   if (rc == 0)
-    trun_warn("node %s is excluded from job '%s' for %.0f s: %s: %s", id->host, cfg->run_id, secs, kind,
-              cause);
+    trun_warn("node %s%s is excluded from job '%s' for %.0f s: %s: %s", id->host, agent, cfg->run_id, secs,
+              kind, cause);
   return rc;
 }
 
@@ -146,18 +170,20 @@ int trun__rdzv_name_ok(const char *s, const char *extra, int empty_ok) {
   return 1;
 }
 
-/* One record's JSON into e, checked: 0, or -1 when it is not one trun writes (names with other characters
- * than a host's, its time not a number or more than TRUN_RDZV_EXCL_SKEW_S ahead of this clock). The
- * exclusion lasts at most cap_s (the job's trun_exclude_seconds) from when it was made, whatever its until
- * says; its words are escaped (copy_str). */
+/* One record's JSON into e, checked: 0, or -1 when it is not one trun writes (names or an agent id with
+ * other characters than a host's (blanks between an id's words), an agent id too long to keep whole, its time
+ * not a number or more than TRUN_RDZV_EXCL_SKEW_S ahead of this clock). The exclusion lasts at most cap_s
+ * (the job's trun_exclude_seconds) from when it was made, whatever its until says; its words are escaped
+ * (copy_str). */
 static int parse_record(const trun_buf *b, double cap_s, double now, trun_rdzv_exclusion *e) {
   json_t *o = json_loadb((const char *)b->data, b->len, 0, NULL);
   json_t *host = json_object_get(o, "host"), *hostname = json_object_get(o, "hostname");
   json_t *inst = json_object_get(o, "instance"), *gpus = json_object_get(o, "gpus");
+  json_t *agent = json_object_get(o, "agent");
   int ok = json_is_object(o) && json_is_number(json_object_get(o, "until")) &&
            json_is_number(json_object_get(o, "at")) && json_is_string(host) &&
            (hostname == NULL || json_is_string(hostname)) && (inst == NULL || json_is_string(inst)) &&
-           (gpus == NULL || json_is_string(gpus));
+           (gpus == NULL || json_is_string(gpus)) && (agent == NULL || json_is_string(agent));
   /* host: a name or address (IPv6 with ':', '[', ']' and a zone after '%'); hostname: a host name. */
   ok = ok && strlen(json_string_value(host)) < sizeof(e->id.host) &&
        trun__rdzv_name_ok(json_string_value(host), ".-_:[]%", 0);
@@ -165,6 +191,10 @@ static int parse_record(const trun_buf *b, double cap_s, double now, trun_rdzv_e
                                    trun__rdzv_name_ok(json_string_value(hostname), ".-_", 1)));
   ok = ok && (inst == NULL || trun__rdzv_name_ok(json_string_value(inst), ".-_:", 1));
   ok = ok && (gpus == NULL || trun__rdzv_name_ok(json_string_value(gpus), ".-_:,", 1));
+  /* agent: "addr pid local_id tag", the address's characters and blanks; kept whole or the record is
+   * ignored, named in the warning below (an id cut to fit would silently name no agent). */
+  ok = ok && (agent == NULL || (json_string_length(agent) + 5 < sizeof(e->id.agent) &&
+                                trun__rdzv_name_ok(json_string_value(agent), ".-_:[]% ", 1)));
   double at = ok ? json_number_value(json_object_get(o, "at")) : 0;
   double until = ok ? json_number_value(json_object_get(o, "until")) : 0;
   ok = ok && at == at && until == until && at <= now + TRUN_RDZV_EXCL_SKEW_S; /* not NaN, not ahead */
@@ -176,6 +206,7 @@ static int parse_record(const trun_buf *b, double cap_s, double now, trun_rdzv_e
   copy_str(o, "hostname", e->id.hostname, sizeof(e->id.hostname));
   copy_str(o, "instance", e->id.instance, sizeof(e->id.instance));
   copy_str(o, "gpus", e->id.gpus, sizeof(e->id.gpus));
+  copy_str(o, "agent", e->id.agent, sizeof(e->id.agent));
   copy_str(o, "kind", e->kind, sizeof(e->kind));
   copy_str(o, "cause", e->cause, sizeof(e->cause));
   e->at = at;
@@ -218,8 +249,8 @@ int trun_rdzv_exclusions(trun_client *c, const char *run_id, double cap_s, int f
       got++;
     else
       trun_warn(
-          "the exclusion record %s is not one trun writes (a host name of other characters than a "
-          "host's, or a time ahead of this clock); it is ignored",
+          "the exclusion record %s is not one trun writes (a host name or agent id of other characters "
+          "than a host's, or a time ahead of this clock); it is ignored",
           k);
     trun_buf_free(&b);
   }
@@ -257,6 +288,7 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
   free(fresh);
   trun_rdzv_node_id me;
   trun_rdzv_node_identity(r->host_addr, r->node, &me);
+  trun__rdzv_agent_id(r, me.agent, sizeof(me.agent));
   double now = trun_wall_s();
   const trun_rdzv_exclusion *mine = NULL;
   for (int i = 0; i < r->n_excl; i++) {
@@ -272,11 +304,14 @@ int trun__rdzv_exclusion_round(trun_rdzv *r, char *err, size_t errlen) {
   if (mine) {
     r->excluded = trun_rdzv_exclusion_code(mine->kind);
     const trun_exit_info *x = trun_exit_info_of(r->excluded);
-    snprintf(err, errlen,
-             "node %s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit %d "
-             "(%s; --rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
-             me.host, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at, r->excluded,
-             x ? x->meaning : "");
+    char agent[48];
+    agent_part(&mine->id, agent, sizeof(agent));
+    snprintf(
+        err, errlen,
+        "node %s%s is excluded from job '%s' for %.0f more s (%s: %s, at %.0f): it does not join; exit %d "
+        "(%s; --rdzv-conf trun_exclude_seconds, docs/rendezvous.md)",
+        me.host, agent, r->cfg->run_id, mine->until - now, mine->kind, mine->cause, mine->at, r->excluded,
+        x ? x->meaning : "");
     return -1;
   }
   return 0;

@@ -8,14 +8,16 @@
 
 #include "rdzv_int.h"
 
-/* The Slurm list: each host name once, comma-separated (what sbatch/srun --exclude takes). */
+/* The Slurm list: each host name once, comma-separated (what sbatch/srun --exclude takes). A record of one
+ * agent (cut off) keeps out that agent, not its host: a new agent there is welcome, so it is not listed. */
 static void print_slurm(const trun_rdzv_exclusion *v, int n, FILE *out) {
   int first = 1;
   for (int i = 0; i < n; i++) {
+    if (v[i].id.agent[0]) continue;
     const char *h = v[i].id.hostname[0] ? v[i].id.hostname : v[i].id.host;
     int seen = 0;
     for (int k = 0; k < i && !seen; k++)
-      seen = strcmp(h, v[k].id.hostname[0] ? v[k].id.hostname : v[k].id.host) == 0;
+      seen = !v[k].id.agent[0] && strcmp(h, v[k].id.hostname[0] ? v[k].id.hostname : v[k].id.host) == 0;
     if (seen) continue;
     fprintf(out, "%s%s", first ? "" : ",", h);
     first = 0;
@@ -35,10 +37,10 @@ static int print_json(const trun_config *cfg, const trun_rdzv_exclusion *v, int 
       p += m + (p[m] == ',');
     }
     json_array_append_new(
-        list,
-        json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:f,s:f,s:f}", "host", v[i].id.host, "hostname", v[i].id.hostname,
-                  "instance", v[i].id.instance, "gpus", gpus ? gpus : json_null(), "kind", v[i].kind, "cause",
-                  v[i].cause, "at", v[i].at, "until", v[i].until, "seconds_left", v[i].until - now));
+        list, json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:s,s:f,s:f,s:f}", "host", v[i].id.host, "hostname",
+                        v[i].id.hostname, "instance", v[i].id.instance, "gpus", gpus ? gpus : json_null(),
+                        "agent", v[i].id.agent, "kind", v[i].kind, "cause", v[i].cause, "at", v[i].at,
+                        "until", v[i].until, "seconds_left", v[i].until - now));
   }
   json_t *j = list ? json_pack("{s:s,s:o}", "run_id", cfg->run_id, "excluded", list) : NULL;
   char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;

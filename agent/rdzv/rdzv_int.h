@@ -18,6 +18,7 @@ struct trun_rdzv {
   char key_space[512];   /* where this round's trun keys live (the doctor's exchange), without a final '/' */
   int foreign_peers;     /* peers may be torchrun agents, which publish nothing of trun's */
   char host_addr[256];   /* this node's address as published (--local-addr or FQDN) */
+  char agent_tag[20];    /* random, made once per agent (kept by trun__rdzv_reset): trun__rdzv_agent_id */
   trun_store_host *host; /* the rendezvous store, when this agent serves it */
   trun_store_host *worker_host;         /* the workers' store, when this agent serves one of its own (c10d) */
   trun_client *client;                  /* this agent's connection to the rendezvous store (raw keys) */
@@ -119,9 +120,13 @@ int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len);
 int trun__rdzv_get_count(trun_client *c, const char *k, int64_t *n);
 /* Deletes every key of the last attempt's workers: all but the agents' own /trun/ keys. 0 or -errno. */
 int trun__rdzv_wipe_worker_keys(trun_rdzv *r);
-/* Resets r for a backend's init, keeping the agent's hooks (poll, on_wait, node); sets cfg, nproc, host_addr
- * (--local-addr or the FQDN). */
+/* Resets r for a backend's init, keeping the agent's hooks (poll, on_wait, node) and agent_tag (made the
+ * first time); sets cfg, nproc, host_addr (--local-addr or the FQDN). */
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be);
+/* This agent's id in the rendezvous, its alive/<g> value and what a cut-off record names it by:
+ * "addr pid local_id tag" (local_id 0; tag r->agent_tag, left out while ""): two agents of one host (the
+ * same address; pids of their own PID namespaces may be equal) have different ones. */
+void trun__rdzv_agent_id(const trun_rdzv *r, char *out, size_t len);
 /* torch's _matches_machine_hostname, plus this host's interface addresses (so that an address given on a
  * secondary NIC or in a network namespace counts too): 1 when host names this machine. */
 int trun__rdzv_is_this_host(const char *host);

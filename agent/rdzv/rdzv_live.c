@@ -3,9 +3,10 @@
  *
  * While a round's workers run, a thread of each agent, on a connection of its own to the rendezvous store,
  * writes in the round's key space (r->key_space):
- *   alive/<g>  "addr pid local_id", set once per round on that connection: the store host's server owns it
- *              to the connection (trun_server_own_keys), so a crash (the kernel closes the socket) is seen
- *              at once by an agent that hosts the store; deleted when the node leaves the round cleanly;
+ *   alive/<g>  the agent's id "addr pid local_id tag" (trun__rdzv_agent_id), set once per round on that
+ *              connection: the store host's server owns it to the connection (trun_server_own_keys), so a
+ *              crash (the kernel closes the socket) is seen at once by an agent that hosts the store;
+ *              deleted when the node leaves the round cleanly;
  *   live/<g>   a counter it bumps every trun_heartbeat_interval (1 s).
  * Each agent also watches the next node of the round that has an alive key (a ring; torchrun agents in a
  * c10d fleet write none and are skipped): a counter that stays still for trun_heartbeat_misses (3) intervals
@@ -52,8 +53,8 @@ typedef struct trun_live {
   int abandoned;   /* trun_rdzv_abandon: the store does not answer; the thread no longer connects */
   char ks[512];    /* the round's key space */
   int g, world;    /* this node in it */
-  char id[320];    /* "addr pid local_id" */
-  double interval; /* seconds */
+  char id[TRUN_RDZV_AGENT_ID_MAX]; /* this agent's (trun__rdzv_agent_id) */
+  double interval;                 /* seconds */
   int misses;
   double last_ok; /* when a heartbeat of the active round was last answered (monotonic) */
   /* the thread's own */
@@ -139,12 +140,24 @@ static int write_loss(const ks_door *d, const char *ks, int g, const char *id, c
   return rc < 0 ? rc : 1;
 }
 
+/* How a message names the agent of alive id "addr pid local_id tag": "ADDR, agent pid PID" (the id as it is
+ * when it is not one), escaped: the value comes from the store. */
+static void id_name(const char *id, char *out, size_t len) {
+  char addr[256], raw[TRUN_RDZV_AGENT_ID_MAX + 32];
+  long long pid = 0;
+  if (sscanf(id, "%255s %lld", addr, &pid) == 2)
+    snprintf(raw, sizeof(raw), "%s, agent pid %lld", addr, pid);
+  else
+    snprintf(raw, sizeof(raw), "%s", id);
+  trun__rdzv_escape(raw, out, len);
+}
+
 /* The store host's server found an owner connection gone (trun_server_own_keys): key "<ks>/alive/<g>"
- * with value "addr pid local_id". Runs on the server's thread with the key space locked. */
+ * with value "addr pid local_id tag". Runs on the server's thread with the key space locked. */
 static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice value, const char *peer) {
   (void)arg;
   static const char tag[] = "/alive/";
-  char k[600], id[320], ks[512];
+  char k[600], id[TRUN_RDZV_AGENT_ID_MAX], ks[512];
   if (key.n >= sizeof(k) || value.n >= sizeof(id)) return;
   memcpy(k, key.p, key.n);
   k[key.n] = '\0';
@@ -160,8 +173,11 @@ static void on_owner_gone(void *arg, trun_server *s, trun_slice key, trun_slice 
   char cause[128];
   snprintf(cause, sizeof(cause), "its connection to the rendezvous store closed (from %s)", peer);
   ks_door d = {.server = s};
-  if (write_loss(&d, ks, g, id, cause, "store") == 1)
-    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, id, cause);
+  if (write_loss(&d, ks, g, id, cause, "store") == 1) {
+    char name[TRUN_RDZV_AGENT_ID_MAX * 2];
+    id_name(id, name, sizeof(name));
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", g, name, cause);
+  }
 }
 
 int trun__rdzv_loss_read(trun_client *c, const char *ks, int g, trun_rdzv_loss *out) {
@@ -261,7 +277,7 @@ typedef struct {
   int64_t succ_seen; /* its counter */
   int own_beats;     /* this node's answered heartbeats since the successor's counter last moved */
   double succ_since; /* when it last moved (monotonic) */
-  char succ_id[320];
+  char succ_id[TRUN_RDZV_AGENT_ID_MAX];
 } round_view;
 
 /* The node this one watches: the next of the ring that has an alive key, looked for at every heartbeat (a
@@ -313,12 +329,16 @@ static int watch(trun_live *l, round_view *v, const char *ks, int s) {
   return rc < 0 ? rc : 0;
 }
 
-/* A node gone silent (its link, its kernel, its power) is cut off: it stays out of the job for a time
- * (rdzv_exclude.c), named by its rendezvous address (the first word of id "addr pid local_id"). */
+/* A node gone silent (its link, its kernel, its power) is cut off: its agent stays out of the job for a time
+ * (rdzv_exclude.c), named by its rendezvous address (the first word of id "addr pid local_id tag") and by
+ * that whole id, so that another agent with the same address (one box, pods on the host's network: the
+ * watcher itself, maybe) is not taken for it. An id of one word (not an agent's) names the address only. */
 static void exclude_cut_off(trun_live *l, const char *succ_id, const char *cause) {
   trun_rdzv_node_id id;
   memset(&id, 0, sizeof(id));
-  snprintf(id.host, sizeof(id.host), "%.*s", (int)strcspn(succ_id, " "), succ_id);
+  size_t host_len = strcspn(succ_id, " ");
+  snprintf(id.host, sizeof(id.host), "%.*s", (int)host_len, succ_id);
+  if (succ_id[host_len] == ' ') snprintf(id.agent, sizeof(id.agent), "%s", succ_id);
   char why[320];
   snprintf(why, sizeof(why), "cut off from the job: %s", cause);
   int rc = trun_rdzv_exclude(l->c, l->r->cfg, &id, "cut_off", why);
@@ -366,7 +386,9 @@ static int beat(trun_live *l, round_view *v, const char *ks, int g, int world, c
   snprintf(cause, sizeof(cause), "%d heartbeats missed (%.1f s without one)", v->own_beats, quiet);
   snprintf(by, sizeof(by), "%d", g);
   if ((rc = write_loss(&(ks_door){.client = l->c}, ks, v->succ, v->succ_id, cause, by)) == 1) {
-    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, v->succ_id, cause);
+    char name[TRUN_RDZV_AGENT_ID_MAX * 2];
+    id_name(v->succ_id, name, sizeof(name));
+    trun_warn("node rank %d (%s) is gone: %s; the round ends for the others", v->succ, name, cause);
     exclude_cut_off(l, v->succ_id, cause);
   }
   v->succ = -1;
@@ -394,7 +416,7 @@ static void *live_main(void *arg) {
   trun_live *l = arg;
   trun_rdzv *r = l->r;
   round_view v = {.succ = -1};
-  char ks[512], id[320], leave[160];
+  char ks[512], id[TRUN_RDZV_AGENT_ID_MAX], leave[160];
   int g = 0, world = 0;
   double tick_every = r->be->tick && r->be->tick_ms ? r->be->tick_ms(r) / 1000.0 : 0;
   if (tick_every > 0 && tick_every < 0.1) tick_every = 0.1;
@@ -562,7 +584,7 @@ void trun__rdzv_live_round(trun_rdzv *r) {
   pthread_mutex_lock(&l->mu);
   l->epoch++;
   snprintf(l->ks, sizeof(l->ks), "%s", r->key_space);
-  snprintf(l->id, sizeof(l->id), "%s %d 0", r->host_addr, (int)getpid());
+  trun__rdzv_agent_id(r, l->id, sizeof(l->id));
   l->g = r->info.group_rank;
   l->world = r->info.group_world_size;
   l->last_ok = trun_mono_s();

@@ -329,10 +329,12 @@ static int print_excluded(view *v) {
     return 1;
   }
   fprintf(v->out, "excluded: %d\n", n);
-  for (int i = 0; i < n && i < NAMED; i++)
-    fprintf(v->out, "  %s%s%s%s: %s (%s), %.0f s left\n", e[i].id.host, e[i].id.hostname[0] ? " (" : "",
-            e[i].id.hostname, e[i].id.hostname[0] ? ")" : "", e[i].cause, e[i].kind,
+  for (int i = 0; i < n && i < NAMED; i++) {
+    char name[sizeof(e[i].id.host) + sizeof(e[i].id.hostname) + 48];
+    trun_rdzv_node_name(&e[i].id, name, sizeof(name)); /* a cut-off agent: "HOST (agent pid P)" */
+    fprintf(v->out, "  %s: %s (%s), %.0f s left\n", name, e[i].cause, e[i].kind,
             e[i].until > v->now ? e[i].until - v->now : 0.0);
+  }
   if (n > NAMED) fprintf(v->out, "  ... %d more\n", n - NAMED);
   free(e);
   return 0;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -15,13 +16,30 @@
 #include "agent/discover/discover.h"
 #include "rdzv_int.h"
 
+/* A random tag for r->agent_tag (16 hex digits). */
+static void make_agent_tag(char *out, size_t len) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+    /* No entropy yet (early boot): the clocks, the pid and where this stack lies (ASLR) tell agents apart. */
+    v = (uint64_t)trun_wall_us() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&v;
+    v ^= (uint64_t)(trun_mono_s() * 1e9);
+    if (v == 0) v = 1;
+    v = trun_rng_next(&v);
+  }
+  snprintf(out, len, "%016llx", (unsigned long long)v);
+}
+
 void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const trun_rdzv_ops *be) {
   int (*poll)(void *) = r->poll;
   void *poll_arg = r->poll_arg;
   trun_wait_hook on_wait = r->on_wait;
   void *on_wait_arg = r->on_wait_arg;
   const trun_node *node = r->node;
+  char tag[sizeof(r->agent_tag)];
+  memcpy(tag, r->agent_tag, sizeof(tag));
   memset(r, 0, sizeof(*r));
+  memcpy(r->agent_tag, tag, sizeof(tag));
+  if (r->agent_tag[0] == '\0') make_agent_tag(r->agent_tag, sizeof(r->agent_tag));
   r->on_wait = on_wait;
   r->on_wait_arg = on_wait_arg;
   r->node = node;
@@ -35,6 +53,10 @@ void trun__rdzv_reset(trun_rdzv *r, const trun_config *cfg, int nproc, const tru
     snprintf(r->host_addr, sizeof(r->host_addr), "%s", cfg->local_addr);
   else
     trun_fqdn(r->host_addr, sizeof(r->host_addr));
+}
+
+void trun__rdzv_agent_id(const trun_rdzv *r, char *out, size_t len) {
+  snprintf(out, len, "%s %d 0%s%s", r->host_addr, (int)getpid(), r->agent_tag[0] ? " " : "", r->agent_tag);
 }
 
 int trun__rdzv_get_text(trun_client *c, const char *k, char *out, size_t len) {

@@ -3,9 +3,9 @@
  * among them, whoever joined when (a spare at 0, survivors at 1); the round's value stays once set; a
  * membership round keeps the attempt; a key holding something else than a count is named, not trusted.
  * The exclusion list (rdzv_exclude.c, rdzv_export.c): records written and read back, who matches (same host;
- * same instance and a shared GPU where known), a node on the list refused at its next round with the cause,
- * news (new, ended), records that are not trun's ignored, the Slurm and JSON exports. The job's health
- * records (rdzv_health.c).
+ * same instance and a shared GPU where known; a cut-off record: that agent only), a node on the list refused
+ * at its next round with the cause, news (new, ended), records that are not trun's ignored, the Slurm and
+ * JSON exports. The job's health records (rdzv_health.c).
  */
 #include "client.h"
 #include "rdzv_int.h"
@@ -142,6 +142,122 @@ START_TEST(test_exclusion_matches) {
   ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
   e = excl_of("", "", "");
   ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  /* A record of one agent (cut off) names that agent, not another on the same address. */
+  snprintf(me.agent, sizeof(me.agent), "10.0.0.3 17 0 00000000000000aa");
+  e = excl_of("10.0.0.3", "", "");
+  snprintf(e.id.agent, sizeof(e.id.agent), "10.0.0.3 17 0 00000000000000aa");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1);
+  snprintf(e.id.agent, sizeof(e.id.agent), "10.0.0.3 17 0 00000000000000bb"); /* same pid, another tag */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  snprintf(e.id.agent, sizeof(e.id.agent), "10.0.0.3 18 0 00000000000000aa");
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 0);
+  e = excl_of("10.0.0.3", "", ""); /* a record of the node (older trun, a health failure): every agent */
+  ck_assert_int_eq(trun_rdzv_exclusion_matches(&e, &me), 1);
+}
+END_TEST
+
+/* Two agents of one address (one box, pods on the host's network; issue: the survivor excluded itself): the
+ * cut-off one's record names it by its rendezvous id (trun__rdzv_agent_id), so the other goes on; that
+ * agent is refused (exit 4, naming its pid); an older record of the address alone still refuses every agent
+ * there; the exports and --rdzv-status's name show it; forged agent fields are ignored. */
+START_TEST(test_exclusion_one_agent) {
+  unit_server us;
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(&us, &o), 0);
+  trun_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  snprintf(cfg.run_id, sizeof(cfg.run_id), "ag");
+  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
+  cfg.endpoint_port = us.port;
+  cfg.rdzv_conf = "trun_exclude_seconds=1800";
+  trun_rdzv r;
+  node_init(&r, &cfg, us.port, 0);
+  snprintf(r.host_addr, sizeof(r.host_addr), "box.example");
+  snprintf(r.agent_tag, sizeof(r.agent_tag), "00000000000000aa");
+  char mine[TRUN_RDZV_AGENT_ID_MAX], err[1024];
+  trun__rdzv_agent_id(&r, mine, sizeof(mine));
+  char want[TRUN_RDZV_AGENT_ID_MAX];
+  snprintf(want, sizeof(want), "box.example %d 0 00000000000000aa", (int)getpid());
+  ck_assert_str_eq(mine, want);
+  /* the other agent of the box is cut off: this one goes ahead */
+  trun_rdzv_node_id other;
+  memset(&other, 0, sizeof(other));
+  snprintf(other.host, sizeof(other.host), "box.example");
+  snprintf(other.agent, sizeof(other.agent), "box.example %d 0 00000000000000bb", (int)getpid());
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &other, "cut_off", "cut off from the job: 4 missed"), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 1);
+  ck_assert_str_eq(r.excl[0].id.agent, other.agent);
+  ck_assert_int_eq(r.excluded, 0);
+  char name[600];
+  trun_rdzv_node_name(&r.excl[0].id, name, sizeof(name));
+  char want_name[64];
+  snprintf(want_name, sizeof(want_name), "box.example (agent pid %d)", (int)getpid());
+  ck_assert_str_eq(name, want_name);
+  /* the exports: no host for Slurm (the host is not excluded), the agent in JSON */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "slurm", f), 0);
+  fclose(f);
+  ck_assert_str_eq(buf, "\n");
+  free(buf);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(trun_rdzv_excluded_print(&cfg, "json", f), 0);
+  fclose(f);
+  ck_assert_msg(strstr(buf, "\"agent\": \"box.example ") && strstr(buf, " 0 00000000000000bb\""), "%s", buf);
+  free(buf);
+  /* forged agent fields: not an id's characters, longer than one: the record is ignored */
+  double now = trun_wall_s();
+  char rec[2][800], longest[400];
+  memset(longest, 'a', sizeof(longest) - 1);
+  longest[sizeof(longest) - 1] = '\0';
+  snprintf(rec[0], sizeof(rec[0]),
+           "{\"host\":\"box.example\",\"agent\":\"box.example 1 0 $(reboot)\",\"kind\":\"cut_off\","
+           "\"cause\":\"x\",\"at\":%.0f,\"until\":%.0f}",
+           now, now + 60);
+  snprintf(rec[1], sizeof(rec[1]),
+           "{\"host\":\"box.example\",\"agent\":\"%s\",\"kind\":\"cut_off\",\"cause\":\"x\",\"at\":%.0f,"
+           "\"until\":%.0f}",
+           longest, now, now + 60);
+  for (int i = 0; i < 2; i++) {
+    int64_t n;
+    char k[64];
+    ck_assert_int_eq(trun_client_add(r.client, trun_str("/trun/ag/excluded/n"), 1, &n), 0);
+    snprintf(k, sizeof(k), "/trun/ag/excluded/%d", (int)n);
+    ck_assert_int_eq(trun_client_set(r.client, trun_str(k), trun_str(rec[i])), 0);
+  }
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
+  ck_assert_int_eq(r.n_excl, 1);
+  /* this agent cut off: refused, exit 4, named with its pid */
+  trun_rdzv_node_id me;
+  memset(&me, 0, sizeof(me));
+  snprintf(me.host, sizeof(me.host), "box.example");
+  snprintf(me.agent, sizeof(me.agent), "%s", mine);
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &me, "cut_off", "cut off from the job: 4 missed"), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), -1);
+  ck_assert_int_eq(r.excluded, 4);
+  snprintf(want_name, sizeof(want_name), "node box.example (agent pid %d) is excluded", (int)getpid());
+  ck_assert_msg(strstr(err, want_name) && strstr(err, "exit 4"), "%s", err);
+  /* a record of the address alone (an older trun's cut-off): every agent there, as before */
+  trun_rdzv other_agent;
+  node_init(&other_agent, &cfg, us.port, 0);
+  snprintf(other_agent.host_addr, sizeof(other_agent.host_addr), "box.example");
+  snprintf(other_agent.agent_tag, sizeof(other_agent.agent_tag), "00000000000000cc");
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&other_agent, err, sizeof(err)), 0);
+  trun_rdzv_node_id host_only;
+  memset(&host_only, 0, sizeof(host_only));
+  snprintf(host_only.host, sizeof(host_only.host), "box.example");
+  ck_assert_int_eq(trun_rdzv_exclude(r.client, &cfg, &host_only, "cut_off", "cut off (an older trun)"), 0);
+  ck_assert_int_eq(trun__rdzv_exclusion_round(&other_agent, err, sizeof(err)), -1);
+  ck_assert_int_eq(other_agent.excluded, 4);
+  ck_assert_msg(strstr(err, "node box.example is excluded"), "%s", err);
+  free(other_agent.excl);
+  trun_client_close(other_agent.client);
+  free(r.excl);
+  trun_client_close(r.client);
+  unit_server_stop(&us);
 }
 END_TEST
 
@@ -335,6 +451,12 @@ START_TEST(test_node_name) {
   snprintf(id.host, sizeof(id.host), "rn3");
   trun_rdzv_node_name(&id, out, sizeof(out));
   ck_assert_str_eq(out, "rn3");
+  snprintf(id.agent, sizeof(id.agent), "rn3 4242 0 00000000000000aa"); /* one agent of it */
+  trun_rdzv_node_name(&id, out, sizeof(out));
+  ck_assert_str_eq(out, "rn3 (agent pid 4242)");
+  snprintf(id.host, sizeof(id.host), "10.0.0.3");
+  trun_rdzv_node_name(&id, out, sizeof(out));
+  ck_assert_str_eq(out, "10.0.0.3 (rn3, agent pid 4242)");
 }
 END_TEST
 
@@ -408,6 +530,7 @@ static Suite *spare_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_exclusion_matches);
   tcase_add_test(tc, test_exclusion_list);
+  tcase_add_test(tc, test_exclusion_one_agent);
   tcase_add_test(tc, test_node_name);
   tcase_add_test(tc, test_exclusion_forged);
   tcase_add_test(tc, test_health_records);
