@@ -455,7 +455,8 @@ static void *live_main(void *arg) {
       }
       if (l->c && now >= next_beat) {
         next_beat = now + l->interval;
-        if (beat(l, &v, ks, g, world, id) < 0) {
+        /* Alone in the round (a world of 1, only the backend's tick runs): nobody watches this node. */
+        if (world >= 2 && beat(l, &v, ks, g, world, id) < 0) {
           drop_connection(l);
           v.owned = 0; /* a new connection must own alive/<g> again */
         }
@@ -502,7 +503,7 @@ static void *live_main(void *arg) {
 /* Under l->mu: 1 with the cause in why when this node's heartbeats of the active round have had no answer
  * from the rendezvous store for twice the liveness window. */
 static int cut_off_locked(trun_live *l, char *why, size_t len) {
-  double silent = l->active && !l->release ? trun_mono_s() - l->last_ok : 0;
+  double silent = l->active && !l->release && l->world >= 2 ? trun_mono_s() - l->last_ok : 0;
   double window = 2 * l->interval * l->misses;
   if (silent <= window) return 0;
   snprintf(
@@ -579,7 +580,10 @@ int trun__rdzv_live_start(trun_rdzv *r) {
 
 void trun__rdzv_live_round(trun_rdzv *r) {
   trun_live *l = r->live;
-  if (l == NULL || r->info.group_world_size < 2) return;
+  /* A world of 1 still runs the backend's tick: c10d's keep-alive and its watch for nodes waiting to join
+   * (torch's agent asks num_nodes_waiting at every monitor interval, whatever the world), else a joiner
+   * takes the lone agent's heartbeat for stale and trains in a world of its own. */
+  if (l == NULL || (r->info.group_world_size < 2 && r->be->tick == NULL)) return;
   trun__rdzv_door_round(r, r->info.round); /* the round this thread's fates belong to */
   pthread_mutex_lock(&l->mu);
   l->epoch++;

@@ -9,9 +9,10 @@
 #   3. `trun --rdzv-status` names the exclusion by its agent ("(agent pid <B>)"); `--list-excluded slurm`
 #      lists no host (the host is not excluded, one agent is).
 #   4. B is resumed (SIGCONT): it is cut off and exits 4, as before; A still trains.
-#   5. trun backend: a new agent C on the same host (another agent, not the cut-off one) joins: a world of 2
-#      again. (Not on c10d: there an agent alone in a world of 1 runs no liveness tick, so it neither keeps
-#      its c10d heartbeat nor sees a node waiting, and C would train on its own: another matter.)
+#   5. A new agent C on the same host (another agent, not the cut-off one) joins: a world of 2 again. On c10d
+#      this needs A, alone in a world of 1, to keep its c10d heartbeat and watch for nodes waiting (torch's
+#      agent does at every monitor interval); before, A ran no tick there and C trained in a world of its
+#      own beside A: two jobs under one run id.
 # Assertions are on outcomes, not times (each wait is a safety limit).
 set -u
 . "$(dirname "$0")/../helpers/mn_lib.sh"
@@ -48,6 +49,8 @@ scenario() { # BACKEND
   }
   # trains NAME WORLD: a worker of agent NAME printed "ready" in a world of WORLD
   trains() { grep -q "LOOP rank [0-9]*/$2 attempt" "$out/agent$1.out" 2>/dev/null; }
+  # a_rejoined: A trained in a world of 2 a second time (first with B, then with C)
+  a_rejoined() { [ "$(grep -c "LOOP rank [0-9]*/2 attempt" "$out/agentA.out" 2>/dev/null)" -ge 2 ]; }
   dump() { for n in A B C; do [ -f "$out/agent$n.err" ] && dump_agent "$be agent $n" "$out/agent$n.out" "$out/agent$n.err"; done; }
   status() { "$TRUN" --rdzv-status --rdzv-backend "$be" --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "cut-$be" --nnodes 1:2; }
 
@@ -88,13 +91,14 @@ scenario() { # BACKEND
   grep -q "cut off" "$out/agentB.err" || { dump; fail "$be: B does not say it was cut off"; }
   kill -0 "${pid[A]}" 2>/dev/null || { dump; fail "$be: A stopped when B came back"; }
 
-  local left=A joined=""
-  if [ "$be" = trun ]; then
-    note "$be: a new agent C on the same host joins"
-    start C
-    wait_for "trains C 2" 120 || { dump; fail "$be: the new agent C (same host as the cut-off B) did not join A in a world of 2"; }
-    left="A C" joined=", a new agent on its host joined"
-  fi
+  local left="A C" joined=", a new agent on its host joined"
+  note "$be: a new agent C on the same host joins"
+  start C
+  wait_for "trains C 2 || trains C 1" 120 ||
+    { dump; fail "$be: the new agent C (same host as the cut-off B) did not train"; }
+  trains C 2 || { dump; fail "$be: the new agent C trained in a world of 1 beside A (two jobs, one run id): A did not see it waiting"; }
+  wait_for a_rejoined 60 ||
+    { dump; fail "$be: A did not restart into a world of 2 with C"; }
   for n in $left; do kill -TERM "${pid[$n]}" 2>/dev/null; done
   for n in $left; do wait_pid_exit "${pid[$n]}" 60 || { dump; fail "$be: agent $n did not stop on SIGTERM"; }; done
   unset 'pid[A]' 'pid[B]' 'pid[C]'
