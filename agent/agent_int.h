@@ -145,6 +145,9 @@ struct agent {
     pthread_mutex_t given_mu;
     trun_rdzv_end given_end, given_news;
     int given_end_set, given_news_set;
+    /* The losses of the round before that the door told at this round's start (NODE_LOST, `past`). */
+    trun_rdzv_loss given_past[TRUN_RDZV_MAX_LOSSES];
+    int n_given_past;
     /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
     trun_rdzv_loss lost;
     int lost_known;

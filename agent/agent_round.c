@@ -1,9 +1,9 @@
 /* A round's end with the job (agent_int.h, a->round): once this node's workers are gone, what the round was.
  * trun__round_settle tells the other nodes how this node ended and learns how the job's round ended (the
- * rendezvous's end, the announcements, nodes waiting to join), gathering facts into a round_seen; decide()
- * is the one place that turns them into the round's result. A step whose action depends on the result so
- * far asks decide() with the facts gathered until then. Calls agent_stop.c, agent_failures.c and
- * agent_health.c; agent.c calls it. */
+ * rendezvous's end and what a failure here is for the job, both taken from its one door; the
+ * announcements), gathering facts into a round_seen; decide() is the one place that turns them into the
+ * round's result. A step whose action depends on the result so far asks decide() with the facts gathered
+ * until then. Calls agent_stop.c, agent_failures.c and agent_health.c; agent.c calls it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,7 +18,8 @@ typedef struct {
                         trun_rdzv_announce_success's return */
   int end_read;      /* static / trun: the round's end was read after the announcements */
   int lost_seen;     /* a lost node the round's end names was taken */
-  int fresh;         /* a failed round: nodes that wait to join (c10d), 0 none or not asked */
+  int failed_told;   /* a failed round: the rendezvous was told (trun_rdzv_failed_here); its answer, if
+                        any, is the round's end (c10d: MEMBER, nodes wait to join) */
   int owner_read;    /* c10d, several nodes: who failed first was read */
 } round_seen;
 
@@ -52,7 +53,7 @@ static trun__round_result decide(const agent *a, const round_seen *s) {
       k != OUT_SIGNALED && k != OUT_CUT_OFF && k != OUT_PEER_LOST)
     k = OUT_PEER_LOST;
   /* A worker failed while new nodes wait to join: the membership change (see settle). */
-  if (k == OUT_FAILED && s->fresh > 0) k = OUT_MEMBERSHIP;
+  if (s->failed_told && k == OUT_FAILED && end->kind == TRUN_RDZV_END_MEMBER) k = OUT_MEMBERSHIP;
   if (s->owner_read && k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
   if (k != r.kind && (k == OUT_REMOTE_FAILED || k == OUT_PEER_LOST)) r.node = end->node;
   if (k != r.kind && k != OUT_FAILED) r.cause = k == OUT_SIGNALED ? TRUN__CAUSE_SIGNAL : TRUN__CAUSE_END;
@@ -62,7 +63,12 @@ static trun__round_result decide(const agent *a, const round_seen *s) {
 
 int trun__round_take_end(agent *a) {
   pthread_mutex_lock(&a->round.given_mu);
-  if (a->round.given_end_set && a->round.end.kind == TRUN_RDZV_END_NONE) {
+  /* The first end of the round is kept; a membership change the rendezvous gave for this node's failure
+   * (trun_rdzv_failed_here) also replaces a store loss, which was only the watcher's connection. */
+  const trun_rdzv_end *given = &a->round.given_end;
+  if (a->round.given_end_set &&
+      (a->round.end.kind == TRUN_RDZV_END_NONE ||
+       (given->kind == TRUN_RDZV_END_MEMBER && a->round.end.kind == TRUN_RDZV_END_STORE_LOST))) {
     a->round.end = a->round.given_end;
     if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
       a->round.lost_known = a->round.end.loss_known;
@@ -196,16 +202,22 @@ trun__round_result trun__round_settle(agent *a) {
       trun__round_lost(a);
   }
   s.lost_seen = 1;
-  /* A round ended by a worker failure: if new nodes wait to join (c10d), another agent saw them first and
-   * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
-   * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
-   * trun checks the wait list first, so joining never costs a restart. */
-  if (decide(a, &s).kind == OUT_FAILED && (s.fresh = trun_rdzv_new_nodes_waiting(a->rdzv)) > 0) {
-    trun_info(
-        "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
-        "change (not counted as a restart)",
-        s.fresh, trun_rdzv_backend_name(a->rdzv));
-    trun_obs_membership(a->obs, s.fresh);
+  /* A round ended by a worker failure: the rendezvous says through its door what else it is. If new nodes
+   * wait to join (c10d: a MEMBER end), another agent saw them first and stopped its workers, which broke ours
+   * (their collective lost a peer). That is the membership change, not a failure: torchrun would spend a
+   * restart on it when its monitor sees the failure before the wait list; trun asks first, so joining never
+   * costs a restart. */
+  if (decide(a, &s).kind == OUT_FAILED) {
+    trun_rdzv_failed_here(a->rdzv);
+    trun__round_take_end(a);
+    s.failed_told = 1;
+    if (decide(a, &s).kind == OUT_MEMBERSHIP) {
+      trun_info(
+          "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
+          "change (not counted as a restart)",
+          a->round.end.nodes, trun_rdzv_backend_name(a->rdzv));
+      trun_obs_membership(a->obs, a->round.end.nodes);
+    }
   }
   if (!trun_rdzv_ends_by_key(a->rdzv)) end_round_c10d(a, &s);
   trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */

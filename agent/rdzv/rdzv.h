@@ -183,8 +183,6 @@ int trun_rdzv_foreign_peers(const trun_rdzv *r);
 /* The counters of the stores this agent hosts (the rendezvous store, the workers' store), summed into
  * *sum: all 0 when it hosts none. */
 void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum);
-/* The losses of the last round that this round followed (read at its start): *out, how many. */
-int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out);
 /* The job's exclusion list as read at the start of the last round: *out, how many (news marked). */
 int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out);
 /* When this node is on the job's exclusion list (trun_rdzv_next_round failed for that), the exit code its
@@ -237,9 +235,13 @@ int trun_rdzv_exclude_node(trun_rdzv *r, const trun_rdzv_node_id *id, const char
  * trun_rdzv_info's round): joins, waits for the other nodes, assigns ranks and the workers' store; with
  * --store-allow-peers the stores this node hosts then admit only the round's nodes. 0 or -1 with a reason. */
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
-/* After a worker failed: nodes that wait to join and were not in this round (c10d), which made another
- * agent stop its workers and broke ours; > 0 makes the failure a membership change. */
-int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
+/* This node's workers failed (the round is over here: after trun_rdzv_watch_stop), and no other end came
+ * first: what that failure is for the job, where the backend knows more, comes through the door (the
+ * caller's thread calls the callback before this returns): c10d, nodes that were not in this round wait to
+ * join (another agent saw them first and stopped its workers, which broke ours): a MEMBER end, cause "join",
+ * `nodes` how many. Nothing comes otherwise (no node waits; the static and trun backends end a round by
+ * its key). */
+void trun_rdzv_failed_here(trun_rdzv *r);
 
 /* ---- the end of a round across nodes (the static backend with several nodes, and trun's) ---- */
 /* 1 when a round ends for every node through one key in the store: every node's workers succeeded, one
@@ -253,14 +255,18 @@ int trun_rdzv_ends_by_key(const trun_rdzv *r);
  * anyone with the job's token: a value no trun agent writes reads as TRUN_RDZV_END_INVALID, never as another
  * kind): each round has at most one of those. JOINING, REJOINED and CUT_OFF are what the rendezvous's
  * liveness thread learns while the workers run, without an end key: they come again every time it looks
- * (the agent acts on the first that finds its workers running). */
+ * (the agent acts on the first that finds its workers running). Two come on the caller's thread, from a
+ * call of the agent's: MEMBER after trun_rdzv_failed_here (c10d: nodes wait to join), and at the start of a
+ * round (trun_rdzv_next_round) one NODE_LOST with `past` set for each loss record of the round before (the
+ * losses this node learnt only then, its workers having stopped before its watcher saw them). */
 typedef enum trun_rdzv_end_kind {
   TRUN_RDZV_END_NONE = 0,   /* no end known yet (the round runs, or nothing watches: a single node) */
   TRUN_RDZV_END_OK,         /* every node's workers succeeded */
   TRUN_RDZV_END_FAILED,     /* node `node`'s workers failed first: every node stops to restart together */
   TRUN_RDZV_END_MEMBER,     /* the membership changes (nodes wait to join, a node's heartbeat stopped):
                                every node restarts its workers into a new world; `cause` says why */
-  TRUN_RDZV_END_NODE_LOST,  /* the liveness found node `node` gone; `loss` is its record where one was read */
+  TRUN_RDZV_END_NODE_LOST,  /* the liveness found node `node` gone; `loss` is its record where one was read;
+                               `past`: a loss of the round before, told at the next one's start */
   TRUN_RDZV_END_STORE_LOST, /* this node lost its connection to the rendezvous store (not a value of the
                                key: the watcher's wait, or the agent's own request, failed); `err` */
   TRUN_RDZV_END_INVALID,    /* the key holds a value no trun agent writes; `cause` shows it */
@@ -281,7 +287,9 @@ typedef struct trun_rdzv_end {
   int round;           /* the round that ended (the agent's round number, r->round) */
   int node;            /* FAILED, NODE_LOST: that node's group rank in the round; -1 for the others */
   int err;             /* STORE_LOST: the errno; else 0 */
-  int nodes;           /* JOINING, REJOINED: how many nodes wait; else 0 */
+  int nodes;           /* JOINING, REJOINED, MEMBER from trun_rdzv_failed_here: how many nodes wait; else 0 */
+  int past;            /* NODE_LOST: 1 when the loss is of the round before this one, told by
+                          trun_rdzv_next_round (no end of a running round: `round` is that round), else 0 */
   char cause[512];     /* MEMBER: the words the change came with ("join", "lost:<g>"); STORE_LOST: the
                           errno's text; INVALID: the value, cut, with '?' for bytes that are not printable;
                           CUT_OFF: since when and which store; else "" */
