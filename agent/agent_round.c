@@ -1,9 +1,10 @@
 /* A round's end with the job (agent_int.h, a->round): once this node's workers are gone, what the round was.
  * trun__round_settle tells the other nodes how this node ended and learns how the job's round ended (the
  * rendezvous's end and what a failure here is for the job, both taken from its one door; the
- * announcements), gathering facts into a round_seen; decide() is the one place that turns them into the
- * round's result. A step whose action depends on the result so far asks decide() with the facts gathered
- * until then. Calls agent_stop.c, agent_failures.c and agent_health.c; agent.c calls it. */
+ * announcements), gathering facts into a round_seen; trun__round_decide is the one place that turns
+ * them and the round's fate (agent_int.h: the stop request, the round's end) into the round's result. A step
+ * whose action depends on the result so far asks decide() with the facts gathered until then. Calls
+ * agent_stop.c, agent_failures.c and agent_health.c; agent.c calls it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,17 +12,7 @@
 
 #include "agent_int.h"
 
-/* What a round saw after its workers, besides the stop request (a->stop.req: what ended it on this node; a
- * stop signal may still come while this node waits on the store) and the round's end (a->round.end). */
-typedef struct {
-  int told, told_rc; /* static / trun: this node's success was announced (told), with
-                        trun_rdzv_announce_success's return */
-  int end_read;      /* static / trun: the round's end was read after the announcements */
-  int lost_seen;     /* a lost node the round's end names was taken */
-  int failed_told;   /* a failed round: the rendezvous was told (trun_rdzv_failed_here); its answer, if
-                        any, is the round's end (c10d: MEMBER, nodes wait to join) */
-  int owner_read;    /* c10d, several nodes: who failed first was read */
-} round_seen;
+typedef trun__round_seen round_seen;
 
 static int me(const agent *a) { return trun_rdzv_info(a->rdzv)->group_rank; }
 
@@ -30,18 +21,17 @@ static int failed_elsewhere(const agent *a) {
   return a->round.end.kind == TRUN_RDZV_END_FAILED && a->round.end.node != me(a);
 }
 
-/* The round's result from what ended it on this node (a->stop.req), what it saw after (s) and the round's
- * end as this node knows it (a->round.end). The one place that decides it. */
-static trun__round_result decide(const agent *a, const round_seen *s) {
-  trun__round_result r = a->stop.req;
+trun__round_result trun__round_decide(const trun__round_fate *f, const trun__round_seen *s) {
+  trun__round_result r = f->here;
   trun__round_kind k = r.kind;
-  const trun_rdzv_end *end = &a->round.end;
+  const trun_rdzv_end *end = f->job;
+  int elsewhere = end->kind == TRUN_RDZV_END_FAILED && end->node != f->me;
   if (s->told && k == OUT_SUCCESS && s->told_rc == -EINTR) k = OUT_SIGNALED; /* a stop signal meanwhile */
   if (s->told && k == OUT_SUCCESS && s->told_rc < 0 && s->told_rc != -EINTR) k = OUT_REMOTE_FAILED;
   if (s->end_read) {
     /* Another node's workers failed first: this node's failed workers are its victims (a crashed peer resets
      * their connections), and the root cause is that node's. */
-    if (k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+    if (k == OUT_FAILED && elsewhere) k = OUT_REMOTE_FAILED;
     /* The round's end is its first announcement: a membership change before our failure means the change
      * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
     if (end->kind == TRUN_RDZV_END_MEMBER && k != OUT_SIGNALED) k = OUT_MEMBERSHIP;
@@ -49,16 +39,22 @@ static trun__round_result decide(const agent *a, const round_seen *s) {
   }
   /* A node was lost, though this node's workers may have failed first (a crashed peer resets their
    * connections): the loss is the cause. Workers that all succeeded did this node's part of the job. */
-  if (s->lost_seen && end->kind == TRUN_RDZV_END_NODE_LOST && end->node != me(a) && k != OUT_SUCCESS &&
+  if (s->lost_seen && end->kind == TRUN_RDZV_END_NODE_LOST && end->node != f->me && k != OUT_SUCCESS &&
       k != OUT_SIGNALED && k != OUT_CUT_OFF && k != OUT_PEER_LOST)
     k = OUT_PEER_LOST;
   /* A worker failed while new nodes wait to join: the membership change (see settle). */
   if (s->failed_told && k == OUT_FAILED && end->kind == TRUN_RDZV_END_MEMBER) k = OUT_MEMBERSHIP;
-  if (s->owner_read && k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+  if (s->owner_read && k == OUT_FAILED && elsewhere) k = OUT_REMOTE_FAILED;
   if (k != r.kind && (k == OUT_REMOTE_FAILED || k == OUT_PEER_LOST)) r.node = end->node;
   if (k != r.kind && k != OUT_FAILED) r.cause = k == OUT_SIGNALED ? TRUN__CAUSE_SIGNAL : TRUN__CAUSE_END;
   r.kind = k;
   return r;
+}
+
+/* The round's result so far: its fate (the stop request, the round's end) and what it saw (s). */
+static trun__round_result decide(const agent *a, const round_seen *s) {
+  trun__round_fate f = {.here = a->stop.req, .job = &a->round.end, .me = me(a)};
+  return trun__round_decide(&f, s);
 }
 
 int trun__round_take_end(agent *a) {
