@@ -5,7 +5,8 @@
  * over the state machine in dynamic.c, its pickled state in c10d_state.c), and trun's own elastic
  * rendezvous (trun/: trun.c over fast.c). The stores an agent hosts run on threads of their own
  * (store_host.h), with the access rules of store_acl.h. Every fate of a round (its end for the job, a lost
- * store, nodes joining, peers rejoined, this node cut off) reaches the agent by one door: one typed
+ * store, nodes joining, peers rejoined, this node cut off, a failure here that nodes waiting make a
+ * membership change, the losses of the round before) reaches the agent by one door: one typed
  * trun_rdzv_end through the callback given to trun_rdzv_watch_open (rdzv_door.c); only this module reads or
  * writes the store's end values. What init and the first round would settle, without a store, is
  * trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
@@ -307,16 +308,19 @@ void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err);
  * the rendezvous store for the round's end key, decodes it into a trun_rdzv_end (reading a failed or lost
  * node's record there too, since the agent's loop never waits on the store) and hands it to the caller's
  * callback, the one door by which every fate of a round reaches the agent: the end key's kinds from the
- * watcher, JOINING / REJOINED / CUT_OFF from the liveness thread. */
+ * watcher, JOINING / REJOINED / CUT_OFF from the liveness thread (and, on the caller's thread, the answers of
+ * trun_rdzv_failed_here and trun_rdzv_next_round). */
 typedef struct trun_rdzv_watch trun_rdzv_watch;
-/* Called on a thread of the rendezvous (the watcher's, the liveness's) with a round's fate (end: valid during
- * the call only: the callee copies what it keeps; end->round: the round trun_rdzv_watch_start watches). It
- * must not block: the agent copies the value and wakes its loop (one uv_async_send). */
+/* Called on a thread of the rendezvous (the watcher's, the liveness's), or on the caller's inside
+ * trun_rdzv_failed_here and trun_rdzv_next_round, with a round's fate (end: valid during the call only: the
+ * callee copies what it keeps; end->round: the round trun_rdzv_watch_start watches, or for a past loss the
+ * round that lost the node). It must not block: the agent copies the value and wakes its loop (one
+ * uv_async_send). */
 typedef void (*trun_rdzv_end_fn)(void *arg, const trun_rdzv_end *end);
-/* After trun_rdzv_init: the watcher and its connection where a round can end on other nodes (the static and
- * trun backends with several nodes; a lost node, with liveness, on every backend), and on_end(arg, ...) as
- * the one door of every round's fate; *out NULL where there is nothing to watch (a single node: no fate but
- * the workers' own). 0, or -1 with the reason in err. */
+/* After trun_rdzv_init: on_end(arg, ...) as the one door of every round's fate (a single node's too), and
+ * the watcher and its connection where a round can end on other nodes (the static and trun backends with
+ * several nodes; a lost node, with liveness, on every backend); *out NULL where there is nothing to watch (a
+ * single node: no end but the workers' own). 0, or -1 with the reason in err. */
 int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
                          size_t errlen);
 /* Before the round's workers start: watches round (r's key space as next_round settled it). Where the last
