@@ -441,16 +441,19 @@ static int meet(agent *a) {
  * this node learnt only at the rendezvous, its workers having failed before the watcher saw them, said here,
  * and the one the round's end named, said then): the recovery is timed from the earliest. */
 static void past_losses(agent *a) {
-  a->round.recovery_from = 0;
+  trun_rdzv_loss past[TRUN_RDZV_MAX_LOSSES];
   pthread_mutex_lock(&a->round.given_mu);
-  for (int i = 0; i < a->round.n_given_past; i++) {
-    const trun_rdzv_loss *l = &a->round.given_past[i];
+  int n = a->round.n_given_past;
+  memcpy(past, a->round.given_past, sizeof(past[0]) * (size_t)n);
+  a->round.n_given_past = 0;
+  pthread_mutex_unlock(&a->round.given_mu);
+  a->round.recovery_from = 0;
+  for (int i = 0; i < n; i++) {
+    const trun_rdzv_loss *l = &past[i];
     if (!(a->round.lost_known && a->round.lost.node == l->node && a->round.lost.round_id == l->round_id))
       trun_obs_node_lost(a->obs, l);
     if (a->round.recovery_from == 0 || l->at < a->round.recovery_from) a->round.recovery_from = l->at;
   }
-  a->round.n_given_past = 0;
-  pthread_mutex_unlock(&a->round.given_mu);
   a->round.lost_known = 0;
 }
 
