@@ -80,7 +80,8 @@ struct trun_rdzv_ops {
    * thread (rdzv_live.c) runs on its own connection c. */
   int (*tick_ms)(const trun_rdzv *r);
   trun_rdzv_news (*tick)(trun_rdzv *r, trun_client *c, int *nodes);
-  /* Nodes waiting that were not in the round (membership or failure); NULL: 0. */
+  /* Nodes waiting that were not in the round, asked after a failure here (trun_rdzv_failed_here tells the
+   * agent through the door); NULL: 0. */
   int (*new_nodes_waiting)(trun_rdzv *r);
   /* Whether a round ends through the end key (trun_rdzv_ends_by_key). */
   int (*ends_by_key)(const trun_rdzv *r);
