@@ -78,12 +78,16 @@ static int is_news(trun_rdzv_end_kind k) {
   return k == TRUN_RDZV_END_JOINING || k == TRUN_RDZV_END_REJOINED || k == TRUN_RDZV_END_CUT_OFF;
 }
 
-/* The rendezvous's one door (trun_rdzv_watch_open), on one of its threads: the value it gives is kept in the
- * mailbox for the loop (the round's end once, the latest news), which it wakes. */
+/* The rendezvous's one door (trun_rdzv_watch_open), on one of its threads or the agent's own (a call that
+ * answers through it): the value it gives is kept in the mailbox for the loop (the round's end once, the
+ * latest news, the losses of the round before), which it wakes. */
 static void on_fate(void *arg, const trun_rdzv_end *end) {
   agent *a = arg;
   pthread_mutex_lock(&a->round.given_mu);
-  if (is_news(end->kind)) {
+  if (end->kind == TRUN_RDZV_END_NODE_LOST && end->past) {
+    if (a->round.n_given_past < TRUN_RDZV_MAX_LOSSES)
+      a->round.given_past[a->round.n_given_past++] = end->loss;
+  } else if (is_news(end->kind)) {
     a->round.given_news = *end;
     a->round.given_news_set = 1;
   } else if (!a->round.given_end_set) {
@@ -433,14 +437,19 @@ static int meet(agent *a) {
   return 0;
 }
 
-/* Losses of the last round that this node learnt only at the rendezvous (its workers failed before the
- * watcher saw the loss): said here; the recovery is timed from the earliest. */
-static void prev_losses(agent *a) {
+/* The losses of the last round that the door told at this round's start (NODE_LOST ends with `past`: those
+ * this node learnt only at the rendezvous, its workers having failed before the watcher saw them, said here,
+ * and the one the round's end named, said then): the recovery is timed from the earliest. */
+static void past_losses(agent *a) {
+  trun_rdzv_loss past[TRUN_RDZV_MAX_LOSSES];
+  pthread_mutex_lock(&a->round.given_mu);
+  int n = a->round.n_given_past;
+  memcpy(past, a->round.given_past, sizeof(past[0]) * (size_t)n);
+  a->round.n_given_past = 0;
+  pthread_mutex_unlock(&a->round.given_mu);
   a->round.recovery_from = 0;
-  const trun_rdzv_loss *prev_lost;
-  int n_prev_lost = trun_rdzv_prev_losses(a->rdzv, &prev_lost);
-  for (int i = 0; i < n_prev_lost; i++) {
-    const trun_rdzv_loss *l = &prev_lost[i];
+  for (int i = 0; i < n; i++) {
+    const trun_rdzv_loss *l = &past[i];
     if (!(a->round.lost_known && a->round.lost.node == l->node && a->round.lost.round_id == l->round_id))
       trun_obs_node_lost(a->obs, l);
     if (a->round.recovery_from == 0 || l->at < a->round.recovery_from) a->round.recovery_from = l->at;
@@ -465,7 +474,7 @@ static int before_round(agent *a, int round) {
    * a spare takes the survivors' attempt). */
   trun_obs_rdzv_end(a->obs, trun_rdzv_info(a->rdzv)->round, NULL);
   trun__agent_exclusion_news(a);
-  prev_losses(a);
+  past_losses(a);
   trun__agent_health_news(a, NULL, NULL, 0); /* nodes that left unhealthy: node rank 0 names them */
   char master_err[1024];
   if (trun_rdzv_check_master(a->rdzv, master_err, sizeof(master_err)) < 0) {

@@ -57,14 +57,42 @@ typedef enum {
   TRUN__CAUSE_CUT_OFF    /* this node lost the rendezvous store (liveness) */
 } trun__round_cause;
 
-/* A round's result: decided once, by decide() in agent.c, from what the round saw (the stop request below,
- * the rendezvous's end of the round, the announcements). */
+/* A round's result: decided once, by trun__round_decide (agent_round.c), from what the round saw (the stop
+ * request below, the rendezvous's end of the round, the announcements). */
 typedef struct {
   trun__round_kind kind;
   int culprit;             /* local rank of this node's root cause, -1 none */
   trun__round_cause cause; /* what stopped the round on this node */
   int node;                /* the node rank the round's end names (another node's failure, a lost node), -1 */
 } trun__round_result;
+
+/* A round's fate, the one value trun__round_decide reads: how the round ended on this node and
+ * for the job. `here` is the stop request (a->stop.req): every ending this node finds itself, through
+ * trun__round_stop: a worker's exit or stall, the hang watch's tear-down (agent_hang.c: OUT_FAILED, the
+ * culprit, TRUN__CAUSE_HANG), a hardware Xid, a stop signal, and what the rendezvous's news made it do.
+ * `job` is the round's end as the rendezvous's one door told it (a->round.end; kind NONE: none known). A hang
+ * is a fate of this node's own: it reaches the other nodes as this node's FAILED end, its record naming the
+ * hang. */
+typedef struct {
+  trun__round_result here;
+  const trun_rdzv_end *job;
+  int me; /* this node's group rank in the round */
+} trun__round_fate;
+
+/* What a round saw after its workers, besides its fate (agent_round.c gathers it while it settles). */
+typedef struct {
+  int told, told_rc; /* static / trun: this node's success was announced (told), with
+                        trun_rdzv_announce_success's return */
+  int end_read;      /* static / trun: the round's end was read after the announcements */
+  int lost_seen;     /* a lost node the round's end names was taken */
+  int failed_told;   /* a failed round: the rendezvous was told (trun_rdzv_failed_here); its answer, if
+                        any, is the round's end (c10d: MEMBER, nodes wait to join) */
+  int owner_read;    /* c10d, several nodes: who failed first was read */
+} trun__round_seen;
+
+/* The round's result from its fate and what it saw after the workers (agent_round.c): the one place that
+ * decides it, a function of its arguments only. */
+trun__round_result trun__round_decide(const trun__round_fate *f, const trun__round_seen *s);
 
 typedef struct agent agent;
 #define TRUN_ROUND_XID_GPUS 64        /* GPUs (visible index) whose Xids of the round a hang consults */
@@ -145,6 +173,9 @@ struct agent {
     pthread_mutex_t given_mu;
     trun_rdzv_end given_end, given_news;
     int given_end_set, given_news_set;
+    /* The losses of the round before that the door told at this round's start (NODE_LOST, `past`). */
+    trun_rdzv_loss given_past[TRUN_RDZV_MAX_LOSSES];
+    int n_given_past;
     /* Liveness: the lost node of this round (result OUT_PEER_LOST) or of the round before (recovery). */
     trun_rdzv_loss lost;
     int lost_known;

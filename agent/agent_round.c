@@ -1,9 +1,10 @@
 /* A round's end with the job (agent_int.h, a->round): once this node's workers are gone, what the round was.
  * trun__round_settle tells the other nodes how this node ended and learns how the job's round ended (the
- * rendezvous's end, the announcements, nodes waiting to join), gathering facts into a round_seen; decide()
- * is the one place that turns them into the round's result. A step whose action depends on the result so
- * far asks decide() with the facts gathered until then. Calls agent_stop.c, agent_failures.c and
- * agent_health.c; agent.c calls it. */
+ * rendezvous's end and what a failure here is for the job, both taken from its one door; the
+ * announcements), gathering facts into a round_seen; trun__round_decide is the one place that turns
+ * them and the round's fate (agent_int.h: the stop request, the round's end) into the round's result. A step
+ * whose action depends on the result so far asks decide() with the facts gathered until then. Calls
+ * agent_stop.c, agent_failures.c and agent_health.c; agent.c calls it. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,16 +12,7 @@
 
 #include "agent_int.h"
 
-/* What a round saw after its workers, besides the stop request (a->stop.req: what ended it on this node; a
- * stop signal may still come while this node waits on the store) and the round's end (a->round.end). */
-typedef struct {
-  int told, told_rc; /* static / trun: this node's success was announced (told), with
-                        trun_rdzv_announce_success's return */
-  int end_read;      /* static / trun: the round's end was read after the announcements */
-  int lost_seen;     /* a lost node the round's end names was taken */
-  int fresh;         /* a failed round: nodes that wait to join (c10d), 0 none or not asked */
-  int owner_read;    /* c10d, several nodes: who failed first was read */
-} round_seen;
+typedef trun__round_seen round_seen;
 
 static int me(const agent *a) { return trun_rdzv_info(a->rdzv)->group_rank; }
 
@@ -29,18 +21,17 @@ static int failed_elsewhere(const agent *a) {
   return a->round.end.kind == TRUN_RDZV_END_FAILED && a->round.end.node != me(a);
 }
 
-/* The round's result from what ended it on this node (a->stop.req), what it saw after (s) and the round's
- * end as this node knows it (a->round.end). The one place that decides it. */
-static trun__round_result decide(const agent *a, const round_seen *s) {
-  trun__round_result r = a->stop.req;
+trun__round_result trun__round_decide(const trun__round_fate *f, const trun__round_seen *s) {
+  trun__round_result r = f->here;
   trun__round_kind k = r.kind;
-  const trun_rdzv_end *end = &a->round.end;
+  const trun_rdzv_end *end = f->job;
+  int elsewhere = end->kind == TRUN_RDZV_END_FAILED && end->node != f->me;
   if (s->told && k == OUT_SUCCESS && s->told_rc == -EINTR) k = OUT_SIGNALED; /* a stop signal meanwhile */
   if (s->told && k == OUT_SUCCESS && s->told_rc < 0 && s->told_rc != -EINTR) k = OUT_REMOTE_FAILED;
   if (s->end_read) {
     /* Another node's workers failed first: this node's failed workers are its victims (a crashed peer resets
      * their connections), and the root cause is that node's. */
-    if (k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+    if (k == OUT_FAILED && elsewhere) k = OUT_REMOTE_FAILED;
     /* The round's end is its first announcement: a membership change before our failure means the change
      * came first and stopped a peer, which is what broke our workers (not counted as a restart). */
     if (end->kind == TRUN_RDZV_END_MEMBER && k != OUT_SIGNALED) k = OUT_MEMBERSHIP;
@@ -48,21 +39,32 @@ static trun__round_result decide(const agent *a, const round_seen *s) {
   }
   /* A node was lost, though this node's workers may have failed first (a crashed peer resets their
    * connections): the loss is the cause. Workers that all succeeded did this node's part of the job. */
-  if (s->lost_seen && end->kind == TRUN_RDZV_END_NODE_LOST && end->node != me(a) && k != OUT_SUCCESS &&
+  if (s->lost_seen && end->kind == TRUN_RDZV_END_NODE_LOST && end->node != f->me && k != OUT_SUCCESS &&
       k != OUT_SIGNALED && k != OUT_CUT_OFF && k != OUT_PEER_LOST)
     k = OUT_PEER_LOST;
   /* A worker failed while new nodes wait to join: the membership change (see settle). */
-  if (k == OUT_FAILED && s->fresh > 0) k = OUT_MEMBERSHIP;
-  if (s->owner_read && k == OUT_FAILED && failed_elsewhere(a)) k = OUT_REMOTE_FAILED;
+  if (s->failed_told && k == OUT_FAILED && end->kind == TRUN_RDZV_END_MEMBER) k = OUT_MEMBERSHIP;
+  if (s->owner_read && k == OUT_FAILED && elsewhere) k = OUT_REMOTE_FAILED;
   if (k != r.kind && (k == OUT_REMOTE_FAILED || k == OUT_PEER_LOST)) r.node = end->node;
   if (k != r.kind && k != OUT_FAILED) r.cause = k == OUT_SIGNALED ? TRUN__CAUSE_SIGNAL : TRUN__CAUSE_END;
   r.kind = k;
   return r;
 }
 
+/* The round's result so far: its fate (the stop request, the round's end) and what it saw (s). */
+static trun__round_result decide(const agent *a, const round_seen *s) {
+  trun__round_fate f = {.here = a->stop.req, .job = &a->round.end, .me = me(a)};
+  return trun__round_decide(&f, s);
+}
+
 int trun__round_take_end(agent *a) {
   pthread_mutex_lock(&a->round.given_mu);
-  if (a->round.given_end_set && a->round.end.kind == TRUN_RDZV_END_NONE) {
+  /* The first end of the round is kept; a membership change the rendezvous gave for this node's failure
+   * (trun_rdzv_failed_here) also replaces a store loss, which was only the watcher's connection. */
+  const trun_rdzv_end *given = &a->round.given_end;
+  if (a->round.given_end_set &&
+      (a->round.end.kind == TRUN_RDZV_END_NONE ||
+       (given->kind == TRUN_RDZV_END_MEMBER && a->round.end.kind == TRUN_RDZV_END_STORE_LOST))) {
     a->round.end = a->round.given_end;
     if (a->round.end.kind == TRUN_RDZV_END_NODE_LOST) {
       a->round.lost_known = a->round.end.loss_known;
@@ -196,16 +198,22 @@ trun__round_result trun__round_settle(agent *a) {
       trun__round_lost(a);
   }
   s.lost_seen = 1;
-  /* A round ended by a worker failure: if new nodes wait to join (c10d), another agent saw them first and
-   * stopped its workers, which broke ours (their collective lost a peer). That is the membership change, not
-   * a failure: torchrun would spend a restart on it when its monitor sees the failure before the wait list;
-   * trun checks the wait list first, so joining never costs a restart. */
-  if (decide(a, &s).kind == OUT_FAILED && (s.fresh = trun_rdzv_new_nodes_waiting(a->rdzv)) > 0) {
-    trun_info(
-        "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
-        "change (not counted as a restart)",
-        s.fresh, trun_rdzv_backend_name(a->rdzv));
-    trun_obs_membership(a->obs, s.fresh);
+  /* A round ended by a worker failure: the rendezvous says through its door what else it is. If new nodes
+   * wait to join (c10d: a MEMBER end), another agent saw them first and stopped its workers, which broke ours
+   * (their collective lost a peer). That is the membership change, not a failure: torchrun would spend a
+   * restart on it when its monitor sees the failure before the wait list; trun asks first, so joining never
+   * costs a restart. */
+  if (decide(a, &s).kind == OUT_FAILED) {
+    trun_rdzv_failed_here(a->rdzv);
+    trun__round_take_end(a);
+    s.failed_told = 1;
+    if (decide(a, &s).kind == OUT_MEMBERSHIP) {
+      trun_info(
+          "a worker failed while %d new node(s) wait to join the %s rendezvous: taking it as the membership "
+          "change (not counted as a restart)",
+          a->round.end.nodes, trun_rdzv_backend_name(a->rdzv));
+      trun_obs_membership(a->obs, a->round.end.nodes);
+    }
   }
   if (!trun_rdzv_ends_by_key(a->rdzv)) end_round_c10d(a, &s);
   trun__agent_after_round_health(a); /* a node whose workers keep failing first excludes itself */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every integration test (tests/integration/NN-name.sh, in name order) against the built binaries.
+# Runs every integration test (tests/integration/NN-name.sh, in the order of their numbers) against the built binaries.
 # Each test is a script that exits 0 on pass, 77 on skip (with a reason on stderr), anything else on fail.
 # Output: one line per test, then every skip again with its reason (so none goes unseen at the end of
 # `make check`), then "integration: N passed, M failed, K skipped". Exit 1 if any failed.
@@ -14,7 +14,8 @@ logdir=$TRUN_BUILD/test-logs
 mkdir -p "$logdir"
 pass=0 fail=0 skip=0
 skipped=()
-for t in "$here"/integration/[0-9]*.sh; do
+# In the order of their numbers (100 after 99), whatever the locale sorts.
+for t in $(cd "$here/integration" && printf '%s\n' [0-9]*.sh | sort -n | sed "s|^|$here/integration/|"); do
   name=$(basename "$t" .sh)
   case "$name" in *"${TRUN_TESTS:-}"*) ;; *) continue ;; esac
   start=$(date +%s)

@@ -61,14 +61,22 @@ int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
   return 0;
 }
 
-/* The losses of the round before this one (the records lost/<g> in its key space), for the agent's
- * node_lost / recovered reports. */
-static void read_prev_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
-  r->n_prev_lost = 0;
+void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
   if (prev_ks[0] == '\0' || prev_world < 2) return;
-  if (r->prev_lost == NULL && (r->prev_lost = calloc(TRUN_RDZV_MAX_LOSSES, sizeof(*r->prev_lost))) == NULL)
-    return;
-  r->n_prev_lost = trun__rdzv_losses(r, prev_ks, prev_world, r->prev_lost, TRUN_RDZV_MAX_LOSSES);
+  trun_rdzv_loss *lost = calloc(TRUN_RDZV_MAX_LOSSES, sizeof(*lost));
+  trun_rdzv_end *e = calloc(1, sizeof(*e));
+  int n = lost && e ? trun__rdzv_losses(r, prev_ks, prev_world, lost, TRUN_RDZV_MAX_LOSSES) : 0;
+  for (int i = 0; i < n; i++) {
+    memset(e, 0, sizeof(*e));
+    e->kind = TRUN_RDZV_END_NODE_LOST;
+    e->node = lost[i].node;
+    e->past = 1;
+    e->loss = lost[i];
+    e->loss_known = 1;
+    trun__rdzv_door_post(r, e); /* the round that lost it: the door's round until this one's liveness */
+  }
+  free(lost);
+  free(e);
 }
 
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
@@ -85,13 +93,23 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   if (r->be->elastic) trun__rdzv_attempt_settle(r);
   if (r->cfg->store_allow_peers && r->be->admit_round && r->be->admit_round(r, round, err, errlen) < 0)
     return -1;
-  read_prev_losses(r, prev_ks, prev_world);
+  trun__rdzv_tell_losses(r, prev_ks, prev_world);
+  trun__rdzv_door_round(r, r->info.round);
   trun__rdzv_live_round(r);
   return 0;
 }
 
-int trun_rdzv_new_nodes_waiting(trun_rdzv *r) {
-  return r->be && r->be->new_nodes_waiting ? r->be->new_nodes_waiting(r) : 0;
+void trun_rdzv_failed_here(trun_rdzv *r) {
+  int fresh = r->be && r->be->new_nodes_waiting ? r->be->new_nodes_waiting(r) : 0;
+  if (fresh <= 0) return;
+  trun_rdzv_end *e = calloc(1, sizeof(*e));
+  if (e == NULL) return;
+  e->kind = TRUN_RDZV_END_MEMBER;
+  e->node = -1;
+  e->nodes = fresh;
+  snprintf(e->cause, sizeof(e->cause), "join");
+  trun__rdzv_door_post(r, e);
+  free(e);
 }
 
 int trun_rdzv_leave_job(trun_rdzv *r, const char *why, int timeout_ms) {
@@ -109,12 +127,9 @@ void trun_rdzv_finish(trun_rdzv *r, int code, int signaled) {
 
 void trun_rdzv_close(trun_rdzv *r) {
   trun__rdzv_live_stop(r); /* first: it leaves its round cleanly while the store is still there */
-  free(r->prev_lost);
-  r->prev_lost = NULL;
   free(r->excl);
   r->excl = NULL;
   r->n_excl = 0;
-  r->n_prev_lost = 0;
   if (r->be && r->be->close)
     r->be->close(r);
   else
@@ -148,11 +163,6 @@ void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum) {
     sum->connections += st.connections, sum->ops += st.ops, sum->accepted += st.accepted;
     sum->refused += st.refused;
   }
-}
-
-int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out) {
-  *out = r->prev_lost;
-  return r->n_prev_lost;
 }
 
 int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out) {

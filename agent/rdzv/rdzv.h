@@ -5,7 +5,8 @@
  * over the state machine in dynamic.c, its pickled state in c10d_state.c), and trun's own elastic
  * rendezvous (trun/: trun.c over fast.c). The stores an agent hosts run on threads of their own
  * (store_host.h), with the access rules of store_acl.h. Every fate of a round (its end for the job, a lost
- * store, nodes joining, peers rejoined, this node cut off) reaches the agent by one door: one typed
+ * store, nodes joining, peers rejoined, this node cut off, a failure here that nodes waiting make a
+ * membership change, the losses of the round before) reaches the agent by one door: one typed
  * trun_rdzv_end through the callback given to trun_rdzv_watch_open (rdzv_door.c); only this module reads or
  * writes the store's end values. What init and the first round would settle, without a store, is
  * trun_rdzv_preview's (rdzv_preview.c, for --dry-run).
@@ -188,8 +189,6 @@ int trun_rdzv_foreign_peers(const trun_rdzv *r);
 /* The counters of the stores this agent hosts (the rendezvous store, the workers' store), summed into
  * *sum: all 0 when it hosts none. */
 void trun_rdzv_store_stats(const trun_rdzv *r, trun_server_stats *sum);
-/* The losses of the last round that this round followed (read at its start): *out, how many. */
-int trun_rdzv_prev_losses(const trun_rdzv *r, const trun_rdzv_loss **out);
 /* The job's exclusion list as read at the start of the last round: *out, how many (news marked). */
 int trun_rdzv_exclusion_list(const trun_rdzv *r, const trun_rdzv_exclusion **out);
 /* When this node is on the job's exclusion list (trun_rdzv_next_round failed for that), the exit code its
@@ -242,9 +241,13 @@ int trun_rdzv_exclude_node(trun_rdzv *r, const trun_rdzv_node_id *id, const char
  * trun_rdzv_info's round): joins, waits for the other nodes, assigns ranks and the workers' store; with
  * --store-allow-peers the stores this node hosts then admit only the round's nodes. 0 or -1 with a reason. */
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen);
-/* After a worker failed: nodes that wait to join and were not in this round (c10d), which made another
- * agent stop its workers and broke ours; > 0 makes the failure a membership change. */
-int trun_rdzv_new_nodes_waiting(trun_rdzv *r);
+/* This node's workers failed (the round is over here: after trun_rdzv_watch_stop), and no other end came
+ * first: what that failure is for the job, where the backend knows more, comes through the door (the
+ * caller's thread calls the callback before this returns): c10d, nodes that were not in this round wait to
+ * join (another agent saw them first and stopped its workers, which broke ours): a MEMBER end, cause "join",
+ * `nodes` how many. Nothing comes otherwise (no node waits; the static and trun backends end a round by
+ * its key). */
+void trun_rdzv_failed_here(trun_rdzv *r);
 
 /* ---- the end of a round across nodes (the static backend with several nodes, and trun's) ---- */
 /* 1 when a round ends for every node through one key in the store: every node's workers succeeded, one
@@ -258,14 +261,18 @@ int trun_rdzv_ends_by_key(const trun_rdzv *r);
  * anyone with the job's token: a value no trun agent writes reads as TRUN_RDZV_END_INVALID, never as another
  * kind): each round has at most one of those. JOINING, REJOINED and CUT_OFF are what the rendezvous's
  * liveness thread learns while the workers run, without an end key: they come again every time it looks
- * (the agent acts on the first that finds its workers running). */
+ * (the agent acts on the first that finds its workers running). Two come on the caller's thread, from a
+ * call of the agent's: MEMBER after trun_rdzv_failed_here (c10d: nodes wait to join), and at the start of a
+ * round (trun_rdzv_next_round) one NODE_LOST with `past` set for each loss record of the round before (the
+ * losses this node learnt only then, its workers having stopped before its watcher saw them). */
 typedef enum trun_rdzv_end_kind {
   TRUN_RDZV_END_NONE = 0,   /* no end known yet (the round runs, or nothing watches: a single node) */
   TRUN_RDZV_END_OK,         /* every node's workers succeeded */
   TRUN_RDZV_END_FAILED,     /* node `node`'s workers failed first: every node stops to restart together */
   TRUN_RDZV_END_MEMBER,     /* the membership changes (nodes wait to join, a node's heartbeat stopped):
                                every node restarts its workers into a new world; `cause` says why */
-  TRUN_RDZV_END_NODE_LOST,  /* the liveness found node `node` gone; `loss` is its record where one was read */
+  TRUN_RDZV_END_NODE_LOST,  /* the liveness found node `node` gone; `loss` is its record where one was read;
+                               `past`: a loss of the round before, told at the next one's start */
   TRUN_RDZV_END_STORE_LOST, /* this node lost its connection to the rendezvous store (not a value of the
                                key: the watcher's wait, or the agent's own request, failed); `err` */
   TRUN_RDZV_END_INVALID,    /* the key holds a value no trun agent writes; `cause` shows it */
@@ -286,7 +293,9 @@ typedef struct trun_rdzv_end {
   int round;           /* the round that ended (the agent's round number, r->round) */
   int node;            /* FAILED, NODE_LOST: that node's group rank in the round; -1 for the others */
   int err;             /* STORE_LOST: the errno; else 0 */
-  int nodes;           /* JOINING, REJOINED: how many nodes wait; else 0 */
+  int nodes;           /* JOINING, REJOINED, MEMBER from trun_rdzv_failed_here: how many nodes wait; else 0 */
+  int past;            /* NODE_LOST: 1 when the loss is of the round before this one, told by
+                          trun_rdzv_next_round (no end of a running round: `round` is that round), else 0 */
   char cause[512];     /* MEMBER: the words the change came with ("join", "lost:<g>"); STORE_LOST: the
                           errno's text; INVALID: the value, cut, with '?' for bytes that are not printable;
                           CUT_OFF: since when and which store; else "" */
@@ -304,16 +313,19 @@ void trun_rdzv_end_store_lost(trun_rdzv_end *e, int round, int err);
  * the rendezvous store for the round's end key, decodes it into a trun_rdzv_end (reading a failed or lost
  * node's record there too, since the agent's loop never waits on the store) and hands it to the caller's
  * callback, the one door by which every fate of a round reaches the agent: the end key's kinds from the
- * watcher, JOINING / REJOINED / CUT_OFF from the liveness thread. */
+ * watcher, JOINING / REJOINED / CUT_OFF from the liveness thread (and, on the caller's thread, the answers of
+ * trun_rdzv_failed_here and trun_rdzv_next_round). */
 typedef struct trun_rdzv_watch trun_rdzv_watch;
-/* Called on a thread of the rendezvous (the watcher's, the liveness's) with a round's fate (end: valid during
- * the call only: the callee copies what it keeps; end->round: the round trun_rdzv_watch_start watches). It
- * must not block: the agent copies the value and wakes its loop (one uv_async_send). */
+/* Called on a thread of the rendezvous (the watcher's, the liveness's), or on the caller's inside
+ * trun_rdzv_failed_here and trun_rdzv_next_round, with a round's fate (end: valid during the call only: the
+ * callee copies what it keeps; end->round: the round trun_rdzv_watch_start watches, or for a past loss the
+ * round that lost the node). It must not block: the agent copies the value and wakes its loop (one
+ * uv_async_send). */
 typedef void (*trun_rdzv_end_fn)(void *arg, const trun_rdzv_end *end);
-/* After trun_rdzv_init: the watcher and its connection where a round can end on other nodes (the static and
- * trun backends with several nodes; a lost node, with liveness, on every backend), and on_end(arg, ...) as
- * the one door of every round's fate; *out NULL where there is nothing to watch (a single node: no fate but
- * the workers' own). 0, or -1 with the reason in err. */
+/* After trun_rdzv_init: on_end(arg, ...) as the one door of every round's fate (a single node's too), and
+ * the watcher and its connection where a round can end on other nodes (the static and trun backends with
+ * several nodes; a lost node, with liveness, on every backend); *out NULL where there is nothing to watch (a
+ * single node: no end but the workers' own). 0, or -1 with the reason in err. */
 int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
                          size_t errlen);
 /* Before the round's workers start: watches round (r's key space as next_round settled it). Where the last

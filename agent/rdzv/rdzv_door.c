@@ -2,7 +2,9 @@
  * way a round can end reaches the agent as one trun_rdzv_end through the one callback the agent gave
  * trun_rdzv_watch_open, from whichever thread of the rendezvous learnt it: the end watcher (the end key's
  * kinds, a lost store connection) or the liveness thread (JOINING and REJOINED from the backend's tick,
- * CUT_OFF from its judge). It sits at the bottom of the module, below both. */
+ * CUT_OFF from its judge), or the agent's own thread where a call of its answers through the door (rdzv.c:
+ * MEMBER for a failure here while nodes wait, the past round's losses at the next round's start). It sits
+ * at the bottom of the module, below them all. */
 #include "rdzv_int.h"
 
 void trun__rdzv_door_set(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg) {

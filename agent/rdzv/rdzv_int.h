@@ -43,9 +43,6 @@ struct trun_rdzv {
   void *on_wait_arg;
   trun_wait wait;
   void (*wait_have)(struct trun_rdzv *r); /* refreshes wait.have before a report (NULL: nothing) */
-  /* Losses of the last round this one followed, read at the start of this round (recovery). */
-  int n_prev_lost;
-  struct trun_rdzv_loss *prev_lost;
   /* This node as the exclusion list names it (NULL: by its address only). */
   const trun_node *node;
   /* The job's exclusion list as read at the start of the last round (rdzv_exclude.c): every record, with
@@ -84,7 +81,8 @@ struct trun_rdzv_ops {
    * thread (rdzv_live.c) runs on its own connection c. */
   int (*tick_ms)(const trun_rdzv *r);
   trun_rdzv_news (*tick)(trun_rdzv *r, trun_client *c, int *nodes);
-  /* Nodes waiting that were not in the round (membership or failure); NULL: 0. */
+  /* Nodes waiting that were not in the round, asked after a failure here (trun_rdzv_failed_here tells the
+   * agent through the door); NULL: 0. */
   int (*new_nodes_waiting)(trun_rdzv *r);
   /* Whether a round ends through the end key (trun_rdzv_ends_by_key). */
   int (*ends_by_key)(const trun_rdzv *r);
@@ -235,6 +233,12 @@ void trun__rdzv_door_set(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg);
 void trun__rdzv_door_round(trun_rdzv *r, int round);
 /* Hands e, stamped with the door's round, to the agent (nothing before trun__rdzv_door_set). Any thread. */
 void trun__rdzv_door_post(trun_rdzv *r, trun_rdzv_end *e);
+
+/* ---- rdzv.c ---- */
+/* At a round's start (trun_rdzv_next_round, before the door moves to the new round): each loss record of
+ * the round before (key space prev_ks, prev_world nodes; trun__rdzv_losses) through the door as a NODE_LOST
+ * end with `past` set, stamped with that round. Nothing for a round of one node or none. */
+void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world);
 
 /* ---- rdzv_end_key.c: the end key's values ---- */
 /* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),

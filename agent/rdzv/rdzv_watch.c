@@ -97,6 +97,7 @@ static void *watch_thread(void *arg) {
 int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_rdzv_watch **out, char *err,
                          size_t errlen) {
   *out = NULL;
+  trun__rdzv_door_set(r, on_end, arg); /* a single node's too: trun_rdzv_failed_here's answer (c10d) */
   if (!trun_rdzv_ends_by_key(r) && r->live == NULL) return 0; /* a single node: no other node ends a round */
   trun_rdzv_watch *w = calloc(1, sizeof(*w));
   if (w == NULL) {
@@ -112,7 +113,6 @@ int trun_rdzv_watch_open(trun_rdzv *r, trun_rdzv_end_fn on_end, void *arg, trun_
   }
   w->r = r;
   pthread_mutex_init(&w->mu, NULL);
-  trun__rdzv_door_set(r, on_end, arg);
   *out = w;
   return 0;
 }

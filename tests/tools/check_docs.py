@@ -197,7 +197,7 @@ def rows_vs_files(root, row_re, pattern, strip, table, path):
 
 def test_rows(root):
     """docs/testing.md's integration-test rows against tests/integration/*.sh."""
-    return rows_vs_files(root, r"^\| `(\d\d-[\w.-]+)` \|", "tests/integration/[0-9][0-9]-*.sh", 3,
+    return rows_vs_files(root, r"^\| `(\d\d+-[\w.-]+)` \|", "tests/integration/[0-9][0-9]*-*.sh", 3,
                          "the integration tests table", "tests/integration/%s.sh")
 
 

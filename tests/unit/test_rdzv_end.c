@@ -671,6 +671,86 @@ START_TEST(test_door_cut_off) {
 }
 END_TEST
 
+/* c10d's wait list as a test sets it: nodes that were not in the round wait to join. */
+static int waiting_nodes;
+static int new_nodes(trun_rdzv *r) {
+  (void)r;
+  return waiting_nodes;
+}
+static const trun_rdzv_ops by_wait_list = {.name = "by-wait-list", .new_nodes_waiting = new_nodes};
+
+/* This node's workers failed while new nodes wait to join (c10d): the rendezvous says so through the one
+ * door, as a MEMBER end with the count, even on a node with nothing to watch (a round of one node); with
+ * nobody waiting, or on a backend without a wait list, nothing comes. */
+START_TEST(test_door_failed_joining) {
+  trun_rdzv r;
+  node(&r, &by_wait_list, 4);
+  r.info.group_world_size = 1;
+  trun__rdzv_door_set(&r, NULL, NULL); /* as trun_rdzv_new left it */
+  trun_rdzv_watch *w = NULL;
+  char err[256];
+  ck_assert_int_eq(trun_rdzv_watch_open(&r, on_end, &us, &w, err, sizeof(err)), 0);
+  ck_assert_ptr_null(w); /* nothing to watch, the door is the agent's all the same */
+  trun__rdzv_door_round(&r, 4);
+  waiting_nodes = 0;
+  trun_rdzv_failed_here(&r);
+  ck_assert_int_eq(calls, 0);
+  waiting_nodes = 3;
+  trun_rdzv_failed_here(&r);
+  ck_assert_int_eq(calls, 1); /* on the caller's thread, before the call returns */
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_MEMBER);
+  ck_assert_int_eq(seen.nodes, 3);
+  ck_assert_str_eq(seen.cause, "join");
+  ck_assert_int_eq(seen.node, -1);
+  ck_assert_int_eq(seen.round, 4);
+  ck_assert_int_eq(seen.past, 0);
+  r.be = &by_key; /* static, trun: no wait list */
+  trun_rdzv_failed_here(&r);
+  ck_assert_int_eq(calls, 1);
+}
+END_TEST
+
+/* At a round's start, the loss records of the round before come through the door, one NODE_LOST end each
+ * with `past` set, stamped with that round and carrying the record; a round without losses tells none. */
+START_TEST(test_door_past_losses) {
+  trun_rdzv r;
+  node(&r, &by_key, 6);
+  trun_client_opts o;
+  trun_client_opts_default(&o);
+  o.port = port;
+  o.key_prefix = "";
+  o.timeout_ms = 10000;
+  ck_assert_int_eq(trun_client_connect(&o, &r.client), 0);
+  trun__rdzv_door_round(&r, 6);
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3);
+  ck_assert_int_eq(calls, 0);
+  set("/trun/j/r6/lost/2",
+      "{\"node\": 2, \"addr\": \"10.0.0.3\", \"id\": \"10.0.0.3 77 0\", \"cause\": \"3 heartbeats "
+      "missed\", \"by\": \"1\", \"at\": 1234.5}");
+  set("/trun/j/r6/lost/0",
+      "{\"node\": 0, \"addr\": \"10.0.0.1\", \"id\": \"10.0.0.1 5 0\", \"cause\": \"it left the job: "
+      "SIGTERM\", \"by\": \"0\", \"at\": 1200.0}");
+  int64_t n;
+  ck_assert_int_eq(trun_client_add(writer, trun_str("/trun/j/r6/lost_n"), 2, &n), 0);
+  trun__rdzv_tell_losses(&r, "", 3);           /* no round before: nothing */
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 1); /* a round of one node: nothing */
+  ck_assert_int_eq(calls, 0);
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3);
+  ck_assert_int_eq(calls, 2);
+  ck_assert_int_eq(seen.kind, TRUN_RDZV_END_NODE_LOST); /* the last one: node 2 */
+  ck_assert_int_eq(seen.past, 1);
+  ck_assert_int_eq(seen.node, 2);
+  ck_assert_int_eq(seen.round, 6);
+  ck_assert_int_eq(seen.loss_known, 1);
+  ck_assert_int_eq(seen.loss.node, 2);
+  ck_assert_str_eq(seen.loss.addr, "10.0.0.3");
+  ck_assert_str_eq(seen.loss.cause, "3 heartbeats missed");
+  ck_assert_str_eq(seen.loss.by, "1");
+  ck_assert(seen.loss.at > 1234.4 && seen.loss.at < 1234.6);
+  trun_client_close(r.client);
+}
+END_TEST
+
 static void teardown_watch(void) {
   if (writer) trun_client_close(writer);
   writer = NULL;
@@ -698,6 +778,8 @@ static Suite *rdzv_end_suite(void) {
   tcase_add_test(tc, test_announce_first_wins);
   tcase_add_test(tc, test_door_news);
   tcase_add_test(tc, test_door_cut_off);
+  tcase_add_test(tc, test_door_failed_joining);
+  tcase_add_test(tc, test_door_past_losses);
   suite_add_tcase(s, tc);
   return s;
 }
