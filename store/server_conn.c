@@ -13,6 +13,7 @@
 
 void trun__server_free(trun_server *s) {
   trun_kv_free(s->kv);
+  if (s->peers) trun_kv_free(s->peers);
   pthread_mutex_destroy(&s->acl_mu);
   pthread_mutex_destroy(&s->kv_mu);
   pthread_mutex_destroy(&s->conns_mu);
@@ -248,6 +249,8 @@ static void conn_unlist(conn *c) {
     sh->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->listed = 0;
+  if (c->peer_counted) trun__peer_count(c->srv, &c->addr, -1, NULL); /* frees, never allocates */
+  c->peer_counted = 0;
   pthread_mutex_unlock(&c->srv->conns_mu);
 }
 

@@ -3,7 +3,8 @@
  * The files are layers by concern, top to bottom: each calls only files below it, never one above, so
  * their calls make no circle (scripts/check-layers.py --calls); a callback handed to libuv or to the key
  * space is a function of the same file or of one below, so none comes back up through a pointer either.
- *   server.c        start and close, the listeners, accept, the options and counters (server.h).
+ *   server.c        start and close, the listeners, accept (at most opts.turn_accepts a turn), the
+ *                   options and counters (server.h).
  *                   May call: server_shard.c, server_admit.c, server_io.c, server_conn.c.
  *   server_shard.c  the loops: worker threads' start and stop, the hand-off of accepted sockets, the work
  *                   other threads give a shard (sockets to adopt, replies, access rules, evictions, stop).
@@ -22,7 +23,8 @@
  *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
  *                   May call: server_auth.c.
  *   server_auth.c   the agents' key space and token. May call: server_acl.c.
- *   server_acl.c    the access rules (CIDR allow-list). May call: nothing. */
+ *   server_acl.c    the access rules (CIDR allow-list), the open connections per address. May call:
+ *                   nothing. */
 #ifndef TRUN_STORE_SERVER_INT_H
 #define TRUN_STORE_SERVER_INT_H
 
@@ -96,12 +98,17 @@ struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listeners[TRUN_SERVER_MAX_LISTENERS];
   int nlisteners;
+  uv_prepare_t accept_turn; /* each turn of the caller's loop: the accept budget anew (opts.turn_accepts) */
+  uv_idle_t accept_kick;    /* active while a listener waits for the next turn: the loop does not block */
+  int accept_later[TRUN_SERVER_MAX_LISTENERS]; /* a connection is left in listener i for the next turn */
+  int turn_accepted;                           /* connections accepted in this turn */
   trun_server_opts opts;
   trun_kv *kv;
   pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
   shard *cur;               /* under kv_mu: the shard whose request is being handled */
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
   uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
+  trun_kv *peers;           /* under conns_mu: open connections per address (trun__peer_count) */
   shard **shards;
   int nshards;
   unsigned next_shard;
@@ -135,7 +142,8 @@ struct conn {
   trun_server *srv;
   shard *sh;
   conn *prev, *next;
-  int listed; /* in sh->conns */
+  int listed;       /* in sh->conns */
+  int peer_counted; /* under conns_mu: counted in srv->peers (trun__peer_count) */
   trun_gen gen;
   trun_buf in;       /* bytes not yet parsed */
   size_t in_acct;    /* in.cap as counted in srv->stats.input_bytes */
@@ -177,6 +185,10 @@ struct conn {
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
 int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e);
 int trun__addr_allowed(trun_server *s, const acl_entry *addr);
+/* Under conns_mu: adds delta to the open connections of addr (family 0: the peers of unknown address,
+ * together); *now (may be NULL) is the count after. A hash lookup (the connection list is never walked):
+ * admitting N connections costs O(N), not O(N^2). 0 or -ENOMEM. */
+int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now);
 
 /* ---- server_auth.c, under kv_mu --------------------------------------------------------------- */
 /* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
