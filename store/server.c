@@ -23,7 +23,7 @@ void trun_server_opts_default(trun_server_opts *o) {
   o->max_wait_conn = TRUN_SERVER_DEFAULT_MAX_WAIT_CONN;
   o->max_wait_total = TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL;
   o->turn_work = TRUN_SERVER_DEFAULT_TURN_WORK;
-  o->turn_accepts = TRUN_SERVER_DEFAULT_TURN_ACCEPTS;
+  o->turn_conns = TRUN_SERVER_DEFAULT_TURN_CONNS;
   o->peer_reserve = TRUN_SERVER_PEER_RESERVE;
   o->threads = 1;
 }
@@ -42,6 +42,7 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->over_budget = __atomic_load_n(&s->stats.over_budget, __ATOMIC_RELAXED);
   st->deferred = __atomic_load_n(&s->stats.deferred, __ATOMIC_RELAXED);
   st->accepts_put_off = __atomic_load_n(&s->stats.accepts_put_off, __ATOMIC_RELAXED);
+  st->ends_put_off = __atomic_load_n(&s->stats.ends_put_off, __ATOMIC_RELAXED);
 }
 
 static int somaxconn(void) {
@@ -71,7 +72,7 @@ static void on_accept_kick(uv_idle_t *h) {
 
 /* libuv accepts in a loop while the listener has connections queued: a flood of connects would keep the
  * loop there, and the established connections (the agents' heartbeats) would wait for the whole queue.
- * After opts.turn_accepts in one turn, the connection is left in the listener: libuv stops watching it until
+ * After opts.turn_conns in one turn, the connection is left in the listener: libuv stops watching it until
  * it is accepted, which the next turn does (on_accept_turn), after the poll served the others. */
 static void on_connection(uv_stream_t *l, int status) {
   trun_server *s = l->data;
@@ -79,7 +80,7 @@ static void on_connection(uv_stream_t *l, int status) {
     trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
     return;
   }
-  if (s->opts.turn_accepts > 0 && s->turn_accepted >= s->opts.turn_accepts) {
+  if (s->opts.turn_conns > 0 && s->turn_accepted >= s->opts.turn_conns) {
     s->accept_later[(uv_tcp_t *)l - s->listeners] = 1;
     STAT_ADD(s, accepts_put_off, 1);
     if (!uv_is_active((uv_handle_t *)&s->accept_kick)) uv_idle_start(&s->accept_kick, on_accept_kick);

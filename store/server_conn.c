@@ -119,7 +119,38 @@ void trun__conn_undefer(conn *c) {
     sh->dtail = c->dprev;
   c->dprev = c->dnext = NULL;
   c->deferred = 0;
-  if (sh->dhead == NULL) uv_idle_stop(&sh->kick);
+  if (sh->dhead == NULL && sh->ehead == NULL) uv_idle_stop(&sh->kick);
+}
+
+void trun__conn_end_later(conn *c) {
+  shard *sh = c->sh;
+  if (c->end_later) return;
+  c->end_later = 1;
+  c->enext = NULL;
+  c->eprev = sh->etail;
+  if (sh->etail)
+    sh->etail->enext = c;
+  else
+    sh->ehead = c;
+  sh->etail = c;
+  STAT_ADD(c->srv, ends_put_off, 1);
+  if (!uv_is_active((uv_handle_t *)&sh->kick)) uv_idle_start(&sh->kick, on_kick);
+}
+
+void trun__conn_unend(conn *c) {
+  shard *sh = c->sh;
+  if (!c->end_later) return;
+  if (c->eprev)
+    c->eprev->enext = c->enext;
+  else
+    sh->ehead = c->enext;
+  if (c->enext)
+    c->enext->eprev = c->eprev;
+  else
+    sh->etail = c->eprev;
+  c->eprev = c->enext = NULL;
+  c->end_later = 0;
+  if (sh->dhead == NULL && sh->ehead == NULL) uv_idle_stop(&sh->kick);
 }
 
 void trun__conn_queue_flush(conn *c) {
@@ -269,6 +300,7 @@ void trun__conn_close(conn *c, const char *why) {
   __atomic_store_n(&s->stats.wait_bytes, (uint64_t)trun_kv_reg_bytes(s->kv), __ATOMIC_RELAXED);
   pthread_mutex_unlock(&s->kv_mu);
   trun__conn_undefer(c);
+  trun__conn_unend(c);
   /* No registration is left, so no other thread queues for c any more. */
   pthread_mutex_lock(&c->sh->mu);
   xq_unlink(c);

@@ -3,7 +3,7 @@
  * The files are layers by concern, top to bottom: each calls only files below it, never one above, so
  * their calls make no circle (scripts/check-layers.py --calls); a callback handed to libuv or to the key
  * space is a function of the same file or of one below, so none comes back up through a pointer either.
- *   server.c        start and close, the listeners, accept (at most opts.turn_accepts a turn), the
+ *   server.c        start and close, the listeners, accept (at most opts.turn_conns a turn), the
  *                   options and counters (server.h).
  *                   May call: server_shard.c, server_admit.c, server_io.c, server_conn.c.
  *   server_shard.c  the loops: worker threads' start and stop, the hand-off of accepted sockets, the work
@@ -78,9 +78,11 @@ struct shard {
   uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
   int ndoomed;
   uv_prepare_t turn; /* each loop turn, before polling: the strangers' work budget anew, deferred conns run */
-  uv_idle_t kick;    /* active while connections are deferred: the loop does not block in poll */
+  uv_idle_t kick;    /* active while connections are deferred or wait to end: the loop does not block */
   size_t spent;      /* work of connections without the agent token in this turn (opts.turn_work) */
   conn *dhead, *dtail; /* deferred connections, in the order they were put off */
+  conn *ehead, *etail; /* connections their peers closed, to close in later turns (opts.turn_conns) */
+  int ended;           /* connections without the agent token closed for their peer in this turn */
   conn *conns;         /* modified by this shard's thread only, under srv->conns_mu */
   conn *flushq; /* connections of this shard that got bytes outside their own request: flushed before the
                    callback that queued them returns (trun__shard_flush_woken) */
@@ -98,7 +100,7 @@ struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listeners[TRUN_SERVER_MAX_LISTENERS];
   int nlisteners;
-  uv_prepare_t accept_turn; /* each turn of the caller's loop: the accept budget anew (opts.turn_accepts) */
+  uv_prepare_t accept_turn; /* each turn of the caller's loop: the accept budget anew (opts.turn_conns) */
   uv_idle_t accept_kick;    /* active while a listener waits for the next turn: the loop does not block */
   int accept_later[TRUN_SERVER_MAX_LISTENERS]; /* a connection is left in listener i for the next turn */
   int turn_accepted;                           /* connections accepted in this turn */
@@ -178,6 +180,8 @@ struct conn {
   int evict;     /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
   uint64_t seq;  /* under conns_mu: accept order */
   conn *dprev, *dnext;
+  int end_later; /* in sh->ehead's list: its peer closed it; closed in a later turn (turn_conns) */
+  conn *eprev, *enext;
   char why[320]; /* the reason of a refusal that names the request */
 };
 
@@ -228,6 +232,11 @@ void trun__conn_in_refused(conn *c, int rc);
 void trun__conn_defer(conn *c);
 /* Takes c off its shard's deferred list. */
 void trun__conn_undefer(conn *c);
+/* c's peer closed it beyond the turn's share of such ends (turn_conns): it is not read, and closes in a
+ * later turn (server_io.c, oldest first). */
+void trun__conn_end_later(conn *c);
+/* Takes c off its shard's list of connections to end. */
+void trun__conn_unend(conn *c);
 /* Owner thread: c got bytes outside its own request (a wake-up or watch update from another connection's
  * request or end): flushed when the shard's current callback ends (trun__shard_flush_woken). */
 void trun__conn_queue_flush(conn *c);
