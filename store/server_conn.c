@@ -1,7 +1,7 @@
 /* A connection of the TCPStore server, and the server's memory: its input buffer within the server's input
  * budget, the lists it is on (its shard's deferred, flush and cross-thread reply queues), its end (close,
  * refuse), the push limit; and the free of the server once its last handle on the caller's loop closed.
- * Calls server_exec.c and server_auth.c only (layers: server_int.h). */
+ * Calls server_exec.c, server_auth.c and server_acl.c only (layers: server_int.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@
  *   server_conn.c   a connection's state and end: its input buffer within the input budget, the queues of
  *                   its shard it is on (deferred, flush, replies from other threads), the push limit,
  *                   close and refuse; the free of the server once its last handle closed.
- *                   May call: server_exec.c, server_auth.c.
+ *                   May call: server_exec.c, server_auth.c, server_acl.c.
  *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
  *                   May call: server_auth.c.
  *   server_auth.c   the agents' key space and token. May call: server_acl.c.
