@@ -1,5 +1,6 @@
 /* Access rules of the TCPStore server: CIDR allow-list, checked at accept and, after a change, on every
- * open connection (server.h); the open connections per address (the per-peer limit). The bottom of the server's files: calls none of them (layers: server_int.h).
+ * open connection (server.h); the open connections per address (the per-peer limit). The bottom of the
+ * server's files: calls none of them (layers: server_int.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
