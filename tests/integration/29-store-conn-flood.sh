@@ -7,8 +7,8 @@
 # under the per-address limit) and then all close at once. The agents' liveness heartbeats (1 s, cut off
 # after 6 s without an answer) must be served meanwhile: before the fix the store accepted the whole listen
 # queue in one loop turn (and walked every connection for each accept, O(N^2)) and closed the whole lot of
-# ended connections in one turn, its heartbeats went unanswered for 5-20 s, and both agents were cut off
-# (exit 4). Checks:
+# ended connections in one turn, its heartbeats went unanswered for 5-20 s: the store's host was cut off
+# (exit 4) and the other agent's worker lost its peer (exit 1). Checks:
 #  1. the store accepted every connection (the flood was real);
 #  2. both agents live through the flood's connects and its ends, and name no cut-off;
 #  3. training goes on after it; told to stop, both workers exit 0 and so do both agents.
