@@ -14,10 +14,11 @@
  *                   May call: server_io.c, server_conn.c, server_acl.c.
  *   server_io.c     a connection's traffic on its shard's loop: read, parse, run its requests (held while
  *                   its output is full, deferred past the strangers' share of a turn), write, flush; the
+ *                   ends of strangers' connections beyond a turn's share put off to later turns; the
  *                   waiters' callbacks (wake-ups, watch updates) and the connections they doom.
  *                   May call: server_conn.c, server_exec.c, server_acl.c.
  *   server_conn.c   a connection's state and end: its input buffer within the input budget, the queues of
- *                   its shard it is on (deferred, flush, replies from other threads), the push limit,
+ *                   its shard it is on (deferred, to end, flush, replies from other threads), the push limit,
  *                   close and refuse; the free of the server once its last handle closed.
  *                   May call: server_exec.c, server_auth.c, server_acl.c.
  *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
