@@ -14,7 +14,9 @@
  *
  * Input: [config][actions...]
  *   config bits 0-2: max_pending_out = 512 << b; bit 2 also: strangers get 24 units of work a loop turn
- *          (turn_work: their requests are put off to later turns); bit 3: legacy numbering 2.1 (else
+ *          (turn_work: their requests are put off to later turns), and one connection is accepted and one
+ *          stranger's end closed a turn (turn_conns: the rest wait in the listen queue, or unread, for later
+ *          turns); bit 3: legacy numbering 2.1 (else
  *          1.13); bit 4: small input limits (64 KiB a connection, 256 KiB in all), a 256 KiB reply cap and
  *          small wait budgets (40 registrations of a short key a connection, 100 in all), and with bit 0
  *          one connection an address and one more on probation (PING or the token first; a newcomer
@@ -282,7 +284,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.legacy = (cfg & 8) ? TRUN_GEN_LEGACY21 : TRUN_GEN_LEGACY113;
   o.limits.max_value = (uint64_t)1024 << (3 * (cfg >> 6));
   o.limits.max_keys = 128; /* the many-key WAITs; the other lists name at most 8 */
-  if (cfg & 4) o.turn_work = 24;
+  if (cfg & 4) {
+    o.turn_work = 24;
+    o.turn_conns = 1;
+  }
   if (cfg & 16) {
     o.max_conn_memory = 64 * 1024;
     o.max_input_total = 256 * 1024;

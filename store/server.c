@@ -23,6 +23,7 @@ void trun_server_opts_default(trun_server_opts *o) {
   o->max_wait_conn = TRUN_SERVER_DEFAULT_MAX_WAIT_CONN;
   o->max_wait_total = TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL;
   o->turn_work = TRUN_SERVER_DEFAULT_TURN_WORK;
+  o->turn_conns = TRUN_SERVER_DEFAULT_TURN_CONNS;
   o->peer_reserve = TRUN_SERVER_PEER_RESERVE;
   o->threads = 1;
 }
@@ -40,6 +41,8 @@ void trun_server_get_stats(const trun_server *s, trun_server_stats *st) {
   st->wait_bytes = __atomic_load_n(&s->stats.wait_bytes, __ATOMIC_RELAXED);
   st->over_budget = __atomic_load_n(&s->stats.over_budget, __ATOMIC_RELAXED);
   st->deferred = __atomic_load_n(&s->stats.deferred, __ATOMIC_RELAXED);
+  st->accepts_put_off = __atomic_load_n(&s->stats.accepts_put_off, __ATOMIC_RELAXED);
+  st->ends_put_off = __atomic_load_n(&s->stats.ends_put_off, __ATOMIC_RELAXED);
 }
 
 static int somaxconn(void) {
@@ -52,18 +55,52 @@ static int somaxconn(void) {
   return v > 0 ? v : 4096;
 }
 
-static void on_connection(uv_stream_t *l, int status) {
-  trun_server *s = l->data;
-  if (status < 0) {
-    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
-    return;
-  }
+/* Accepts the connection pending on listener l and deals it to a shard. */
+static void accept_one(trun_server *s, uv_stream_t *l) {
+  s->turn_accepted++;
   shard *dst = s->shards[s->next_shard++ % (unsigned)s->nshards];
   if (dst->index != 0) {
     trun__hand_off(s, l, dst);
     return;
   }
   trun__shard_accept(dst, l);
+}
+
+static void on_accept_kick(uv_idle_t *h) {
+  (void)h; /* only keeps the loop from blocking while a listener waits for the next turn */
+}
+
+/* libuv accepts in a loop while the listener has connections queued: a flood of connects would keep the
+ * loop there, and the established connections (the agents' heartbeats) would wait for the whole queue.
+ * After opts.turn_conns in one turn, the connection is left in the listener: libuv stops watching it until
+ * it is accepted, which the next turn does (on_accept_turn), after the poll served the others. */
+static void on_connection(uv_stream_t *l, int status) {
+  trun_server *s = l->data;
+  if (status < 0) {
+    trun_warn("accept on port %d failed: %s", s->port, uv_strerror(status));
+    return;
+  }
+  if (s->opts.turn_conns > 0 && s->turn_accepted >= s->opts.turn_conns) {
+    s->accept_later[(uv_tcp_t *)l - s->listeners] = 1;
+    STAT_ADD(s, accepts_put_off, 1);
+    if (!uv_is_active((uv_handle_t *)&s->accept_kick)) uv_idle_start(&s->accept_kick, on_accept_kick);
+    return;
+  }
+  accept_one(s, (uv_stream_t *)l);
+}
+
+/* Each turn of the caller's loop, before it polls: a new accept budget, first spent on the connections left
+ * in the listeners last turn (accepting one makes libuv watch its listener again). */
+static void on_accept_turn(uv_prepare_t *h) {
+  trun_server *s = h->data;
+  s->turn_accepted = 0;
+  if (!uv_is_active((uv_handle_t *)&s->accept_kick)) return;
+  uv_idle_stop(&s->accept_kick);
+  for (int i = 0; i < s->nlisteners && !s->closing; i++) {
+    if (!s->accept_later[i]) continue;
+    s->accept_later[i] = 0;
+    accept_one(s, (uv_stream_t *)&s->listeners[i]);
+  }
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
@@ -123,8 +160,24 @@ static int listen_all(trun_server *s) {
 
 static void on_listener_closed(uv_handle_t *h) { trun__server_handle_closed(h->data); }
 
+/* The accept turn's handles on the caller's loop; neither keeps it running. */
+static void accept_turn_init(trun_server *s) {
+  uv_prepare_init(s->loop, &s->accept_turn);
+  s->accept_turn.data = s;
+  uv_prepare_start(&s->accept_turn, on_accept_turn);
+  uv_unref((uv_handle_t *)&s->accept_turn);
+  uv_idle_init(s->loop, &s->accept_kick);
+  s->accept_kick.data = s;
+  uv_unref((uv_handle_t *)&s->accept_kick);
+  s->handles_open += 2;
+}
+
 /* Closes the listeners and shard 0's handles (the worker shards are stopped already). */
 static void server_close_handles(trun_server *s) {
+  if (s->accept_turn.loop) {
+    uv_close((uv_handle_t *)&s->accept_turn, on_listener_closed);
+    uv_close((uv_handle_t *)&s->accept_kick, on_listener_closed);
+  }
   for (int i = 0; i < s->nlisteners; i++) uv_close((uv_handle_t *)&s->listeners[i], on_listener_closed);
   if (s->shards && s->shards[0]) {
     uv_close((uv_handle_t *)&s->shards[0]->reaper, trun__on_shard_handle_closed);
@@ -151,11 +204,13 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   pthread_mutex_init(&s->conns_mu, NULL);
   if (s->opts.max_pending_out == 0) s->opts.max_pending_out = 4u << 20;
   s->kv = trun_kv_new();
-  if (s->kv == NULL) {
+  s->peers = trun_kv_new();
+  if (s->kv == NULL || s->peers == NULL) {
     trun__server_free(s);
     return UV_ENOMEM;
   }
   int rc = trun__shards_start(s, s->opts.threads);
+  if (rc == 0) accept_turn_init(s);
   if (rc == 0) rc = listen_all(s);
   if (rc < 0) {
     s->closing = 1;

@@ -27,6 +27,10 @@ typedef struct trun_server trun_server;
 /* The work (keys and KiB of requests, see trun_server_opts.turn_work) that connections without the agent
  * token get per turn of a loop, all together. */
 #define TRUN_SERVER_DEFAULT_TURN_WORK 32768
+/* Connections accepted per turn of the caller's loop (the one with the listeners), and connections without
+ * the agent token whose peers left closed per turn of each loop: a flood of connects waits in the listen
+ * queue, and a flood of ends for later turns, while the established connections are served every turn. */
+#define TRUN_SERVER_DEFAULT_TURN_CONNS 64
 
 typedef struct {
   const char *host; /* NULL or "": "::" dual-stack, else 0.0.0.0 */
@@ -61,21 +65,28 @@ typedef struct {
   size_t turn_work;       /* 0: no limit; else the requests of connections without the agent token run at
                              most this much work per turn of a loop (a request costs 1 + its keys + its
                              size / 256), the rest in later turns: agents' requests never wait behind more */
+  int turn_conns;         /* 0: no limit; else connections accepted per turn of the caller's loop at most
+                             (default TRUN_SERVER_DEFAULT_TURN_CONNS), the rest stay in the listen queue
+                             for later turns; and as many connections without the agent token whose peer
+                             left closed per turn of each loop, the rest (not read) in later turns:
+                             established connections never wait behind a flood of connects or ends */
 } trun_server_opts;
 
 #define TRUN_SERVER_MAX_THREADS 64
 
 typedef struct {
-  uint64_t connections; /* open now */
-  uint64_t accepted;    /* since start */
-  uint64_t rejected;    /* closed for bad input */
-  uint64_t ops;         /* requests handled */
-  uint64_t waiting;     /* connections with a pending WAIT */
-  uint64_t refused;     /* closed by the access rules (allow-list, per-peer limit) */
-  uint64_t input_bytes; /* input buffered now by every connection (partial requests, held requests) */
-  uint64_t wait_bytes;  /* wait and watch registrations now, as counted against max_wait_total */
-  uint64_t over_budget; /* connections closed for a wait over max_wait_conn or max_wait_total */
-  uint64_t deferred;    /* times a connection's requests were put off to a later turn (turn_work) */
+  uint64_t connections;     /* open now */
+  uint64_t accepted;        /* since start */
+  uint64_t rejected;        /* closed for bad input */
+  uint64_t ops;             /* requests handled */
+  uint64_t waiting;         /* connections with a pending WAIT */
+  uint64_t refused;         /* closed by the access rules (allow-list, per-peer limit) */
+  uint64_t input_bytes;     /* input buffered now by every connection (partial requests, held requests) */
+  uint64_t wait_bytes;      /* wait and watch registrations now, as counted against max_wait_total */
+  uint64_t over_budget;     /* connections closed for a wait over max_wait_conn or max_wait_total */
+  uint64_t deferred;        /* times a connection's requests were put off to a later turn (turn_work) */
+  uint64_t accepts_put_off; /* times a listener's connections were left for a later turn (turn_conns) */
+  uint64_t ends_put_off;    /* connections whose peer left, closed in a later turn (turn_conns) */
 } trun_server_stats;
 
 void trun_server_opts_default(trun_server_opts *o);

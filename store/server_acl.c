@@ -1,5 +1,6 @@
 /* Access rules of the TCPStore server: CIDR allow-list, checked at accept and, after a change, on every
- * open connection (server.h). The bottom of the server's files: calls none of them (layers: server_int.h).
+ * open connection (server.h); the open connections per address (the per-peer limit). The bottom of the
+ * server's files: calls none of them (layers: server_int.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -156,4 +157,19 @@ int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa) {
   acl_entry e;
   if (trun__sockaddr_entry(sa, &e) < 0) return 0;
   return trun__addr_allowed(s, &e);
+}
+
+/* ---- open connections per address (the per-peer limit), under conns_mu ---------------------- */
+
+int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now) {
+  uint8_t key[1 + sizeof(addr->a)];
+  key[0] = addr->family == AF_INET ? 4 : addr->family == AF_INET6 ? 6 : 0;
+  memcpy(key + 1, addr->a, sizeof(addr->a));
+  trun_slice k = {key, sizeof(key)};
+  int64_t n = 0;
+  int rc = trun_kv_add(s->peers, k, delta, &n);
+  if (rc < 0) return rc;
+  if (n <= 0) trun_kv_delete(s->peers, k); /* a peer with no connection left holds no slot */
+  if (now) *now = n;
+  return 0;
 }

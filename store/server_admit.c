@@ -55,16 +55,6 @@ static int same_addr(const conn *a, const conn *b) {
   return a->addr.family == b->addr.family && memcmp(a->addr.a, b->addr.a, 16) == 0;
 }
 
-/* Same address as c among the open connections of every shard, c included. */
-static int count_same_peer(trun_server *s, const conn *c) {
-  int same = 0;
-  pthread_mutex_lock(&s->conns_mu);
-  for (int i = 0; i < s->nshards; i++)
-    for (conn *o = s->shards[i]->conns; o; o = o->next) same += same_addr(o, c);
-  pthread_mutex_unlock(&s->conns_mu);
-  return same;
-}
-
 /* c came beyond the per-peer limit of a server that knows an agent token: it is admitted on probation
  * (no request but PING before it presents the token), within opts.peer_reserve such connections of its
  * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
@@ -122,7 +112,14 @@ static void conn_admit(conn *c) {
   sh->conns = c;
   c->listed = 1;
   c->seq = ++s->conn_seq;
+  int64_t same = 0; /* connections from c's address, c included */
+  int counted = trun__peer_count(s, &c->addr, 1, &same) == 0;
+  c->peer_counted = counted;
   pthread_mutex_unlock(&s->conns_mu);
+  if (!counted) {
+    trun__conn_close(c, "out of memory counting the connections from its address");
+    return;
+  }
   c->acl_gen = __atomic_load_n(&s->acl_gen, __ATOMIC_ACQUIRE);
   if (!trun__addr_allowed(s, &c->addr)) {
     trun__conn_refuse(c,
@@ -138,7 +135,7 @@ static void conn_admit(conn *c) {
         "limit: raise `ulimit -n`)");
     return;
   }
-  if (s->opts.max_conns_per_peer > 0 && count_same_peer(s, c) > s->opts.max_conns_per_peer) {
+  if (s->opts.max_conns_per_peer > 0 && same > s->opts.max_conns_per_peer) {
     if (s->token == NULL) { /* set before connections come: no agent could get in beyond the limit */
       trun__conn_refuse(c, "too many connections from this address (the per-peer connection limit)");
       return;

@@ -1,7 +1,7 @@
 /* A connection of the TCPStore server, and the server's memory: its input buffer within the server's input
  * budget, the lists it is on (its shard's deferred, flush and cross-thread reply queues), its end (close,
  * refuse), the push limit; and the free of the server once its last handle on the caller's loop closed.
- * Calls server_exec.c and server_auth.c only (layers: server_int.h). */
+ * Calls server_exec.c, server_auth.c and server_acl.c only (layers: server_int.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 
 void trun__server_free(trun_server *s) {
   trun_kv_free(s->kv);
+  if (s->peers) trun_kv_free(s->peers);
   pthread_mutex_destroy(&s->acl_mu);
   pthread_mutex_destroy(&s->kv_mu);
   pthread_mutex_destroy(&s->conns_mu);
@@ -118,7 +119,38 @@ void trun__conn_undefer(conn *c) {
     sh->dtail = c->dprev;
   c->dprev = c->dnext = NULL;
   c->deferred = 0;
-  if (sh->dhead == NULL) uv_idle_stop(&sh->kick);
+  if (sh->dhead == NULL && sh->ehead == NULL) uv_idle_stop(&sh->kick);
+}
+
+void trun__conn_end_later(conn *c) {
+  shard *sh = c->sh;
+  if (c->end_later) return;
+  c->end_later = 1;
+  c->enext = NULL;
+  c->eprev = sh->etail;
+  if (sh->etail)
+    sh->etail->enext = c;
+  else
+    sh->ehead = c;
+  sh->etail = c;
+  STAT_ADD(c->srv, ends_put_off, 1);
+  if (!uv_is_active((uv_handle_t *)&sh->kick)) uv_idle_start(&sh->kick, on_kick);
+}
+
+void trun__conn_unend(conn *c) {
+  shard *sh = c->sh;
+  if (!c->end_later) return;
+  if (c->eprev)
+    c->eprev->enext = c->enext;
+  else
+    sh->ehead = c->enext;
+  if (c->enext)
+    c->enext->eprev = c->eprev;
+  else
+    sh->etail = c->eprev;
+  c->eprev = c->enext = NULL;
+  c->end_later = 0;
+  if (sh->dhead == NULL && sh->ehead == NULL) uv_idle_stop(&sh->kick);
 }
 
 void trun__conn_queue_flush(conn *c) {
@@ -248,6 +280,8 @@ static void conn_unlist(conn *c) {
     sh->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->listed = 0;
+  if (c->peer_counted) trun__peer_count(c->srv, &c->addr, -1, NULL); /* frees, never allocates */
+  c->peer_counted = 0;
   pthread_mutex_unlock(&c->srv->conns_mu);
 }
 
@@ -266,6 +300,7 @@ void trun__conn_close(conn *c, const char *why) {
   __atomic_store_n(&s->stats.wait_bytes, (uint64_t)trun_kv_reg_bytes(s->kv), __ATOMIC_RELAXED);
   pthread_mutex_unlock(&s->kv_mu);
   trun__conn_undefer(c);
+  trun__conn_unend(c);
   /* No registration is left, so no other thread queues for c any more. */
   pthread_mutex_lock(&c->sh->mu);
   xq_unlink(c);

@@ -3,7 +3,8 @@
  * The files are layers by concern, top to bottom: each calls only files below it, never one above, so
  * their calls make no circle (scripts/check-layers.py --calls); a callback handed to libuv or to the key
  * space is a function of the same file or of one below, so none comes back up through a pointer either.
- *   server.c        start and close, the listeners, accept, the options and counters (server.h).
+ *   server.c        start and close, the listeners, accept (at most opts.turn_conns a turn), the
+ *                   options and counters (server.h).
  *                   May call: server_shard.c, server_admit.c, server_io.c, server_conn.c.
  *   server_shard.c  the loops: worker threads' start and stop, the hand-off of accepted sockets, the work
  *                   other threads give a shard (sockets to adopt, replies, access rules, evictions, stop).
@@ -13,16 +14,18 @@
  *                   May call: server_io.c, server_conn.c, server_acl.c.
  *   server_io.c     a connection's traffic on its shard's loop: read, parse, run its requests (held while
  *                   its output is full, deferred past the strangers' share of a turn), write, flush; the
+ *                   ends of strangers' connections beyond a turn's share put off to later turns; the
  *                   waiters' callbacks (wake-ups, watch updates) and the connections they doom.
  *                   May call: server_conn.c, server_exec.c, server_acl.c.
  *   server_conn.c   a connection's state and end: its input buffer within the input budget, the queues of
- *                   its shard it is on (deferred, flush, replies from other threads), the push limit,
+ *                   its shard it is on (deferred, to end, flush, replies from other threads), the push limit,
  *                   close and refuse; the free of the server once its last handle closed.
- *                   May call: server_exec.c, server_auth.c.
+ *                   May call: server_exec.c, server_auth.c, server_acl.c.
  *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
  *                   May call: server_auth.c.
  *   server_auth.c   the agents' key space and token. May call: server_acl.c.
- *   server_acl.c    the access rules (CIDR allow-list). May call: nothing. */
+ *   server_acl.c    the access rules (CIDR allow-list), the open connections per address. May call:
+ *                   nothing. */
 #ifndef TRUN_STORE_SERVER_INT_H
 #define TRUN_STORE_SERVER_INT_H
 
@@ -76,9 +79,11 @@ struct shard {
   uv_async_t async; /* work from other threads: sockets to adopt, queued replies, access rules, stop */
   int ndoomed;
   uv_prepare_t turn; /* each loop turn, before polling: the strangers' work budget anew, deferred conns run */
-  uv_idle_t kick;    /* active while connections are deferred: the loop does not block in poll */
+  uv_idle_t kick;    /* active while connections are deferred or wait to end: the loop does not block */
   size_t spent;      /* work of connections without the agent token in this turn (opts.turn_work) */
   conn *dhead, *dtail; /* deferred connections, in the order they were put off */
+  conn *ehead, *etail; /* connections their peers closed, to close in later turns (opts.turn_conns) */
+  int ended;           /* connections without the agent token closed for their peer in this turn */
   conn *conns;         /* modified by this shard's thread only, under srv->conns_mu */
   conn *flushq; /* connections of this shard that got bytes outside their own request: flushed before the
                    callback that queued them returns (trun__shard_flush_woken) */
@@ -96,12 +101,17 @@ struct trun_server {
   uv_loop_t *loop;
   uv_tcp_t listeners[TRUN_SERVER_MAX_LISTENERS];
   int nlisteners;
+  uv_prepare_t accept_turn; /* each turn of the caller's loop: the accept budget anew (opts.turn_conns) */
+  uv_idle_t accept_kick;    /* active while a listener waits for the next turn: the loop does not block */
+  int accept_later[TRUN_SERVER_MAX_LISTENERS]; /* a connection is left in listener i for the next turn */
+  int turn_accepted;                           /* connections accepted in this turn */
   trun_server_opts opts;
   trun_kv *kv;
   pthread_mutex_t kv_mu;    /* the key space and the waiters' registrations */
   shard *cur;               /* under kv_mu: the shard whose request is being handled */
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
   uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
+  trun_kv *peers;           /* under conns_mu: open connections per address (trun__peer_count) */
   shard **shards;
   int nshards;
   unsigned next_shard;
@@ -135,7 +145,8 @@ struct conn {
   trun_server *srv;
   shard *sh;
   conn *prev, *next;
-  int listed; /* in sh->conns */
+  int listed;       /* in sh->conns */
+  int peer_counted; /* under conns_mu: counted in srv->peers (trun__peer_count) */
   trun_gen gen;
   trun_buf in;       /* bytes not yet parsed */
   size_t in_acct;    /* in.cap as counted in srv->stats.input_bytes */
@@ -170,6 +181,8 @@ struct conn {
   int evict;     /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
   uint64_t seq;  /* under conns_mu: accept order */
   conn *dprev, *dnext;
+  int end_later; /* in sh->ehead's list: its peer closed it; closed in a later turn (turn_conns) */
+  conn *eprev, *enext;
   char why[320]; /* the reason of a refusal that names the request */
 };
 
@@ -177,6 +190,10 @@ struct conn {
 /* The address of sa (IPv4-mapped IPv6 as IPv4). 0, or -1 for another family. */
 int trun__sockaddr_entry(const struct sockaddr *sa, acl_entry *e);
 int trun__addr_allowed(trun_server *s, const acl_entry *addr);
+/* Under conns_mu: adds delta to the open connections of addr (family 0: the peers of unknown address,
+ * together); *now (may be NULL) is the count after. A hash lookup (the connection list is never walked):
+ * admitting N connections costs O(N), not O(N^2). 0 or -ENOMEM. */
+int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now);
 
 /* ---- server_auth.c, under kv_mu --------------------------------------------------------------- */
 /* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
@@ -216,6 +233,11 @@ void trun__conn_in_refused(conn *c, int rc);
 void trun__conn_defer(conn *c);
 /* Takes c off its shard's deferred list. */
 void trun__conn_undefer(conn *c);
+/* c's peer closed it beyond the turn's share of such ends (turn_conns): it is not read, and closes in a
+ * later turn (server_io.c, oldest first). */
+void trun__conn_end_later(conn *c);
+/* Takes c off its shard's list of connections to end. */
+void trun__conn_unend(conn *c);
 /* Owner thread: c got bytes outside its own request (a wake-up or watch update from another connection's
  * request or end): flushed when the shard's current callback ends (trun__shard_flush_woken). */
 void trun__conn_queue_flush(conn *c);

@@ -83,7 +83,7 @@ static void conn_notify(trun_waiter *w, uint8_t type, trun_slice key, trun_slice
  * stopped, under half of it). */
 static void update_reading(conn *c) {
   size_t pending = trun__pending_out(c), max = c->srv->opts.max_pending_out;
-  if (c->closing || c->doomed) return;
+  if (c->closing || c->doomed || c->end_later) return;
   if (c->reading && (c->held || c->deferred || pending > max)) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
@@ -188,7 +188,13 @@ void trun__shard_flush_woken(shard *sh) {
 static void on_turn(uv_prepare_t *h) {
   shard *sh = h->data;
   size_t max = sh->srv->opts.turn_work;
+  int ends = sh->srv->opts.turn_conns;
   sh->spent = 0;
+  sh->ended = 0;
+  while (sh->ehead && (ends == 0 || sh->ended < ends)) {
+    sh->ended++;
+    trun__conn_close(sh->ehead, NULL); /* takes it off the list */
+  }
   while (sh->dhead && (max == 0 || sh->spent < max)) {
     conn *c = sh->dhead;
     trun__conn_undefer(c);
@@ -346,6 +352,22 @@ static void read_data(conn *c, ssize_t nread, const uv_buf_t *b) {
   if (!c->closing) trun__conn_flush(c);
 }
 
+/* EOF or reset: the client left. A flood of connections that all end at once must not hold the agents'
+ * requests for the whole lot: beyond opts.turn_conns a turn, connections without the agent token close in
+ * later turns (not read meanwhile). An agent's end is seen at once (its liveness keys). */
+static void peer_left(conn *c) {
+  shard *sh = c->sh;
+  int max = c->srv->opts.turn_conns;
+  if (c->agent || max == 0 || sh->ended < max) {
+    if (!c->agent) sh->ended++;
+    trun__conn_close(c, NULL);
+    return;
+  }
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  c->reading = 0;
+  trun__conn_end_later(c);
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
   conn *c = (conn *)st;
   shard *sh = c->sh;
@@ -361,7 +383,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
     if (nread == UV_ENOBUFS)
       trun__conn_in_refused(c, c->in_over);
     else if (nread < 0)
-      trun__conn_close(c, NULL); /* EOF or reset: the client left */
+      peer_left(c);
     else if (nread > 0)
       read_data(c, nread, b);
   }

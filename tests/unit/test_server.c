@@ -1401,6 +1401,72 @@ START_TEST(test_turn_work_defers_strangers) {
 }
 END_TEST
 
+/* The server's loop, stopped (blocked in a call) until the test writes a byte to the pipe: what the test
+ * does meanwhile (connects, closes) all waits in the kernel for the loop's next turn. */
+typedef struct {
+  int pipe[2];
+  pthread_t th;
+} loop_hold;
+
+static void hold_fn(trun_server *s, void *arg) {
+  (void)s;
+  char b;
+  ck_assert_int_eq(read(((loop_hold *)arg)->pipe[0], &b, 1), 1);
+}
+
+static void *hold_thread(void *arg) {
+  unit_server_call(&us, hold_fn, arg);
+  return NULL;
+}
+
+static void hold_loop(loop_hold *h) {
+  ck_assert_int_eq(pipe(h->pipe), 0);
+  ck_assert_int_eq(pthread_create(&h->th, NULL, hold_thread, h), 0);
+}
+
+static void release_loop(loop_hold *h) {
+  ck_assert_int_eq(write(h->pipe[1], "x", 1), 1);
+  pthread_join(h->th, NULL);
+  close(h->pipe[0]);
+  close(h->pipe[1]);
+}
+
+/* With one connection a turn, 40 connects queued while the loop was busy are accepted over later turns (the
+ * rest left in the listen queue, none lost), and 40 clients that leave at once are closed over later turns;
+ * the agent's PINGs sent meanwhile are answered, and its connection stays. */
+START_TEST(test_turn_conns_spreads_accepts_and_ends) {
+  enum { N = 40 };
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  o.turn_conns = 1;
+  start_with(&o);
+  unit_server_call(&us, agent_token_on, NULL);
+  int ag = connect_agent(), fd[N];
+  until_connections(1);
+  loop_hold h;
+  hold_loop(&h);
+  for (int i = 0; i < N; i++) ck_assert_int_ge(fd[i] = unit_connect(port), 0); /* queued by the kernel */
+  msg m = {0};
+  send_msg(ag, m_u32(m_u8(&m, 0x0d), 11));
+  release_loop(&h);
+  expect(ag, m_u32(&m, 11));
+  until_connections(1 + N);
+  trun_server_stats st = stats();
+  ck_assert_uint_ge(st.accepts_put_off, 1);
+  ck_assert_uint_eq(st.refused, 0);
+  hold_loop(&h);
+  for (int i = 0; i < N; i++) close(fd[i]);
+  send_msg(ag, m_u32(m_u8(&m, 0x0d), 12));
+  release_loop(&h);
+  expect(ag, m_u32(&m, 12));
+  until_connections(1);
+  ck_assert_uint_ge(stats().ends_put_off, 1);
+  ping(ag, 13);
+  close(ag);
+  m_free(&m);
+}
+END_TEST
+
 /* ---- threads ----------------------------------------------------------------------------------- */
 
 /* 64 connections over 4 loops: one SET wakes every waiter whatever its thread, and 3,200 pipelined ADDs
@@ -1500,6 +1566,7 @@ static Suite *server_suite(void) {
   tcase_add_test(tc, test_input_budget);
   tcase_add_test(tc, test_wait_budgets);
   tcase_add_test(tc, test_turn_work_defers_strangers);
+  tcase_add_test(tc, test_turn_conns_spreads_accepts_and_ends);
   tcase_add_loop_test(tc, test_watcher_slow_consumer, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("wait");
