@@ -61,7 +61,7 @@ int trun_rdzv_reach(const trun_config *cfg, int timeout_ms, trun_rdzv **out) {
   return 0;
 }
 
-void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
+void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world, long long prev_round_id) {
   if (prev_ks[0] == '\0' || prev_world < 2) return;
   trun_rdzv_loss *lost = calloc(TRUN_RDZV_MAX_LOSSES, sizeof(*lost));
   trun_rdzv_end *e = calloc(1, sizeof(*e));
@@ -72,6 +72,7 @@ void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
     e->node = lost[i].node;
     e->past = 1;
     e->loss = lost[i];
+    e->loss.round_id = prev_round_id; /* the round it was lost in (the watcher stamps its own the same way) */
     e->loss_known = 1;
     trun__rdzv_door_post(r, e); /* the round that lost it: the door's round until this one's liveness */
   }
@@ -82,6 +83,7 @@ void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world) {
 int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   char prev_ks[sizeof(r->key_space)];
   int prev_world = r->info.group_world_size;
+  long long prev_round_id = r->info.round_id;
   snprintf(prev_ks, sizeof(prev_ks), "%s", r->key_space);
   r->store_may_go = 0;
   trun_client_set_quiet(r->client, 0);
@@ -93,7 +95,7 @@ int trun_rdzv_next_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   if (r->be->elastic) trun__rdzv_attempt_settle(r);
   if (r->cfg->store_allow_peers && r->be->admit_round && r->be->admit_round(r, round, err, errlen) < 0)
     return -1;
-  trun__rdzv_tell_losses(r, prev_ks, prev_world);
+  trun__rdzv_tell_losses(r, prev_ks, prev_world, prev_round_id);
   trun__rdzv_door_round(r, r->info.round);
   trun__rdzv_live_round(r);
   return 0;

@@ -237,8 +237,9 @@ void trun__rdzv_door_post(trun_rdzv *r, trun_rdzv_end *e);
 /* ---- rdzv.c ---- */
 /* At a round's start (trun_rdzv_next_round, before the door moves to the new round): each loss record of
  * the round before (key space prev_ks, prev_world nodes; trun__rdzv_losses) through the door as a NODE_LOST
- * end with `past` set, stamped with that round. Nothing for a round of one node or none. */
-void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world);
+ * end with `past` set, stamped with that round (its loss's round_id: prev_round_id, as the watcher stamps a
+ * loss it saw, so the agent tells each loss once). Nothing for a round of one node or none. */
+void trun__rdzv_tell_losses(trun_rdzv *r, const char *prev_ks, int prev_world, long long prev_round_id);
 
 /* ---- rdzv_end_key.c: the end key's values ---- */
 /* The value of the round's end key for an end of kind OK, FAILED (node), MEMBER (why) or NODE_LOST (node),

@@ -722,7 +722,7 @@ START_TEST(test_door_past_losses) {
   o.timeout_ms = 10000;
   ck_assert_int_eq(trun_client_connect(&o, &r.client), 0);
   trun__rdzv_door_round(&r, 6);
-  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3);
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3, 41);
   ck_assert_int_eq(calls, 0);
   set("/trun/j/r6/lost/2",
       "{\"node\": 2, \"addr\": \"10.0.0.3\", \"id\": \"10.0.0.3 77 0\", \"cause\": \"3 heartbeats "
@@ -732,10 +732,10 @@ START_TEST(test_door_past_losses) {
       "SIGTERM\", \"by\": \"0\", \"at\": 1200.0}");
   int64_t n;
   ck_assert_int_eq(trun_client_add(writer, trun_str("/trun/j/r6/lost_n"), 2, &n), 0);
-  trun__rdzv_tell_losses(&r, "", 3);           /* no round before: nothing */
-  trun__rdzv_tell_losses(&r, "/trun/j/r6", 1); /* a round of one node: nothing */
+  trun__rdzv_tell_losses(&r, "", 3, 41);           /* no round before: nothing */
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 1, 41); /* a round of one node: nothing */
   ck_assert_int_eq(calls, 0);
-  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3);
+  trun__rdzv_tell_losses(&r, "/trun/j/r6", 3, 41);
   ck_assert_int_eq(calls, 2);
   ck_assert_int_eq(seen.kind, TRUN_RDZV_END_NODE_LOST); /* the last one: node 2 */
   ck_assert_int_eq(seen.past, 1);
@@ -743,6 +743,10 @@ START_TEST(test_door_past_losses) {
   ck_assert_int_eq(seen.round, 6);
   ck_assert_int_eq(seen.loss_known, 1);
   ck_assert_int_eq(seen.loss.node, 2);
+  /* The round it was lost in, as the watcher stamps a loss it saw in that round: the agent then tells it once
+   * (before, 0 here: a loss seen during the round was told again at the next one, trun_nodes_lost_total
+   * counting it twice). */
+  ck_assert_int_eq(seen.loss.round_id, 41);
   ck_assert_str_eq(seen.loss.addr, "10.0.0.3");
   ck_assert_str_eq(seen.loss.cause, "3 heartbeats missed");
   ck_assert_str_eq(seen.loss.by, "1");
