@@ -2,9 +2,10 @@
  * round ("end") that the first announcement sets (its values: rdzv_end_key.c), success once every node's
  * workers succeeded, the nodes' failure records beside it, "seen_end/<g>" from every node that was alive to
  * see the end (a node without it and without a record was lost), and the exit barrier ("host_left", "left",
- * "all_left") that keeps the store up until every node has read what it needs. On c10d, where torchrun's
- * protocol ends rounds, trun agents use only the failure announcement, its record and the round's end as read
- * now, and the store's host waits briefly after a failure until the others have read it. */
+ * "all_left") that keeps the store up until every node has read what it needs: each node counts once in
+ * "left", by itself as it leaves or by its loss record (who did claims "counted/<g>" first). On c10d, where
+ * torchrun's protocol ends rounds, trun agents use only the failure announcement, its record and the round's
+ * end as read now, and the store's host waits briefly after a failure until the others have read it. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -223,8 +224,18 @@ void trun__rdzv_leave(trun_rdzv *r, int round, int timeout_ms, int host_wait_ms)
     if (rc == -ETIMEDOUT)
       trun_debug("node rank 0 did not finish its failure report within %d s; leaving", host_wait_ms / 1000);
   }
+  /* Counted once: a node whose loss record was written (it left the job on a signal, or another node
+   * found it gone) was counted out with it. */
+  char what[32];
+  snprintf(what, sizeof(what), "counted/%d", r->info.group_rank);
+  trun__rdzv_round_key(r, round, what, k, sizeof(k));
+  trun_buf prev = {0};
+  rc = trun_client_compare_set(r->client, trun_str(k), trun_str(""), trun_str("left"), &prev);
+  int first = rc == 0 && prev.len == 4 && memcmp(prev.data, "left", 4) == 0;
+  trun_buf_free(&prev);
+  if (rc < 0) return;
   trun__rdzv_round_key(r, round, "left", k, sizeof(k));
-  if (trun_client_add(r->client, trun_str(k), 1, &left) < 0) return;
+  if (trun_client_add(r->client, trun_str(k), first ? 1 : 0, &left) < 0) return;
   if (left == r->info.group_world_size) {
     char all[512];
     trun__rdzv_round_key(r, round, "all_left", all, sizeof(all));

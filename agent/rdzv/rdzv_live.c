@@ -119,7 +119,8 @@ static int door_count(const ks_door *d, const char *key) {
 }
 
 /* The one writer of a node's loss: "<ks>/lost/<g>" (first record wins), then, for the winner, "lost_n" and
- * "left" counted (the static exit barrier counts it out, rdzv_end.c) and the round's end set to NODE_LOST.
+ * "left" counted (the exit barrier counts it out, rdzv_end.c: unless the node counted itself out first,
+ * "counted/<g>" says who did, so that a node counts once) and the round's end set to NODE_LOST.
  * 1 when this call wrote the record, 0 when there was one, negative errno. */
 static int write_loss(const ks_door *d, const char *ks, int g, const char *id, const char *cause,
                       const char *by) {
@@ -132,8 +133,11 @@ static int write_loss(const ks_door *d, const char *ks, int g, const char *id, c
   if (won <= 0) return won;
   ks_key(ks, "lost_n", -1, k, sizeof(k));
   int rc = door_count(d, k);
+  ks_key(ks, "counted", g, k, sizeof(k));
+  int first = rc == 0 ? door_claim(d, k, "lost") : 0;
+  if (first < 0) rc = first;
   ks_key(ks, "left", -1, k, sizeof(k));
-  if (rc == 0) rc = door_count(d, k);
+  if (first > 0) rc = door_count(d, k);
   ks_key(ks, "end", -1, k, sizeof(k));
   if (rc == 0) rc = trun__rdzv_end_encode(TRUN_RDZV_END_NODE_LOST, g, NULL, end, sizeof(end));
   if (rc == 0) rc = door_claim(d, k, end);

@@ -12,7 +12,7 @@
 #   5. A new agent C on the same host (another agent, not the cut-off one) joins: a world of 2 again. On c10d
 #      this needs A, alone in a world of 1, to keep its c10d heartbeat and watch for nodes waiting (torch's
 #      agent does at every monitor interval); before, A ran no tick there and C trained in a world of its
-#      own beside A: two jobs under one run id.
+#      own beside A: two jobs under one run id. Both stop on SIGTERM, and the exit barrier counts each once.
 # Assertions are on outcomes, not times (each wait is a safety limit).
 set -u
 . "$(dirname "$0")/../helpers/mn_lib.sh"
@@ -101,6 +101,12 @@ scenario() { # BACKEND
     { dump; fail "$be: A did not restart into a world of 2 with C"; }
   for n in $left; do kill -TERM "${pid[$n]}" 2>/dev/null; done
   for n in $left; do wait_pid_exit "${pid[$n]}" 60 || { dump; fail "$be: agent $n did not stop on SIGTERM"; }; done
+  # The exit barrier counts each node once (before, a node that left on SIGTERM counted itself by its loss
+  # record and again as it left: "4 of 2 nodes left", and the store's host waited out the barrier).
+  if grep -E "[3-9] of 2 nodes left|not every node left" "$out/agentA.err"; then
+    dump
+    fail "$be: the exit barrier miscounted the nodes that left"
+  fi
   unset 'pid[A]' 'pid[B]' 'pid[C]'
   kill_marked
   echo "ok: $be: the survivor trained on, the cut-off agent exited 4$joined"
