@@ -24,16 +24,13 @@ static void preview_round(const trun_rdzv_preview_info *p, trun_rdzv_round *r) {
   r->master_port = p->master_port > 0 ? p->master_port : 0;
 }
 
-/* A variable the preview cannot know: how --dry-run shows it (NULL: its value is known). */
-static const char *unknown_value(const trun_rdzv_preview_info *p, const char *name) {
-  static const char *const rank_vars[] = {"RANK",       "GROUP_RANK",       "ROLE_RANK",
-                                          "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE"};
-  for (size_t i = 0; !p->ranks_known && i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
-    if (strcmp(name, rank_vars[i]) == 0) return "<decided at the rendezvous>";
-  if (!p->master_known && (strcmp(name, "MASTER_ADDR") == 0 || strcmp(name, "MASTER_PORT") == 0 ||
-                           strcmp(name, "TORCHELASTIC_USE_AGENT_STORE") == 0))
+/* A variable (a row of proc's round_vars.h) the preview cannot know: how --dry-run shows it (NULL: its value
+ * is known). */
+static const char *unknown_value(const trun_rdzv_preview_info *p, trun_round_var_id id) {
+  unsigned flags = trun_round_vars[id].flags;
+  if ((!p->ranks_known && (flags & TRUN_RV_RANKS)) || (!p->master_known && (flags & TRUN_RV_MASTER)))
     return "<decided at the rendezvous>";
-  if (strcmp(name, "MASTER_PORT") == 0 && p->master_port == 0) return "<free port>";
+  if (id == TRUN_RV_MASTER_PORT && p->master_port == 0) return "<free port>";
   return NULL;
 }
 
@@ -107,27 +104,6 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     trun_agent_describe_python(envp, py, sizeof(py));
     fprintf(out, "interpreter: %s\n", py);
   }
-  static const char *const shown[] = {"LOCAL_RANK",
-                                      "RANK",
-                                      "GROUP_RANK",
-                                      "ROLE_RANK",
-                                      "ROLE_NAME",
-                                      "LOCAL_WORLD_SIZE",
-                                      "WORLD_SIZE",
-                                      "GROUP_WORLD_SIZE",
-                                      "ROLE_WORLD_SIZE",
-                                      "MASTER_ADDR",
-                                      "MASTER_PORT",
-                                      "TORCHELASTIC_RESTART_COUNT",
-                                      "TORCHELASTIC_MAX_RESTARTS",
-                                      "TORCHELASTIC_RUN_ID",
-                                      "TORCHELASTIC_USE_AGENT_STORE",
-                                      "TORCHELASTIC_ERROR_FILE",
-                                      "TORCHELASTIC_SIGNALS_TO_HANDLE",
-                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                                      "OMP_NUM_THREADS",
-                                      "CUDA_VISIBLE_DEVICES",
-                                      "NCCL_RAS_ADDR"};
   int code = 0;
   for (int lr = 0; base && lr < nproc; lr++) {
     char ef[PATH_MAX];
@@ -144,9 +120,10 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     fprintf(out, "local rank %d:", lr);
     for (char **p = argv; *p; p++) fprintf(out, " %s", *p);
     fprintf(out, "\n");
-    for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
-      const char *v = trun_env_get(env, shown[i]), *unknown = unknown_value(&pv, shown[i]);
-      if (v) fprintf(out, "  %s=%s\n", shown[i], unknown ? unknown : v);
+    for (trun_round_var_id i = 0; i < TRUN_RV_COUNT; i++) {
+      if (!(trun_round_vars[i].flags & TRUN_RV_SHOWN)) continue;
+      const char *v = trun_env_get(env, trun_round_vars[i].name), *unknown = unknown_value(&pv, i);
+      if (v) fprintf(out, "  %s=%s\n", trun_round_vars[i].name, unknown ? unknown : v);
     }
     for (const char *const *k = trun__agent_fr_vars; *k; k++) { /* torch's flight recorder (agent_fr.c) */
       const char *v = trun_env_get(env, *k);
@@ -154,9 +131,9 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     }
     if (trun_env_get(env, "PYTHONFAULTHANDLER") == NULL) /* agent_hangstack.c */
       fprintf(out, "  PYTHONFAULTHANDLER=1 (a hang's culprit prints its Python stack)\n");
-    if (trun_env_get(env, "NCCL_RAS_ADDR") == NULL) /* the agent reserves it (agent_rasport.c) */
-      fprintf(out,
-              "  NCCL_RAS_ADDR=127.0.0.1:<free port of this node's agent> (the job's own NCCL RAS port)\n");
+    const char *ras = trun_round_var_name(TRUN_RV_NCCL_RAS_ADDR);
+    if (trun_env_get(env, ras) == NULL) /* the agent reserves it (agent_rasport.c) */
+      fprintf(out, "  %s=127.0.0.1:<free port of this node's agent> (the job's own NCCL RAS port)\n", ras);
     trun_strv_free(argv);
     trun_strv_free(env);
   }

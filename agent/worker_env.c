@@ -60,11 +60,12 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   for (size_t i = 0; v[i]; i++)               /* nor read it from a PET_RDZV_CONF with trun_token= */
     if (strncmp(v[i], "PET_RDZV_CONF=", 14) == 0) trun_config_conf_mask(v[i] + 14);
   int rc = 0;
-  if (trun_env_get(v, "OMP_NUM_THREADS") == NULL && nproc > 1) {
-    rc = trun_strv_setenv(&v, "OMP_NUM_THREADS", "1");
+  const char *omp = trun_round_var_name(TRUN_RV_OMP_NUM_THREADS);
+  if (trun_env_get(v, omp) == NULL && nproc > 1) {
+    rc = trun_strv_setenv(&v, omp, "1");
     *omp_forced = 1;
   }
-  if (rc == 0) rc = trun_strv_setenv(&v, "TORCHELASTIC_SIGNALS_TO_HANDLE", cfg->signals_text);
+  if (rc == 0) rc = trun_strv_setenv(&v, trun_round_var_name(TRUN_RV_SIGNALS_TO_HANDLE), cfg->signals_text);
   if (rc == 0) rc = node_env(&v, cfg, nproc, node);
   if (rc < 0) {
     trun_strv_free(v);
@@ -90,7 +91,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_rou
   snprintf(port_s, sizeof(port_s), "%d", r->master_port);
   snprintf(restart_s, sizeof(restart_s), "%d", restart_count);
   snprintf(maxr_s, sizeof(maxr_s), "%d", cfg->max_restarts);
-  const char *cvd = trun_env_get(base, "CUDA_VISIBLE_DEVICES");
+  const char *cvd = trun_env_get(base, trun_round_var_name(TRUN_RV_CUDA_VISIBLE_DEVICES));
   char cvd_one[256];
   if (cfg->virtual_local_rank) {
     /* One GPU per worker, seen as device 0: the local_rank-th entry of the parent's list. */
@@ -112,31 +113,31 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_rou
       snprintf(cvd_one, sizeof(cvd_one), "%d", local_rank);
     }
   }
-  const char *nccl_async = trun_env_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
-  struct {
-    const char *name, *value;
-  } set[] = {
-      {"LOCAL_RANK", cfg->virtual_local_rank ? "0" : lr_s},
-      {"RANK", rank_s},
-      {"GROUP_RANK", grank_s},
-      {"ROLE_RANK", rrank_s},
-      {"ROLE_NAME", cfg->role},
-      {"LOCAL_WORLD_SIZE", lws_s},
-      {"WORLD_SIZE", ws_s},
-      {"GROUP_WORLD_SIZE", gws_s},
-      {"ROLE_WORLD_SIZE", rws_s},
-      {"MASTER_ADDR", r->master_addr},
-      {"MASTER_PORT", port_s},
-      {"TORCHELASTIC_RESTART_COUNT", restart_s},
-      {"TORCHELASTIC_MAX_RESTARTS", maxr_s},
-      {"TORCHELASTIC_RUN_ID", cfg->run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", r->workers_host_store ? "False" : "True"},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_async ? nccl_async : "1"},
-      {"TORCHELASTIC_ERROR_FILE", error_file},
-      {"CUDA_VISIBLE_DEVICES", cfg->virtual_local_rank ? cvd_one : NULL},
+  const char *nccl_async = trun_env_get(base, trun_round_var_name(TRUN_RV_NCCL_ASYNC_ERROR_HANDLING));
+  const char *set[TRUN_RV_COUNT] = {
+      [TRUN_RV_LOCAL_RANK] = cfg->virtual_local_rank ? "0" : lr_s,
+      [TRUN_RV_RANK] = rank_s,
+      [TRUN_RV_GROUP_RANK] = grank_s,
+      [TRUN_RV_ROLE_RANK] = rrank_s,
+      [TRUN_RV_ROLE_NAME] = cfg->role,
+      [TRUN_RV_LOCAL_WORLD_SIZE] = lws_s,
+      [TRUN_RV_WORLD_SIZE] = ws_s,
+      [TRUN_RV_GROUP_WORLD_SIZE] = gws_s,
+      [TRUN_RV_ROLE_WORLD_SIZE] = rws_s,
+      [TRUN_RV_MASTER_ADDR] = r->master_addr,
+      [TRUN_RV_MASTER_PORT] = port_s,
+      [TRUN_RV_RESTART_COUNT] = restart_s,
+      [TRUN_RV_MAX_RESTARTS] = maxr_s,
+      [TRUN_RV_RUN_ID] = cfg->run_id,
+      [TRUN_RV_USE_AGENT_STORE] = r->workers_host_store ? "False" : "True",
+      [TRUN_RV_NCCL_ASYNC_ERROR_HANDLING] = nccl_async ? nccl_async : "1",
+      [TRUN_RV_ERROR_FILE] = error_file,
+      [TRUN_RV_CUDA_VISIBLE_DEVICES] = cfg->virtual_local_rank ? cvd_one : NULL,
   };
-  for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++)
-    if (set[k].value && trun_strv_setenv(&v, set[k].name, set[k].value) < 0) {
+  /* The table's per-round rows in its order (torchrun's), each from set[] (NULL: left as base has it). */
+  for (size_t k = 0; k < TRUN_RV_COUNT; k++)
+    if ((trun_round_vars[k].flags & TRUN_RV_PER_ROUND) && set[k] &&
+        trun_strv_setenv(&v, trun_round_vars[k].name, set[k]) < 0) {
       trun_strv_free(v);
       return NULL;
     }

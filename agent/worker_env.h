@@ -21,7 +21,8 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
 int trun_agent_discover_flags(const trun_config *cfg);
 
 /* Worker local_rank's environment in round r (trun_rdzv_info) of a node of nproc workers, for attempt
- * restart_count. error_file "" when log files are off.
+ * restart_count: base with the per-round rows of proc's round_vars.h set, in its order. error_file "" when
+ * log files are off.
  * TRUN_CPU_AFFINITY = the CPUs the worker is pinned to (its TRUN_NUMA_PLAN entry), removed when none. */
 char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
                         int local_rank, int restart_count, const char *error_file);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "round_vars.h"
 #include "spawn.h"
 #include "strv.h"
 
@@ -195,28 +196,7 @@ void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib) {
              lib && lib[0] ? lib : "libcuda.so.1");
 }
 
-int trun_warm_round_var(const char *name) {
-  static const char *const vars[] = {"LOCAL_RANK",
-                                     "RANK",
-                                     "GROUP_RANK",
-                                     "ROLE_RANK",
-                                     "ROLE_NAME",
-                                     "LOCAL_WORLD_SIZE",
-                                     "WORLD_SIZE",
-                                     "GROUP_WORLD_SIZE",
-                                     "ROLE_WORLD_SIZE",
-                                     "MASTER_ADDR",
-                                     "MASTER_PORT",
-                                     "NCCL_DEBUG",
-                                     "NCCL_DEBUG_SUBSYS",
-                                     "NCCL_DEBUG_FILE",
-                                     "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
-  size_t n = strcspn(name, "=");
-  if (n > 13 && strncmp(name, "TORCHELASTIC_", 13) == 0) return 1;
-  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-    if (strlen(vars[i]) == n && strncmp(vars[i], name, n) == 0) return 1;
-  return 0;
-}
+int trun_warm_round_var(const char *name) { return (trun_round_var_flags(name) & TRUN_RV_WARM) != 0; }
 
 /* The value of the variable of entry e ("NAME=value") in v, or NULL. */
 static const char *lookup(char *const *v, const char *e) {

@@ -46,7 +46,7 @@ void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib);
 
 /* Whether environment variable NAME (with or without "=value") is one only the rendezvous decides (RANK,
  * MASTER_ADDR, TORCHELASTIC_*, ...: read by torch when the worker runs, never at import) and so may differ
- * between a pool process and the worker it becomes. */
+ * between a pool process and the worker it becomes: the TRUN_RV_WARM rows of round_vars.h. */
 int trun_warm_round_var(const char *name);
 
 /* Why slot's worker with argv and envp cannot start warm: 0 it can; 1 with the reason in why (a short

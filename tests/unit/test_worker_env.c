@@ -1,5 +1,6 @@
 /* agent/worker_env.c: each worker's argv and environment from the typed configuration and a round
- * (torchrun's variables, --virtual-local-rank's GPU, ${local_rank} in the arguments) and the interpreter
+ * (torchrun's variables, checked against agent/proc/round_vars.c's table, --virtual-local-rank's GPU,
+ * ${local_rank} in the arguments) and the interpreter
  * trun's rule finds beside its own executable (trun_env_python). */
 #include <check.h>
 #include <stdlib.h>
@@ -70,6 +71,62 @@ START_TEST(worker_environment) {
   ck_assert_ptr_null(trun_env_get(env, "CUDA_VISIBLE_DEVICES"));
   trun_strv_free(env);
   trun_strv_free(base);
+}
+END_TEST
+
+/* ---- the one table of torchrun's variables (proc's round_vars.h) against the builder ------------------ */
+
+/* Every variable trun_worker_envp adds is a per-round row of the table and every per-round row is set by
+ * it, in the table's order (torchrun's): a name added to the builder or the table alone fails here. */
+START_TEST(round_vars_match_builder) {
+  trun_config c;
+  /* --virtual-local-rank: CUDA_VISIBLE_DEVICES too; no --numa-binding plan (TRUN_CPU_AFFINITY, trun's own) */
+  PARSE_OK(&c, "--virtual-local-rank", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "t.py");
+  char *base[] = {"PATH=/bin", NULL};
+  trun_rdzv_round r = fake_round();
+  char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, 1, 2, "/l/attempt_2/1/error.json");
+  ck_assert_ptr_nonnull(env);
+  ck_assert_str_eq(env[0], "PATH=/bin");
+  size_t last = 0;
+  for (char **p = env + 1; *p; p++) {
+    ck_assert_msg(trun_round_var_flags(*p) & TRUN_RV_PER_ROUND,
+                  "trun_worker_envp sets %s, which has no per-round row in agent/proc/round_vars.c", *p);
+    size_t row = 0;
+    while (row < TRUN_RV_COUNT && (strncmp(*p, trun_round_vars[row].name, strcspn(*p, "=")) != 0 ||
+                                   trun_round_vars[row].name[strcspn(*p, "=")] != '\0'))
+      row++;
+    ck_assert_msg(row < TRUN_RV_COUNT && row >= last, "%s is set out of the table's order", *p);
+    last = row;
+  }
+  for (size_t i = 0; i < TRUN_RV_COUNT; i++)
+    if (trun_round_vars[i].flags & TRUN_RV_PER_ROUND)
+      ck_assert_msg(trun_env_get(env, trun_round_vars[i].name) != NULL,
+                    "agent/proc/round_vars.c's per-round %s is not set by trun_worker_envp",
+                    trun_round_vars[i].name);
+  trun_strv_free(env);
+}
+END_TEST
+
+/* The table's rows are whole and agree with each other: a value the rendezvous decides is set each round,
+ * shown by --dry-run (as unknown before it) and taken by a warm worker from the round. */
+START_TEST(round_vars_rows) {
+  for (size_t i = 0; i < TRUN_RV_COUNT; i++) {
+    const trun_round_var *v = &trun_round_vars[i];
+    ck_assert_msg(v->name != NULL && v->name[0] != '\0' && v->flags != 0, "row %zu of round_vars.c is empty",
+                  i);
+    ck_assert_str_eq(trun_round_var_name((trun_round_var_id)i), v->name);
+    for (size_t j = 0; j < i; j++) ck_assert_str_ne(trun_round_vars[j].name, v->name);
+    if (v->flags & (TRUN_RV_RANKS | TRUN_RV_MASTER)) {
+      unsigned want = TRUN_RV_PER_ROUND | TRUN_RV_SHOWN | TRUN_RV_WARM;
+      ck_assert_msg((v->flags & want) == want, "%s waits for the rendezvous but lacks a flag", v->name);
+    }
+    if (!(v->flags & TRUN_RV_PREFIX)) ck_assert_uint_eq(trun_round_var_flags(v->name) & v->flags, v->flags);
+  }
+  ck_assert_uint_eq(trun_round_var_flags("RANK=3") & TRUN_RV_RANKS, TRUN_RV_RANKS);
+  ck_assert_uint_eq(trun_round_var_flags("RANKS=3"), 0);
+  ck_assert_uint_eq(trun_round_var_flags("TORCHELASTIC_"), 0);
+  ck_assert(trun_round_var_flags("TORCHELASTIC_TIMER_FILE=/x") & TRUN_RV_WARM);
+  ck_assert(!(trun_round_var_flags("TORCHELASTIC_TIMER_FILE") & TRUN_RV_PER_ROUND));
 }
 END_TEST
 
@@ -160,6 +217,8 @@ static Suite *worker_env_suite(void) {
   TCase *tc = tcase_create("worker_env");
   tcase_add_test(tc, worker_environment);
   tcase_add_test(tc, virtual_local_rank_gpus);
+  tcase_add_test(tc, round_vars_match_builder);
+  tcase_add_test(tc, round_vars_rows);
   tcase_add_test(tc, worker_argv);
   tcase_add_test(tc, env_python);
   suite_add_tcase(s, tc);
