@@ -102,8 +102,10 @@ asan: pkgcheck $(ASAN_BIN)
 	@ASAN_OPTIONS=detect_leaks=1 scripts/run-unit.sh $(ASAN_BIN)
 
 FUZZ_BIN := $(patsubst fuzz/%.c,$(B)/fuzz/%,$(wildcard fuzz/fuzz_*.c))
+# check's short run: FUZZ_SHORT_SECONDS per target, as many targets at a time as there are CPUs (scripts/fuzz.sh).
+FUZZ_SHORT_SECONDS ?= 10
 fuzz-short: pkgcheck $(FUZZ_BIN)
-	@scripts/fuzz.sh 15 $(FUZZ_BIN)
+	@scripts/fuzz.sh $(FUZZ_SHORT_SECONDS) $(FUZZ_BIN)
 
 fuzz: pkgcheck $(FUZZ_BIN)
 	@scripts/fuzz.sh $${FUZZ_SECONDS:-600} $(FUZZ_BIN)
@@ -117,12 +119,16 @@ chaos: all
 	@CHAOS_ROUNDS=$${CHAOS_ROUNDS:-16} CHAOS_NPROC=$${CHAOS_NPROC:-2} TRUN_TEST_TIMEOUT=3600 TRUN_TESTS=57-chaos \
 	  tests/run-integration.sh
 
+# check's builds (the program, the ASan and fuzz builds) use every CPU (CHECK_JOBS; a -j given to make wins);
+# the tests themselves run one at a time.
+CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CHECK_J = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(CHECK_JOBS))
 check: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(CHECK_J) all
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory asan
-	@$(MAKE) --no-print-directory fuzz-short
+	@$(MAKE) --no-print-directory $(CHECK_J) asan
+	@$(MAKE) --no-print-directory $(CHECK_J) fuzz-short
 	@$(MAKE) --no-print-directory integration
 
 # All of `make check` in a fresh Debian bookworm root (debootstrap minbase + git + make, through an overlay): the

@@ -31,7 +31,7 @@
 #include "base/base.h"
 #include "config/config.h"
 
-#define TRUN__HANG_POLL_MS 2000  /* between the end of one RAS query and the next */
+#define TRUN__HANG_POLL_MS 2000  /* between the end of one RAS query and the next (at the default window) */
 #define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
@@ -42,6 +42,8 @@
 struct trun__hang {
   agent *a; /* loop side only */
   char addr[300];
+  double window; /* counts frozen this long are a hang (TRUN_HANG_WINDOW; set before the thread starts) */
+  int poll_ms;   /* between queries: TRUN__HANG_POLL_MS scaled with the window */
   /* Shared with the thread, under mu. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -85,14 +87,14 @@ struct trun__hang {
 
 static void *poll_thread(void *arg) {
   trun__hang *h = arg;
-  trun_hang_detector *d = trun_hang_new(0);
+  trun_hang_detector *d = trun_hang_new(h->window);
   int gen = -1;
   pthread_mutex_lock(&h->mu);
   while (!h->stop && d) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += TRUN__HANG_POLL_MS / 1000;
-    ts.tv_nsec += (long)(TRUN__HANG_POLL_MS % 1000) * 1000000L;
+    ts.tv_sec += h->poll_ms / 1000;
+    ts.tv_nsec += (long)(h->poll_ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
     }
@@ -291,8 +293,7 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
                     c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);
   }
-  double window = TRUN_HANG_DEFAULT_WINDOW_S;
-  if (cfg->hang_timeout <= 0 || h->acted || a->stop.stopping || c->frozen_s < window + cfg->hang_timeout)
+  if (cfg->hang_timeout <= 0 || h->acted || a->stop.stopping || c->frozen_s < h->window + cfg->hang_timeout)
     return;
   h->acted = 1;
   trun_error("hang: %s still behind after %.0f s (--hang-timeout): restarting the workers", names,
@@ -346,6 +347,18 @@ static void on_async(uv_async_t *as) {
   trun_hang_verdict_clear(&v);
 }
 
+/* The window (TRUN_HANG_WINDOW in the environment, 1..3600 s, else TRUN_HANG_DEFAULT_WINDOW_S) and the poll
+ * interval, scaled with it (2 s at 15 s; at least 100 ms) so that a window always spans as many answers. */
+static void hang_window_init(trun__hang *h, char *const *env) {
+  const char *w = trun_env_get(env, "TRUN_HANG_WINDOW");
+  double v = w ? strtod(w, NULL) : 0;
+  h->window = v >= 1 && v <= 3600 ? v : TRUN_HANG_DEFAULT_WINDOW_S;
+  if (w && h->window != v)
+    trun_warn("TRUN_HANG_WINDOW=%s is not 1..3600 seconds: %.0f s is used", w, h->window);
+  double ms = h->window / TRUN_HANG_DEFAULT_WINDOW_S * TRUN__HANG_POLL_MS;
+  h->poll_ms = ms > TRUN__HANG_POLL_MS ? TRUN__HANG_POLL_MS : ms < 100 ? 100 : (int)ms;
+}
+
 static void free_hang(uv_handle_t *as) { free(as->data); }
 
 int trun__agent_hang_open(agent *a) {
@@ -358,6 +371,7 @@ int trun__agent_hang_open(agent *a) {
     return -1;
   }
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
+  hang_window_init(h, a->env);
   read_local_addrs(h);
   trun__agent_fr_spin_init(&h->sp, a->env);
   pthread_mutex_init(&h->mu, NULL);
@@ -378,8 +392,8 @@ int trun__agent_hang_open(agent *a) {
     trun_warn("hang detection is off: cannot start its thread");
     return 0;
   }
-  trun_debug("hang detection: asking NCCL RAS at %s every %d ms while the workers run", h->addr,
-             TRUN__HANG_POLL_MS);
+  trun_debug("hang detection: asking NCCL RAS at %s every %d ms while the workers run (window %.0f s)",
+             h->addr, h->poll_ms, h->window);
   return 0;
 }
 

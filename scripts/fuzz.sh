@@ -4,6 +4,8 @@
 # and from the directories listed in fuzz/corpus/<name>.from (the repository's seeds are never modified).
 # Crash inputs are kept in build/fuzz-artifacts/<name>/.
 # Prints one line per target: "fuzz: NAME EXECS execs in SECONDS s, N crashes"; exits 1 if any crashed.
+# FUZZ_JOBS targets run at a time (default: the number of CPUs; each target is one process on one core, with
+# its own corpus, artifacts and log, so they share nothing).
 set -u
 if [ $# -lt 2 ]; then
   echo "usage: scripts/fuzz.sh SECONDS BIN..." >&2
@@ -16,8 +18,8 @@ build=${TRUN_BUILD:-$repo/build}
 # Recoverable UBSan reports (the fuzz build does not use -fno-sanitize-recover) count as crashes.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-failed=0
-for bin in "$@"; do
+fuzz_one() { # fuzz_one BIN: one target; its crash report (if any) into $failed_dir/NAME, said at the end
+  local bin=$1 name seeds corpus artifacts log before start rc took execs crashes
   name=$(basename "$bin")
   seeds=$repo/fuzz/corpus/$name
   corpus=$build/fuzz-corpus/$name
@@ -41,11 +43,33 @@ for bin in "$@"; do
   crashes=$(($(find "$artifacts" -type f | wc -l) - before))
   if [ $rc -ne 0 ] && [ $crashes -eq 0 ]; then crashes=1; fi
   if [ $crashes -ne 0 ]; then
-    failed=1
-    echo "fuzz: $name failed (exit $rc); last lines of $log:" >&2
-    tail -n 40 "$log" | sed 's/^/    /' >&2
-    ls "$artifacts" | sed 's/^/    artifact: /' >&2
+    {
+      echo "fuzz: $name failed (exit $rc); last lines of $log:"
+      tail -n 40 "$log" | sed 's/^/    /'
+      ls "$artifacts" | sed 's/^/    artifact: /'
+    } >"$failed_dir/$name"
   fi
   echo "fuzz: $name ${execs:-0} execs in $took s, $crashes crashes"
+}
+
+jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+failed_dir=$build/fuzz-logs/failed
+rm -rf "$failed_dir"
+mkdir -p "$failed_dir"
+running=0
+for bin in "$@"; do
+  if [ $running -ge "$jobs" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$bin" &
+  running=$((running + 1))
+done
+wait
+failed=0
+for f in "$failed_dir"/*; do
+  [ -e "$f" ] || continue
+  cat "$f" >&2
+  failed=1
 done
 exit $failed

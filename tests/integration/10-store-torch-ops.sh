@@ -108,6 +108,31 @@ run_step() {
   [ $rc -eq 0 ] || fail "$label (exit $rc)"
 }
 
+# run_steps VER STEP...: several ops.py checks in one Python process (one torch import instead of one per
+# check); STEP is "LABEL|COMMAND ARGS" (wake, adds, caswake). Each check is shown and counted as run_step does.
+run_steps() {
+  local ver=$1 rc i n=0 out
+  shift
+  local -a cmd specs=() labels=()
+  if [ "$ver" = 113 ]; then cmd=("${OPS113[@]}"); else cmd=("${OPS26[@]}"); fi
+  for i in "$@"; do
+    labels+=("${i%%|*}")
+    specs+=("${i#*|}")
+    n=$((n + 1))
+  done
+  timeout --kill-after=5 $((SAFETY * n)) "${cmd[@]}" steps "${specs[@]}" >"$work/steps.out" 2>"$work/steps.err"
+  rc=$?
+  for ((i = 0; i < n; i++)); do
+    echo "== ${labels[i]}"
+    # Its stderr (torch 2.6's C++ warnings for expected errors left out, as in run_step) and its stdout.
+    sed -n "/^STEP $i /,/^STEP $((i + 1)) /p" "$work/steps.err" | grep -v -e "^STEP " -e '^\[W' -e '^frame #' \
+      -e '^Exception raised from' -e '^<omitting' -e '^$' | sed 's/^/   stderr: /'
+    out=$(sed -n "/^STEP $i /,/^STEP $i rc /p" "$work/steps.out")
+    grep -v "^STEP " <<<"$out" | sed 's/^/   /'
+    grep -qx "STEP $i rc 0" <<<"$out" || fail "${labels[i]} ($(grep -o "^STEP $i rc .*" <<<"$out" || echo "not run: exit $rc"))"
+  done
+}
+
 # differential VER CMD...: ops.py ops against torch's server and against trun-store, then diff.
 # Leaves TORCH_PORT (still running) and TRUN_PORT for the behaviour checks.
 differential() {
@@ -156,14 +181,12 @@ have26=0
 differential 113 "${OPS113[@]}"
 run_step "1.13 raw: torch 1.13 server closes on GET of a missing key (spec, classic)" "${RAW[@]}" 127.0.0.1 "$TORCH_PORT" legacy classic
 run_step "1.13 raw: trun-store, legacy numbering (intentional difference)" "${RAW[@]}" 127.0.0.1 "$TRUN_PORT" legacy trun
-for side in torch trun; do
-  port=$TORCH_PORT
-  [ $side = trun ] && port=$TRUN_PORT
-  run_step "1.13 wake-ups on $side server" "${OPS113[@]}" wake 127.0.0.1 "$port"
-  run_step "1.13 40 clients x 50 adds on $side server" "${OPS113[@]}" adds 127.0.0.1 "$port" 40 50
-done
-run_step "1.13 compare_set on torch's classic server wakes nobody (spec)" "${OPS113[@]}" caswake 127.0.0.1 "$TORCH_PORT" nowake
-run_step "1.13 compare_set on trun-store wakes waiters (intentional difference)" "${OPS113[@]}" caswake 127.0.0.1 "$TRUN_PORT" wake
+run_steps 113 "1.13 wake-ups on torch server|wake 127.0.0.1 $TORCH_PORT" \
+  "1.13 40 clients x 50 adds on torch server|adds 127.0.0.1 $TORCH_PORT 40 50" \
+  "1.13 wake-ups on trun server|wake 127.0.0.1 $TRUN_PORT" \
+  "1.13 40 clients x 50 adds on trun server|adds 127.0.0.1 $TRUN_PORT 40 50" \
+  "1.13 compare_set on torch's classic server wakes nobody (spec)|caswake 127.0.0.1 $TORCH_PORT nowake" \
+  "1.13 compare_set on trun-store wakes waiters (intentional difference)|caswake 127.0.0.1 $TRUN_PORT wake"
 stop "$TORCH_PID"
 kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (1.13 part) died"
 stop "$TRUN_PID"
@@ -173,14 +196,12 @@ if [ $have26 = 1 ]; then
   differential 26 "${OPS26[@]}"
   run_step "2.6 raw: torch 2.6 server closes on GET/MULTI_GET of a missing key (spec, classic)" "${RAW[@]}" 127.0.0.1 "$TORCH_PORT" v2 classic
   run_step "2.6 raw: trun-store, v2 numbering (intentional difference)" "${RAW[@]}" 127.0.0.1 "$TRUN_PORT" v2 trun
-  for side in torch trun; do
-    port=$TORCH_PORT
-    [ $side = trun ] && port=$TRUN_PORT
-    run_step "2.6 wake-ups and time-outs on $side server" "${OPS26[@]}" wake 127.0.0.1 "$port"
-    run_step "2.6 40 clients x 50 adds on $side server" "${OPS26[@]}" adds 127.0.0.1 "$port" 40 50
-  done
-  run_step "2.6 compare_set on torch's classic server wakes nobody (spec)" "${OPS26[@]}" caswake 127.0.0.1 "$TORCH_PORT" nowake
-  run_step "2.6 compare_set on trun-store wakes waiters (intentional difference)" "${OPS26[@]}" caswake 127.0.0.1 "$TRUN_PORT" wake
+  run_steps 26 "2.6 wake-ups and time-outs on torch server|wake 127.0.0.1 $TORCH_PORT" \
+    "2.6 40 clients x 50 adds on torch server|adds 127.0.0.1 $TORCH_PORT 40 50" \
+    "2.6 wake-ups and time-outs on trun server|wake 127.0.0.1 $TRUN_PORT" \
+    "2.6 40 clients x 50 adds on trun server|adds 127.0.0.1 $TRUN_PORT 40 50" \
+    "2.6 compare_set on torch's classic server wakes nobody (spec)|caswake 127.0.0.1 $TORCH_PORT nowake" \
+    "2.6 compare_set on trun-store wakes waiters (intentional difference)|caswake 127.0.0.1 $TRUN_PORT wake"
   stop "$TORCH_PID"
   kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (2.6 part) died"
   stop "$TRUN_PID"
@@ -217,8 +238,8 @@ for ver in "${vers[@]}"; do
     fail "torch $ver client: results differ (- torch's server, + trun-store --threads 4)"
     cat "$work/ops$ver.threads.diff"
   fi
-  run_step "$ver wake-ups and time-outs on trun-store --threads 4" "${cmd[@]}" wake 127.0.0.1 "$PORT"
-  run_step "$ver 40 clients x 50 adds on trun-store --threads 4" "${cmd[@]}" adds 127.0.0.1 "$PORT" 40 50
+  run_steps $ver "$ver wake-ups and time-outs on trun-store --threads 4|wake 127.0.0.1 $PORT" \
+    "$ver 40 clients x 50 adds on trun-store --threads 4|adds 127.0.0.1 $PORT 40 50"
   kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store --threads 4 ($ver) died"
   stop "$TRUN_PID"
 done

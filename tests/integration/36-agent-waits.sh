@@ -193,10 +193,18 @@ spare_case() { # BACKEND TEXT HAS (HAS: what the line has besides, PID standing 
 spare_case trun "this node is a spare until it ends" "round 0: 2 of 1..1 nodes joined: 127.0.0.1"
 spare_case c10d "for a spare's turn in rendezvous round 0 of 'sp36'" "1 of 1..1 nodes joined: 127.0.0.1 (pid PID)"
 
-# 5c. The exit barrier (c10d, 2 nodes): node 1's worker takes a while longer; node 0, done, waits in torch's
-# exit barrier and says how many agents reached it; both finish 0.
+# 5c. The exit barrier (c10d, 2 nodes): node 1's worker runs until the test has seen node 0 wait (it creates
+# $tmp/go; at most 120 s); node 0, done, waits in torch's exit barrier and says how many agents reached it;
+# both finish 0.
 port=$(free_port)
-printf 'import os, time\ntime.sleep(20 if os.environ["GROUP_RANK"] == "1" else 0)\n' >"$tmp/slow1.py"
+cat >"$tmp/slow1.py" <<EOF
+import os, time
+if os.environ["GROUP_RANK"] == "1":
+    for _ in range(1200):
+        if os.path.exists("$tmp/go"):
+            break
+        time.sleep(0.1)
+EOF
 for g in 0 1; do
   start "barrier$g" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id b36 \
     --local-addr 127.0.0.1 --rdzv-conf "is_host=$((1 - g))" --nproc-per-node 1 "$tmp/slow1.py"
@@ -211,6 +219,7 @@ else
   dump_agent barrier0 "$tmp/barrier0.out" "$tmp/barrier0.err"; dump_agent barrier1 "$tmp/barrier1.out" "$tmp/barrier1.err"
   bad "barrier: no exit barrier report within 120 s"
 fi
+touch "$tmp/go"
 for g in 0 1; do
   if wait_pid_exit "${bpid[$g]}" 120; then
     [ "$WAIT_RC" = 0 ] || bad "barrier$g: exit $WAIT_RC, want 0"
@@ -220,9 +229,10 @@ for g in 0 1; do
 done
 kill_marked
 
-# 5d. The end of a static round: node 0's worker is done first; it waits for node 1's and says how many
-# nodes are done, without a time-out; both finish 0.
+# 5d. The end of a static round: node 0's worker is done first; it waits for node 1's (until $tmp/go) and
+# says how many nodes are done, without a time-out; both finish 0.
 port=$(free_port)
+rm -f "$tmp/go"
 for g in 0 1; do
   start "end$g" --nnodes 2 --node-rank "$g" --master-addr 127.0.0.1 --master-port "$port" --local-addr 127.0.0.1 \
     --nproc-per-node 1 "$tmp/slow1.py"
@@ -233,6 +243,7 @@ if first_line end0 "for the other nodes' workers to finish round 0"; then
   has end0 "1 of 2 nodes done; no time-out"
   event end0 'e["wait"] == "round_end"'
 fi
+touch "$tmp/go"
 for g in 0 1; do
   if wait_pid_exit "${bpid[$g]}" 120; then
     [ "$WAIT_RC" = 0 ] || bad "end$g: exit $WAIT_RC, want 0"

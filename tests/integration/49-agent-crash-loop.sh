@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Restarts that know when to stop (trun --standalone --nproc-per-node 2; torch 1.13 workers of
-# tests/helpers/startup_fail.py: they record the attempt, import torch, then fail with an import error):
+# tests/helpers/startup_fail.py: they record the attempt, import torch (parts 1 and 2), then fail with an import
+# error):
 #  1. The defaults (--restart-backoff 1, --crash-loop 3:60) with --max-restarts 10: three failed rounds, the
 #     first restart at once and a wait of 1 s before the second, then "crash loop" and exit 5 (do not
 #     requeue); the report names the import error; 2 restart events, not 10.
@@ -54,6 +55,10 @@ attempts torchrun_like 4
 grep -q 'waiting .* before the restart' "$tmp/torchrun_like.err" && fail "torchrun_like: waited with --restart-backoff 0"
 run_case torchrun113 1 run_pg "$host_py" "$repo/tests/tools/torchrun113.py" --standalone --nproc_per_node 2 --max_restarts 3 "$script" "$tmp/torchrun113.count" 0
 attempts torchrun113 4
+
+# Parts 3-5 count rounds and waits: their workers skip the torch import (STARTUP_FAIL_TORCH=0; parts 1 and 2
+# keep it: a real start-up, and the same script as torchrun 1.13's).
+export STARTUP_FAIL_TORCH=0
 
 # ---- 3. requeues count against --max-restarts ----------------------------------------------------------------------
 run_case slurm2 5 run_pg env SLURM_RESTART_COUNT=2 "$trun" "${T[@]}" --max-restarts 3 --restart-backoff 0 --crash-loop 0 "$script" "$tmp/slurm2.count" 0

@@ -5,7 +5,7 @@
 #   1. h0 + h1 start: a world of 2 after the last call.
 #   2. h2 joins: every node restarts into a world of 3, not counted as a restart (restart count stays 0).
 #   3. h2's agent is SIGKILLed: the survivors go on in a world of 2 (its heartbeat expires: 1 s x 3).
-#   4. h1's link goes down: h0 is below MIN, waits up to join_timeout (20 s) and exits 1 naming the time-out.
+#   4. h1's link goes down: h0 is below MIN, waits up to join_timeout (10 s) and exits 1 naming the time-out.
 # Skips (77) only when network namespaces cannot be created here.
 set -u
 . "$(dirname "$0")/../helpers/mn_lib.sh"
@@ -33,7 +33,7 @@ run_backend() { # backend port
   start() { # node
     EL_HOST=h$1 MN_OUT=$out GLOO_SOCKET_IFNAME=eth0 ip netns exec "${hosts[$1]}" "$TRUN" --nnodes 2:3 \
       --nproc-per-node 1 --rdzv-backend "$be" --rdzv-endpoint "10.251.0.1:$port" --rdzv-id "el-$be" \
-      --rdzv-conf join_timeout=20,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3 \
+      --rdzv-conf join_timeout=10,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3 \
       --local-addr "10.251.0.$(($1 + 1))" --max-restarts 5 --monitor-interval 0.5 --log-dir "$out/logs$1" \
       "$TRUN_REPO/tests/helpers/elastic_worker.py" "$out" >"$out/agent$1.out" 2>"$out/agent$1.err" &
     pid[$1]=$!

@@ -11,8 +11,11 @@
 # Each time the spare takes node 2's place: nodes 0, 1 and 3 train again in a world of 3, and every worker of
 # that round got the same TORCHELASTIC_RESTART_COUNT, the job's attempt (1), the spare's included: torch's
 # workers on the agents' store key their rendezvous by it (/worker/attempt_<n>), so one differing count
-# keeps the group from forming. The sleep before the loss only makes it likely that the spare waits when
-# node 2 goes; a spare arriving later is a late joiner, and the checks are the same.
+# keeps the group from forming. Before the loss the test waits for the trun spare's "waiting" event of kind
+# spare (its first report, 1 s into its wait), so it waits when node 2 goes; by then the nodes that train would
+# have said "new node(s) wait to join" had they taken it into their round. The torchrun spare of part 3 says
+# nothing of the kind: a sleep only makes it likely that it waits; a spare arriving later is a late joiner,
+# and the checks are the same.
 # Times are printed, not asserted (make bench measures them). By hand, SPARE_BACKENDS / SPARE_KINDS narrow
 # parts 1-2 and SPARE_ONLY=1 skips 3. Skips (77) only when namespaces cannot be made.
 set -u
@@ -47,6 +50,12 @@ lines() { grep -c "LOOP rank [0-9]*/$3 attempt" "$1/agent$2.out" 2>/dev/null; }
 # last_attempt OUT NODE: the attempt of node NODE's last worker that got ready
 last_attempt() { grep "LOOP rank .* attempt" "$1/agent$2.out" | tail -n1 | sed 's/.* attempt \([0-9]*\) .*/\1/'; }
 dump() { for n in 0 1 2 3; do dump_agent "agent $n" "$1/agent$n.out" "$1/agent$n.err"; done; }
+# spare_waits OUT: node 3's agent wrote a "waiting" event of kind spare
+spare_waits() {
+  "$TRUN_HOST_PY" -c 'import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+sys.exit(0 if any(e.get("event") == "waiting" and e.get("wait") == "spare" for e in evs) else 1)' "$1/ev3.jsonl" 2>/dev/null
+}
 kill_node() { ip netns pids "${hosts[$1]}" | xargs -r kill -KILL; }
 stop_all() { # OUT NODES...
   local out=$1 n
@@ -65,10 +74,12 @@ scenario() { # BACKEND KIND
   wait_for '[ "$(lines $out 0 3)" -ge 1 ] && [ "$(lines $out 1 3)" -ge 1 ] && [ "$(lines $out 2 3)" -ge 1 ]' 120 ||
     { dump "$out"; fail "$be $kind: no world of 3"; }
   start 3 "$be" "$out" "spare-$be-$kind"
-  sleep 5
+  wait_for "spare_waits $out" 60 || { dump "$out"; fail "$be $kind: node 3 did not report waiting as a spare"; }
   [ "$(lines "$out" 3 3)" = 0 ] || { dump "$out"; fail "$be $kind: the spare (node 3) ran workers in a full round"; }
   for n in 0 1 2; do
     [ "$(lines "$out" $n 3)" = 1 ] || { dump "$out"; fail "$be $kind: node $n restarted its workers for a spare"; }
+    ! grep -q "new node(s) wait to join" "$out/agent$n.err" ||
+      { dump "$out"; fail "$be $kind: node $n took the spare into its round"; }
   done
   t0=$(now)
   if [ "$kind" = crash ]; then

@@ -18,7 +18,10 @@
 #      --hang-timeout 1 stops the round, exit 1 with rank 1 as the root cause of kind hang;
 #  (g) two agents on loopback (static rendezvous, rank 1 on node rank 1), --hang-timeout 0: only node rank
 #      1's agent names rank 1, the other says nothing, nothing restarts;
-#  (f) --hang-timeout bad values exit 2; --help lists it.
+#  (f) --hang-timeout bad values exit 2; --help lists it; TRUN_HANG_WINDOW=4 sets the window and the poll
+#      interval (the debug line), 0.5 is refused with a warning (15 s used).
+# The detection window is 4 s (TRUN_HANG_WINDOW; the agent then asks RAS every 0.53 s instead of 2 s, so every
+# count of answers below spans as many windows as at the default 15 s).
 # Only loopback traffic. Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +32,7 @@ fake=$repo/tests/fakes/ras_server.py
 worker=$repo/tests/helpers/hang_worker.py
 server=
 job=
+export TRUN_HANG_WINDOW=4
 
 
 # start_ras NAME MODE DIR: the stand-in for the job whose workers write DIR/pid.<rank>; sets addr.
@@ -105,7 +109,7 @@ h = [e for e in evs if e["event"] == "hang"]
 assert len(h) == 2, h
 for e in h:
     assert e["rank"] == 1 and e["local_rank"] == 1 and e["communicator"] == "0x5eed000000000001", e
-    assert e["collective"] == "AllReduce" and e["count"] == 51 and e["frozen_s"] >= 15, e
+    assert e["collective"] == "AllReduce" and e["count"] == 51 and e["frozen_s"] >= 4, e
     assert "AllReduce up to 50" in e["why"], e
 f = [e for e in evs if e["event"] == "failure" and e.get("cause_kind") == "hang"]
 assert f, "no failure event of cause kind hang"
@@ -152,7 +156,7 @@ stop_pid "$victim"
 closed=$("$host_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 start_job e "127.0.0.1:$closed" --max-restarts 0
 wait_for e "both workers" test -e "$tmp/e/attempt.0.1" -a -e "$tmp/e/attempt.0.0"
-sleep 5 # a few polls of the closed port (what must not happen has no event to wait for)
+sleep 2 # a few polls of the closed port (what must not happen has no event to wait for)
 kill -0 "$job" || fail "(e): trun ended"
 stop_pid "$job"
 show "$tmp/e.err"
@@ -206,4 +210,14 @@ for bad in -1 abc nan 1e9 ''; do
   grep -q -- '--hang-timeout' "$tmp/f.err" || fail "(f): the error for '$bad' does not name --hang-timeout"
 done
 grep -q -- '--hang-timeout' <<<"$("$trun" --help)" || fail "(f): --help does not list --hang-timeout"
+# TRUN_HANG_WINDOW: the window and the poll interval scaled with it (said at debug level); a bad value is said
+# and the default window used.
+TRUN_LOG_LEVEL=debug "$trun" --standalone --nproc-per-node 1 --no-python true >"$tmp/f.out" 2>"$tmp/f.err" ||
+  { show "$tmp/f.err"; fail "(f): trun with TRUN_HANG_WINDOW=4 failed"; }
+grep -q 'hang detection: asking NCCL RAS at .* every 533 ms while the workers run (window 4 s)' "$tmp/f.err" ||
+  { show "$tmp/f.err"; fail "(f): TRUN_HANG_WINDOW=4 did not set a 4 s window asked every 533 ms"; }
+TRUN_HANG_WINDOW=0.5 "$trun" --standalone --nproc-per-node 1 --no-python true >"$tmp/f.out" 2>"$tmp/f.err" ||
+  { show "$tmp/f.err"; fail "(f): trun with TRUN_HANG_WINDOW=0.5 failed"; }
+grep -q 'TRUN_HANG_WINDOW=0.5 is not 1..3600 seconds: 15 s is used' "$tmp/f.err" ||
+  { show "$tmp/f.err"; fail "(f): TRUN_HANG_WINDOW=0.5 was not refused with the default said"; }
 echo "PASS"

@@ -16,6 +16,10 @@ Usage (run by tests/integration/10-store-torch-ops.sh, with a python that has to
                                   a waiter on a missing key, another client creates it with compare_set:
                                   'wake' = the waiter returns (trun-store, like torch's libuv server);
                                   'nowake' = it times out (torch's classic server never wakes on COMPARE_SET)
+  ops.py steps 'CMD ARGS' ...    several of wake/adds/caswake in this one process (one torch import), in order:
+                                  each between "STEP <i> <its command line>" and "STEP <i> rc <exit status>"
+                                  on stdout ("STEP <i> ..." also on stderr before its messages); exit 1 if any
+                                  failed
   ops.py xver HOST PORT ME PEER   cross-version exchange: set xv/<ME>, get xv/<PEER> (blocks until the other
                                   process set it), shared counter and compare_set; run by two torch versions
                                   against the same server at the same time
@@ -395,6 +399,22 @@ def cmd_xver(host, port, me, peer):
     return 1 if fails else 0
 
 
+def cmd_steps(*steps):
+    worst = 0
+    for i, step in enumerate(steps):
+        words = step.split()
+        if not words or words[0] not in ("wake", "adds", "caswake"):
+            print("steps: step %d %r is not a wake, adds or caswake command" % (i, step), file=sys.stderr)
+            return 2
+        print("STEP %d %s" % (i, step), flush=True)
+        print("STEP %d %s" % (i, step), file=sys.stderr, flush=True)
+        rc = run(words[0], words[1:], "%s.%d.%d/" % (words[0], os.getpid(), i))
+        sys.stderr.flush()
+        print("STEP %d rc %d" % (i, rc), flush=True)
+        worst = max(worst, 1 if rc else 0)
+    return worst
+
+
 def main(argv):
     print("# torch %s (%s API), python %s" % (VERSION, "2.x" if V2 else "1.13", sys.version.split()[0]),
           file=sys.stderr, flush=True)
@@ -402,9 +422,15 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     cmd, args = argv[1], argv[2:]
+    if cmd == "steps":
+        return cmd_steps(*args)
+    return run(cmd, args, "%s.%d/" % (cmd, os.getpid()))
+
+
+def run(cmd, args, ns):
     global NS
     if cmd in ("wake", "adds", "caswake"):
-        NS = "%s.%d/" % (cmd, os.getpid())
+        NS = ns
     try:
         if cmd == "serve":
             return cmd_serve()
