@@ -34,8 +34,24 @@ kill_marked() {
 }
 
 # A TCP port nobody listens on (bound and released; good enough on loopback for a test).
+# A port that binds now, below the kernel's ephemeral range (ip_local_port_range), so that no outgoing
+# connection of this box takes it between this call and the test's bind.
 free_port() {
-  "$TRUN_HOST_PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  "$TRUN_HOST_PY" -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(10000, max(lo, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+'
 }
 
 # Seconds since the epoch, with fractions.

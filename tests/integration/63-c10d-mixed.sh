@@ -10,7 +10,8 @@ set -u
 need_trun
 need_host_torch
 
-port_base=$((30000 + RANDOM % 20000))
+# Below the kernel's ephemeral range (32768 and up by default), where no outgoing connection takes it first.
+port_base=$((20000 + RANDOM % 10000))
 n=0
 
 # mixed VERSION HOST: VERSION 1.13 (host torch) or 2.6 (chroot); HOST torchrun or trun serves the store.
