@@ -13,6 +13,8 @@
 #     keys (a 2.6 WAIT woken by a 1.13 SET and vice versa), shared counter, compare_set race, binary values.
 #  5. trun-store --threads 4 (connections dealt over four loops): ops.py ops of each version diffed against
 #     torch's server's output of step 1/2, and the wake-up and 40 x 50 adds checks of step 3.
+# Steps 1 and 2 (each with step 3's checks of its version) run at the same time, each with its own servers;
+# so do step 5's two versions. Their output is shown part after part.
 #
 # Intentional differences between trun-store and torch's classic server (tested explicitly, not diffed):
 #  - GET / MULTI_GET of a missing key: classic server closes the connection (2.6 MULTI_GET first streams the
@@ -40,12 +42,12 @@ RAW=("$TRUN_HOST_PY" "$TRUN_REPO/tests/store/raw_ops.py")
 SAFETY=150 # seconds; a generous bound for each step, never a measured time
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/trun-10.XXXXXX")
-pgids=()
+# The process groups started (bg): a file, since the two torch versions' parts run in parallel subshells.
 cleanup() {
   local p
-  for p in "${pgids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+  for p in $(cat "$work/pgids" 2>/dev/null); do kill -TERM -- "-$p" 2>/dev/null; done
   sleep 0.3
-  for p in "${pgids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
+  for p in $(cat "$work/pgids" 2>/dev/null); do kill -KILL -- "-$p" 2>/dev/null; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -55,7 +57,7 @@ bg() {
   local name=$1
   shift
   setsid "$@" >"$work/$name.log" 2>&1 </dev/null &
-  pgids+=($!)
+  echo $! >>"$work/pgids"
   LAST_PID=$!
 }
 stop() { kill -TERM -- "-$1" 2>/dev/null; wait "$1" 2>/dev/null; }
@@ -93,6 +95,7 @@ start_torch() {
 }
 
 failures=0
+PART= # the part (in_parallel) that runs a step: its files' suffix
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # run_step LABEL CMD...: runs a check, shows its output, counts a failure on a non-zero exit.
@@ -100,11 +103,11 @@ run_step() {
   local label=$1 rc
   shift
   echo "== $label"
-  timeout --kill-after=5 $SAFETY "$@" >"$work/step.out" 2>"$work/step.err"
+  timeout --kill-after=5 $SAFETY "$@" >"$work/step$PART.out" 2>"$work/step$PART.err"
   rc=$?
   # torch 2.6 prints C++ warnings and stack frames on stderr for expected errors; keep the log readable.
-  grep -v -e '^\[W' -e '^frame #' -e '^Exception raised from' -e '^<omitting' -e '^$' "$work/step.err" | sed 's/^/   stderr: /'
-  sed 's/^/   /' "$work/step.out"
+  grep -v -e '^\[W' -e '^frame #' -e '^Exception raised from' -e '^<omitting' -e '^$' "$work/step$PART.err" | sed 's/^/   stderr: /'
+  sed 's/^/   /' "$work/step$PART.out"
   [ $rc -eq 0 ] || fail "$label (exit $rc)"
 }
 
@@ -120,14 +123,14 @@ run_steps() {
     specs+=("${i#*|}")
     n=$((n + 1))
   done
-  timeout --kill-after=5 $((SAFETY * n)) "${cmd[@]}" steps "${specs[@]}" >"$work/steps.out" 2>"$work/steps.err"
+  timeout --kill-after=5 $((SAFETY * n)) "${cmd[@]}" steps "${specs[@]}" >"$work/steps$PART.out" 2>"$work/steps$PART.err"
   rc=$?
   for ((i = 0; i < n; i++)); do
     echo "== ${labels[i]}"
     # Its stderr (torch 2.6's C++ warnings for expected errors left out, as in run_step) and its stdout.
-    sed -n "/^STEP $i /,/^STEP $((i + 1)) /p" "$work/steps.err" | grep -v -e "^STEP " -e '^\[W' -e '^frame #' \
+    sed -n "/^STEP $i /,/^STEP $((i + 1)) /p" "$work/steps$PART.err" | grep -v -e "^STEP " -e '^\[W' -e '^frame #' \
       -e '^Exception raised from' -e '^<omitting' -e '^$' | sed 's/^/   stderr: /'
-    out=$(sed -n "/^STEP $i /,/^STEP $i rc /p" "$work/steps.out")
+    out=$(sed -n "/^STEP $i /,/^STEP $i rc /p" "$work/steps$PART.out")
     grep -v "^STEP " <<<"$out" | sed 's/^/   /'
     grep -qx "STEP $i rc 0" <<<"$out" || fail "${labels[i]} ($(grep -o "^STEP $i rc .*" <<<"$out" || echo "not run: exit $rc"))"
   done
@@ -160,11 +163,11 @@ differential() {
   fi
   # The exception messages (client side) are compared too, but only reported: their wording (reset vs EOF)
   # depends on TCP timing, not on the protocol.
-  grep '^   (' "$work/ops$ver.torch.err" >"$work/msg.torch" || true
-  grep '^   (' "$work/ops$ver.trun.err" >"$work/msg.trun" || true
-  if ! diff -u "$work/msg.torch" "$work/msg.trun" >"$work/msg.diff"; then
+  grep '^   (' "$work/ops$ver.torch.err" >"$work/msg$ver.torch" || true
+  grep '^   (' "$work/ops$ver.trun.err" >"$work/msg$ver.trun" || true
+  if ! diff -u "$work/msg$ver.torch" "$work/msg$ver.trun" >"$work/msg$ver.diff"; then
     echo "   note: exception messages differ (informational):"
-    sed 's/^/   /' "$work/msg.diff"
+    sed 's/^/   /' "$work/msg$ver.diff"
   fi
 }
 
@@ -177,22 +180,50 @@ fi
 have26=0
 [ -f "$TRUN_CHROOT/.trun-ready" ] && have26=1
 
+# in_parallel PART...: runs the functions PART... at the same time, each in a subshell with its own servers
+# and files (PART names its step files), then shows each one's output in order. Each part's failures count
+# here: its FAIL lines, or one if it exited non-zero without any (a server that did not start). Most of the
+# parts' time is waits (time-outs the checks expect, settle times of the waiters), so two run side by side.
+in_parallel() {
+  local f rc n i=0
+  local -a ppids=()
+  for f in "$@"; do
+    (
+      PART=$f failures=0
+      "$f"
+      [ $failures -eq 0 ]
+    ) >"$work/part.$f.log" 2>&1 &
+    ppids+=($!)
+  done
+  for f in "$@"; do
+    wait "${ppids[i]}"
+    rc=$?
+    i=$((i + 1))
+    cat "$work/part.$f.log"
+    n=$(grep -c '^FAIL: ' "$work/part.$f.log")
+    [ $rc -eq 0 ] || [ "$n" -gt 0 ] || { echo "FAIL: part $f exited $rc"; n=1; }
+    failures=$((failures + n))
+  done
+}
+
 # ---- torch 1.13 ----
-differential 113 "${OPS113[@]}"
-run_step "1.13 raw: torch 1.13 server closes on GET of a missing key (spec, classic)" "${RAW[@]}" 127.0.0.1 "$TORCH_PORT" legacy classic
-run_step "1.13 raw: trun-store, legacy numbering (intentional difference)" "${RAW[@]}" 127.0.0.1 "$TRUN_PORT" legacy trun
-run_steps 113 "1.13 wake-ups on torch server|wake 127.0.0.1 $TORCH_PORT" \
-  "1.13 40 clients x 50 adds on torch server|adds 127.0.0.1 $TORCH_PORT 40 50" \
-  "1.13 wake-ups on trun server|wake 127.0.0.1 $TRUN_PORT" \
-  "1.13 40 clients x 50 adds on trun server|adds 127.0.0.1 $TRUN_PORT 40 50" \
-  "1.13 compare_set on torch's classic server wakes nobody (spec)|caswake 127.0.0.1 $TORCH_PORT nowake" \
-  "1.13 compare_set on trun-store wakes waiters (intentional difference)|caswake 127.0.0.1 $TRUN_PORT wake"
-stop "$TORCH_PID"
-kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (1.13 part) died"
-stop "$TRUN_PID"
+part113() {
+  differential 113 "${OPS113[@]}"
+  run_step "1.13 raw: torch 1.13 server closes on GET of a missing key (spec, classic)" "${RAW[@]}" 127.0.0.1 "$TORCH_PORT" legacy classic
+  run_step "1.13 raw: trun-store, legacy numbering (intentional difference)" "${RAW[@]}" 127.0.0.1 "$TRUN_PORT" legacy trun
+  run_steps 113 "1.13 wake-ups on torch server|wake 127.0.0.1 $TORCH_PORT" \
+    "1.13 40 clients x 50 adds on torch server|adds 127.0.0.1 $TORCH_PORT 40 50" \
+    "1.13 wake-ups on trun server|wake 127.0.0.1 $TRUN_PORT" \
+    "1.13 40 clients x 50 adds on trun server|adds 127.0.0.1 $TRUN_PORT 40 50" \
+    "1.13 compare_set on torch's classic server wakes nobody (spec)|caswake 127.0.0.1 $TORCH_PORT nowake" \
+    "1.13 compare_set on trun-store wakes waiters (intentional difference)|caswake 127.0.0.1 $TRUN_PORT wake"
+  stop "$TORCH_PID"
+  kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (1.13 part) died"
+  stop "$TRUN_PID"
+}
 
 # ---- torch 2.6 ----
-if [ $have26 = 1 ]; then
+part26() {
   differential 26 "${OPS26[@]}"
   run_step "2.6 raw: torch 2.6 server closes on GET/MULTI_GET of a missing key (spec, classic)" "${RAW[@]}" 127.0.0.1 "$TORCH_PORT" v2 classic
   run_step "2.6 raw: trun-store, v2 numbering (intentional difference)" "${RAW[@]}" 127.0.0.1 "$TRUN_PORT" v2 trun
@@ -205,6 +236,32 @@ if [ $have26 = 1 ]; then
   stop "$TORCH_PID"
   kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (2.6 part) died"
   stop "$TRUN_PID"
+}
+
+# ---- trun-store --threads 4: the same client sequences, connections spread over four loops ----
+threads() { # VER
+  local ver=$1
+  start_trun "threads$ver" --threads 4
+  if [ $ver = 113 ]; then cmd=("${OPS113[@]}"); else cmd=("${OPS26[@]}"); fi
+  timeout --kill-after=5 $SAFETY "${cmd[@]}" ops 127.0.0.1 "$PORT" >"$work/ops$ver.threads.out" 2>"$work/ops$ver.threads.err" ||
+    fail "ops.py ops (torch $ver client, trun-store --threads 4) exit $?: $(tail -n 5 "$work/ops$ver.threads.err")"
+  echo "== torch $ver client: torch's server vs trun-store --threads 4"
+  if diff -u "$work/ops$ver.torch.out" "$work/ops$ver.threads.out" >"$work/ops$ver.threads.diff"; then
+    echo "   identical results ($(grep -c '^OP ' "$work/ops$ver.threads.out") ops)"
+  else
+    fail "torch $ver client: results differ (- torch's server, + trun-store --threads 4)"
+    cat "$work/ops$ver.threads.diff"
+  fi
+  run_steps $ver "$ver wake-ups and time-outs on trun-store --threads 4|wake 127.0.0.1 $PORT" \
+    "$ver 40 clients x 50 adds on trun-store --threads 4|adds 127.0.0.1 $PORT 40 50"
+  kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store --threads 4 ($ver) died"
+  stop "$TRUN_PID"
+}
+threads113() { threads 113; }
+threads26() { threads 26; }
+
+if [ $have26 = 1 ]; then
+  in_parallel part113 part26
 
   # ---- 1.13 and 2.6 clients on one trun-store port at the same time ----
   start_trun xver
@@ -221,28 +278,12 @@ if [ $have26 = 1 ]; then
   [ $rc26 -eq 0 ] || fail "cross-version: torch 2.6 side exit $rc26"
   kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store (cross-version) died"
   stop "$TRUN_PID"
-fi
 
-# ---- trun-store --threads 4: the same client sequences, connections spread over four loops ----
-vers=(113)
-[ $have26 = 1 ] && vers+=(26)
-for ver in "${vers[@]}"; do
-  start_trun "threads$ver" --threads 4
-  if [ $ver = 113 ]; then cmd=("${OPS113[@]}"); else cmd=("${OPS26[@]}"); fi
-  timeout --kill-after=5 $SAFETY "${cmd[@]}" ops 127.0.0.1 "$PORT" >"$work/ops$ver.threads.out" 2>"$work/ops$ver.threads.err" ||
-    fail "ops.py ops (torch $ver client, trun-store --threads 4) exit $?: $(tail -n 5 "$work/ops$ver.threads.err")"
-  echo "== torch $ver client: torch's server vs trun-store --threads 4"
-  if diff -u "$work/ops$ver.torch.out" "$work/ops$ver.threads.out" >"$work/ops$ver.threads.diff"; then
-    echo "   identical results ($(grep -c '^OP ' "$work/ops$ver.threads.out") ops)"
-  else
-    fail "torch $ver client: results differ (- torch's server, + trun-store --threads 4)"
-    cat "$work/ops$ver.threads.diff"
-  fi
-  run_steps $ver "$ver wake-ups and time-outs on trun-store --threads 4|wake 127.0.0.1 $PORT" \
-    "$ver 40 clients x 50 adds on trun-store --threads 4|adds 127.0.0.1 $PORT 40 50"
-  kill -0 "$TRUN_PID" 2>/dev/null || fail "trun-store --threads 4 ($ver) died"
-  stop "$TRUN_PID"
-done
+  in_parallel threads113 threads26
+else
+  in_parallel part113
+  in_parallel threads113
+fi
 
 echo "== trun-store logs"
 for f in "$work"/trun*.log "$work"/xver.log "$work"/threads*.log; do [ -f "$f" ] && sed "s|^|   $(basename "$f" .log): |" "$f"; done

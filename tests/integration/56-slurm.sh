@@ -24,7 +24,8 @@
 #                    srun --no-kill: the two survivors restart into a world of 4 ranks and finish (exit 0).
 # Killing only the job's processes on n3 while its slurmd lives is not what a lost host looks like to Slurm:
 # srun then waits forever for the tasks of a step whose slurmstepd is gone; with slurmd gone too, slurmctld marks
-# n3 DOWN after SlurmdTimeout (10 s here) and srun ends the step as on a real cluster.
+# n3 DOWN after two failed pings (SlurmdTimeout and MessageTimeout, 5 s each here: about 15 s) and srun ends
+# the step as on a real cluster.
 # After the cluster is gone: no process of the test (TRUN_TEST_MARKER), no network namespace of its nodes in
 # the machine's /run/netns, /etc/hosts and /etc/passwd unchanged. Each scenario prints "TIME <name> <seconds>". Exit 0 pass, 77 skip (no namespaces), else fail.
 set -u

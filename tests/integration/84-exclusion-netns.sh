@@ -157,7 +157,9 @@ warm_spare() { # backend port
   wait_for "[ \$(worlds $out 2) -ge 2 ]" 90 || { dumpw; fail "$be warm: h0 + h1 did not form a world of 2"; }
   before=$(ls "$out"/world.* | wc -l)
   startw 2
-  sleep 3 # only makes it likely that h2 waits as a spare when its GPU goes bad; the checks are the same
+  # h2 waits as a spare when its GPU goes bad: its "waiting" event (wait "spare") comes once it waited 1 s
+  wait_for "grep -q '\"wait\":\"spare\"' '$out/events2' 2>/dev/null" 60 ||
+    { dumpw; cat "$out/events2" 2>/dev/null; fail "$be warm: the spare h2 did not wait as a spare"; }
   kill -0 "${pid[2]}" 2>/dev/null || { dumpw; fail "$be warm: the spare h2 did not wait"; }
   # the fake NVML's file replaced at once: the spare's gate may read it at any moment
   health_node "$tmp/next" 2 '{"ecc_volatile_uncorrected": 2}'
