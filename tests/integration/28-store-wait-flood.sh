@@ -19,33 +19,13 @@ pids=()
 cleanup() { kill_marked; for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-cat >"$tmp/worker.py" <<'PY'
-import datetime, os, sys
-import torch
-import torch.distributed as dist
-out, rank = sys.argv[1], int(os.environ["RANK"])
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-step = 0
-while not os.path.exists(os.path.join(out, "stop")):
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    assert t.item() == 3.0, t.item()
-    step += 1
-    with open(os.path.join(out, ".step.%d" % rank), "w") as f:
-        f.write(str(step))
-    os.replace(os.path.join(out, ".step.%d" % rank), os.path.join(out, "step.%d" % rank))
-    dist.barrier()  # both ranks see the stop file in the same step
-    import time; time.sleep(0.1)
-print("rank %d done after %d steps" % (rank, step), flush=True)
-PY
-
 port=$(free_port)
 mkdir -p "$tmp/out"
 note "2-node trun-backend job on 127.0.0.1:$port, run id j28"
 for n in 0 1; do
   "$TRUN" --nnodes 2 --rdzv-backend trun --rdzv-endpoint "127.0.0.1:$port" --rdzv-id j28 --local-addr 127.0.0.1 \
     --nproc-per-node 1 --max-restarts 0 --monitor-interval 0.1 --log-dir "$tmp/logs$n" \
-    "$tmp/worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/stop_worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
   pids[$n]=$!
 done
 dump() { for n in 0 1; do dump_agent "agent $n" "$tmp/agent$n.out" "$tmp/agent$n.err"; done; }
@@ -75,7 +55,7 @@ wait_for "progress || ! alive" 120; progress || bad "2: the workers made no prog
 
 # 3. The job ends well.
 touch "$tmp/out/stop"
-wait_agents 180 60 worker.py "${pids[0]}" "${pids[1]}" || bad "3: the agents did not both exit"
+wait_agents 180 60 stop_worker.py "${pids[0]}" "${pids[1]}" || bad "3: the agents did not both exit"
 for n in 0 1; do
   rc=${AGENT_RC[${pids[$n]}]:-?}
   [ "$rc" = 0 ] || bad "3: agent $n exited $rc, want 0 (a flood of strangers must not end the job)"

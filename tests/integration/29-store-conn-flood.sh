@@ -58,33 +58,13 @@ conns=10000
   fail "the hard fd limit $(ulimit -Hn) is under the $((conns + 1024)) the store host needs for $conns connections"
 ulimit -Sn $((conns + 1024)) || fail "cannot raise the soft fd limit to $((conns + 1024))"
 
-cat >"$tmp/worker.py" <<'PY'
-import datetime, os, sys, time
-import torch
-import torch.distributed as dist
-out, rank = sys.argv[1], int(os.environ["RANK"])
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-step = 0
-while not os.path.exists(os.path.join(out, "stop")):
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    assert t.item() == 3.0, t.item()
-    step += 1
-    with open(os.path.join(out, ".step.%d" % rank), "w") as f:
-        f.write(str(step))
-    os.replace(os.path.join(out, ".step.%d" % rank), os.path.join(out, "step.%d" % rank))
-    dist.barrier()  # both ranks see the stop file in the same step
-    time.sleep(0.1)
-print("rank %d done after %d steps" % (rank, step), flush=True)
-PY
-
 port=$(free_port)
 mkdir -p "$tmp/out"
 note "2-node trun-backend job on 127.0.0.1:$port, run id j29; cgroup $cg"
 for n in 0 1; do
   "$TRUN" --nnodes 2 --rdzv-backend trun --rdzv-endpoint "127.0.0.1:$port" --rdzv-id j29 --local-addr 127.0.0.1 \
     --nproc-per-node 1 --max-restarts 0 --monitor-interval 0.1 --log-dir "$tmp/logs$n" \
-    "$tmp/worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
+    "$TRUN_REPO/tests/helpers/stop_worker.py" "$tmp/out" >"$tmp/agent$n.out" 2>"$tmp/agent$n.err" &
   pids[$n]=$!
 done
 dump() { for n in 0 1; do dump_agent "agent $n" "$tmp/agent$n.out" "$tmp/agent$n.err"; done; }
@@ -130,7 +110,7 @@ progress() { [ "$(cat "$tmp/out/step.0" 2>/dev/null || echo 0)" -gt $((s0 + 5)) 
 wait_for "progress || ! alive" 120
 progress || bad "3: the workers made no progress after the flood"
 touch "$tmp/out/stop"
-wait_agents 180 60 worker.py "${pids[0]}" "${pids[1]}" || bad "3: the agents did not both exit"
+wait_agents 180 60 stop_worker.py "${pids[0]}" "${pids[1]}" || bad "3: the agents did not both exit"
 for n in 0 1; do
   rc=${AGENT_RC[${pids[$n]}]:-?}
   [ "$rc" = 0 ] || bad "3: agent $n exited $rc, want 0"

@@ -35,6 +35,22 @@ static void in_round(trun_rdzv *r, int round) {
   snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
 }
 
+/* A store (us) and one node r of job run_id on it, with --rdzv-conf conf, going by host_addr: the exclusion
+ * tests' start. */
+static void exclusion_node(unit_server *us, trun_config *cfg, trun_rdzv *r, const char *run_id,
+                           const char *conf, const char *host_addr) {
+  trun_server_opts o;
+  trun_server_opts_default(&o);
+  ck_assert_int_gt(unit_server_start(us, &o), 0);
+  memset(cfg, 0, sizeof(*cfg));
+  snprintf(cfg->run_id, sizeof(cfg->run_id), "%s", run_id);
+  snprintf(cfg->endpoint_host, sizeof(cfg->endpoint_host), "127.0.0.1");
+  cfg->endpoint_port = us->port;
+  cfg->rdzv_conf = conf;
+  node_init(r, cfg, us->port, 0);
+  snprintf(r->host_addr, sizeof(r->host_addr), "%s", host_addr);
+}
+
 START_TEST(test_attempt_spare_takes_survivors) {
   unit_server us;
   trun_server_opts o;
@@ -162,18 +178,9 @@ END_TEST
  * there; the exports and --rdzv-status's name show it; forged agent fields are ignored. */
 START_TEST(test_exclusion_one_agent) {
   unit_server us;
-  trun_server_opts o;
-  trun_server_opts_default(&o);
-  ck_assert_int_gt(unit_server_start(&us, &o), 0);
   trun_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  snprintf(cfg.run_id, sizeof(cfg.run_id), "ag");
-  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
-  cfg.endpoint_port = us.port;
-  cfg.rdzv_conf = "trun_exclude_seconds=1800";
   trun_rdzv r;
-  node_init(&r, &cfg, us.port, 0);
-  snprintf(r.host_addr, sizeof(r.host_addr), "box.example");
+  exclusion_node(&us, &cfg, &r, "ag", "trun_exclude_seconds=1800", "box.example");
   snprintf(r.agent_tag, sizeof(r.agent_tag), "00000000000000aa");
   char mine[TRUN_RDZV_AGENT_ID_MAX], err[1024];
   trun__rdzv_agent_id(&r, mine, sizeof(mine));
@@ -263,18 +270,9 @@ END_TEST
 
 START_TEST(test_exclusion_list) {
   unit_server us;
-  trun_server_opts o;
-  trun_server_opts_default(&o);
-  ck_assert_int_gt(unit_server_start(&us, &o), 0);
   trun_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  snprintf(cfg.run_id, sizeof(cfg.run_id), "ex");
-  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
-  cfg.endpoint_port = us.port;
-  cfg.rdzv_conf = "trun_exclude_seconds=1";
   trun_rdzv r;
-  node_init(&r, &cfg, us.port, 0);
-  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  exclusion_node(&us, &cfg, &r, "ex", "trun_exclude_seconds=1", "10.0.0.2");
   char err[1024];
   /* nothing on the list: the round goes ahead */
   ck_assert_int_eq(trun__rdzv_exclusion_round(&r, err, sizeof(err)), 0);
@@ -363,18 +361,9 @@ END_TEST
  * with an ANSI escape and a newline is read escaped, and the exports carry it escaped. */
 START_TEST(test_exclusion_forged) {
   unit_server us;
-  trun_server_opts o;
-  trun_server_opts_default(&o);
-  ck_assert_int_gt(unit_server_start(&us, &o), 0);
   trun_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  snprintf(cfg.run_id, sizeof(cfg.run_id), "fx");
-  snprintf(cfg.endpoint_host, sizeof(cfg.endpoint_host), "127.0.0.1");
-  cfg.endpoint_port = us.port;
-  cfg.rdzv_conf = "trun_exclude_seconds=1800";
   trun_rdzv r;
-  node_init(&r, &cfg, us.port, 0);
-  snprintf(r.host_addr, sizeof(r.host_addr), "10.0.0.2");
+  exclusion_node(&us, &cfg, &r, "fx", "trun_exclude_seconds=1800", "10.0.0.2");
   double now = trun_wall_s();
   char rec[5][512];
   snprintf(rec[0], sizeof(rec[0]),
