@@ -168,7 +168,15 @@ START_TEST(test_prune_and_expect) {
   ck_assert(!trun_dyn_expected_in(&st, all, 3, &s, NOW_US));                   /* c is not back */
   ck_assert(!trun_dyn_expected_in(&st, survivors, 0, &s, NOW_US));             /* nothing expected */
   ck_assert(!trun_dyn_expected_in(&st, survivors, 2, &s, st.deadline_us + 1)); /* already over */
-  st.deadline_us = NOW_US - 1;                                                 /* what the executor writes */
+  trun_rdzv_node d = node("d", 4);
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_ADD_TO_WAIT_LIST, &d, &s, NOW_US), 0);
+  ck_assert(!trun_dyn_expected_in(&st, survivors, 2, &s, NOW_US)); /* d waits to join: not without it */
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_REMOVE_FROM_WAIT_LIST, &d, &s, NOW_US), 0);
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_ADD_TO_REDUNDANCY_LIST, &d, &s, NOW_US), 0);
+  ck_assert(!trun_dyn_expected_in(&st, survivors, 2, &s, NOW_US)); /* d is a spare on its way in */
+  ck_assert_int_eq(trun_dyn_apply(&st, TRUN_DYN_REMOVE_FROM_REDUNDANCY_LIST, &d, &s, NOW_US), 0);
+  ck_assert(trun_dyn_expected_in(&st, survivors, 2, &s, NOW_US));
+  st.deadline_us = NOW_US - 1; /* what the executor writes */
   ck_assert_int_eq(decide(&st, &a, &s, true, 10, 100), TRUN_DYN_MARK_COMPLETE);
   trun_rdzv_state_free(&st);
 }
@@ -210,6 +218,18 @@ START_TEST(test_pause) {
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* no roster: no survivors expected */
   trun_dyn_free(&d);
   memset(&d, 0, sizeof(d));
+  d.s = settings(1, 3);
+  set_me(&d, "a", 1);
+  d.roster = calloc(2, sizeof(*d.roster));
+  ck_assert_ptr_nonnull(d.roster);
+  d.roster[0] = node("a", 1), d.roster[1] = node("b", 2);
+  d.roster[0].addr = strdup("a"), d.roster[1].addr = strdup("b");
+  d.n_roster = 2;
+  ck_assert_int_eq(trun_dyn_regroup(&d), 0); /* after a worker's failure, no node lost: both come back */
+  ck_assert_int_eq(d.n_expect, 2);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 50);
+  trun_dyn_free(&d);
+  memset(&d, 0, sizeof(d));
   d.s = settings(2, 200);
   set_me(&d, "z", 9);
   d.roster = calloc(2, sizeof(*d.roster));
@@ -220,6 +240,11 @@ START_TEST(test_pause) {
   ck_assert_int_eq(trun_dyn_mark_dead(&d, &b), 0);
   ck_assert_int_eq(d.n_expect, 1);
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 50); /* regrouping with known survivors */
+  d.expect_since -= TRUN_DYN_REGROUP_FAST_S + 1;
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* b is not back in time: torch's pace */
+  ck_assert_int_eq(trun_dyn_regroup(&d), 0);     /* the next round after b is gone: a alone */
+  ck_assert_int_eq(d.n_expect, 1);
+  ck_assert_int_eq(trun_dyn_pause_ms(&d), 50);
   char addr[70][16];
   for (int i = 0; i < 70; i++) { /* 70 participants: one step longer */
     snprintf(addr[i], sizeof(addr[i]), "n%d", i);

@@ -294,6 +294,7 @@ int trun_dyn_prune(trun_rdzv_state *st, const trun_rdzv_node *dead, size_t n_dea
 int trun_dyn_expected_in(const trun_rdzv_state *st, const trun_rdzv_node *expect, size_t n_expect,
                          const trun_dyn_settings *s, int64_t now_us) {
   if (n_expect == 0 || st->complete || st->closed || !st->has_deadline || st->deadline_us < now_us) return 0;
+  if (st->n_wait || st->n_redundancy) return 0; /* a node that waits to join is on its way: not without it */
   if (st->n_participants < (size_t)s->min_nodes || st->n_participants > (size_t)s->max_nodes) return 0;
   for (size_t i = 0; i < n_expect; i++)
     if (trun_dyn_find_entry(st->participants, st->n_participants, &expect[i]) < 0) return 0;
@@ -351,15 +352,20 @@ static void nodes_free(trun_rdzv_node **l, size_t *n) {
   *n = 0;
 }
 
-int trun_dyn_mark_dead(trun_dyn *d, const trun_rdzv_node *n) {
-  if (trun_dyn_find_node(d->dead, d->n_dead, n) >= 0) return 1;
-  if (node_add(&d->dead, &d->n_dead, n) < 0) return -ENOMEM;
+int trun_dyn_regroup(trun_dyn *d) {
   nodes_free(&d->expect, &d->n_expect);
+  d->expect_since = trun_mono_s();
   for (size_t i = 0; i < d->n_roster; i++)
     if (trun_dyn_find_node(d->dead, d->n_dead, &d->roster[i]) < 0 &&
         node_add(&d->expect, &d->n_expect, &d->roster[i]) < 0)
       return -ENOMEM;
   return 0;
+}
+
+int trun_dyn_mark_dead(trun_dyn *d, const trun_rdzv_node *n) {
+  if (trun_dyn_find_node(d->dead, d->n_dead, n) >= 0) return 1;
+  if (node_add(&d->dead, &d->n_dead, n) < 0) return -ENOMEM;
+  return trun_dyn_regroup(d);
 }
 
 void trun_dyn_free(trun_dyn *d) {
@@ -464,17 +470,19 @@ typedef trun_dyn_action (*op_fn)(const trun_dyn_ctx *c);
 
 /* trun_dyn_pause_ms: torch's agents sync about every second (a 1 s delay and a
  * 1 s state cache); a trun agent does so too, except where the state is about to change and a second is
- * pure waiting: a survivor of a lost node while its round regroups (every node it waits for is known and
- * on its way) every 50 ms, a spare or a node in the wait list (it takes a lost node's place in the next
- * round) every 100 ms. The short pauses grow with the round (one more step per 64 participants, at most a
- * second) so that a large fleet's polls do not load the store: each is a GET of the whole state. */
+ * pure waiting: a node of the last round while the next one regroups (after a worker's failure or a lost
+ * node: every node it waits for is known and on its way) every 50 ms for TRUN_DYN_REGROUP_FAST_S, a spare
+ * or a node in the wait list (it takes a lost node's place in the next round) every 100 ms. The short
+ * pauses grow with the round (one more step per 64 participants, at most a second) so that a large fleet's
+ * polls do not load the store: each is a GET of the whole state. */
 int trun_dyn_pause_ms(const trun_dyn *d) {
   const trun_rdzv_state *st = &d->st;
   int participant = trun_dyn_find_entry(st->participants, st->n_participants, &d->me) >= 0;
   int spare = st->complete && !participant;
   int waiting = trun_dyn_find_node(st->wait_list, st->n_wait, &d->me) >= 0 ||
                 trun_dyn_find_node(st->redundancy_list, st->n_redundancy, &d->me) >= 0;
-  int base = d->n_expect ? 50 : spare || waiting ? 100 : 1000;
+  int regroup = d->n_expect && trun_mono_s() - d->expect_since < TRUN_DYN_REGROUP_FAST_S;
+  int base = regroup ? 50 : spare || waiting ? 100 : 1000;
   long ms = (long)base * (long)(1 + st->n_participants / 64);
   return ms < 1000 ? (int)ms : 1000;
 }
@@ -507,9 +515,9 @@ static int run_op(trun_dyn *d, op_fn op, double *deadline, int64_t timeout_us) {
     if (rc < 0) return rc;
     if (op == trun_dyn_join_action &&
         trun_dyn_expected_in(&d->st, d->expect, d->n_expect, &d->s, trun_wall_us())) {
-      /* Every survivor of the last round is back and the lost are known: no one else is coming. */
-      trun_debug("rendezvous %s round %lld: every survivor rejoined: ending the last call now", d->run_id,
-                 (long long)d->st.round);
+      /* Every node of the last round not known lost is back, and none waits to join: no one else comes. */
+      trun_debug("rendezvous %s round %lld: every node of the last round is back: ending the last call now",
+                 d->run_id, (long long)d->st.round);
       d->st.deadline_us = trun_wall_us() - 1;
       d->dirty = true;
       continue;
@@ -560,6 +568,8 @@ int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round) {
     struct timespec ts = {0, (long)(trun_rng_next(&seed) % 300) * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
+  /* A round after one this node was in: its nodes are on their way back (a worker failed, or a peer's). */
+  if (d->n_roster > 0 && d->n_expect == 0 && trun_dyn_regroup(d) < 0) return -ENOMEM;
   double deadline = trun_mono_s() + (double)d->s.join_timeout_us / 1e6;
   int rc = run_op(d, trun_dyn_exit_action, &deadline, 0);
   if (rc == 0) rc = run_op(d, trun_dyn_join_action, &deadline, d->s.join_timeout_us);

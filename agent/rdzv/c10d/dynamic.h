@@ -93,12 +93,14 @@ typedef struct trun_dyn {
   trun_rdzv_node *roster; /* the participants of the round trun_dyn_next joined (addr owned) */
   size_t n_roster;
   /* Recovery (issue 22): nodes known lost (pruned from every state this node reads, as torch's sanitizer
-   * prunes nodes whose heartbeat expired), and the survivors of the last round: once they are all
-   * participants again (and at least MIN), the last call ends at once. Both owned; empty: none. */
+   * prunes nodes whose heartbeat expired), and the nodes of the last round less those (trun_dyn_regroup):
+   * once they are all participants again (and at least MIN), the last call ends at once. Both owned;
+   * empty: none. */
   trun_rdzv_node *dead;
   size_t n_dead;
   trun_rdzv_node *expect;
   size_t n_expect;
+  double expect_since; /* monotonic seconds the regroup began (trun_dyn_regroup) */
   /* Called about every second while a join waits (NULL: none): the caller may mark nodes dead. */
   void (*refresh)(void *arg);
   void *refresh_arg;
@@ -118,9 +120,12 @@ void trun_dyn_write_layout(const trun_dyn *d, trun_rdzv_layout *out);
  * 0 (*rank, *world, *round set), -ETIMEDOUT (join_timeout), -ECANCELED (closed), -ESHUTDOWN (closed while
  * a spare: torch's graceful exit), -EINTR (poll), -EPROTO (corrupt state), other negative errno (store). */
 int trun_dyn_next(trun_dyn *d, int *rank, int *world, int64_t *round);
+/* How long a regroup polls fast: a node of the last round that is not back by then is slow (its workers
+ * ignore SIGTERM) or gone, and the join goes on at torch's pace. */
+#define TRUN_DYN_REGROUP_FAST_S 10.0
 /* The pause in ms before a join syncs the state again, from the state it read last: 50 while this node
- * regroups with known survivors (n_expect), 100 as a spare or in the wait list, else 1000 (torch's); the
- * short ones one step longer per 64 participants, at most 1000. */
+ * regroups with the nodes of the last round (n_expect, for TRUN_DYN_REGROUP_FAST_S), 100 as a spare or in
+ * the wait list, else 1000 (torch's); the short ones one step longer per 64 participants, at most 1000. */
 int trun_dyn_pause_ms(const trun_dyn *d);
 /* Heartbeat if due (keep-alive op, heartbeat_timeout). 0 or negative errno. */
 int trun_dyn_keep_alive(trun_dyn *d);
@@ -130,6 +135,10 @@ int trun_dyn_num_waiting(trun_dyn *d, int fresh);
 /* Of those, the nodes that were not participants of this node's round: new members. A participant of the
  * round in the wait list is a peer that restarted after a failure. >= 0 or negative errno. */
 int trun_dyn_num_new_waiting(trun_dyn *d, int fresh);
+/* The next round waits for the nodes of the last one (the roster less the dead) instead of the last call,
+ * polling fast (trun_dyn_pause_ms): trun_dyn_next calls it for every round after one this node was in,
+ * trun_dyn_mark_dead again as nodes are found lost. 0 or -ENOMEM. */
+int trun_dyn_regroup(trun_dyn *d);
 /* Node n (of the last round) is lost: dropped from the states this node reads from now on, and the survivors
  * of the last round (its roster less the lost) are what the next round waits for instead of the last call.
  * 0, 1 when n was already known, -ENOMEM. */
@@ -139,7 +148,8 @@ int trun_dyn_mark_dead(trun_dyn *d, const trun_rdzv_node *n);
 int trun_dyn_prune(trun_rdzv_state *st, const trun_rdzv_node *dead, size_t n_dead,
                    const trun_dyn_settings *s);
 /* 1 when st is an incomplete round whose participants hold every expected node and at least MIN nodes while
- * its last call still runs: the deadline may end now. */
+ * its last call still runs, and no node waits to join (wait or redundancy list: it is on its way, a new
+ * member or a spare for a lost node's place): the deadline may end now. */
 int trun_dyn_expected_in(const trun_rdzv_state *st, const trun_rdzv_node *expect, size_t n_expect,
                          const trun_dyn_settings *s, int64_t now_us);
 
