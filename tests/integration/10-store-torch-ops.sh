@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # Differential test of trun-store against torch's own TCPStore server, with torch's real Python client.
 #
 #  1. torch 1.13 (host /usr/bin/python3): tests/store/ops.py runs every op of 1.13's Python TCPStore API

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # 2000 connections waiting on one key in one trun-store (tests/store/many_conns.py, plain sockets, no torch):
 # half torch >= 2.2 style (VALIDATE + PING handshake, WAIT = 0x06), half torch 1.13 style (no handshake,
 # WAIT = 0x05). The server's RSS is printed with 0 and with 2000 connections; one SET of "/release" must send

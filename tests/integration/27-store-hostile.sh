@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # Hostile clients against a real trun-store serve (tests/store/hostile.py, plain sockets, no torch), with one
 # loop and with --threads 4: a client that never reads a MULTI_GET whose reply would be 400 MiB (the server's
 # RSS must stay within RSS_BOUND_MB of where it was: the reply cap closes it), 400 pipelined GETs of 1 MiB

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # A WAIT flood from strangers does not end a job (issue 41, finding 1). A 2-node --rdzv-backend trun job on
 # 127.0.0.1 (real trun agents, one gloo worker each that all-reduces every 0.1 s) runs; meanwhile 24
 # connections without the agent token send WAIT + CANCEL_WAIT again and again for 20 s (tests/store/

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # A flood of connects and ends from strangers does not starve the job (test 57's idle-conns round under CPU
 # load). A 2-node --rdzv-backend trun job on 127.0.0.1 (real trun agents, one gloo worker each that
 # all-reduces every 0.1 s) trains; then agent 0, the store's host, goes into a cgroup of its own whose CPU

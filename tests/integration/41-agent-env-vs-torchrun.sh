@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=29400
 # The worker environment trun gives vs real torchrun's, per local rank, with the same command line and the
 # same launcher environment: torch 1.13 (host; Debian's torchrun through tests/tools/torchrun113.py) vs trun,
 # and torchrun 2.6 (trixie chroot) vs trun starting chroot workers. tests/helpers/dumpenv.py dumps os.environ;

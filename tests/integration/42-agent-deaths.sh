@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=29400
 # Every death named (trun --standalone --nproc-per-node 2, torch 1.13 workers of tests/helpers/death_worker.py;
 # local rank 1 just waits):
 #  1. OOM kill: trun and its workers in a memory cgroup of their own (this test makes it: cgroup v1's memory

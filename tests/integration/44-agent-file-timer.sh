@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=29400
 # torch's file-timer watchdog served by trun (TORCHELASTIC_ENABLE_FILE_TIMER=1), with torch's own, unmodified
 # FileTimerClient (tests/helpers/timer_worker.py) hung inside `expires(after=2, scope="hung_step")`:
 #  1. torch 1.13 (host): trun kills the worker, the restart finishes (exit 0); the console line, the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=29400
 # Restarts that know when to stop (trun --standalone --nproc-per-node 2; torch 1.13 workers of
 # tests/helpers/startup_fail.py: they record the attempt, import torch (parts 1 and 2), then fail with an import
 # error):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # trun under a real Slurm 22.05 cluster (Debian's slurm-wlm + munge): tests/helpers/slurm_cluster.sh starts
 # slurmctld on "ctl" and three slurmd nodes n1..n3 (10.253.0.11-13, each its own network + UTS namespace,
 # 2 CPUs, 2 stand-in GPUs as GRES), all in a PID/mount namespace that ends with the test. The workers run

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # trun --hostfile over real OpenSSH: tests/helpers/ssh_hosts.sh starts sshd on three hosts h1..h3 (network + UTS
 # namespaces, 10.254.0.11-13, host keys and a user key made here, known_hosts filled), all in a sandbox that
 # ends with the test. trun runs on the login host with its default --rsh (ssh -o BatchMode=yes ...) and the

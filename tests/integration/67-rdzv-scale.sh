@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: alone
 # Rendezvous at scale on loopback (issue 4): 1,000 agents (one thread and one store connection each, in
 # build/trun-rdzv-bench) complete the `trun` rendezvous on a trun-store, and 128 agents torchelastic's c10d
 # rendezvous; every agent must get a distinct group rank 0..n-1 and the same world size (the tool checks and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # trun as the pod entrypoint, PID 1 of a real container: the image `make image` builds (packaging/container/
 # Containerfile on the offline torch base), run by podman + runc as root (tests/helpers/pod_lib.sh).
 #  1. make image BASE=localhost/trun-base:bookworm-torch IMAGE=<this test's>: offline; `podman run IMAGE
@@ -36,7 +37,7 @@ echo "$where"
 grep -qx "/opt/trun-$(cat "$TRUN_REPO/VERSION")-linux-x86_64/bin/trun" <<<"$where" || fail "1: trun on PATH: $where"
 t0=$(now)
 podman run -d --network none --name p1 -v "$pod_out:/out" "$pod_image" --standalone --nproc-per-node 1 --no-python \
-  /bin/sh -c 'date +%s.%N >/out/p1.started; cat /proc/1/cmdline | tr "\0" " " >/out/p1.pid1; exec sleep 300' >/dev/null ||
+  /bin/sh -c 'cat /proc/1/cmdline | tr "\0" " " >/out/p1.pid1; date +%s.%N >/out/p1.started; exec sleep 300' >/dev/null ||
   fail "1: podman run -d failed"
 wait_for "[ -s '$pod_out/p1.started' ]" 60 || { pod_logs p1; fail "1: the worker did not start"; }
 echo "podman run -d -> worker running: $(awk -v a="$t0" '{printf "%.2f", $1 - a}' "$pod_out/p1.started") s"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # Two pods on one bridge network: two containers of the image `make image` builds, podman + runc as root, on a
 # CNI bridge of their own with no DNS (tests/helpers/pod_lib.sh): each resolves its own host name (/etc/hosts)
 # but not the other's, as bare Kubernetes pods without a headless Service. trun is PID 1 of each.

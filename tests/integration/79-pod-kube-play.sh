@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # The k8s/ manifests run: the pod template of the Indexed Job (k8s/indexed-job/base) and of the JobSet
 # (k8s/jobset/base), rendered with `kubectl kustomize` (the test-only kubectl of scripts/deps-k8s.sh), made into
 # the two Pods their controller would create (tests/tools/k8s_pod.py: name, host name, completion-index

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # make install / make uninstall and the man pages:
 #  1. make install DESTDIR=D PREFIX=/opt/trun puts trun, trun-store, trun-topo, trun-preflight in bin/ and
 #     their four man pages in share/man/man1/, nothing else; each program's --version is one line with its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # make release: dist/trun-VERSION-linux-x86_64.tar.gz, built in the Debian bullseye root (glibc 2.31).
 #  1. The tarball holds exactly bin/{trun,trun-store,trun-topo,trun-preflight}, share/man/man1/*.1.gz,
 #     share/doc/trun/third-party/{libuv,jansson,libyaml}.copyright, README.md and LICENSE under

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # make wheel: dist/trun-VERSION-py3-none-manylinux_2_31_x86_64.whl, installed with pip into a venv in the
 # torch 2.6 trixie root (a throwaway overlay of it, scripts/root-run.sh; python3-venv installed there by
 # apt, its .debs cached in /var/cache/trun/apt-archives/trixie so that later runs need no mirror):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# runner: lock=dist
 # make deb: dist/trun_VERSION_amd64.deb, lintian without errors (every tag shown; scripts/deb.sh also fails the
 # build on one),
 # installed with apt in a fresh Debian bookworm root (debootstrap minbase, /var/cache/trun/bookworm-fresh, in a
