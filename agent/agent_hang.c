@@ -39,48 +39,65 @@
   3000 /* a culprit asked for its Python stack has this long to print it and die \
         */
 
+/* What the loop tells the thread about the round (under mu). */
+typedef struct {
+  int active; /* the workers of round gen run */
+  int gen;    /* bumped at each round's start */
+  /* The flight recorder (agent_fr.c): where this round's workers dump and take requests. */
+  char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
+  int fr_base, fr_n;
+} hang_round;
+
+/* What the thread found, for the loop (under mu); each with the round it belongs to. */
+typedef struct {
+  trun_hang_verdict v;        /* the latest hung communicators ... */
+  int v_gen;                  /* ... of this round */
+  char fr_line[1024];         /* what the ranks' dumps said when that hang was first seen ("" nothing) */
+  int err_pending;            /* an answer this round that is no usable RAS answer, not yet said ... */
+  char err_msg[512];          /* ... in words */
+  int err_gen;                /* the round whose first such error was taken */
+  trun__fr_spin_verdict spin; /* every rank in NCCL: the latest such verdict ... */
+  int spin_pending, spin_gen; /* ... not yet handed to the loop, of this round */
+} hang_news;
+
+/* The loop's own, per round (zeroed as a round starts). */
+typedef struct {
+  char seen[TRUN__HANG_MAX_SEEN][24]; /* communicators named */
+  int nseen;
+  char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about */
+  int nwarned;
+  int acted;  /* the round was torn down for a hang */
+  int act_lr; /* the first culprit's local rank */
+  int spin_named, spin_acted;
+  double spin_named_quiet;
+} hang_seen;
+
 struct trun__hang {
   agent *a; /* loop side only */
   char addr[300];
   double window; /* counts frozen this long are a hang (TRUN_HANG_WINDOW; set before the thread starts) */
   int poll_ms;   /* between queries: TRUN__HANG_POLL_MS scaled with the window */
-  /* Shared with the thread, under mu. */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pthread_t thread;
-  int thread_on;
-  int stop;
-  int active;          /* the workers of round gen run */
-  int gen;             /* bumped at each round's start */
-  trun_hang_verdict v; /* the latest hung communicators ... */
-  int v_gen;           /* ... of this round */
-  int err_pending;     /* an answer this round that is no usable RAS answer, not yet said ... */
-  char err_msg[512];   /* ... in words */
-  int err_gen;         /* the round whose first such error was taken */
-  /* The flight recorder (agent_fr.c): where this round's workers dump and take requests, and what their
-   * dumps said when the latest hang was first seen ("" nothing). */
-  char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
-  int fr_base, fr_n;
-  char fr_line[1024];
-  trun__fr_spin sp;                     /* every rank in NCCL: the thread's own state */
-  trun__fr_spin_verdict spin, spin_new; /* the latest such verdict (spin_new: the thread's own) ... */
-  int spin_pending, spin_gen;           /* ... not yet handed to the loop, of this round */
-  int spin_named, spin_acted;           /* loop side, per round */
-  double spin_named_quiet;
+  char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric (set before the thread starts) */
+  int nlocal;
+  int port_fd; /* holds the workers' RAS port (agent_rasport.c), -1 */
+  struct {
+    pthread_mutex_t mu; /* round and news */
+    pthread_cond_t cv;
+    pthread_t id;
+    int on;
+    int stop;
+  } th;
+  hang_round round; /* under th.mu */
+  hang_news news;   /* under th.mu */
+  struct {
+    trun__fr_spin sp;              /* every rank in NCCL: the thread's own state ... */
+    trun__fr_spin_verdict verdict; /* ... and verdict */
+  } spin;
   uv_async_t async; /* the thread has news */
   int async_on;
-  /* Loop side. */
-  char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric */
-  int nlocal;
-  char seen[TRUN__HANG_MAX_SEEN][24]; /* communicators named this round */
-  int nseen;
-  char warned[TRUN__HANG_MAX_SEEN][24]; /* communicators with foreign culprits warned about this round */
-  int nwarned;
-  int acted;        /* this round was torn down for a hang */
-  int port_fd;      /* holds the workers' RAS port (agent_rasport.c), -1 */
   uv_timer_t timer; /* a culprit was asked for its stack: the stop, if its death does not come first */
   int timer_on;
-  int act_lr; /* the first culprit's local rank */
+  hang_seen seen; /* loop side */
 };
 
 /* ---- the thread -------------------------------------------------------------------------------------- */
@@ -89,23 +106,23 @@ static void *poll_thread(void *arg) {
   trun__hang *h = arg;
   trun_hang_detector *d = trun_hang_new(h->window);
   int gen = -1;
-  pthread_mutex_lock(&h->mu);
-  while (!h->stop && d) {
+  pthread_mutex_lock(&h->th.mu);
+  while (!h->th.stop && d) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += h->poll_ms / 1000;
     ts.tv_nsec += (long)(h->poll_ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+    while (!h->th.stop && pthread_cond_timedwait(&h->th.cv, &h->th.mu, &ts) == 0) {
     }
-    if (h->stop) break;
-    if (!h->active || h->gen != gen) { /* a new round: its communicators are new */
+    if (h->th.stop) break;
+    if (!h->round.active || h->round.gen != gen) { /* a new round: its communicators are new */
       trun_hang_reset(d);
-      trun__agent_fr_spin_free(&h->sp);
-      gen = h->gen;
-      if (!h->active) continue;
+      trun__agent_fr_spin_free(&h->spin.sp);
+      gen = h->round.gen;
+      if (!h->round.active) continue;
     }
-    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&h->th.mu);
     char *json = NULL, err[512] = "";
     size_t n = 0;
     trun_ras_snapshot *s = NULL;
@@ -119,49 +136,49 @@ static void *poll_thread(void *arg) {
     else
       trun_hang_reset(d); /* nothing (usable) answered: no NCCL job, or the job gone */
     trun_ras_snapshot_free(s);
-    char fr[sizeof(h->fr_line)] = "";
-    pthread_mutex_lock(&h->mu);
+    char fr[sizeof(h->news.fr_line)] = "";
+    pthread_mutex_lock(&h->th.mu);
     char dump[PATH_MAX], pipe[PATH_MAX];
-    int base = h->fr_base, nr = h->fr_n;
-    snprintf(dump, sizeof(dump), "%s", h->fr_dump);
-    snprintf(pipe, sizeof(pipe), "%s", h->fr_pipe);
-    pthread_mutex_unlock(&h->mu);
+    int base = h->round.fr_base, nr = h->round.fr_n;
+    snprintf(dump, sizeof(dump), "%s", h->round.fr_dump);
+    snprintf(pipe, sizeof(pipe), "%s", h->round.fr_pipe);
+    pthread_mutex_unlock(&h->th.mu);
     if (hung > 0 && v.nfresh > 0) /* a new hang: every rank of this node dumps its flight recorder */
       trun__agent_fr_ask(dump, pipe, base, nr, fr, sizeof(fr));
     /* Equal counts that stand still: every rank in NCCL, or an idle job; the flight recorder tells
      * (agent_fr.c). */
-    int spun = trun__agent_fr_spin_step(&h->sp, rc == 0 && hung == 0 ? trun_hang_quiet_s(d) : 0,
-                                        trun_mono_s(), dump, pipe, base, nr, &h->spin_new);
-    pthread_mutex_lock(&h->mu);
+    int spun = trun__agent_fr_spin_step(&h->spin.sp, rc == 0 && hung == 0 ? trun_hang_quiet_s(d) : 0,
+                                        trun_mono_s(), dump, pipe, base, nr, &h->spin.verdict);
+    pthread_mutex_lock(&h->th.mu);
     int news = 0;
-    if (h->gen == gen && h->active) {
-      if (rc != 0 && rc != -ECONNREFUSED && h->err_gen != gen) { /* said once per round */
-        h->err_gen = gen;
-        h->err_pending = 1;
-        snprintf(h->err_msg, sizeof(h->err_msg), "%s", err);
+    if (h->round.gen == gen && h->round.active) {
+      if (rc != 0 && rc != -ECONNREFUSED && h->news.err_gen != gen) { /* said once per round */
+        h->news.err_gen = gen;
+        h->news.err_pending = 1;
+        snprintf(h->news.err_msg, sizeof(h->news.err_msg), "%s", err);
         news = 1;
       }
       if (spun) {
-        h->spin = h->spin_new;
-        h->spin_pending = 1;
-        h->spin_gen = gen;
+        h->news.spin = h->spin.verdict;
+        h->news.spin_pending = 1;
+        h->news.spin_gen = gen;
         news = 1;
       }
       if (hung > 0) {
-        trun_hang_verdict_clear(&h->v);
-        h->v = v;
-        h->v_gen = gen;
+        trun_hang_verdict_clear(&h->news.v);
+        h->news.v = v;
+        h->news.v_gen = gen;
         v = (trun_hang_verdict){0};
-        if (fr[0]) snprintf(h->fr_line, sizeof(h->fr_line), "%s", fr);
+        if (fr[0]) snprintf(h->news.fr_line, sizeof(h->news.fr_line), "%s", fr);
         news = 1;
       }
     }
     trun_hang_verdict_clear(&v);
     if (news) uv_async_send(&h->async);
   }
-  pthread_mutex_unlock(&h->mu);
+  pthread_mutex_unlock(&h->th.mu);
   trun_hang_free(d);
-  trun__agent_fr_spin_free(&h->sp);
+  trun__agent_fr_spin_free(&h->spin.sp);
   return NULL;
 }
 
@@ -235,7 +252,7 @@ static int seen_before(char (*list)[24], int *n, const char *hash) {
 /* The culprit asked for its stack did not end by it: the round stops as for any hang. */
 static void on_stack_timer(uv_timer_t *t) {
   trun__hang *h = t->data;
-  if (h->a->stop.in_round) trun__round_stop(h->a, OUT_FAILED, h->act_lr, TRUN__CAUSE_HANG);
+  if (h->a->stop.in_round) trun__round_stop(h->a, OUT_FAILED, h->seen.act_lr, TRUN__CAUSE_HANG);
 }
 
 static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
@@ -264,7 +281,7 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
       nf += (size_t)snprintf(foreign + nf, sizeof(foreign) - nf, "%spid %ld", nf ? ", " : "", u->pid);
     }
   }
-  if (nf > 0 && !seen_before(h->warned, &h->nwarned, c->hash))
+  if (nf > 0 && !seen_before(h->seen.warned, &h->seen.nwarned, c->hash))
     trun_warn(
         "hang: NCCL RAS at %s shows communicator %s hung with %s of this host behind, but no such pid is a "
         "worker of this job on this node: not acted on (another job shares the RAS port, or the answer is "
@@ -274,7 +291,7 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
     trun_debug("hang: %s (no culprit is a worker of this node: its own node names it)", c->line);
     return;
   }
-  if (!seen_before(h->seen, &h->nseen, c->hash)) {
+  if (!seen_before(h->seen.seen, &h->seen.nseen, c->hash)) {
     char act[160];
     if (cfg->hang_timeout > 0)
       snprintf(act, sizeof(act), "restarting the workers in %.0f s unless it moves (--hang-timeout)",
@@ -293,9 +310,10 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
       trun_obs_hang(a->obs, ours[i]->pid, base + ours[i]->local_rank, ours[i]->local_rank, c->hash,
                     c->wait_kind, (unsigned long long)c->wait_n, c->frozen_s, ourc[i]->why, fr);
   }
-  if (cfg->hang_timeout <= 0 || h->acted || a->stop.stopping || c->frozen_s < h->window + cfg->hang_timeout)
+  if (cfg->hang_timeout <= 0 || h->seen.acted || a->stop.stopping ||
+      c->frozen_s < h->window + cfg->hang_timeout)
     return;
-  h->acted = 1;
+  h->seen.acted = 1;
   trun_error("hang: %s still behind after %.0f s (--hang-timeout): restarting the workers", names,
              cfg->hang_timeout);
   for (int i = 0; i < nours; i++)
@@ -309,36 +327,37 @@ static void on_comm(trun__hang *h, const trun_hang_comm *c, const char *fr) {
     trun__agent_hang_hardware(a, ours[i]->local_rank, ours[i]->hang);
     asked += trun__agent_hang_stack_ask(a, ours[i]); /* it prints its stack and dies of SIGABRT */
   }
-  h->act_lr = ours[0]->local_rank;
+  h->seen.act_lr = ours[0]->local_rank;
   if (asked && h->timer_on) /* its death ends the round; else the stop follows TRUN__HANG_STACK_MS later */
     uv_timer_start(&h->timer, on_stack_timer, TRUN__HANG_STACK_MS, 0);
   else
-    trun__round_stop(a, OUT_FAILED, h->act_lr, TRUN__CAUSE_HANG);
+    trun__round_stop(a, OUT_FAILED, h->seen.act_lr, TRUN__CAUSE_HANG);
   for (int i = 0; i < nours; i++) ours[i]->torn_down = 0; /* root causes, not bystanders */
 }
 
 static void on_async(uv_async_t *as) {
   trun__hang *h = as->data;
   agent *a = h->a;
-  pthread_mutex_lock(&h->mu);
-  trun_hang_verdict v = h->v;
-  int current = h->v_gen == h->gen && h->active;
-  h->v = (trun_hang_verdict){0};
-  int err_new = h->err_pending && h->err_gen == h->gen && h->active;
-  h->err_pending = 0;
+  pthread_mutex_lock(&h->th.mu);
+  trun_hang_verdict v = h->news.v;
+  int current = h->news.v_gen == h->round.gen && h->round.active;
+  h->news.v = (trun_hang_verdict){0};
+  int err_new = h->news.err_pending && h->news.err_gen == h->round.gen && h->round.active;
+  h->news.err_pending = 0;
   char msg[512];
-  snprintf(msg, sizeof(msg), "%s", h->err_msg);
-  char fr[sizeof(h->fr_line)];
-  snprintf(fr, sizeof(fr), "%s", current ? h->fr_line : "");
+  snprintf(msg, sizeof(msg), "%s", h->news.err_msg);
+  char fr[sizeof(h->news.fr_line)];
+  snprintf(fr, sizeof(fr), "%s", current ? h->news.fr_line : "");
   trun__fr_spin_verdict *sv = NULL;
-  if (h->spin_pending && h->spin_gen == h->gen && h->active && (sv = malloc(sizeof(*sv))) != NULL)
-    *sv = h->spin;
-  h->spin_pending = 0;
-  pthread_mutex_unlock(&h->mu);
+  if (h->news.spin_pending && h->news.spin_gen == h->round.gen && h->round.active &&
+      (sv = malloc(sizeof(*sv))) != NULL)
+    *sv = h->news.spin;
+  h->news.spin_pending = 0;
+  pthread_mutex_unlock(&h->th.mu);
   if (sv && a->stop.in_round) {
-    if (!h->spin_named) h->spin_named_quiet = sv->quiet;
-    sv->named_quiet = h->spin_named_quiet;
-    trun__agent_fr_spin_report(a, sv, &h->spin_named, &h->spin_acted);
+    if (!h->seen.spin_named) h->seen.spin_named_quiet = sv->quiet;
+    sv->named_quiet = h->seen.spin_named_quiet;
+    trun__agent_fr_spin_report(a, sv, &h->seen.spin_named, &h->seen.spin_acted);
   }
   free(sv);
   if (err_new) trun_warn("hang detection: %s; it waits for a usable answer", msg);
@@ -373,20 +392,20 @@ int trun__agent_hang_open(agent *a) {
   snprintf(h->addr, sizeof(h->addr), "%s", trun_ras_addr(a->env));
   hang_window_init(h, a->env);
   read_local_addrs(h);
-  trun__agent_fr_spin_init(&h->sp, a->env);
-  pthread_mutex_init(&h->mu, NULL);
+  trun__agent_fr_spin_init(&h->spin.sp, a->env);
+  pthread_mutex_init(&h->th.mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&h->cv, &ca);
+  pthread_cond_init(&h->th.cv, &ca);
   pthread_condattr_destroy(&ca);
   h->timer_on = uv_timer_init(a->loop, &h->timer) == 0;
   h->timer.data = h;
   int rc = uv_async_init(a->loop, &h->async, on_async);
   h->async.data = h;
   h->async_on = rc == 0;
-  if (rc == 0) rc = pthread_create(&h->thread, NULL, poll_thread, h) == 0 ? 0 : -1;
-  h->thread_on = rc == 0;
+  if (rc == 0) rc = pthread_create(&h->th.id, NULL, poll_thread, h) == 0 ? 0 : -1;
+  h->th.on = rc == 0;
   a->hang = h;
   if (rc != 0) {
     trun_warn("hang detection is off: cannot start its thread");
@@ -400,25 +419,25 @@ int trun__agent_hang_open(agent *a) {
 void trun__agent_hang_round(agent *a, int active) {
   trun__hang *h = a->hang;
   if (h == NULL) return;
-  pthread_mutex_lock(&h->mu);
-  if (active) h->gen++;
-  h->active = active;
-  h->fr_line[0] = '\0';
+  pthread_mutex_lock(&h->th.mu);
+  if (active) h->round.gen++;
+  h->round.active = active;
+  h->news.fr_line[0] = '\0';
   if (active) { /* where this round's workers dump (agent_fr.c; a user's own TORCH_* values too) */
     const char *dump = trun_env_get(a->env, "TORCH_FR_DUMP_TEMP_FILE"),
                *pipe = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
     if (dump == NULL) dump = trun_env_get(a->env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
-    snprintf(h->fr_dump, sizeof(h->fr_dump), "%s", dump ? dump : "");
-    snprintf(h->fr_pipe, sizeof(h->fr_pipe), "%s", pipe ? pipe : "");
-    h->fr_base = trun_rdzv_info(a->rdzv)->base_rank;
-    h->fr_n = a->nproc;
+    snprintf(h->round.fr_dump, sizeof(h->round.fr_dump), "%s", dump ? dump : "");
+    snprintf(h->round.fr_pipe, sizeof(h->round.fr_pipe), "%s", pipe ? pipe : "");
+    h->round.fr_base = trun_rdzv_info(a->rdzv)->base_rank;
+    h->round.fr_n = a->nproc;
   }
-  trun_hang_verdict_clear(&h->v);
-  pthread_cond_signal(&h->cv);
-  pthread_mutex_unlock(&h->mu);
+  trun_hang_verdict_clear(&h->news.v);
+  pthread_cond_signal(&h->th.cv);
+  pthread_mutex_unlock(&h->th.mu);
   if (h->timer_on) uv_timer_stop(&h->timer);
   if (active) {
-    h->nseen = h->nwarned = h->acted = h->spin_named = h->spin_acted = 0;
+    memset(&h->seen, 0, sizeof(h->seen));
     memset(a->health.round_xid, 0, sizeof(a->health.round_xid)); /* the Xids a hang of this round consults */
   }
 }
@@ -426,17 +445,17 @@ void trun__agent_hang_round(agent *a, int active) {
 void trun__agent_hang_close(agent *a) {
   trun__hang *h = a->hang;
   if (h == NULL) return;
-  if (h->thread_on) {
-    pthread_mutex_lock(&h->mu);
-    h->stop = 1;
-    pthread_cond_signal(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    pthread_join(h->thread, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
+  if (h->th.on) {
+    pthread_mutex_lock(&h->th.mu);
+    h->th.stop = 1;
+    pthread_cond_signal(&h->th.cv);
+    pthread_mutex_unlock(&h->th.mu);
+    pthread_join(h->th.id, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
   }
-  trun_hang_verdict_clear(&h->v);
+  trun_hang_verdict_clear(&h->news.v);
   if (h->port_fd >= 0) close(h->port_fd);
-  pthread_mutex_destroy(&h->mu);
-  pthread_cond_destroy(&h->cv);
+  pthread_mutex_destroy(&h->th.mu);
+  pthread_cond_destroy(&h->th.cv);
   a->hang = NULL;
   /* h is freed once the loop has closed its handles (the last one closed frees it). */
   if (h->timer_on) uv_close((uv_handle_t *)&h->timer, h->async_on ? NULL : free_hang);
