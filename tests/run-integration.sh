@@ -3,7 +3,7 @@
 # Each test is a script that exits 0 on pass, 77 on skip (with a reason on stderr), anything else on fail.
 # Output: one line per test as it ends, then every skip again with its reason (so none goes unseen at the end
 # of `make check`), then "integration: N passed, M failed, K skipped". Exit 1 if any failed.
-# TRUN_TESTS=pattern runs only tests whose file name contains pattern.
+# TRUN_TESTS="pattern..." runs only tests whose file name contains one of the patterns.
 # TRUN_TEST_JOBS=N (default 2) runs up to N tests at once. A test says in a header line what it shares:
 #   # runner: alone        it runs with no other test (the machine's CPUs, fixed names such as the
 #                          sandbox's "br" namespace, /etc/hosts compared before and after)
@@ -28,8 +28,12 @@ skipped=()
 
 # The queue, in the order of their numbers (100 after 99), whatever the locale sorts.
 queue=()
+read -ra patterns <<<"${TRUN_TESTS:-}"
+[ ${#patterns[@]} -gt 0 ] || patterns=("")
 for t in $(cd "$here/integration" && printf '%s\n' [0-9]*.sh | sort -n); do
-  case "$t" in *"${TRUN_TESTS:-}"*) queue+=("$here/integration/$t") ;; esac
+  for p in "${patterns[@]}"; do
+    case "$t" in *"$p"*) queue+=("$here/integration/$t"); break ;; esac
+  done
 done
 
 # A test's header line "# runner: ..." (the first 30 lines): "alone", "lock=NAME" or "" (shares all).

@@ -284,18 +284,31 @@ static int late(trun_fast *f, int64_t R, double deadline) {
   return op_cas(f, k, cur, next, v, sizeof(v));
 }
 
-/* Recovery (issue 22): the survivors of round prev (prev_world nodes) that liveness found short of some
- * (lost_n in prev's key space, rdzv_live.c): how many nodes the next round needs before it commits without
- * the last call; 0 when there is nothing to expect (no loss, or fewer than MIN would remain). */
-static int64_t survivors(trun_fast *f, int64_t prev, int prev_world) {
-  if (prev < 0 || prev_world < 2) return 0;
+/* A counter of round R's key space (0 when absent: the check keeps ADD from creating it). 0 or <0. */
+static int counter(trun_fast *f, int64_t R, const char *name, int64_t *out) {
   char k[320];
-  int64_t lost = 0;
-  key(f, k, sizeof(k), prev, "lost_n");
+  key(f, k, sizeof(k), R, "%s", name);
   trun_slice s = trun_str(k);
-  if (trun_client_check(f->c, 1, &s) != 1 || op_add(f, k, 0, &lost) < 0 || lost <= 0) return 0;
-  int64_t e = prev_world - lost;
-  return e >= f->s.min_nodes ? e : 0;
+  *out = 0;
+  int rc = trun_client_check(f->c, 1, &s);
+  if (rc < 0) return rc;
+  return rc == 1 ? op_add(f, k, 0, out) : 0;
+}
+
+/* Recovery (issues 22 and 39): the round after round prev (prev_world nodes) waits for the nodes of the last
+ * round, less those that liveness found lost (lost_n in prev's key space, rdzv_live.c), plus those that came
+ * late to prev and wait for the next round (waiting: new members, spares), at most MAX, and commits without
+ * the last call as soon as that many joined. After a worker's failure no node is lost: all of them come
+ * back. 0 when there is nothing to expect (the first round, or fewer than MIN would remain). */
+static int64_t survivors(trun_fast *f, int64_t prev, int prev_world) {
+  if (prev < 0 || prev_world < 1) return 0;
+  int64_t lost = 0, waiting = 0;
+  if (counter(f, prev, "lost_n", &lost) < 0 || counter(f, prev, "waiting", &waiting) < 0) return 0;
+  if (lost < 0) lost = 0;
+  if (waiting < 0) waiting = 0;
+  int64_t e = prev_world - lost + waiting;
+  if (e > f->s.max_nodes) e = f->s.max_nodes;
+  return e >= f->s.min_nodes && e > 0 ? e : 0;
 }
 
 /* Commits round R at once when every survivor of the last round joined it. 1 committed, 0 not yet, <0. */
@@ -309,8 +322,8 @@ static int commit_survivors(trun_fast *f, int64_t R, int64_t expect) {
   if (n < expect) return 0;
   if (n > f->s.max_nodes) n = f->s.max_nodes;
   trun_debug(
-      "rendezvous %s round %lld: the %lld survivor(s) of the last round are back: committing without the "
-      "last call",
+      "rendezvous %s round %lld: the %lld node(s) expected from the last round are back: committing "
+      "without the last call",
       f->base, (long long)R, (long long)expect);
   rc = commit(f, R, (int)n);
   return rc < 0 ? rc : 1;
@@ -377,8 +390,8 @@ int trun_fast_join(trun_fast *f) {
       goto assigned;
     }
 
-    /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. After a loss,
-     * the survivors of the last round commit as soon as they are all back. */
+    /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. After a
+     * failure or a loss, the nodes of the last round commit as soon as they are all back (survivors). */
     double last_call = i >= f->s.min_nodes ? trun_mono_s() : -1;
     int64_t expect = survivors(f, prev, prev_world);
     if ((rc = commit_survivors(f, R, expect)) < 0) goto fail;
@@ -404,8 +417,7 @@ int trun_fast_join(trun_fast *f) {
       if (rc == 0) break;
       if (rc != -ETIMEDOUT) goto fail;
       if (prev >= 0) {
-        if (expect == 0)
-          expect = survivors(f, prev, prev_world); /* the loss may be recorded after the join */
+        expect = survivors(f, prev, prev_world); /* a loss may be recorded after the join */
         int c = commit_survivors(f, R, expect);
         if (c < 0) {
           rc = c;
