@@ -102,30 +102,72 @@ static void static_have(trun_rdzv *r) {
            nmissing > NAMED * 4 ? ", ..." : "");
 }
 
+/* This node's entries of the round (its worker count, its address for the job's failure report should it be
+ * lost (trun_rdzv_node_end), its join time for trun --rdzv-status (rdzv_status.c)) and its count in
+ * "joined"; the last to join marks "all_joined". 0 or <0 (store). */
+static int announce(trun_rdzv *r, int round) {
+  char k[512], v[32];
+  int g = r->info.group_rank, rc;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, g);
+  snprintf(v, sizeof(v), "%d", r->nproc);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) return rc;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, g);
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) return rc;
+  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, g);
+  snprintf(v, sizeof(v), "%.3f", trun_wall_s());
+  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) return rc;
+  int64_t joined;
+  trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
+  if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) return rc;
+  if (joined != r->info.group_world_size) return 0;
+  trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
+  return trun_client_set(r->client, trun_str(k), trun_str("1"));
+}
+
+/* Global ranks: group ranks in order, each node's workers in local-rank order, from every node's worker
+ * count. 0, -ENOMEM, other <0 (store). */
+static int global_ranks(trun_rdzv *r, int round, int timeout) {
+  int world = r->info.group_world_size;
+  char **names = calloc((size_t)world, sizeof(char *));
+  trun_slice *keys = calloc((size_t)world, sizeof(*keys));
+  trun_buf *vals = calloc((size_t)world, sizeof(*vals));
+  int built = 0;
+  while (names && keys && vals && built < world &&
+         asprintf(&names[built], "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, built) >= 0) {
+    keys[built] = trun_str(names[built]);
+    built++;
+  }
+  int rc = built < world ? -ENOMEM : trun_client_multi_get(r->client, (size_t)world, keys, vals, timeout);
+  int base = 0, total = 0;
+  for (int g = 0; g < built; g++) {
+    int n = 0;
+    if (rc == 0) {
+      char tmp[32];
+      size_t len = vals[g].len < sizeof(tmp) - 1 ? vals[g].len : sizeof(tmp) - 1;
+      memcpy(tmp, vals[g].data, len);
+      tmp[len] = '\0';
+      n = atoi(tmp);
+    }
+    if (g < r->info.group_rank) base += n;
+    total += n;
+    trun_buf_free(&vals[g]);
+    free(names[g]);
+  }
+  free(names), free(keys), free(vals);
+  if (rc < 0) return rc;
+  r->info.base_rank = r->info.role_base_rank = base;
+  r->info.world_size = r->info.role_world_size = total;
+  return 0;
+}
+
 static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
   r->info.round = round;
   r->info.round_id = round;
   snprintf(r->key_space, sizeof(r->key_space), "/trun/%s/r%d", r->cfg->run_id, round);
-  char k[512], v[32];
+  char k[512];
   int world = r->info.group_world_size, rc, waiting = 0;
   int timeout = join_timeout_ms(r->cfg);
-  snprintf(k, sizeof(k), "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, r->info.group_rank);
-  snprintf(v, sizeof(v), "%d", r->nproc);
-  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
-  /* Who this node is, for the job's failure report should it be lost (trun_rdzv_node_end). */
-  snprintf(k, sizeof(k), "/trun/%s/r%d/host/%d", r->cfg->run_id, round, r->info.group_rank);
-  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(r->host_addr))) < 0) goto store_failed;
-  /* When it joined (wall-clock seconds), for trun --rdzv-status (rdzv_status.c). */
-  snprintf(k, sizeof(k), "/trun/%s/r%d/joined_at/%d", r->cfg->run_id, round, r->info.group_rank);
-  snprintf(v, sizeof(v), "%.3f", trun_wall_s());
-  if ((rc = trun_client_set(r->client, trun_str(k), trun_str(v))) < 0) goto store_failed;
-  int64_t joined;
-  trun__rdzv_round_key(r, round, "joined", k, sizeof(k));
-  if ((rc = trun_client_add(r->client, trun_str(k), 1, &joined)) < 0) goto store_failed;
-  if (joined == world) {
-    trun__rdzv_round_key(r, round, "all_joined", k, sizeof(k));
-    if ((rc = trun_client_set(r->client, trun_str(k), trun_str("1"))) < 0) goto store_failed;
-  }
+  if ((rc = announce(r, round)) < 0) goto store_failed;
   waiting = trun__rdzv_wait_begin(r, "round", timeout / 1000.0, "join_timeout", static_have,
                                   "the other nodes of rendezvous round %d (static, %d nodes)", round, world);
   if (r->host) {
@@ -156,44 +198,11 @@ static int static_round(trun_rdzv *r, int round, char *err, size_t errlen) {
     return -1;
   }
   if (rc < 0) goto store_failed;
-
-  /* Global ranks: group ranks in order, each node's workers in local-rank order. */
-  char **names = calloc((size_t)world, sizeof(char *));
-  trun_slice *keys = calloc((size_t)world, sizeof(*keys));
-  trun_buf *vals = calloc((size_t)world, sizeof(*vals));
-  int built = 0;
-  while (names && keys && vals && built < world &&
-         asprintf(&names[built], "/trun/%s/r%d/nproc/%d", r->cfg->run_id, round, built) >= 0) {
-    keys[built] = trun_str(names[built]);
-    built++;
-  }
-  if (built < world) {
-    for (int g = 0; names && g < built; g++) free(names[g]);
-    free(names), free(keys), free(vals);
+  if ((rc = global_ranks(r, round, timeout)) == -ENOMEM) {
     snprintf(err, errlen, "out of memory for %d nodes", world);
     return -1;
   }
-  rc = trun_client_multi_get(r->client, (size_t)world, keys, vals, timeout);
-  int base = 0, total = 0;
-  for (int g = 0; g < world; g++) {
-    int n = 0;
-    if (rc == 0) {
-      char tmp[32];
-      size_t len = vals[g].len < sizeof(tmp) - 1 ? vals[g].len : sizeof(tmp) - 1;
-      memcpy(tmp, vals[g].data, len);
-      tmp[len] = '\0';
-      n = atoi(tmp);
-    }
-    if (g < r->info.group_rank) base += n;
-    total += n;
-    trun_buf_free(&vals[g]);
-    free(names[g]);
-  }
-  free(names), free(keys), free(vals);
-  if (rc < 0) goto store_failed;
-  r->info.base_rank = r->info.role_base_rank = base;
-  r->info.world_size = r->info.role_world_size = total;
-  return 0;
+  if (rc == 0) return 0;
 
 store_failed:
   trun__rdzv_wait_end(r, waiting);

@@ -247,6 +247,40 @@ static int commit(trun_fast *f, int64_t R, int n) {
   return coordinate(f, R, atoi(out));
 }
 
+/* Moves the round counter on from R to R + 1 (the first to ask wins; a counter already beyond R stays).
+ * 0 or <0. */
+static int next_round(trun_fast *f, int64_t R) {
+  char k[320], cur[32], next[32], out[64];
+  snprintf(cur, sizeof(cur), "%lld", (long long)R);
+  snprintf(next, sizeof(next), "%lld", (long long)R + 1);
+  key(f, k, sizeof(k), -1, "round");
+  return op_cas(f, k, cur, next, out, sizeof(out));
+}
+
+/* How many nodes joined round R so far (its seq counter). 0 or <0. */
+static int joined(trun_fast *f, int64_t R, int64_t *n) {
+  char k[320];
+  key(f, k, sizeof(k), R, "seq");
+  *n = 0;
+  return op_add(f, k, 0, n);
+}
+
+/* f->err for a failed store request; returns rc. */
+static int store_failed(trun_fast *f, int rc) {
+  snprintf(f->err, sizeof(f->err), "rendezvous store request failed: %s", strerror(-rc));
+  return rc;
+}
+
+/* f->err for a failed wait or step, unless it says why already; returns rc. */
+static int join_failed(trun_fast *f, int rc) {
+  if (f->err[0] == '\0' || rc == -EINTR)
+    snprintf(f->err, sizeof(f->err), "%s",
+             rc == -EINTR       ? "interrupted by a signal"
+             : rc == -ETIMEDOUT ? "timed out waiting for the other nodes"
+                                : strerror(-rc));
+  return rc;
+}
+
 /* A node that came after round R was committed (or beyond MAX): asks for a new round unless it is a spare
  * (R is full), then waits for R to end. 0 (join again), -ECANCELED (R ended the job), other negative. */
 static int late(trun_fast *f, int64_t R, double deadline) {
@@ -277,11 +311,7 @@ static int late(trun_fast *f, int64_t R, double deadline) {
              (long long)R);
     return -ECANCELED;
   }
-  char cur[32], next[32];
-  snprintf(cur, sizeof(cur), "%lld", (long long)R);
-  snprintf(next, sizeof(next), "%lld", (long long)R + 1);
-  key(f, k, sizeof(k), -1, "round");
-  return op_cas(f, k, cur, next, v, sizeof(v));
+  return next_round(f, R);
 }
 
 /* A counter of round R's key space (0 when absent: the check keeps ADD from creating it). 0 or <0. */
@@ -329,147 +359,128 @@ static int commit_survivors(trun_fast *f, int64_t R, int64_t expect) {
   return rc < 0 ? rc : 1;
 }
 
-int trun_fast_join(trun_fast *f) {
+/* Waits until round R, joined as number i, is committed: at MAX, by the last call (once MIN nodes are in, on
+ * every node's own clock), or, after a failure or a loss in round prev (prev_world nodes), as soon as the
+ * nodes of the last round are back (survivors). 0 once the commit key exists, <0 with f->err set. */
+static int await_commit(trun_fast *f, int64_t R, int64_t i, int64_t prev, int prev_world, double deadline) {
+  char k[320];
+  int64_t n = 0;
+  double last_call = i >= f->s.min_nodes ? trun_mono_s() : -1;
+  int rc = commit_survivors(f, R, survivors(f, prev, prev_world));
+  if (rc < 0) return join_failed(f, rc);
+  key(f, k, sizeof(k), R, "commit");
+  for (;;) {
+    double now = trun_mono_s();
+    if (now > deadline) {
+      joined(f, R, &n);
+      snprintf(
+          f->err, sizeof(f->err),
+          "round %lld: %lld node(s) joined within the join timeout of %d s; --nnodes asks for at least %d",
+          (long long)R, (long long)n, f->s.join_timeout_ms / 1000, f->s.min_nodes);
+      return -ETIMEDOUT;
+    }
+    int slice = prev >= 0 ? 200 : 1000; /* a survivor looks again sooner */
+    if (last_call >= 0) {
+      int lc_left = (int)((last_call + f->s.last_call_ms / 1000.0 - now) * 1000);
+      if (lc_left < slice) slice = lc_left > 0 ? lc_left : 0;
+    }
+    rc = slice > 0 ? op_wait(f, k, slice) : -ETIMEDOUT;
+    if (rc != -ETIMEDOUT) return rc == 0 ? 0 : join_failed(f, rc);
+    if (prev >= 0) { /* a loss may be recorded after the join: the expectation is read again */
+      int c = commit_survivors(f, R, survivors(f, prev, prev_world));
+      if (c != 0) return c < 0 ? join_failed(f, c) : 0; /* committed (ours or the winner's) */
+    }
+    if (last_call >= 0 && trun_mono_s() >= last_call + f->s.last_call_ms / 1000.0) {
+      if ((rc = joined(f, R, &n)) < 0) return store_failed(f, rc);
+      rc = commit(f, R, (int)(n > f->s.max_nodes ? f->s.max_nodes : n));
+      return rc < 0 ? join_failed(f, rc) : 0; /* committed (ours or the winner's) */
+    }
+    if (last_call < 0) {
+      if ((rc = joined(f, R, &n)) < 0) return store_failed(f, rc);
+      if (n >= f->s.min_nodes) last_call = trun_mono_s();
+    }
+  }
+}
+
+/* Waits up to timeout_ms for node number i's assignment in round R, then takes it into f. 0, -ETIMEDOUT
+ * (the wait's, f->err untouched), other <0 with f->err set. */
+static int take_assignment(trun_fast *f, int64_t R, int64_t i, int timeout_ms) {
+  char k[320], v[400];
+  key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
+  int rc = timeout_ms > 0 ? op_wait(f, k, timeout_ms) : -ETIMEDOUT;
+  if (rc == -ETIMEDOUT) return rc;
+  if (rc < 0) return join_failed(f, rc);
+  if ((rc = op_get(f, k, v, sizeof(v))) < 0) return store_failed(f, rc);
+  if (sscanf(v, "%d %d %d %d", &f->group_rank, &f->group_world, &f->base_rank, &f->world_size) != 4) {
+    snprintf(f->err, sizeof(f->err), "round %lld: assignment '%.60s' is not trun's", (long long)R, v);
+    return -EPROTO;
+  }
+  f->round = R;
+  f->index = (int)i;
+  f->succ_seen = -1;
+  f->succ_since = trun_mono_s();
+  return 0;
+}
+
+/* Round R as a member, number i (1..MAX): writes this node's entry, commits at MAX and waits for its
+ * assignment. 0 (assigned), 1 (the round was committed without this node: it is late), <0 with f->err. */
+static int join_as(trun_fast *f, int64_t R, int64_t i, int64_t prev, int prev_world, double deadline) {
   char k[320], v[400], out[64];
-  int rc;
+  int64_t n = 0;
+  key(f, k, sizeof(k), R, "node/%lld", (long long)i);
+  snprintf(v, sizeof(v), "%d %d %lld %s", f->nproc, f->hint, (long long)f->pid, f->addr);
+  int rc = op_set(f, k, v);
+  if (rc < 0) return store_failed(f, rc);
+  if (i == f->s.max_nodes && (rc = commit(f, R, (int)i)) < 0) return join_failed(f, rc);
+  if (f->s.min_nodes == f->s.max_nodes) {
+    /* A fixed size commits only when the last node joins: wait for the assignment itself. */
+    double left = deadline - trun_mono_s();
+    rc = take_assignment(f, R, i, left > 0 ? (int)(left * 1000) : 0);
+    if (rc == -ETIMEDOUT) {
+      joined(f, R, &n);
+      snprintf(f->err, sizeof(f->err),
+               "round %lld: %lld of %d node(s) joined within the join timeout of %d s", (long long)R,
+               (long long)n, f->s.max_nodes, f->s.join_timeout_ms / 1000);
+    }
+    return rc;
+  }
+  if ((rc = await_commit(f, R, i, prev, prev_world, deadline)) < 0) return rc;
+  key(f, k, sizeof(k), R, "commit");
+  if ((rc = op_get(f, k, out, sizeof(out))) < 0) return store_failed(f, rc);
+  if (i > atoi(out)) return 1; /* it came after the commit: its number is beyond the committed count */
+  rc = take_assignment(f, R, i, f->s.join_timeout_ms);
+  return rc == -ETIMEDOUT ? join_failed(f, rc) : rc;
+}
+
+int trun_fast_join(trun_fast *f) {
+  char k[320], out[64];
   double deadline = trun_mono_s() + f->s.join_timeout_ms / 1000.0;
   int64_t prev = f->round;
   int prev_world = f->group_world;
+  int rc;
   f->coordinator = 0;
-  if (f->round >= 0) {
-    /* The last round is over for this node: the round counter moves on (the first to ask wins). */
-    char cur[32], next[32];
-    snprintf(cur, sizeof(cur), "%lld", (long long)f->round);
-    snprintf(next, sizeof(next), "%lld", (long long)f->round + 1);
-    key(f, k, sizeof(k), -1, "round");
-    if ((rc = op_cas(f, k, cur, next, out, sizeof(out))) < 0) goto store;
-  }
+  /* The last round is over for this node: the round counter moves on. */
+  if (f->round >= 0 && (rc = next_round(f, f->round)) < 0) return store_failed(f, rc);
   /* A node's first join goes straight for round 0 (one operation less at job start): a node that comes
    * later finds round 0 committed, takes the late path, and learns the current round (or "closed") there. */
-  int guess = f->round < 0;
-  for (;;) {
+  for (int guess = f->round < 0;; guess = 0) {
     int64_t R = 0, i = 0;
     if (!guess) {
       /* One compare_set creates the round counter or reads it; "closed" ends the rendezvous for good. */
       key(f, k, sizeof(k), -1, "round");
-      if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) goto store;
+      if ((rc = op_cas(f, k, "", "0", out, sizeof(out))) < 0) return store_failed(f, rc);
       if (strcmp(out, "closed") == 0) {
         snprintf(f->err, sizeof(f->err), "the rendezvous is closed (the job ended); use a new --rdzv-id");
         return -ECANCELED;
       }
       R = atoll(out);
     }
-    guess = 0;
     key(f, k, sizeof(k), R, "seq");
-    if ((rc = op_add(f, k, 1, &i)) < 0) goto store;
+    if ((rc = op_add(f, k, 1, &i)) < 0) return store_failed(f, rc);
     trun_debug("rendezvous %s round %lld: joined as number %lld", f->base, (long long)R, (long long)i);
-    if (i > f->s.max_nodes) {
-      if ((rc = late(f, R, deadline)) < 0) goto fail;
-      continue;
-    }
-    /* A node that comes after the commit learns it below (its index is beyond the committed count). */
-    key(f, k, sizeof(k), R, "node/%lld", (long long)i);
-    snprintf(v, sizeof(v), "%d %d %lld %s", f->nproc, f->hint, (long long)f->pid, f->addr);
-    if ((rc = op_set(f, k, v)) < 0) goto store;
-    if (i == f->s.max_nodes && (rc = commit(f, R, (int)i)) < 0) goto fail;
-    if (f->s.min_nodes == f->s.max_nodes) {
-      /* A fixed size commits only when the last node joins: wait for the assignment itself. */
-      key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
-      double left = deadline - trun_mono_s();
-      rc = left > 0 ? op_wait(f, k, (int)(left * 1000)) : -ETIMEDOUT;
-      if (rc == -ETIMEDOUT) {
-        int64_t n = 0;
-        key(f, v, sizeof(v), R, "seq");
-        op_add(f, v, 0, &n);
-        snprintf(f->err, sizeof(f->err),
-                 "round %lld: %lld of %d node(s) joined within the join timeout of %d s", (long long)R,
-                 (long long)n, f->s.max_nodes, f->s.join_timeout_ms / 1000);
-        return rc;
-      }
-      if (rc < 0) goto fail;
-      goto assigned;
-    }
-
-    /* Wait for the commit; once MIN nodes are in, the last call runs on every node's own clock. After a
-     * failure or a loss, the nodes of the last round commit as soon as they are all back (survivors). */
-    double last_call = i >= f->s.min_nodes ? trun_mono_s() : -1;
-    int64_t expect = survivors(f, prev, prev_world);
-    if ((rc = commit_survivors(f, R, expect)) < 0) goto fail;
-    key(f, k, sizeof(k), R, "commit");
-    for (;;) {
-      double now = trun_mono_s();
-      if (now > deadline) {
-        int64_t n = 0;
-        key(f, v, sizeof(v), R, "seq");
-        op_add(f, v, 0, &n);
-        snprintf(f->err, sizeof(f->err),
-                 "round %lld: %lld node(s) joined within the join timeout of %d s; --nnodes asks for at "
-                 "least %d",
-                 (long long)R, (long long)n, f->s.join_timeout_ms / 1000, f->s.min_nodes);
-        return -ETIMEDOUT;
-      }
-      int slice = prev >= 0 ? 200 : 1000; /* a survivor looks again sooner */
-      if (last_call >= 0) {
-        int lc_left = (int)((last_call + f->s.last_call_ms / 1000.0 - now) * 1000);
-        if (lc_left < slice) slice = lc_left > 0 ? lc_left : 0;
-      }
-      rc = slice > 0 ? op_wait(f, k, slice) : -ETIMEDOUT;
-      if (rc == 0) break;
-      if (rc != -ETIMEDOUT) goto fail;
-      if (prev >= 0) {
-        expect = survivors(f, prev, prev_world); /* a loss may be recorded after the join */
-        int c = commit_survivors(f, R, expect);
-        if (c < 0) {
-          rc = c;
-          goto fail;
-        }
-        if (c == 1) break; /* the commit key exists now (ours or the winner's) */
-      }
-      if (last_call >= 0 && trun_mono_s() >= last_call + f->s.last_call_ms / 1000.0) {
-        int64_t n = 0;
-        key(f, v, sizeof(v), R, "seq");
-        if ((rc = op_add(f, v, 0, &n)) < 0) goto store;
-        if (n > f->s.max_nodes) n = f->s.max_nodes;
-        if ((rc = commit(f, R, (int)n)) < 0) goto fail;
-        break; /* the commit key exists now (ours or the winner's) */
-      }
-      if (last_call < 0) {
-        int64_t n = 0;
-        key(f, v, sizeof(v), R, "seq");
-        if ((rc = op_add(f, v, 0, &n)) < 0) goto store;
-        if (n >= f->s.min_nodes) last_call = trun_mono_s();
-      }
-    }
-    if ((rc = op_get(f, k, out, sizeof(out))) < 0) goto store;
-    int n = atoi(out);
-    if (i > n) {
-      if ((rc = late(f, R, deadline)) < 0) goto fail;
-      continue;
-    }
-    key(f, k, sizeof(k), R, "assign/%lld", (long long)i);
-    if ((rc = op_wait(f, k, f->s.join_timeout_ms)) < 0) goto fail;
-  assigned:
-    if ((rc = op_get(f, k, v, sizeof(v))) < 0) goto store;
-    if (sscanf(v, "%d %d %d %d", &f->group_rank, &f->group_world, &f->base_rank, &f->world_size) != 4) {
-      snprintf(f->err, sizeof(f->err), "round %lld: assignment '%.60s' is not trun's", (long long)R, v);
-      return -EPROTO;
-    }
-    f->round = R;
-    f->index = (int)i;
-    f->succ_seen = -1;
-    f->succ_since = trun_mono_s();
-    return 0;
+    if (i <= f->s.max_nodes && (rc = join_as(f, R, i, prev, prev_world, deadline)) <= 0) return rc;
+    if ((rc = late(f, R, deadline)) < 0) return join_failed(f, rc);
   }
-store:
-  snprintf(f->err, sizeof(f->err), "rendezvous store request failed: %s", strerror(-rc));
-  return rc;
-fail:
-  if (f->err[0] == '\0' || rc == -EINTR)
-    snprintf(f->err, sizeof(f->err), "%s",
-             rc == -EINTR       ? "interrupted by a signal"
-             : rc == -ETIMEDOUT ? "timed out waiting for the other nodes"
-                                : strerror(-rc));
-  return rc;
 }
 
 int trun_fast_tick(trun_fast *f) {
