@@ -189,6 +189,19 @@ static void set_me(trun_dyn *d, const char *addr, int64_t pid) {
   ck_assert_ptr_nonnull(d->me.addr);
 }
 
+/* d freed and set up anew: settings s, this node (addr, pid), the last round's roster a (pid 1) and b (2). */
+static void fresh_with_roster(trun_dyn *d, trun_dyn_settings s, const char *addr, int64_t pid) {
+  trun_dyn_free(d);
+  memset(d, 0, sizeof(*d));
+  d->s = s;
+  set_me(d, addr, pid);
+  d->roster = calloc(2, sizeof(*d->roster));
+  ck_assert_ptr_nonnull(d->roster);
+  d->roster[0] = node("a", 1), d->roster[1] = node("b", 2);
+  d->roster[0].addr = strdup("a"), d->roster[1].addr = strdup("b");
+  d->n_roster = 2;
+}
+
 /* The pause between a join's syncs: torch's second, shorter where the state is about to change. */
 START_TEST(test_pause) {
   trun_dyn d;
@@ -216,27 +229,11 @@ START_TEST(test_pause) {
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* a participant of the complete round */
   ck_assert_int_eq(trun_dyn_mark_dead(&d, &c), 0);
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 1000); /* no roster: no survivors expected */
-  trun_dyn_free(&d);
-  memset(&d, 0, sizeof(d));
-  d.s = settings(1, 3);
-  set_me(&d, "a", 1);
-  d.roster = calloc(2, sizeof(*d.roster));
-  ck_assert_ptr_nonnull(d.roster);
-  d.roster[0] = node("a", 1), d.roster[1] = node("b", 2);
-  d.roster[0].addr = strdup("a"), d.roster[1].addr = strdup("b");
-  d.n_roster = 2;
+  fresh_with_roster(&d, settings(1, 3), "a", 1);
   ck_assert_int_eq(trun_dyn_regroup(&d), 0); /* after a worker's failure, no node lost: both come back */
   ck_assert_int_eq(d.n_expect, 2);
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 50);
-  trun_dyn_free(&d);
-  memset(&d, 0, sizeof(d));
-  d.s = settings(2, 200);
-  set_me(&d, "z", 9);
-  d.roster = calloc(2, sizeof(*d.roster));
-  ck_assert_ptr_nonnull(d.roster);
-  d.roster[0] = node("a", 1), d.roster[1] = node("b", 2);
-  d.roster[0].addr = strdup("a"), d.roster[1].addr = strdup("b");
-  d.n_roster = 2;
+  fresh_with_roster(&d, settings(2, 200), "z", 9);
   ck_assert_int_eq(trun_dyn_mark_dead(&d, &b), 0);
   ck_assert_int_eq(d.n_expect, 1);
   ck_assert_int_eq(trun_dyn_pause_ms(&d), 50); /* regrouping with known survivors */
