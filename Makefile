@@ -132,7 +132,7 @@ check: deps
 	@$(MAKE) --no-print-directory integration
 
 # All of `make check` in a fresh Debian bookworm root (debootstrap minbase + git + make, through an overlay): the
-# honest test of the install steps. Not part of check; about 25 minutes. Log: build/check-fresh.log.
+# honest test of the install steps. Not part of check; about 28 minutes on 2 CPUs. Log: build/check-fresh.log.
 check-fresh:
 	@scripts/check-fresh.sh
 
