@@ -295,51 +295,12 @@ int trun_preflight_local_start(char **env, const trun_config *cfg, int ngpu, con
   return 0;
 }
 
-int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
-                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
-  trun_node *node = calloc(1, sizeof(*node));
-  char err[512];
-  outcome(out, "error", "out of memory");
-  if (node == NULL) return 0;
-  if (trun_discover_gpus(node, env, err, sizeof(err)) < 0) trun_warn("--preflight: GPU discovery: %s", err);
-  int ngpu = node->ngpu;
-  free(node);
-  if (ngpu == 0) {
-    fprintf(stderr, "trun: --preflight: skipped on node rank %d: no GPU visible here\n", r->group_rank);
-    outcome(out, "skip", "no GPU visible on this node");
-    return 0;
-  }
-  char path[PATH_MAX], key[512];
-  preflight_path(path, sizeof(path));
-  if (access(path, X_OK) != 0) {
-    trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT_BIN",
-               path, strerror(errno));
-    outcome(out, "error", "%s is not an executable (%s)", path, strerror(errno));
-    return 1;
-  }
-  /* Local rank 0's trun-preflight writes its result here (verdict, peak busbw, cause) for the event. */
-  const char *tmpdir = getenv("TMPDIR");
-  char result[PATH_MAX];
-  snprintf(result, sizeof(result), "%s/trun-preflight-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-  int rfd = mkstemp(result);
-  if (rfd >= 0)
-    close(rfd);
-  else
-    result[0] = '\0';
-  snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id, r->round_id, restart_count);
-  const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
-  double timeout = to && *to ? atof(to) : 600;
-  pid_t *pids = calloc((size_t)nproc, sizeof(pid_t));
-  int *status = calloc((size_t)nproc, sizeof(int));
-  if (pids == NULL || status == NULL) {
-    free(pids);
-    free(status);
-    return 0;
-  }
-  int started = 0, stop = 0;
-  char *argv[64] = {path}, *extra_copy = NULL, pass[32], warn[32];
-  pf_options(cfg, argv, 1, 64, &extra_copy, pass, warn);
-  fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
+/* Starts trun-preflight (argv) for each local rank, with the rank's environment (rank_env) plus the round's
+ * key and, for local rank 0, the result file. Returns how many started (pids[0..n) set); sets *stop, and
+ * out, when one could not be started. */
+static int start_ranks(char **argv, int nproc, const char *key, const char *result, trun_pf_rank_env rank_env,
+                       void *arg, pid_t *pids, trun_pf_outcome *out, int *stop) {
+  int started = 0;
   for (int lr = 0; lr < nproc; lr++) {
     char **e = rank_env(arg, lr);
     if (e == NULL || trun_strv_setenv(&e, "TRUN_PREFLIGHT_KEY", key) < 0 ||
@@ -347,25 +308,33 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_rou
       trun_strv_free(e);
       trun_error("--preflight: out of memory building local rank %d's environment", lr);
       outcome(out, "error", "out of memory building local rank %d's environment", lr);
-      stop = 1;
-      break;
+      *stop = 1;
+      return started;
     }
     trun_spawn_req req = {.argv = argv, .envp = e, .stdout_fd = -1, .stderr_fd = -1};
     const char *what = "";
     int rc = trun_spawn(&req, &pids[lr], &what);
     trun_strv_free(e);
     if (rc < 0) {
-      trun_error("--preflight: cannot start %s for local rank %d: %s failed: %s", path, lr, what,
+      trun_error("--preflight: cannot start %s for local rank %d: %s failed: %s", argv[0], lr, what,
                  strerror(-rc));
       if (pids[lr] > 0) waitpid(pids[lr], NULL, 0);
       pids[lr] = 0;
-      outcome(out, "error", "cannot start %s for local rank %d: %s failed: %s", path, lr, what,
+      outcome(out, "error", "cannot start %s for local rank %d: %s failed: %s", argv[0], lr, what,
               strerror(-rc));
-      stop = 1;
-      break;
+      *stop = 1;
+      return started;
     }
     started++;
   }
+  return started;
+}
+
+/* Waits for the started ranks: status[lr] becomes the exit code (128 + signal; TRUN_PF_EXIT_ERROR when it
+ * cannot be had), -1 for a rank never started. After timeout seconds the rest are killed (status 124): then
+ * it returns 1, out says so. */
+static int reap_ranks(const pid_t *pids, int *status, int nproc, int started, double timeout,
+                      trun_pf_outcome *out) {
   double t0 = trun_mono_s();
   int left = started;
   for (int lr = 0; lr < nproc; lr++) status[lr] = -1;
@@ -389,14 +358,20 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_rou
         if (pids[lr] > 0 && status[lr] == -1) kill(-pids[lr], SIGKILL), kill(pids[lr], SIGKILL);
       for (int lr = 0; lr < nproc; lr++)
         if (pids[lr] > 0 && status[lr] == -1) waitpid(pids[lr], NULL, 0), status[lr] = 124;
-      left = 0;
-      stop = 1;
       outcome(out, "error", "trun-preflight still running after %.0f s (init timeout): killed", timeout);
+      return 1;
     }
     if (left > 0) usleep(50 * 1000);
   }
-  int failed = stop; /* start failure or time-out: out says so already */
-  if (!failed && started > 0) outcome_from_result(out, result, status[0]);
+  return 0;
+}
+
+/* Names every rank that neither passed nor skipped (one killed at the time-out was said already); out from
+ * the result file unless failed (a start failure or the time-out said it). 1 when any rank failed. */
+static int judge_ranks(const trun_rdzv_round *r, const pid_t *pids, const int *status, int nproc, int failed,
+                       const char *result, trun_pf_outcome *out) {
+  int stop = failed;
+  if (!failed && pids[0] > 0) outcome_from_result(out, result, status[0]);
   for (int lr = 0; lr < nproc; lr++) {
     if (pids[lr] <= 0 || status[lr] == TRUN_PF_EXIT_OK || status[lr] == TRUN_PF_EXIT_SKIP) continue;
     if (status[lr] == 124) continue;
@@ -409,6 +384,57 @@ int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_rou
               r->base_rank + lr, status[lr]);
     failed = 1;
   }
+  return stop;
+}
+
+int trun_preflight_agent(char **env, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
+                         int restart_count, trun_pf_rank_env rank_env, void *arg, trun_pf_outcome *out) {
+  trun_node *node = calloc(1, sizeof(*node));
+  char err[512];
+  outcome(out, "error", "out of memory");
+  if (node == NULL) return 0;
+  if (trun_discover_gpus(node, env, err, sizeof(err)) < 0) trun_warn("--preflight: GPU discovery: %s", err);
+  int ngpu = node->ngpu;
+  free(node);
+  if (ngpu == 0) {
+    fprintf(stderr, "trun: --preflight: skipped on node rank %d: no GPU visible here\n", r->group_rank);
+    outcome(out, "skip", "no GPU visible on this node");
+    return 0;
+  }
+  char path[PATH_MAX], key[512];
+  preflight_path(path, sizeof(path));
+  if (access(path, X_OK) != 0) {
+    trun_error("--preflight: %s is not an executable (%s); build it with make, or set TRUN_PREFLIGHT_BIN",
+               path, strerror(errno));
+    outcome(out, "error", "%s is not an executable (%s)", path, strerror(errno));
+    return 1;
+  }
+  pid_t *pids = calloc((size_t)nproc, sizeof(pid_t));
+  int *status = calloc((size_t)nproc, sizeof(int));
+  if (pids == NULL || status == NULL) {
+    free(pids);
+    free(status);
+    return 0;
+  }
+  /* Local rank 0's trun-preflight writes its result here (verdict, peak busbw, cause) for the event. */
+  const char *tmpdir = getenv("TMPDIR");
+  char result[PATH_MAX];
+  snprintf(result, sizeof(result), "%s/trun-preflight-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  int rfd = mkstemp(result);
+  if (rfd >= 0)
+    close(rfd);
+  else
+    result[0] = '\0';
+  snprintf(key, sizeof(key), "trun_preflight/%s/%lld/%d", cfg->run_id, r->round_id, restart_count);
+  const char *to = getenv("TRUN_PREFLIGHT_TIMEOUT");
+  double timeout = to && *to ? atof(to) : 600;
+  int stop = 0;
+  char *argv[64] = {path}, *extra_copy = NULL, pass[32], warn[32];
+  pf_options(cfg, argv, 1, 64, &extra_copy, pass, warn);
+  fprintf(stderr, "trun: --preflight: %d local rank(s) of %d run %s\n", nproc, r->world_size, path);
+  int started = start_ranks(argv, nproc, key, result, rank_env, arg, pids, out, &stop);
+  if (reap_ranks(pids, status, nproc, started, timeout, out)) stop = 1;
+  stop = judge_ranks(r, pids, status, nproc, stop, result, out);
   if (stop)
     fprintf(stderr, "trun: --preflight failed on node rank %d: not starting the workers\n", r->group_rank);
   if (result[0]) unlink(result);

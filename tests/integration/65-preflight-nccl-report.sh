@@ -10,6 +10,8 @@
 #     thresholds from the options.
 #  3. Two agents (static, loopback), one GPU each, --preflight: one communicator over both agents (the id
 #     through the store), fabric "socket" (2 nodes, no EFA), PASS at 2.9 GB/s; both workers run.
+#  6. A trun-preflight that never ends is killed after TRUN_PREFLIGHT_TIMEOUT (the time-out said), one whose
+#     ranks exit 3 has both named as FAIL: exit 1 each time, no worker runs, no result file is left.
 #  4. --nccl-report, one agent, 2 workers that write the one-pod H200 capture's lines as their NCCL log:
 #     the workers get NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,P2P,NET and a per-rank NCCL_DEBUG_FILE under
 #     attempt_0/<local rank>/; the report shows P2P/CUMEM 48 connections, verdict healthy. A user's
@@ -197,4 +199,20 @@ cat "$tmp/o"
 grep -q "verdict: intra-host traffic over NET/Socket: GPUs split across pods" "$tmp/o" ||
   fail "5: both agents' logs together do not give the split verdict"
 echo "ok 5"
+echo "== 6. a trun-preflight that never ends (TRUN_PREFLIGHT_TIMEOUT=1) and one whose ranks exit 3 (FAIL)"
+printf '#!/bin/sh\nexec sleep 60\n' >"$tmp/pf-hang" && printf '#!/bin/sh\nexit 3\n' >"$tmp/pf-fail" &&
+  chmod +x "$tmp/pf-hang" "$tmp/pf-fail" || fail "6: cannot write the stand-in programs"
+for b in hang fail; do
+  rc=0
+  env "${gpu[@]}" TRUN_PREFLIGHT_BIN="$tmp/pf-$b" TRUN_PREFLIGHT_TIMEOUT=1 TMPDIR="$tmp" "$TRUN" --standalone \
+    --nproc-per-node 2 --preflight --no-python /bin/sh -c 'touch "$1/ran"' sh "$tmp" >"$tmp/o6$b" 2>"$tmp/e6$b" || rc=$?
+  cat "$tmp/e6$b"
+  [ $rc -eq 1 ] || fail "6 ($b): exit $rc, want 1"
+  [ ! -e "$tmp/ran" ] || fail "6 ($b): a worker ran after the preflight failed"
+  grep -q "trun: --preflight failed on node rank 0: not starting the workers" "$tmp/e6$b" || fail "6 ($b): no stop line"
+  ! ls "$tmp"/trun-preflight-* >/dev/null 2>&1 || fail "6 ($b): the result file was left behind"
+done
+grep -q "still running after 1 s: init timeout" "$tmp/e6hang" || fail "6: the time-out is not said"
+[ "$(grep -c "measured a FAIL verdict (exit 3)" "$tmp/e6fail")" = 2 ] || fail "6: both FAIL ranks are not named"
+echo "ok 6"
 echo "PASS: preflight and NCCL report"
