@@ -327,13 +327,14 @@ static int counter(trun_fast *f, int64_t R, const char *name, int64_t *out) {
 
 /* Recovery (issues 22 and 39): the round after round prev (prev_world nodes) waits for the nodes of the last
  * round, less those that liveness found lost (lost_n in prev's key space, rdzv_live.c), plus those that came
- * late to prev and wait for the next round (waiting: new members, spares), at most MAX, and commits without
- * the last call as soon as that many joined. After a worker's failure no node is lost: all of them come
- * back. 0 when there is nothing to expect (the first round, or fewer than MIN would remain). */
-static int64_t survivors(trun_fast *f, int64_t prev, int prev_world) {
+ * late to prev and wait for the next round (waiting, read once by the caller: new members, spares), at most
+ * MAX, and commits without the last call as soon as that many joined. After a worker's failure no node is
+ * lost: all of them come back. 0 when there is nothing to expect (the first round, or fewer than MIN would
+ * remain). */
+static int64_t survivors(trun_fast *f, int64_t prev, int prev_world, int64_t waiting) {
   if (prev < 0 || prev_world < 1) return 0;
-  int64_t lost = 0, waiting = 0;
-  if (counter(f, prev, "lost_n", &lost) < 0 || counter(f, prev, "waiting", &waiting) < 0) return 0;
+  int64_t lost = 0;
+  if (counter(f, prev, "lost_n", &lost) < 0) return 0;
   if (lost < 0) lost = 0;
   if (waiting < 0) waiting = 0;
   int64_t e = prev_world - lost + waiting;
@@ -364,9 +365,13 @@ static int commit_survivors(trun_fast *f, int64_t R, int64_t expect) {
  * nodes of the last round are back (survivors). 0 once the commit key exists, <0 with f->err set. */
 static int await_commit(trun_fast *f, int64_t R, int64_t i, int64_t prev, int prev_world, double deadline) {
   char k[320];
-  int64_t n = 0;
+  int64_t n = 0, waiting = 0;
   double last_call = i >= f->s.min_nodes ? trun_mono_s() : -1;
-  int rc = commit_survivors(f, R, survivors(f, prev, prev_world));
+  /* Late nodes count themselves in prev's "waiting" while prev runs: read once (one that counts itself as
+   * prev ends joins as a scale-up). A loss may still be recorded after this join: lost_n is read at every
+   * look. */
+  if (prev >= 0 && counter(f, prev, "waiting", &waiting) < 0) waiting = 0;
+  int rc = commit_survivors(f, R, survivors(f, prev, prev_world, waiting));
   if (rc < 0) return join_failed(f, rc);
   key(f, k, sizeof(k), R, "commit");
   for (;;) {
@@ -387,7 +392,7 @@ static int await_commit(trun_fast *f, int64_t R, int64_t i, int64_t prev, int pr
     rc = slice > 0 ? op_wait(f, k, slice) : -ETIMEDOUT;
     if (rc != -ETIMEDOUT) return rc == 0 ? 0 : join_failed(f, rc);
     if (prev >= 0) { /* a loss may be recorded after the join: the expectation is read again */
-      int c = commit_survivors(f, R, survivors(f, prev, prev_world));
+      int c = commit_survivors(f, R, survivors(f, prev, prev_world, waiting));
       if (c != 0) return c < 0 ? join_failed(f, c) : 0; /* committed (ours or the winner's) */
     }
     if (last_call >= 0 && trun_mono_s() >= last_call + f->s.last_call_ms / 1000.0) {
