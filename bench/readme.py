@@ -514,11 +514,11 @@ def render_gpu(path, readme_dir):
         per = {k: ", ".join(f"{r['median_ms']:.2f}" for r in v) for k, v in dd["runs"].items()}
         example = dd.get("example", f"train_{kind}.py")
         out.append(f"- {what} example (`examples/{example} {' '.join(dd['args'])}`, {dd.get('nproc', 2)} GPUs): median step "
-                       f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
-                       f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
-                       f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}"
-                       + (f"; pairs in alternating order, trun / torchrun: "
-                          f"{', '.join(f'{x:.3f}x' for x in dd['pair_ratios'])}" if dd.get("pair_ratios") else "") + ".")
+                   f"{m.get('trun'):.2f} ms under trun (runs {per.get('trun')}), {m.get('torchrun-2.11'):.2f} ms under "
+                   f"torchrun 2.11 (runs {per.get('torchrun-2.11')}); loss curves identical (max difference "
+                   f"{dd['max_loss_diff']}), {dd['loss_first'][0]:.3f} -> {dd['loss_last'][0]:.3f}"
+                   + (f"; pairs in alternating order, trun / torchrun: "
+                      f"{', '.join(f'{x:.3f}x' for x in dd['pair_ratios'])}" if dd.get("pair_ratios") else "") + ".")
     og = st.get("onegpu", {})
     if og.get("vs_torch") or og.get("ddp"):
         vs, dd = og.get("vs_torch") or [], og.get("ddp") or {}

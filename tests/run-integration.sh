@@ -30,14 +30,18 @@ skipped=()
 queue=()
 read -ra patterns <<<"${TRUN_TESTS:-}"
 [ ${#patterns[@]} -gt 0 ] || patterns=("")
+# Each test's header line "# runner: ..." (the first 30 lines), read once: "alone", "lock=NAME" or ""
+# (shares all).
+declare -A tag_of=()
 for t in $(cd "$here/integration" && printf '%s\n' [0-9]*.sh | sort -n); do
   for p in "${patterns[@]}"; do
-    case "$t" in *"$p"*) queue+=("$here/integration/$t"); break ;; esac
+    case "$t" in *"$p"*)
+      queue+=("$here/integration/$t")
+      tag_of[$here/integration/$t]=$(sed -n '1,30{s/^# runner: *//p}' "$here/integration/$t" | head -n 1)
+      break ;;
+    esac
   done
 done
-
-# A test's header line "# runner: ..." (the first 30 lines): "alone", "lock=NAME" or "" (shares all).
-runner_tag() { sed -n '1,30{s/^# runner: *//p}' "$1" | head -n 1; }
 
 declare -A run_name=() run_start=() run_tag=()
 alone_running=0
@@ -76,7 +80,7 @@ start_ready() {
   for i in "${!queue[@]}"; do
     [ "$alone_running" = 1 ] && return
     t=${queue[$i]}
-    tag=$(runner_tag "$t")
+    tag=${tag_of[$t]}
     if [ "$tag" = alone ]; then
       [ "$n" -eq 0 ] && { start_test "$t" alone; unset "queue[$i]"; }
       return

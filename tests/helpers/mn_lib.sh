@@ -33,10 +33,10 @@ kill_marked() {
   done
 }
 
-# A TCP port nobody listens on (bound and released; good enough on loopback for a test).
-# A port that binds now, below the kernel's ephemeral range (ip_local_port_range), so that no outgoing
-# connection of this box takes it between this call and the test's bind, and outside 29000-29999, where
-# tests running beside this one use fixed ports.
+# A TCP port nobody listens on: one that binds now (bound and released; good enough on loopback for a
+# test), below the kernel's ephemeral range (ip_local_port_range), so that no outgoing connection of this
+# box takes it between this call and the test's bind, and outside 29000-29999, where tests running beside
+# this one use fixed ports.
 free_port() {
   "$TRUN_HOST_PY" -c '
 import random, socket
