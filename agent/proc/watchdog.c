@@ -70,31 +70,34 @@ static session *find(session *set, size_t n, pid_t sid) {
 
 /* Whether the session registered as s is still the worker's: its leader runs (or is a zombie) with the
  * start time it had, or, once reaped, some process of the session was born before that (the session never
- * emptied, so its id cannot have been reused). A pid reused by an unrelated process is never ours. */
-static int still_ours(const session *s, DIR *proc) {
+ * emptied, so its id cannot have been reused). A leader the agent never reaped was the worker's until the
+ * agent died (agent_died): with the agent gone it dies of PDEATHSIG and init may reap it before the guard
+ * looks, so a process of the session born before the agent's death is the worker's too. A pid reused by an
+ * unrelated process is never ours. */
+static int still_ours(const session *s, DIR *proc, uint64_t agent_died) {
   char text[32];
   pid_t sid;
   uint64_t st;
   snprintf(text, sizeof(text), "%d", (int)s->sid);
   if (proc_stat(text, &sid, &st) == 0) return st == s->start && s->start != 0;
-  if (s->gone_at == 0) return 0; /* gone without the agent's word: nothing to go by */
+  uint64_t until = s->gone_at ? s->gone_at : agent_died;
   rewinddir(proc);
   struct dirent *e;
   while ((e = readdir(proc)) != NULL) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    if (proc_stat(e->d_name, &sid, &st) == 0 && sid == s->sid && st <= s->gone_at) return 1;
+    if (proc_stat(e->d_name, &sid, &st) == 0 && sid == s->sid && st <= until) return 1;
   }
   return 0;
 }
 
 /* SIGKILL to every process whose session is one of ours (field 6 of /proc/PID/stat). */
-static void kill_sessions(const session *set, size_t n) {
+static void kill_sessions(const session *set, size_t n, uint64_t agent_died) {
   DIR *d = opendir("/proc");
   if (d == NULL) return;
   pid_t *ours = malloc((n ? n : 1) * sizeof(*ours));
   size_t k = 0;
   for (size_t i = 0; ours && i < n; i++)
-    if (set[i].sid > 0 && still_ours(&set[i], d)) {
+    if (set[i].sid > 0 && still_ours(&set[i], d, agent_died)) {
       if (set[i].gone_at == 0) kill(-set[i].sid, SIGKILL);
       ours[k++] = set[i].sid;
     }
@@ -171,7 +174,7 @@ static void guard(int fd) {
     else if (m.kind == MSG_GONE && s)
       s->gone_at = ticks_now();
   }
-  if (set) kill_sessions(set, n);
+  if (set) kill_sessions(set, n, ticks_now()); /* the pipe's end: the agent is gone */
   free(set);
   remove_files(files, nfiles);
   _exit(0);
