@@ -1,6 +1,6 @@
 /* The exit-time guard (agent/proc/watchdog.h): it kills the sessions of this agent's workers when the agent
  * goes, and nothing else: a pid that an unrelated process took over after a worker ended is spared; the
- * remnants of a reaped worker's session (a grandchild left in it) are still killed. */
+ * remnants of a reaped worker's session (a grandchild left in it) are still killed, whoever reaped it. */
 #include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -93,11 +93,9 @@ START_TEST(test_spares_reused_pid) {
 }
 END_TEST
 
-/* A worker that left a grandchild in its session and exited (reaped, the agent told the guard): the
- * session never emptied, so the grandchild is the worker's and is killed. */
-START_TEST(test_kills_remnants_of_reaped_worker) {
-  trun_watchdog w;
-  ck_assert_int_eq(trun_watchdog_start(&w), 0);
+/* A worker that left a grandchild in its session and exited; the caller reaps it. Returns the worker's pid
+ * (registered with the guard while it ran) and the grandchild's in *grandchild. */
+static pid_t worker_leaving_grandchild(trun_watchdog *w, pid_t *grandchild) {
   int go[2], back[2];
   ck_assert_int_eq(pipe(go), 0);
   ck_assert_int_eq(pipe(back), 0);
@@ -123,18 +121,49 @@ START_TEST(test_kills_remnants_of_reaped_worker) {
   close(101);
   pid_t g = 0;
   ck_assert_int_eq(read(back[0], &g, sizeof(g)), (ssize_t)sizeof(g));
-  trun_watchdog_add(&w, c);
+  trun_watchdog_add(w, c);
   ck_assert_int_eq(write(go[1], "x", 1), 1);
-  int st;
-  ck_assert_int_eq(waitpid(c, &st, 0), c);
-  trun_watchdog_gone(&w, c);
-  ck_assert_int_eq(kill(g, 0), 0);
-  stop_guard(&w);
-  ck_assert_msg(gone(g, 0), "the reaped worker's grandchild %d outlived the guard", (int)g);
   for (int i = 0; i < 2; i++) {
     close(go[i]);
     close(back[i]);
   }
+  *grandchild = g;
+  return c;
+}
+
+/* Stops the guard, then checks that grandchild g is gone (killed, even if the check fails). */
+static void guard_kills_grandchild(trun_watchdog *w, pid_t g) {
+  ck_assert_int_eq(kill(g, 0), 0);
+  stop_guard(w);
+  int killed = gone(g, 0);
+  if (!killed) kill(g, SIGKILL);
+  ck_assert_msg(killed, "the worker's grandchild %d outlived the guard", (int)g);
+}
+
+/* A worker that left a grandchild in its session and exited (reaped, the agent told the guard): the
+ * session never emptied, so the grandchild is the worker's and is killed. */
+START_TEST(test_kills_remnants_of_reaped_worker) {
+  trun_watchdog w;
+  ck_assert_int_eq(trun_watchdog_start(&w), 0);
+  pid_t g, c = worker_leaving_grandchild(&w, &g);
+  int st;
+  ck_assert_int_eq(waitpid(c, &st, 0), c);
+  trun_watchdog_gone(&w, c);
+  guard_kills_grandchild(&w, g);
+}
+END_TEST
+
+/* The race check-fresh once lost: the agent died before it reaped its worker, the worker died of PDEATHSIG
+ * and init reaped it before the guard looked, so the guard never heard the leader was gone. A process of the
+ * session born before the agent died is still the worker's and is killed. Here the test reaps the worker
+ * without telling the guard, as init would. */
+START_TEST(test_kills_remnants_of_leader_reaped_by_another) {
+  trun_watchdog w;
+  ck_assert_int_eq(trun_watchdog_start(&w), 0);
+  pid_t g, c = worker_leaving_grandchild(&w, &g);
+  int st;
+  ck_assert_int_eq(waitpid(c, &st, 0), c);
+  guard_kills_grandchild(&w, g);
 }
 END_TEST
 
@@ -145,6 +174,7 @@ static Suite *watchdog_suite(void) {
   tcase_add_test(tc, test_kills_live_workers);
   tcase_add_test(tc, test_spares_reused_pid);
   tcase_add_test(tc, test_kills_remnants_of_reaped_worker);
+  tcase_add_test(tc, test_kills_remnants_of_leader_reaped_by_another);
   suite_add_tcase(s, tc);
   return s;
 }
