@@ -35,6 +35,7 @@
 #define TRUN__HANG_QUERY_MS 5000 /* one query at most (RAS gathers the job's answer in it) */
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
+#define TRUN__HANG_MAX_RAS 8     /* --warm-start-nccl workers' own RAS addresses asked, in turn */
 #define TRUN__HANG_STACK_MS                                                      \
   3000 /* a culprit asked for its Python stack has this long to print it and die \
         */
@@ -46,6 +47,10 @@ typedef struct {
   /* The flight recorder (agent_fr.c): where this round's workers dump and take requests. */
   char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
   int fr_base, fr_n;
+  /* --warm-start-nccl: the RAS addresses of this round's workers that serve on a port of their own (their
+   * pool process's); asked in turn before the job's (any one worker answers for the whole job). */
+  char ras[TRUN__HANG_MAX_RAS][64];
+  int nras;
 } hang_round;
 
 /* What the thread found, for the loop (under mu); each with the round it belongs to. */
@@ -102,6 +107,17 @@ struct trun__hang {
 
 /* ---- the thread -------------------------------------------------------------------------------------- */
 
+/* One RAS answer: from the first of the round's own worker addresses (ras, nras) that has a listener, else
+ * at the job's address (h->addr). A worker that is gone refuses at once on loopback. */
+static int query(const trun__hang *h, char (*ras)[64], int nras, char **json, size_t *n, char *err,
+                 size_t errlen) {
+  for (int i = 0; i < nras; i++) {
+    int rc = trun_ras_query(ras[i], TRUN__HANG_QUERY_MS, 0, json, n, err, errlen);
+    if (rc != -ECONNREFUSED) return rc;
+  }
+  return trun_ras_query(h->addr, TRUN__HANG_QUERY_MS, 0, json, n, err, errlen);
+}
+
 static void *poll_thread(void *arg) {
   trun__hang *h = arg;
   trun_hang_detector *d = trun_hang_new(h->window);
@@ -122,12 +138,15 @@ static void *poll_thread(void *arg) {
       gen = h->round.gen;
       if (!h->round.active) continue;
     }
+    char ras[TRUN__HANG_MAX_RAS][64];
+    int nras = h->round.nras;
+    memcpy(ras, h->round.ras, sizeof(ras));
     pthread_mutex_unlock(&h->th.mu);
     char *json = NULL, err[512] = "";
     size_t n = 0;
     trun_ras_snapshot *s = NULL;
     trun_hang_verdict v = {0};
-    int rc = trun_ras_query(h->addr, TRUN__HANG_QUERY_MS, 0, &json, &n, err, sizeof(err));
+    int rc = query(h, ras, nras, &json, &n, err, sizeof(err));
     if (rc == 0) rc = trun_ras_parse(json, n, &s, err, sizeof(err));
     free(json);
     int hung = 0;
@@ -431,6 +450,9 @@ void trun__agent_hang_round(agent *a, int active) {
     snprintf(h->round.fr_pipe, sizeof(h->round.fr_pipe), "%s", pipe ? pipe : "");
     h->round.fr_base = trun_rdzv_info(a->rdzv)->base_rank;
     h->round.fr_n = a->nproc;
+    h->round.nras = 0;
+    for (int i = 0; i < a->nproc && h->round.nras < TRUN__HANG_MAX_RAS; i++)
+      if (a->w[i].ras[0]) snprintf(h->round.ras[h->round.nras++], sizeof(h->round.ras[0]), "%s", a->w[i].ras);
   }
   trun_hang_verdict_clear(&h->news.v);
   pthread_cond_signal(&h->th.cv);

@@ -123,6 +123,7 @@ typedef struct {
   int eof_said;                /* debug: its output pipe's end while it still ran was said */
   char stuck[256];             /* SIGKILL did not end it: its state ("" none; agent.c on_kill_timer) */
   char hang[2048];             /* --hang-timeout tore the round down for it: the hang ("" not) */
+  char ras[64]; /* --warm-start-nccl: where its NCCL RAS serves clients, its own port ("" the job's) */
 } worker;
 
 /* The agent's state, split by owner: the core every file reads (agent.c sets it up), then one part per file

@@ -56,7 +56,7 @@ void trun__agent_warm_fill(agent *a) {
     /* --warm-start-cuda: the device the worker's LOCAL_RANK names (0 with --virtual-local-rank, whose
      * CUDA_VISIBLE_DEVICES holds its one GPU). TRUN_CUDA_DRIVER_LIBRARY: the tests' fake driver. */
     if (a->cfg->warm_cuda)
-      trun_warm_set_cuda(a->warm.pool, lr, a->cfg->virtual_local_rank ? 0 : lr,
+      trun_warm_set_cuda(a->warm.pool, lr, a->cfg->virtual_local_rank ? 0 : lr, a->cfg->warm_nccl,
                          trun_env_get(a->env, "TRUN_CUDA_DRIVER_LIBRARY"));
     if (argv && argv[1] && argv[2])
       trun_warm_fill(a->warm.pool, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
@@ -69,12 +69,16 @@ void trun__agent_warm_fill(agent *a) {
 
 int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd) {
   if (!a->cfg->warm_start) return 1;
-  char why[512];
+  char why[512], ras[sizeof(w->ras)];
+  snprintf(ras, sizeof(ras), "%s",
+           trun_warm_ras(a->warm.pool, w->local_rank)); /* the take empties the slot */
   if (a->cfg->no_python)
     snprintf(why, sizeof(why), "--no-python workers are not Python");
   else if (trun_warm_take(a->warm.pool, w->local_rank, argv, envp, out_fd, err_fd, &w->pid, why,
                           sizeof(why)) == 0) {
-    trun_debug("local rank %d starts warm (pool process %d)", w->local_rank, (int)w->pid);
+    memcpy(w->ras, ras, sizeof(ras));
+    trun_debug("local rank %d starts warm (pool process %d%s%s)", w->local_rank, (int)w->pid,
+               ras[0] ? "; its NCCL RAS serves on " : "", ras);
     trun_obs_warm_start(a->obs, 1);
     return 0;
   }

@@ -405,6 +405,11 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   if (cfg->warm_cuda && !cfg->warm_start)
     return fail(err, errlen, cl, TRUN_OPT_WARM_START_CUDA,
                 "--warm-start-cuda needs --warm-start (it makes the CUDA contexts in the warm-start pool)");
+  cfg->warm_nccl = VAL(TRUN_OPT_WARM_START_NCCL) && strcmp(VAL(TRUN_OPT_WARM_START_NCCL), "0") != 0;
+  if (cfg->warm_nccl && !cfg->warm_cuda)
+    return fail(err, errlen, cl, TRUN_OPT_WARM_START_NCCL,
+                "--warm-start-nccl needs --warm-start --warm-start-cuda (NCCL is set up in the pool's CUDA "
+                "contexts)");
   if (!module_list_ok(cfg->warm_modules))
     return fail(err, errlen, cl, TRUN_OPT_WARM_START_MODULES,
                 "--warm-start-modules '%s' must be Python module names separated by commas (torch,numpy)",

@@ -83,6 +83,7 @@ typedef struct {
   int watch_stdin;             /* --watch-stdin: the launcher's session on stdin (agent/agent_stdin.c) */
   int warm_start;              /* --warm-start (agent/proc/warm.h) */
   int warm_cuda;               /* --warm-start-cuda: the pool makes each slot's CUDA context */
+  int warm_nccl;               /* --warm-start-nccl: ... and NCCL's once-a-process set-up */
   const char *warm_modules;    /* --warm-start-modules: "mod,mod.sub" */
   double restart_backoff;      /* --restart-backoff seconds (agent/restart_policy.h), 0: none */
   int crash_loop_rounds;       /* --crash-loop K, 0: off */

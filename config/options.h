@@ -70,6 +70,7 @@ typedef enum {
   TRUN_OPT_WARM_START, /* --warm-start: workers from a pool of pre-started interpreters (agent/proc/warm.h) */
   TRUN_OPT_WARM_START_MODULES, /* --warm-start-modules LIST: what the pool imports */
   TRUN_OPT_WARM_START_CUDA,    /* --warm-start-cuda: the pool makes each slot's CUDA context */
+  TRUN_OPT_WARM_START_NCCL,    /* --warm-start-nccl: ... and does NCCL's once-a-process set-up */
   TRUN_OPT_RESTART_BACKOFF,    /* --restart-backoff S: wait before restarting after a fast failure */
   TRUN_OPT_CRASH_LOOP,     /* --crash-loop K:S: K failed rounds in a row, each within S s: stop (exit 5) */
   TRUN_OPT_RESTART_OFFSET, /* --restart-offset N: restarts the job used before (requeues) */

@@ -32,7 +32,8 @@ typedef struct {
   char *cpus;     /* its CPU pinning, NULL none */
   char **tail;    /* the worker's argv after "<python> -u": its sys.argv and sys.path[0] for the imports */
   char **env;     /* the environment it was started with */
-  char cuda[320]; /* the bootstrap's CUDA argument: "-" none, or "<ordinal>,<driver library>" */
+  char cuda[320]; /* the bootstrap's CUDA argument: "-" none, or "<ordinal>[+nccl],<driver library>" */
+  char ras[64];   /* --warm-start-nccl: the NCCL RAS client address its "ready" named ("" none) */
   char why[256];  /* why the slot is disabled */
 } slot_t;
 
@@ -70,6 +71,7 @@ static void slot_drop(slot_t *s) {
   s->fd = -1;
   s->pid = 0;
   s->ready = 0;
+  s->ras[0] = '\0';
 }
 
 void trun_warm_free(trun_warm *p) {
@@ -187,13 +189,18 @@ int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail
   return spawn_slot(p, slot);
 }
 
-void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib) {
+void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, int nccl, const char *lib) {
   if (p == NULL || slot < 0 || slot >= p->n) return;
   if (ordinal < 0)
     snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "-");
   else
-    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "%d,%s", ordinal,
+    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "%d%s,%s", ordinal, nccl ? "+nccl" : "",
              lib && lib[0] ? lib : "libcuda.so.1");
+}
+
+const char *trun_warm_ras(const trun_warm *p, int slot) {
+  if (p == NULL || slot < 0 || slot >= p->n || !p->s[slot].ready) return "";
+  return p->s[slot].ras;
 }
 
 int trun_warm_round_var(const char *name) { return (trun_round_var_flags(name) & TRUN_RV_WARM) != 0; }
@@ -282,9 +289,20 @@ static int read_news(slot_t *s, int slot) {
   buf[strcspn(buf, "\n")] = '\0';
   if (strncmp(buf, "ready", 5) == 0) {
     s->ready = 1;
-    /* with --warm-start-cuda, what became of the context (made, or why not) */
+    /* with --warm-start-nccl, "ras=127.0.0.1:<port> " first: where its NCCL RAS serves clients (nothing
+     * but a loopback port is taken: the agent connects there) */
+    const char *note = buf[5] == ' ' ? buf + 6 : "";
+    if (strncmp(note, "ras=", 4) == 0) {
+      size_t len = strcspn(note + 4, " ");
+      int loopback = strncmp(note + 4, "127.0.0.1:", 10) == 0; /* then note + 14 is within buf */
+      size_t digits = loopback ? strspn(note + 14, "0123456789") : 0;
+      if (loopback && digits >= 1 && digits <= 5 && 10 + digits == len)
+        snprintf(s->ras, sizeof(s->ras), "%.*s", (int)len, note + 4);
+      note += 4 + len + (note[4 + len] == ' ');
+    }
+    /* with --warm-start-cuda, what became of the context (made, or why not), and NCCL's set-up */
     trun_debug("--warm-start: local rank %d: pool process %d ready%s%s", slot, (int)s->pid,
-               buf[5] == ' ' ? ": " : "", buf[5] == ' ' ? buf + 6 : "");
+               note[0] ? ": " : "", note);
   } else if (strncmp(buf, "error ", 6) == 0 && !s->disabled)
     disable(s, slot, "the pool process could not get ready: %s", buf + 6);
   return 0;

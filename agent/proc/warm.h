@@ -40,9 +40,15 @@ int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail
                    char *const *envp);
 /* --warm-start-cuda: slot's pool processes started from now on make the CUDA primary context of device
  * ordinal (as the slot's CUDA_VISIBLE_DEVICES numbers them) after their imports, through the driver library
- * lib (NULL: libcuda.so.1), so that the worker finds it made; ordinal < 0: none (the default). A process
+ * lib (NULL: libcuda.so.1), so that the worker finds it made; ordinal < 0: none (the default). nccl
+ * (--warm-start-nccl): they then also make and destroy a one-rank NCCL communicator on that device with the
+ * libnccl the imports loaded, so that NCCL's once-a-process set-up (its kernels) is done before the
+ * handover; their NCCL RAS serves clients on a loopback port of their own (trun_warm_ras). A process
  * already started keeps what it was started with. */
-void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, const char *lib);
+void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, int nccl, const char *lib);
+/* The NCCL RAS client address ("127.0.0.1:<port>") slot's ready pool process said it serves on
+ * (--warm-start-nccl, NCCL with RAS on), "" none; valid until the next call on the pool. */
+const char *trun_warm_ras(const trun_warm *p, int slot);
 
 /* Whether environment variable NAME (with or without "=value") is one only the rendezvous decides (RANK,
  * MASTER_ADDR, TORCHELASTIC_*, ...: read by torch when the worker runs, never at import) and so may differ

@@ -19,12 +19,25 @@
  * The driver API's first steps (the --warm-start-cuda pool, agent/proc/warm_boot.c, loads this file through
  * TRUN_CUDA_DRIVER_LIBRARY): cuInit, cuDeviceGetCount (TRUN_FAKE_CUDA_DEVICES, default 2), cuDeviceGet and
  * cuDevicePrimaryCtxRetain, which appends "pid <pid> retain <ordinal> cvd <CUDA_VISIBLE_DEVICES or ->" to
- * the file TRUN_FAKE_CUDA_LOG names. A test fake, so plain globals. */
+ * the file TRUN_FAKE_CUDA_LOG names.
+ * The --warm-start-nccl pool (warm_boot.c) finds NCCL as the library named libnccl.so* that its imports
+ * loaded (the tests load a copy of this file by that name): ncclCommInitAll appends "pid <pid> init-all n <n>
+ * dev <d> thread <main|other> ras <NCCL_RAS_ADDR> debug-file <NCCL_DEBUG_FILE>" ("-" for unset) to the file
+ * TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS thread does once a process, listens on NCCL_RAS_ADDR
+ * (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for the process's life; each client it accepts appends
+ * "pid <pid> ras-client" and is closed. ncclResetDebugInit appends "pid <pid> reset-debug NCCL_DEBUG
+ * <value>". A test fake, so plain globals. */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct {
@@ -33,6 +46,7 @@ typedef struct {
 
 static double vclock; /* seconds, one stream */
 static int nranks = 1;
+static void nccl_log(const char *fmt, ...);
 
 static double busbw(void) {
   const char *v = getenv("TRUN_FAKE_BUSBW");
@@ -308,7 +322,68 @@ int ncclAllReduce(const void *s, void *r, size_t count, int dtype, int op, void 
 int ncclCommDestroy(void *comm);
 int ncclCommDestroy(void *comm) {
   (void)comm;
+  nccl_log("destroy");
   return 0;
+}
+/* A line in TRUN_FAKE_NCCL_LOG, if set. */
+static void nccl_log(const char *fmt, ...) {
+  const char *log = getenv("TRUN_FAKE_NCCL_LOG");
+  FILE *f = log && *log ? fopen(log, "a") : NULL;
+  if (f == NULL) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(f, "pid %d ", (int)getpid());
+  vfprintf(f, fmt, ap);
+  fputc('\n', f);
+  va_end(ap);
+  fclose(f);
+}
+
+static void *ras_serve(void *arg) {
+  int s = (int)(long)arg;
+  for (;;) {
+    int c = accept(s, NULL, NULL);
+    if (c < 0) continue;
+    nccl_log("ras-client");
+    close(c);
+  }
+  return NULL;
+}
+
+/* NCCL's RAS: one listener a process, on NCCL_RAS_ADDR as it was at the first communicator. */
+static void ras_start(const char *addr) {
+  static int started;
+  if (started || addr == NULL || strncmp(addr, "127.0.0.1:", 10) != 0) return;
+  started = 1;
+  int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((unsigned short)atoi(addr + 10)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  pthread_t t;
+  if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+      bind(s, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(s, 16) < 0 ||
+      pthread_create(&t, NULL, ras_serve, (void *)(long)s) != 0) {
+    nccl_log("ras-failed %s", addr);
+    return;
+  }
+  pthread_detach(t);
+}
+
+int ncclCommInitAll(void **comm, int n, const int *devs);
+int ncclCommInitAll(void **comm, int n, const int *devs) {
+  const char *ras = getenv("NCCL_RAS_ADDR"), *file = getenv("NCCL_DEBUG_FILE");
+  nccl_log("init-all n %d dev %d thread %s ras %s debug-file %s", n, n > 0 ? devs[0] : -1,
+           syscall(SYS_gettid) == getpid() ? "main" : "other", ras ? ras : "-", file ? file : "-");
+  ras_start(ras);
+  nranks = n;
+  *comm = (void *)&nranks;
+  return 0;
+}
+void ncclResetDebugInit(void);
+void ncclResetDebugInit(void) {
+  const char *d = getenv("NCCL_DEBUG");
+  nccl_log("reset-debug NCCL_DEBUG %s", d ? d : "-");
 }
 const char *ncclGetErrorString(int rc);
 const char *ncclGetErrorString(int rc) {

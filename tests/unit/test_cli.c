@@ -141,6 +141,8 @@ static const expect_desc expected[] = {
      "PET_WARM_START_MODULES", "trun"},
     {TRUN_OPT_WARM_START_CUDA, "warm-start-cuda", "warm_start_cuda", 0, 1, NULL, "PET_WARM_START_CUDA",
      "trun"},
+    {TRUN_OPT_WARM_START_NCCL, "warm-start-nccl", "warm_start_nccl", 0, 1, NULL, "PET_WARM_START_NCCL",
+     "trun"},
     {TRUN_OPT_RESTART_BACKOFF, "restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF",
      "trun"},
     {TRUN_OPT_CRASH_LOOP, "crash-loop", "crash_loop", 0, 0, "3:60", "PET_CRASH_LOOP", "trun"},

@@ -246,6 +246,8 @@ START_TEST(bad_inputs) {
             (const char *const[]){"--warm-start-modules", "1a", "t.py", NULL});
   parse_err("--warm-start-cuda needs --warm-start", NULL,
             (const char *const[]){"--warm-start-cuda", "t.py", NULL});
+  parse_err("--warm-start-nccl needs --warm-start --warm-start-cuda", NULL,
+            (const char *const[]){"--warm-start", "--warm-start-nccl", "t.py", NULL});
   {
     trun_config ok;
     PARSE_OK(&ok, "--warm-start", "--warm-start-modules", "torch,numpy.linalg,_x1", "t.py");
@@ -253,7 +255,9 @@ START_TEST(bad_inputs) {
     ck_assert_str_eq(ok.warm_modules, "torch,numpy.linalg,_x1");
     ck_assert(!ok.warm_cuda);
     PARSE_OK(&ok, "--warm-start", "--warm-start-cuda", "t.py");
-    ck_assert(ok.warm_start && ok.warm_cuda);
+    ck_assert(ok.warm_start && ok.warm_cuda && !ok.warm_nccl);
+    PARSE_OK(&ok, "--warm-start", "--warm-start-cuda", "--warm-start-nccl", "t.py");
+    ck_assert(ok.warm_start && ok.warm_cuda && ok.warm_nccl);
     PARSE_OK(&ok, "t.py");
     ck_assert(!ok.warm_start);
     ck_assert_str_eq(ok.warm_modules, "torch,torch.distributed");

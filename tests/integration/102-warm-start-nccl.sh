@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# --warm-start-nccl: each pool process does NCCL's once-a-process set-up before it becomes a worker, and the
+# agent asks the workers' NCCL RAS where it then serves. No GPU here: the fake CUDA driver and a copy of the
+# fake NCCL named libnccl.so.2 (tests/fakes/cuda_nccl_shim.c), which a warm module loads as torch loads NCCL.
+#  - every worker of both attempts (local rank 1 crashes once) was set up by its pool process: one one-rank
+#    communicator on its own device (LOCAL_RANK), in a thread other than the main one, with NCCL_RAS_ADDR a
+#    loopback port of the process's own (not the job's) and NCCL_DEBUG_FILE /dev/null (not the worker's file);
+#  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE as trun and the user set
+#    them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
+#  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
+#  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the pool
+#    says why; --warm-start-nccl without --warm-start-cuda is a usage error (exit 2).
+# Exit: 0 pass, anything else fail.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../helpers/lib.sh"
+need_trun
+[ -f "$build/libcuda-nccl-fake.so" ] || fail "$build/libcuda-nccl-fake.so is missing; run 'make' first"
+
+mkdir -p "$tmp/mods" "$tmp/lib" "$tmp/out"
+cp "$build/libcuda-nccl-fake.so" "$tmp/lib/libnccl.so.2"
+cat >"$tmp/mods/fakenccl.py" <<EOF
+import ctypes
+ctypes.CDLL("$tmp/lib/libnccl.so.2")
+EOF
+# The worker: says its pid, NCCL environment and attempt; local rank 1 fails attempt 0; in attempt 1 both
+# wait (at most 30 s) until the agent has asked local rank 0's RAS, then exit 0.
+cat >"$tmp/w.py" <<'EOF'
+import os, sys, time
+out, lr, att = sys.argv[1], os.environ["LOCAL_RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+with open(os.path.join(out, "w.%s.%s" % (att, lr)), "w") as f:
+    f.write("pid %d ras %s debug-file %s\n" % (os.getpid(), os.environ.get("NCCL_RAS_ADDR", "-"),
+                                              os.environ.get("NCCL_DEBUG_FILE", "-")))
+if att == "0" and lr == "1":
+    sys.exit(3)
+if att == "0":
+    time.sleep(1)
+    sys.exit(0)
+deadline = time.time() + 30
+p0 = os.path.join(out, "w.1.0")
+while time.time() < deadline:
+    try:
+        pid0 = open(p0).read().split()[1]
+        if ("pid %s ras-client\n" % pid0) in open(os.environ["TRUN_FAKE_NCCL_LOG"]).read():
+            sys.exit(0)
+    except (OSError, IndexError):
+        pass
+    time.sleep(0.1)
+sys.exit(4)
+EOF
+
+echo "== --warm-start --warm-start-cuda --warm-start-nccl, local rank 1 crashes once"
+rc=0
+TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_CUDA_LOG=$tmp/cuda.log \
+  TRUN_FAKE_NCCL_LOG=$tmp/nccl.log PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py TRUN_HANG_WINDOW=1 \
+  NCCL_DEBUG=WARN NCCL_DEBUG_FILE=$tmp/user-debug.%p TRUN_LOG_LEVEL=debug \
+  timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl \
+  --standalone --nproc-per-node 2 --max-restarts 1 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
+  rc=$?
+show() {
+  sed 's/^/    err| /' "$tmp/trun.err" | tail -40
+  sed 's/^/    nccl| /' "$tmp/nccl.log" 2>/dev/null
+}
+[ $rc -eq 0 ] || {
+  show
+  fail "trun exited $rc, want 0"
+}
+job_ras=""
+for att in 0 1; do
+  for lr in 0 1; do
+    f=$tmp/out/w.$att.$lr
+    [ -f "$f" ] || fail "attempt $att local rank $lr did not run"
+    read -r _ wpid _ ras _ dfile <"$f"
+    [ -z "$job_ras" ] && job_ras=$ras
+    [ "$ras" = "$job_ras" ] && [[ "$ras" == 127.0.0.1:* ]] ||
+      fail "attempt $att local rank $lr: NCCL_RAS_ADDR is '$ras', want the job's own ($job_ras) for every worker"
+    [ "$dfile" = "$tmp/user-debug.%p" ] ||
+      fail "attempt $att local rank $lr: NCCL_DEBUG_FILE is '$dfile', want the user's $tmp/user-debug.%p"
+    grep -q "^pid $wpid retain $lr cvd -$" "$tmp/cuda.log" ||
+      fail "attempt $att local rank $lr (pid $wpid) did not start warm with its CUDA context: $(cat "$tmp/cuda.log")"
+    inits=$(grep -c "^pid $wpid init-all " "$tmp/nccl.log" || true)
+    [ "$inits" -eq 1 ] || {
+      show
+      fail "attempt $att local rank $lr (pid $wpid): $inits NCCL set-ups in its pool process, want 1"
+    }
+    line=$(grep "^pid $wpid init-all " "$tmp/nccl.log")
+    own=$(sed -n 's/.* ras \(127\.0\.0\.1:[0-9]*\) .*/\1/p' <<<"$line")
+    [[ "$line" == "pid $wpid init-all n 1 dev $lr thread other ras 127.0.0.1:"*" debug-file /dev/null" ]] ||
+      fail "attempt $att local rank $lr: the set-up was '$line', want a one-rank communicator on device $lr in a helper thread with its own RAS port and NCCL_DEBUG_FILE=/dev/null"
+    [ -n "$own" ] && [ "$own" != "$job_ras" ] ||
+      fail "attempt $att local rank $lr: the pool's RAS port '$own' is the job's ($job_ras): it would answer for a job it is not in"
+    grep -q "^pid $wpid destroy$" "$tmp/nccl.log" ||
+      fail "attempt $att local rank $lr: the one-rank communicator was not destroyed"
+    resets=$(grep -c "^pid $wpid reset-debug NCCL_DEBUG WARN$" "$tmp/nccl.log" || true)
+    [ "$resets" -ge 2 ] ||
+      fail "attempt $att local rank $lr: NCCL re-read its debug settings $resets times, want after the set-up and after the handover"
+    grep -q "local rank $lr starts warm (pool process $wpid; its NCCL RAS serves on $own)" "$tmp/trun.err" ||
+      fail "attempt $att local rank $lr: the agent did not take its RAS address $own: $(grep -i 'starts warm' "$tmp/trun.err")"
+  done
+done
+pid0=$(awk '{print $2}' "$tmp/out/w.1.0")
+grep -q "^pid $pid0 ras-client$" "$tmp/nccl.log" || fail "the agent did not ask local rank 0's own RAS port"
+grep -q "ras-failed" "$tmp/nccl.log" && fail "a fake RAS could not listen: $(grep ras-failed "$tmp/nccl.log")"
+echo PASS
+
+echo "== --warm-start-nccl without libnccl among the imports: warm starts, nothing set up, the reason said"
+rm -f "$tmp/nccl.log"
+echo 'pass' >"$tmp/ok.py"
+rc=0
+TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/nccl.log PYTHON_EXEC=$host_py \
+  TRUN_LOG_LEVEL=debug timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl \
+  --warm-start-modules json --standalone --nproc-per-node 1 "$tmp/ok.py" \
+  >"$tmp/plain.out" 2>"$tmp/plain.err" || rc=$?
+[ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/plain.err")"
+grep -q "local rank 0 starts warm (pool process [0-9]*)" "$tmp/plain.err" ||
+  fail "the worker did not start warm: $(grep -i 'warm' "$tmp/plain.err")"
+grep -q "ready: CUDA context made on device 0; no NCCL set-up: the warm modules did not load libnccl" \
+  "$tmp/plain.err" || fail "the pool did not say why NCCL was not set up: $(grep -i 'ready' "$tmp/plain.err")"
+[ ! -s "$tmp/nccl.log" ] || fail "NCCL was set up without libnccl among the imports: $(cat "$tmp/nccl.log")"
+echo PASS
+
+echo "== --warm-start-nccl without --warm-start-cuda"
+rc=0
+"$trun" --warm-start --warm-start-nccl --standalone --nproc-per-node 1 "$tmp/ok.py" >/dev/null 2>"$tmp/usage.err" ||
+  rc=$?
+[ $rc -eq 2 ] || fail "exit $rc, want 2"
+grep -q -- "--warm-start-nccl needs --warm-start --warm-start-cuda" "$tmp/usage.err" ||
+  fail "no clear error: $(cat "$tmp/usage.err")"
+echo PASS
