@@ -14,9 +14,10 @@
 #                                   fleet (2 agents x N/2), the stall detector (~4 min)
 #   call 4: bash bench/gpu4.sh 4    what issue 39's acceptance still needs from the tree that sets
 #                                   NCCL_CUMEM_ENABLE=0 itself: launch with the GPU cache (bench/gpu_launch.py,
-#                                   ~80 s), the crash floor 1 x N warm-cuda and torchrun (~100 s), node loss 2 x N/2
-#                                   killed and silent on both backends and torchrun silent (~250 s), FSDP under
-#                                   torchrun and trun (~80 s)
+#                                   ~80 s), the crash floor 1 x N warm-cuda, warm-cuda + --warm-start-nccl and
+#                                   torchrun (~140 s), node loss 2 x N/2 killed (warm-cuda, + warm-start-nccl) and
+#                                   silent on both backends and torchrun silent (~250 s), FSDP under torchrun and
+#                                   trun (~80 s)
 # Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>-health.json or -gpu.json and the folder
 # of the same name); at the end each folder is packed into $OUT/<folder>.tgz (the device returns at most 8
 # files): unpack them into bench/results/. The whole console of every step is in $OUT/console-<call>.txt; the
@@ -116,10 +117,11 @@ elif [ "$CALL" = 3 ]; then
   step stall 120 4 env GPU_STEPS=stall "$PY" bench/gpu.py
 elif [ "$CALL" = 4 ]; then
   step launch 95 16 env GPU_LAUNCH_BUDGET=80 "$PY" bench/gpu_launch.py
-  step recovery4 110 10 env GPU_R4_STEPS=recovery GPU_R4_BUDGET=100 GPU_R4_CRASHES=2 \
-    GPU_R4_CONFIGS=trun-warm-cuda,torchrun "$PY" bench/gpu_recovery4.py
-  nl=trun-trun-warm-cuda-kill,trun-c10d-warm-cuda-kill,trun-trun-warm-cuda-stop,trun-c10d-warm-cuda-stop,torchrun-stop
-  t=$(($(left) - 110))
+  step recovery4 150 10 env GPU_R4_STEPS=recovery GPU_R4_BUDGET=140 GPU_R4_CRASHES=2 \
+    GPU_R4_CONFIGS=trun-warm-cuda,trun-warm-cuda-nccl,torchrun "$PY" bench/gpu_recovery4.py
+  nl=trun-trun-warm-cuda-kill,trun-trun-warm-nccl-kill,trun-c10d-warm-cuda-kill,trun-c10d-warm-nccl-kill
+  nl=$nl,trun-trun-warm-cuda-stop,trun-c10d-warm-cuda-stop,torchrun-stop
+  t=$(($(left) - 100))
   step nodeloss 300 30 env GPU_NL_BUDGET=$((t - 30)) GPU_NL_CONFIGS=$nl "$PY" bench/gpu_nodeloss.py
   export GPU_RESULT_SUFFIX=gpu4
   step fsdp 100 8 env GPU_STEPS=fsdp GPU_DDP_REPS=1 "$PY" bench/gpu.py

@@ -8,7 +8,8 @@ each (agent i on GPUs i*N/K..; --nnodes 1:K, agent 0 hosts the rendezvous store)
                  wait), killed at the job's end;
          until every survivor's worker has all-reduced in the world of N - N/K.
 The survivors are inside an NCCL all-reduce when the peer goes: the time includes their teardown. Configurations:
-trun with --rdzv-backend c10d and trun, each cold / --warm-start / --warm-start --warm-start-cuda; "hostid"
+trun with --rdzv-backend c10d and trun, each cold / --warm-start / --warm-start --warm-start-cuda (/ and
+--warm-start-nccl: "warm-nccl"); "hostid"
 variants give the agents different NCCL_HOSTID (NCCL takes them for two hosts: NET/Socket between them, as
 between real nodes); torchrun 2.11 (c10d) once per kind (kill, stop, crash alone), a recovery not seen within
 TORCHRUN_CAP seconds counting as none.
@@ -76,6 +77,8 @@ def configs():
     out = []
     for be in ("c10d", "trun"):
         out.append((f"trun-{be}-warm-cuda-kill", "trun", be, wc, "kill", False, True))
+    for be in ("c10d", "trun"):
+        out.append((f"trun-{be}-warm-nccl-kill", "trun", be, wc + ["--warm-start-nccl"], "kill", False, True))
     for be in ("c10d", "trun"):
         out.append((f"trun-{be}-warm-cuda-stop", "trun", be, wc, "stop", False, True))
     for be in ("c10d", "trun"):

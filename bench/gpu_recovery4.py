@@ -6,7 +6,8 @@
   2. recovery: 1 node x N GPUs, NCCL, an all-reduce every 50 ms; the last rank crashes (os._exit(1)) and the
      time runs until all N replacements have set up CUDA, formed the NCCL group and all-reduced. One job per
      configuration with --max-restarts C: C crashes, C samples (GPU_R4_CRASHES, default 2). Configurations:
-     trun cold, --warm-start, --warm-start --warm-start-cuda, and the latter with each NCCL setting that may
+     trun cold, --warm-start, --warm-start --warm-start-cuda (and + --warm-start-nccl: "trun-warm-cuda-nccl"),
+     and --warm-start-cuda with each NCCL setting that may
      cut communicator set-up: NCCL_CUMEM_ENABLE=0, NCCL_TOPO_FILE (the box's topology as NCCL_TOPO_DUMP_FILE
      wrote it in a short job first: nccl-topo.xml), both, both + NCCL_GRAPH_FILE (the same job's
      NCCL_GRAPH_DUMP_FILE: nccl-graph.xml), NCCL_NET_PLUGIN=none + NCCL_IB_DISABLE=1 (no network
@@ -394,8 +395,10 @@ def configs():
     """(name, launcher argv, extra environment, warm). "@topo" stands for the box's NCCL topology file
     (topo_file), NCCL_DEBUG_FILE "@" for one file per process in the job's folder."""
     warm, cuda = [TRUN, "--warm-start"], [TRUN, "--warm-start", "--warm-start-cuda"]
+    nccl = cuda + ["--warm-start-nccl"]
     topo, cumem0 = {"NCCL_TOPO_FILE": "@topo"}, {"NCCL_CUMEM_ENABLE": "0"}
     out = [("trun-cold", [TRUN], {}, False), ("trun-warm", warm, {}, True), ("trun-warm-cuda", cuda, {}, True),
+           ("trun-warm-cuda-nccl", nccl, {}, True), ("trun-warm-cuda-nccl+debug_init", nccl, DEBUG_INIT, True),
            ("trun-warm-cuda+cumem0", cuda, cumem0, True),
            ("trun-warm-cuda+debug_init", cuda, DEBUG_INIT, True),
            ("trun-warm-cuda+topofile", cuda, topo, True),
