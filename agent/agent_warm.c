@@ -138,6 +138,12 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
       "the agent and refilled after each start; a worker that cannot start exactly as a cold one starts "
       "cold with the reason\n",
       nproc, argv[0], cfg->warm_modules[0] ? cfg->warm_modules : "nothing");
+  if (cfg->warm_cuda)
+    fprintf(out, "  each pool process also makes its worker's CUDA context (--warm-start-cuda)%s\n",
+            cfg->warm_nccl
+                ? " and does NCCL's once-a-process set-up, its RAS then serving on a port of its own "
+                  "(--warm-start-nccl)"
+                : "");
   if (measure) {
     trun_warm *p = trun_warm_new(1, cfg->warm_modules, NULL, NULL);
     char why[512] = "out of memory";

@@ -9,7 +9,8 @@
 #    them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
 #  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the pool
-#    says why; --warm-start-nccl without --warm-start-cuda is a usage error (exit 2).
+#    says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
+#    error (exit 2).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -117,6 +118,13 @@ grep -q "local rank 0 starts warm (pool process [0-9]*)" "$tmp/plain.err" ||
 grep -q "ready: CUDA context made on device 0; no NCCL set-up: the warm modules did not load libnccl" \
   "$tmp/plain.err" || fail "the pool did not say why NCCL was not set up: $(grep -i 'ready' "$tmp/plain.err")"
 [ ! -s "$tmp/nccl.log" ] || fail "NCCL was set up without libnccl among the imports: $(cat "$tmp/nccl.log")"
+echo PASS
+
+echo "== --dry-run says what the pool does"
+PYTHON_EXEC=$host_py "$trun" --dry-run --warm-start --warm-start-cuda --warm-start-nccl --standalone \
+  --nproc-per-node 1 "$tmp/ok.py" >"$tmp/dry.out" 2>&1 || fail "--dry-run failed: $(cat "$tmp/dry.out")"
+grep -q "makes its worker's CUDA context (--warm-start-cuda) and does NCCL's once-a-process set-up" \
+  "$tmp/dry.out" || fail "--dry-run does not say the pool sets NCCL up: $(grep -A2 'warm start' "$tmp/dry.out")"
 echo PASS
 
 echo "== --warm-start-nccl without --warm-start-cuda"
