@@ -22,11 +22,11 @@
  * the file TRUN_FAKE_CUDA_LOG names.
  * The --warm-start-nccl pool (warm_boot.c) finds NCCL as the library named libnccl.so* that its imports
  * loaded (the tests load a copy of this file by that name): ncclCommInitAll appends "pid <pid> init-all n <n>
- * dev <d> thread <main|other> ras <NCCL_RAS_ADDR> debug-file <NCCL_DEBUG_FILE>" ("-" for unset) to the file
- * TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS thread does once a process, listens on NCCL_RAS_ADDR
- * (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for the process's life; each client it accepts appends
- * "pid <pid> ras-client" and is closed. ncclResetDebugInit appends "pid <pid> reset-debug NCCL_DEBUG
- * <value>". A test fake, so plain globals. */
+ * dev <d> thread <main|other> ras <NCCL_RAS_ADDR> debug-file <NCCL_DEBUG_FILE> comm-id <NCCL_COMM_ID>
+ * graph-dump <NCCL_GRAPH_DUMP_FILE>" ("-" for unset) to the file TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS
+ * thread does once a process, listens on NCCL_RAS_ADDR (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for
+ * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed. ncclResetDebugInit
+ * appends "pid <pid> reset-debug NCCL_DEBUG <value>". A test fake, so plain globals. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -372,9 +372,11 @@ static void ras_start(const char *addr) {
 
 int ncclCommInitAll(void **comm, int n, const int *devs);
 int ncclCommInitAll(void **comm, int n, const int *devs) {
-  const char *ras = getenv("NCCL_RAS_ADDR"), *file = getenv("NCCL_DEBUG_FILE");
-  nccl_log("init-all n %d dev %d thread %s ras %s debug-file %s", n, n > 0 ? devs[0] : -1,
-           syscall(SYS_gettid) == getpid() ? "main" : "other", ras ? ras : "-", file ? file : "-");
+  const char *ras = getenv("NCCL_RAS_ADDR"), *file = getenv("NCCL_DEBUG_FILE"), *id = getenv("NCCL_COMM_ID"),
+             *dump = getenv("NCCL_GRAPH_DUMP_FILE");
+  nccl_log("init-all n %d dev %d thread %s ras %s debug-file %s comm-id %s graph-dump %s", n,
+           n > 0 ? devs[0] : -1, syscall(SYS_gettid) == getpid() ? "main" : "other", ras ? ras : "-",
+           file ? file : "-", id ? id : "-", dump ? dump : "-");
   ras_start(ras);
   nranks = n;
   *comm = (void *)&nranks;

@@ -4,9 +4,10 @@
 # fake NCCL named libnccl.so.2 (tests/fakes/cuda_nccl_shim.c), which a warm module loads as torch loads NCCL.
 #  - every worker of both attempts (local rank 1 crashes once) was set up by its pool process: one one-rank
 #    communicator on its own device (LOCAL_RANK), in a thread other than the main one, with NCCL_RAS_ADDR a
-#    loopback port of the process's own (not the job's) and NCCL_DEBUG_FILE /dev/null (not the worker's file);
-#  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE as trun and the user set
-#    them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
+#    loopback port of the process's own (not the job's), NCCL_DEBUG_FILE /dev/null (not the worker's file) and
+#    neither the user's NCCL_COMM_ID (a running job's bootstrap root) nor NCCL_GRAPH_DUMP_FILE;
+#  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE, NCCL_COMM_ID as trun and the
+#    user set them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
 #  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the pool
 #    says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
@@ -30,8 +31,9 @@ cat >"$tmp/w.py" <<'EOF'
 import os, sys, time
 out, lr, att = sys.argv[1], os.environ["LOCAL_RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
 with open(os.path.join(out, "w.%s.%s" % (att, lr)), "w") as f:
-    f.write("pid %d ras %s debug-file %s\n" % (os.getpid(), os.environ.get("NCCL_RAS_ADDR", "-"),
-                                              os.environ.get("NCCL_DEBUG_FILE", "-")))
+    f.write("pid %d ras %s debug-file %s comm-id %s\n" % (os.getpid(), os.environ.get("NCCL_RAS_ADDR", "-"),
+                                                         os.environ.get("NCCL_DEBUG_FILE", "-"),
+                                                         os.environ.get("NCCL_COMM_ID", "-")))
 if att == "0" and lr == "1":
     sys.exit(3)
 if att == "0":
@@ -54,7 +56,8 @@ echo "== --warm-start --warm-start-cuda --warm-start-nccl, local rank 1 crashes 
 rc=0
 TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_CUDA_LOG=$tmp/cuda.log \
   TRUN_FAKE_NCCL_LOG=$tmp/nccl.log PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py TRUN_HANG_WINDOW=1 \
-  NCCL_DEBUG=WARN NCCL_DEBUG_FILE=$tmp/user-debug.%p TRUN_LOG_LEVEL=debug \
+  NCCL_DEBUG=WARN NCCL_DEBUG_FILE=$tmp/user-debug.%p NCCL_COMM_ID=127.0.0.1:9 \
+  NCCL_GRAPH_DUMP_FILE=$tmp/graph.xml TRUN_LOG_LEVEL=debug \
   timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl \
   --standalone --nproc-per-node 2 --max-restarts 1 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
   rc=$?
@@ -71,12 +74,12 @@ for att in 0 1; do
   for lr in 0 1; do
     f=$tmp/out/w.$att.$lr
     [ -f "$f" ] || fail "attempt $att local rank $lr did not run"
-    read -r _ wpid _ ras _ dfile <"$f"
+    read -r _ wpid _ ras _ dfile _ commid <"$f"
     [ -z "$job_ras" ] && job_ras=$ras
     [ "$ras" = "$job_ras" ] && [[ "$ras" == 127.0.0.1:* ]] ||
       fail "attempt $att local rank $lr: NCCL_RAS_ADDR is '$ras', want the job's own ($job_ras) for every worker"
-    [ "$dfile" = "$tmp/user-debug.%p" ] ||
-      fail "attempt $att local rank $lr: NCCL_DEBUG_FILE is '$dfile', want the user's $tmp/user-debug.%p"
+    [ "$dfile" = "$tmp/user-debug.%p" ] && [ "$commid" = 127.0.0.1:9 ] ||
+      fail "attempt $att local rank $lr: NCCL_DEBUG_FILE is '$dfile', NCCL_COMM_ID '$commid', want the user's ($tmp/user-debug.%p, 127.0.0.1:9)"
     grep -q "^pid $wpid retain $lr cvd -$" "$tmp/cuda.log" ||
       fail "attempt $att local rank $lr (pid $wpid) did not start warm with its CUDA context: $(cat "$tmp/cuda.log")"
     inits=$(grep -c "^pid $wpid init-all " "$tmp/nccl.log" || true)
@@ -86,8 +89,8 @@ for att in 0 1; do
     }
     line=$(grep "^pid $wpid init-all " "$tmp/nccl.log")
     own=$(sed -n 's/.* ras \(127\.0\.0\.1:[0-9]*\) .*/\1/p' <<<"$line")
-    [[ "$line" == "pid $wpid init-all n 1 dev $lr thread other ras 127.0.0.1:"*" debug-file /dev/null" ]] ||
-      fail "attempt $att local rank $lr: the set-up was '$line', want a one-rank communicator on device $lr in a helper thread with its own RAS port and NCCL_DEBUG_FILE=/dev/null"
+    [[ "$line" == "pid $wpid init-all n 1 dev $lr thread other ras 127.0.0.1:"*" debug-file /dev/null comm-id - graph-dump -" ]] ||
+      fail "attempt $att local rank $lr: the set-up was '$line', want a one-rank communicator on device $lr in a helper thread with its own RAS port, NCCL_DEBUG_FILE=/dev/null, no NCCL_COMM_ID (the job's bootstrap root) and no NCCL_GRAPH_DUMP_FILE"
     [ -n "$own" ] && [ "$own" != "$job_ras" ] ||
       fail "attempt $att local rank $lr: the pool's RAS port '$own' is the job's ($job_ras): it would answer for a job it is not in"
     grep -q "^pid $wpid destroy$" "$tmp/nccl.log" ||
