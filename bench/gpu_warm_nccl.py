@@ -8,7 +8,11 @@ It records:
     communicator with every rank, the second should be refused: no worker serves there);
   - whether the workers' own NCCL logs have their communicators' "Init COMPLETE" and "Init timings" lines in
     both attempts (NCCL re-read NCCL_DEBUG after the handover) and the "kernels" share of those timings;
-  - any hang-detection warning trun printed (an unusable RAS answer).
+  - any hang-detection warning trun printed (an unusable RAS answer);
+  - the GPU memory (nvidia-smi) of attempt 1's workers and of the pool processes ready for the next restart;
+  - the first start: from trun's launch to the last rank's first all-reduce (the pool's NCCL set-up is in it).
+The same job then runs with --warm-start --warm-start-cuda only (the pool without NCCL's set-up), the pair
+GPU_WN_REPS times (2).
 Run on the GPU box (build/portable carried):  python3 bench/gpu_warm_nccl.py
 Writes $OUT/<date>-<gpu>-warm-nccl/warm-nccl.json, trun's stderr and the workers' output.
 """
@@ -50,22 +54,31 @@ def topo_hang(addr):
     return {"addr": addr, "rc": r.returncode, "json": doc, "stdout": r.stdout[-3000:], "stderr": r.stderr[-1500:]}
 
 
-def main():
-    n = len(gc.gpu_names())
-    if n == 0:
-        print("no GPU: nothing to run", flush=True)
-        return 2
-    d = gc.step_dir("warm-nccl")
-    res = {"gpus": n, "torch": gc.torch_version(), "checks": {}}
+def smi_memory():
+    """{pid: MiB} of the processes on the GPUs (nvidia-smi --query-compute-apps)."""
+    r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=60)
+    mem = {}
+    for ln in r.stdout.splitlines():
+        f = [x.strip() for x in ln.split(",")]
+        if len(f) == 2 and f[0].isdigit() and f[1].isdigit():
+            mem[int(f[0])] = int(f[1])
+    return mem
+
+
+def job(d, n, tag, flags):
+    """One job; what it showed (see the module's text). Pool memory: once attempt 1 trains and the pool for
+    the next restart is ready, each pool process's and worker's GPU memory (nvidia-smi)."""
+    res = {"flags": flags, "checks": {}}
     work = tempfile.mkdtemp(prefix="warm-nccl-")
     script = os.path.join(work, "w.py")
     with open(script, "w") as f:
         f.write(WORKER)
     env = dict(os.environ, TRUN_LOG_LEVEL="debug", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT",
                PYTHON_EXEC=gc.PY, **{gc.JOB_VAR: "warm-nccl"})
-    err_path, out_path = os.path.join(d, "trun.err"), os.path.join(d, "trun.out")
-    cmd = [gc.TRUN, "--warm-start", "--warm-start-cuda", "--warm-start-nccl", "--standalone", "--nproc-per-node",
-           str(n), "--max-restarts", "1", "--restart-backoff", "0", "--crash-loop", "0", script, work, "nccl"]
+    err_path, out_path = os.path.join(d, f"{tag}-trun.err"), os.path.join(d, f"{tag}-trun.out")
+    cmd = [gc.TRUN, *flags, "--standalone", "--nproc-per-node", str(n), "--max-restarts", "1",
+           "--restart-backoff", "0", "--crash-loop", "0", script, work, "nccl"]
     res["cmd"] = cmd
     t0 = time.time()
     with open(err_path, "w") as ef, open(out_path, "w") as of:
@@ -78,10 +91,20 @@ def main():
                     continue
                 time.sleep(1.0)  # a few all-reduces into attempt 1
                 text = open(err_path).read()
-                job = re.findall(r"the workers' NCCL RAS listens on (\S+) ", text)
+                job_addr = re.findall(r"the workers' NCCL RAS listens on (\S+) ", text)
                 own = re.findall(r"starts warm \(pool process \d+; its NCCL RAS serves on (\S+)\)", text)
-                res["checks"]["job_ras"] = [topo_hang(a) for a in job[:1]]
+                res["checks"]["job_ras"] = [topo_hang(a) for a in job_addr[:1]]
                 res["checks"]["worker_ras"] = [topo_hang(a) for a in own[-n:]]
+                until = time.time() + 5
+                while time.time() < until and len(re.findall(r"pool process \d+ ready", open(err_path).read())) < 3 * n:
+                    time.sleep(0.1)
+                text = open(err_path).read()
+                workers = [int(x) for x in re.findall(r"starts warm \(pool process (\d+)", text)[-n:]]
+                pool = [int(x) for x in re.findall(r"pool process (\d+) importing", text)[-n:]]
+                mem = smi_memory()
+                res["gpu_mib"] = {"workers": [mem.get(x) for x in workers], "pool": [mem.get(x) for x in pool],
+                                  "pool_ready": len(re.findall(r"pool process \d+ ready", text)) >= 3 * n,
+                                  "all": mem}
                 asked = True
             rc = p.wait(timeout=60)
         finally:
@@ -90,6 +113,11 @@ def main():
                 p.kill()
                 rc = None
     res["rc"], res["seconds"] = rc, round(time.time() - t0, 1)
+    try:  # the first start: from trun's launch to the last rank's first all-reduce (one clock)
+        res["first_ready_s"] = round(max(float(open(os.path.join(work, f"ready.0.{r}")).read())
+                                         for r in range(n)) - t0, 3)
+    except (OSError, ValueError):
+        res["first_ready_s"] = None
     err, out = open(err_path).read(), open(out_path).read()
     res["ready_lines"] = [ln for ln in err.splitlines() if "pool process" in ln and " ready" in ln]
     res["warm_lines"] = [ln for ln in err.splitlines() if "starts warm" in ln or "starts cold" in ln]
@@ -97,16 +125,39 @@ def main():
     res["init_complete"] = len(re.findall(r"Init COMPLETE", out + err))
     res["init_timings"] = re.findall(r"Init timings[^\n]*", out + err)
     res["version_banner"] = len(re.findall(r"NCCL version \d", out + err))
+    return res
+
+
+def main():
+    n = len(gc.gpu_names())
+    if n == 0:
+        print("no GPU: nothing to run", flush=True)
+        return 2
+    d = gc.step_dir("warm-nccl")
+    res = {"gpus": n, "torch": gc.torch_version(), "jobs": {}}
+    pair = (("nccl", ["--warm-start", "--warm-start-cuda", "--warm-start-nccl"]),
+            ("cuda", ["--warm-start", "--warm-start-cuda"]))
+    for i in range(int(os.environ.get("GPU_WN_REPS", "2"))):
+        for kind, flags in pair:
+            tag = f"{kind}-{i + 1}"
+            r = res["jobs"][tag] = job(d, n, tag, flags)
+            report(d, res, tag, r)
+    return 0
+
+
+def report(d, res, tag, r):
+    """Rewrites the JSON (a killed run keeps what it measured) and prints the job's short lines."""
     with open(os.path.join(d, "warm-nccl.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(json.dumps({k: res[k] for k in ("rc", "seconds", "ready_lines", "warm_lines", "hang_warnings",
-                                          "init_complete", "version_banner")}, indent=1), flush=True)
-    for t in res["init_timings"]:
-        print(t[:300], flush=True)
+    keys = ("rc", "seconds", "first_ready_s", "gpu_mib", "ready_lines", "warm_lines", "hang_warnings",
+            "init_complete", "version_banner")
+    print(tag, json.dumps({k: r.get(k) for k in keys}), flush=True)
+    for t in r["init_timings"]:
+        print(tag, t[:300], flush=True)
     for k in ("job_ras", "worker_ras"):
-        for q in res["checks"].get(k, []):
-            print(k, q["addr"], "rc", q["rc"], (q["stdout"] or q["stderr"])[:600].replace("\n", " | "), flush=True)
-    return 0
+        for q in r["checks"].get(k, []):
+            print(tag, k, q["addr"], "rc", q["rc"], (q["stdout"] or q["stderr"])[:300].replace("\n", " | "),
+                  flush=True)
 
 
 if __name__ == "__main__":
