@@ -6,7 +6,8 @@
  * outside their sessions (strays.h); the supervisor's loop side for a launcher of children (super.h:
  * SIGCHLD reaping, caught signals, a grace timer); environments and argument lists as
  * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h); the workers' torchrun
- * variables, named once with what each user needs of them (round_vars.h).
+ * variables, named once with what each user needs of them (round_vars.h); loopback ports held for the
+ * workers' NCCL RAS (portheld.h).
  * May use: base, discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
 #ifndef TRUN_PROC_H
@@ -15,6 +16,7 @@
 #include "cause.h"
 #include "memcg.h"
 #include "output.h"
+#include "portheld.h"
 #include "report.h"
 #include "round_vars.h"
 #include "spawn.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "portheld.h"
 #include "round_vars.h"
 #include "spawn.h"
 #include "strv.h"
@@ -32,9 +33,16 @@ typedef struct {
   char *cpus;     /* its CPU pinning, NULL none */
   char **tail;    /* the worker's argv after "<python> -u": its sys.argv and sys.path[0] for the imports */
   char **env;     /* the environment it was started with */
-  char cuda[320]; /* the bootstrap's CUDA argument: "-" none, or "<ordinal>[+nccl],<driver library>" */
-  char ras[64];   /* --warm-start-nccl: the NCCL RAS client address its "ready" named ("" none) */
-  char why[256];  /* why the slot is disabled */
+  char cuda[320]; /* the bootstrap's CUDA argument: "-" none, or "<ordinal>,<driver library>" */
+  /* --warm-start-nccl: NCCL is set up in the pool process too, its RAS serving on one of two loopback ports
+   * held for the slot (portheld.h): the pool process takes the one its slot's live worker does not use. */
+  int nccl;
+  int ras_fd[2];        /* the held sockets, -1 not yet */
+  unsigned ras_port[2]; /* their ports */
+  int ras_spawned;      /* the one the pool process was given */
+  int ras_live;         /* the one the slot's current worker serves on, -1 none */
+  char ras[64];         /* "127.0.0.1:<port>" once the pool process said its RAS listens there, "" not */
+  char why[256];        /* why the slot is disabled */
 } slot_t;
 
 struct trun_warm {
@@ -60,7 +68,7 @@ trun_warm *trun_warm_new(int nslots, const char *modules, const struct rlimit *n
   p->nofile = nofile;
   p->guard = guard;
   for (int i = 0; i < nslots; i++) {
-    p->s[i].fd = -1;
+    p->s[i].fd = p->s[i].ras_fd[0] = p->s[i].ras_fd[1] = p->s[i].ras_live = -1;
     snprintf(p->s[i].cuda, sizeof(p->s[i].cuda), "-");
   }
   return p;
@@ -84,6 +92,8 @@ void trun_warm_free(trun_warm *p) {
       }
     }
     slot_drop(s);
+    for (int k = 0; k < 2; k++)
+      if (s->ras_fd[k] >= 0) close(s->ras_fd[k]);
     free(s->python);
     trun_strv_free(s->tail);
     free(s->cpus);
@@ -98,6 +108,30 @@ static void disable(slot_t *s, int slot, const char *fmt, const char *detail) {
   s->disabled = 1;
   snprintf(s->why, sizeof(s->why), fmt, detail);
   trun_warn("--warm-start: local rank %d: %s; its workers start cold", slot, s->why);
+}
+
+/* The bootstrap's CUDA argument for slot's next pool process: s->cuda, with --warm-start-nccl
+ * "<ordinal>+nccl=<port>,<driver library>", the port one of the slot's two held ones that its live worker
+ * does not serve on. Without a held port (no loopback) NCCL is not set up there (said at debug level). */
+static void cuda_arg(slot_t *s, int slot, char *out, size_t len) {
+  size_t head = strcspn(s->cuda, ",");
+  snprintf(out, len, "%s", s->cuda);
+  if (!s->nccl || s->cuda[head] != ',') return;
+  int k = s->ras_live == 0 ? 1 : 0;
+  if (s->ras_fd[k] < 0) {
+    const char *step = "";
+    int fd = trun_port_hold(&s->ras_port[k], &step);
+    if (fd < 0) {
+      trun_debug(
+          "--warm-start-nccl: local rank %d: no loopback port for its NCCL RAS (%s: %s); NCCL is not "
+          "set up in its pool process",
+          slot, step, strerror(-fd));
+      return;
+    }
+    s->ras_fd[k] = fd;
+  }
+  s->ras_spawned = k;
+  snprintf(out, len, "%.*s+nccl=%u%s", (int)head, s->cuda, s->ras_port[k], s->cuda + head);
 }
 
 static int spawn_slot(trun_warm *p, int slot) {
@@ -126,8 +160,9 @@ static int spawn_slot(trun_warm *p, int slot) {
     disable(s, slot, "%s", "out of memory");
     return -1;
   }
-  char *head[] = {s->python,        "-u", "-c",       (char *)trun__warm_boot,
-                  "trun-warm-pool", fd_s, p->modules, s->cuda};
+  char cuda[sizeof(s->cuda) + 32];
+  cuda_arg(s, slot, cuda, sizeof(cuda));
+  char *head[] = {s->python, "-u", "-c", (char *)trun__warm_boot, "trun-warm-pool", fd_s, p->modules, cuda};
   memcpy(argv, head, sizeof(head));
   memcpy(argv + 8, s->tail, ntail * sizeof(char *));
   trun_spawn_req req = {.argv = argv,
@@ -191,10 +226,11 @@ int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail
 
 void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, int nccl, const char *lib) {
   if (p == NULL || slot < 0 || slot >= p->n) return;
+  p->s[slot].nccl = ordinal >= 0 && nccl;
   if (ordinal < 0)
     snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "-");
   else
-    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "%d%s,%s", ordinal, nccl ? "+nccl" : "",
+    snprintf(p->s[slot].cuda, sizeof(p->s[slot].cuda), "%d,%s", ordinal,
              lib && lib[0] ? lib : "libcuda.so.1");
 }
 
@@ -289,15 +325,16 @@ static int read_news(slot_t *s, int slot) {
   buf[strcspn(buf, "\n")] = '\0';
   if (strncmp(buf, "ready", 5) == 0) {
     s->ready = 1;
-    /* with --warm-start-nccl, "ras=127.0.0.1:<port> " first: where its NCCL RAS serves clients (nothing
-     * but a loopback port is taken: the agent connects there) */
+    /* with --warm-start-nccl, "ras=127.0.0.1:<port> " first: its NCCL RAS listens on the port it was given
+     * (anything else is not taken: the agent connects there) */
     const char *note = buf[5] == ' ' ? buf + 6 : "";
     if (strncmp(note, "ras=", 4) == 0) {
       size_t len = strcspn(note + 4, " ");
-      int loopback = strncmp(note + 4, "127.0.0.1:", 10) == 0; /* then note + 14 is within buf */
-      size_t digits = loopback ? strspn(note + 14, "0123456789") : 0;
-      if (loopback && digits >= 1 && digits <= 5 && 10 + digits == len)
-        snprintf(s->ras, sizeof(s->ras), "%.*s", (int)len, note + 4);
+      char want[32];
+      snprintf(want, sizeof(want), "127.0.0.1:%u", s->ras_port[s->ras_spawned]);
+      if (s->nccl && s->ras_fd[s->ras_spawned] >= 0 && len == strlen(want) &&
+          strncmp(note + 4, want, len) == 0)
+        snprintf(s->ras, sizeof(s->ras), "%s", want);
       note += 4 + len + (note[4 + len] == ' ');
     }
     /* with --warm-start-cuda, what became of the context (made, or why not), and NCCL's set-up */
@@ -382,6 +419,7 @@ static int send_worker(int fd, char *const *argv, char *const *envp, char *const
 
 int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp, int out_fd, int err_fd,
                    pid_t *pid, char *why, size_t len) {
+  if (p != NULL && slot >= 0 && slot < p->n) p->s[slot].ras_live = -1; /* the slot's last worker is gone */
   if (trun_warm_check(p, slot, argv, envp, why, len)) return 1;
   slot_t *s = &p->s[slot];
   if (s->pid <= 0) {
@@ -411,7 +449,8 @@ int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp,
     return 1;
   }
   *pid = s->pid;
-  slot_drop(s); /* the process is the worker now: the agent reaps it as one */
+  if (s->ras[0]) s->ras_live = s->ras_spawned; /* its NCCL RAS serves there */
+  slot_drop(s);                                /* the process is the worker now: the agent reaps it as one */
   s->replaced = 0;
   return 0;
 }

@@ -1,6 +1,7 @@
 /* The Python side of warm start (warm.h), run as
  * `python -u -c <this> trun-warm-pool <fd> <modules> <cuda> <tail...>` (tail: the worker's argv after
- * "python -u"; cuda: "-", or "<ordinal>,<driver library>" for --warm-start-cuda).
+ * "python -u"; cuda: "-", or "<ordinal>[+nccl=<RAS port>],<driver library>" for --warm-start-cuda and
+ * --warm-start-nccl).
  * Isolated from the agent's working directory: before its first import it takes out the '' that "-c" put
  * first on sys.path and puts there what the cold worker's interpreter has (the script's real directory, the
  * cwd for -m, '' for -c; nothing under -P / -I), and the one module it needs for itself (_socket, for the
@@ -60,7 +61,7 @@ const char trun__warm_boot[] =
     "        err = \"import %s failed: %s: %s\" % (m, type(e).__name__, e)\n"
     "    def cuda_ctx(spec):  # --warm-start-cuda: the device's primary context, made through the driver\n"
     "        ordinal, _, lib = spec.partition(\",\")\n"
-    "        ordinal, nccl = ordinal.partition(\"+\")[0], ordinal.endswith(\"+nccl\")\n"
+    "        ordinal, _, ras_port = ordinal.partition(\"+nccl=\")  # --warm-start-nccl: its RAS port\n"
     "        had = set(sys.modules)  # ctypes as the modules left it: what it adds is forgotten again\n"
     "        try:\n"
     "            import ctypes\n"
@@ -80,10 +81,10 @@ const char trun__warm_boot[] =
     "                return \"no CUDA context on device %s: CUDA driver error %d\" % (ordinal, rc), \"\", "
     "None\n"
     "            made = \"CUDA context made on device %s\" % ordinal\n"
-    "            if not nccl:\n"
+    "            if not ras_port:\n"
     "                return made, \"\", None\n"
     "            try:\n"
-    "                said, ras, reset = nccl_warm(C, int(ordinal))\n"
+    "                said, ras, reset = nccl_warm(C, int(ordinal), int(ras_port))\n"
     "            except Exception as e:\n"
     "                said, ras, reset = \"no NCCL set-up: %s: %s\" % (type(e).__name__, e), \"\", None\n"
     "            return made + \"; \" + said, ras, reset\n"
@@ -92,7 +93,7 @@ const char trun__warm_boot[] =
     "        finally:\n"
     "            for k in set(sys.modules) - had:\n"
     "                del sys.modules[k]\n"
-    "    def nccl_warm(C, ordinal):  # --warm-start-nccl: NCCL's once-a-process set-up, by a one-rank "
+    "    def nccl_warm(C, ordinal, port):  # --warm-start-nccl: NCCL's once-a-process set-up, by a one-rank "
     "communicator\n"
     "        path = None\n"
     "        with open(\"/proc/self/maps\") as maps:  # the libnccl the warm modules loaded (torch's), if "
@@ -111,14 +112,9 @@ const char trun__warm_boot[] =
     "v.value, \"\", None\n"
     "        # NCCL's RAS thread starts with the first communicator and serves its clients on NCCL_RAS_ADDR "
     "for\n"
-    "        # the process's life: here a loopback port of this process's own (said to the agent, which "
-    "asks\n"
-    "        # there), never the job's, where this process would answer for a job it is not in yet.\n"
-    "        r = S.socket(S.AF_INET, S.SOCK_STREAM)\n"
-    "        r.setsockopt(S.SOL_SOCKET, S.SO_REUSEADDR, 1)\n"
-    "        r.setsockopt(S.SOL_SOCKET, S.SO_REUSEPORT, 1)\n"
-    "        r.bind((\"127.0.0.1\", 0))\n"
-    "        port = r.getsockname()[1]\n"
+    "        # the process's life: here the loopback port the agent holds for it (it asks there), never the "
+    "job's,\n"
+    "        # where this process would answer for a job it is not in yet.\n"
     "        # For the one-rank communicator only (NCCL reads these when a communicator is made): its own "
     "RAS\n"
     "        # port; its log lines nowhere (the worker's file has this pid too); no shared bootstrap "
@@ -165,7 +161,6 @@ const char trun__warm_boot[] =
     "                listens = any(x.split()[1] == want and x.split()[3] == \"0A\" for x in list(tcp)[1:])\n"
     "        except OSError:\n"
     "            pass\n"
-    "        r.close()\n"
     "        if out[0]:\n"
     "            return \"no NCCL set-up: a one-rank communicator failed (NCCL error %d)\" % out[0], \"\", "
     "None\n"

@@ -25,8 +25,9 @@
  * dev <d> thread <main|other> ras <NCCL_RAS_ADDR> debug-file <NCCL_DEBUG_FILE> comm-id <NCCL_COMM_ID>
  * graph-dump <NCCL_GRAPH_DUMP_FILE>" ("-" for unset) to the file TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS
  * thread does once a process, listens on NCCL_RAS_ADDR (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for
- * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed. ncclResetDebugInit
- * appends "pid <pid> reset-debug NCCL_DEBUG <value>". A test fake, so plain globals. */
+ * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed
+ * (TRUN_FAKE_NCCL_RAS=0: no RAS, nothing listens). ncclResetDebugInit appends "pid <pid> reset-debug
+ * NCCL_DEBUG <value>". A test fake, so plain globals. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -377,7 +378,8 @@ int ncclCommInitAll(void **comm, int n, const int *devs) {
   nccl_log("init-all n %d dev %d thread %s ras %s debug-file %s comm-id %s graph-dump %s", n,
            n > 0 ? devs[0] : -1, syscall(SYS_gettid) == getpid() ? "main" : "other", ras ? ras : "-",
            file ? file : "-", id ? id : "-", dump ? dump : "-");
-  ras_start(ras);
+  const char *on = getenv("TRUN_FAKE_NCCL_RAS");
+  if (on == NULL || strcmp(on, "0") != 0) ras_start(ras);
   nranks = n;
   *comm = (void *)&nranks;
   return 0;

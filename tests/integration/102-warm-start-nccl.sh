@@ -9,6 +9,8 @@
 #  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE, NCCL_COMM_ID as trun and the
 #    user set them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
 #  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
+#    a slot's pool process is never given the port its live worker serves on, and the agent holds each
+#    such port (a plain bind of it fails while the job runs, even where NCCL's RAS does not listen);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the pool
 #    says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
 #    error (exit 2).
@@ -102,9 +104,41 @@ for att in 0 1; do
       fail "attempt $att local rank $lr: the agent did not take its RAS address $own: $(grep -i 'starts warm' "$tmp/trun.err")"
   done
 done
+for lr in 0 1; do
+  p0=$(sed -n "s/^pid $(awk '{print $2}' "$tmp/out/w.0.$lr") init-all .* ras \(127[^ ]*\) .*/\1/p" "$tmp/nccl.log")
+  p1=$(sed -n "s/^pid $(awk '{print $2}' "$tmp/out/w.1.$lr") init-all .* ras \(127[^ ]*\) .*/\1/p" "$tmp/nccl.log")
+  [ -n "$p0" ] && [ "$p0" != "$p1" ] ||
+    fail "local rank $lr: attempt 0's worker and attempt 1's pool process were given the same RAS port ($p0, $p1): the pool process would answer beside the live worker"
+done
 pid0=$(awk '{print $2}' "$tmp/out/w.1.0")
 grep -q "^pid $pid0 ras-client$" "$tmp/nccl.log" || fail "the agent did not ask local rank 0's own RAS port"
 grep -q "ras-failed" "$tmp/nccl.log" && fail "a fake RAS could not listen: $(grep ras-failed "$tmp/nccl.log")"
+echo PASS
+
+echo "== the agent holds each pool process's RAS port (here the fake RAS does not listen: only the agent's socket)"
+rm -f "$tmp/nccl.log"
+cat >"$tmp/hold.py" <<'EOF'
+import os, socket
+log = open(os.environ["TRUN_FAKE_NCCL_LOG"]).read().splitlines()
+mine = [ln for ln in log if ln.startswith("pid %d init-all " % os.getpid())][0]
+port = int(mine.split(" ras 127.0.0.1:")[1].split()[0])
+s = socket.socket()  # a plain bind, as any other user's process would make
+try:
+    s.bind(("127.0.0.1", port))
+    print("free")
+except OSError as e:
+    print("held" if e.errno == 98 else "error %s" % e)
+EOF
+rc=0
+TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/nccl.log TRUN_FAKE_NCCL_RAS=0 \
+  PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py TRUN_LOG_LEVEL=debug timeout 120 "$trun" --warm-start \
+  --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl --standalone --nproc-per-node 1 \
+  "$tmp/hold.py" >"$tmp/hold.out" 2>"$tmp/hold.err" || rc=$?
+[ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/hold.err")"
+grep -qx "held" "$tmp/hold.out" ||
+  fail "the worker's RAS port was free to another process's bind while the job ran ($(cat "$tmp/hold.out")): the agent must hold it"
+grep -q "its NCCL RAS serves on" "$tmp/hold.err" &&
+  fail "the agent took a RAS address from a pool process whose RAS does not listen: $(grep 'serves on' "$tmp/hold.err")"
 echo PASS
 
 echo "== --warm-start-nccl without libnccl among the imports: warm starts, nothing set up, the reason said"
