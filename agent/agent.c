@@ -251,6 +251,7 @@ static void start_workers(agent *a, const char *attempt_dir) {
       break;
     }
   }
+  a->warm.started = 1;
   trun__agent_warm_fill(a); /* the next group's pool, while this one runs */
   const trun_rdzv_round *ri = trun_rdzv_info(a->rdzv);
   trun_debug("round %d: started %d workers (ranks %d-%d of %d)", ri->round, a->nproc, ri->base_rank,

@@ -233,6 +233,7 @@ struct agent {
   struct {
     trun_warm *pool;   /* NULL when off */
     double wait_until; /* trun__agent_warm_wait: when it stops waiting (wall s) */
+    int started;       /* a group has started: the pool now fills for restarts */
   } warm;
 
   /* ---- agent_preflight.c: the rounds --preflight was asked for, the local part a spare runs while it

@@ -54,9 +54,13 @@ void trun__agent_warm_fill(agent *a) {
     char **env = slot_env(a->env, a->cfg, a->nproc, lr);
     char **argv = env ? trun_worker_argv(a->cfg, env, lr) : NULL;
     /* --warm-start-cuda: the device the worker's LOCAL_RANK names (0 with --virtual-local-rank, whose
-     * CUDA_VISIBLE_DEVICES holds its one GPU). TRUN_CUDA_DRIVER_LIBRARY: the tests' fake driver. */
+     * CUDA_VISIBLE_DEVICES holds its one GPU). TRUN_CUDA_DRIVER_LIBRARY: the tests' fake driver.
+     * --warm-start-nccl: only in pool processes for a restart, which get ready while the workers run; the
+     * first start waits for its pool, and NCCL's set-up there (about 0.9 s) costs more than the worker
+     * saves (about 0.4 s). */
     if (a->cfg->warm_cuda)
-      trun_warm_set_cuda(a->warm.pool, lr, a->cfg->virtual_local_rank ? 0 : lr, a->cfg->warm_nccl,
+      trun_warm_set_cuda(a->warm.pool, lr, a->cfg->virtual_local_rank ? 0 : lr,
+                         a->cfg->warm_nccl && a->warm.started,
                          trun_env_get(a->env, "TRUN_CUDA_DRIVER_LIBRARY"));
     if (argv && argv[1] && argv[2])
       trun_warm_fill(a->warm.pool, lr, argv[0], argv + 2, trun_worker_cpus(env), env);
@@ -141,8 +145,8 @@ void trun__agent_warm_describe(const trun_config *cfg, char **base, int nproc, i
   if (cfg->warm_cuda)
     fprintf(out, "  each pool process also makes its worker's CUDA context (--warm-start-cuda)%s\n",
             cfg->warm_nccl
-                ? " and does NCCL's once-a-process set-up, its RAS then serving on a port of its own "
-                  "(--warm-start-nccl)"
+                ? "; those for a restart also do NCCL's once-a-process set-up, their RAS then serving "
+                  "on a port of their own (--warm-start-nccl)"
                 : "");
   if (measure) {
     trun_warm *p = trun_warm_new(1, cfg->warm_modules, NULL, NULL);

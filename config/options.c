@@ -247,12 +247,12 @@ static const trun_opt_desc trun_opts[TRUN_OPT__COUNT] = {
                                   "worker's GPU (device LOCAL_RANK) before the worker is handed to it, so "
                                   "that a restart skips that too; each GPU then holds one more context "
                                   "(about 0.5 GiB) while the workers run."},
-    [TRUN_OPT_WARM_START_NCCL] = {"warm-start-nccl", "warm_start_nccl", 0, 1, NULL, "PET_WARM_START_NCCL",
-                                  TRUN_G_TRUN, NULL,
-                                  "With --warm-start-cuda: each pool process also does NCCL's once-a-process "
-                                  "set-up (a one-rank communicator, made and destroyed) so that a restarted "
-                                  "worker's first communicator is quicker (about 0.25 s); its NCCL RAS then "
-                                  "serves on a port of its own, which the agent asks."},
+    [TRUN_OPT_WARM_START_NCCL] =
+        {"warm-start-nccl", "warm_start_nccl", 0, 1, NULL, "PET_WARM_START_NCCL", TRUN_G_TRUN, NULL,
+         "With --warm-start-cuda: each pool process for a restart also does NCCL's "
+         "once-a-process set-up (a one-rank communicator, made and destroyed) so that "
+         "a restarted worker's first communicator is quicker (about 0.3-0.4 s); its "
+         "NCCL RAS then serves on a port of its own, which the agent asks."},
     [TRUN_OPT_RESTART_BACKOFF] =
         {"restart-backoff", "restart_backoff", 0, 0, "1", "PET_RESTART_BACKOFF", TRUN_G_TRUN, "SECONDS",
          "Wait before restarting workers that failed within the --crash-loop window a second time in a "

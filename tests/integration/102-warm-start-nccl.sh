@@ -2,17 +2,18 @@
 # --warm-start-nccl: each pool process does NCCL's once-a-process set-up before it becomes a worker, and the
 # agent asks the workers' NCCL RAS where it then serves. No GPU here: the fake CUDA driver and a copy of the
 # fake NCCL named libnccl.so.2 (tests/fakes/cuda_nccl_shim.c), which a warm module loads as torch loads NCCL.
-#  - every worker of both attempts (local rank 1 crashes once) was set up by its pool process: one one-rank
-#    communicator on its own device (LOCAL_RANK), in a thread other than the main one, with NCCL_RAS_ADDR a
-#    loopback port of the process's own (not the job's), NCCL_DEBUG_FILE /dev/null (not the worker's file) and
-#    neither the user's NCCL_COMM_ID (a running job's bootstrap root) nor NCCL_GRAPH_DUMP_FILE;
+#  - the first start's pool processes do not set NCCL up (the start waits for them); every restarted worker
+#    (local rank 1 crashes twice) was set up by its pool process: one one-rank communicator on its own
+#    device (LOCAL_RANK), in a thread other than the main one, with NCCL_RAS_ADDR a loopback port of the
+#    process's own (not the job's), NCCL_DEBUG_FILE /dev/null (not the worker's file) and neither the user's
+#    NCCL_COMM_ID (a running job's bootstrap root) nor NCCL_GRAPH_DUMP_FILE;
 #  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE, NCCL_COMM_ID as trun and the
 #    user set them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
 #  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
 #    a slot's pool process is never given the port its live worker serves on, and the agent holds each
 #    such port (a plain bind of it fails while the job runs, even where NCCL's RAS does not listen);
-#  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the pool
-#    says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
+#  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the
+#    restart's pool process says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
 #    error (exit 2).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
@@ -27,8 +28,8 @@ cat >"$tmp/mods/fakenccl.py" <<EOF
 import ctypes
 ctypes.CDLL("$tmp/lib/libnccl.so.2")
 EOF
-# The worker: says its pid, NCCL environment and attempt; local rank 1 fails attempt 0; in attempt 1 both
-# wait (at most 30 s) until the agent has asked local rank 0's RAS, then exit 0.
+# The worker: says its pid, NCCL environment and attempt; local rank 1 fails attempts 0 and 1; in attempt 2
+# both wait (at most 30 s) until the agent has asked local rank 0's RAS, then exit 0.
 cat >"$tmp/w.py" <<'EOF'
 import os, sys, time
 out, lr, att = sys.argv[1], os.environ["LOCAL_RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
@@ -36,13 +37,13 @@ with open(os.path.join(out, "w.%s.%s" % (att, lr)), "w") as f:
     f.write("pid %d ras %s debug-file %s comm-id %s\n" % (os.getpid(), os.environ.get("NCCL_RAS_ADDR", "-"),
                                                          os.environ.get("NCCL_DEBUG_FILE", "-"),
                                                          os.environ.get("NCCL_COMM_ID", "-")))
-if att == "0" and lr == "1":
+if att in ("0", "1") and lr == "1":
     sys.exit(3)
-if att == "0":
+if att in ("0", "1"):
     time.sleep(1)
     sys.exit(0)
 deadline = time.time() + 30
-p0 = os.path.join(out, "w.1.0")
+p0 = os.path.join(out, "w.2.0")
 while time.time() < deadline:
     try:
         pid0 = open(p0).read().split()[1]
@@ -54,14 +55,14 @@ while time.time() < deadline:
 sys.exit(4)
 EOF
 
-echo "== --warm-start --warm-start-cuda --warm-start-nccl, local rank 1 crashes once"
+echo "== --warm-start --warm-start-cuda --warm-start-nccl, local rank 1 crashes twice"
 rc=0
 TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_CUDA_LOG=$tmp/cuda.log \
   TRUN_FAKE_NCCL_LOG=$tmp/nccl.log PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py TRUN_HANG_WINDOW=1 \
   NCCL_DEBUG=WARN NCCL_DEBUG_FILE=$tmp/user-debug.%p NCCL_COMM_ID=127.0.0.1:9 \
   NCCL_GRAPH_DUMP_FILE=$tmp/graph.xml TRUN_LOG_LEVEL=debug \
   timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl \
-  --standalone --nproc-per-node 2 --max-restarts 1 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
+  --standalone --nproc-per-node 2 --max-restarts 2 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
   rc=$?
 show() {
   sed 's/^/    err| /' "$tmp/trun.err" | tail -40
@@ -72,7 +73,7 @@ show() {
   fail "trun exited $rc, want 0"
 }
 job_ras=""
-for att in 0 1; do
+for att in 0 1 2; do
   for lr in 0 1; do
     f=$tmp/out/w.$att.$lr
     [ -f "$f" ] || fail "attempt $att local rank $lr did not run"
@@ -85,6 +86,12 @@ for att in 0 1; do
     grep -q "^pid $wpid retain $lr cvd -$" "$tmp/cuda.log" ||
       fail "attempt $att local rank $lr (pid $wpid) did not start warm with its CUDA context: $(cat "$tmp/cuda.log")"
     inits=$(grep -c "^pid $wpid init-all " "$tmp/nccl.log" || true)
+    if [ "$att" = 0 ]; then # the first start waits for its pool: NCCL is not set up there
+      [ "$inits" -eq 0 ] || fail "attempt 0 local rank $lr (pid $wpid): NCCL was set up in a pool process of the first start"
+      grep -q "local rank $lr starts warm (pool process $wpid)" "$tmp/trun.err" ||
+        fail "attempt 0 local rank $lr did not start warm: $(grep -i 'starts warm' "$tmp/trun.err")"
+      continue
+    fi
     [ "$inits" -eq 1 ] || {
       show
       fail "attempt $att local rank $lr (pid $wpid): $inits NCCL set-ups in its pool process, want 1"
@@ -105,12 +112,12 @@ for att in 0 1; do
   done
 done
 for lr in 0 1; do
-  p0=$(sed -n "s/^pid $(awk '{print $2}' "$tmp/out/w.0.$lr") init-all .* ras \(127[^ ]*\) .*/\1/p" "$tmp/nccl.log")
   p1=$(sed -n "s/^pid $(awk '{print $2}' "$tmp/out/w.1.$lr") init-all .* ras \(127[^ ]*\) .*/\1/p" "$tmp/nccl.log")
-  [ -n "$p0" ] && [ "$p0" != "$p1" ] ||
-    fail "local rank $lr: attempt 0's worker and attempt 1's pool process were given the same RAS port ($p0, $p1): the pool process would answer beside the live worker"
+  p2=$(sed -n "s/^pid $(awk '{print $2}' "$tmp/out/w.2.$lr") init-all .* ras \(127[^ ]*\) .*/\1/p" "$tmp/nccl.log")
+  [ -n "$p1" ] && [ "$p1" != "$p2" ] ||
+    fail "local rank $lr: attempt 1's worker and attempt 2's pool process were given the same RAS port ($p1, $p2): the pool process would answer beside the live worker"
 done
-pid0=$(awk '{print $2}' "$tmp/out/w.1.0")
+pid0=$(awk '{print $2}' "$tmp/out/w.2.0")
 grep -q "^pid $pid0 ras-client$" "$tmp/nccl.log" || fail "the agent did not ask local rank 0's own RAS port"
 grep -q "ras-failed" "$tmp/nccl.log" && fail "a fake RAS could not listen: $(grep ras-failed "$tmp/nccl.log")"
 echo PASS
@@ -118,7 +125,9 @@ echo PASS
 echo "== the agent holds each pool process's RAS port (here the fake RAS does not listen: only the agent's socket)"
 rm -f "$tmp/nccl.log"
 cat >"$tmp/hold.py" <<'EOF'
-import os, socket
+import os, socket, sys
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    sys.exit(1)  # the restart's worker is the one whose pool process set NCCL up
 log = open(os.environ["TRUN_FAKE_NCCL_LOG"]).read().splitlines()
 mine = [ln for ln in log if ln.startswith("pid %d init-all " % os.getpid())][0]
 port = int(mine.split(" ras 127.0.0.1:")[1].split()[0])
@@ -133,7 +142,7 @@ rc=0
 TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/nccl.log TRUN_FAKE_NCCL_RAS=0 \
   PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py TRUN_LOG_LEVEL=debug timeout 120 "$trun" --warm-start \
   --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl --standalone --nproc-per-node 1 \
-  "$tmp/hold.py" >"$tmp/hold.out" 2>"$tmp/hold.err" || rc=$?
+  --max-restarts 1 "$tmp/hold.py" >"$tmp/hold.out" 2>"$tmp/hold.err" || rc=$?
 [ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/hold.err")"
 grep -qx "held" "$tmp/hold.out" ||
   fail "the worker's RAS port was free to another process's bind while the job ran ($(cat "$tmp/hold.out")): the agent must hold it"
@@ -144,14 +153,15 @@ echo PASS
 echo "== --warm-start-nccl without libnccl among the imports: warm starts, nothing set up, the reason said"
 rm -f "$tmp/nccl.log"
 echo 'pass' >"$tmp/ok.py"
+printf 'import os, sys\nsys.exit(1 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" else 0)\n' >"$tmp/once.py"
 rc=0
 TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/nccl.log PYTHON_EXEC=$host_py \
   TRUN_LOG_LEVEL=debug timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl \
-  --warm-start-modules json --standalone --nproc-per-node 1 "$tmp/ok.py" \
+  --warm-start-modules json --standalone --nproc-per-node 1 --max-restarts 1 "$tmp/once.py" \
   >"$tmp/plain.out" 2>"$tmp/plain.err" || rc=$?
 [ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/plain.err")"
-grep -q "local rank 0 starts warm (pool process [0-9]*)" "$tmp/plain.err" ||
-  fail "the worker did not start warm: $(grep -i 'warm' "$tmp/plain.err")"
+[ "$(grep -c "local rank 0 starts warm (pool process [0-9]*)" "$tmp/plain.err")" -eq 2 ] ||
+  fail "the workers did not start warm: $(grep -i 'warm' "$tmp/plain.err")"
 grep -q "ready: CUDA context made on device 0; no NCCL set-up: the warm modules did not load libnccl" \
   "$tmp/plain.err" || fail "the pool did not say why NCCL was not set up: $(grep -i 'ready' "$tmp/plain.err")"
 [ ! -s "$tmp/nccl.log" ] || fail "NCCL was set up without libnccl among the imports: $(cat "$tmp/nccl.log")"
@@ -160,7 +170,7 @@ echo PASS
 echo "== --dry-run says what the pool does"
 PYTHON_EXEC=$host_py "$trun" --dry-run --warm-start --warm-start-cuda --warm-start-nccl --standalone \
   --nproc-per-node 1 "$tmp/ok.py" >"$tmp/dry.out" 2>&1 || fail "--dry-run failed: $(cat "$tmp/dry.out")"
-grep -q "makes its worker's CUDA context (--warm-start-cuda) and does NCCL's once-a-process set-up" \
+grep -q "makes its worker's CUDA context (--warm-start-cuda); those for a restart also do NCCL's once-a-process" \
   "$tmp/dry.out" || fail "--dry-run does not say the pool sets NCCL up: $(grep -A2 'warm start' "$tmp/dry.out")"
 echo PASS
 
