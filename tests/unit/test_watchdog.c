@@ -131,10 +131,18 @@ static pid_t worker_leaving_grandchild(trun_watchdog *w, pid_t *grandchild) {
   return c;
 }
 
-/* Stops the guard, then checks that grandchild g is gone (killed, even if the check fails). */
-static void guard_kills_grandchild(trun_watchdog *w, pid_t g) {
+/* A worker leaves a grandchild in its session and exits; the test reaps it and, if told_gone, tells the
+ * guard (as the agent does), else not (as when init reaps it first); then the guard stops: the grandchild
+ * must be gone (killed, even if the check fails). */
+static void guard_kills_remnant(int told_gone) {
+  trun_watchdog w;
+  ck_assert_int_eq(trun_watchdog_start(&w), 0);
+  pid_t g, c = worker_leaving_grandchild(&w, &g);
+  int st;
+  ck_assert_int_eq(waitpid(c, &st, 0), c);
+  if (told_gone) trun_watchdog_gone(&w, c);
   ck_assert_int_eq(kill(g, 0), 0);
-  stop_guard(w);
+  stop_guard(&w);
   int killed = gone(g, 0);
   if (!killed) kill(g, SIGKILL);
   ck_assert_msg(killed, "the worker's grandchild %d outlived the guard", (int)g);
@@ -142,29 +150,14 @@ static void guard_kills_grandchild(trun_watchdog *w, pid_t g) {
 
 /* A worker that left a grandchild in its session and exited (reaped, the agent told the guard): the
  * session never emptied, so the grandchild is the worker's and is killed. */
-START_TEST(test_kills_remnants_of_reaped_worker) {
-  trun_watchdog w;
-  ck_assert_int_eq(trun_watchdog_start(&w), 0);
-  pid_t g, c = worker_leaving_grandchild(&w, &g);
-  int st;
-  ck_assert_int_eq(waitpid(c, &st, 0), c);
-  trun_watchdog_gone(&w, c);
-  guard_kills_grandchild(&w, g);
-}
+START_TEST(test_kills_remnants_of_reaped_worker) { guard_kills_remnant(1); }
 END_TEST
 
 /* The race check-fresh once lost: the agent died before it reaped its worker, the worker died of PDEATHSIG
  * and init reaped it before the guard looked, so the guard never heard the leader was gone. A process of the
  * session born before the agent died is still the worker's and is killed. Here the test reaps the worker
  * without telling the guard, as init would. */
-START_TEST(test_kills_remnants_of_leader_reaped_by_another) {
-  trun_watchdog w;
-  ck_assert_int_eq(trun_watchdog_start(&w), 0);
-  pid_t g, c = worker_leaving_grandchild(&w, &g);
-  int st;
-  ck_assert_int_eq(waitpid(c, &st, 0), c);
-  guard_kills_grandchild(&w, g);
-}
+START_TEST(test_kills_remnants_of_leader_reaped_by_another) { guard_kills_remnant(0); }
 END_TEST
 
 static Suite *watchdog_suite(void) {
