@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "agent/hang/hang.h"
-#include "agent/proc/portheld.h"
+#include "agent/proc/proc.h"
 #include "agent_int.h"
 
 int trun__agent_ras_port(agent *a, int *fd) {
