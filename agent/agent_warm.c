@@ -73,16 +73,14 @@ void trun__agent_warm_fill(agent *a) {
 
 int trun__agent_warm_take(agent *a, worker *w, char *const *argv, char *const *envp, int out_fd, int err_fd) {
   if (!a->cfg->warm_start) return 1;
-  char why[512], ras[sizeof(w->ras)];
-  snprintf(ras, sizeof(ras), "%s",
-           trun_warm_ras(a->warm.pool, w->local_rank)); /* the take empties the slot */
+  char why[512];
   if (a->cfg->no_python)
     snprintf(why, sizeof(why), "--no-python workers are not Python");
   else if (trun_warm_take(a->warm.pool, w->local_rank, argv, envp, out_fd, err_fd, &w->pid, why,
                           sizeof(why)) == 0) {
-    memcpy(w->ras, ras, sizeof(ras));
+    trun_warm_ras(a->warm.pool, w->local_rank, w->ras, sizeof(w->ras));
     trun_debug("local rank %d starts warm (pool process %d%s%s)", w->local_rank, (int)w->pid,
-               ras[0] ? "; its NCCL RAS serves on " : "", ras);
+               w->ras[0] ? "; its NCCL RAS serves on " : "", w->ras);
     trun_obs_warm_start(a->obs, 1);
     return 0;
   }

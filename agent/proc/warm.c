@@ -234,9 +234,12 @@ void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, int nccl, const cha
              lib && lib[0] ? lib : "libcuda.so.1");
 }
 
-const char *trun_warm_ras(const trun_warm *p, int slot) {
-  if (p == NULL || slot < 0 || slot >= p->n || !p->s[slot].ready) return "";
-  return p->s[slot].ras;
+void trun_warm_ras(const trun_warm *p, int slot, char *out, size_t len) {
+  const slot_t *s = p && slot >= 0 && slot < p->n ? &p->s[slot] : NULL;
+  if (s && s->ras_live >= 0)
+    snprintf(out, len, "127.0.0.1:%u", s->ras_port[s->ras_live]);
+  else if (len)
+    out[0] = '\0';
 }
 
 int trun_warm_round_var(const char *name) { return (trun_round_var_flags(name) & TRUN_RV_WARM) != 0; }

@@ -43,12 +43,13 @@ int trun_warm_fill(trun_warm *p, int slot, const char *python, char *const *tail
  * lib (NULL: libcuda.so.1), so that the worker finds it made; ordinal < 0: none (the default). nccl
  * (--warm-start-nccl): they then also make and destroy a one-rank NCCL communicator on that device with the
  * libnccl the imports loaded, so that NCCL's once-a-process set-up (its kernels) is done before the
- * handover; their NCCL RAS serves clients on a loopback port of their own (trun_warm_ras). A process
- * already started keeps what it was started with. */
+ * handover; their NCCL RAS serves clients on a loopback port the pool holds for them (trun_warm_ras). A
+ * process already started keeps what it was started with. */
 void trun_warm_set_cuda(trun_warm *p, int slot, int ordinal, int nccl, const char *lib);
-/* The NCCL RAS client address ("127.0.0.1:<port>") slot's ready pool process said it serves on
- * (--warm-start-nccl, NCCL with RAS on), "" none; valid until the next call on the pool. */
-const char *trun_warm_ras(const trun_warm *p, int slot);
+/* Into out (len bytes): the NCCL RAS client address ("127.0.0.1:<port>") the worker that trun_warm_take
+ * last handed slot's pool process serves on (--warm-start-nccl, its pool process said its RAS listens
+ * there), "" none (no such worker, or it started cold). */
+void trun_warm_ras(const trun_warm *p, int slot, char *out, size_t len);
 
 /* Whether environment variable NAME (with or without "=value") is one only the rendezvous decides (RANK,
  * MASTER_ADDR, TORCHELASTIC_*, ...: read by torch when the worker runs, never at import) and so may differ
