@@ -305,6 +305,93 @@ static tracked *find(trun_hang_detector *d, const trun_ras_comm *c, size_t hint)
   return NULL;
 }
 
+/* The tracked entry of the snapshot's communicator i, added when new (seen at t); NULL when out of memory.
+ * Growing the array moves the entries: those of communicators 0..i-1 (tr) are found again. */
+static tracked *track(trun_hang_detector *d, const trun_ras_snapshot *s, size_t i, tracked **tr, double t) {
+  const trun_ras_comm *c = &s->comms[i];
+  tracked *x = find(d, c, i);
+  if (x) return x;
+  if (d->n == d->cap) {
+    size_t nc = d->cap ? d->cap * 2 : 8;
+    tracked *g = realloc(d->c, nc * sizeof(*g));
+    if (!g) return NULL;
+    d->c = g, d->cap = nc;
+    for (size_t k = 0; k < s->ncomms; k++) tr[k] = NULL; /* pointers moved: found again below */
+    for (size_t k = 0; k < i; k++) tr[k] = find(d, &s->comms[k], k);
+  }
+  x = &d->c[d->n++];
+  memset(x, 0, sizeof(*x));
+  snprintf(x->hash, sizeof(x->hash), "%s", c->hash);
+  snprintf(x->secondary, sizeof(x->secondary), "%s", c->secondary);
+  x->since = -1;
+  x->moved = t;
+  return x;
+}
+
+/* Communicator c's answer at t, its counts' signature in sig (taken over by x): 1 when its ranks have
+ * disagreed with the counts frozen for the window, 0 not, or -ENOMEM. */
+static int observe(const trun_hang_detector *d, tracked *x, const trun_ras_comm *c, trun_buf *sig, double t) {
+  table T;
+  int rc = table_build(c, &T);
+  if (rc) {
+    free(T.m);
+    trun_buf_free(sig);
+    return rc;
+  }
+  bool frozen = x->sig.len == sig->len && memcmp(x->sig.data, sig->data, sig->len) == 0;
+  bool differ = disagree(c, &T);
+  free(T.m);
+  if (!frozen) x->moved = t;
+  if (!differ) {
+    x->since = -1;
+    x->reported = false;
+  } else if (!frozen || x->since < 0) {
+    x->since = t;
+    x->reported = false;
+  }
+  trun_buf_free(&x->sig);
+  x->sig = *sig;
+  return x->since >= 0 && t - x->since >= d->window;
+}
+
+/* v's entries for the nhung hung communicators (hung[i], tracked as tr[i]): those not reported before
+ * first (counted in nfresh), then the others; each is marked reported. 0 or -ENOMEM. */
+static int fill_verdict(const trun_ras_snapshot *s, const bool *hung, tracked **tr, size_t nhung, double t,
+                        trun_hang_verdict *v) {
+  if (nhung == 0) return 0;
+  v->comm = calloc(nhung, sizeof(*v->comm));
+  if (!v->comm) return -ENOMEM;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < s->ncomms; i++) {
+      if (!hung[i] || !tr[i] || tr[i]->reported != (pass == 1)) continue;
+      const trun_ras_comm *c = &s->comms[i];
+      trun_hang_comm *h = &v->comm[v->ncomms++];
+      snprintf(h->hash, sizeof(h->hash), "%s", c->hash);
+      h->size = c->size;
+      h->frozen_s = t - tr[i]->since;
+      table T;
+      if (table_build(c, &T) == 0) attribute(c, &T, h);
+      free(T.m);
+      make_line(c, h);
+      if (pass == 0) v->nfresh++;
+    }
+  for (size_t i = 0; i < s->ncomms; i++)
+    if (hung[i] && tr[i]) tr[i]->reported = true;
+  return 0;
+}
+
+/* Forgets the communicators the last snapshot did not list. */
+static void forget_unseen(trun_hang_detector *d) {
+  size_t w = 0;
+  for (size_t i = 0; i < d->n; i++) {
+    if (d->c[i].seen)
+      d->c[w++] = d->c[i];
+    else
+      trun_buf_free(&d->c[i].sig);
+  }
+  d->n = w;
+}
+
 int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, trun_hang_verdict *v) {
   memset(v, 0, sizeof(*v));
   if (t < d->last_t) t = d->last_t;
@@ -320,29 +407,13 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
   }
   int rc = 0;
   for (size_t i = 0; i < s->ncomms && rc == 0; i++) {
-    const trun_ras_comm *c = &s->comms[i];
     trun_buf sig = {0};
-    if ((rc = canonical(c, &sig))) break;
-    tracked *x = find(d, c, i);
+    if ((rc = canonical(&s->comms[i], &sig))) break;
+    tracked *x = track(d, s, i, tr, t);
     if (!x) {
-      if (d->n == d->cap) {
-        size_t nc = d->cap ? d->cap * 2 : 8;
-        tracked *g = realloc(d->c, nc * sizeof(*g));
-        if (!g) {
-          trun_buf_free(&sig);
-          rc = -ENOMEM;
-          break;
-        }
-        d->c = g, d->cap = nc;
-        for (size_t k = 0; k < s->ncomms; k++) tr[k] = NULL; /* pointers moved: found again below */
-        for (size_t k = 0; k < i; k++) tr[k] = find(d, &s->comms[k], k);
-      }
-      x = &d->c[d->n++];
-      memset(x, 0, sizeof(*x));
-      snprintf(x->hash, sizeof(x->hash), "%s", c->hash);
-      snprintf(x->secondary, sizeof(x->secondary), "%s", c->secondary);
-      x->since = -1;
-      x->moved = t;
+      trun_buf_free(&sig);
+      rc = -ENOMEM;
+      break;
     }
     if (x->seen) { /* listed twice (the reader refuses it; a caller's own snapshot may not) */
       trun_buf_free(&sig);
@@ -350,57 +421,12 @@ int trun_hang_feed(trun_hang_detector *d, const trun_ras_snapshot *s, double t, 
     }
     x->seen = true;
     tr[i] = x;
-    table T;
-    if ((rc = table_build(c, &T))) {
-      free(T.m);
-      trun_buf_free(&sig);
-      break;
-    }
-    bool frozen = x->sig.len == sig.len && memcmp(x->sig.data, sig.data, sig.len) == 0;
-    bool differ = disagree(c, &T);
-    free(T.m);
-    if (!frozen) x->moved = t;
-    if (!differ) {
-      x->since = -1;
-      x->reported = false;
-    } else if (!frozen || x->since < 0) {
-      x->since = t;
-      x->reported = false;
-    }
-    trun_buf_free(&x->sig);
-    x->sig = sig;
-    if (x->since >= 0 && t - x->since >= d->window) hung[i] = true, nhung++;
+    int h = observe(d, x, &s->comms[i], &sig, t);
+    if (h < 0) rc = h;
+    if (h > 0) hung[i] = true, nhung++;
   }
-  if (rc == 0 && nhung) {
-    v->comm = calloc(nhung, sizeof(*v->comm));
-    if (!v->comm) rc = -ENOMEM;
-  }
-  /* Fresh ones first, then those already reported. */
-  for (int pass = 0; pass < 2 && rc == 0 && nhung; pass++)
-    for (size_t i = 0; i < s->ncomms; i++) {
-      if (!hung[i] || !tr[i] || tr[i]->reported != (pass == 1)) continue;
-      const trun_ras_comm *c = &s->comms[i];
-      trun_hang_comm *h = &v->comm[v->ncomms++];
-      snprintf(h->hash, sizeof(h->hash), "%s", c->hash);
-      h->size = c->size;
-      h->frozen_s = t - tr[i]->since;
-      table T;
-      if (table_build(c, &T) == 0) attribute(c, &T, h);
-      free(T.m);
-      make_line(c, h);
-      if (pass == 0) v->nfresh++;
-    }
-  for (size_t i = 0; i < s->ncomms && rc == 0; i++)
-    if (hung[i] && tr[i]) tr[i]->reported = true;
-  /* Forget communicators the snapshot no longer lists. */
-  size_t w = 0;
-  for (size_t i = 0; i < d->n; i++) {
-    if (d->c[i].seen || rc)
-      d->c[w++] = d->c[i];
-    else
-      trun_buf_free(&d->c[i].sig);
-  }
-  d->n = w;
+  if (rc == 0) rc = fill_verdict(s, hung, tr, nhung, t, v);
+  if (rc == 0) forget_unseen(d); /* on an error every communicator is kept */
   free(hung);
   free(tr);
   if (rc) {
