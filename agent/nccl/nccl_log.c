@@ -295,53 +295,52 @@ static json_t *pairs_json(const nl_conn *u, int nu) {
   return pairs;
 }
 
-static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
-  const nl_pcomm *f = &l->pcomms[g->first];
-  int nranks = f->nranks, nnodes = -1, local = -1, complete = 0;
-  json_t *hosts = json_array(), *transports = json_object(), *verdicts = json_array();
-  int ranks_seen = 0;
-  /* Unique connections, in log order. */
-  nl_conn *u = NULL;
-  int nu = 0, capu = 0;
+/* What a group's members logged, merged: their nodes and local ranks (the first member's), Init COMPLETE
+ * lines, distinct ranks, hosts, and their channel connections once each, in log order. */
+typedef struct {
+  int nnodes, local, complete, ranks_seen;
+  json_t *hosts;
+  nl_conn *u;
+  int nu, capu;
+} nl_merged;
+
+static void merge_members(const trun_nccl_log *l, const nl_group *g, nl_merged *m) {
+  m->nnodes = m->local = -1;
   for (int i = 0; i < g->nmembers; i++) {
     const nl_pcomm *p = &l->pcomms[g->members[i]];
-    if (nnodes < 0) nnodes = p->nnodes;
-    if (local < 0) local = p->local_ranks;
-    complete += p->complete;
+    if (m->nnodes < 0) m->nnodes = p->nnodes;
+    if (m->local < 0) m->local = p->local_ranks;
+    m->complete += p->complete;
     int dup_rank = 0;
     for (int j = 0; j < i; j++) dup_rank |= l->pcomms[g->members[j]].rank == p->rank;
-    if (!dup_rank && p->rank >= 0) ranks_seen++;
+    if (!dup_rank && p->rank >= 0) m->ranks_seen++;
     const char *h = l->procs[p->proc].host;
     int seen = 0;
     size_t k;
     json_t *e;
-    json_array_foreach(hosts, k, e) seen |= strcmp(json_string_value(e), h) == 0;
-    if (!seen) json_array_append_new(hosts, json_string(h));
+    json_array_foreach(m->hosts, k, e) seen |= strcmp(json_string_value(e), h) == 0;
+    if (!seen) json_array_append_new(m->hosts, json_string(h));
     for (int c = 0; c < p->nconns; c++) {
       const nl_conn *cn = &p->conns[c];
       int dup = 0;
-      for (int j = 0; j < nu && !dup; j++)
-        dup = u[j].channel == cn->channel && u[j].src == cn->src && u[j].dst == cn->dst;
+      for (int j = 0; j < m->nu && !dup; j++)
+        dup = m->u[j].channel == cn->channel && m->u[j].src == cn->src && m->u[j].dst == cn->dst;
       if (dup) continue;
-      nl_conn *a = grow(u, &capu, nu + 1, sizeof(*u));
+      nl_conn *a = grow(m->u, &m->capu, m->nu + 1, sizeof(*m->u));
       if (a == NULL) continue;
-      u = a;
-      u[nu++] = *cn;
+      m->u = a;
+      m->u[m->nu++] = *cn;
     }
   }
-  for (int j = 0; j < nu; j++) {
-    json_t *c = json_object_get(transports, u[j].name);
-    json_object_set_new(transports, u[j].name, json_integer(c ? json_integer_value(c) + 1 : 1));
-  }
+}
+
+/* The verdicts on the group's network connections (u, nu): ranks of one host in different NCCL nodes (one
+ * verdict per transport; *split counts them), TCP where EFA exists or at all, RDMA without GDRDMA. The
+ * number of problems. */
+static int net_verdicts(const trun_nccl_log *l, const nl_group *g, const nl_conn *u, int nu, json_t *verdicts,
+                        int *split) {
   char text[512];
-  int problems = 0;
-  if (nu == 0) {
-    add_verdict(verdicts,
-                "no channel connections logged (NCCL connects at the first collective: did the job run one? "
-                "NCCL_DEBUG_SUBSYS needs INIT,P2P,NET)");
-    problems++;
-  }
-  int split = 0, efa = l->efa_devices > 0 || l->efa_seen;
+  int problems = 0, efa = l->efa_devices > 0 || l->efa_seen;
   for (int j = 0; j < nu; j++) {
     const char *n = u[j].name;
     if (!is_net(n)) continue;
@@ -359,7 +358,7 @@ static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
       snprintf(pre, sizeof(pre), "%s%s:", TRUN_NCCL_V_SPLIT, n + 4);
       json_array_foreach(verdicts, k, e) have |= strncmp(json_string_value(e), pre, strlen(pre)) == 0;
       if (!have) add_verdict(verdicts, text);
-      split++, problems++;
+      (*split)++, problems++;
       continue;
     }
     if (is_socket(n) && efa) {
@@ -376,14 +375,51 @@ static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
       problems++;
     }
   }
-  for (int j = 0; j < nu; j++)
-    if (strncmp(u[j].name, "SHM", 3) == 0) {
+  return problems;
+}
+
+/* "healthy (<the transports used>)". */
+static void healthy_verdict(json_t *transports, json_t *verdicts) {
+  char text[512];
+  int o = snprintf(text, sizeof(text), "%s (", TRUN_NCCL_V_HEALTHY);
+  const char *k;
+  json_t *e;
+  int first = 1;
+  json_object_foreach(transports, k, e) {
+    o += snprintf(text + o, sizeof(text) - (size_t)o, "%s%s", first ? "" : ", ", k);
+    first = 0;
+    if (o >= (int)sizeof(text)) break;
+  }
+  if (o < (int)sizeof(text) - 1) snprintf(text + o, sizeof(text) - (size_t)o, ")");
+  add_verdict(verdicts, text);
+}
+
+static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
+  int nranks = l->pcomms[g->first].nranks;
+  nl_merged m = {.hosts = json_array()};
+  merge_members(l, g, &m);
+  json_t *transports = json_object(), *verdicts = json_array();
+  for (int j = 0; j < m.nu; j++) {
+    json_t *c = json_object_get(transports, m.u[j].name);
+    json_object_set_new(transports, m.u[j].name, json_integer(c ? json_integer_value(c) + 1 : 1));
+  }
+  int problems = 0, split = 0;
+  if (m.nu == 0) {
+    add_verdict(verdicts,
+                "no channel connections logged (NCCL connects at the first collective: did the job run one? "
+                "NCCL_DEBUG_SUBSYS needs INIT,P2P,NET)");
+    problems++;
+  }
+  problems += net_verdicts(l, g, m.u, m.nu, verdicts, &split);
+  for (int j = 0; j < m.nu; j++)
+    if (strncmp(m.u[j].name, "SHM", 3) == 0) {
       add_verdict(verdicts,
                   "intra-node over SHM instead of P2P: GPU peer access is off (NCCL_P2P_DISABLE, "
                   "NCCL_P2P_LEVEL, or no P2P path between these GPUs)");
       problems++;
     }
-  if (!split && nranks > 1 && nnodes == nranks && local == 1) {
+  if (!split && nranks > 1 && m.nnodes == nranks && m.local == 1) {
+    char text[512];
     snprintf(text, sizeof(text),
              "every rank is its own NCCL node (nNodes = nRanks = %d, localRanks 1): if ranks share a host, "
              "they are split across pods and NVLink / PCIe P2P is not used",
@@ -391,24 +427,13 @@ static json_t *group_json(const trun_nccl_log *l, const nl_group *g) {
     add_verdict(verdicts, text);
     problems++;
   }
-  if (problems == 0) {
-    int o = snprintf(text, sizeof(text), "%s (", TRUN_NCCL_V_HEALTHY);
-    const char *k;
-    json_t *e;
-    int first = 1;
-    json_object_foreach(transports, k, e) {
-      o += snprintf(text + o, sizeof(text) - (size_t)o, "%s%s", first ? "" : ", ", k);
-      first = 0;
-      if (o >= (int)sizeof(text)) break;
-    }
-    if (o < (int)sizeof(text) - 1) snprintf(text + o, sizeof(text) - (size_t)o, ")");
-    add_verdict(verdicts, text);
-  }
-  json_t *pairs = pairs_json(u, nu);
-  free(u);
+  if (problems == 0) healthy_verdict(transports, verdicts);
+  json_t *pairs = pairs_json(m.u, m.nu);
+  free(m.u);
   return json_pack("{s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:o, s:o, s:o}", "id", g->key, "nranks", nranks,
-                   "nnodes", nnodes, "local_ranks", local, "ranks_seen", ranks_seen, "hosts", hosts,
-                   "init_complete", complete, "transports", transports, "pairs", pairs, "verdicts", verdicts);
+                   "nnodes", m.nnodes, "local_ranks", m.local, "ranks_seen", m.ranks_seen, "hosts", m.hosts,
+                   "init_complete", m.complete, "transports", transports, "pairs", pairs, "verdicts",
+                   verdicts);
 }
 
 json_t *trun_nccl_log_json(trun_nccl_log *l) {
