@@ -109,27 +109,9 @@ static int by_rank(const void *x, const void *y) {
   "--ntasks-per-node=1\n"                                                                                  \
   "    with --gpus-per-node), and --nnodes = the number of hosts."
 
-void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *out) {
-  memset(out, 0, sizeof(*out));
-  if (n <= 0) return;
-  trun_host_id *ids = malloc((size_t)n * sizeof(*ids));
-  int *host = malloc((size_t)n * sizeof(int));
-  if (ids == NULL || host == NULL) {
-    free(ids);
-    free(host);
-    return;
-  }
-  memcpy(ids, in, (size_t)n * sizeof(*ids));
-  qsort(ids, (size_t)n, sizeof(*ids), by_rank);
-  /* (a) agents per physical host: host[i] = index of the first agent on i's host. */
-  for (int i = 0; i < n; i++) {
-    host[i] = i;
-    for (int j = 0; j < i; j++)
-      if (host[j] == j && same_host(&ids[i], &ids[j])) {
-        host[i] = j;
-        break;
-      }
-  }
+/* (a) Agents that share a physical host (host[i]: the first agent on i's host) and have GPUs between them:
+ * one "split" warning per such host; out->max_per_host. */
+static void split_hosts(const trun_host_id *ids, int n, const int *host, trun_doctor_findings *out) {
   for (int h = 0; h < n; h++) {
     if (host[h] != h) continue;
     int cnt = 0, gpus = 0;
@@ -157,7 +139,10 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
     trun_catf(f->text, sizeof(f->text), ".\n    Together they have %d GPU(s) that one agent could drive.\n%s",
               gpus, SPLIT_COST);
   }
-  /* (b) one GPU seen by two agents. */
+}
+
+/* (b) One GPU seen by two agents: an error, with the first agent that has it. */
+static void gpu_clashes(const trun_host_id *ids, int n, trun_doctor_findings *out) {
   for (int i = 0; i < n; i++)
     for (int g = 0; g < ids[i].ngpu; g++) {
       const char *u = ids[i].gpus[g];
@@ -171,7 +156,7 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
           if (strcmp(ids[j].gpus[k], u) == 0) also++;
       if (also == 0) continue;
       trun_doctor_finding *f = add(out, TRUN_DOCTOR_ERROR, "gpu-clash");
-      if (f == NULL) goto done;
+      if (f == NULL) return;
       out->gpu_clash++;
       snprintf(f->text, sizeof(f->text), "GPU %s is seen by %d agents: group rank %d (host %s)", u, also + 1,
                ids[i].group_rank, ids[i].hostname);
@@ -185,7 +170,10 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
           ".\n    Their workers would share that GPU. Give each agent its own GPUs (the pods' nvidia.com/gpu "
           "requests, NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES), or run one agent per host.");
     }
-  /* (c) EFA devices per GPU on an EFA instance type. */
+}
+
+/* (c) Fewer EFA devices than the GPUs need on an EFA instance type. */
+static void efa_shortage(const trun_host_id *ids, int n, trun_doctor_findings *out) {
   for (int i = 0; i < n; i++) {
     const trun_instance_info *t = trun_instance_lookup(ids[i].instance_type);
     if (t == NULL || t->efa == 0 || ids[i].ngpu == 0) continue;
@@ -203,7 +191,31 @@ void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *ou
              ids[i].group_rank, ids[i].hostname, ids[i].instance_type, ids[i].nefa, ids[i].ngpu, t->type,
              t->efa, t->gpus, ids[i].ngpu, need, need);
   }
-done:
+}
+
+void trun_doctor_analyze(const trun_host_id *in, int n, trun_doctor_findings *out) {
+  memset(out, 0, sizeof(*out));
+  if (n <= 0) return;
+  trun_host_id *ids = malloc((size_t)n * sizeof(*ids));
+  int *host = malloc((size_t)n * sizeof(int));
+  if (ids == NULL || host == NULL) {
+    free(ids);
+    free(host);
+    return;
+  }
+  memcpy(ids, in, (size_t)n * sizeof(*ids));
+  qsort(ids, (size_t)n, sizeof(*ids), by_rank);
+  for (int i = 0; i < n; i++) { /* host[i] = index of the first agent on i's host */
+    host[i] = i;
+    for (int j = 0; j < i; j++)
+      if (host[j] == j && same_host(&ids[i], &ids[j])) {
+        host[i] = j;
+        break;
+      }
+  }
+  split_hosts(ids, n, host, out);
+  gpu_clashes(ids, n, out);
+  efa_shortage(ids, n, out);
   free(ids);
   free(host);
 }
