@@ -295,20 +295,150 @@ static int skipped(const char *why) {
   return TRUN_PF_EXIT_SKIP;
 }
 
+/* One all-reduce sweep's samples: bytes, seconds per iteration and busbw of each size. */
+#define MAX_SIZES 128
+typedef struct {
+  int n;
+  double bytes[MAX_SIZES], times[MAX_SIZES], bus[MAX_SIZES];
+} sweep;
+
+/* The name of this rank's GPU (LOCAL_RANK among the visible ones) into name; 0 when no GPU is visible (NVML
+ * finds none), -1 out of memory. */
+static int gpu_name(int lr, char *name, size_t len) {
+  trun_node *node = calloc(1, sizeof(*node));
+  char err[512];
+  if (node == NULL) return -1;
+  trun_discover_gpus(node, environ, err, sizeof(err));
+  int ngpu = node->ngpu;
+  snprintf(name, len, "%s", ngpu ? node->gpus[lr % ngpu].name : "");
+  free(node);
+  return ngpu;
+}
+
+/* Makes LOCAL_RANK's device (modulo the count) current: 0, or -1 said on stderr. */
+static int open_device(const api *a, int rank, int lr, int ngpu) {
+  int count = 0;
+  cuda_err ce = a->GetDeviceCount(&count);
+  if (ce != 0 || count == 0) {
+    fprintf(stderr, "trun-preflight: rank %d: GPU missing: NVML lists %d GPU(s) but CUDA finds %d (%s)\n",
+            rank, ngpu, count, ce ? a->GetErrorString(ce) : "no device");
+    return -1;
+  }
+  int dev = lr < count ? lr : lr % count;
+  if ((ce = a->SetDevice(dev)) != 0) {
+    fprintf(stderr, "trun-preflight: rank %d: GPU missing: cudaSetDevice(%d): %s\n", rank, dev,
+            a->GetErrorString(ce));
+    return -1;
+  }
+  return 0;
+}
+
+/* The store key of this preflight's NCCL id and verdict: $TRUN_PREFLIGHT_KEY, else one per run and restart.
+ */
+static void preflight_key(char *key, size_t len) {
+  const char *k = getenv("TRUN_PREFLIGHT_KEY"), *run = getenv("TORCHELASTIC_RUN_ID"),
+             *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  if (k && *k)
+    snprintf(key, len, "%s", k);
+  else
+    snprintf(key, len, "trun_preflight/%s/%s", run ? run : "none", restart ? restart : "0");
+}
+
+/* The all-reduce sweep on comm (rank 0 prints a line per size, nccl-tests style): 0, or -1 said on stderr. */
+static int run_sweep(const api *a, const opts *o, nccl_comm comm, int rank, int world, sweep *sw) {
+  size_t maxb = (size_t)o->max_bytes;
+  void *send = NULL, *recv = NULL;
+  cuda_stream st = NULL;
+  cuda_event e0 = NULL, e1 = NULL;
+  cuda_err ce;
+  if ((ce = a->Malloc(&send, maxb)) != 0 || (ce = a->Malloc(&recv, maxb)) != 0 ||
+      (ce = a->Memset(send, 0, maxb)) != 0 || (ce = a->StreamCreate(&st)) != 0 ||
+      (ce = a->EventCreate(&e0)) != 0 || (ce = a->EventCreate(&e1)) != 0) {
+    fprintf(stderr, "trun-preflight: rank %d: CUDA set-up (%zu B buffers): %s\n", rank, maxb,
+            a->GetErrorString(ce));
+    return -1;
+  }
+  sw->n = 0;
+  for (double b = o->min_bytes; b <= o->max_bytes && sw->n < MAX_SIZES; b *= o->factor) {
+    size_t cnt = (size_t)b / 4;
+    if (cnt == 0) cnt = 1;
+    for (int i = 0; i < o->warmup; i++) a->ncclAllReduce(send, recv, cnt, NCCL_FLOAT32, NCCL_SUM, comm, st);
+    a->StreamSynchronize(st);
+    a->EventRecord(e0, st);
+    for (int i = 0; i < o->iters; i++) {
+      int rc = a->ncclAllReduce(send, recv, cnt, NCCL_FLOAT32, NCCL_SUM, comm, st);
+      if (rc != 0) {
+        fprintf(stderr, "trun-preflight: rank %d: ncclAllReduce(%zu floats): %s\n", rank, cnt,
+                a->ncclGetErrorString(rc));
+        return -1;
+      }
+    }
+    a->EventRecord(e1, st);
+    if ((ce = a->EventSynchronize(e1)) != 0) {
+      fprintf(stderr, "trun-preflight: rank %d: all-reduce of %zu B: %s\n", rank, cnt * 4,
+              a->GetErrorString(ce));
+      return -1;
+    }
+    float ms = 0;
+    a->EventElapsedTime(&ms, e0, e1);
+    double sec = ms / 1e3 / o->iters, sz = (double)cnt * 4;
+    sw->bytes[sw->n] = sz;
+    sw->times[sw->n] = sec;
+    sw->bus[sw->n] = trun_pf_busbw(sz, sec, world);
+    if (rank == 0)
+      printf("  %12.0f %12zu %6s %6s %12.2f %12.2f %12.2f\n", sz, cnt, "float", "sum", sec * 1e6,
+             sz / sec / 1e9, sw->bus[sw->n]);
+    fflush(stdout);
+    sw->n++;
+  }
+  a->Free(send);
+  a->Free(recv);
+  return 0;
+}
+
+/* --json FILE: rank 0's results. */
+static void write_json(const char *path, int nver, int world, const trun_pf_layout *lay,
+                       const trun_pf_expect *ex, trun_pf_verdict v, const sweep *sw) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "trun-preflight: cannot write --json %s: %s\n", path, strerror(errno));
+    return;
+  }
+  fprintf(f,
+          "{\"nccl_version\": %d, \"nranks\": %d, \"nodes\": %d, \"fabric\": \"%s\", \"verdict\": \"%s\", "
+          "\"pass_gbps\": %.3f, \"warn_gbps\": %.3f, \"results\": [",
+          nver, world, lay->nodes, ex->fabric, trun_pf_verdict_name(v), ex->pass_gbps, ex->warn_gbps);
+  for (int i = 0; i < sw->n; i++)
+    fprintf(f, "%s{\"bytes\": %.0f, \"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f}", i ? ", " : "",
+            sw->bytes[i], sw->times[i] * 1e6, sw->bytes[i] / sw->times[i] / 1e9, sw->bus[i]);
+  fprintf(f, "]}\n");
+  fclose(f);
+}
+
+/* Rank 0's verdict, as the other ranks read it from the store (their own v when it cannot be read). */
+static trun_pf_verdict read_verdict(trun_client *cl, const char *vk, trun_pf_verdict v) {
+  trun_buf b = {0};
+  if (trun_client_get(cl, trun_str(vk), &b, 120000) == 0) {
+    if (b.len == 4 && memcmp(b.data, "FAIL", 4) == 0)
+      v = TRUN_PF_FAIL;
+    else if (b.len == 4 && memcmp(b.data, "PASS", 4) == 0)
+      v = TRUN_PF_PASS;
+    else if (b.len == 4 && memcmp(b.data, "WARN", 4) == 0)
+      v = TRUN_PF_WARN;
+  }
+  trun_buf_free(&b);
+  return v;
+}
+
 int main(int argc, char **argv) {
   opts o;
   if (parse_opts(argc, argv, &o) < 0) return TRUN_PF_EXIT_USAGE;
   int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1), lr = env_int("LOCAL_RANK", 0);
   int local = env_int("LOCAL_WORLD_SIZE", world);
   /* No GPU: one line, before touching any library. */
-  trun_node *node = calloc(1, sizeof(*node));
-  char err[512];
-  if (node == NULL) return TRUN_PF_EXIT_ERROR;
-  trun_discover_gpus(node, environ, err, sizeof(err));
-  int ngpu = node->ngpu;
-  char gpu_name[96];
-  snprintf(gpu_name, sizeof(gpu_name), "%s", ngpu ? node->gpus[lr % ngpu].name : "");
-  free(node);
+  char gpu[96], err[512];
+  int ngpu = gpu_name(lr, gpu, sizeof(gpu));
+  if (ngpu < 0) return TRUN_PF_EXIT_ERROR;
   if (ngpu == 0) {
     printf("trun-preflight: skipped: no GPU visible on this host (NVML finds none)\n");
     return skipped("no GPU visible on this host (NVML finds none)");
@@ -319,27 +449,9 @@ int main(int argc, char **argv) {
     printf("trun-preflight: skipped: %s\n", err);
     return skipped(err);
   }
-  int count = 0;
-  cuda_err ce = a.GetDeviceCount(&count);
-  if (ce != 0 || count == 0) {
-    fprintf(stderr, "trun-preflight: rank %d: GPU missing: NVML lists %d GPU(s) but CUDA finds %d (%s)\n",
-            rank, ngpu, count, ce ? a.GetErrorString(ce) : "no device");
-    return TRUN_PF_EXIT_ERROR;
-  }
-  int dev = lr < count ? lr : lr % count;
-  if ((ce = a.SetDevice(dev)) != 0) {
-    fprintf(stderr, "trun-preflight: rank %d: GPU missing: cudaSetDevice(%d): %s\n", rank, dev,
-            a.GetErrorString(ce));
-    return TRUN_PF_EXIT_ERROR;
-  }
+  if (open_device(&a, rank, lr, ngpu) < 0) return TRUN_PF_EXIT_ERROR;
   char key[512];
-  const char *k = getenv("TRUN_PREFLIGHT_KEY");
-  if (k && *k)
-    snprintf(key, sizeof(key), "%s", k);
-  else
-    snprintf(key, sizeof(key), "trun_preflight/%s/%s",
-             getenv("TORCHELASTIC_RUN_ID") ? getenv("TORCHELASTIC_RUN_ID") : "none",
-             getenv("TORCHELASTIC_RESTART_COUNT") ? getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+  preflight_key(key, sizeof(key));
   signal(SIGALRM, on_alarm);
   alarm((unsigned)o.timeout_s + 30);
   nccl_id id;
@@ -353,17 +465,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "trun-preflight: rank %d: ncclCommInitRank: %s\n", rank, a.ncclGetErrorString(rc));
     return TRUN_PF_EXIT_ERROR;
   }
-  size_t maxb = (size_t)o.max_bytes;
-  void *send = NULL, *recv = NULL;
-  cuda_stream st = NULL;
-  cuda_event e0 = NULL, e1 = NULL;
-  if ((ce = a.Malloc(&send, maxb)) != 0 || (ce = a.Malloc(&recv, maxb)) != 0 ||
-      (ce = a.Memset(send, 0, maxb)) != 0 || (ce = a.StreamCreate(&st)) != 0 ||
-      (ce = a.EventCreate(&e0)) != 0 || (ce = a.EventCreate(&e1)) != 0) {
-    fprintf(stderr, "trun-preflight: rank %d: CUDA set-up (%zu B buffers): %s\n", rank, maxb,
-            a.GetErrorString(ce));
-    return TRUN_PF_EXIT_ERROR;
-  }
   int nver = 0;
   a.ncclGetVersion(&nver);
   trun_pf_layout lay;
@@ -374,50 +475,16 @@ int main(int argc, char **argv) {
   if (o.warn_gbps >= 0) ex.warn_gbps = o.warn_gbps;
   if (rank == 0) {
     printf("# trun-preflight: NCCL %d, %d rank(s) on %d node(s), %d per node, GPU %s; fabric %s (%s)\n", nver,
-           world, lay.nodes, lay.local, gpu_name, ex.fabric, ex.why);
+           world, lay.nodes, lay.local, gpu, ex.fabric, ex.why);
     printf("# %12s %12s %6s %6s %12s %12s %12s\n", "size(B)", "count", "type", "redop", "time(us)",
            "algbw(GB/s)", "busbw(GB/s)");
   }
-  int nsizes = 0;
-  double bytes[128], bus[128], times[128];
-  for (double b = o.min_bytes; b <= o.max_bytes && nsizes < 128; b *= o.factor) {
-    size_t cnt = (size_t)b / 4;
-    if (cnt == 0) cnt = 1;
-    for (int i = 0; i < o.warmup; i++) a.ncclAllReduce(send, recv, cnt, NCCL_FLOAT32, NCCL_SUM, comm, st);
-    a.StreamSynchronize(st);
-    a.EventRecord(e0, st);
-    for (int i = 0; i < o.iters; i++) {
-      rc = a.ncclAllReduce(send, recv, cnt, NCCL_FLOAT32, NCCL_SUM, comm, st);
-      if (rc != 0) {
-        fprintf(stderr, "trun-preflight: rank %d: ncclAllReduce(%zu floats): %s\n", rank, cnt,
-                a.ncclGetErrorString(rc));
-        return TRUN_PF_EXIT_ERROR;
-      }
-    }
-    a.EventRecord(e1, st);
-    if ((ce = a.EventSynchronize(e1)) != 0) {
-      fprintf(stderr, "trun-preflight: rank %d: all-reduce of %zu B: %s\n", rank, cnt * 4,
-              a.GetErrorString(ce));
-      return TRUN_PF_EXIT_ERROR;
-    }
-    float ms = 0;
-    a.EventElapsedTime(&ms, e0, e1);
-    double sec = ms / 1e3 / o.iters, sz = (double)cnt * 4;
-    bytes[nsizes] = sz;
-    times[nsizes] = sec;
-    bus[nsizes] = trun_pf_busbw(sz, sec, world);
-    if (rank == 0)
-      printf("  %12.0f %12zu %6s %6s %12.2f %12.2f %12.2f\n", sz, cnt, "float", "sum", sec * 1e6,
-             sz / sec / 1e9, bus[nsizes]);
-    fflush(stdout);
-    nsizes++;
-  }
-  a.Free(send);
-  a.Free(recv);
+  sweep sw;
+  if (run_sweep(&a, &o, comm, rank, world, &sw) < 0) return TRUN_PF_EXIT_ERROR;
   a.ncclCommDestroy(comm);
   char msg[1024], vk[600];
   trun_pf_result res;
-  trun_pf_verdict v = trun_pf_judge_result(&ex, bytes, bus, nsizes, &res, msg, sizeof(msg));
+  trun_pf_verdict v = trun_pf_judge_result(&ex, sw.bytes, sw.bus, sw.n, &res, msg, sizeof(msg));
   snprintf(vk, sizeof(vk), "%s/verdict", key);
   if (rank == 0) {
     printf("# verdict: %s: %s\n", trun_pf_verdict_name(v), msg);
@@ -427,34 +494,9 @@ int main(int argc, char **argv) {
     res.verdict = v;
     write_result(&res);
     if (cl) trun_client_set(cl, trun_str(vk), trun_str(trun_pf_verdict_name(v)));
-    if (o.json) {
-      FILE *f = fopen(o.json, "w");
-      if (f) {
-        fprintf(
-            f,
-            "{\"nccl_version\": %d, \"nranks\": %d, \"nodes\": %d, \"fabric\": \"%s\", \"verdict\": \"%s\", "
-            "\"pass_gbps\": %.3f, \"warn_gbps\": %.3f, \"results\": [",
-            nver, world, lay.nodes, ex.fabric, trun_pf_verdict_name(v), ex.pass_gbps, ex.warn_gbps);
-        for (int i = 0; i < nsizes; i++)
-          fprintf(f, "%s{\"bytes\": %.0f, \"time_us\": %.3f, \"algbw\": %.3f, \"busbw\": %.3f}",
-                  i ? ", " : "", bytes[i], times[i] * 1e6, bytes[i] / times[i] / 1e9, bus[i]);
-        fprintf(f, "]}\n");
-        fclose(f);
-      } else {
-        fprintf(stderr, "trun-preflight: cannot write --json %s: %s\n", o.json, strerror(errno));
-      }
-    }
+    if (o.json) write_json(o.json, nver, world, &lay, &ex, v, &sw);
   } else if (cl) {
-    trun_buf b = {0};
-    if (trun_client_get(cl, trun_str(vk), &b, 120000) == 0) {
-      if (b.len == 4 && memcmp(b.data, "FAIL", 4) == 0)
-        v = TRUN_PF_FAIL;
-      else if (b.len == 4 && memcmp(b.data, "PASS", 4) == 0)
-        v = TRUN_PF_PASS;
-      else if (b.len == 4 && memcmp(b.data, "WARN", 4) == 0)
-        v = TRUN_PF_WARN;
-    }
-    trun_buf_free(&b);
+    v = read_verdict(cl, vk, v);
   }
   if (cl) trun_client_close(cl);
   res.verdict = v; /* rank 0's, with this rank's measurement */
