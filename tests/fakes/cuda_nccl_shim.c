@@ -26,8 +26,8 @@
  * graph-dump <NCCL_GRAPH_DUMP_FILE>" ("-" for unset) to the file TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS
  * thread does once a process, listens on NCCL_RAS_ADDR (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for
  * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed
- * (TRUN_FAKE_NCCL_RAS=0: no RAS, nothing listens). ncclResetDebugInit appends "pid <pid> reset-debug
- * NCCL_DEBUG <value>". A test fake, so plain globals. */
+ * (TRUN_FAKE_NCCL_RAS=0: no RAS, nothing listens; TRUN_FAKE_NCCL_INIT_SLEEP=S: the set-up takes S s first).
+ * ncclResetDebugInit appends "pid <pid> reset-debug NCCL_DEBUG <value>". A test fake, so plain globals. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -378,6 +378,8 @@ int ncclCommInitAll(void **comm, int n, const int *devs) {
   nccl_log("init-all n %d dev %d thread %s ras %s debug-file %s comm-id %s graph-dump %s", n,
            n > 0 ? devs[0] : -1, syscall(SYS_gettid) == getpid() ? "main" : "other", ras ? ras : "-",
            file ? file : "-", id ? id : "-", dump ? dump : "-");
+  const char *nap = getenv("TRUN_FAKE_NCCL_INIT_SLEEP");
+  if (nap && *nap) sleep((unsigned)atoi(nap));
   const char *on = getenv("TRUN_FAKE_NCCL_RAS");
   if (on == NULL || strcmp(on, "0") != 0) ras_start(ras);
   nranks = n;

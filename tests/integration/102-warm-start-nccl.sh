@@ -13,7 +13,8 @@
 #    a slot's pool process is never given the port its live worker serves on, and the agent holds each
 #    such port (a plain bind of it fails while the job runs, even where NCCL's RAS does not listen);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the
-#    restart's pool process says why; --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
+#    restart's pool process says why; a set-up that does not end within TRUN_WARM_NCCL_TIMEOUT makes the
+#    pool process give up (that slot starts cold, the job goes on); --dry-run says what the pool does; --warm-start-nccl without --warm-start-cuda is a usage
 #    error (exit 2).
 # Exit: 0 pass, anything else fail.
 set -euo pipefail
@@ -165,6 +166,17 @@ TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/ncc
 grep -q "ready: CUDA context made on device 0; no NCCL set-up: the warm modules did not load libnccl" \
   "$tmp/plain.err" || fail "the pool did not say why NCCL was not set up: $(grep -i 'ready' "$tmp/plain.err")"
 [ ! -s "$tmp/nccl.log" ] || fail "NCCL was set up without libnccl among the imports: $(cat "$tmp/nccl.log")"
+echo PASS
+
+echo "== a set-up that does not end (TRUN_WARM_NCCL_TIMEOUT): the pool process gives up, the restart starts cold"
+rc=0
+TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_INIT_SLEEP=30 TRUN_WARM_NCCL_TIMEOUT=1 \
+  PYTHONPATH=$tmp/mods PYTHON_EXEC=$host_py timeout 120 "$trun" --warm-start --warm-start-cuda \
+  --warm-start-nccl --warm-start-modules fakenccl --standalone --nproc-per-node 1 --max-restarts 1 \
+  "$tmp/once.py" >"$tmp/slow.out" 2>"$tmp/slow.err" || rc=$?
+[ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/slow.err")"
+grep -q "NCCL's one-rank set-up on device 0 did not end in 1 s; its workers start cold" "$tmp/slow.err" ||
+  fail "the pool process did not give up on a set-up that does not end: $(grep -i 'warm' "$tmp/slow.err")"
 echo PASS
 
 echo "== --dry-run says what the pool does"
