@@ -3,13 +3,16 @@
  * environment's changes, stdout, exit code), a pool process that dies before use, one that never gets ready,
  * one not ready yet (never handed a worker: the worker starts cold).
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -239,6 +242,46 @@ START_TEST(never_ready) {
 }
 END_TEST
 
+/* A bind of 127.0.0.1:port with SO_REUSEPORT (reuseport) or plainly: 0, or the errno. The socket is
+ * returned in *fd (-1 on failure). */
+static int bind_port(unsigned port, int reuseport, int *fd) {
+  int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  ck_assert_int_ge(s, 0);
+  if (reuseport) {
+    ck_assert_int_eq(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    ck_assert_int_eq(setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+  }
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((unsigned short)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int rc = bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0 ? 0 : errno;
+  if (rc) close(s);
+  *fd = rc ? -1 : s;
+  return rc;
+}
+
+/* A held port (portheld.h): a plain bind of it fails while it is held; NCCL's way (SO_REUSEADDR +
+ * SO_REUSEPORT, this user) binds and listens beside it; once the held socket and that one are closed, the
+ * port is free again. */
+START_TEST(port_hold) {
+  unsigned port = 0;
+  const char *step = "";
+  int held = trun_port_hold(&port, &step);
+  ck_assert_msg(held >= 0, "trun_port_hold: %s: %s", step, strerror(-held));
+  ck_assert_uint_gt(port, 0);
+  int fd;
+  ck_assert_int_eq(bind_port(port, 0, &fd), EADDRINUSE);
+  int ras;
+  ck_assert_int_eq(bind_port(port, 1, &ras), 0);
+  ck_assert_int_eq(listen(ras, 4), 0);
+  ck_assert_int_eq(bind_port(port, 0, &fd), EADDRINUSE);
+  close(ras);
+  close(held);
+  ck_assert_int_eq(bind_port(port, 0, &fd), 0);
+  close(fd);
+}
+END_TEST
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   Suite *s = suite_create("warm");
@@ -251,6 +294,7 @@ int main(void) {
   tcase_add_test(tc, not_ready_yet);
   tcase_add_test(tc, dies_before_use);
   tcase_add_test(tc, never_ready);
+  tcase_add_test(tc, port_hold);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
