@@ -1,7 +1,8 @@
 /* agent/proc/warm.c: the --warm-start pool, with a real Python (/usr/bin/python3, no module imported so
  * that it is quick): which variables may differ, when a worker must start cold, the handover (argv, the
  * environment's changes, stdout, exit code), a pool process that dies before use, one that never gets ready,
- * one not ready yet (never handed a worker: the worker starts cold).
+ * one not ready yet (never handed a worker: the worker starts cold); the loopback ports held for the
+ * workers' NCCL RAS (portheld.h).
  */
 #include <arpa/inet.h>
 #include <check.h>
