@@ -12,7 +12,8 @@ It records:
   - the GPU memory (nvidia-smi) of attempt 1's workers and of the pool processes ready for the next restart;
   - the first start: from trun's launch to the last rank's first all-reduce (the pool's NCCL set-up is in it).
 The same job then runs with --warm-start --warm-start-cuda only (the pool without NCCL's set-up), the pair
-GPU_WN_REPS times (2).
+GPU_WN_REPS times (2). GPU_WN_FLAGS: more trun flags for both (--nccl-report: the report's own NCCL_DEBUG
+then); GPU_WN_KINDS: which of the two (nccl,cuda).
 Run on the GPU box (build/portable carried):  python3 bench/gpu_warm_nccl.py
 Writes $OUT/<date>-<gpu>-warm-nccl/warm-nccl.json, trun's stderr and the workers' output.
 """
@@ -74,8 +75,9 @@ def job(d, n, tag, flags):
     script = os.path.join(work, "w.py")
     with open(script, "w") as f:
         f.write(WORKER)
-    env = dict(os.environ, TRUN_LOG_LEVEL="debug", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT",
-               PYTHON_EXEC=gc.PY, **{gc.JOB_VAR: "warm-nccl"})
+    env = dict(os.environ, TRUN_LOG_LEVEL="debug", PYTHON_EXEC=gc.PY, **{gc.JOB_VAR: "warm-nccl"})
+    if "--nccl-report" not in flags:  # the report sets NCCL's debug variables itself, per round
+        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT")
     err_path, out_path = os.path.join(d, f"{tag}-trun.err"), os.path.join(d, f"{tag}-trun.out")
     cmd = [gc.TRUN, *flags, "--standalone", "--nproc-per-node", str(n), "--max-restarts", "1",
            "--restart-backoff", "0", "--crash-loop", "0", script, work, "nccl"]
@@ -123,6 +125,7 @@ def job(d, n, tag, flags):
     res["init_complete"] = len(re.findall(r"Init COMPLETE", out + err))
     res["init_timings"] = re.findall(r"Init timings[^\n]*", out + err)
     res["version_banner"] = len(re.findall(r"NCCL version \d", out + err))
+    res["nccl_report"] = [ln for ln in err.splitlines() if "nccl-report" in ln or "communicator" in ln.lower()]
     return res
 
 
@@ -133,8 +136,10 @@ def main():
         return 2
     d = gc.step_dir("warm-nccl")
     res = {"gpus": n, "torch": gc.torch_version(), "jobs": {}}
-    pair = (("nccl", ["--warm-start", "--warm-start-cuda", "--warm-start-nccl"]),
-            ("cuda", ["--warm-start", "--warm-start-cuda"]))
+    extra = os.environ.get("GPU_WN_FLAGS", "").split()  # e.g. --nccl-report
+    kinds = os.environ.get("GPU_WN_KINDS", "nccl,cuda").split(",")
+    pair = [(k, f) for k, f in (("nccl", ["--warm-start", "--warm-start-cuda", "--warm-start-nccl"] + extra),
+                                ("cuda", ["--warm-start", "--warm-start-cuda"] + extra)) if k in kinds]
     for i in range(int(os.environ.get("GPU_WN_REPS", "2"))):
         for kind, flags in pair:
             tag = f"{kind}-{i + 1}"
@@ -148,7 +153,7 @@ def report(d, res, tag, r):
     with open(os.path.join(d, "warm-nccl.json"), "w") as f:
         json.dump(res, f, indent=1)
     keys = ("rc", "seconds", "first_ready_s", "gpu_mib", "ready_lines", "warm_lines", "hang_warnings",
-            "init_complete", "version_banner")
+            "init_complete", "version_banner", "nccl_report")
     print(tag, json.dumps({k: r.get(k) for k in keys}), flush=True)
     for t in r["init_timings"]:
         print(tag, t[:300], flush=True)
