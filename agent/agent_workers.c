@@ -205,7 +205,7 @@ int trun__agent_start_worker(agent *a, worker *w, const char *attempt_dir) {
           trun_memcg_of("", w->pid, &w->memcg) == 0 && trun_memcg_oom_kills(&w->memcg, &w->oom_base) == 0;
       trun_watchdog_add(&a->guard, w->pid);
       trun_obs_worker_start(a->obs, w->pid, trun_rdzv_info(a->rdzv)->base_rank + lr, lr,
-                            trun_rdzv_info(a->rdzv)->attempt);
+                            trun_rdzv_info(a->rdzv)->attempt, w->ras);
       trun_stall_watch(a->stall, lr, w->pid, w->out, w->err, w->log_out, w->log_err);
       rc = 0;
     }

@@ -243,12 +243,14 @@ void trun_obs_rdzv_end(trun_obs *o, int round, const char *error) {
   trun_events_emit(o->ev, "rendezvous_end", f);
 }
 
-void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt) {
+void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt,
+                           const char *nccl_ras) {
   if (o == NULL) return;
   o->running++;
-  trun_events_emit(o->ev, "worker_start",
-                   json_pack("{s:i,s:i,s:i,s:i}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
-                             "attempt", attempt));
+  json_t *f = json_pack("{s:i,s:i,s:i,s:i}", "pid", (int)pid, "rank", rank, "local_rank", local_rank,
+                        "attempt", attempt);
+  if (f && nccl_ras && nccl_ras[0]) json_object_set_new(f, "nccl_ras", json_string(nccl_ras));
+  trun_events_emit(o->ev, "worker_start", f);
 }
 
 void trun_obs_warm_start(trun_obs *o, int warm) {

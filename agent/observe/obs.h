@@ -26,7 +26,8 @@ void trun_obs_discovery(trun_obs *o, int nproc, char **envp, const trun_node *no
 void trun_obs_rdzv_start(trun_obs *o, int round);
 /* error: NULL on success. */
 void trun_obs_rdzv_end(trun_obs *o, int round, const char *error);
-void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt);
+void trun_obs_worker_start(trun_obs *o, pid_t pid, int rank, int local_rank, int attempt,
+                           const char *nccl_ras);
 /* --warm-start: a worker started warm (from the pool) or cold: trun_worker_starts_total{start}. */
 void trun_obs_warm_start(trun_obs *o, int warm);
 /* status: exit code, or -signal; torn_down: stopped by the agent. */

@@ -9,7 +9,8 @@
 #    NCCL_COMM_ID (a running job's bootstrap root) nor NCCL_GRAPH_DUMP_FILE;
 #  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE, NCCL_COMM_ID as trun and the
 #    user set them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
-#  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker);
+#  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker),
+#    and the worker_start event names that port (nccl_ras);
 #    a slot's pool process is never given the port its live worker serves on, and the agent holds each
 #    such port (a plain bind of it fails while the job runs, even where NCCL's RAS does not listen);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the
@@ -63,7 +64,7 @@ TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_CUDA_LOG=$tmp/cud
   NCCL_DEBUG=WARN NCCL_DEBUG_FILE=$tmp/user-debug.%p NCCL_COMM_ID=127.0.0.1:9 \
   NCCL_GRAPH_DUMP_FILE=$tmp/graph.xml TRUN_LOG_LEVEL=debug \
   timeout 120 "$trun" --warm-start --warm-start-cuda --warm-start-nccl --warm-start-modules fakenccl \
-  --standalone --nproc-per-node 2 --max-restarts 2 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
+  --events "$tmp/events.jsonl" --standalone --nproc-per-node 2 --max-restarts 2 "$tmp/w.py" "$tmp/out" >"$tmp/trun.out" 2>"$tmp/trun.err" ||
   rc=$?
 show() {
   sed 's/^/    err| /' "$tmp/trun.err" | tail -40
@@ -91,6 +92,8 @@ for att in 0 1 2; do
       [ "$inits" -eq 0 ] || fail "attempt 0 local rank $lr (pid $wpid): NCCL was set up in a pool process of the first start"
       grep -q "local rank $lr starts warm (pool process $wpid)" "$tmp/trun.err" ||
         fail "attempt 0 local rank $lr did not start warm: $(grep -i 'starts warm' "$tmp/trun.err")"
+      grep '"event": *"worker_start"' "$tmp/events.jsonl" | grep "\"pid\": *$wpid[,}]" | grep -q nccl_ras &&
+        fail "attempt 0 local rank $lr: its worker_start event names a RAS port of its own; it serves on the job's"
       continue
     fi
     [ "$inits" -eq 1 ] || {
@@ -110,6 +113,8 @@ for att in 0 1 2; do
       fail "attempt $att local rank $lr: NCCL re-read its debug settings $resets times, want after the set-up and after the handover"
     grep -q "local rank $lr starts warm (pool process $wpid; its NCCL RAS serves on $own)" "$tmp/trun.err" ||
       fail "attempt $att local rank $lr: the agent did not take its RAS address $own: $(grep -i 'starts warm' "$tmp/trun.err")"
+    grep '"event": *"worker_start"' "$tmp/events.jsonl" | grep "\"pid\": *$wpid[,}]" | grep -q "\"nccl_ras\": *\"$own\"" ||
+      fail "attempt $att local rank $lr: its worker_start event does not name its RAS address $own: $(grep worker_start "$tmp/events.jsonl")"
   done
 done
 for lr in 0 1; do
