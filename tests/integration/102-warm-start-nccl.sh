@@ -30,16 +30,23 @@ cat >"$tmp/mods/fakenccl.py" <<EOF
 import ctypes
 ctypes.CDLL("$tmp/lib/libnccl.so.2")
 EOF
-# The worker: says its pid, NCCL environment and attempt; local rank 1 fails attempts 0 and 1; in attempt 2
+# The worker: says its pid, NCCL environment and attempt; local rank 1 fails attempts 0 and 1 (once local
+# rank 0 has said its part); in attempt 2
 # both wait (at most 30 s) until the agent has asked local rank 0's RAS, then exit 0.
 cat >"$tmp/w.py" <<'EOF'
 import os, sys, time
 out, lr, att = sys.argv[1], os.environ["LOCAL_RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
-with open(os.path.join(out, "w.%s.%s" % (att, lr)), "w") as f:
+me = os.path.join(out, "w.%s.%s" % (att, lr))
+with open(me + ".tmp", "w") as f:  # renamed into place whole: the other rank waits for it
     f.write("pid %d ras %s debug-file %s comm-id %s\n" % (os.getpid(), os.environ.get("NCCL_RAS_ADDR", "-"),
                                                          os.environ.get("NCCL_DEBUG_FILE", "-"),
                                                          os.environ.get("NCCL_COMM_ID", "-")))
+os.rename(me + ".tmp", me)
 if att in ("0", "1") and lr == "1":
+    # local rank 0 first says who it is (a loaded box may start it after this one's exit stopped the round)
+    deadline = time.time() + 30
+    while not os.path.exists(os.path.join(out, "w.%s.0" % att)) and time.time() < deadline:
+        time.sleep(0.05)
     sys.exit(3)
 if att in ("0", "1"):
     time.sleep(1)
