@@ -41,7 +41,7 @@ typedef struct {
   unsigned ras_port[2]; /* their ports */
   int ras_spawned;      /* the one the pool process was given */
   int ras_live;         /* the one the slot's current worker serves on, -1 none */
-  char ras[64];         /* "127.0.0.1:<port>" once the pool process said its RAS listens there, "" not */
+  int ras_listens;      /* the pool process said its RAS listens on the port it was given */
   char why[256];        /* why the slot is disabled */
 } slot_t;
 
@@ -79,7 +79,7 @@ static void slot_drop(slot_t *s) {
   s->fd = -1;
   s->pid = 0;
   s->ready = 0;
-  s->ras[0] = '\0';
+  s->ras_listens = 0;
 }
 
 void trun_warm_free(trun_warm *p) {
@@ -337,7 +337,7 @@ static int read_news(slot_t *s, int slot) {
       snprintf(want, sizeof(want), "127.0.0.1:%u", s->ras_port[s->ras_spawned]);
       if (s->nccl && s->ras_fd[s->ras_spawned] >= 0 && len == strlen(want) &&
           strncmp(note + 4, want, len) == 0)
-        snprintf(s->ras, sizeof(s->ras), "%s", want);
+        s->ras_listens = 1;
       note += 4 + len + (note[4 + len] == ' ');
     }
     /* with --warm-start-cuda, what became of the context (made, or why not), and NCCL's set-up */
@@ -452,8 +452,8 @@ int trun_warm_take(trun_warm *p, int slot, char *const *argv, char *const *envp,
     return 1;
   }
   *pid = s->pid;
-  if (s->ras[0]) s->ras_live = s->ras_spawned; /* its NCCL RAS serves there */
-  slot_drop(s);                                /* the process is the worker now: the agent reaps it as one */
+  if (s->ras_listens) s->ras_live = s->ras_spawned; /* its NCCL RAS serves there */
+  slot_drop(s); /* the process is the worker now: the agent reaps it as one */
   s->replaced = 0;
   return 0;
 }
