@@ -12,7 +12,11 @@
  * host, or of another agent of this job on this host, is that agent's to name (every culprit is named once,
  * by the agent that can act on it); one on this host whose pid is no worker of this job gets a warning and
  * nothing else. Nothing is ever signalled but our own
- * workers, through the normal teardown. */
+ * workers, through the normal teardown.
+ *
+ * With --warm-start-nccl a restarted worker's RAS serves on its pool process's own port, not the job's: from
+ * the first such round the job's port (where the agent holds it) listens too and relays each client to one
+ * of those workers (proc/relay.h: bounded in clients and bytes), so `ncclras` there still reaches the job. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +40,8 @@
 #define TRUN__HANG_MAX_ADDRS 64  /* this node's addresses kept */
 #define TRUN__HANG_MAX_SEEN 32   /* communicators named (or warned about) per round */
 #define TRUN__HANG_MAX_RAS 8     /* --warm-start-nccl workers' own RAS addresses asked, in turn */
+#define TRUN__HANG_RELAY_CLIENTS 16          /* clients of the job's RAS port relayed at once */
+#define TRUN__HANG_RELAY_PENDING (256 << 10) /* bytes queued toward one side of a relayed client */
 #define TRUN__HANG_STACK_MS                                                      \
   3000 /* a culprit asked for its Python stack has this long to print it and die \
         */
@@ -48,7 +54,7 @@ typedef struct {
   char fr_dump[PATH_MAX], fr_pipe[PATH_MAX];
   int fr_base, fr_n;
   /* --warm-start-nccl: the RAS addresses of this round's workers that serve on a port of their own (their
-   * pool process's); asked in turn before the job's (any one worker answers for the whole job). */
+   * pool process's); asked in turn, instead of the job's (any one worker answers for the whole job). */
   char ras[TRUN__HANG_MAX_RAS][64];
   int nras;
 } hang_round;
@@ -85,6 +91,10 @@ struct trun__hang {
   char local[TRUN__HANG_MAX_ADDRS][64]; /* this node's addresses, numeric (set before the thread starts) */
   int nlocal;
   int port_fd; /* holds the workers' RAS port (agent_rasport.c), -1 */
+  /* --warm-start-nccl: while a round's workers serve RAS on ports of their own, port_fd listens and relays
+   * each client to one of them, so that a tool asking NCCL_RAS_ADDR still reaches the job (loop side). */
+  trun_relay *relay;
+  int relay_failed; /* said once */
   struct {
     pthread_mutex_t mu; /* round and news */
     pthread_cond_t cv;
@@ -108,13 +118,16 @@ struct trun__hang {
 /* ---- the thread -------------------------------------------------------------------------------------- */
 
 /* One RAS answer: from the first of the round's own worker addresses (ras, nras) that has a listener, else
- * at the job's address (h->addr). A worker that is gone refuses at once on loopback. */
+ * (a round without such workers) at the job's address (h->addr). A worker that is gone refuses at once on
+ * loopback; when every one of them refuses, the round's workers are going, and the job's address, which
+ * then relays to those same ports (relay_round), could only say "closed" instead of "refused". */
 static int query(const trun__hang *h, char (*ras)[64], int nras, char **json, size_t *n, char *err,
                  size_t errlen) {
   for (int i = 0; i < nras; i++) {
     int rc = trun_ras_query(ras[i], TRUN__HANG_QUERY_MS, 0, json, n, err, errlen);
     if (rc != -ECONNREFUSED) return rc;
   }
+  if (nras > 0) return -ECONNREFUSED;
   return trun_ras_query(h->addr, TRUN__HANG_QUERY_MS, 0, json, n, err, errlen);
 }
 
@@ -435,6 +448,38 @@ int trun__agent_hang_open(agent *a) {
   return 0;
 }
 
+/* At a round's start: the job's RAS port relays to the round's workers that serve on ports of their own, if
+ * any (the first such round opens the relay); with none it stops listening, so that workers serving on the
+ * job's port itself (set NCCL up cold) get every client. Only where the agent holds the job's port. */
+static void relay_round(trun__hang *h, const char (*ras)[64], int nras) {
+  if (h->port_fd < 0) return;
+  if (nras == 0) {
+    if (h->relay)
+      trun_debug("hang detection: %s no longer relays (no worker serves RAS on a port of its own)", h->addr);
+    trun_relay_close(h->relay);
+    h->relay = NULL;
+    return;
+  }
+  if (h->relay == NULL && !h->relay_failed) {
+    trun_relay_limits lim = {.max_clients = TRUN__HANG_RELAY_CLIENTS,
+                             .max_pending = TRUN__HANG_RELAY_PENDING};
+    const char *step = NULL;
+    int rc = trun_relay_open(h->a->loop, h->port_fd, &lim, &h->relay, &step);
+    if (rc < 0) {
+      h->relay_failed = 1;
+      trun_warn(
+          "hang detection: cannot relay the job's NCCL RAS address %s to the workers' own ports (%s: %s); a "
+          "tool asking %s finds no restarted worker there: ask the port a worker_start event names as "
+          "nccl_ras",
+          h->addr, step, uv_strerror(rc), h->addr);
+      return;
+    }
+    trun_debug("hang detection: %s relays each client to a worker's own NCCL RAS port (--warm-start-nccl)",
+               h->addr);
+  }
+  if (h->relay) trun_relay_targets(h->relay, ras, nras);
+}
+
 void trun__agent_hang_round(agent *a, int active) {
   trun__hang *h = a->hang;
   if (h == NULL) return;
@@ -454,11 +499,15 @@ void trun__agent_hang_round(agent *a, int active) {
     for (int i = 0; i < a->nproc && h->round.nras < TRUN__HANG_MAX_RAS; i++)
       if (a->w[i].ras[0]) snprintf(h->round.ras[h->round.nras++], sizeof(h->round.ras[0]), "%s", a->w[i].ras);
   }
+  char ras[TRUN__HANG_MAX_RAS][64];
+  int nras = h->round.nras;
+  memcpy(ras, h->round.ras, sizeof(ras));
   trun_hang_verdict_clear(&h->news.v);
   pthread_cond_signal(&h->th.cv);
   pthread_mutex_unlock(&h->th.mu);
   if (h->timer_on) uv_timer_stop(&h->timer);
   if (active) {
+    relay_round(h, (const char(*)[64])ras, nras);
     memset(&h->seen, 0, sizeof(h->seen));
     memset(a->health.round_xid, 0, sizeof(a->health.round_xid)); /* the Xids a hang of this round consults */
   }
@@ -475,6 +524,7 @@ void trun__agent_hang_close(agent *a) {
     pthread_join(h->th.id, NULL); /* a query in flight ends within TRUN__HANG_QUERY_MS */
   }
   trun_hang_verdict_clear(&h->news.v);
+  trun_relay_close(h->relay);
   if (h->port_fd >= 0) close(h->port_fd);
   pthread_mutex_destroy(&h->th.mu);
   pthread_cond_destroy(&h->th.cv);

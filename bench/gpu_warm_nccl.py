@@ -4,8 +4,8 @@ level), an all-reduce every 50 ms; in attempt 0 the last rank crashes after 4 s,
 It records:
   - each pool process's "ready" line (its CUDA context, NCCL's set-up and how long it took);
   - the RAS address each worker of attempt 1 serves on (trun's debug line), and `trun-topo hang --once --json`
-    asked there and at the job's NCCL_RAS_ADDR while attempt 1 trains (the first should list the job's
-    communicator with every rank, the second should be refused: no worker serves there);
+    asked there and at the job's NCCL_RAS_ADDR while attempt 1 trains (both should list the job's
+    communicator with every rank: the job's address reaches a worker through the agent's relay);
   - whether the workers' own NCCL logs have their communicators' "Init COMPLETE" and "Init timings" lines in
     both attempts (NCCL re-read NCCL_DEBUG after the handover) and the "kernels" share of those timings;
   - any hang-detection warning trun printed (an unusable RAS answer);

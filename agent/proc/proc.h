@@ -7,7 +7,7 @@
  * SIGCHLD reaping, caught signals, a grace timer); environments and argument lists as
  * string vectors (strv.h); the warm-start pool of pre-started interpreters (warm.h); the workers' torchrun
  * variables, named once with what each user needs of them (round_vars.h); loopback ports held for the
- * workers' NCCL RAS (portheld.h).
+ * workers' NCCL RAS (portheld.h) and a bounded TCP relay from one such port to others (relay.h).
  * May use: base, discover (CPU lists). Used by the agent, the nccl module (trun-preflight
  * per local rank), observe (stall detection reads output activity) and the launcher (--hostfile). */
 #ifndef TRUN_PROC_H
@@ -17,6 +17,7 @@
 #include "memcg.h"
 #include "output.h"
 #include "portheld.h"
+#include "relay.h"
 #include "report.h"
 #include "round_vars.h"
 #include "spawn.h"

@@ -25,7 +25,8 @@
  * dev <d> thread <main|other> ras <NCCL_RAS_ADDR> debug-file <NCCL_DEBUG_FILE> comm-id <NCCL_COMM_ID>
  * graph-dump <NCCL_GRAPH_DUMP_FILE>" ("-" for unset) to the file TRUN_FAKE_NCCL_LOG names and, as NCCL's RAS
  * thread does once a process, listens on NCCL_RAS_ADDR (127.0.0.1:<port>, SO_REUSEADDR + SO_REUSEPORT) for
- * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed
+ * the process's life; each client it accepts appends "pid <pid> ras-client" and is closed (one whose first
+ * bytes are "TRUN-FAKE-PING\n" is first answered "pong <pid>\n" and appends "pid <pid> ras-ping")
  * (TRUN_FAKE_NCCL_RAS=0: no RAS, nothing listens; TRUN_FAKE_NCCL_INIT_SLEEP=S: the set-up takes S s first).
  * ncclResetDebugInit appends "pid <pid> reset-debug NCCL_DEBUG <value>". A test fake, so plain globals. */
 #include <arpa/inet.h>
@@ -39,6 +40,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -346,6 +348,16 @@ static void *ras_serve(void *arg) {
     int c = accept(s, NULL, NULL);
     if (c < 0) continue;
     nccl_log("ras-client");
+    /* A test's own question (not RAS's): "TRUN-FAKE-PING\n" is answered "pong <pid>\n", so that a test can
+     * tell which process a connection reached; anything else is closed at once, as before. */
+    struct timeval tv = {.tv_sec = 2};
+    char line[64];
+    ssize_t k = setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 ? read(c, line, sizeof(line)) : -1;
+    if (k >= 15 && memcmp(line, "TRUN-FAKE-PING\n", 15) == 0) {
+      char ans[32];
+      int m = snprintf(ans, sizeof(ans), "pong %d\n", (int)getpid());
+      if (write(c, ans, (size_t)m) == m) nccl_log("ras-ping");
+    }
     close(c);
   }
   return NULL;

@@ -10,7 +10,9 @@
 #  - the worker's environment is the job's again (NCCL_RAS_ADDR, NCCL_DEBUG_FILE, NCCL_COMM_ID as trun and the
 #    user set them), and NCCL re-read its debug settings after the handover (ncclResetDebugInit in the worker);
 #  - the agent's hang detection asks a worker's own RAS port (the fake RAS logs the client in that worker),
-#    and the worker_start event names that port (nccl_ras);
+#    and the worker_start event names that port (nccl_ras); a client of the job's own RAS address (a tool
+#    asking NCCL_RAS_ADDR) reaches a worker of the round, relayed by the agent, and where no worker serves on
+#    a port of its own the agent does not listen there;
 #    a slot's pool process is never given the port its live worker serves on, and the agent holds each
 #    such port (a plain bind of it fails while the job runs, even where NCCL's RAS does not listen);
 #  - without libnccl among the pool's imports nothing is set up, the workers still start warm, and the
@@ -53,15 +55,40 @@ if att in ("0", "1"):
     sys.exit(0)
 deadline = time.time() + 30
 p0 = os.path.join(out, "w.2.0")
-while time.time() < deadline:
+asked = False
+while time.time() < deadline and not asked:
     try:
         pid0 = open(p0).read().split()[1]
-        if ("pid %s ras-client\n" % pid0) in open(os.environ["TRUN_FAKE_NCCL_LOG"]).read():
-            sys.exit(0)
+        asked = ("pid %s ras-client\n" % pid0) in open(os.environ["TRUN_FAKE_NCCL_LOG"]).read()
     except (OSError, IndexError):
         pass
-    time.sleep(0.1)
-sys.exit(4)
+    if not asked:
+        time.sleep(0.1)
+if not asked:
+    sys.exit(4)
+if lr == "0":
+    # a tool asking the job's own RAS address (NCCL_RAS_ADDR) reaches a worker of this round, through the agent
+    import socket
+    host, port = os.environ["NCCL_RAS_ADDR"].rsplit(":", 1)
+    answers = []
+    for _ in range(4):  # each connection reaches some worker: all of them this round's
+        got = b""
+        try:
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(b"TRUN-FAKE-PING\n")
+            while not got.endswith(b"\n"):
+                b = s.recv(64)
+                if not b:
+                    break
+                got += b
+            s.close()
+        except OSError as e:
+            got = ("error-%s" % e.errno).encode()
+        answers.append(got.decode().strip() or "nothing")
+    with open(os.path.join(out, "job-ras.tmp"), "w") as f:
+        f.write(" ".join(answers) + "\n")
+    os.rename(os.path.join(out, "job-ras.tmp"), os.path.join(out, "job-ras"))
+sys.exit(0)
 EOF
 
 echo "== --warm-start --warm-start-cuda --warm-start-nccl, local rank 1 crashes twice"
@@ -133,6 +160,14 @@ done
 pid0=$(awk '{print $2}' "$tmp/out/w.2.0")
 grep -q "^pid $pid0 ras-client$" "$tmp/nccl.log" || fail "the agent did not ask local rank 0's own RAS port"
 grep -q "ras-failed" "$tmp/nccl.log" && fail "a fake RAS could not listen: $(grep ras-failed "$tmp/nccl.log")"
+pid1=$(awk '{print $2}' "$tmp/out/w.2.1")
+for a in $(cat "$tmp/out/job-ras" 2>/dev/null || echo none); do
+  [ "$a" = pong ] && continue
+  [ "$a" = "$pid0" ] || [ "$a" = "$pid1" ] ||
+    fail "a client of the job's RAS address $job_ras got '$(cat "$tmp/out/job-ras" 2>/dev/null)', want a pong from a worker of the last round ($pid0 or $pid1) each time: the agent relays it to a worker's own port"
+done
+grep -q "relays each client to a worker's own NCCL RAS port" "$tmp/trun.err" ||
+  fail "the agent did not say that the job's RAS address relays: $(grep -i relay "$tmp/trun.err")"
 echo PASS
 
 echo "== the agent holds each pool process's RAS port (here the fake RAS does not listen: only the agent's socket)"
@@ -150,6 +185,13 @@ try:
     print("free")
 except OSError as e:
     print("held" if e.errno == 98 else "error %s" % e)
+# no worker serves RAS on a port of its own: the agent does not listen on the job's address either
+host, jport = os.environ["NCCL_RAS_ADDR"].rsplit(":", 1)
+try:
+    socket.create_connection((host, int(jport)), timeout=10).close()
+    print("job-port-listens")
+except ConnectionRefusedError:
+    print("job-port-refused")
 EOF
 rc=0
 TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/nccl.log TRUN_FAKE_NCCL_RAS=0 \
@@ -159,6 +201,8 @@ TRUN_CUDA_DRIVER_LIBRARY=$build/libcuda-nccl-fake.so TRUN_FAKE_NCCL_LOG=$tmp/ncc
 [ $rc -eq 0 ] || fail "trun exited $rc, want 0: $(tail -5 "$tmp/hold.err")"
 grep -qx "held" "$tmp/hold.out" ||
   fail "the worker's RAS port was free to another process's bind while the job ran ($(cat "$tmp/hold.out")): the agent must hold it"
+grep -qx "job-port-refused" "$tmp/hold.out" ||
+  fail "with no worker serving RAS on a port of its own, the job's RAS address was not left to NCCL ($(cat "$tmp/hold.out")): the agent must not listen there"
 grep -q "its NCCL RAS serves on" "$tmp/hold.err" &&
   fail "the agent took a RAS address from a pool process whose RAS does not listen: $(grep 'serves on' "$tmp/hold.err")"
 echo PASS
