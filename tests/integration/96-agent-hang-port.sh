@@ -5,7 +5,8 @@
 # with --addr to the address the workers got (SO_REUSEPORT, as NCCL binds it). No NCCL_RAS_ADDR is set:
 #  (a) two jobs at once on this host (--standalone, 2 workers each, --hang-timeout 0): each job's workers share
 #      one NCCL_RAS_ADDR=127.0.0.1:<port>, the two jobs' ports differ, and while the jobs run nothing else can
-#      bind the port (the agent holds it); job A's RAS (its port) says rank 1 is behind, job B's says idle:
+#      bind the port (the agent holds it), nor can another user (nobody) listen there with any of
+#      SO_REUSEADDR / SO_REUSEPORT; job A's RAS (its port) says rank 1 is behind, job B's says idle:
 #      A names its rank 1, B says nothing (no hang, no warning about A's pids) over 12 answers;
 #  (b) two agents (static rendezvous on loopback, one worker each; --hang-timeout 1 --max-restarts 0), each
 #      node with its own port and a RAS stand-in on it answering job-wide; rank 1 (node rank 1) behind: only
@@ -96,6 +97,28 @@ except OSError:
     sys.exit(0)
 sys.exit(1)
 PY
+# nor can another user take it to listen there, whatever the options (the held socket has no SO_REUSEADDR,
+# with which any user's SO_REUSEADDR socket could bind and listen while nothing listens)
+got=$("$host_py" - "${addrA##*:}" <<'PY'
+import os, socket, sys
+os.setgid(65534)
+os.setuid(65534)
+for name, opts in (("none", ()), ("SO_REUSEADDR", (socket.SO_REUSEADDR,)), ("SO_REUSEPORT", (socket.SO_REUSEPORT,)),
+                   ("both", (socket.SO_REUSEADDR, socket.SO_REUSEPORT))):
+    s = socket.socket()
+    for o in opts:
+        s.setsockopt(socket.SOL_SOCKET, o, 1)
+    try:
+        s.bind(("127.0.0.1", int(sys.argv[1])))
+        s.listen(4)
+        print("listened-with-" + name)
+    except OSError:
+        pass
+    s.close()
+print("done")
+PY
+) || fail "(a): could not run a bind as user nobody"
+[ "$got" = done ] || fail "(a): another user (nobody) listened on job A's RAS port: $got"
 ras A job-behind "$addrA" "$tmp/A" 1
 rasA=$ras_pid
 ras B job-idle "$addrB" "$tmp/B" 1

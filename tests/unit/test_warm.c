@@ -261,9 +261,39 @@ static int bind_port(unsigned port, int reuseport, int *fd) {
   return rc;
 }
 
-/* A held port (portheld.h): a plain bind of it fails while it is held; NCCL's way (SO_REUSEADDR +
- * SO_REUSEPORT, this user) binds and listens beside it; once the held socket and that one are closed, the
- * port is free again. */
+/* Which of another user's binds of 127.0.0.1:port get to listen there, from a child that became user nobody:
+ * bit i set for the i-th of no option, SO_REUSEADDR, SO_REUSEPORT, both. */
+static int others_listen(unsigned port) {
+  ck_assert_msg(geteuid() == 0, "this test runs as root: it becomes another user (nobody) to bind the port");
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    int got = 0, one = 1;
+    for (int i = 0; i < 4; i++) {
+      int x = socket(AF_INET, SOCK_STREAM, 0);
+      if (x < 0) _exit(101);
+      if (i & 1) setsockopt(x, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (i & 2) setsockopt(x, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+      struct sockaddr_in sin = {.sin_family = AF_INET,
+                                .sin_port = htons((unsigned short)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+      if (bind(x, (struct sockaddr *)&sin, sizeof(sin)) == 0 && listen(x, 4) == 0) got |= 1 << i;
+      close(x);
+    }
+    _exit(got);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 16, "the child as nobody failed (status %d)", st);
+  return WEXITSTATUS(st);
+}
+
+/* A held port (portheld.h): a plain bind of it fails while it is held, and so does every bind of another
+ * user's (SO_REUSEADDR, SO_REUSEPORT, both); NCCL's way (SO_REUSEADDR + SO_REUSEPORT, this user) binds and
+ * listens beside it; the held socket that listened and stopped (the relay's close) still holds the port,
+ * which refuses connections and can listen again; once the held socket and NCCL's are closed, the port is
+ * free. */
 START_TEST(port_hold) {
   unsigned port = 0;
   const char *step = "";
@@ -272,11 +302,31 @@ START_TEST(port_hold) {
   ck_assert_uint_gt(port, 0);
   int fd;
   ck_assert_int_eq(bind_port(port, 0, &fd), EADDRINUSE);
+  ck_assert_msg(others_listen(port) == 0, "another user listens on a held port (options mask %d)",
+                others_listen(port));
   int ras;
   ck_assert_int_eq(bind_port(port, 1, &ras), 0);
   ck_assert_int_eq(listen(ras, 4), 0);
   ck_assert_int_eq(bind_port(port, 0, &fd), EADDRINUSE);
+  ck_assert_int_eq(others_listen(port), 0);
   close(ras);
+  /* listened and stopped: still held, refusing */
+  ck_assert_int_eq(listen(held, 4), 0);
+  ck_assert_int_eq(shutdown(held, SHUT_RD), 0);
+  ck_assert_int_eq(bind_port(port, 0, &fd), EADDRINUSE);
+  ck_assert_int_eq(others_listen(port), 0);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((unsigned short)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(c, (struct sockaddr *)&sin, sizeof(sin)), -1);
+  ck_assert_int_eq(errno, ECONNREFUSED);
+  close(c);
+  struct sockaddr_in again;
+  socklen_t sl = sizeof(again);
+  ck_assert_int_eq(listen(held, 4), 0);
+  ck_assert_int_eq(getsockname(held, (struct sockaddr *)&again, &sl), 0);
+  ck_assert_uint_eq(ntohs(again.sin_port), port);
   close(held);
   ck_assert_int_eq(bind_port(port, 0, &fd), 0);
   close(fd);
