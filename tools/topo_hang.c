@@ -1,5 +1,6 @@
 /* `trun-topo hang`: the hang detector of agent/hang/ by hand, on a node where an NCCL job runs. It asks the
- * job's NCCL RAS (NCCL_RAS_ADDR, else localhost:28028) for its communicators and their collective counts:
+ * job's NCCL RAS (--ras-addr; NCCL_RAS_ADDR; else the one address this host's processes were given, see
+ * trun_ras_find; else localhost:28028) for its communicators and their collective counts:
  * once (--once: print them), or every --interval seconds until a communicator's counts stand still while
  * its ranks disagree for --window seconds (a hang: the culprit ranks and what the others wait in, exit 3)
  * or --for seconds pass (exit 0). --fr FILE... reads torch flight-recorder dumps instead. Exit: 0 no hang
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agent/hang/hang.h"
 #include "base/base.h"
@@ -25,7 +27,9 @@ static const char *usage =
     "  job's communicators and each rank's collective counts, and watches them: counts that stand still\n"
     "  while the ranks disagree (some behind, some missing) for the window are a hang, and the ranks behind\n"
     "  are named with their pid, host and GPU. Equal frozen counts are not a hang (an idle job looks so).\n"
-    "  --ras-addr A  where RAS listens (default: $NCCL_RAS_ADDR, else localhost:28028)\n"
+    "  --ras-addr A  where RAS listens (default: $NCCL_RAS_ADDR; else the one the processes of this host "
+    "were\n"
+    "                given, as trun gives each job's workers a port of their own; else localhost:28028)\n"
     "  --once        one answer: every communicator, its ranks and their counts; --json: the answer as JSON\n"
     "  --window S    seconds of frozen, disagreeing counts that make a hang (default 15)\n"
     "  --interval S  seconds between questions (default 5)\n"
@@ -100,6 +104,39 @@ static int read_dumps(int n, char **files) {
   return rc;
 }
 
+/* No --ras-addr and no NCCL_RAS_ADDR here: the job's address from the processes of this host that were given
+ * one (trun gives every job's workers a port of the job's own). One such address: asked, and said on stderr;
+ * none: NCCL's default; several: listed, and the caller exits 2 (the user picks one). */
+static const char *find_addr(char *buf, size_t len) {
+  trun_ras_found f[16];
+  int more = 0;
+  long n = trun_ras_find("/proc", (long)getpid(), f, sizeof(f) / sizeof(f[0]), &more);
+  if (n <= 0) {
+    fprintf(stderr,
+            "trun-topo hang: no process on this host that this user can read was given NCCL_RAS_ADDR; asking "
+            "NCCL's default %s (--ras-addr asks another)\n",
+            TRUN_RAS_DEFAULT_ADDR);
+    return TRUN_RAS_DEFAULT_ADDR;
+  }
+  if (n == 1) {
+    fprintf(stderr,
+            "trun-topo hang: asking the NCCL RAS of the job on this host at %s (%s%s%s%d process(es), "
+            "pid %ld first; --ras-addr asks another)\n",
+            f[0].addr, f[0].run_id[0] ? "run id " : "", f[0].run_id, f[0].run_id[0] ? ", " : "", f[0].nprocs,
+            f[0].pid);
+    snprintf(buf, len, "%s", f[0].addr);
+    return buf;
+  }
+  fprintf(stderr,
+          "trun-topo hang: %ld%s jobs on this host have an NCCL RAS address of their own; pick one "
+          "with --ras-addr:\n",
+          n, more ? " or more" : "");
+  for (long i = 0; i < n; i++)
+    fprintf(stderr, "  %-22s %s%s%s%d process(es), pid %ld first\n", f[i].addr,
+            f[i].run_id[0] ? "run id " : "", f[i].run_id, f[i].run_id[0] ? ", " : "", f[i].nprocs, f[i].pid);
+  return NULL;
+}
+
 static void nap(double s) {
   if (s <= 0) return;
   struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
@@ -108,7 +145,8 @@ static void nap(double s) {
 }
 
 int trun_topo_hang(int argc, char **argv) {
-  const char *addr = trun_ras_addr(environ);
+  const char *given = trun_env_get(environ, "NCCL_RAS_ADDR"), *addr = given && *given ? given : NULL;
+  char found[64];
   int once = 0, json = 0;
   double window = TRUN_HANG_DEFAULT_WINDOW_S, interval = 5, total = 0;
   for (int i = 1; i < argc; i++) {
@@ -138,6 +176,7 @@ int trun_topo_hang(int argc, char **argv) {
     }
   }
   if (json && !once) return bad_usage("%s goes with --once", "--json");
+  if (addr == NULL && (addr = find_addr(found, sizeof(found))) == NULL) return 2;
   trun_hang_detector *d = trun_hang_new(window);
   if (!d) {
     fprintf(stderr, "trun-topo hang: out of memory\n");

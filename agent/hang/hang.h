@@ -4,6 +4,8 @@
  *  - the RAS client (ras_client.c): CLIENT PROTOCOL 2, TIMEOUT, SET FORMAT json (NCCL 2.28.7+), VERBOSE
  * STATUS, one connection, bounded in bytes and time; "nothing answers" is an answer of its own
  * (-ECONNREFUSED);
+ *  - finding a job's RAS address on this host (ras_find.c): the NCCL_RAS_ADDR values in processes'
+ *    environments;
  *  - the RAS JSON reader (ras_json.c): the answer as typed communicators and ranks, every lie a named error;
  *  - the detector (detect.c): a pure state machine fed timestamped snapshots that calls a communicator hung
  *    when its counts stop moving while its ranks disagree (some behind, some missing) for a window, and names
@@ -39,6 +41,26 @@ const char *trun_ras_addr(char *const *envp);
  * -errno of a system call. */
 int trun_ras_query(const char *addr, int timeout_ms, size_t max_bytes, char **json, size_t *n, char *err,
                    size_t errlen);
+
+/* ---- finding a job's RAS on this host ---------------------------------------------------------- */
+
+#define TRUN_RAS_FIND_MAX_ENVIRON (1u << 20) /* bytes of one process's environment read at most */
+
+/* One NCCL_RAS_ADDR that processes of this host were given (trun gives each job's workers a port of the
+ * job's own), with what else their environments say. */
+typedef struct trun_ras_found {
+  char addr[64];   /* the address, as given */
+  char run_id[64]; /* TORCHELASTIC_RUN_ID of the first such process that has one ("" none) */
+  long pid;        /* the lowest pid with this address */
+  int nprocs;      /* how many processes have it */
+} trun_ras_found;
+
+/* Reads proc/<pid>/environ (proc: "/proc") of every process this user may read, skipping the pid skip (this
+ * process), and gathers their NCCL_RAS_ADDR values: one entry per address, in the order of their lowest
+ * pids. A process whose environment is longer than TRUN_RAS_FIND_MAX_ENVIRON is read that far; a value over
+ * 63 bytes, or with a control character, is left out. Returns how many entries are in out (at most n) and
+ * sets *more when there were others; -errno when proc cannot be read. */
+long trun_ras_find(const char *proc, long skip, trun_ras_found *out, size_t n, int *more);
 
 /* ---- the RAS JSON reader ----------------------------------------------------------------------- */
 

@@ -38,6 +38,15 @@ stop_pid() {
   kill -KILL "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
 }
+# wait_file FILE WHAT PID: waits (300 s bound) for FILE to be non-empty while process PID runs.
+wait_file() {
+  for _ in $(seq 1500); do
+    [ -s "$1" ] && return 0
+    kill -0 "$3" 2>/dev/null || fail "trun ended while waiting for $2"
+    sleep 0.2
+  done
+  fail "no $2 within 300 s"
+}
 # show FILE...: each existing file, every line prefixed with its name (a test's log shows what it saw).
 show() {
   local f

@@ -33,15 +33,6 @@ unset NCCL_RAS_ADDR
 # verdicts, sooner.
 export TRUN_HANG_WINDOW=4
 
-# wait_file FILE WHAT PID: waits (300 s bound) for FILE to be non-empty while process PID runs.
-wait_file() {
-  for _ in $(seq 1500); do
-    [ -s "$1" ] && return 0
-    kill -0 "$3" 2>/dev/null || fail "trun ended while waiting for $2"
-    sleep 0.2
-  done
-  fail "no $2 within 300 s"
-}
 # wait_grep FILE REGEX WHAT PID
 wait_grep() {
   for _ in $(seq 1500); do

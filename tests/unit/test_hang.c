@@ -4,7 +4,8 @@
  * ranks 0-2 all-reduce), `spin` (rank 3 spins in a GPU kernel before the all-reduce: RAS counts launches, so
  * every count is equal). RAS answers at 6/12/20 s after the start; each rank's flight-recorder dump.
  * The detector is fed them with made-up times; the client is run against tests/fakes/ras_server.py (real
- * sockets, every mode). Paths: TRUN_REPO (default: the current directory). */
+ * sockets, every mode); finding a job's RAS address (ras_find.c) on a fake /proc. Paths: TRUN_REPO (default:
+ * the current directory). */
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
@@ -1015,6 +1016,95 @@ START_TEST(client_nothing_listens) {
 }
 END_TEST
 
+/* ---- finding a job's RAS address on this host (ras_find.c) ------------------------------------- */
+
+static void put_environ(const char *proc, const char *pid, const char *bytes, size_t n) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/%s", proc, pid);
+  ck_assert_int_eq(mkdir(path, 0755), 0);
+  snprintf(path, sizeof(path), "%s/%s/environ", proc, pid);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+  fclose(f);
+}
+#define PUT(proc, pid, lit) put_environ(proc, pid, lit, sizeof(lit) - 1)
+
+/* A fake /proc: two jobs (one over two processes, one whose address follows an entry longer than a read),
+ * processes without an address, lies (a control character, 100 bytes, empty, a longer name, no NUL at the
+ * end), an address only past the bound on what is read, one of the skipped pid, names that are no pids. */
+START_TEST(find_ras_addr) {
+  char proc[] = "/tmp/trun-proc-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(proc));
+  PUT(proc, "100", "A=1\0NCCL_RAS_ADDR=127.0.0.1:1000\0TORCHELASTIC_RUN_ID=job1\0B=2\0");
+  PUT(proc, "101", "NCCL_RAS_ADDR=127.0.0.1:1000\0LOCAL_RANK=1\0");
+  PUT(proc, "102", "TORCHELASTIC_RUN_ID=other\0PATH=/bin\0");
+  size_t big = 10000;
+  char *e = malloc(big + 100);
+  ck_assert_ptr_nonnull(e);
+  memcpy(e, "X=", 2);
+  memset(e + 2, 'x', big - 2);
+  e[big] = '\0';
+  int tail = snprintf(e + big + 1, 99, "NCCL_RAS_ADDR=127.0.0.1:2000%cTORCHELASTIC_RUN_ID=job2", 0);
+  put_environ(proc, "200", e, big + 1 + (size_t)tail + 1);
+  free(e);
+  PUT(proc, "150", "NCCL_RAS_ADDR=127.0.0.1:15\x1b[2J0\0");
+  PUT(proc, "151",
+      "NCCL_RAS_ADDR=127.0.0.1:15000000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000\0");
+  PUT(proc, "152", "NCCL_RAS_ADDR=\0");
+  PUT(proc, "153", "NCCL_RAS_ADDRX=127.0.0.1:1530\0XNCCL_RAS_ADDR=127.0.0.1:1531\0");
+  PUT(proc, "154", "A=1\0NCCL_RAS_ADDR=127.0.0.1:1540");
+  size_t far = TRUN_RAS_FIND_MAX_ENVIRON + 4096;
+  char *g = malloc(far + 64);
+  ck_assert_ptr_nonnull(g);
+  for (size_t i = 0; i < far; i += 64) {
+    memset(g + i, 'y', 63);
+    memcpy(g + i, "Y=", 2);
+    g[i + 63] = '\0';
+  }
+  int gt = snprintf(g + far, 64, "NCCL_RAS_ADDR=127.0.0.1:3000");
+  put_environ(proc, "300", g, far + (size_t)gt + 1);
+  free(g);
+  PUT(proc, "400", "NCCL_RAS_ADDR=127.0.0.1:4000\0");
+  PUT(proc, "self", "NCCL_RAS_ADDR=127.0.0.1:5000\0");
+  PUT(proc, "0", "NCCL_RAS_ADDR=127.0.0.1:5001\0");
+  PUT(proc, "99999999999999999999999", "NCCL_RAS_ADDR=127.0.0.1:5002\0");
+  PUT(proc, "12ab", "NCCL_RAS_ADDR=127.0.0.1:5003\0");
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/500", proc); /* a process without an environ file (gone) */
+  ck_assert_int_eq(mkdir(path, 0755), 0);
+
+  trun_ras_found f[8];
+  int more = -1;
+  long n = trun_ras_find(proc, 400, f, 8, &more);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(more, 0);
+  ck_assert_str_eq(f[0].addr, "127.0.0.1:1000");
+  ck_assert_str_eq(f[0].run_id, "job1");
+  ck_assert_int_eq(f[0].pid, 100);
+  ck_assert_int_eq(f[0].nprocs, 2);
+  ck_assert_str_eq(f[1].addr, "127.0.0.1:2000");
+  ck_assert_str_eq(f[1].run_id, "job2");
+  ck_assert_int_eq(f[1].pid, 200);
+  ck_assert_int_eq(f[1].nprocs, 1);
+  /* room for one: the first job, and more said */
+  n = trun_ras_find(proc, 400, f, 1, &more);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(more, 1);
+  ck_assert_str_eq(f[0].addr, "127.0.0.1:1000");
+  /* nothing skipped: pid 400's job too, after the others */
+  n = trun_ras_find(proc, -1, f, 8, &more);
+  ck_assert_int_eq(n, 3);
+  ck_assert_str_eq(f[2].addr, "127.0.0.1:4000");
+  ck_assert_str_eq(f[2].run_id, "");
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", proc);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(trun_ras_find(proc, -1, f, 8, &more), -ENOENT);
+}
+END_TEST
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   Suite *s = suite_create("hang");
@@ -1045,6 +1135,7 @@ int main(void) {
   tcase_add_test(tc, client_old_and_notras);
   tcase_add_test(tc, client_malformed_lying);
   tcase_add_test(tc, client_nothing_listens);
+  tcase_add_test(tc, find_ras_addr);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
