@@ -17,7 +17,8 @@
 #                                   ~80 s), the crash floor 1 x N warm-cuda, warm-cuda + --warm-start-nccl and
 #                                   torchrun (~140 s), node loss 2 x N/2 killed (warm-cuda, + warm-start-nccl) and
 #                                   silent on both backends and torchrun silent (~250 s), FSDP under torchrun and
-#                                   trun (~80 s), and if time is left bench/gpu_warm_nccl.py once (~50 s)
+#                                   trun (~80 s), and if time is left bench/gpu_warm_nccl.py once (~50 s) and
+#                                   bench/gpu_topo_hang_find.sh (~20 s)
 # Each step writes $OUT/<date>-<gpu>-<step>/ (gpu.py: $OUT/<date>-<gpu>-health.json or -gpu.json and the folder
 # of the same name); at the end each folder is packed into $OUT/<folder>.tgz (the device returns at most 8
 # files): unpack them into bench/results/. The whole console of every step is in $OUT/console-<call>.txt; the
@@ -127,6 +128,8 @@ elif [ "$CALL" = 4 ]; then
   step fsdp 100 8 env GPU_STEPS=fsdp GPU_DDP_REPS=1 "$PY" bench/gpu.py
   # if time is left: --warm-start-nccl's checks at N ranks (RAS at the workers' own ports, pool memory)
   step warmnccl 80 8 env GPU_WN_REPS=1 "$PY" bench/gpu_warm_nccl.py
+  # and `trun-topo hang --once` with no address while an N-GPU job runs (it finds the job's RAS port)
+  step topohang 40 8 bash bench/gpu_topo_hang_find.sh
 else
   # the crash floor: the NCCL variants in this order (the budget drops the tail), then their busbw cost
   c=trun-warm-cuda
