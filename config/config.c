@@ -222,18 +222,19 @@ void trun_uuid4(char *out, size_t len) {
            b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
-                              size_t errlen) {
-  memset(cfg, 0, sizeof(*cfg));
-  const trun_opt_val *v = cl->v;
+/* A setting's value (the option table's order, config.h). */
 #define VAL(id) (v[id].val)
+
+/* How many nodes and workers, the rendezvous backend, its id and settings, --standalone. */
+static int conf_job(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
+  int tmp;
   if (parse_nnodes(VAL(TRUN_OPT_NNODES), &cfg->min_nodes, &cfg->max_nodes) < 0)
     return fail(err, errlen, cl, TRUN_OPT_NNODES, "--nnodes '%s' is not N or MIN:MAX with 0 < MIN <= MAX",
                 VAL(TRUN_OPT_NNODES));
   cfg->nnodes_given = v[TRUN_OPT_NNODES].src != TRUN_SRC_DEFAULT;
   cfg->nproc_spec = VAL(TRUN_OPT_NPROC_PER_NODE);
   const char *np = cfg->nproc_spec;
-  int tmp;
   if (strcmp(np, "cpu") && strcmp(np, "gpu") && strcmp(np, "auto") &&
       parse_int(np, 1, TRUN_MAX_LOCAL, &tmp) < 0)
     return fail(err, errlen, cl, TRUN_OPT_NPROC_PER_NODE,
@@ -257,7 +258,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
   /* The reason names --rdzv-conf and the key, as the agent said it when it checked them. */
   if (trun_config_rdzv_conf_check(cfg->rdzv_conf, NULL, NULL, err, errlen) < 0) return -1;
   cfg->standalone = VAL(TRUN_OPT_STANDALONE) != NULL && strcmp(VAL(TRUN_OPT_STANDALONE), "0") != 0;
+  return 0;
+}
 
+/* What each worker runs and where its output goes: restarts, the monitor interval, role, -m / --no-python /
+ * --run-path, --log-dir, --redirects, --tee, --local-ranks-filter. */
+static int conf_workers(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   if (parse_int(VAL(TRUN_OPT_MAX_RESTARTS), 0, 1000000, &cfg->max_restarts) < 0)
     return fail(err, errlen, cl, TRUN_OPT_MAX_RESTARTS, "--max-restarts '%s' must be an integer >= 0",
                 VAL(TRUN_OPT_MAX_RESTARTS));
@@ -283,7 +290,12 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     return fail(err, errlen, cl, TRUN_OPT_LOCAL_RANKS_FILTER,
                 "--local-ranks-filter '%s' must be a comma list of local ranks",
                 VAL(TRUN_OPT_LOCAL_RANKS_FILTER));
+  return 0;
+}
 
+/* This node's rank, the master's address and port, --local-addr. */
+static int conf_master(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   cfg->node_rank_given = v[TRUN_OPT_NODE_RANK].src != TRUN_SRC_DEFAULT;
   if (parse_int(VAL(TRUN_OPT_NODE_RANK), 0, 1000000, &cfg->node_rank) < 0)
     return fail(err, errlen, cl, TRUN_OPT_NODE_RANK, "--node-rank '%s' must be an integer >= 0",
@@ -310,7 +322,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 cfg->local_addr);
   cfg->local_addr_auto = cfg->local_addr && strcmp(cfg->local_addr, "auto") == 0;
   if (cfg->local_addr_auto) cfg->local_addr = NULL; /* the FQDN until the rendezvous store is reached */
+  return 0;
+}
 
+/* The signals passed on, the shutdown and exit-barrier time-outs (torch's environment variables too), the
+ * event-log handler and logs specs torchrun knows, the restart policy. */
+static int conf_lifecycle(const trun_settings *cl, char **envp, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   cfg->signals_text = VAL(TRUN_OPT_SIGNALS_TO_HANDLE);
   if (parse_signals(cfg->signals_text, cfg) < 0)
     return fail(err, errlen, cl, TRUN_OPT_SIGNALS_TO_HANDLE,
@@ -361,6 +379,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
       parse_int(VAL(TRUN_OPT_RESTART_OFFSET), 0, 1000000, &cfg->restart_offset) < 0)
     return fail(err, errlen, cl, TRUN_OPT_RESTART_OFFSET,
                 "--restart-offset '%s' must be an integer 0-1000000", VAL(TRUN_OPT_RESTART_OFFSET));
+  return 0;
+}
+
+/* Observability and hardening: --events, --metrics-port, the stall and hang watches, the store's peers and
+ * threads, --dry-run / --explain / --list-excluded and the other switches. */
+static int conf_observe(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   /* Observability and hardening (issue 8). */
   cfg->events = VAL(TRUN_OPT_EVENTS);
   if (cfg->events && cfg->events[0] == '\0')
@@ -399,6 +424,13 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
                 cfg->list_excluded);
   cfg->no_imds = VAL(TRUN_OPT_NO_IMDS) && strcmp(VAL(TRUN_OPT_NO_IMDS), "0") != 0;
   cfg->watch_stdin = VAL(TRUN_OPT_WATCH_STDIN) && strcmp(VAL(TRUN_OPT_WATCH_STDIN), "0") != 0;
+  return 0;
+}
+
+/* The node's side: --warm-start and its pool's options, --on-split-pods, --gpu-cache, the health gate,
+ * --nccl-report, --preflight and its thresholds, --numa-binding. */
+static int conf_node(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   cfg->warm_start = VAL(TRUN_OPT_WARM_START) && strcmp(VAL(TRUN_OPT_WARM_START), "0") != 0;
   cfg->warm_modules = VAL(TRUN_OPT_WARM_START_MODULES);
   cfg->warm_cuda = VAL(TRUN_OPT_WARM_START_CUDA) && strcmp(VAL(TRUN_OPT_WARM_START_CUDA), "0") != 0;
@@ -449,7 +481,12 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     return fail(err, errlen, cl, TRUN_OPT_NUMA_BINDING,
                 "--numa-binding '%s': trun implements only 'node' (each worker on its GPU's NUMA node CPUs)",
                 cfg->numa_binding);
+  return 0;
+}
 
+/* The rendezvous endpoint and the standalone / single-node switches (torchrun's rules). */
+static int conf_endpoint(const trun_settings *cl, trun_config *cfg, char *err, size_t errlen) {
+  const trun_opt_val *v = cl->v;
   /* Rendezvous endpoint and the standalone / single-node switches (torchrun's rules). */
   const char *ep = VAL(TRUN_OPT_RDZV_ENDPOINT);
   cfg->endpoint_port = -1;
@@ -507,6 +544,18 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
       return fail(err, errlen, cl, TRUN_OPT_NODE_RANK, "--node-rank %d must be below --nnodes %d",
                   cfg->node_rank, cfg->max_nodes);
   }
+  return 0;
+}
+
+int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config *cfg, char *err,
+                              size_t errlen) {
+  memset(cfg, 0, sizeof(*cfg));
+  const trun_opt_val *v = cl->v;
+  if (conf_job(cl, cfg, err, errlen) < 0 || conf_workers(cl, cfg, err, errlen) < 0 ||
+      conf_master(cl, cfg, err, errlen) < 0 || conf_lifecycle(cl, envp, cfg, err, errlen) < 0 ||
+      conf_observe(cl, cfg, err, errlen) < 0 || conf_node(cl, cfg, err, errlen) < 0 ||
+      conf_endpoint(cl, cfg, err, errlen) < 0)
+    return -1;
   cfg->script = cl->script;
   cfg->script_args = cl->script_args;
   cfg->nscript_args = cl->nscript_args;
@@ -517,9 +566,9 @@ int trun_config_from_settings(const trun_settings *cl, char **envp, trun_config 
     snprintf(err, errlen, "the following arguments are required: training_script");
     return -1;
   }
-#undef VAL
   return 0;
 }
+#undef VAL
 
 int trun_config_redirects(const trun_config *cfg, int local_rank) {
   int r = cfg->redirect_all;

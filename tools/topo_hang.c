@@ -144,11 +144,19 @@ static void nap(double s) {
   }
 }
 
-int trun_topo_hang(int argc, char **argv) {
-  const char *given = trun_env_get(environ, "NCCL_RAS_ADDR"), *addr = given && *given ? given : NULL;
-  char found[64];
-  int once = 0, json = 0;
-  double window = TRUN_HANG_DEFAULT_WINDOW_S, interval = 5, total = 0;
+/* What the command line asks for. */
+typedef struct {
+  const char *addr; /* NULL: find it (find_addr) */
+  int once, json;
+  double window, interval, total;
+} hang_opts;
+
+/* Parses argv into o: 0, or the exit code (0 after --help, 2 bad usage) with *done set; --fr is read here. */
+static int parse_opts(int argc, char **argv, hang_opts *o, int *done) {
+  const char *given = trun_env_get(environ, "NCCL_RAS_ADDR");
+  *o = (hang_opts){
+      .addr = given && *given ? given : NULL, .window = TRUN_HANG_DEFAULT_WINDOW_S, .interval = 5};
+  *done = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -158,63 +166,61 @@ int trun_topo_hang(int argc, char **argv) {
       if (i + 1 >= argc) return bad_usage("%s needs at least one dump file", a);
       return read_dumps(argc - i - 1, argv + i + 1);
     } else if (strcmp(a, "--once") == 0) {
-      once = 1;
+      o->once = 1;
     } else if (strcmp(a, "--json") == 0) {
-      json = 1;
+      o->json = 1;
     } else if (i + 1 < argc && strcmp(a, "--ras-addr") == 0) {
-      addr = argv[++i];
+      o->addr = argv[++i];
     } else if (i + 1 < argc && strcmp(a, "--window") == 0) {
-      if (seconds(argv[++i], 1, 3600, &window))
+      if (seconds(argv[++i], 1, 3600, &o->window))
         return bad_usage("--window %s: want seconds in 1..3600", argv[i]);
     } else if (i + 1 < argc && strcmp(a, "--interval") == 0) {
-      if (seconds(argv[++i], 0.1, 600, &interval))
+      if (seconds(argv[++i], 0.1, 600, &o->interval))
         return bad_usage("--interval %s: want seconds in 0.1..600", argv[i]);
     } else if (i + 1 < argc && strcmp(a, "--for") == 0) {
-      if (seconds(argv[++i], 0.1, 1e7, &total)) return bad_usage("--for %s: want seconds above 0", argv[i]);
+      if (seconds(argv[++i], 0.1, 1e7, &o->total))
+        return bad_usage("--for %s: want seconds above 0", argv[i]);
     } else {
       return bad_usage("unknown or incomplete option %s", a);
     }
   }
-  if (json && !once) return bad_usage("%s goes with --once", "--json");
-  if (addr == NULL && (addr = find_addr(found, sizeof(found))) == NULL) return 2;
-  trun_hang_detector *d = trun_hang_new(window);
-  if (!d) {
-    fprintf(stderr, "trun-topo hang: out of memory\n");
-    return 1;
-  }
+  if (o->json && !o->once) return bad_usage("%s goes with --once", "--json");
+  *done = 0;
+  return 0;
+}
+
+/* One answer printed (--once), or answers fed to the detector until a hang (3) or --for runs out (0). */
+static int watch(const hang_opts *o, trun_hang_detector *d) {
   double start = trun_mono_s();
   char last_err[256] = "";
-  int rc = 0;
   for (;;) {
     double t = trun_mono_s();
     char *text = NULL, err[256];
     size_t n = 0;
     trun_ras_snapshot *s = NULL;
-    int q = trun_ras_query(addr, 10000, 0, &text, &n, err, sizeof(err));
+    int q = trun_ras_query(o->addr, 10000, 0, &text, &n, err, sizeof(err));
     if (q == -EINVAL) { /* a bad address: the same next time */
       fprintf(stderr, "trun-topo hang: %s\n", err);
-      rc = 2;
-      break;
+      return 2;
     }
     if (q == 0 && (q = trun_ras_parse(text, n, &s, err, sizeof(err))) != 0)
       q = q == -ENOMEM ? -ENOMEM : -EPROTO;
     if (q) {
-      if (once || strcmp(err, last_err) != 0) fprintf(stderr, "trun-topo hang: %s\n", err);
+      if (o->once || strcmp(err, last_err) != 0) fprintf(stderr, "trun-topo hang: %s\n", err);
       snprintf(last_err, sizeof(last_err), "%s", err);
       trun_hang_reset(d);
-      if (once) {
-        rc = 1;
+      if (o->once) {
         free(text);
-        break;
+        return 1;
       }
-    } else if (once) {
-      if (json)
+    } else if (o->once) {
+      if (o->json)
         fwrite(text, 1, n, stdout);
       else
         print_snapshot(s);
       trun_ras_snapshot_free(s);
       free(text);
-      break;
+      return 0;
     } else {
       last_err[0] = '\0';
       trun_hang_verdict v;
@@ -224,19 +230,32 @@ int trun_topo_hang(int argc, char **argv) {
         for (size_t i = 0; i < v.ncomms; i++) printf("trun-topo hang: HUNG: %s\n", v.comm[i].line);
         trun_hang_verdict_clear(&v);
         free(text);
-        rc = 3;
-        break;
+        return 3;
       }
       if (k < 0) fprintf(stderr, "trun-topo hang: out of memory\n");
     }
     free(text);
     double now = trun_mono_s();
-    if (total > 0 && now - start >= total) {
+    if (o->total > 0 && now - start >= o->total) {
       printf("trun-topo hang: no hang in %.0f s\n", now - start);
-      break;
+      return 0;
     }
-    nap(interval - (now - t));
+    nap(o->interval - (now - t));
   }
+}
+
+int trun_topo_hang(int argc, char **argv) {
+  hang_opts o;
+  int done, rc = parse_opts(argc, argv, &o, &done);
+  if (done) return rc;
+  char found[64];
+  if (o.addr == NULL && (o.addr = find_addr(found, sizeof(found))) == NULL) return 2;
+  trun_hang_detector *d = trun_hang_new(o.window);
+  if (!d) {
+    fprintf(stderr, "trun-topo hang: out of memory\n");
+    return 1;
+  }
+  rc = watch(&o, d);
   trun_hang_free(d);
   fflush(stdout);
   return rc;
