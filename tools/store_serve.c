@@ -64,23 +64,61 @@ static void serve_usage(FILE *f) {
           TRUN_SERVER_DEFAULT_MAX_WAIT_TOTAL);
 }
 
-int trun_store_serve_main(int argc, char **argv) {
-  trun_server_opts o;
-  trun_server_opts_default(&o);
-  o.port = 29500;
-  o.max_conns_per_peer = SERVE_MAX_CONNS_PER_PEER;
-  o.max_conn_memory = SERVE_MAX_CONN_MEMORY;
-  /* Every connection is a descriptor: take the hard open-file limit (as the agent does), and refuse
-   * connections before the last 64 descriptors are gone. */
+/* The store's limits for a stand-alone server: the hard open-file limit taken (as the agent does), and
+ * connections refused before the last SERVE_FD_RESERVE descriptors are gone (every connection is one). */
+static void serve_defaults(trun_server_opts *o) {
+  trun_server_opts_default(o);
+  o->port = 29500;
+  o->max_conns_per_peer = SERVE_MAX_CONNS_PER_PEER;
+  o->max_conn_memory = SERVE_MAX_CONN_MEMORY;
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     struct rlimit raised = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
   }
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 1u << 30)
-    o.max_conns = rl.rlim_cur > 2 * SERVE_FD_RESERVE ? (int)rl.rlim_cur - SERVE_FD_RESERVE : 64;
-  const char *ready = NULL;
-  int mem_set = 0;
+    o->max_conns = rl.rlim_cur > 2 * SERVE_FD_RESERVE ? (int)rl.rlim_cur - SERVE_FD_RESERVE : 64;
+}
+
+/* The numeric options: the name said when a value is refused, and the range. */
+static const struct {
+  int ch;
+  const char *what;
+  long long lo, hi;
+} serve_nums[] = {{'p', "--port", 0, 65535},
+                  {'K', "--max-key-bytes", 1, 1ll << 40},
+                  {'V', "--max-value-bytes", 1, 1ll << 40},
+                  {'N', "--max-keys", 1, 1ll << 32},
+                  {'T', "--threads (1..64)", 1, TRUN_SERVER_MAX_THREADS},
+                  {'C', "--max-conns", 1, 1 << 30},
+                  {'P', "--max-conns-per-peer", 0, 1 << 30},
+                  {'M', "--max-conn-memory (1024 or more)", 1024, 1ll << 40},
+                  {'I', "--max-input-bytes", 0, 1ll << 40},
+                  {'R', "--max-reply-bytes", 0, 1ll << 40},
+                  {'W', "--max-wait-bytes", 0, 1ll << 40},
+                  {'w', "--max-wait-bytes-total", 0, 1ll << 40}};
+
+/* A numeric option's value v (in its range) into o. */
+static void serve_set(trun_server_opts *o, int ch, long long v) {
+  switch (ch) {
+    case 'p': o->port = (int)v; break;
+    case 'K': o->limits.max_key = (uint64_t)v; break;
+    case 'V': o->limits.max_value = (uint64_t)v; break;
+    case 'N': o->limits.max_keys = (uint64_t)v; break;
+    case 'T': o->threads = (int)v; break;
+    case 'C': o->max_conns = (int)v; break;
+    case 'P': o->max_conns_per_peer = (int)v; break;
+    case 'M': o->max_conn_memory = (size_t)v; break;
+    case 'I': o->max_input_total = (size_t)v; break;
+    case 'R': o->max_reply = (size_t)v; break;
+    case 'W': o->max_wait_conn = (size_t)v; break;
+    case 'w': o->max_wait_total = (size_t)v; break;
+    default: break;
+  }
+}
+
+/* The command line into o and *ready: 0, or the exit code with *done set (0 after --help, 2 bad usage). */
+static int serve_parse(int argc, char **argv, trun_server_opts *o, const char **ready, int *done) {
   static const struct option opts[] = {{"host", required_argument, 0, 'h'},
                                        {"port", required_argument, 0, 'p'},
                                        {"ready-file", required_argument, 0, 'r'},
@@ -98,94 +136,57 @@ int trun_store_serve_main(int argc, char **argv) {
                                        {"max-wait-bytes-total", required_argument, 0, 'w'},
                                        {"help", no_argument, 0, 'H'},
                                        {0, 0, 0, 0}};
-  int ch;
+  int ch, mem_set = 0;
+  *done = 1;
+  *ready = NULL;
   optind = 1;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    long long v;
+    size_t i = 0;
+    while (i < sizeof(serve_nums) / sizeof(serve_nums[0]) && serve_nums[i].ch != ch) i++;
+    if (i < sizeof(serve_nums) / sizeof(serve_nums[0])) {
+      long long v;
+      if (trun_tool_parse_ll(optarg, serve_nums[i].lo, serve_nums[i].hi, &v) < 0)
+        return trun_tool_bad_arg(serve_nums[i].what, optarg);
+      serve_set(o, ch, v);
+      mem_set |= ch == 'M';
+      continue;
+    }
     switch (ch) {
-      case 'h': o.host = optarg; break;
-      case 'p':
-        if (trun_tool_parse_ll(optarg, 0, 65535, &v) < 0) return trun_tool_bad_arg("--port", optarg);
-        o.port = (int)v;
-        break;
-      case 'r': ready = optarg; break;
+      case 'h': o->host = optarg; break;
+      case 'r': *ready = optarg; break;
       case 'l':
         if (strcmp(optarg, "1.13") == 0 || strcmp(optarg, "2.0") == 0)
-          o.legacy = TRUN_GEN_LEGACY113;
+          o->legacy = TRUN_GEN_LEGACY113;
         else if (strcmp(optarg, "2.1") == 0)
-          o.legacy = TRUN_GEN_LEGACY21;
+          o->legacy = TRUN_GEN_LEGACY21;
         else
           return trun_tool_bad_arg("--legacy (1.13 or 2.1)", optarg);
-        break;
-      case 'K':
-        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-key-bytes", optarg);
-        o.limits.max_key = (uint64_t)v;
-        break;
-      case 'V':
-        if (trun_tool_parse_ll(optarg, 1, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-value-bytes", optarg);
-        o.limits.max_value = (uint64_t)v;
-        break;
-      case 'N':
-        if (trun_tool_parse_ll(optarg, 1, 1ll << 32, &v) < 0) return trun_tool_bad_arg("--max-keys", optarg);
-        o.limits.max_keys = (uint64_t)v;
-        break;
-      case 'T':
-        if (trun_tool_parse_ll(optarg, 1, TRUN_SERVER_MAX_THREADS, &v) < 0)
-          return trun_tool_bad_arg("--threads (1..64)", optarg);
-        o.threads = (int)v;
-        break;
-      case 'C':
-        if (trun_tool_parse_ll(optarg, 1, 1 << 30, &v) < 0) return trun_tool_bad_arg("--max-conns", optarg);
-        o.max_conns = (int)v;
-        break;
-      case 'P':
-        if (trun_tool_parse_ll(optarg, 0, 1 << 30, &v) < 0)
-          return trun_tool_bad_arg("--max-conns-per-peer", optarg);
-        o.max_conns_per_peer = (int)v;
-        break;
-      case 'M':
-        if (trun_tool_parse_ll(optarg, 1024, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-conn-memory (1024 or more)", optarg);
-        o.max_conn_memory = (size_t)v;
-        mem_set = 1;
-        break;
-      case 'I':
-        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-input-bytes", optarg);
-        o.max_input_total = (size_t)v;
-        break;
-      case 'R':
-        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-reply-bytes", optarg);
-        o.max_reply = (size_t)v;
-        break;
-      case 'W':
-        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-wait-bytes", optarg);
-        o.max_wait_conn = (size_t)v;
-        break;
-      case 'w':
-        if (trun_tool_parse_ll(optarg, 0, 1ll << 40, &v) < 0)
-          return trun_tool_bad_arg("--max-wait-bytes-total", optarg);
-        o.max_wait_total = (size_t)v;
         break;
       case 'H': serve_usage(stdout); return 0;
       default: serve_usage(stderr); return 2;
     }
   }
   /* The default input limit of one connection holds the largest request the limits allow. */
-  if (!mem_set && o.max_conn_memory < o.limits.max_value + o.limits.max_key + 64)
-    o.max_conn_memory = o.limits.max_value + o.limits.max_key + 64;
+  if (!mem_set && o->max_conn_memory < o->limits.max_value + o->limits.max_key + 64)
+    o->max_conn_memory = o->limits.max_value + o->limits.max_key + 64;
   if (optind < argc) {
     fprintf(stderr, "trun-store serve: unexpected argument '%s'; see trun-store serve --help\n",
             argv[optind]);
     return 2;
   }
+  *done = 0;
+  return 0;
+}
+
+int trun_store_serve_main(int argc, char **argv) {
+  trun_server_opts o;
+  serve_defaults(&o);
+  const char *ready;
+  int done, rc = serve_parse(argc, argv, &o, &ready, &done);
+  if (done) return rc;
   uv_loop_t *loop = uv_default_loop();
   serve_state st;
-  int rc = trun_server_start(loop, &o, &st.srv);
+  rc = trun_server_start(loop, &o, &st.srv);
   if (rc < 0) {
     trun_error("cannot listen on %s:%d: %s; pick another --port or free it", o.host ? o.host : "::", o.port,
                uv_strerror(rc));
