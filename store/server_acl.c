@@ -173,3 +173,60 @@ int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *
   if (now) *now = n;
   return 0;
 }
+
+/* ---- the connections on probation, by address, and the shards' eviction queues (under conns_mu) ---- */
+
+unsigned trun__probation_bucket(const trun_server *s, const acl_entry *a) {
+  uint64_t h = s->probation_seed ^ (uint64_t)a->family;
+  for (int i = 0; i < 16; i++) h = (h ^ a->a[i]) * 0x100000001b3ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return (unsigned)(h >> 32) % TRUN__PROBATION_BUCKETS;
+}
+
+void trun__probation_drop(conn *c) {
+  trun_server *s = c->srv;
+  if (!c->blisted) return;
+  if (c->bprev)
+    c->bprev->bnext = c->bnext;
+  else
+    s->probation[trun__probation_bucket(s, &c->addr)] = c->bnext;
+  if (c->bnext) c->bnext->bprev = c->bprev;
+  c->bprev = c->bnext = NULL;
+  c->blisted = 0;
+}
+
+void trun__evict_dequeue(conn *c) {
+  if (!c->vqueued) return;
+  if (c->vprev)
+    c->vprev->vnext = c->vnext;
+  else
+    c->sh->evictq = c->vnext;
+  if (c->vnext) c->vnext->vprev = c->vprev;
+  c->vprev = c->vnext = NULL;
+  c->vqueued = 0;
+}
+
+void trun__probation_add(conn *c) {
+  trun_server *s = c->srv;
+  unsigned b = trun__probation_bucket(s, &c->addr);
+  c->bprev = NULL;
+  c->bnext = s->probation[b];
+  if (c->bnext) c->bnext->bprev = c;
+  s->probation[b] = c;
+  c->blisted = 1;
+}
+
+void trun__evict_queue(conn *c) {
+  shard *sh = c->sh;
+  c->vprev = NULL;
+  c->vnext = sh->evictq;
+  if (sh->evictq) sh->evictq->vprev = c;
+  sh->evictq = c;
+  c->vqueued = 1;
+}
+
+void trun__probation_forget(conn *c) {
+  trun__probation_drop(c);
+  trun__evict_dequeue(c);
+}

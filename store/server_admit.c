@@ -59,24 +59,35 @@ static int same_addr(const conn *a, const conn *b) {
  * (no request but PING before it presents the token), within opts.peer_reserve such connections of its
  * address; beyond them the oldest that has not presented the token yet is evicted. Strangers' idle
  * connections thus never lock an agent out of its store, and connections admitted within the limit (the
- * workers') are never evicted. */
+ * workers') are never evicted. The choice looks only at the connections on probation in c's address's
+ * bucket (at most peer_reserve of each address there), never at every connection. */
 static void admit_on_probation(trun_server *s, conn *c) {
   conn *oldest = NULL;
   int n = 0;
+  unsigned walked = 0;
   __atomic_store_n(&c->probation, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&s->conns_mu);
-  for (int i = 0; i < s->nshards; i++)
-    for (conn *o = s->shards[i]->conns; o; o = o->next)
-      if (o != c && !o->evict && same_addr(o, c) && __atomic_load_n(&o->probation, __ATOMIC_RELAXED)) {
-        n++;
-        if (oldest == NULL || o->seq < oldest->seq) oldest = o;
-      }
+  for (conn *o = s->probation[trun__probation_bucket(s, &c->addr)], *next; o; o = next) {
+    next = o->bnext;
+    walked++;
+    if (!__atomic_load_n(&o->probation, __ATOMIC_RELAXED)) { /* presented the token since: not evictable */
+      trun__probation_drop(o);
+      continue;
+    }
+    if (!same_addr(o, c)) continue;
+    n++;
+    if (oldest == NULL || o->seq < oldest->seq) oldest = o;
+  }
+  if (walked > s->probation_walk_max) s->probation_walk_max = walked;
   shard *victim_sh = NULL;
   if (n >= (s->opts.peer_reserve > 0 ? s->opts.peer_reserve : 1) && oldest) {
     oldest->evict = 1;
+    trun__probation_drop(oldest);
+    trun__evict_queue(oldest);
     victim_sh = oldest->sh;
     if (victim_sh != c->sh) __atomic_store_n(&victim_sh->evict, 1, __ATOMIC_RELEASE);
   }
+  trun__probation_add(c);
   pthread_mutex_unlock(&s->conns_mu);
   if (victim_sh == c->sh)
     trun__shard_evict(c->sh);
@@ -86,13 +97,13 @@ static void admit_on_probation(trun_server *s, conn *c) {
 
 void trun__shard_evict(shard *sh) {
   trun_server *s = sh->srv;
-  for (;;) { /* one scan per victim (usually one): closing takes conns_mu itself */
-    conn *victim = NULL;
+  for (;;) { /* one victim a time: closing takes conns_mu itself */
     pthread_mutex_lock(&s->conns_mu);
-    for (conn *c = sh->conns; c && victim == NULL; c = c->next)
-      if (c->evict && !c->closing) victim = c;
+    conn *victim = sh->evictq;
+    if (victim) trun__evict_dequeue(victim);
     pthread_mutex_unlock(&s->conns_mu);
     if (victim == NULL) return;
+    if (victim->closing) continue;
     trun__conn_refuse(
         victim,
         "evicted: too many connections from this address, and this one did not present the job's "

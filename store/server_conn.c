@@ -282,6 +282,7 @@ static void conn_unlist(conn *c) {
   c->listed = 0;
   if (c->peer_counted) trun__peer_count(c->srv, &c->addr, -1, NULL); /* frees, never allocates */
   c->peer_counted = 0;
+  trun__probation_forget(c);
   pthread_mutex_unlock(&c->srv->conns_mu);
 }
 

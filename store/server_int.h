@@ -24,8 +24,8 @@
  *   server_exec.c   one request on the key space under kv_mu, the wait budgets, owned keys.
  *                   May call: server_auth.c.
  *   server_auth.c   the agents' key space and token. May call: server_acl.c.
- *   server_acl.c    the access rules (CIDR allow-list), the open connections per address. May call:
- *                   nothing. */
+ *   server_acl.c    the access rules (CIDR allow-list), the open connections per address, the connections
+ *                   on probation by address and the shards' eviction queues. May call: nothing. */
 #ifndef TRUN_STORE_SERVER_INT_H
 #define TRUN_STORE_SERVER_INT_H
 
@@ -40,6 +40,7 @@
 #include "server.h"
 
 #define READ_CHUNK 65536
+#define TRUN__PROBATION_BUCKETS 1024 /* the connections on probation, hashed by address (server_admit.c) */
 
 /* Counters are read by other threads (trun_server_get_stats): relaxed atomics. */
 #define STAT_ADD(s, f, d) __atomic_add_fetch(&(s)->stats.f, (uint64_t)(int64_t)(d), __ATOMIC_RELAXED)
@@ -94,6 +95,7 @@ struct shard {
   conn *xq; /* connections with bytes in xout */
   int stop;
   int evict;                /* atomic: a connection of this shard was marked for eviction (conn.evict) */
+  conn *evictq;             /* under srv->conns_mu: its connections marked for eviction, to close */
   uint8_t rbuf[READ_CHUNK]; /* shared read buffer, see on_alloc */
 };
 
@@ -112,6 +114,11 @@ struct trun_server {
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
   uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
   trun_kv *peers;           /* under conns_mu: open connections per address (trun__peer_count) */
+  /* Under conns_mu: the connections on probation (not yet evicted) by a keyed hash of their address, so
+   * that admitting one looks only at those of its bucket (server_admit.c). */
+  conn *probation[TRUN__PROBATION_BUCKETS];
+  uint64_t probation_seed;
+  unsigned probation_walk_max; /* the most bucket entries one admission has looked at (for tests) */
   shard **shards;
   int nshards;
   unsigned next_shard;
@@ -177,9 +184,13 @@ struct conn {
                                 value it set; owned.len 0: none */
   int agent;                 /* under kv_mu: presented the job's agent token (server_auth.c) */
   int deferred;              /* in sh->dhead's list: its requests wait for a later turn (turn_work) */
-  int probation; /* atomic: admitted beyond max_conns_per_peer; must present the agent token first */
-  int evict;     /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
-  uint64_t seq;  /* under conns_mu: accept order */
+  int probation;       /* atomic: admitted beyond max_conns_per_peer; must present the agent token first */
+  int evict;           /* under conns_mu: an over-the-limit newcomer evicts it; its shard closes it */
+  conn *bprev, *bnext; /* under conns_mu: in srv->probation[] while blisted */
+  int blisted;
+  conn *vprev, *vnext; /* under conns_mu: in sh->evictq while vqueued */
+  int vqueued;
+  uint64_t seq; /* under conns_mu: accept order */
   conn *dprev, *dnext;
   int end_later; /* in sh->ehead's list: its peer closed it; closed in a later turn (turn_conns) */
   conn *eprev, *enext;
@@ -194,6 +205,16 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
  * together); *now (may be NULL) is the count after. A hash lookup (the connection list is never walked):
  * admitting N connections costs O(N), not O(N^2). 0 or -ENOMEM. */
 int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now);
+/* Under conns_mu: the connections on probation (srv->probation[], by a hash of their address keyed with the
+ * server's random seed, so that no peer can choose addresses that pile up in one bucket) and each shard's
+ * queue of connections marked for eviction (sh->evictq). */
+unsigned trun__probation_bucket(const trun_server *s, const acl_entry *a);
+void trun__probation_add(conn *c);
+void trun__probation_drop(conn *c);
+void trun__evict_queue(conn *c);
+void trun__evict_dequeue(conn *c);
+/* c leaves both (it closes). */
+void trun__probation_forget(conn *c);
 
 /* ---- server_auth.c, under kv_mu --------------------------------------------------------------- */
 /* Before r executes: 1 when it was the agent token's CHECK (answered), 0 to execute it, or -EACCES /
@@ -283,7 +304,7 @@ void trun__shard_adopt(shard *sh, int fd);
 /* On a shard's loop after the rules changed: connections they no longer admit are closed now, not at
  * their next request (a connection parked in WAIT or WATCH_KEY would otherwise keep receiving). */
 void trun__shard_recheck_acl(shard *sh);
-/* On a shard's loop: closes its connections marked for eviction (conn.evict); sh->evict says some are. */
+/* On a shard's loop: closes its connections marked for eviction (sh->evictq); sh->evict says some are. */
 void trun__shard_evict(shard *sh);
 
 /* ---- server_shard.c --------------------------------------------------------------------------- */

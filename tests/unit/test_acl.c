@@ -7,6 +7,7 @@
 
 #include "client.h"
 #include "rdzv_int.h"
+#include "server_int.h"
 #include "store_acl.h"
 #include "unit.h"
 
@@ -28,7 +29,7 @@ static void start_opts(int per_peer, size_t mem) {
 }
 
 /* A connection that starts with VALIDATE (torch >= 2.3's generation); -1 when connect fails. */
-static int conn(void) {
+static int vconn(void) {
   int fd = unit_connect(port);
   if (fd < 0) return -1;
   static const uint8_t validate[5] = {0x00, 0xce, 0xf7, 0x85, 0x3c};
@@ -263,7 +264,7 @@ START_TEST(test_listen_hosts) {
   int v6 = connect_to(AF_INET6, "::1", port);
   ck_assert_int_eq(v6, 0);
   ck_assert_int_eq(connect_to(AF_INET, "127.0.0.2", port), -ECONNREFUSED);
-  int fd = conn(); /* unit_connect: 127.0.0.1 */
+  int fd = vconn(); /* unit_connect: 127.0.0.1 */
   ck_assert_int_eq(ping(fd, 9), 1);
   close(fd);
   stop();
@@ -285,13 +286,13 @@ START_TEST(test_refused_at_accept) {
   start_opts(0, 0);
   ck_assert_int_eq(trun_server_allow(us.srv, "10.0.0.0/8"), 0);
   trun_server_allow_enforce(us.srv, 1);
-  int fd = conn();
+  int fd = vconn();
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ping(fd, 7), 0);
   close(fd);
   while (stats().refused != 1) usleep(1000);
   ck_assert_int_eq(trun_server_allow(us.srv, "127.0.0.1"), 0);
-  fd = conn();
+  fd = vconn();
   ck_assert_int_eq(ping(fd, 8), 1);
   close(fd);
   ck_assert_int_eq(stats().refused, 1);
@@ -303,14 +304,14 @@ END_TEST
  * one they include keeps working. */
 START_TEST(test_enforced_later) {
   start_opts(0, 0);
-  int fd = conn();
+  int fd = vconn();
   ck_assert_int_eq(ping(fd, 1), 1);
   ck_assert_int_eq(trun_server_allow(us.srv, "192.0.2.0/24"), 0);
   trun_server_allow_enforce(us.srv, 1);
   ck_assert_int_eq(ping(fd, 2), 0);
   close(fd);
   trun_server_allow_enforce(us.srv, 0);
-  fd = conn();
+  fd = vconn();
   ck_assert_int_eq(ping(fd, 3), 1);
   ck_assert_int_eq(trun_server_allow(us.srv, "127.0.0.0/8"), 0);
   trun_server_allow_enforce(us.srv, 1);
@@ -323,7 +324,7 @@ END_TEST
 /* A connection parked in WAIT (it sends nothing more) is closed as soon as the rules exclude it. */
 START_TEST(test_enforced_closes_idle) {
   start_opts(0, 0);
-  int fd = conn();
+  int fd = vconn();
   ck_assert_int_eq(ping(fd, 1), 1);
   /* WAIT (0x06) for one key that never appears: u64 count, then the key. */
   uint8_t wait_req[1 + 8 + 8 + 1] = {0x06, 1};
@@ -343,16 +344,16 @@ END_TEST
 
 START_TEST(test_per_peer_limit) {
   start_opts(2, 0);
-  int a = conn(), b = conn();
+  int a = vconn(), b = vconn();
   ck_assert_int_eq(ping(a, 1), 1);
   ck_assert_int_eq(ping(b, 2), 1);
-  int c = conn();
+  int c = vconn();
   ck_assert_int_eq(ping(c, 3), 0); /* the third from 127.0.0.1 */
   close(c);
   ck_assert_int_eq(ping(a, 4), 1); /* the others are untouched */
   close(b);
   while (stats().connections != 1) usleep(1000);
-  c = conn();
+  c = vconn();
   ck_assert_int_eq(ping(c, 5), 1); /* room again */
   close(a);
   close(c);
@@ -367,10 +368,10 @@ START_TEST(test_per_peer_limit_threads) {
   start_opts(3, 0);
   int fd[3];
   for (int i = 0; i < 3; i++) {
-    fd[i] = conn();
+    fd[i] = vconn();
     ck_assert_int_eq(ping(fd[i], (uint32_t)i), 1);
   }
-  int c = conn();
+  int c = vconn();
   ck_assert_int_eq(ping(c, 9), 0);
   close(c);
   for (int i = 0; i < 3; i++) ck_assert_int_eq(ping(fd[i], (uint32_t)(10 + i)), 1);
@@ -411,16 +412,16 @@ static int present(int fd) {
 START_TEST(test_per_peer_reserve_for_agents) {
   start_opts(2, 0);
   unit_server_call(&us, token_on, NULL);
-  int a = conn(), b = conn(), p[TRUN_SERVER_PEER_RESERVE];
+  int a = vconn(), b = vconn(), p[TRUN_SERVER_PEER_RESERVE];
   ck_assert_int_eq(ping(a, 1), 1);
   ck_assert_int_eq(ping(b, 2), 1);
   for (int i = 0; i < TRUN_SERVER_PEER_RESERVE; i++) {
-    p[i] = conn();
+    p[i] = vconn();
     ck_assert_int_eq(ping(p[i], (uint32_t)(10 + i)), 1); /* on probation: PING is served */
   }
   ck_assert_uint_eq(stats().refused, 0);
   /* The reserve is full of idle strangers: an agent still gets in, evicting the oldest of them. */
-  int ag = conn();
+  int ag = vconn();
   ck_assert_int_eq(ping(ag, 99), 1);
   ck_assert_int_eq(present(ag), 1);
   ck_assert_int_eq(ping(ag, 100), 1);
@@ -436,7 +437,7 @@ START_TEST(test_per_peer_reserve_for_agents) {
   /* The agent is no longer evictable: 17 more strangers evict only strangers. */
   int q[TRUN_SERVER_PEER_RESERVE + 1];
   for (int i = 0; i <= TRUN_SERVER_PEER_RESERVE; i++) {
-    q[i] = conn();
+    q[i] = vconn();
     ck_assert_int_eq(ping(q[i], (uint32_t)(300 + i)), 1);
   }
   ck_assert_int_eq(ping(ag, 101), 1);
@@ -450,6 +451,47 @@ START_TEST(test_per_peer_reserve_for_agents) {
 }
 END_TEST
 
+static void read_walk_max(trun_server *s, void *arg) {
+  pthread_mutex_lock(&s->conns_mu);
+  *(unsigned *)arg = s->probation_walk_max;
+  pthread_mutex_unlock(&s->conns_mu);
+}
+
+/* A flood of strangers from one address beyond the per-peer limit: each newcomer evicts the oldest on
+ * probation, the newest TRUN_SERVER_PEER_RESERVE stay, the two within the limit are untouched, and no
+ * admission looked at more connections than the reserve (its address's bucket), however many came: the
+ * work per connection is bounded, not a walk over every connection. */
+START_TEST(test_probation_flood_bounded) {
+  enum { FLOOD = 400 };
+  start_opts(2, 0);
+  unit_server_call(&us, token_on, NULL);
+  int a = vconn(), b = vconn();
+  ck_assert_int_eq(ping(a, 1), 1);
+  ck_assert_int_eq(ping(b, 2), 1);
+  static int f[FLOOD];
+  for (int i = 0; i < FLOOD; i++) {
+    f[i] = vconn();
+    ck_assert_int_ge(f[i], 0);
+    ck_assert_int_eq(ping(f[i], (uint32_t)(1000 + i)), 1);
+  }
+  for (int i = 0; i < FLOOD - TRUN_SERVER_PEER_RESERVE; i += 37)
+    ck_assert_msg(ping(f[i], 7) == 0, "stranger %d was not evicted", i);
+  for (int i = FLOOD - TRUN_SERVER_PEER_RESERVE; i < FLOOD; i++)
+    ck_assert_msg(ping(f[i], 8) == 1, "stranger %d (one of the newest) was evicted", i);
+  ck_assert_int_eq(ping(a, 3), 1);
+  ck_assert_int_eq(ping(b, 4), 1);
+  unsigned walked = 0;
+  unit_server_call(&us, read_walk_max, &walked);
+  ck_assert_msg(walked <= TRUN_SERVER_PEER_RESERVE, "one admission looked at %u connections on probation",
+                walked);
+  ck_assert_uint_ge(walked, TRUN_SERVER_PEER_RESERVE - 1);
+  for (int i = 0; i < FLOOD; i++) close(f[i]);
+  close(a);
+  close(b);
+  stop();
+}
+END_TEST
+
 /* The total connection limit (the agent's open-file budget): the same rule as per peer, all peers counted. */
 START_TEST(test_total_limit) {
   trun_server_opts o;
@@ -457,16 +499,16 @@ START_TEST(test_total_limit) {
   o.max_conns = 2;
   port = unit_server_start(&us, &o);
   ck_assert_int_gt(port, 0);
-  int a = conn(), b = conn();
+  int a = vconn(), b = vconn();
   ck_assert_int_eq(ping(a, 1), 1);
   ck_assert_int_eq(ping(b, 2), 1);
-  int c = conn();
+  int c = vconn();
   ck_assert_int_eq(ping(c, 3), 0);
   close(c);
   ck_assert_int_eq(ping(a, 4), 1);
   close(b);
   while (stats().connections != 1) usleep(1000);
-  c = conn();
+  c = vconn();
   ck_assert_int_eq(ping(c, 5), 1);
   close(a);
   close(c);
@@ -500,7 +542,7 @@ static int set_value(int fd, size_t vlen) {
 
 START_TEST(test_conn_memory_limit) {
   start_opts(0, 4096);
-  int fd = conn();
+  int fd = vconn();
   ck_assert_int_eq(set_value(fd, 1000), 0);
   ck_assert_int_eq(ping(fd, 1), 1); /* the small SET was served (SET has no reply) */
   /* The request announces 1 MiB: over the limit as soon as its length is read. */
@@ -508,7 +550,7 @@ START_TEST(test_conn_memory_limit) {
   ck_assert(unit_eof(fd));
   close(fd);
   ck_assert_int_eq(stats().rejected, 1);
-  fd = conn();
+  fd = vconn();
   ck_assert_int_eq(ping(fd, 2), 1); /* the server itself is fine */
   close(fd);
   stop();
@@ -533,6 +575,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_per_peer_limit);
   tcase_add_test(tc, test_per_peer_limit_threads);
   tcase_add_test(tc, test_per_peer_reserve_for_agents);
+  tcase_add_test(tc, test_probation_flood_bounded);
   tcase_add_test(tc, test_conn_memory_limit);
   tcase_add_test(tc, test_total_limit);
   tcase_add_test(tc, test_conn_budget);
@@ -546,6 +589,7 @@ static Suite *acl_suite(void) {
   tcase_add_test(tc, test_enforced_closes_idle);
   tcase_add_test(tc, test_per_peer_limit);
   tcase_add_test(tc, test_per_peer_reserve_for_agents);
+  tcase_add_test(tc, test_probation_flood_bounded);
   tcase_add_test(tc, test_conn_memory_limit);
   suite_add_tcase(s, tc);
   return s;
