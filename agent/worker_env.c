@@ -74,6 +74,24 @@ char **trun_agent_env(char **envp, const trun_config *cfg, int nproc, const trun
   return v;
 }
 
+/* The k-th (from 0) item of list, items separated by sep, into out (len bytes): 0, or -1 when the list has no
+ * such item, it is empty or it does not fit (out is then "" or partly written: the caller does not use it).
+ */
+static int nth_item(const char *list, char sep, int k, char *out, size_t len) {
+  const char *p = list;
+  for (int i = 0; i < k && p; i++) {
+    p = strchr(p, sep);
+    if (p) p++;
+  }
+  char stop[2] = {sep, '\0'};
+  size_t n = p ? strcspn(p, stop) : 0;
+  out[0] = '\0';
+  if (n == 0 || n >= len) return -1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  return 0;
+}
+
 char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_round *r, int nproc,
                         int local_rank, int restart_count, const char *error_file) {
   char **v = trun_strv_dup(base);
@@ -95,23 +113,12 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_rou
   char cvd_one[256];
   if (cfg->virtual_local_rank) {
     /* One GPU per worker, seen as device 0: the local_rank-th entry of the parent's list. */
-    if (cvd) {
-      const char *p = cvd;
-      for (int k = 0; k < local_rank && p; k++) {
-        p = strchr(p, ',');
-        if (p) p++;
-      }
-      size_t n = p ? strcspn(p, ",") : 0;
-      if (n == 0 || n >= sizeof(cvd_one)) {
-        trun_strv_free(v);
-        errno = EINVAL;
-        return NULL;
-      }
-      memcpy(cvd_one, p, n);
-      cvd_one[n] = '\0';
-    } else {
-      snprintf(cvd_one, sizeof(cvd_one), "%d", local_rank);
+    if (cvd && nth_item(cvd, ',', local_rank, cvd_one, sizeof(cvd_one)) < 0) {
+      trun_strv_free(v);
+      errno = EINVAL;
+      return NULL;
     }
+    if (!cvd) snprintf(cvd_one, sizeof(cvd_one), "%d", local_rank);
   }
   const char *nccl_async = trun_env_get(base, trun_round_var_name(TRUN_RV_NCCL_ASYNC_ERROR_HANDLING));
   const char *set[TRUN_RV_COUNT] = {
@@ -144,14 +151,7 @@ char **trun_worker_envp(char **base, const trun_config *cfg, const trun_rdzv_rou
   /* --numa-binding: this rank's entry of the plan, or no pinning at all. */
   const char *plan = trun_env_get(base, "TRUN_NUMA_PLAN");
   char cpus[1024] = "";
-  for (int k = 0; plan && k < local_rank; k++) {
-    plan = strchr(plan, ';');
-    if (plan) plan++;
-  }
-  if (plan) {
-    size_t n = strcspn(plan, ";");
-    if (n < sizeof(cpus)) memcpy(cpus, plan, n), cpus[n] = '\0';
-  }
+  if (plan && nth_item(plan, ';', local_rank, cpus, sizeof(cpus)) < 0) cpus[0] = '\0';
   trun_strv_unsetenv(v, "TRUN_NUMA_PLAN");
   trun_strv_unsetenv(v, "TRUN_CPU_AFFINITY");
   if (cpus[0] && trun_strv_setenv(&v, "TRUN_CPU_AFFINITY", cpus) < 0) {

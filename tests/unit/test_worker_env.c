@@ -141,6 +141,33 @@ START_TEST(virtual_local_rank_gpus) {
   trun_strv_free(env);
   char *few[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
   ck_assert_ptr_null(trun_worker_envp(few, &c, &r, FAKE_NPROC, 1, 0, ""));
+  char *empty[] = {"CUDA_VISIBLE_DEVICES=3,,5", NULL}; /* an empty entry is no device */
+  ck_assert_ptr_null(trun_worker_envp(empty, &c, &r, FAKE_NPROC, 1, 0, ""));
+  env = trun_worker_envp(empty, &c, &r, FAKE_NPROC, 0, 0, "");
+  ck_assert_str_eq(trun_env_get(env, "CUDA_VISIBLE_DEVICES"), "3");
+  trun_strv_free(env);
+}
+END_TEST
+
+/* --numa-binding's plan (TRUN_NUMA_PLAN, one CPU list per local rank, ';' between): each worker gets its own
+ * entry as TRUN_CPU_AFFINITY; a rank beyond the plan, or an empty entry, gets no pinning; the plan itself is
+ * not passed on. */
+START_TEST(numa_plan_entries) {
+  trun_config c;
+  PARSE_OK(&c, "--nproc-per-node", "3", "t.py");
+  char *base[] = {"TRUN_NUMA_PLAN=0-3;4-7;", "TRUN_CPU_AFFINITY=stale", NULL};
+  trun_rdzv_round r = fake_round();
+  const char *want[] = {"0-3", "4-7", NULL, NULL};
+  for (int lr = 0; lr < 4; lr++) {
+    char **env = trun_worker_envp(base, &c, &r, FAKE_NPROC, lr, 0, "");
+    ck_assert_ptr_nonnull(env);
+    ck_assert_ptr_null(trun_env_get(env, "TRUN_NUMA_PLAN"));
+    if (want[lr])
+      ck_assert_str_eq(trun_env_get(env, "TRUN_CPU_AFFINITY"), want[lr]);
+    else
+      ck_assert_ptr_null(trun_env_get(env, "TRUN_CPU_AFFINITY"));
+    trun_strv_free(env);
+  }
 }
 END_TEST
 
@@ -217,6 +244,7 @@ static Suite *worker_env_suite(void) {
   TCase *tc = tcase_create("worker_env");
   tcase_add_test(tc, worker_environment);
   tcase_add_test(tc, virtual_local_rank_gpus);
+  tcase_add_test(tc, numa_plan_entries);
   tcase_add_test(tc, round_vars_match_builder);
   tcase_add_test(tc, round_vars_rows);
   tcase_add_test(tc, worker_argv);
