@@ -58,8 +58,9 @@ typedef struct trun_ras_found {
 /* Reads proc/<pid>/environ (proc: "/proc") of every process this user may read, skipping the pid skip (this
  * process), and gathers their NCCL_RAS_ADDR values: one entry per address, in the order of their lowest
  * pids. A process whose environment is longer than TRUN_RAS_FIND_MAX_ENVIRON is read that far; a value over
- * 63 bytes, or with a control character, is left out. Returns how many entries are in out (at most n) and
- * sets *more when there were others; -errno when proc cannot be read. */
+ * 63 bytes, with a control character, or not on the loopback (127.0.0.0/8, [::1], localhost) is left out.
+ * Returns how many entries are in out (at most n) and sets *more when there were others (out then holds the
+ * addresses of the lowest pids); -errno when proc cannot be read. */
 long trun_ras_find(const char *proc, long skip, trun_ras_found *out, size_t n, int *more);
 
 /* ---- the RAS JSON reader ----------------------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * processes this user may read (/proc/<pid>/environ: its own processes, or every one for root). trun gives
  * every job's workers (and its warm pool's processes) a RAS port of the job's own, so a tool run by hand on
  * the node finds the job there without being told the port. Each environment is read in bounded chunks and
- * scanned entry by entry; nothing of it is kept but the two values looked for. */
+ * scanned entry by entry; nothing of it is kept but the two values looked for, and only loopback addresses
+ * are taken. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +25,22 @@ static int usable(const char *v, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isprint((unsigned char)v[i])) return 0;
   return 1;
+}
+
+/* Whether addr ("host:port") is on this host's loopback: 127.0.0.0/8, ::1 (bracketed) or localhost. The
+ * addresses of processes are what their environments say, and another user's process may say anything: the
+ * tool connects only where no traffic leaves the host. */
+static int loopback(const char *addr) {
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL || colon == addr) return 0;
+  char host[64];
+  size_t n = (size_t)(colon - addr);
+  if (n >= sizeof(host)) return 0;
+  memcpy(host, addr, n);
+  host[n] = '\0';
+  if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0) return 1;
+  struct in_addr a4;
+  return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
 /* The entry e (n bytes, no NUL) if it is NAME=value: value into out (64 bytes). */
@@ -86,15 +104,21 @@ long trun_ras_find(const char *proc, long skip, trun_ras_found *out, size_t n, i
     char addr[64], run_id[64];
     scan_environ(fd, addr, run_id);
     close(fd);
-    if (addr[0] == '\0') continue;
+    if (addr[0] == '\0' || !loopback(addr)) continue;
     size_t i = 0;
     while (i < got && strcmp(out[i].addr, addr) != 0) i++;
     if (i == got) {
-      if (got == n) {
+      if (got == n) { /* full: keep the addresses of the lowest pids (the jobs that started first) */
         *more = 1;
-        continue;
+        size_t j = 0;
+        for (size_t k = 1; k < got; k++)
+          if (out[k].pid > out[j].pid) j = k;
+        if (got == 0 || pid > out[j].pid) continue;
+        i = j;
+      } else {
+        got++;
       }
-      out[got++] = (trun_ras_found){.pid = pid};
+      out[i] = (trun_ras_found){.pid = pid};
       snprintf(out[i].addr, sizeof(out[i].addr), "%s", addr);
     }
     out[i].nprocs++;

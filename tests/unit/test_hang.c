@@ -1032,7 +1032,8 @@ static void put_environ(const char *proc, const char *pid, const char *bytes, si
 
 /* A fake /proc: two jobs (one over two processes, one whose address follows an entry longer than a read),
  * processes without an address, lies (a control character, 100 bytes, empty, a longer name, no NUL at the
- * end), an address only past the bound on what is read, one of the skipped pid, names that are no pids. */
+ * end), addresses off the loopback (never asked) and the loopback's spellings, an address only past the
+ * bound on what is read, one of the skipped pid, names that are no pids. */
 START_TEST(find_ras_addr) {
   char proc[] = "/tmp/trun-proc-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(proc));
@@ -1067,6 +1068,15 @@ START_TEST(find_ras_addr) {
   put_environ(proc, "300", g, far + (size_t)gt + 1);
   free(g);
   PUT(proc, "400", "NCCL_RAS_ADDR=127.0.0.1:4000\0");
+  /* off the loopback: never taken (another user's process may name any host) */
+  PUT(proc, "160", "NCCL_RAS_ADDR=10.1.2.3:28028\0");
+  PUT(proc, "161", "NCCL_RAS_ADDR=example.com:28028\0");
+  PUT(proc, "162", "NCCL_RAS_ADDR=[fe80::1]:28028\0");
+  PUT(proc, "163", "NCCL_RAS_ADDR=128.0.0.1:28028\0");
+  /* loopback spellings: taken */
+  PUT(proc, "600", "NCCL_RAS_ADDR=localhost:6000\0");
+  PUT(proc, "601", "NCCL_RAS_ADDR=[::1]:6001\0");
+  PUT(proc, "602", "NCCL_RAS_ADDR=127.8.9.10:6002\0");
   PUT(proc, "self", "NCCL_RAS_ADDR=127.0.0.1:5000\0");
   PUT(proc, "0", "NCCL_RAS_ADDR=127.0.0.1:5001\0");
   PUT(proc, "99999999999999999999999", "NCCL_RAS_ADDR=127.0.0.1:5002\0");
@@ -1078,7 +1088,7 @@ START_TEST(find_ras_addr) {
   trun_ras_found f[8];
   int more = -1;
   long n = trun_ras_find(proc, 400, f, 8, &more);
-  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(n, 5); /* the two jobs, then the three loopback spellings (pids 600-602) */
   ck_assert_int_eq(more, 0);
   ck_assert_str_eq(f[0].addr, "127.0.0.1:1000");
   ck_assert_str_eq(f[0].run_id, "job1");
@@ -1093,11 +1103,14 @@ START_TEST(find_ras_addr) {
   ck_assert_int_eq(n, 1);
   ck_assert_int_eq(more, 1);
   ck_assert_str_eq(f[0].addr, "127.0.0.1:1000");
-  /* nothing skipped: pid 400's job too, after the others */
+  /* nothing skipped: pid 400's job too, after the others, and the loopback spellings after it */
   n = trun_ras_find(proc, -1, f, 8, &more);
-  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(n, 6);
   ck_assert_str_eq(f[2].addr, "127.0.0.1:4000");
   ck_assert_str_eq(f[2].run_id, "");
+  ck_assert_str_eq(f[3].addr, "localhost:6000");
+  ck_assert_str_eq(f[4].addr, "[::1]:6001");
+  ck_assert_str_eq(f[5].addr, "127.8.9.10:6002");
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", proc);
   ck_assert_int_eq(system(cmd), 0);
