@@ -85,6 +85,8 @@ static uint64_t hash_bytes(const trun_kv *kv, const uint8_t *p, size_t n) {
   return v0 ^ v1 ^ v2 ^ v3;
 }
 
+uint64_t trun_kv_hash(const trun_kv *kv, const void *p, size_t n) { return hash_bytes(kv, p, n); }
+
 /* The key of the hash: getrandom, else (no entropy yet at early boot) the clock, the pid and an address. */
 static void seed_hash(trun_kv *kv) {
   if (getrandom(kv->seed, sizeof(kv->seed), GRND_NONBLOCK) == (ssize_t)sizeof(kv->seed)) return;

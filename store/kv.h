@@ -38,6 +38,9 @@ int trun_kv_add(trun_kv *kv, trun_slice key, int64_t delta, int64_t *result);
 /* 1 when removed, 0 when absent. */
 int trun_kv_delete(trun_kv *kv, trun_slice key);
 uint64_t trun_kv_num_keys(const trun_kv *kv);
+/* The key space's own keyed hash (SipHash-1-3 with its random key) of n bytes, for a table of the caller's
+ * beside it whose keys a peer may choose. */
+uint64_t trun_kv_hash(const trun_kv *kv, const void *p, size_t n);
 /* Calls fn for every KV key (unordered); stops early when fn returns non-zero and returns that. */
 int trun_kv_foreach(trun_kv *kv, int (*fn)(void *arg, trun_slice key), void *arg);
 /* Total bytes held in keys and values. */

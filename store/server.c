@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -203,10 +202,6 @@ int trun_server_start(uv_loop_t *loop, const trun_server_opts *o, trun_server **
   pthread_mutex_init(&s->acl_mu, NULL);
   pthread_mutex_init(&s->kv_mu, NULL);
   pthread_mutex_init(&s->conns_mu, NULL);
-  /* the probation buckets' hash key (server_admit.c); the clock's bits where getrandom has none */
-  if (getrandom(&s->probation_seed, sizeof(s->probation_seed), GRND_NONBLOCK) !=
-      (ssize_t)sizeof(s->probation_seed))
-    s->probation_seed = (uint64_t)trun_mono_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
   if (s->opts.max_pending_out == 0) s->opts.max_pending_out = 4u << 20;
   s->kv = trun_kv_new();
   s->peers = trun_kv_new();

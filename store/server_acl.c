@@ -161,10 +161,15 @@ int trun_server_peer_allowed(trun_server *s, const struct sockaddr *sa) {
 
 /* ---- open connections per address (the per-peer limit), under conns_mu ---------------------- */
 
-int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now) {
-  uint8_t key[1 + sizeof(addr->a)];
+/* An address as a key of srv->peers: its family, then its bytes. */
+static void peer_key(const acl_entry *addr, uint8_t key[1 + sizeof(addr->a)]) {
   key[0] = addr->family == AF_INET ? 4 : addr->family == AF_INET6 ? 6 : 0;
   memcpy(key + 1, addr->a, sizeof(addr->a));
+}
+
+int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now) {
+  uint8_t key[1 + sizeof(addr->a)];
+  peer_key(addr, key);
   trun_slice k = {key, sizeof(key)};
   int64_t n = 0;
   int rc = trun_kv_add(s->peers, k, delta, &n);
@@ -177,11 +182,9 @@ int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *
 /* ---- the connections on probation, by address, and the shards' eviction queues (under conns_mu) ---- */
 
 unsigned trun__probation_bucket(const trun_server *s, const acl_entry *a) {
-  uint64_t h = s->probation_seed ^ (uint64_t)a->family;
-  for (int i = 0; i < 16; i++) h = (h ^ a->a[i]) * 0x100000001b3ull;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return (unsigned)(h >> 32) % TRUN__PROBATION_BUCKETS;
+  uint8_t key[1 + sizeof(a->a)];
+  peer_key(a, key);
+  return (unsigned)(trun_kv_hash(s->peers, key, sizeof(key)) % TRUN__PROBATION_BUCKETS);
 }
 
 void trun__probation_drop(conn *c) {

@@ -114,10 +114,9 @@ struct trun_server {
   pthread_mutex_t conns_mu; /* the shards' connection lists, for per-peer counting across shards */
   uint64_t conn_seq;        /* under conns_mu: accept order of connections (conn.seq) */
   trun_kv *peers;           /* under conns_mu: open connections per address (trun__peer_count) */
-  /* Under conns_mu: the connections on probation (not yet evicted) by a keyed hash of their address, so
-   * that admitting one looks only at those of its bucket (server_admit.c). */
+  /* Under conns_mu: the connections on probation (not yet evicted) by peers' keyed hash of their address,
+   * so that admitting one looks only at those of its bucket (server_admit.c). */
   conn *probation[TRUN__PROBATION_BUCKETS];
-  uint64_t probation_seed;
   unsigned probation_walk_max; /* the most bucket entries one admission has looked at (for tests) */
   shard **shards;
   int nshards;
@@ -205,9 +204,9 @@ int trun__addr_allowed(trun_server *s, const acl_entry *addr);
  * together); *now (may be NULL) is the count after. A hash lookup (the connection list is never walked):
  * admitting N connections costs O(N), not O(N^2). 0 or -ENOMEM. */
 int trun__peer_count(trun_server *s, const acl_entry *addr, int delta, int64_t *now);
-/* Under conns_mu: the connections on probation (srv->probation[], by a hash of their address keyed with the
- * server's random seed, so that no peer can choose addresses that pile up in one bucket) and each shard's
- * queue of connections marked for eviction (sh->evictq). */
+/* Under conns_mu: the connections on probation (srv->probation[], by srv->peers' keyed hash of their address,
+ * so that no peer can choose addresses that pile up in one bucket) and each shard's queue of connections
+ * marked for eviction (sh->evictq). */
 unsigned trun__probation_bucket(const trun_server *s, const acl_entry *a);
 void trun__probation_add(conn *c);
 void trun__probation_drop(conn *c);
