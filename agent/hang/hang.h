@@ -29,6 +29,9 @@
 /* Where the job's RAS listens: NCCL_RAS_ADDR in the workers' environment envp (NULL-terminated, or NULL),
  * else localhost:28028. */
 const char *trun_ras_addr(char *const *envp);
+/* Splits "host:port" / "[v6]:port" (port 1..65535) into host (brackets dropped) and port text: 0 or -EINVAL.
+ */
+int trun_ras_split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen);
 
 /* Asks the RAS at addr ("host:port", "[v6addr]:port") for its verbose status in JSON: connects
  * (non-blocking), sends CLIENT PROTOCOL 2, TIMEOUT <s> (RAS's own time to gather the job's answers, a little

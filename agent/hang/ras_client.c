@@ -35,8 +35,7 @@ const char *trun_ras_addr(char *const *envp) {
   return a && *a ? a : TRUN_RAS_DEFAULT_ADDR;
 }
 
-/* Splits "host:port" / "[v6]:port" into host and port text. */
-static int split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen) {
+int trun_ras_split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen) {
   const char *colon, *h = addr;
   size_t hl;
   if (addr[0] == '[') {
@@ -201,7 +200,7 @@ int trun_ras_query(const char *addr, int timeout_ms, size_t max_bytes, char **js
     return fail(err, errlen, -EINVAL, "NCCL RAS query: time-out %d ms or size %zu out of range", timeout_ms,
                 max_bytes);
   char host[256], port[8];
-  if (split_addr(addr, host, sizeof(host), port, sizeof(port)))
+  if (trun_ras_split_addr(addr, host, sizeof(host), port, sizeof(port)))
     return fail(err, errlen, -EINVAL, "NCCL RAS address %.80s: not host:port or [ipv6]:port (NCCL_RAS_ADDR)",
                 addr);
   double deadline = trun_mono_ms() + timeout_ms;

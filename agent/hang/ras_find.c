@@ -31,14 +31,9 @@ static int usable(const char *v, size_t n) {
  * addresses of processes are what their environments say, and another user's process may say anything: the
  * tool connects only where no traffic leaves the host. */
 static int loopback(const char *addr) {
-  const char *colon = strrchr(addr, ':');
-  if (colon == NULL || colon == addr) return 0;
-  char host[64];
-  size_t n = (size_t)(colon - addr);
-  if (n >= sizeof(host)) return 0;
-  memcpy(host, addr, n);
-  host[n] = '\0';
-  if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0) return 1;
+  char host[64], port[8];
+  if (trun_ras_split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0) return 0;
+  if (strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0) return 1;
   struct in_addr a4;
   return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
