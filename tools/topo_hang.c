@@ -107,9 +107,16 @@ static int read_dumps(int n, char **files) {
 /* No --ras-addr and no NCCL_RAS_ADDR here: the job's address from the processes of this host that were given
  * one (trun gives every job's workers a port of the job's own). One such address: asked, and said on stderr;
  * none: NCCL's default; several: listed, and the caller exits 2 (the user picks one). */
+/* What a found job is, in words: "run id X, N process(es), pid P first" (no run id: without it). */
+static void job_words(const trun_ras_found *f, char *out, size_t len) {
+  snprintf(out, len, "%s%s%s%d process(es), pid %ld first", f->run_id[0] ? "run id " : "", f->run_id,
+           f->run_id[0] ? ", " : "", f->nprocs, f->pid);
+}
+
 static const char *find_addr(char *buf, size_t len) {
   trun_ras_found f[16];
   int more = 0;
+  char words[160];
   long n = trun_ras_find("/proc", (long)getpid(), f, sizeof(f) / sizeof(f[0]), &more);
   if (n <= 0) {
     fprintf(stderr,
@@ -119,11 +126,11 @@ static const char *find_addr(char *buf, size_t len) {
     return TRUN_RAS_DEFAULT_ADDR;
   }
   if (n == 1) {
-    fprintf(stderr,
-            "trun-topo hang: asking the NCCL RAS of the job on this host at %s (%s%s%s%d process(es), "
-            "pid %ld first; --ras-addr asks another)\n",
-            f[0].addr, f[0].run_id[0] ? "run id " : "", f[0].run_id, f[0].run_id[0] ? ", " : "", f[0].nprocs,
-            f[0].pid);
+    job_words(&f[0], words, sizeof(words));
+    fprintf(
+        stderr,
+        "trun-topo hang: asking the NCCL RAS of the job on this host at %s (%s; --ras-addr asks another)\n",
+        f[0].addr, words);
     snprintf(buf, len, "%s", f[0].addr);
     return buf;
   }
@@ -131,9 +138,10 @@ static const char *find_addr(char *buf, size_t len) {
           "trun-topo hang: %ld%s jobs on this host have an NCCL RAS address of their own; pick one "
           "with --ras-addr:\n",
           n, more ? " or more" : "");
-  for (long i = 0; i < n; i++)
-    fprintf(stderr, "  %-22s %s%s%s%d process(es), pid %ld first\n", f[i].addr,
-            f[i].run_id[0] ? "run id " : "", f[i].run_id, f[i].run_id[0] ? ", " : "", f[i].nprocs, f[i].pid);
+  for (long i = 0; i < n; i++) {
+    job_words(&f[i], words, sizeof(words));
+    fprintf(stderr, "  %-22s %s\n", f[i].addr, words);
+  }
   return NULL;
 }
 
