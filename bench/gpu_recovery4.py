@@ -37,6 +37,7 @@ GPU_R4_BACKEND=gloo TRUN_BIN=build PYTHON=/usr/bin/python3 /usr/bin/python3 benc
 Writes $OUT/<date>-<gpu>-recovery4/recovery4.json after every step (a killed run leaves what it measured), its
 run.log and the logs of each configuration.
 """
+import datetime
 import json
 import os
 import re
@@ -208,7 +209,8 @@ def sample(d, k, n, evs, crash, ends=()):
         except (OSError, ValueError):
             return None
     ms = lambda t: round((t - crash) * 1000, 1)  # noqa: E731
-    tl = {"replacements_started_warm": sum(1 for x in rs if x["preloaded"])}
+    tl = {"crash_utc": datetime.datetime.fromtimestamp(crash, datetime.timezone.utc).strftime("%H:%M:%S.%f"),
+          "replacements_started_warm": sum(1 for x in rs if x["preloaded"])}
     ex = [e for e in evs if e.get("event") == "worker_exit" and e["t"] > crash - 1]
     crashed = [e for e in ex if e.get("rank") == n - 1]
     surv = [e for e in ex if e.get("rank") != n - 1]
@@ -342,7 +344,7 @@ def nccl_init_timings(d, n, crashes, name):
         except OSError:
             continue
         keep += [f"attempt {k} rank {r} pid {pid}: {ln}" for ln in lines
-                 if "Init timings" in ln or "Init COMPLETE" in ln or "init.cc" in ln]
+                 if "+trace" in name or "Init timings" in ln or "Init COMPLETE" in ln or "init.cc" in ln]
         for ln in lines:
             m = INIT_RE.search(ln)
             if m:
@@ -389,6 +391,10 @@ def topo_file(n):
 
 
 DEBUG_INIT = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT", "NCCL_DEBUG_FILE": "@"}
+# "+trace": NCCL's lines of more subsystems with microsecond UTC timestamps, every line kept (<config>-nccl-init.txt),
+# to lay beside the timeline (its crash_utc): where a replacement's time goes after init_process_group.
+TRACE = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,ALLOC,BOOTSTRAP,PROXY,NET,ENV", "NCCL_DEBUG_FILE": "@",
+         "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL", "NCCL_DEBUG_TIMESTAMP_FORMAT": "[%T.%6f] ", "TZ": "UTC"}
 
 
 def configs():
@@ -399,6 +405,7 @@ def configs():
     topo, cumem0 = {"NCCL_TOPO_FILE": "@topo"}, {"NCCL_CUMEM_ENABLE": "0"}
     out = [("trun-cold", [TRUN], {}, False), ("trun-warm", warm, {}, True), ("trun-warm-cuda", cuda, {}, True),
            ("trun-warm-cuda-nccl", nccl, {}, True), ("trun-warm-cuda-nccl+debug_init", nccl, DEBUG_INIT, True),
+           ("trun-warm-cuda-nccl+trace", nccl, TRACE, True), ("trun-warm-cuda+trace", cuda, TRACE, True),
            ("trun-warm-cuda+cumem0", cuda, cumem0, True),
            ("trun-warm-cuda+debug_init", cuda, DEBUG_INIT, True),
            ("trun-warm-cuda+topofile", cuda, topo, True),

@@ -52,6 +52,9 @@ typedef struct {
   uint64_t memory_bytes;
   int switch_links;       /* active NVLinks to an NVSwitch (or a switch hidden in a VM); 0: none, direct links
                              only or no NVLink (NVML only) */
+  int mnnvl;              /* in a multi-node NVLink domain (GB200 NVL72 and the like: NVML's fabric state
+                             "completed" with a cluster UUID, as NCCL decides MNNVL): 1 yes, 0 no, -1 unknown
+                             (no NVML, or a driver without nvmlDeviceGetGpuFabricInfo) */
   trun_gpu_health health; /* TRUN_GPU_HEALTH only */
 } trun_gpu;
 

@@ -32,7 +32,7 @@
 #include "discover_internal.h"
 
 #define CACHE_MAGIC "TRUNGPU"
-#define CACHE_VERSION 2u /* 2: trun_gpu.switch_links */
+#define CACHE_VERSION 3u /* 2: trun_gpu.switch_links; 3: trun_gpu.mnnvl */
 #define CACHE_NAME "gpus.cache"
 
 typedef struct {
@@ -232,7 +232,7 @@ static int list_valid(const trun__gpu_list *l, char *why, size_t whylen) {
   for (int i = 0; i < l->count; i++) {
     const trun_gpu *g = &l->gpus[i];
     if (g->index != i || g->visible_index != -1 || g->numa_node < -1 || g->numa_node > 4095 ||
-        g->switch_links < 0 || g->switch_links > 1024 || g->health.probed ||
+        g->switch_links < 0 || g->switch_links > 1024 || g->mnnvl < -1 || g->mnnvl > 1 || g->health.probed ||
         !terminated(g->uuid, sizeof(g->uuid)) || !terminated(g->name, sizeof(g->name)) ||
         !terminated(g->pci_bus_id, sizeof(g->pci_bus_id)) ||
         !terminated(g->cpu_affinity, sizeof(g->cpu_affinity))) {

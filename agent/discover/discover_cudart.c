@@ -86,6 +86,7 @@ static void env_from(char *const *envp, const char *name) {
 static void fill_gpu(trun_gpu *g, int d, const cuda_props *p, const char *pci, int affinity) {
   memset(g, 0, sizeof(*g));
   g->index = -1;
+  g->mnnvl = -1; /* the CUDA runtime cannot say */
   g->visible_index = d;
   size_t len = strnlen(p->head.name, sizeof(p->head.name));
   if (len >= sizeof(g->name)) len = sizeof(g->name) - 1;

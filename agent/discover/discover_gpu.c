@@ -71,6 +71,7 @@ typedef struct {
   trun_nvmlDeviceGetNvLinkState_fn nvlink_state;
   trun_nvmlDeviceGetNvLinkRemotePciInfo_fn nvlink_remote_pci;
   trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn nvlink_remote_type;
+  trun_nvmlDeviceGetGpuFabricInfo_fn fabric;
 } trun_nvml;
 
 /* One device NVML lists (before visibility), with what discovery found about it. */
@@ -125,6 +126,7 @@ static int nvml_open(trun_nvml *n, char *err, size_t errlen) {
       (trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
   n->nvlink_remote_type =
       (trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)sym(n->dl, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  n->fabric = (trun_nvmlDeviceGetGpuFabricInfo_fn)sym(n->dl, "nvmlDeviceGetGpuFabricInfo");
   if (!n->init || !n->get_count || !n->by_index) {
     trun_errf(
         err, errlen,
@@ -143,6 +145,21 @@ static void nvml_close(trun_nvml *n) {
   if (n->shutdown) n->shutdown();
   dlclose(n->dl);
   n->dl = NULL;
+}
+
+/* Multi-node NVLink as NCCL decides it: the fabric registration completed and the cluster UUID is not all
+ * zero (an HGX board's NVSwitches register with state "completed" and a zero UUID). 1, 0, or -1 unknown. */
+static int fabric_mnnvl(const trun_nvml *n, trun_nvmlDevice_t dev) {
+  if (!n->fabric) return -1;
+  trun_nvmlGpuFabricInfo_t f;
+  memset(&f, 0, sizeof(f));
+  trun_nvmlReturn_t rc = n->fabric(dev, &f);
+  if (rc == TRUN_NVML_ERROR_NOT_SUPPORTED) return 0; /* no NVLink fabric at all */
+  if (rc != TRUN_NVML_SUCCESS) return -1;
+  if (f.state != TRUN_NVML_GPU_FABRIC_STATE_COMPLETED || f.status != TRUN_NVML_SUCCESS) return 0;
+  for (size_t i = 0; i < sizeof(f.cluster_uuid); i++)
+    if (f.cluster_uuid[i]) return 1;
+  return 0;
 }
 
 static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d, int affinity) {
@@ -175,6 +192,7 @@ static void fill_device(const trun_nvml *n, unsigned idx, trun_nvml_dev *d, int 
       n->cpu_affinity(d->dev, 64, mask) == TRUN_NVML_SUCCESS)
     trun_mask_to_cpulist(mask, 64, g->cpu_affinity, sizeof(g->cpu_affinity));
   if (g->numa_node < 0) g->numa_node = trun_numa_of_cpulist(g->cpu_affinity);
+  g->mnnvl = fabric_mnnvl(n, d->dev);
 }
 
 static const char *p2p_label(const trun_nvml *n, trun_nvmlDevice_t a, trun_nvmlDevice_t b) {
@@ -346,6 +364,7 @@ static int resolve_mig(void *arg, const char *ent, const int *cand, int ncand, t
   memset(out, 0, sizeof(*out));
   out->index = -1;
   out->numa_node = -1;
+  out->mnnvl = -1;
   copy_str(out->uuid, sizeof(out->uuid), ent);
   snprintf(out->name, sizeof(out->name), "MIG device");
   return 0;

@@ -82,6 +82,16 @@ typedef struct {
   unsigned int memory;
 } trun_nvmlUtilization_t;
 
+/* nvmlGpuFabricInfo_t (nvmlDeviceGetGpuFabricInfo, r525+ drivers): whether the GPU has registered with an
+ * NVLink fabric and the UUID of its cluster (all zero: no multi-node NVLink domain; NCCL's MNNVL check). */
+typedef struct {
+  unsigned char cluster_uuid[16];
+  trun_nvmlReturn_t status;
+  unsigned int clique_id;
+  unsigned char state; /* nvmlGpuFabricState_t */
+} trun_nvmlGpuFabricInfo_t;
+enum { TRUN_NVML_GPU_FABRIC_STATE_COMPLETED = 3 };
+
 /* nvmlMemoryErrorType_t, nvmlEccCounterType_t (nvmlDeviceGetTotalEccErrors) */
 enum { TRUN_NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
 enum { TRUN_NVML_VOLATILE_ECC = 0 };
@@ -160,6 +170,8 @@ typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemotePciInfo_fn)(trun_nvmlD
                                                                       trun_nvmlPciInfo_t *);
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetNvLinkRemoteDeviceType_fn)(trun_nvmlDevice_t, unsigned int,
                                                                          int *);
+typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetGpuFabricInfo_fn)(trun_nvmlDevice_t,
+                                                                trun_nvmlGpuFabricInfo_t *);
 /* The health checks (agent/discover/health_gpu.c) and the Xid watcher (xid_watch.c). */
 typedef trun_nvmlReturn_t (*trun_nvmlDeviceGetRemappedRows_fn)(trun_nvmlDevice_t, unsigned int *corr,
                                                                unsigned int *unc, unsigned int *pending,

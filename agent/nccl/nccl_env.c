@@ -190,21 +190,48 @@ static void decide_efa(const trun_node *node, int efa, trun_env_plan *p) {
 
 /* --warm-start-cuda: NCCL's memory through cuMem costs a replacement's communicator set-up ~0.27 s on 4 x
  * H200 (crash -> 4 replacements all-reduced 1.23 s, 0.96 s with NCCL_CUMEM_ENABLE=0; busbw the same at 8 MiB
- * and 1 GiB: bench/results/2026-11-28-h200x4-recovery4). NVLink SHARP (NVLS) needs cuMem and exists only
- * where an NVSwitch connects the GPUs, so the variable is set only where NVML saw no switch link. */
-static void decide_cumem(const trun_node *node, trun_env_plan *p) {
-  int sw = -1;
-  for (int g = 0; g < node->ngpu; g++)
+ * and 1 GiB: bench/results/2026-11-28-h200x4-recovery4), ~0.15 s of 0.25 s on 2 x H200 (-h200x2-cumem). Two
+ * things need cuMem: NVLink SHARP (NVLS), only where an NVSwitch connects the GPUs, and multi-node NVLink
+ * (MNNVL, GB200-class domains). So the variable is set where NVML saw no switch link, and on a switch node
+ * where the job turned NVLS off (NCCL_NVLS_ENABLE=0) and NVML says no GPU is in a multi-node NVLink domain.
+ */
+static int nvls_off(char *const *envp) {
+  const char *v = trun_env_get(envp, "NCCL_NVLS_ENABLE");
+  if (!v || !*v) return 0;
+  char *end = NULL;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  return errno == 0 && end && *end == '\0' && n == 0; /* NCCL reads the value as a number; 0 is off */
+}
+
+static void decide_cumem(const trun_node *node, char *const *envp, trun_env_plan *p) {
+  int sw = -1, mn = 0, mn_unknown = 0;
+  for (int g = 0; g < node->ngpu; g++) {
     if (node->gpus[g].switch_links > 0) sw = g;
+    if (node->gpus[g].mnnvl > 0) mn = 1;
+    if (node->gpus[g].mnnvl < 0) mn_unknown = 1;
+  }
   if (node->gpu_source == NULL || strcmp(node->gpu_source, "nvml") != 0)
     add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, NULL,
         "--warm-start-cuda: NVML could not say whether an NVSwitch connects the GPUs (NVLink SHARP needs "
         "NCCL's cuMem memory); NCCL's default");
-  else if (sw >= 0)
+  else if (sw >= 0 && !nvls_off(envp))
     add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, NULL,
         "--warm-start-cuda: GPU %d reaches an NVSwitch (%d links), where NVLink SHARP needs NCCL's cuMem "
-        "memory; NCCL's default",
+        "memory; NCCL's default (with NCCL_NVLS_ENABLE=0 trun would turn cuMem off for a faster restart)",
         sw, node->gpus[sw].switch_links);
+  else if (sw >= 0 && (mn || mn_unknown))
+    add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, NULL,
+        "--warm-start-cuda: NVLink SHARP is off (NCCL_NVLS_ENABLE=0), but %s, and multi-node NVLink needs "
+        "NCCL's cuMem memory; NCCL's default",
+        mn ? "a GPU is in a multi-node NVLink domain"
+           : "NVML could not say whether the GPUs are in a "
+             "multi-node NVLink domain");
+  else if (sw >= 0)
+    add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, "0",
+        "--warm-start-cuda: replacements set up NCCL faster without cuMem memory (same bandwidth); the GPUs "
+        "reach an NVSwitch, but NVLink SHARP is off (NCCL_NVLS_ENABLE=0) and no GPU is in a multi-node "
+        "NVLink domain, so nothing here needs cuMem");
   else
     add(p, "NCCL_CUMEM_ENABLE", TRUN_ENV_TRUN, "0",
         "--warm-start-cuda: replacements set up NCCL faster without cuMem memory (about 0.27 s of 1.23 s on "
@@ -292,7 +319,7 @@ void trun_nccl_env_decide(const trun_node *node, char *const *envp, unsigned fla
   for (int r = 0; r < node->nrdma; r++) efa += node->rdma[r].is_efa && node->rdma[r].usable;
   if (efa > 0) decide_efa(node, efa, plan);
   if (node->ngpu > 0) decide_nccl(node, efa, plan);
-  if (node->ngpu > 0 && (flags & TRUN_NCCL_WARM_CUDA)) decide_cumem(node, plan);
+  if (node->ngpu > 0 && (flags & TRUN_NCCL_WARM_CUDA)) decide_cumem(node, envp, plan);
   apply_user(plan, envp);
 }
 

@@ -6,6 +6,8 @@
  *              "numa_id": 0,              optional: nvmlDeviceGetNumaNodeId (else NOT_SUPPORTED)
  *              "nvswitch_links": 12,      links to an NVSwitch hidden in the VM (remote busId "")
  *              "nvlinks": ["00000000:10:1D.0", ...],  links to other GPUs, one entry per link
+ *              "fabric": [3, "<32 hex digits>"],  optional: nvmlDeviceGetGpuFabricInfo's state and
+ *                                         cluster UUID (absent: NOT_SUPPORTED, no NVLink fabric)
  *              "mig": ["MIG-..."]}],      MIG devices of this GPU
  *    "topology": [["X", "PHB", ...], ...],  PCIe level per pair: X PIX PXB PHB NODE SYS
  *    "p2p": [["X", "OK", "NS", ...], ...]}  optional: P2P read status per pair (nvidia-smi topo -p2p r
@@ -54,7 +56,9 @@ struct trun_nvmlDevice_st {
   char pci[32];
   unsigned long long memory;
   char cpus[256];
-  int numa_id; /* -1 none */
+  int numa_id;      /* -1 none */
+  int fabric_state; /* -1: no fabric (NOT_SUPPORTED) */
+  unsigned char fabric_uuid[16];
   int nlinks;
   char link_remote[FAKE_LINKS][32];
   /* health faults */
@@ -213,6 +217,12 @@ trun_nvmlReturn_t nvmlInit_v2(void) {
     d->memory = (unsigned long long)json_integer_value(json_object_get(g, "memory"));
     json_t *numa = json_object_get(g, "numa_id");
     d->numa_id = json_is_integer(numa) ? (int)json_integer_value(numa) : -1;
+    json_t *fab = json_object_get(g, "fabric");
+    d->fabric_state = json_is_array(fab) ? (int)json_integer_value(json_array_get(fab, 0)) : -1;
+    const char *hex = json_string_value(json_array_get(fab, 1));
+    for (size_t b = 0;
+         hex && b < sizeof(d->fabric_uuid) && sscanf(hex + 2 * b, "%2hhx", &d->fabric_uuid[b]) == 1; b++) {
+    }
     read_health(g, d);
     int nsw = (int)json_integer_value(json_object_get(g, "nvswitch_links"));
     for (int k = 0; k < nsw && d->nlinks < FAKE_LINKS; k++) d->link_remote[d->nlinks++][0] = '\0';
@@ -389,6 +399,18 @@ trun_nvmlReturn_t nvmlDeviceGetCpuAffinity(trun_nvmlDevice_t d, unsigned int nlo
       set[c / bits] |= 1UL << (c % bits);
     p = *end == ',' ? end + 1 : end;
   }
+  return TRUN_NVML_SUCCESS;
+}
+
+trun_nvmlReturn_t nvmlDeviceGetGpuFabricInfo(trun_nvmlDevice_t d, trun_nvmlGpuFabricInfo_t *f) {
+  fake_count(__func__);
+  CHECK_DEV(d);
+  trun_nvmlReturn_t rc = fault_of(__func__);
+  if (rc) return rc;
+  if (d->fabric_state < 0) return TRUN_NVML_ERROR_NOT_SUPPORTED;
+  memset(f, 0, sizeof(*f));
+  memcpy(f->cluster_uuid, d->fabric_uuid, sizeof(f->cluster_uuid));
+  f->state = (unsigned char)d->fabric_state;
   return TRUN_NVML_SUCCESS;
 }
 

@@ -424,6 +424,36 @@ START_TEST(direct_nvlinks_and_pcie) {
 }
 END_TEST
 
+/* Multi-node NVLink as NCCL decides it: fabric registration "completed" (3) with a non-zero cluster UUID.
+ * No fabric (NOT_SUPPORTED) or a zero UUID: 0; a driver without the call (FUNCTION_NOT_FOUND): unknown. */
+START_TEST(fabric_mnnvl) {
+  use_fixture("cpu-only", 1);
+  fake_topo(
+      "{\"gpus\": ["
+      "{\"uuid\": \"GPU-a\", \"pci\": \"00000000:01:00.0\", \"nvswitch_links\": 18,"
+      " \"fabric\": [3, \"0000000000000000000000000000a1b2\"]},"
+      "{\"uuid\": \"GPU-b\", \"pci\": \"00000000:02:00.0\", \"nvswitch_links\": 18,"
+      " \"fabric\": [3, \"00000000000000000000000000000000\"]},"
+      "{\"uuid\": \"GPU-c\", \"pci\": \"00000000:03:00.0\", \"nvswitch_links\": 18,"
+      " \"fabric\": [2, \"0000000000000000000000000000a1b2\"]},"
+      "{\"uuid\": \"GPU-d\", \"pci\": \"00000000:04:00.0\"}]}");
+  ck_assert_int_eq(gpus(NOENV), 0);
+  fake_topo_done();
+  ck_assert_int_eq(node.ngpu, 4);
+  ck_assert_int_eq(node.gpus[0].mnnvl, 1);
+  ck_assert_int_eq(node.gpus[1].mnnvl, 0); /* an HGX board: registered, no cluster */
+  ck_assert_int_eq(node.gpus[2].mnnvl, 0); /* registration still in progress */
+  ck_assert_int_eq(node.gpus[3].mnnvl, 0); /* no fabric */
+  fake_topo(
+      "{\"missing\": [\"nvmlDeviceGetGpuFabricInfo\"], \"gpus\": ["
+      "{\"uuid\": \"GPU-a\", \"nvswitch_links\": 18, \"fabric\": [3, "
+      "\"00000000000000000000000000000001\"]}]}");
+  ck_assert_int_eq(gpus(NOENV), 0);
+  fake_topo_done();
+  ck_assert_int_eq(node.gpus[0].mnnvl, -1);
+}
+END_TEST
+
 START_TEST(nvml_init_errors) {
   use_fixture("cpu-only", 1);
   fake_topo("{\"init_rc\": 9, \"gpus\": []}");
@@ -505,6 +535,7 @@ int main(void) {
   tcase_add_test(tc, cudart_errors);
   tcase_add_test(tc, direct_nvlinks_and_pcie);
   tcase_add_test(tc, nvml_init_errors);
+  tcase_add_test(tc, fabric_mnnvl);
   tcase_add_test(tc, pci_helpers);
   tcase_add_test(tc, rdma_missing_sysfs);
   suite_add_tcase(s, tc);

@@ -276,6 +276,61 @@ START_TEST(warm_cuda_cumem) {
 }
 END_TEST
 
+/* An NVSwitch node whose job turned NVLink SHARP off (NCCL_NVLS_ENABLE=0, as on the shared H200 boxes):
+ * cuMem off with --warm-start-cuda, unless a GPU is (or may be) in a multi-node NVLink domain, which needs
+ * cuMem too. The h200x2 fixture's GPUs reach hidden switches and registered with the fabric with a zero
+ * cluster UUID (no MNNVL), as NVML says on the box. */
+START_TEST(warm_cuda_cumem_nvls_off) {
+  use_fixture("h200x2");
+  char err[512];
+  ck_assert_int_eq(trun_discover_node(&node, with_env(NULL), TRUN_IDENTITY_NEVER, 1, err, sizeof(err)), 0);
+  ck_assert_int_eq(node.ngpu, 2);
+  for (int g = 0; g < node.ngpu; g++) {
+    ck_assert_int_eq(node.gpus[g].switch_links, 18);
+    ck_assert_int_eq(node.gpus[g].mnnvl, 0);
+  }
+  /* NVLS on (unset, or not a plain 0): NCCL's default */
+  char *on[][2] = {{NULL, NULL},
+                   {"NCCL_NVLS_ENABLE=1", NULL},
+                   {"NCCL_NVLS_ENABLE=", NULL},
+                   {"NCCL_NVLS_ENABLE=0x", NULL},
+                   {"NCCL_NVLS_ENABLE=2", NULL}};
+  for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++) {
+    trun_nccl_env_decide(&node, with_env(on[i]), TRUN_NCCL_WARM_CUDA, &plan);
+    const trun_env_decision *d = find("NCCL_CUMEM_ENABLE");
+    ck_assert_msg(d && !d->set, "case %zu: cuMem turned off with NVLS on", i);
+    ck_assert_ptr_nonnull(strstr(d->reason, "NCCL_NVLS_ENABLE=0"));
+    ck_assert(reason_in_words(d->reason));
+  }
+  char *off[] = {"NCCL_NVLS_ENABLE=0", NULL};
+  trun_nccl_env_decide(&node, with_env(off), TRUN_NCCL_WARM_CUDA, &plan);
+  const trun_env_decision *d = find("NCCL_CUMEM_ENABLE");
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(d->set, 1);
+  ck_assert_str_eq(d->value, "0");
+  ck_assert_int_eq(d->source, TRUN_ENV_TRUN);
+  ck_assert(reason_in_words(d->reason));
+  trun_nccl_env_decide(&node, with_env(off), 0, &plan); /* never without --warm-start-cuda */
+  ck_assert_ptr_null(find("NCCL_CUMEM_ENABLE"));
+  /* a GPU in a multi-node NVLink domain, or NVML that cannot say: NCCL's default */
+  for (int mn = -1; mn <= 1; mn += 2) {
+    node.gpus[1].mnnvl = mn;
+    trun_nccl_env_decide(&node, with_env(off), TRUN_NCCL_WARM_CUDA, &plan);
+    d = find("NCCL_CUMEM_ENABLE");
+    ck_assert_msg(d && !d->set, "mnnvl %d: cuMem turned off", mn);
+    ck_assert_ptr_nonnull(strstr(d->reason, "multi-node NVLink"));
+    ck_assert(reason_in_words(d->reason));
+  }
+  /* the user's value wins over all of it */
+  node.gpus[1].mnnvl = 0;
+  char *both[] = {"NCCL_NVLS_ENABLE=0", "NCCL_CUMEM_ENABLE=1", NULL};
+  trun_nccl_env_decide(&node, with_env(both), TRUN_NCCL_WARM_CUDA, &plan);
+  d = find("NCCL_CUMEM_ENABLE");
+  ck_assert_int_eq(d->source, TRUN_ENV_USER);
+  ck_assert_str_eq(d->value, "1");
+}
+END_TEST
+
 START_TEST(p5) {
   use_fixture("p5.48xlarge");
   discover_decide(with_env(NULL));
@@ -591,6 +646,7 @@ int main(void) {
   tcase_add_test(tc, nproc_dev_fallback);
   tcase_add_test(tc, gdr_types);
   tcase_add_test(tc, warm_cuda_cumem);
+  tcase_add_test(tc, warm_cuda_cumem_nvls_off);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
