@@ -91,7 +91,7 @@ int trun_agent_dry_run(const trun_config *cfg, char **envp, FILE *out) {
     snprintf(frdir, sizeof(frdir), "%s/%s_XXXXXX/flight_recorder", cfg->log_dir, cfg->run_id);
   else
     snprintf(frdir, sizeof(frdir), "%s/trun_fr_%s_XXXXXX", t && t[0] ? t : "/tmp", cfg->run_id);
-  if (base && trun__agent_fr_env(&base, node->ngpu, frdir) < 0) {
+  if (base && trun__agent_fr_env(&base, node->ngpu, frdir, cfg) < 0) {
     trun_strv_free(base);
     base = NULL;
   }

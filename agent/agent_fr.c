@@ -6,8 +6,9 @@
  * off (TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_FR_BUFFER_SIZE = 0):
  *   TORCH_NCCL_TRACE_BUFFER_SIZE=2000     entries kept per process (torch's own default since it turned on);
  *                                          a user's TORCH_FR_BUFFER_SIZE instead (the dump pipe reads this
- * name) TORCH_NCCL_DUMP_ON_TIMEOUT=1          dump when torch's watchdog fires; and the heartbeat monitor
- * looks at the dump pipe every second instead of every 8 minutes TORCH_FR_DUMP_TEMP_FILE,
+ * name); for torch 2.11 and later TORCH_FR_BUFFER_SIZE=2000 instead (fr_new_names)
+ * TORCH_NCCL_DUMP_ON_TIMEOUT=1          dump when torch's watchdog fires; and the heartbeat monitor looks at
+ * the dump pipe every second instead of every 8 minutes TORCH_FR_DUMP_TEMP_FILE,
  * TORCH_NCCL_DEBUG_INFO_TEMP_FILE = <dir>/rank_   where rank R dumps (<dir>/rank_R; the second name is the
  * one torch 2.2 to 2.6 read) TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<dir>/rank_   torch makes the FIFO
  * <dir>/rank_R.pipe: a byte there dumps rank R and the job goes on (agent_hang.c writes it at a hang) <dir>:
@@ -24,10 +25,36 @@
 
 #include "agent/hang/hang.h"
 #include "agent_int.h"
+#include "worker_env.h"
 
-const char *const trun__agent_fr_vars[] = {
-    "TORCH_NCCL_TRACE_BUFFER_SIZE",    "TORCH_NCCL_DUMP_ON_TIMEOUT",      "TORCH_FR_DUMP_TEMP_FILE",
-    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", NULL};
+const char *const trun__agent_fr_vars[] = {"TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                           "TORCH_FR_BUFFER_SIZE",
+                                           "TORCH_NCCL_DUMP_ON_TIMEOUT",
+                                           "TORCH_FR_DUMP_TEMP_FILE",
+                                           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                                           "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+                                           NULL};
+
+/* torch 2.11 and later name the buffer size TORCH_FR_BUFFER_SIZE and warn on every rank when the old name
+ * is set ("TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated"), and likewise for TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+ * (TORCH_FR_DUMP_TEMP_FILE); their dump pipe reads the new name (checked on 2.11:
+ * bench/results/2026-11-29-h200x1-fr-names/). torch 2.8 to 2.10 know the new name too, but whether their
+ * dump pipe does is not checked, so they, and a torch trun cannot find, get the old name, which every
+ * torch's pipe reads. 1: the new name. */
+static int fr_new_names(const trun_config *cfg, char *const *env) {
+  int major = 0, minor = 0;
+  char where[PATH_MAX];
+  if (trun_worker_torch_version(cfg, env, &major, &minor, where, sizeof(where)) != 0) {
+    trun_debug(
+        "flight recorder: the workers' torch was not found by its files; its buffer size goes by the "
+        "name every torch reads (TORCH_NCCL_TRACE_BUFFER_SIZE)");
+    return 0;
+  }
+  int fresh = major > 2 || (major == 2 && minor >= 11);
+  trun_debug("flight recorder: the workers' torch is %d.%d (%s): its buffer size goes by the name %s", major,
+             minor, where, fresh ? "TORCH_FR_BUFFER_SIZE" : "TORCH_NCCL_TRACE_BUFFER_SIZE");
+  return fresh;
+}
 
 /* 1 when the user turned the flight recorder off (a buffer size of 0). */
 static int fr_off(char *const *env) {
@@ -36,22 +63,25 @@ static int fr_off(char *const *env) {
   return n != NULL && strtol(n, NULL, 10) <= 0;
 }
 
-int trun__agent_fr_env(char ***env, int ngpu, const char *dir) {
+int trun__agent_fr_env(char ***env, int ngpu, const char *dir, const trun_config *cfg) {
   if (ngpu <= 0 || fr_off(*env)) return 0;
   char prefix[PATH_MAX];
   if (snprintf(prefix, sizeof(prefix), "%s/rank_", dir) >= (int)sizeof(prefix)) return -ENAMETOOLONG;
   int user_file =
       trun_env_get(*env, "TORCH_FR_DUMP_TEMP_FILE") || trun_env_get(*env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
   const char *fr_size = trun_env_get(*env, "TORCH_FR_BUFFER_SIZE");
+  int fresh = fr_new_names(cfg, *env), old_set = trun_env_get(*env, "TORCH_NCCL_TRACE_BUFFER_SIZE") != NULL;
   struct {
     const char *name, *value;
     int keep;
   } set[] = {
-      /* torch's dump pipe reads this name only: a user's TORCH_FR_BUFFER_SIZE is copied into it */
-      {"TORCH_NCCL_TRACE_BUFFER_SIZE", fr_size ? fr_size : "2000", 0},
+      /* an older torch's dump pipe reads the old name only: a user's TORCH_FR_BUFFER_SIZE is copied into it
+       */
+      {"TORCH_NCCL_TRACE_BUFFER_SIZE", fr_size ? fr_size : "2000", fresh},
+      {"TORCH_FR_BUFFER_SIZE", "2000", !fresh || old_set},
       {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1", 0},
       {"TORCH_FR_DUMP_TEMP_FILE", prefix, user_file},
-      {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix, user_file},
+      {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix, user_file || fresh}, /* torch 2.2 to 2.6; 2.11 warns */
       {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", prefix, 0},
   };
   for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++)
@@ -86,7 +116,7 @@ int trun__agent_fr_open(agent *a) {
     }
     a->fr.remove = 1;
   }
-  if (trun__agent_fr_env(&a->env, a->node->ngpu, a->fr.dir) < 0) return -1;
+  if (trun__agent_fr_env(&a->env, a->node->ngpu, a->fr.dir, a->cfg) < 0) return -1;
   trun_debug("flight recorder: the workers dump to %s/rank_<rank> (pipe %s/rank_<rank>.pipe)", a->fr.dir,
              a->fr.dir);
   return 0;

@@ -417,7 +417,7 @@ int trun__agent_ras_port(agent *a, int *fd);
  * directory it cannot make is a warning and no variables). close: removes the directory when it is trun's
  * temporary one. */
 extern const char *const trun__agent_fr_vars[];
-int trun__agent_fr_env(char ***env, int ngpu, const char *dir);
+int trun__agent_fr_env(char ***env, int ngpu, const char *dir, const trun_config *cfg);
 int trun__agent_fr_open(agent *a);
 void trun__agent_fr_close(agent *a);
 /* Asks this node's ranks base_rank..base_rank+n-1 for fresh dumps through their pipes (pipe_prefix, as in

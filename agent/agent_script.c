@@ -15,27 +15,11 @@
 #include "base/base.h"
 #include "worker_env.h"
 
-/* execvp's search: the first executable regular file called name in PATH ("/usr/local/bin:/usr/bin:/bin"
- * when unset). 0 with out set, or -1. */
-static int trun__which(const char *name, char *const *envp, char *out, size_t len) {
-  const char *path = trun_env_get(envp, "PATH");
-  if (path == NULL) path = "/usr/local/bin:/usr/bin:/bin";
-  for (const char *p = path;; p++) {
-    size_t dl = strcspn(p, ":");
-    int n = snprintf(out, len, "%.*s%s%s", (int)dl, dl ? p : ".", "/", name);
-    struct stat st;
-    if (n > 0 && (size_t)n < len && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
-      return 0;
-    p += dl;
-    if (*p == '\0') return -1;
-  }
-}
-
 void trun_agent_describe_python(char **envp, char *out, size_t len) {
   char buf[PATH_MAX], found[PATH_MAX];
   const char *how;
   const char *py = trun_worker_python(envp, buf, sizeof(buf), &how);
-  if (strchr(py, '/') == NULL && trun__which(py, envp, found, sizeof(found)) == 0) py = found;
+  if (strchr(py, '/') == NULL && trun_worker_which(py, envp, found, sizeof(found)) == 0) py = found;
   snprintf(out, len, "%s (%s%s)", py, how,
            strcmp(how, "PYTHON_EXEC") == 0 ? "" : "; set PYTHON_EXEC to choose another");
 }
@@ -81,7 +65,7 @@ int trun_agent_check_script(const trun_config *cfg, char **envp, char *err, size
   struct stat st;
   if (cfg->no_python && !cfg->run_path) { /* the script is the program */
     if (strchr(script, '/') ? access(script, X_OK) == 0 && stat(script, &st) == 0 && !S_ISDIR(st.st_mode)
-                            : trun__which(script, envp, found, sizeof(found)) == 0)
+                            : trun_worker_which(script, envp, found, sizeof(found)) == 0)
       return 0;
     snprintf(
         err, len,
@@ -92,7 +76,7 @@ int trun_agent_check_script(const trun_config *cfg, char **envp, char *err, size
   const char *how;
   const char *python = trun_worker_python(envp, buf, sizeof(buf), &how);
   if (strchr(python, '/') ? access(python, X_OK) != 0
-                          : trun__which(python, envp, found, sizeof(found)) != 0) {
+                          : trun_worker_which(python, envp, found, sizeof(found)) != 0) {
     snprintf(err, len,
              "the workers' interpreter '%s' (%s) is %s; set PYTHON_EXEC to a Python with torch; nothing was "
              "started",

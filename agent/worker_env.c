@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/nccl/nccl.h"
@@ -183,6 +184,20 @@ static char *subst_local_rank(const char *arg, int local_rank) {
   }
   strcpy(o, p);
   return out;
+}
+
+int trun_worker_which(const char *name, char *const *envp, char *out, size_t len) {
+  const char *path = trun_env_get(envp, "PATH");
+  if (path == NULL) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path;; p++) {
+    size_t dl = strcspn(p, ":");
+    int n = snprintf(out, len, "%.*s%s%s", (int)dl, dl ? p : ".", "/", name);
+    struct stat st;
+    if (n > 0 && (size_t)n < len && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+      return 0;
+    p += dl;
+    if (*p == '\0') return -1;
+  }
 }
 
 int trun_env_python(const char *exe, char *out, size_t len) {

@@ -36,6 +36,14 @@ int trun_env_python(const char *exe, char *out, size_t len);
  * (trun_env_python of /proc/self/exe, written to buf), else "python3" (searched on PATH at exec). *how (when
  * how is not NULL) says which rule chose it, in words. */
 const char *trun_worker_python(char *const *envp, char *buf, size_t len, const char **how);
+/* execvp's search: the first executable regular file called name in envp's PATH ("/usr/local/bin:/usr/bin:
+ * /bin" when unset). 0 with out set, or -1. */
+int trun_worker_which(const char *name, char *const *envp, char *out, size_t len);
+/* The torch that the workers' Python would import, found by reading files, no interpreter started
+ * (agent/torch_version.c): 0 with *major / *minor and where (the torch directory), or -1 when none was
+ * found (--no-python, a layout it does not know: callers keep what works with any torch). */
+int trun_worker_torch_version(const trun_config *cfg, char *const *envp, int *major, int *minor, char *where,
+                              size_t wlen);
 /* [python, -u, (-m), script, args...] or [script, args...] (--no-python), with ${local_rank} replaced.
  * python: $PYTHON_EXEC, else the Python of the environment this trun is installed in (trun_env_python of
  * /proc/self/exe), else python3 from PATH. */

@@ -31,10 +31,11 @@ EXCLUDED = {
 
 # Keys trun adds for torch's flight recorder on a node with a GPU, unless the launching environment set them
 # (agent/agent_fr.c, docs/observability.md "The flight recorder"): accepted only where torchrun sets nothing,
-# with the value matching. The one list of them; agent_fr.c's trun__agent_fr_vars names the same five.
+# with the value matching. The one list of them; agent_fr.c's trun__agent_fr_vars names the same six.
 FR_PREFIX = r".*/(flight_recorder|trun_fr_[^/]+)/rank_"
 FLIGHT_RECORDER = {
     "TORCH_NCCL_TRACE_BUFFER_SIZE": ("2000", "entries each NCCL process keeps (the default of recent torch, 0 before)"),
+    "TORCH_FR_BUFFER_SIZE": ("2000", "the same, by the name torch 2.11 and later read without a warning"),
     "TORCH_NCCL_DUMP_ON_TIMEOUT": ("1", "dump when torch's watchdog fires; the dump pipe is read every second"),
     "TORCH_FR_DUMP_TEMP_FILE": (FR_PREFIX, "where each rank dumps: the node's flight-recorder directory"),
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": (FR_PREFIX, "the same for torch 2.2 to 2.6"),

@@ -10,6 +10,9 @@
 #      "flight_recorder" and the root cause in the failure report too; the directory is gone after exit;
 #  (b) --log-dir: the directory is <run dir>/flight_recorder, mode 0700, kept, with the dumps; a variable the
 #      user set is theirs (TORCH_NCCL_TRACE_BUFFER_SIZE=100, TORCH_FR_DUMP_TEMP_FILE; TORCH_FR_BUFFER_SIZE=300 is copied into TORCH_NCCL_TRACE_BUFFER_SIZE, the name torch's dump pipe reads);
+#      (b6-b8) the workers' torch 2.11, found by its files, gets TORCH_FR_BUFFER_SIZE and no
+#      TORCH_NCCL_DEBUG_INFO_TEMP_FILE (2.11 warns about those old names on every rank), torch 2.10 the old
+#      names, and a user's old name stays alone;
 #  (c) a node without a GPU (a gloo job): none of the variables, no directory;
 #  every rank in NCCL (RAS: job-idle, equal frozen counts; TRUN_HANG_SPIN_WINDOW=4, so probes 2 s apart):
 #  (d) the spin capture (every rank's all-reduce #51 scheduled in both probes): named, culprit unknown, not
@@ -107,6 +110,28 @@ env "${gpus[@]}" TORCH_NCCL_TRACE_BUFFER_SIZE=0 "$trun" --dry-run --standalone -
 ! grep -q 'TORCH_FR_DUMP_TEMP_FILE\|TORCH_NCCL_DEBUG_INFO_PIPE_FILE' "$tmp/b3.out" || fail "(b3): variables set with the flight recorder off"
 env "${gpus[@]}" TORCH_FR_BUFFER_SIZE=300 "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b5.out"
 grep -qx '  TORCH_NCCL_TRACE_BUFFER_SIZE=300' "$tmp/b5.out" || fail "(b5): TORCH_FR_BUFFER_SIZE=300 is not copied into TORCH_NCCL_TRACE_BUFFER_SIZE"
+# (b6) the workers' torch 2.11 (found by its files in their virtual environment): the buffer size by its new
+# name (torch 2.11 warns on every rank about the old one); torch 2.10: the old name; a user's old name stays.
+for v in 2.11.0+cu130 2.10.0; do
+  mkdir -p "$tmp/venv$v/bin" "$tmp/venv$v/lib/python3.12/site-packages/torch"
+  printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n' >"$tmp/venv$v/pyvenv.cfg"
+  printf '#!/bin/sh\n' >"$tmp/venv$v/bin/python3" && chmod +x "$tmp/venv$v/bin/python3"
+  echo "__version__ = '$v'" >"$tmp/venv$v/lib/python3.12/site-packages/torch/version.py"
+done
+env "${gpus[@]}" PYTHON_EXEC="$tmp/venv2.11.0+cu130/bin/python3" "$trun" --dry-run --standalone --nproc-per-node 1 \
+  "$worker" x >"$tmp/b6.out"
+grep -qx '  TORCH_FR_BUFFER_SIZE=2000' "$tmp/b6.out" && grep -q '^  TORCH_FR_DUMP_TEMP_FILE=' "$tmp/b6.out" &&
+  ! grep -q 'TORCH_NCCL_TRACE_BUFFER_SIZE\|TORCH_NCCL_DEBUG_INFO_TEMP_FILE' "$tmp/b6.out" ||
+  { show "$tmp/b6.out"; fail "(b6): torch 2.11 did not get the new names alone"; }
+env "${gpus[@]}" PYTHON_EXEC="$tmp/venv2.10.0/bin/python3" "$trun" --dry-run --standalone --nproc-per-node 1 \
+  "$worker" x >"$tmp/b7.out"
+grep -qx '  TORCH_NCCL_TRACE_BUFFER_SIZE=2000' "$tmp/b7.out" && grep -q '^  TORCH_NCCL_DEBUG_INFO_TEMP_FILE=' "$tmp/b7.out" &&
+  ! grep -q 'TORCH_FR_BUFFER_SIZE' "$tmp/b7.out" ||
+  { show "$tmp/b7.out"; fail "(b7): torch 2.10 did not get TORCH_NCCL_TRACE_BUFFER_SIZE alone"; }
+env "${gpus[@]}" PYTHON_EXEC="$tmp/venv2.11.0+cu130/bin/python3" TORCH_NCCL_TRACE_BUFFER_SIZE=50 "$trun" --dry-run \
+  --standalone --nproc-per-node 1 "$worker" x >"$tmp/b8.out"
+grep -qx '  TORCH_NCCL_TRACE_BUFFER_SIZE=50' "$tmp/b8.out" && ! grep -q 'TORCH_FR_BUFFER_SIZE' "$tmp/b8.out" ||
+  { show "$tmp/b8.out"; fail "(b8): the user's TORCH_NCCL_TRACE_BUFFER_SIZE was not kept alone"; }
 env "${gpus[@]}" "$trun" --dry-run --standalone --nproc-per-node 1 "$worker" x >"$tmp/b4.out"
 grep -q '^  TORCH_NCCL_DEBUG_INFO_PIPE_FILE=.*/trun_fr_.*/rank_$' "$tmp/b4.out" || fail "(b4): --dry-run does not show the pipe prefix"
 

@@ -3,6 +3,9 @@
  * ${local_rank} in the arguments) and the interpreter
  * trun's rule finds beside its own executable (trun_env_python). */
 #include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -239,6 +242,98 @@ START_TEST(env_python) {
 }
 END_TEST
 
+/* ---- the workers' torch, found by its files -------------------------------------------------------- */
+
+/* root/rel with text (parents made), mode. */
+static void put(const char *root, const char *rel, const char *text, mode_t mode) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s", root, rel);
+  for (char *q = path + strlen(root) + 1; (q = strchr(q, '/')) != NULL; q++) {
+    *q = '\0';
+    ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
+    *q = '/';
+  }
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* The version of the torch the interpreter of envp (PYTHON_EXEC) would import: "M.m at where", or "none". */
+static const char *torch_of(char **envp, char *out, size_t len) {
+  int ma = -1, mi = -1;
+  char where[512];
+  if (trun_worker_torch_version(NULL, envp, &ma, &mi, where, sizeof(where)) != 0) return "none";
+  snprintf(out, len, "%d.%d at %s", ma, mi, where);
+  return out;
+}
+
+/* A virtual environment (pyvenv.cfg one up from bin/python3, its version), PYTHONPATH first, the base
+ * installation's site-packages only when the venv includes them, the user's site-packages unless
+ * PYTHONNOUSERSITE, Debian's dist-packages of a plain install (X.Y from the interpreter's name), and the
+ * real Debian python3 of this box with its torch 1.13. */
+START_TEST(torch_versions) {
+  char root[] = "/tmp/trun-torchver.XXXXXX", e1[1200], e2[1200], e3[1200], e4[1200], want[1200], out[1200];
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  char cfg[512];
+  snprintf(cfg, sizeof(cfg), "home = %s/base/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n",
+           root);
+  put(root, "venv/pyvenv.cfg", cfg, 0644);
+  put(root, "venv/bin/python3", "", 0755);
+  put(root, "venv/lib/python3.12/site-packages/torch/version.py",
+      "from typing import Optional\n__version__ = '2.11.0+cu130'\n", 0644);
+  put(root, "base/bin/python3.12", "", 0755);
+  put(root, "base/lib/python3.12/site-packages/torch/version.py", "__version__ = '2.7.1'\n", 0644);
+  put(root, "pp/torch/version.py", "__version__ = \"2.9.0\"\n", 0644);
+  snprintf(e1, sizeof(e1), "PYTHON_EXEC=%s/venv/bin/python3", root);
+  snprintf(e2, sizeof(e2), "PYTHONPATH=/nonexistent:%s/pp", root);
+  snprintf(e3, sizeof(e3), "HOME=%s/home", root);
+  char *venv[] = {e1, "PATH=/usr/bin:/bin", NULL}, *pp[] = {e1, e2, NULL};
+  snprintf(want, sizeof(want), "2.11 at %s/venv/lib/python3.12/site-packages/torch", root);
+  ck_assert_str_eq(torch_of(venv, out, sizeof(out)), want);
+  snprintf(want, sizeof(want), "2.9 at %s/pp/torch", root);
+  ck_assert_str_eq(torch_of(pp, out, sizeof(out)), want);
+  /* no torch in the venv: the base's only when the venv includes the system's site-packages */
+  snprintf(e4, sizeof(e4), "%s/venv/lib/python3.12/site-packages/torch/version.py", root);
+  ck_assert_int_eq(unlink(e4), 0);
+  ck_assert_str_eq(torch_of(venv, out, sizeof(out)), "none");
+  snprintf(cfg, sizeof(cfg), "home = %s/base/bin\ninclude-system-site-packages = true\nversion = 3.12.3\n",
+           root);
+  put(root, "venv/pyvenv.cfg", cfg, 0644);
+  snprintf(want, sizeof(want), "2.7 at %s/base/lib/python3.12/site-packages/torch", root);
+  ck_assert_str_eq(torch_of(venv, out, sizeof(out)), want);
+  /* a plain install: X.Y from the name, the user's site-packages first, Debian's dist-packages */
+  put(root, "usr/bin/python3.10", "", 0755);
+  put(root, "usr/lib/python3/dist-packages/torch/version.py", "__version__ = '2.4.0a0'\n", 0644);
+  put(root, "home/.local/lib/python3.10/site-packages/torch/version.py", "__version__ = '2.8.0'\n", 0644);
+  snprintf(e1, sizeof(e1), "PYTHON_EXEC=%s/usr/bin/python3.10", root);
+  char *plain[] = {e1, e3, NULL}, *nouser[] = {e1, e3, "PYTHONNOUSERSITE=1", NULL};
+  snprintf(want, sizeof(want), "2.8 at %s/home/.local/lib/python3.10/site-packages/torch", root);
+  ck_assert_str_eq(torch_of(plain, out, sizeof(out)), want);
+  snprintf(want, sizeof(want), "2.4 at %s/usr/lib/python3/dist-packages/torch", root);
+  ck_assert_str_eq(torch_of(nouser, out, sizeof(out)), want);
+  /* a version.py without a version, a missing interpreter, --no-python: not found */
+  put(root, "usr/lib/python3/dist-packages/torch/version.py", "git_version = 'abc'\n", 0644);
+  ck_assert_str_eq(torch_of(nouser, out, sizeof(out)), "none");
+  char *missing[] = {"PYTHON_EXEC=no-such-python", "PATH=/nonexistent", NULL};
+  ck_assert_str_eq(torch_of(missing, out, sizeof(out)), "none");
+  trun_config c;
+  PARSE_OK(&c, "--no-python", "--standalone", "/bin/true");
+  int ma, mi;
+  ck_assert_int_eq(trun_worker_torch_version(&c, venv, &ma, &mi, out, sizeof(out)), -1);
+  ck_assert_int_eq(nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+  /* this box's Debian python3 and its python3-torch (1.13) */
+  char *host[] = {"PYTHON_EXEC=/usr/bin/python3", "PYTHONNOUSERSITE=1", NULL};
+  ck_assert_str_eq(torch_of(host, out, sizeof(out)), "1.13 at /usr/lib/python3/dist-packages/torch");
+}
+END_TEST
+
 static Suite *worker_env_suite(void) {
   Suite *s = suite_create("worker_env");
   TCase *tc = tcase_create("worker_env");
@@ -249,6 +344,7 @@ static Suite *worker_env_suite(void) {
   tcase_add_test(tc, round_vars_rows);
   tcase_add_test(tc, worker_argv);
   tcase_add_test(tc, env_python);
+  tcase_add_test(tc, torch_versions);
   suite_add_tcase(s, tc);
   return s;
 }
