@@ -57,16 +57,6 @@ static int cfg_value(const char *text, const char *key, char *out, size_t len) {
   return -1;
 }
 
-/* The first file's first max-1 bytes into buf; 0, or -1 when it cannot be read. */
-static int read_small(const char *path, char *buf, size_t max) {
-  FILE *f = fopen(path, "re");
-  if (f == NULL) return -1;
-  size_t n = fread(buf, 1, max - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return 0;
-}
-
 /* "3.12" from "3.12.3" or "python3.12"; 0, or -1. */
 static int major_minor(const char *s, char *out, size_t len) {
   const char *p = s;
@@ -110,10 +100,10 @@ static void build_path(const char *exe, char *const *envp, tv_path *p) {
   /* pyvenv.cfg next to the interpreter or one up (the venv's root) */
   char venv[PATH_MAX] = "";
   if (fits(snprintf(cfgpath, sizeof(cfgpath), "%s/pyvenv.cfg", dir), sizeof(cfgpath)) &&
-      read_small(cfgpath, cfg, sizeof(cfg)) == 0) {
+      trun_read_small(cfgpath, cfg, sizeof(cfg)) >= 0) {
     snprintf(venv, sizeof(venv), "%s", dir);
   } else if (fits(snprintf(cfgpath, sizeof(cfgpath), "%s/../pyvenv.cfg", dir), sizeof(cfgpath)) &&
-             read_small(cfgpath, cfg, sizeof(cfg)) == 0) {
+             trun_read_small(cfgpath, cfg, sizeof(cfg)) >= 0) {
     const char *up = strrchr(dir, '/'); /* the venv's root: bin/'s parent */
     if (up == NULL)
       snprintf(venv, sizeof(venv), ".");
@@ -184,7 +174,7 @@ int trun_worker_torch_version(const trun_config *cfg, char *const *envp, int *ma
   for (int i = 0; i < p->n && rc != 0; i++) {
     char file[PATH_MAX + 32], text[4096];
     snprintf(file, sizeof(file), "%s/torch/version.py", p->dirs[i]);
-    if (read_small(file, text, sizeof(text)) == 0 && parse_version(text, major, minor) == 0) {
+    if (trun_read_small(file, text, sizeof(text)) >= 0 && parse_version(text, major, minor) == 0) {
       snprintf(where, wlen, "%s/torch", p->dirs[i]);
       rc = 0;
     }

@@ -14,6 +14,7 @@
 #include "closefrom.h"
 #include "env.h"
 #include "exit.h"
+#include "file.h"
 #include "log.h"
 #include "pickle.h"
 #include "str.h"

@@ -64,22 +64,6 @@ static const char *proc_root(void) {
   return r && *r ? r : "/proc";
 }
 
-/* Reads a small file whole (NUL-terminated, at most len - 1 bytes); its length, or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t got = 0;
-  while (got + 1 < len) {
-    ssize_t r = read(fd, buf + got, len - 1 - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  buf[got] = '\0';
-  return (ssize_t)got;
-}
-
 /* The first line of s (without its newline) in out. */
 static void first_line(const char *s, char *out, size_t len) {
   size_t n = strcspn(s, "\n");
@@ -112,20 +96,20 @@ int trun__gpu_cache_key(char *key, size_t keylen, char *why, size_t whylen) {
   snprintf(path, sizeof(path), "%s/sys/kernel/random/boot_id", root);
   if (hook && *hook)
     snprintf(buf, sizeof(buf), "%s", hook);
-  else if (read_small(path, buf, sizeof(buf)) <= 0) {
+  else if (trun_read_small(path, buf, sizeof(buf)) <= 0) {
     trun_errf(why, whylen, "no boot id in %s", path);
     return -1;
   }
   char boot[64];
   first_line(buf, boot, sizeof(boot));
   snprintf(path, sizeof(path), "%s/driver/nvidia/version", root);
-  if (read_small(path, buf, sizeof(buf)) <= 0) {
+  if (trun_read_small(path, buf, sizeof(buf)) <= 0) {
     trun_errf(why, whylen, "no NVIDIA driver version in %s", path);
     return -1;
   }
   first_line(buf, line, sizeof(line));
   snprintf(path, sizeof(path), "%s/driver/nvidia/params", root);
-  ssize_t np = read_small(path, buf, sizeof(buf));
+  ssize_t np = trun_read_small(path, buf, sizeof(buf));
   uint64_t params = np > 0 ? fnv1a(buf, (size_t)np, FNV_START) : 0;
   const char *lib = getenv("TRUN_NVML_LIBRARY");
   size_t at = 0;
@@ -149,7 +133,7 @@ int trun__gpu_cache_key(char *key, size_t keylen, char *why, size_t whylen) {
     char uuid[96];
     if (rc == 0) {
       snprintf(path, sizeof(path), "%s/driver/nvidia/gpus/%s/information", root, ents[i]->d_name);
-      if (read_small(path, buf, sizeof(buf)) <= 0 || info_uuid(buf, uuid, sizeof(uuid)) < 0) {
+      if (trun_read_small(path, buf, sizeof(buf)) <= 0 || info_uuid(buf, uuid, sizeof(uuid)) < 0) {
         trun_errf(why, whylen, "no GPU UUID in %s", path);
         rc = -1;
       } else {

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cpulist.h"
 #include "discover.h"
 #include "discover_internal.h"
@@ -93,18 +94,6 @@ int trun_cfs_quota_parse(const char *quota, const char *period) {
   return ceil_div(qv, pv);
 }
 
-/* Reads a small file into buf (NUL-terminated); 0, or -errno. */
-static int read_small(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return -errno;
-  size_t n = fread(buf, 1, len - 1, f);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) return -EIO;
-  buf[n] = '\0';
-  return 0;
-}
-
 static int is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -118,13 +107,13 @@ static int limit_at(const char *dir, int v2) {
   memcpy(path, dir, n);
   if (v2) {
     memcpy(path + n, "/cpu.max", sizeof("/cpu.max"));
-    if (read_small(path, a, sizeof(a)) < 0) return 0;
+    if (trun_read_small(path, a, sizeof(a)) < 0) return 0;
     return trun_cpu_max_parse(a);
   }
   memcpy(path + n, "/cpu.cfs_quota_us", sizeof("/cpu.cfs_quota_us"));
-  if (read_small(path, a, sizeof(a)) < 0) return 0;
+  if (trun_read_small(path, a, sizeof(a)) < 0) return 0;
   memcpy(path + n, "/cpu.cfs_period_us", sizeof("/cpu.cfs_period_us"));
-  if (read_small(path, b, sizeof(b)) < 0) return 0;
+  if (trun_read_small(path, b, sizeof(b)) < 0) return 0;
   return trun_cfs_quota_parse(a, b);
 }
 
@@ -241,8 +230,8 @@ int trun_discover_cpus(void) {
   const char *root = getenv("TRUN_CGROUP_ROOT");
   if (root == NULL || root[0] == '\0') root = "/sys/fs/cgroup";
   char self[8192];
-  int limit =
-      trun_cgroup_cpu_limit(root, read_small("/proc/self/cgroup", self, sizeof(self)) == 0 ? self : NULL);
+  int limit = trun_cgroup_cpu_limit(
+      root, trun_read_small("/proc/self/cgroup", self, sizeof(self)) >= 0 ? self : NULL);
   if (limit > 0 && limit < cpus) cpus = limit;
   return cpus < 1 ? 1 : cpus;
 }
@@ -278,7 +267,7 @@ int trun_numa_of_cpulist(const char *cpulist) {
     only = n;
     char path[PATH_MAX + 300], text[8192];
     snprintf(path, sizeof(path), "%s/%s/cpulist", dir, e->d_name);
-    if (!have_want || found >= 0 || read_small(path, text, sizeof(text)) < 0 ||
+    if (!have_want || found >= 0 || trun_read_small(path, text, sizeof(text)) < 0 ||
         trun_cpulist_to_mask(text, have, TRUN_CPU_LONGS) < 0)
       continue;
     int inside = 1;

@@ -372,23 +372,14 @@ int trun_dmi_instance_type(const char *product_name, const char *sys_vendor, cha
   return 1;
 }
 
-static int read_text(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return -errno;
-  size_t n = fread(buf, 1, len - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return 0;
-}
-
 static int dmi_discover(trun_instance *in) {
   const char *root = getenv("TRUN_DMI_ROOT");
   if (root == NULL || root[0] == '\0') root = "/sys/class/dmi/id";
   char path[4200], product[256], vendor[256];
   snprintf(path, sizeof(path), "%s/product_name", root);
-  if (read_text(path, product, sizeof(product)) < 0) return -1;
+  if (trun_read_small(path, product, sizeof(product)) < 0) return -1;
   snprintf(path, sizeof(path), "%s/sys_vendor", root);
-  int have_vendor = read_text(path, vendor, sizeof(vendor)) == 0;
+  int have_vendor = trun_read_small(path, vendor, sizeof(vendor)) >= 0;
   return trun_dmi_instance_type(product, have_vendor ? vendor : NULL, in->instance_type,
                                 sizeof(in->instance_type))
              ? 0

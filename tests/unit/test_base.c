@@ -2,9 +2,13 @@
  * matches whole names only, each clock reads the clock it names, in the unit it names, and trun_errf /
  * trun_catf keep a buffer NUL-terminated, cut at its size, and leave a NULL or empty one alone. */
 #include <check.h>
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -92,6 +96,28 @@ START_TEST(catf_appends_until_full) {
 }
 END_TEST
 
+/* A small file whole, NUL-terminated, cut at len - 1; its length; -errno when it cannot be opened or read. */
+START_TEST(read_small_files) {
+  char dir[] = "/tmp/trun-base.XXXXXX", path[64], buf[8];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/f", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("abc\n", f);
+  fclose(f);
+  ck_assert_int_eq(trun_read_small(path, buf, sizeof(buf)), 4);
+  ck_assert_str_eq(buf, "abc\n");
+  ck_assert_int_eq(trun_read_small(path, buf, 3), 2); /* cut */
+  ck_assert_str_eq(buf, "ab");
+  ck_assert_int_eq(trun_read_small(path, buf, 1), 0);
+  ck_assert_str_eq(buf, "");
+  ck_assert_int_eq(trun_read_small(dir, buf, sizeof(buf)), -EISDIR);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(trun_read_small(path, buf, sizeof(buf)), -ENOENT);
+  ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("base");
   TCase *tc = tcase_create("base");
@@ -101,6 +127,7 @@ int main(void) {
   tcase_add_test(tc, mono_never_goes_back);
   tcase_add_test(tc, errf_sets_and_returns_minus_one);
   tcase_add_test(tc, catf_appends_until_full);
+  tcase_add_test(tc, read_small_files);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
